@@ -1,0 +1,264 @@
+"""The lab's protocol as data: prompts, conditions, seeds, budgets, tolerance and limits.
+
+Everything here is defined once. The experiments, the plan, the verifier and the
+report all read these values; none of them restates a number of the protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+# --- the pinned specimen -------------------------------------------------------------
+PINNED_REPO_ID = "EleutherAI/pythia-14m"
+PINNED_REVISION = "94f7c35d5e9f2e9bac8ca839329f505b4d007d5d"
+ALLOWLISTED_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "model.safetensors",
+)
+BUNDLE_CAP_BYTES = 35_000_000
+DEFAULT_SPECIMEN = "pythia-14m"
+
+# --- execution controls --------------------------------------------------------------
+TORCH_DTYPE = "float32"
+ATTN_IMPLEMENTATION = "eager"
+INTRA_OP_THREADS = 1
+INTER_OP_THREADS = 1
+
+# --- safety bounds (not performance promises) -----------------------------------------
+SESSION_LIMIT_S = 15 * 60
+TRIAL_LIMIT_S = 30
+MAX_NEW_TOKENS = 16
+
+# --- Part 3: inputs ------------------------------------------------------------------
+PROMPTS = {
+    "P1": "The small red boat crossed the lake.",
+    "P2": "A notebook lay beside the window.",
+}
+ADD_SPECIAL_TOKENS = False
+
+# --- Part 3: the sampling matrix -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One token-selection setting of the matrix; None means the control is inactive."""
+
+    name: str
+    do_sample: bool
+    temperature: Optional[float]
+    top_p: Optional[float]
+    top_k: Optional[int]
+
+    def generate_kwargs(self) -> dict:
+        """Selection arguments for GenerationConfig; greedy passes none of the sampling ones."""
+        if not self.do_sample:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+
+
+CONDITIONS = {
+    "G": Condition("G", do_sample=False, temperature=None, top_p=None, top_k=None),
+    "S1": Condition("S1", do_sample=True, temperature=1.0, top_p=1.0, top_k=0),
+    "S2": Condition("S2", do_sample=True, temperature=0.5, top_p=1.0, top_k=0),
+    "S3": Condition("S3", do_sample=True, temperature=1.0, top_p=0.8, top_k=0),
+}
+SEEDS = (17, 23, 31)
+GREEDY_REPETITIONS = 3
+RERUN_CONDITION, RERUN_SEED = "S1", 17
+# Fixed generation settings shared by every trial of the matrix.
+GENERATION_FIXED = {
+    "max_new_tokens": MAX_NEW_TOKENS,
+    "num_beams": 1,
+    "num_return_sequences": 1,
+    "use_cache": True,
+    "repetition_penalty": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class GenerationTrial:
+    """One generate() call of the matrix, in protocol order."""
+
+    index: int
+    prompt_id: str
+    condition: str
+    seed: Optional[int]
+    repetition: int
+    is_rerun: bool
+    keeps_first_step_logits: bool
+
+    @property
+    def test_id(self) -> str:
+        if self.seed is None:
+            return f"{self.prompt_id}-{self.condition}-rep{self.repetition}"
+        suffix = "-rerun" if self.is_rerun else ""
+        return f"{self.prompt_id}-{self.condition}-seed{self.seed}{suffix}"
+
+
+def generation_trials() -> list[GenerationTrial]:
+    """The 26 trials: per prompt G x3, S1..S3 x seeds, then the S1 seed-17 rerun per prompt."""
+    trials: list[GenerationTrial] = []
+
+    def add(prompt_id, condition, seed, repetition, is_rerun, keeps_logits):
+        trials.append(GenerationTrial(len(trials), prompt_id, condition, seed, repetition, is_rerun, keeps_logits))
+
+    for prompt_id in PROMPTS:
+        for repetition in range(1, GREEDY_REPETITIONS + 1):
+            add(prompt_id, "G", None, repetition, False, repetition == 1)
+        for condition in ("S1", "S2", "S3"):
+            for seed in SEEDS:
+                add(prompt_id, condition, seed, 1, False, seed == SEEDS[0])
+    for prompt_id in PROMPTS:
+        add(prompt_id, RERUN_CONDITION, RERUN_SEED, 2, True, False)
+    return trials
+
+
+# --- Part 4: matched-prefix cache test ---------------------------------------------------
+CACHE_REFERENCE_TRIAL = ("P1", "G", 1)  # prompt, condition, repetition
+CACHE_MAX_TARGET_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|a - b| <= atol + rtol * |b|, with b the reference (uncached) value."""
+
+    atol: float
+    rtol: float
+
+    def describe(self) -> str:
+        return f"|a-b| <= {self.atol:g} + {self.rtol:g}*|b| (b = uncached reference)"
+
+
+CACHE_TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
+# Margin flag: a prefix whose top-two margin is below this multiple of its max_abs_diff
+# is near a tie, where a small numerical difference could flip the argmax.
+NEAR_TIE_FACTOR = 10.0
+
+# --- Part 5: timing ------------------------------------------------------------------
+TIMING_REPEAT_COUNT = 8  # P1 repeated eight times ...
+TIMING_REPEAT_SEPARATOR = " "  # ... joined by one space
+TIMING_PROMPTS = {
+    "P1": PROMPTS["P1"],
+    "P1x8": TIMING_REPEAT_SEPARATOR.join([PROMPTS["P1"]] * TIMING_REPEAT_COUNT),
+}
+TIMING_NEW_TOKENS = 16
+TIMING_WARMUPS_PER_COMBINATION = 1
+TIMING_MEASURED_PER_COMBINATION = 5
+LOGITS_TO_KEEP = 1
+TIMING_STOPPING_RULE = (
+    "fixed-length profiling: exactly 16 greedy selections; EOS is not a stop "
+    "(a selected EOS is kept and the loop continues); not a normal response"
+)
+
+
+@dataclass(frozen=True)
+class TimingTrial:
+    """One run of the instrumented loop, in schedule order."""
+
+    schedule_index: int
+    prompt_id: str
+    use_cache: bool
+    warmup: bool
+    repetition: int  # 0 for the warmup, 1..5 for measured trials
+
+    @property
+    def test_id(self) -> str:
+        cache = "cache_on" if self.use_cache else "cache_off"
+        kind = "warmup" if self.warmup else f"rep{self.repetition}"
+        return f"{self.prompt_id}-{cache}-{kind}"
+
+
+def timing_schedule() -> list[TimingTrial]:
+    """Per prompt: one warmup each way, then five pairs whose cache order alternates."""
+    schedule: list[TimingTrial] = []
+    for prompt_id in TIMING_PROMPTS:
+        for use_cache in (True, False):
+            schedule.append(TimingTrial(len(schedule), prompt_id, use_cache, True, 0))
+        for repetition in range(1, TIMING_MEASURED_PER_COMBINATION + 1):
+            order = (True, False) if repetition % 2 == 1 else (False, True)
+            for use_cache in order:
+                schedule.append(TimingTrial(len(schedule), prompt_id, use_cache, False, repetition))
+    return schedule
+
+
+# --- optional batching extension --------------------------------------------------------
+BATCHING_MAX_CALLS = 6
+
+# --- caps the plan checks --------------------------------------------------------------
+CAPS = {
+    "generation_trials": 26,
+    "generation_new_tokens": 416,
+    "timing_warmups": 4,
+    "timing_measured": 20,
+    "timing_selections": 384,
+    "cache_forwards": 16,
+    "core_trials": 50,
+    "core_selections": 800,
+}
+
+
+def budget_totals() -> dict:
+    """Totals implied by the schedules above, to be checked against CAPS."""
+    trials = generation_trials()
+    schedule = timing_schedule()
+    warmups = sum(1 for t in schedule if t.warmup)
+    return {
+        "generation_trials": len(trials),
+        "generation_new_tokens": len(trials) * MAX_NEW_TOKENS,
+        "timing_warmups": warmups,
+        "timing_measured": len(schedule) - warmups,
+        "timing_selections": len(schedule) * TIMING_NEW_TOKENS,
+        "cache_forwards": 2 * CACHE_MAX_TARGET_TOKENS,
+        "core_trials": len(trials) + len(schedule),
+        "core_selections": len(trials) * MAX_NEW_TOKENS + len(schedule) * TIMING_NEW_TOKENS,
+    }
+
+
+def cap_violations() -> list[str]:
+    """One message per total that exceeds (or, for exact counts, differs from) its cap."""
+    exact = {"generation_trials", "timing_warmups", "timing_measured"}
+    problems = []
+    for name, total in budget_totals().items():
+        cap = CAPS[name]
+        if (name in exact and total != cap) or total > cap:
+            problems.append(f"{name}: planned {total}, protocol allows {cap}")
+    return problems
+
+
+def as_dict() -> dict:
+    """The whole protocol as plain JSON-ready data, for the plan and the manifest."""
+    return {
+        "specimen": {
+            "repo_id": PINNED_REPO_ID,
+            "revision": PINNED_REVISION,
+            "allowlisted_files": list(ALLOWLISTED_FILES),
+            "bundle_cap_bytes": BUNDLE_CAP_BYTES,
+        },
+        "controls": {
+            "dtype": TORCH_DTYPE,
+            "attn_implementation": ATTN_IMPLEMENTATION,
+            "intra_op_threads": INTRA_OP_THREADS,
+            "inter_op_threads": INTER_OP_THREADS,
+        },
+        "limits": {"session_s": SESSION_LIMIT_S, "trial_s": TRIAL_LIMIT_S, "max_new_tokens": MAX_NEW_TOKENS},
+        "prompts": dict(PROMPTS),
+        "add_special_tokens": ADD_SPECIAL_TOKENS,
+        "conditions": {name: asdict(c) for name, c in CONDITIONS.items()},
+        "seeds": list(SEEDS),
+        "greedy_repetitions": GREEDY_REPETITIONS,
+        "generation_fixed": dict(GENERATION_FIXED),
+        "cache_tolerance": {**asdict(CACHE_TOLERANCE), "rule": CACHE_TOLERANCE.describe()},
+        "cache_max_target_tokens": CACHE_MAX_TARGET_TOKENS,
+        "timing_prompts": dict(TIMING_PROMPTS),
+        "timing_new_tokens": TIMING_NEW_TOKENS,
+        "timing_stopping_rule": TIMING_STOPPING_RULE,
+        "logits_to_keep": LOGITS_TO_KEEP,
+        "batching_max_calls": BATCHING_MAX_CALLS,
+        "caps": dict(CAPS),
+        "totals": budget_totals(),
+    }
