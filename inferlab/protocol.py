@@ -199,6 +199,7 @@ CAPS = {
     "cache_forwards": 16,
     "core_trials": 50,
     "core_selections": 800,
+    "batching_calls": BATCHING_MAX_CALLS,
 }
 
 
@@ -216,18 +217,27 @@ def budget_totals() -> dict:
         "cache_forwards": 2 * CACHE_MAX_TARGET_TOKENS,
         "core_trials": len(trials) + len(schedule),
         "core_selections": len(trials) * MAX_NEW_TOKENS + len(schedule) * TIMING_NEW_TOKENS,
+        "batching_calls": 4,  # P1, P2, [P1, P2], [P2, P1]; no warmup call
     }
 
 
-def cap_violations() -> list[str]:
-    """One message per total that exceeds (or, for exact counts, differs from) its cap."""
-    exact = {"generation_trials", "timing_warmups", "timing_measured"}
-    problems = []
-    for name, total in budget_totals().items():
-        cap = CAPS[name]
-        if (name in exact and total != cap) or total > cap:
-            problems.append(f"{name}: planned {total}, protocol allows {cap}")
-    return problems
+def cap_violations(totals: dict) -> list[str]:
+    """One message per total that exceeds its cap: such a schedule must not run."""
+    return [
+        f"{name}: planned {totals.get(name, 0)}, protocol allows at most {cap}"
+        for name, cap in CAPS.items()
+        if totals.get(name, 0) > cap
+    ]
+
+
+def shortfalls(totals: dict) -> list[str]:
+    """Where a schedule does fewer trials than the complete protocol (a -k or -m selection, say)."""
+    expected = budget_totals()
+    return [
+        f"{name}: planned {totals.get(name, 0)}, the complete protocol has {expected[name]}"
+        for name in ("generation_trials", "timing_warmups", "timing_measured")
+        if totals.get(name, 0) != expected[name]
+    ]
 
 
 def as_dict() -> dict:

@@ -1,0 +1,141 @@
+"""What the manifest says about the machine, the software and the suite's own source."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from inferlab.records import sha256_file
+
+REFERENCE_ENVIRONMENT = {
+    "python": "CPython 3.13.13",
+    "transformers": "4.57.1",
+}
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "TORCH_NUM_THREADS",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+)
+SOURCE_GLOBS = ("inferlab/**/*.py", "experiments/**/*.py", "analytic_tests/**/*.py", "tests/**/*.py",
+                "benchmarks/**/*.py", "artifacts/*.json", "conftest.py", "pytest.ini", "Makefile",
+                "requirements.in", "requirements.lock", "predictions.md", ".ci/run")
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo, or platform.processor() elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def platform_record() -> dict:
+    """Python, operating system, kernel, architecture and CPU."""
+    return {
+        "python_version": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "python_executable": sys.executable,
+        "os": platform.system(),
+        "os_release": platform.release(),
+        "kernel": platform.version(),
+        "libc": " ".join(platform.libc_ver()).strip(),
+        "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+    }
+
+
+def installed_distributions() -> dict:
+    """Every installed distribution and its version, sorted by name."""
+    versions = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            versions[name] = dist.version
+    return dict(sorted(versions.items(), key=lambda item: item[0].lower()))
+
+
+def git_state(root: Path) -> dict:
+    """The commit and dirty flag when run from a git checkout; nulls otherwise."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None, "dirty": None, "note": head.stderr.strip() or "not a git checkout"}
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError) as error:
+        return {"commit": None, "dirty": None, "note": f"git unavailable: {error}"}
+
+
+def source_hashes(root: Path) -> dict:
+    """SHA-256 of every source file of the suite, keyed by path relative to the root."""
+    hashes = {}
+    for pattern in SOURCE_GLOBS:
+        for path in sorted(root.glob(pattern)):
+            if path.is_file() and "__pycache__" not in path.parts:
+                hashes[path.relative_to(root).as_posix()] = sha256_file(path)
+    return dict(sorted(hashes.items()))
+
+
+def thread_environment() -> dict:
+    """Threading-related environment variables, null where unset."""
+    return {name: os.environ.get(name) for name in THREAD_ENV_VARS}
+
+
+def torch_threads(requested: dict | None) -> dict:
+    """Requested and effective torch thread counts; effective only once torch is imported."""
+    effective = None
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        effective = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+    return {"requested": requested, "effective": effective}
+
+
+def deviations(distributions: dict) -> list[str]:
+    """Differences between this environment and the protocol's reference, stated plainly."""
+    found = []
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    if python != REFERENCE_ENVIRONMENT["python"]:
+        found.append(f"Python is {python}; the protocol's reference is {REFERENCE_ENVIRONMENT['python']}")
+    transformers_version = distributions.get("transformers")
+    if transformers_version != REFERENCE_ENVIRONMENT["transformers"]:
+        found.append(
+            f"transformers is {transformers_version}; the interface reference is {REFERENCE_ENVIRONMENT['transformers']}"
+        )
+    torch_version = distributions.get("torch")
+    if torch_version is not None:
+        found.append(
+            f"torch {torch_version} (CPU build) is this lab's tested choice; the protocol names no torch version, "
+            f"so it is recorded rather than compared"
+        )
+    return found
+
+
+def environment_record(root: Path) -> dict:
+    """Everything the manifest records about the environment (torch threads are added by the caller)."""
+    distributions = installed_distributions()
+    lock = root / "requirements.lock"
+    return {
+        "platform": platform_record(),
+        "distributions": distributions,
+        "requirements_lock_sha256": sha256_file(lock) if lock.is_file() else None,
+        "git": git_state(root),
+        "source_sha256": source_hashes(root),
+        "thread_environment": thread_environment(),
+        "deviations_from_reference": deviations(distributions),
+    }

@@ -1,0 +1,521 @@
+"""The pytest face of inferlab: options, the record hook, outcomes, manifest, bounds, plan, fixtures.
+
+This and hookspec.py are the only modules that import pytest. The library functions they
+call return plain data; this module turns them into records and test outcomes.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from inferlab import protocol
+from inferlab.records import (
+    MANIFEST_FILE,
+    PLAN_FILE,
+    PREDICTIONS_FILE,
+    RECORDS_FILE,
+    REPORT_FILE,
+    TENSOR_DIR,
+    JsonlWriter,
+    RecordDirError,
+    TensorStore,
+    check_record_dir,
+    file_inventory,
+    jsonable,
+    sha256_file,
+    utc_now,
+    write_json_atomic,
+)
+
+HELP = {
+    "record_dir": "directory for this run's records; must be new or empty (required with experiments; no default)",
+    "specimen": f"specimen to run: a name with a spec in artifacts/<name>.json (default: {protocol.DEFAULT_SPECIMEN}; "
+    f"'standin' is the synthetic, non-Pythia checkpoint)",
+    "artifacts": "reuse the six specimen files from this directory after verifying them (default: none; "
+    "the project cache under artifacts/cache/ is tried, then a bounded download)",
+    "offline": "never open a network connection; missing files are an error (default: off)",
+    "plan": "write plan.json and print the ordered schedule without loading a model (default: off)",
+    "predictions": "copy this predictions file into the record dir before any model computation (default: none)",
+}
+
+RUN_KEY = pytest.StashKey["RunState"]()
+EXPERIMENTS_DIR = "experiments"
+
+
+@dataclass
+class RunState:
+    """Everything one experiment session writes or remembers, kept in config.stash."""
+
+    record_dir: Path
+    writer: JsonlWriter
+    tensors: TensorStore
+    command_line: list[str]
+    started_utc: str = field(default_factory=utc_now)
+    started_monotonic: float = field(default_factory=time.monotonic)
+    seq: int = 0
+    records: list = field(default_factory=list)
+    checks: dict = field(default_factory=dict)  # check name -> {"status", "by", "reason"}
+    outcome_counts: collections.Counter = field(default_factory=collections.Counter)
+    failure_lines: list = field(default_factory=list)
+    thread_request: Optional[dict] = None
+    predictions: Optional[dict] = None
+    exit_status: Optional[int] = None
+
+    def records_of(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r["kind"] == kind]
+
+
+# --- options -----------------------------------------------------------------------------
+
+
+def pytest_addhooks(pluginmanager):
+    from inferlab import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("inferlab", "inferlab experiment")
+    group.addoption("--record-dir", dest="inferlab_record_dir", metavar="DIR", default=None, help=HELP["record_dir"])
+    group.addoption("--specimen", dest="inferlab_specimen", metavar="NAME", default=protocol.DEFAULT_SPECIMEN,
+                    help=HELP["specimen"])
+    group.addoption("--artifacts", dest="inferlab_artifacts", metavar="DIR", default=None, help=HELP["artifacts"])
+    group.addoption("--offline", dest="inferlab_offline", action="store_true", default=False, help=HELP["offline"])
+    group.addoption("--plan", dest="inferlab_plan", action="store_true", default=False, help=HELP["plan"])
+    group.addoption("--predictions", dest="inferlab_predictions", metavar="FILE", default=None,
+                    help=HELP["predictions"])
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "provides(name): this test establishes the named check for later tests")
+    config.addinivalue_line("markers", "requires(*names): skip unless every named check passed earlier")
+    config.addinivalue_line("markers", "budget(category, selections=0, forwards=0, calls=0): what the test spends")
+    config.addinivalue_line("markers", "batching: the optional batching extension (deselect with -m 'not batching')")
+
+    raw_dir = config.getoption("inferlab_record_dir")
+    if raw_dir is None:
+        return
+    record_dir = Path(raw_dir)
+    try:
+        check_record_dir(record_dir)
+    except RecordDirError as error:
+        raise pytest.UsageError(f"--record-dir: {error}") from None
+    predictions = config.getoption("inferlab_predictions")
+    if predictions is not None and not Path(predictions).is_file():
+        raise pytest.UsageError(f"--predictions: file {predictions} does not exist")
+
+    record_dir.mkdir(parents=True, exist_ok=True)
+    (record_dir / TENSOR_DIR).mkdir(exist_ok=True)
+    run = RunState(
+        record_dir=record_dir,
+        writer=JsonlWriter(record_dir / RECORDS_FILE),
+        tensors=TensorStore(record_dir / TENSOR_DIR),
+        command_line=list(sys.argv),
+    )
+    config.stash[RUN_KEY] = run
+    run.predictions = _copy_predictions(predictions, record_dir)
+    _write_manifest(config, run, complete=False)
+
+
+def _copy_predictions(source: Optional[str], record_dir: Path) -> dict:
+    """Copy the learner's predictions before any model computation; say so when there are none."""
+    if source is None:
+        return {"supplied": False, "note": "no predictions were supplied (--predictions FILE)"}
+    source_path = Path(source)
+    target = record_dir / PREDICTIONS_FILE
+    shutil.copyfile(source_path, target)
+    return {
+        "supplied": True,
+        "source": str(source_path.resolve()),
+        "copied_to": PREDICTIONS_FILE,
+        "sha256": sha256_file(target),
+        "source_mtime_utc": _mtime_utc(source_path),
+        "copied_at_utc": utc_now(),
+    }
+
+
+def _mtime_utc(path: Path) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc).isoformat()
+
+
+def get_run(config) -> Optional[RunState]:
+    """The run state, or None when no --record-dir was given."""
+    return config.stash.get(RUN_KEY, None)
+
+
+# --- records -----------------------------------------------------------------------------
+
+
+def emit(config, kind: str, test: Optional[str], fields: dict) -> dict:
+    """Build a record (kind, test, seq, wall_time + fields) and hand it to every record hook."""
+    run = get_run(config)
+    if run is None:
+        raise RuntimeError("no --record-dir: records cannot be written")
+    warnings_seen = []
+    record = {"kind": kind, "test": test, "seq": run.seq, "wall_time": utc_now()}
+    record.update(jsonable(fields, warnings_seen.append))
+    if warnings_seen:
+        record["serialisation_warnings"] = warnings_seen
+    run.seq += 1
+    config.hook.pytest_inferlab_record(config=config, record=record)
+    return record
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_inferlab_record(config, record):
+    run = get_run(config)
+    run.writer.append(record)
+    run.records.append(record)
+
+
+# --- collection: experiment items, bounds, plan ---------------------------------------------
+
+
+def is_experiment(item) -> bool:
+    root = item.config.rootpath / EXPERIMENTS_DIR
+    try:
+        return item.path.is_relative_to(root)
+    except AttributeError:
+        return False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    experiments = [item for item in items if is_experiment(item)]
+    if not experiments:
+        return
+    if get_run(config) is None:
+        raise pytest.UsageError(
+            "--record-dir DIR is required to run the experiments (use a new directory, e.g. runs/first)"
+        )
+    if not (hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer")):
+        raise pytest.UsageError(
+            f"this platform ({sys.platform}) has no POSIX interval timers, so the {protocol.TRIAL_LIMIT_S} s "
+            f"per-trial limit cannot be enforced; the experiments refuse to run unbounded"
+        )
+    for item in experiments:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(protocol.TRIAL_LIMIT_S, method="signal"))
+
+
+def plan_entries(items) -> list[dict]:
+    """The ordered schedule: each experiment test with its parameters, budget and prerequisites."""
+    entries = []
+    for index, item in enumerate(i for i in items if is_experiment(i)):
+        budget = item.get_closest_marker("budget")
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        entries.append({
+            "index": index,
+            "test": item.nodeid,
+            "params": {name: _plain(value) for name, value in params.items()},
+            "budget": dict(budget.kwargs) if budget else None,
+            "requires": [n for m in item.iter_markers("requires") for n in m.args],
+            "provides": [n for m in item.iter_markers("provides") for n in m.args],
+            "timeout_s": _timeout_of(item),
+        })
+    return entries
+
+
+def _plain(value):
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return {**asdict(value), "test_id": getattr(value, "test_id", None)}
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+def _timeout_of(item):
+    marker = item.get_closest_marker("timeout")
+    return marker.args[0] if marker and marker.args else None
+
+
+def plan_totals(entries: list[dict]) -> dict:
+    """Trials, selections, forwards and calls of the collected schedule, named like protocol.CAPS."""
+    totals = collections.Counter()
+    for entry in entries:
+        budget = entry["budget"] or {}
+        category = budget.get("category")
+        selections = budget.get("selections", 0)
+        if category == "generation":
+            totals["generation_trials"] += 1
+            totals["generation_new_tokens"] += selections
+        elif category in ("timing_warmup", "timing_measured"):
+            totals["timing_warmups" if category == "timing_warmup" else "timing_measured"] += 1
+            totals["timing_selections"] += selections
+        elif category == "cache":
+            totals["cache_forwards"] += budget.get("forwards", 0)
+        elif category == "batching":
+            totals["batching_calls"] += budget.get("calls", 0)
+    totals["core_trials"] = totals["generation_trials"] + totals["timing_warmups"] + totals["timing_measured"]
+    totals["core_selections"] = totals["generation_new_tokens"] + totals["timing_selections"]
+    return {name: totals.get(name, 0) for name in protocol.CAPS}
+
+
+def build_plan(items) -> dict:
+    entries = plan_entries(items)
+    totals = plan_totals(entries)
+    return {
+        "protocol": protocol.as_dict(),
+        "schedule": entries,
+        "totals": totals,
+        "caps": dict(protocol.CAPS),
+        "cap_violations": protocol.cap_violations(totals),
+        "shortfalls": protocol.shortfalls(totals),
+    }
+
+
+def pytest_collection_finish(session):
+    run = get_run(session.config)
+    if run is None or not any(is_experiment(i) for i in session.items):
+        return
+    plan = build_plan(session.items)
+    write_json_atomic(run.record_dir / PLAN_FILE, plan)
+    emit(session.config, "plan", None, {"file": PLAN_FILE, "totals": plan["totals"],
+                                        "cap_violations": plan["cap_violations"],
+                                        "shortfalls": plan["shortfalls"],
+                                        "tests": len(plan["schedule"])})
+    if plan["cap_violations"]:
+        raise pytest.UsageError("the schedule exceeds the protocol's caps: " + "; ".join(plan["cap_violations"]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """With --plan, print the schedule and stop before any test (and so any model) runs."""
+    if not session.config.getoption("inferlab_plan"):
+        return None
+    run = get_run(session.config)
+    if run is None:
+        raise pytest.UsageError("--plan needs --record-dir DIR (plan.json is written there)")
+    plan = json.loads((run.record_dir / PLAN_FILE).read_text()) if (run.record_dir / PLAN_FILE).exists() else None
+    writer = session.config.get_terminal_writer()
+    if plan is None:
+        writer.line("inferlab plan: no experiment tests collected")
+        return True
+    writer.line(f"inferlab plan: {len(plan['schedule'])} tests, written to {run.record_dir / PLAN_FILE}")
+    for entry in plan["schedule"]:
+        budget = entry["budget"] or {}
+        spend = ", ".join(f"{k}={v}" for k, v in budget.items() if k != "category")
+        category = budget.get("category", "check")
+        writer.line(f"{entry['index']:4d}  {category:16s} {spend:28s} {entry['test']}")
+    writer.line("totals (planned/cap): " + ", ".join(f"{k}={v}/{plan['caps'][k]}" for k, v in plan["totals"].items()))
+    for note in plan["shortfalls"]:
+        writer.line(f"note: not the complete protocol: {note}")
+    return True
+
+
+# --- running: bounds, prerequisites, outcomes ------------------------------------------------
+
+
+def pytest_sessionstart(session):
+    run = get_run(session.config)
+    if run is not None:
+        run.started_monotonic = time.monotonic()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Refuse to start after the session limit, and skip a test whose prerequisites did not pass."""
+    run = get_run(item.config)
+    if run is None or not is_experiment(item):
+        return
+    elapsed = time.monotonic() - run.started_monotonic
+    if elapsed > protocol.SESSION_LIMIT_S:
+        pytest.skip(f"not run: the session limit of {protocol.SESSION_LIMIT_S} s was reached "
+                    f"({elapsed:.0f} s elapsed) before this test started")
+    for marker in item.iter_markers("requires"):
+        for name in marker.args:
+            check = run.checks.get(name)
+            if check is None:
+                pytest.skip(f"not run: prerequisite '{name}' has not run")
+            if check["status"] != "passed":
+                pytest.skip(f"not run: prerequisite '{name}' {check['status']} in {check['by']}: {check['reason']}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    run = get_run(item.config)
+    if run is None or not is_experiment(item):
+        return report
+    if report.when == "call" or report.failed or report.skipped:
+        outcome = _outcome_name(report)
+        longrepr = _longrepr_text(report)
+        run.outcome_counts[outcome] += 1
+        emit(item.config, "test_outcome", item.nodeid, {
+            "outcome": outcome,
+            "phase": report.when,
+            "duration": report.duration,
+            "longrepr": longrepr,
+            "skip_reason": _skip_reason(report) if report.skipped else None,
+        })
+        if outcome in ("failed", "error"):
+            run.failure_lines.append(f"{outcome.upper()} {item.nodeid}: {_first_line(longrepr)}")
+        _update_checks(run, item, report, outcome, longrepr)
+    return report
+
+
+def _outcome_name(report) -> str:
+    if report.skipped:
+        return "skipped"
+    if report.failed:
+        return "failed" if report.when == "call" else "error"
+    return "passed"
+
+
+def _longrepr_text(report) -> Optional[str]:
+    if report.longrepr is None:
+        return None
+    return report.longreprtext if hasattr(report, "longreprtext") else str(report.longrepr)
+
+
+def _skip_reason(report) -> Optional[str]:
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    return _first_line(_longrepr_text(report))
+
+
+def _first_line(text: Optional[str]) -> str:
+    if not text:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    # pytest puts the "E   ..." message lines near the end; prefer the first of them.
+    messages = [line.strip()[1:].strip() for line in lines if line.lstrip().startswith("E ")]
+    return (messages[0] if messages else lines[-1])[:300]
+
+
+def _update_checks(run: RunState, item, report, outcome: str, longrepr: Optional[str]) -> None:
+    names = [n for m in item.iter_markers("provides") for n in m.args]
+    for name in names:
+        previous = run.checks.get(name)
+        if previous is not None and previous["status"] != "passed":
+            continue  # one failed provider fails the check for good
+        if outcome == "passed":
+            if report.when == "call":
+                run.checks[name] = {"status": "passed", "by": item.nodeid, "reason": None}
+        else:
+            reason = _skip_reason(report) if outcome == "skipped" else _first_line(longrepr)
+            status = "did not run" if outcome == "skipped" else outcome
+            run.checks[name] = {"status": status, "by": item.nodeid, "reason": reason}
+
+
+# --- session end: report, manifest, summary ---------------------------------------------------
+
+
+def pytest_sessionfinish(session, exitstatus):
+    run = get_run(session.config)
+    if run is None:
+        return
+    run.exit_status = int(exitstatus)
+    interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
+    if not session.config.getoption("inferlab_plan"):
+        _write_report(session.config, run)
+    run.writer.close()
+    _write_manifest(session.config, run, complete=not interrupted)
+
+
+def _write_report(config, run: RunState) -> None:
+    """The report is evidence too: a failure to write it is recorded, not raised over the outcome."""
+    try:
+        from inferlab import report
+
+        report.write_report(run.record_dir)
+    except Exception as error:  # the run's records must survive a broken report
+        emit(config, "report_error", None, {"error": f"{type(error).__name__}: {error}"})
+
+
+def _write_manifest(config, run: RunState, complete: bool) -> None:
+    from inferlab import environment
+
+    root = config.rootpath
+    manifest = {
+        "complete": complete,
+        "exit_status": run.exit_status,
+        "outcome_counts": dict(run.outcome_counts),
+        "command_line": run.command_line,
+        "invocation_dir": str(config.invocation_params.dir),
+        "started_utc": run.started_utc,
+        "ended_utc": utc_now() if run.exit_status is not None else None,
+        "record_dir": str(run.record_dir),
+        "specimen": config.getoption("inferlab_specimen"),
+        "options": {
+            "artifacts": config.getoption("inferlab_artifacts"),
+            "offline": config.getoption("inferlab_offline"),
+            "plan": config.getoption("inferlab_plan"),
+        },
+        "predictions": run.predictions,
+        "pytest": {"version": pytest.__version__, "plugins": _plugin_versions(config)},
+        "torch_threads": environment.torch_threads(run.thread_request),
+        **environment.environment_record(root),
+        "checks": run.checks,
+        "protocol": protocol.as_dict(),
+    }
+    config.hook.pytest_inferlab_manifest(config=config, manifest=manifest)
+    if run.exit_status is not None:
+        manifest["files"] = file_inventory(run.record_dir, exclude=(MANIFEST_FILE,))
+    write_json_atomic(run.record_dir / MANIFEST_FILE, manifest)
+
+
+def _plugin_versions(config) -> dict:
+    return {dist.project_name: dist.version for _, dist in config.pluginmanager.list_plugin_distinfo()}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    run = get_run(config)
+    if run is None:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("inferlab")
+    write(f"record dir: {run.record_dir}")
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(run.outcome_counts.items())) or "no experiment tests ran"
+    write(f"outcomes: {counts}")
+    for line in run.failure_lines:
+        write(line)
+    if (run.record_dir / REPORT_FILE).exists():
+        write(f"report: {run.record_dir / REPORT_FILE}")
+
+
+# --- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def inferlab_run(pytestconfig) -> RunState:
+    """The session's run state (record dir, writers, checks)."""
+    run = get_run(pytestconfig)
+    if run is None:
+        raise pytest.UsageError("--record-dir DIR is required for tests that record")
+    return run
+
+
+@pytest.fixture
+def record(request, inferlab_run):
+    """record(kind, **fields): emit a record attributed to the current test; returns it."""
+    def _record(kind: str, **fields) -> dict:
+        return emit(request.config, kind, request.node.nodeid, fields)
+
+    return _record
+
+
+@pytest.fixture(scope="session")
+def session_record(pytestconfig, inferlab_run):
+    """session_record(kind, **fields): emit a record that belongs to no single test."""
+    def _record(kind: str, **fields) -> dict:
+        return emit(pytestconfig, kind, None, fields)
+
+    return _record
+
+
+@pytest.fixture(scope="session")
+def tensor_store(inferlab_run) -> TensorStore:
+    """Safetensors files under the record dir's tensors/ folder."""
+    return inferlab_run.tensors

@@ -1,0 +1,183 @@
+"""Writers for a run's record directory: JSON Lines as they happen, whole files atomically.
+
+Layout of a record directory:
+    records.jsonl        one JSON object per line, appended, flushed and fsynced per record
+    manifest.json        environment and file hashes, rewritten atomically at start and end
+    plan.json            the ordered schedule (with --plan, and in every run)
+    predictions.md       the learner's predictions, copied before any model computation
+    tensors/*.safetensors  logit vectors; each record that refers to one holds its SHA-256
+    report.md, *.png     written at session end from the records alone
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+RECORDS_FILE = "records.jsonl"
+MANIFEST_FILE = "manifest.json"
+PLAN_FILE = "plan.json"
+PREDICTIONS_FILE = "predictions.md"
+REPORT_FILE = "report.md"
+TENSOR_DIR = "tensors"
+
+
+class RecordDirError(Exception):
+    """The record directory cannot be used (it exists with content, or is not a directory)."""
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO-8601 with microseconds."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def check_record_dir(path: Path) -> None:
+    """Refuse a path that is a file or a non-empty directory; an existing run is never overwritten."""
+    if path.exists() and not path.is_dir():
+        raise RecordDirError(f"record dir {path} exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()):
+        raise RecordDirError(
+            f"record dir {path} already exists and is not empty; an earlier run is never "
+            f"overwritten: choose a new directory"
+        )
+
+
+def jsonable(value: Any, on_unserialisable: Optional[Callable[[str], None]] = None) -> Any:
+    """Turn a value into strict JSON data: non-finite floats become strings, unknown objects their repr."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)  # 'nan', 'inf', '-inf'
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, on_unserialisable) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, on_unserialisable) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):  # numpy arrays and scalars, torch tensors
+        return jsonable(value.tolist(), on_unserialisable)
+    if on_unserialisable is not None:
+        on_unserialisable(f"{type(value).__name__} is not JSON data; recorded as its repr")
+    return repr(value)
+
+
+def dumps(value: Any) -> str:
+    """Strict, ASCII-only JSON: newlines and unusual whitespace stay visible as escapes."""
+    return json.dumps(value, ensure_ascii=True, allow_nan=False)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write a whole file through a temporary sibling and os.replace, fsynced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a whole UTF-8 text file atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write a whole JSON file atomically, indented for reading."""
+    write_text_atomic(path, json.dumps(jsonable(data), ensure_ascii=True, allow_nan=False, indent=2) + "\n")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_inventory(directory: Path, exclude: tuple[str, ...] = ()) -> dict:
+    """Size and SHA-256 of every file below a directory, keyed by relative POSIX path."""
+    inventory = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        relative = path.relative_to(directory).as_posix()
+        if relative in exclude or path.name.startswith(".") and path.name.endswith(".tmp"):
+            continue
+        inventory[relative] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    return inventory
+
+
+class JsonlWriter:
+    """Appends one JSON object per line; each line is flushed and fsynced before returning."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._handle = open(path, "a", encoding="ascii")
+
+    def append(self, record: dict) -> None:
+        self._handle.write(dumps(record) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def read_records(directory: Path) -> list[dict]:
+    """All records of a run, in write order; a malformed line raises with its line number."""
+    records = []
+    path = Path(directory) / RECORDS_FILE
+    with open(path, encoding="ascii") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not a JSON object ({error})") from None
+    return records
+
+
+class TensorStore:
+    """Named tensors grouped in safetensors files under DIR/tensors/.
+
+    Each put rewrites its file atomically with every tensor stored so far, so a crash
+    leaves the previous complete file. The returned reference (file, key, shape, dtype,
+    sha256 of the tensor's raw little-endian bytes) goes into the record that uses it.
+    """
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._files: dict[str, dict] = {}
+
+    def put(self, file_stem: str, key: str, tensor) -> dict:
+        import torch  # the plan and the verifier never need torch
+        from safetensors.torch import save
+
+        tensor = tensor.detach().to("cpu").contiguous().clone()
+        tensors = self._files.setdefault(file_stem, {})
+        if key in tensors:
+            raise KeyError(f"tensor {key!r} already stored in {file_stem}.safetensors; records are never overwritten")
+        tensors[key] = tensor
+        path = self.directory / f"{file_stem}.safetensors"
+        write_bytes_atomic(path, save(tensors))
+        raw = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        return {
+            "file": f"{TENSOR_DIR}/{path.name}",
+            "key": key,
+            "shape": list(tensor.shape),
+            "dtype": str(tensor.dtype).replace("torch.", ""),
+            "sha256": sha256_bytes(raw),
+        }
