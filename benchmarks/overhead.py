@@ -1,0 +1,123 @@
+"""Cost of the timing instrumentation: instrumented loop vs the bare same-forwards loop vs generate().
+
+Usage (from the repository root):  python -m benchmarks.overhead [--rounds N]
+
+In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then over N interleaved
+rounds (the order rotates each round) time one complete 16-selection greedy run of
+  (a) run_greedy_loop   (cache on, timestamps),
+  (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
+  (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
+each measured from outside with perf_counter_ns and divided by the number of selections.
+The model is the synthetic stand-in if it can be built and loaded, else a tiny random GPT-NeoX of the
+same shape. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a file: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inferlab import protocol  # noqa: E402
+from inferlab.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
+
+MIN_ROUNDS = 7
+FALLBACK_SHAPE = dict(
+    hidden_size=128,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    intermediate_size=512,
+    vocab_size=50304,
+    max_position_embeddings=2048,
+)
+FALLBACK_PROMPT_IDS = [510, 1355, 2502, 9735, 13699, 253, 3037, 15]  # fixed ids, used only without a tokenizer
+
+
+def load_model(workdir: Path):
+    """(model, input_ids, description): the stand-in with P1 tokenized, or the same-shape tiny fallback."""
+    try:
+        from inferlab import standin
+        from inferlab.loading import load_specimen
+        from inferlab.specimen import load_spec
+
+        standin.build(workdir)
+        loaded = load_specimen(workdir, load_spec("standin"))
+        tokenizer = loaded["tokenizer"]
+        ids = tokenizer(protocol.PROMPTS["P1"], add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]
+        return loaded["model"], ids, tokenizer.eos_token_id, "stand-in (inferlab.standin), P1 tokenized"
+    except Exception as error:  # the fallback keeps the benchmark usable; the reason is printed, not hidden
+        print(f"stand-in unavailable ({type(error).__name__}: {error}); using tiny_gpt_neox fallback")
+        from inferlab.tiny_model import tiny_gpt_neox
+
+        return tiny_gpt_neox(**FALLBACK_SHAPE), FALLBACK_PROMPT_IDS, 0, "tiny_gpt_neox fallback, fixed ids"
+
+
+def main(argv=None) -> int:
+    """Run the benchmark and print medians, then the ratio line last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15, help=f"interleaved rounds (default 15, at least {MIN_ROUNDS})")
+    args = parser.parse_args(argv)
+    if args.rounds < MIN_ROUNDS:
+        parser.error(f"--rounds {args.rounds}: at least {MIN_ROUNDS} required")
+
+    # Threads first: torch accepts the inter-op count only before parallel work starts.
+    torch.set_num_threads(protocol.INTRA_OP_THREADS)
+    torch.set_num_interop_threads(protocol.INTER_OP_THREADS)
+
+    n = protocol.TIMING_NEW_TOKENS
+    with tempfile.TemporaryDirectory() as tmp:
+        model, prompt, eos, description = load_model(Path(tmp))
+    input_ids = torch.tensor([prompt], dtype=torch.long)  # (1, T)
+    mask = torch.ones_like(input_ids)
+    config = greedy_generation_config(n, eos, eos, min_new_tokens=n)
+
+    def instrumented():
+        return run_greedy_loop(model, input_ids, mask, use_cache=True, new_tokens=n, eos_token_id=eos).generated_ids
+
+    def bare():
+        return bare_greedy_loop(model, input_ids, mask, use_cache=True, new_tokens=n)
+
+    def generate():
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=input_ids, attention_mask=mask, generation_config=config, use_model_defaults=False
+            )
+        return out[0, input_ids.shape[1] :].tolist()
+
+    variants = {"instrumented": instrumented, "bare": bare, "generate": generate}
+    warm = {name: fn() for name, fn in variants.items()}  # warmup, not measured
+    for name, ids in warm.items():
+        if len(ids) != n:
+            raise RuntimeError(f"benchmark: {name} made {len(ids)} selections, expected {n}")
+
+    per_token_ns = {name: [] for name in variants}
+    names = list(variants)
+    for round_index in range(args.rounds):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:  # rotate the order to spread drift and order effects
+            start = time.perf_counter_ns()
+            variants[name]()
+            per_token_ns[name].append((time.perf_counter_ns() - start) / n)
+
+    medians = {name: statistics.median(values) for name, values in per_token_ns.items()}
+    print(f"model: {description}; prompt tokens: {input_ids.shape[1]}; selections per run: {n}; rounds: {args.rounds}")
+    print(f"threads: intra-op {torch.get_num_threads()}, inter-op {torch.get_num_interop_threads()}")
+    print(f"ids equal (instrumented, bare, generate): {warm['instrumented'] == warm['bare']}, "
+          f"{warm['instrumented'] == warm['generate']} (generate suppresses EOS via min_new_tokens)")
+    for name in names:
+        values = per_token_ns[name]
+        print(f"{name:>12}: median {medians[name] / 1e3:9.2f} us/token  min {min(values) / 1e3:9.2f}  max {max(values) / 1e3:9.2f}")
+    print(f"overhead_ratio={medians['instrumented'] / medians['bare']:.3f} generate_ratio={medians['generate'] / medians['bare']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""Part 5: the instrumented greedy decode loop, and nothing else inside its timed region.
+
+Fixed-length profiling: exactly `new_tokens` greedy selections; a selected EOS is kept and the loop
+continues (protocol.TIMING_STOPPING_RULE). Cache on feeds one new token per step into the cache the
+previous forward returned; cache off feeds the whole sequence each step with use_cache=False. Both
+paths use the identical buffers, forward arguments, logits_to_keep and selection code.
+
+Boundaries (time.perf_counter_ns, monotonic): t_start just before the prefill forward; t_prefill_done
+when the prefill forward has returned its next-token logits (CPU: no device sync needed);
+t_1..t_n right after each argmax selection. Input buffers are prepared before t_start (like
+tokenization); converting results to lists happens after t_n.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Union
+
+import torch
+from transformers import DynamicCache, GenerationConfig
+
+from inferlab import protocol
+from inferlab.cache_check import compare_vectors, first_divergence
+
+EosIds = Union[int, Iterable[int], None]
+
+
+@dataclass
+class LoopResult:
+    """One run of the instrumented loop; times are absolute perf_counter_ns values."""
+
+    use_cache: bool
+    prompt_length: int
+    new_tokens: int
+    logits_to_keep: int
+    generated_ids: list[int]
+    t_start_ns: int
+    t_prefill_done_ns: int
+    token_times_ns: list[int]
+    eos_token_ids: list[int]
+    eos_positions: list[int]
+    last_logits_shape: list[int]
+    cache: Any = field(default=None, repr=False)  # final cache (cache on), for inspection after timing
+
+    @property
+    def token_times_s(self) -> list[float]:
+        """t_1..t_n in seconds since t_start."""
+        return [(t - self.t_start_ns) / 1e9 for t in self.token_times_ns]
+
+    @property
+    def prefill_s(self) -> float:
+        """Prompt prefill forward: t_start to next-token logits available."""
+        return (self.t_prefill_done_ns - self.t_start_ns) / 1e9
+
+    @property
+    def ttft_s(self) -> float:
+        """Local time to first selected token: prefill plus the first selection (t_1 - t_start)."""
+        return (self.token_times_ns[0] - self.t_start_ns) / 1e9
+
+    @property
+    def loop_s(self) -> float:
+        """Full generation loop: t_n - t_start."""
+        return (self.token_times_ns[-1] - self.t_start_ns) / 1e9
+
+    @property
+    def mean_post_first_interval_s(self) -> Optional[float]:
+        """(t_n - t_1) / (n - 1): the mean interval after the first token; None when n == 1."""
+        if self.new_tokens < 2:
+            return None
+        return (self.token_times_ns[-1] - self.token_times_ns[0]) / (self.new_tokens - 1) / 1e9
+
+    def to_record(self) -> dict:
+        """JSON-ready fields (the cache object is left out)."""
+        return {
+            "use_cache": self.use_cache,
+            "prompt_length": self.prompt_length,
+            "new_tokens": self.new_tokens,
+            "output_length": len(self.generated_ids),
+            "logits_to_keep": self.logits_to_keep,
+            "generated_ids": list(self.generated_ids),
+            "t_start_ns": self.t_start_ns,
+            "t_prefill_done_ns": self.t_prefill_done_ns,
+            "token_times_ns": list(self.token_times_ns),
+            "token_times_s": self.token_times_s,
+            "prefill_s": self.prefill_s,
+            "ttft_s": self.ttft_s,
+            "loop_s": self.loop_s,
+            "mean_post_first_interval_s": self.mean_post_first_interval_s,
+            "eos_token_ids": list(self.eos_token_ids),
+            "eos_positions": list(self.eos_positions),
+            "eos_selected": bool(self.eos_positions),
+            "last_logits_shape": list(self.last_logits_shape),
+            "clock": "time.perf_counter_ns (monotonic)",
+            "stopping_rule": protocol.TIMING_STOPPING_RULE,
+        }
+
+
+@dataclass
+class _Buffers:
+    """Everything the loop slices, allocated once before t_start."""
+
+    tokens: torch.Tensor  # (1, T + n) prompt ids, then selected ids written in place
+    mask: torch.Tensor  # (1, T + n) the 2-D attention mask, sliced as it grows
+    positions: torch.Tensor  # (1, T + n) position_ids = mask.cumsum - 1 (generate's rule)
+    cache_positions: torch.Tensor  # (T + n,) slot index of every token
+    prompt_length: int
+
+
+def _eos_list(eos_token_id: EosIds) -> list[int]:
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, int):
+        return [eos_token_id]
+    return [int(t) for t in eos_token_id]
+
+
+def _prepare(input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> _Buffers:
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"decode loop: input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"decode loop: attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
+        )
+    if new_tokens < 1:
+        raise ValueError(f"decode loop: new_tokens must be >= 1, got {new_tokens}")
+    prompt_length = input_ids.shape[1]
+    total = prompt_length + new_tokens
+    tokens = torch.zeros((1, total), dtype=torch.long, device=input_ids.device)
+    tokens[:, :prompt_length] = input_ids
+    mask = torch.ones((1, total), dtype=torch.long, device=input_ids.device)
+    mask[:, :prompt_length] = attention_mask
+    positions = mask.cumsum(-1) - 1
+    positions.masked_fill_(mask == 0, 1)  # as generate() does for padded slots
+    cache_positions = torch.arange(total, dtype=torch.long, device=input_ids.device)
+    return _Buffers(tokens, mask, positions, cache_positions, prompt_length)
+
+
+def _forward(model, buffers: _Buffers, start: int, end: int, cache, use_cache: bool, logits_to_keep: int):
+    """One forward over tokens[start:end] with the mask up to `end`; shared by the timed and bare loops."""
+    return model(
+        input_ids=buffers.tokens[:, start:end],  # (1, end - start)
+        attention_mask=buffers.mask[:, :end],  # (1, end)
+        position_ids=buffers.positions[:, start:end],  # (1, end - start)
+        cache_position=buffers.cache_positions[start:end],  # (end - start,)
+        past_key_values=cache,
+        use_cache=use_cache,
+        logits_to_keep=logits_to_keep,
+        output_attentions=False,
+        output_hidden_states=False,
+    )
+
+
+@torch.inference_mode()
+def run_greedy_loop(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    use_cache: bool,
+    new_tokens: int = protocol.TIMING_NEW_TOKENS,
+    logits_to_keep: int = protocol.LOGITS_TO_KEEP,
+    eos_token_id: EosIds = None,
+) -> LoopResult:
+    """Exactly `new_tokens` greedy selections with timestamps; EOS is recorded in eos_positions, never a stop."""
+    buffers = _prepare(input_ids, attention_mask, new_tokens)
+    tokens, prompt_length = buffers.tokens, buffers.prompt_length
+    times = [0] * new_tokens
+    clock = time.perf_counter_ns
+    cache = DynamicCache(config=model.config) if use_cache else None  # fresh cache for every trial
+
+    t_start = clock()
+    # 1) prefill: the whole prompt, one forward
+    out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
+    t_prefill_done = clock()
+    # 2) first selection (not a forward)
+    tokens[0, prompt_length] = out.logits[0, -1].argmax()
+    times[0] = clock()
+    # 3) the remaining selections, one forward each
+    for i in range(1, new_tokens):
+        end = prompt_length + i
+        if use_cache:
+            out = _forward(model, buffers, end - 1, end, out.past_key_values, True, logits_to_keep)
+        else:
+            out = _forward(model, buffers, 0, end, None, False, logits_to_keep)
+        tokens[0, end] = out.logits[0, -1].argmax()
+        times[i] = clock()
+
+    generated = tokens[0, prompt_length:].tolist()
+    eos = _eos_list(eos_token_id)
+    return LoopResult(
+        use_cache=use_cache,
+        prompt_length=prompt_length,
+        new_tokens=new_tokens,
+        logits_to_keep=logits_to_keep,
+        generated_ids=generated,
+        t_start_ns=t_start,
+        t_prefill_done_ns=t_prefill_done,
+        token_times_ns=times,
+        eos_token_ids=eos,
+        eos_positions=[i for i, token in enumerate(generated) if token in eos],
+        last_logits_shape=list(out.logits.shape),
+        cache=out.past_key_values if use_cache else None,
+    )
+
+
+@torch.inference_mode()
+def bare_greedy_loop(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    use_cache: bool,
+    new_tokens: int = protocol.TIMING_NEW_TOKENS,
+    logits_to_keep: int = protocol.LOGITS_TO_KEEP,
+) -> list[int]:
+    """The same forwards and selections as run_greedy_loop without any timestamps; for measuring their cost."""
+    buffers = _prepare(input_ids, attention_mask, new_tokens)
+    tokens, prompt_length = buffers.tokens, buffers.prompt_length
+    cache = DynamicCache(config=model.config) if use_cache else None
+    out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
+    tokens[0, prompt_length] = out.logits[0, -1].argmax()
+    for i in range(1, new_tokens):
+        end = prompt_length + i
+        if use_cache:
+            out = _forward(model, buffers, end - 1, end, out.past_key_values, True, logits_to_keep)
+        else:
+            out = _forward(model, buffers, 0, end, None, False, logits_to_keep)
+        tokens[0, end] = out.logits[0, -1].argmax()
+    return tokens[0, prompt_length:].tolist()
+
+
+@torch.inference_mode()
+def check_logits_to_keep(
+    model: torch.nn.Module,
+    input_ids: Optional[torch.Tensor] = None,
+    logits_to_keep: int = protocol.LOGITS_TO_KEEP,
+) -> dict:
+    """Verify the installed forward accepts logits_to_keep and returns (1, logits_to_keep, vocab) logits.
+
+    Two forwards outside any timed region: with logits_to_keep and with full logits, whose last
+    positions are compared under the cache tolerance.
+    """
+    vocab = model.config.vocab_size
+    accepts = "logits_to_keep" in inspect.signature(model.forward).parameters
+    if input_ids is None:
+        input_ids = (torch.arange(4, dtype=torch.long) % vocab).unsqueeze(0)  # (1, 4)
+    expected = [1, logits_to_keep, vocab]
+    result = {
+        "forward": f"{type(model).__name__}.forward",
+        "accepts_argument": accepts,
+        "logits_to_keep": logits_to_keep,
+        "expected_shape": expected,
+    }
+    if not accepts:
+        return {**result, "observed_shape": None, "ok": False, "note": "installed forward has no logits_to_keep"}
+    mask = torch.ones_like(input_ids)
+    kept = model(input_ids=input_ids, attention_mask=mask, use_cache=False, logits_to_keep=logits_to_keep).logits
+    full = model(input_ids=input_ids, attention_mask=mask, use_cache=False, logits_to_keep=0).logits  # (1, T, vocab)
+    agreement = compare_vectors(kept[0, -1], full[0, -1], protocol.CACHE_TOLERANCE)
+    return {
+        **result,
+        "observed_shape": list(kept.shape),
+        "full_shape": list(full.shape),
+        "last_position_vs_full": agreement,
+        "ok": list(kept.shape) == expected and agreement["passed"],
+    }
+
+
+def greedy_generation_config(new_tokens: int, eos_token_id: EosIds, pad_token_id: Optional[int], **extra) -> GenerationConfig:
+    """A complete greedy GenerationConfig from the protocol's fixed settings; nothing inherited from the model."""
+    fields = {
+        **protocol.GENERATION_FIXED,
+        **protocol.CONDITIONS["G"].generate_kwargs(),
+        "max_new_tokens": new_tokens,
+        "eos_token_id": eos_token_id,
+        "pad_token_id": pad_token_id,
+    }
+    fields.update(extra)
+    return GenerationConfig(**fields)
+
+
+@torch.inference_mode()
+def loop_matches_generate(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    eos_token_id: int,
+    pad_token_id: Optional[int],
+    new_tokens: int = protocol.TIMING_NEW_TOKENS,
+) -> dict:
+    """Check the loop's cache-on selections against greedy generate(), up to and including generate's EOS stop."""
+    loop = run_greedy_loop(model, input_ids, attention_mask, use_cache=True, new_tokens=new_tokens, eos_token_id=eos_token_id)
+    config = greedy_generation_config(new_tokens, eos_token_id, pad_token_id)
+    output = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, generation_config=config, use_model_defaults=False
+    )  # (1, T + generated)
+    generate_ids = output[0, input_ids.shape[1] :].tolist()
+    # generate() stops at the first EOS; the loop does not, so compare through that EOS only.
+    loop_ids = loop.generated_ids
+    stop = loop.eos_positions[0] + 1 if loop.eos_positions else len(loop_ids)
+    expected_ids = loop_ids[:stop]
+    difference = first_divergence(expected_ids, generate_ids)
+    return {
+        "loop_ids": loop_ids,
+        "loop_ids_through_first_eos": expected_ids,
+        "generate_ids": generate_ids,
+        "compared_length": min(len(expected_ids), len(generate_ids)),
+        "equal": difference is None,
+        "first_difference": difference,
+        "eos_token_id": eos_token_id,
+        "generation_config": config.to_dict(),
+    }

@@ -1,0 +1,186 @@
+"""Memory accounting that says what it measured: unique tensor storage, KV-cache bytes, process RSS.
+
+Tensor payloads (parameters, cache) are counted by unique storage, so tied weights and views are
+counted once. Process figures come with their tool, units, platform and meaning (current value or
+lifetime high-water mark). Neither is a "total memory" figure; UNMEASURED_CATEGORIES lists what is
+left out.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+PROC_STATUS = Path("/proc/self/status")
+
+# What neither the tensor accounting nor a single RSS reading isolates (Part 6).
+UNMEASURED_CATEGORIES = {
+    "activations": "temporary hidden states and attention scores inside a forward; freed before we can inspect them",
+    "logits": "the per-step (1, 1, vocab) logit tensors and any copies; transient, not held by the cache",
+    "workspace": "scratch buffers BLAS/attention kernels allocate during a call; invisible to tensor accounting",
+    "allocator_retention": "memory the allocator keeps after tensors are freed; shows up in RSS, not in any tensor",
+    "runtime_libraries": "code and data of Python, torch, BLAS and tokenizers mapped into the process",
+    "loading_copies": "transient copies made while reading and converting the checkpoint; only a peak RSS may show them",
+}
+
+CURRENT = "current"
+LIFETIME_PEAK = "lifetime peak (cannot be reset)"
+
+
+def unique_storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors`, each storage counted once (views and ties dedup)."""
+    seen: dict[tuple[str, int], int] = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        # A zero-byte storage may report data_ptr 0; it adds nothing either way.
+        seen[(str(tensor.device), storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+def parameter_storage(model: torch.nn.Module) -> dict:
+    """Parameter payload of `model`: unique storage bytes, unique element count, and the naive per-name sum."""
+    named = list(model.named_parameters(remove_duplicate=False))
+    unique_params = {id(p): p for _, p in named}.values()
+    buffers = list(model.buffers())
+    return {
+        "unique_bytes": unique_storage_bytes(unique_params),
+        "parameter_count": sum(p.numel() for p in unique_params),
+        # The sum over every registered name counts tied weights twice: the error unique storage avoids.
+        "naive_bytes": sum(p.numel() * p.element_size() for _, p in named),
+        "named_tensor_count": len(named),
+        "unique_tensor_count": len(unique_params),
+        "buffer_unique_bytes": unique_storage_bytes(buffers),
+        "dtypes": sorted({str(p.dtype) for p in unique_params}),
+        "devices": sorted({str(p.device) for p in unique_params}),
+        "what": "tensor payload of parameters only; not process memory",
+    }
+
+
+def cache_layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer of a transformers Cache; raises TypeError for an unknown cache layout."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise TypeError(
+            f"cache of type {type(cache).__name__} has no .layers; expected a transformers 4.57 Cache (DynamicCache)"
+        )
+    pairs = []
+    for index, layer in enumerate(layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise TypeError(f"cache layer {index} ({type(layer).__name__}) holds no key/value tensors yet")
+        pairs.append((keys, values))
+    return pairs
+
+
+def cache_storage(cache: Any) -> dict:
+    """Observed KV-cache payload: unique bytes over all layers, bytes and logical length per layer."""
+    pairs = cache_layer_tensors(cache)
+    per_layer = []
+    for index, (keys, values) in enumerate(pairs):
+        per_layer.append(
+            {
+                "layer": index,
+                "key_bytes": unique_storage_bytes([keys]),
+                "value_bytes": unique_storage_bytes([values]),
+                # Keys are (B, heads, T, head_dim): the sequence dimension is -2.
+                "logical_length": int(keys.shape[-2]),
+            }
+        )
+    lengths = {entry["logical_length"] for entry in per_layer}
+    return {
+        "unique_bytes": unique_storage_bytes(t for pair in pairs for t in pair),
+        "per_layer": per_layer,
+        "logical_length": lengths.pop() if len(lengths) == 1 else sorted(lengths),
+        "what": "tensor payload of cached keys and values only; not process memory",
+    }
+
+
+def expected_kv_cache_bytes(config: Any, tokens: int, dtype_bytes: int = 4, batch_size: int = 1) -> int:
+    """2 (keys and values) x layers x heads x head_dim x tokens x batch x bytes per element."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_attention_heads * head_dim * tokens * batch_size * dtype_bytes
+
+
+def _entry(value: int, tool: str, units: str, meaning: str, source_field: str) -> dict:
+    return {
+        "bytes": value,
+        "tool": tool,
+        "source_field": source_field,
+        "units_reported": units,
+        "meaning": meaning,
+        "platform": sys.platform,
+    }
+
+
+def _read_proc_status(path: Path) -> dict:
+    fields = {}
+    for line in path.read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            number, unit = rest.split()
+            if unit != "kB":
+                raise ValueError(f"{path}: {name} in unexpected unit {unit!r}, expected 'kB'")
+            # /proc's "kB" is KiB (1024 bytes).
+            fields[name] = int(number) * 1024
+    return fields
+
+
+def process_memory() -> dict:
+    """Current RSS and lifetime peak RSS of this process, each labelled with tool, units, platform and meaning."""
+    result: dict = {"platform": sys.platform, "machine": platform.machine(), "current_rss": None, "peak_rss": None}
+    if PROC_STATUS.exists():
+        fields = _read_proc_status(PROC_STATUS)
+        tool = str(PROC_STATUS)
+        if "VmRSS" in fields:
+            result["current_rss"] = _entry(fields["VmRSS"], tool, "kB (KiB)", CURRENT, "VmRSS")
+        if "VmHWM" in fields:
+            result["peak_rss"] = _entry(fields["VmHWM"], tool, "kB (KiB)", LIFETIME_PEAK, "VmHWM")
+    if result["peak_rss"] is None:
+        import resource  # POSIX only; imported here so the module loads everywhere
+
+        raw = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # ru_maxrss is KiB on Linux but bytes on macOS.
+        if sys.platform == "darwin":
+            value, units = raw, "bytes"
+        else:
+            value, units = raw * 1024, "KiB"
+        result["peak_rss"] = _entry(value, "resource.getrusage(RUSAGE_SELF)", units, LIFETIME_PEAK, "ru_maxrss")
+    result["note"] = (
+        "process-wide figures; a peak is a lifetime high-water mark and a rise across trials "
+        "does not isolate the cache increment of any one trial"
+    )
+    return result
+
+
+def gpt_neox_parameter_count(config: Any) -> int:
+    """Parameters of a GPTNeoXForCausalLM from its config alone (no model needed).
+
+    Per layer: two LayerNorms (weight + bias), fused QKV and output projections, and the
+    two MLP projections, all with biases; plus the input embedding, the final LayerNorm,
+    and the output embedding unless it is tied to the input one.
+    """
+    hidden, intermediate, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+    per_layer = (
+        2 * 2 * hidden  # input and post-attention LayerNorms
+        + hidden * 3 * hidden + 3 * hidden  # query_key_value
+        + hidden * hidden + hidden  # attention output dense
+        + hidden * intermediate + intermediate  # dense_h_to_4h
+        + intermediate * hidden + hidden  # dense_4h_to_h
+    )
+    embeddings = vocab * hidden * (1 if config.tie_word_embeddings else 2)
+    return embeddings + config.num_hidden_layers * per_layer + 2 * hidden  # + final LayerNorm
+
+
+@torch.inference_mode()
+def prefill_cache(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """One prefill forward into a fresh DynamicCache, for weighing the cache; returns the cache."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True,
+                logits_to_keep=1)  # input_ids (1, T)
+    return out.past_key_values

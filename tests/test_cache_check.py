@@ -1,0 +1,155 @@
+"""Matched-prefix cache comparison: forward count, agreement on a correct path, detection of broken ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from inferlab import cache_check, protocol
+from inferlab.cache_check import compare_vectors, first_divergence, run_matched_prefix
+from inferlab.decode_loop import run_greedy_loop
+from inferlab.memory import expected_kv_cache_bytes
+from inferlab.tiny_model import tiny_gpt_neox
+
+PROMPT = [5, 17, 33, 2, 9, 40, 11]
+M = protocol.CACHE_MAX_TARGET_TOKENS
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_gpt_neox(seed=0)
+
+
+@pytest.fixture(scope="module")
+def continuation(model):
+    ids = torch.tensor([PROMPT])
+    return run_greedy_loop(model, ids, torch.ones_like(ids), use_cache=True).generated_ids[:M]
+
+
+@pytest.fixture(scope="module")
+def comparison(model, continuation):
+    return run_matched_prefix(model, PROMPT, continuation)
+
+
+def test_uses_exactly_2m_forwards(comparison):
+    result, _ = comparison
+    assert result["forward_count"] == 2 * result["m"] == 2 * M
+
+
+def test_every_prefix_passes_on_the_tiny_model(comparison):
+    result, _ = comparison
+    failing = [p["name"] for p in result["prefixes"] if not p["passed"]]
+    assert result["passed"] and not failing, failing
+
+
+def test_prefixes_run_from_prompt_alone_to_prompt_plus_m_minus_1(comparison, continuation):
+    result, tensors = comparison
+    lengths = [p["prefix_length"] for p in result["prefixes"]]
+    assert lengths == list(range(len(PROMPT), len(PROMPT) + M))
+    assert result["prefixes"][-1]["prefix_ids"] == PROMPT + continuation[: M - 1]
+    assert sorted(tensors) == sorted(f"{path}/prefix_{n:02d}" for path in ("cached", "uncached") for n in lengths)
+
+
+def test_uncached_logits_agree_with_an_independent_recomputation(model, comparison):
+    result, tensors = comparison
+    for prefix in result["prefixes"]:
+        with torch.inference_mode():
+            reference = model(torch.tensor([prefix["prefix_ids"]])).logits[0, -1]  # (vocab,)
+        stats = compare_vectors(tensors[f"uncached/{prefix['name']}"], reference, protocol.CACHE_TOLERANCE)
+        assert stats["passed"], (prefix["name"], stats)
+
+
+def test_cache_inspection_matches_the_fed_length(model, comparison):
+    result, _ = comparison
+    cache = result["cache"]
+    length = len(PROMPT) + M - 1
+    assert cache["cache_type"] == "DynamicCache" and cache["layer_count"] == model.config.num_hidden_layers
+    for layer in cache["layers"]:
+        assert layer["logical_length_from_tensor"] == layer["logical_length_from_cache"] == length
+        assert layer["key"]["dtype"] == "torch.float32" and layer["key"]["device"] == "cpu"
+    assert cache["unique_bytes"] == expected_kv_cache_bytes(model.config, length)
+
+
+def test_a_single_target_compares_only_the_prefill(model, continuation):
+    result, tensors = run_matched_prefix(model, PROMPT, continuation[:1])
+    assert result["forward_count"] == 2 and len(tensors) == 2
+    assert result["notes"] == [cache_check.NOTE_PREFILL_ONLY] and not result["cache_reuse_exercised"]
+
+
+def _wrong_decode_positions(past_length, new_length):
+    step = REAL_STEP_INPUTS(past_length, new_length)
+    if past_length:  # shifting every position alike would be invisible to rotary attention
+        step["position_ids"] = step["position_ids"] + 1
+    return step
+
+
+def _first_token_masked(past_length, new_length):
+    step = REAL_STEP_INPUTS(past_length, new_length)
+    if past_length:
+        step["attention_mask"] = step["attention_mask"].clone()
+        step["attention_mask"][0, 0] = 0
+    return step
+
+
+REAL_STEP_INPUTS = cache_check.cached_step_inputs
+
+
+@pytest.mark.parametrize("broken", [_wrong_decode_positions, _first_token_masked], ids=["wrong_positions", "wrong_mask"])
+def test_a_broken_cached_path_is_detected(model, continuation, monkeypatch, broken):
+    monkeypatch.setattr(cache_check, "cached_step_inputs", broken)
+    result, _ = run_matched_prefix(model, PROMPT, continuation)
+    within = [p["checks"]["within_tolerance"] for p in result["prefixes"]]
+    assert within[0], "the prefill is untouched by the breakage and must still pass"
+    assert not result["passed"] and not all(within[1:])
+
+
+def test_rejects_empty_and_overlong_continuations(model):
+    with pytest.raises(ValueError, match="empty"):
+        run_matched_prefix(model, PROMPT, [])
+    with pytest.raises(ValueError, match=str(protocol.CACHE_MAX_TARGET_TOKENS)):
+        run_matched_prefix(model, PROMPT, [1] * (protocol.CACHE_MAX_TARGET_TOKENS + 1))
+
+
+def test_compare_vectors_identical():
+    a = torch.linspace(-3, 3, 50)
+    stats = compare_vectors(a, a.clone(), protocol.CACHE_TOLERANCE)
+    assert stats["passed"] and stats["bitwise_equal"] and stats["max_abs_diff"] == 0.0
+
+
+def test_compare_vectors_counts_each_failing_entry():
+    b = torch.linspace(-3, 3, 50)
+    a = b.clone()
+    a[7] += 1e-3  # far beyond 1e-5 + 1e-4 * |b| for |b| <= 3
+    stats = compare_vectors(a, b, protocol.CACHE_TOLERANCE)
+    assert not stats["passed"] and stats["fail_count"] == 1 and stats["fail_fraction"] == 1 / 50
+    assert stats["max_abs_diff"] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_compare_vectors_scales_with_the_reference():
+    b = torch.tensor([1000.0])
+    # 0.05 is within 1e-5 + 1e-4 * 1000 = 0.10001, though far beyond atol alone.
+    assert compare_vectors(b + 0.05, b, protocol.CACHE_TOLERANCE)["passed"]
+
+
+def test_compare_vectors_fails_on_non_finite_values():
+    b = torch.zeros(4)
+    a = b.clone()
+    a[1] = math.nan
+    stats = compare_vectors(a, b, protocol.CACHE_TOLERANCE)
+    assert not stats["passed"] and not stats["finite_a"] and stats["fail_count"] == 1
+
+
+def test_compare_vectors_rejects_shape_mismatch():
+    with pytest.raises(ValueError, match="shapes differ"):
+        compare_vectors(torch.zeros(3), torch.zeros(4), protocol.CACHE_TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [([1, 2, 3], [1, 2, 3], None), ([1, 2, 3], [1, 9, 3], 1), ([1, 2], [1, 2, 3], 2), ([], [], None)],
+    ids=["equal", "differ_at_1", "shorter", "empty"],
+)
+def test_first_divergence(a, b, expected):
+    assert first_divergence(a, b) == expected
