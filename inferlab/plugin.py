@@ -519,3 +519,88 @@ def session_record(pytestconfig, inferlab_run):
 def tensor_store(inferlab_run) -> TensorStore:
     """Safetensors files under the record dir's tensors/ folder."""
     return inferlab_run.tensors
+
+
+# --- experiment fixtures: the specimen, loaded once per session ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def specimen_spec(pytestconfig):
+    """The specimen's spec (artifacts/<name>.json) named by --specimen."""
+    from inferlab import specimen
+
+    name = pytestconfig.getoption("inferlab_specimen")
+    try:
+        return specimen.load_spec(name, pytestconfig.rootpath / "artifacts")
+    except specimen.SpecimenError as error:
+        raise pytest.UsageError(f"--specimen {name}: {error}") from None
+
+
+@pytest.fixture(scope="session")
+def thread_controls(inferlab_run):
+    """Set torch's thread counts before any torch computation; the requested and effective values."""
+    from inferlab import loading, memory
+
+    baseline_memory = memory.process_memory()  # before the model exists: the RSS baseline
+    controls = loading.set_threads(protocol.INTRA_OP_THREADS, protocol.INTER_OP_THREADS)
+    inferlab_run.thread_request = controls["requested"]
+    return {**controls, "baseline_process_memory": baseline_memory}
+
+
+@pytest.fixture(scope="session")
+def acquisition(pytestconfig, specimen_spec):
+    """The outcome of acquiring the specimen: the result, or the error that stopped it (never raised)."""
+    from inferlab import specimen
+
+    artifacts = pytestconfig.getoption("inferlab_artifacts")
+    offline = pytestconfig.getoption("inferlab_offline")
+    method, directory = specimen.choose_acquisition(specimen_spec, artifacts_dir=artifacts)
+    try:
+        result = specimen.acquire(specimen_spec, artifacts_dir=artifacts, offline=offline)
+    except specimen.SpecimenError as error:
+        return {"ok": False, "specimen": specimen_spec.name, "acquisition": method, "offline": offline,
+                "directory": str(directory) if directory.is_dir() else None, "error": str(error)}
+    return {"ok": True, "offline": offline, "error": None, **result}
+
+
+@pytest.fixture(scope="session")
+def verification(acquisition, specimen_spec):
+    """Per-file verification of whatever directory acquisition left, even a refused one (for evidence)."""
+    from inferlab import specimen
+
+    if acquisition["directory"] is None:
+        return None
+    return specimen.verify(acquisition["directory"], specimen_spec)
+
+
+@pytest.fixture(scope="session")
+def loaded_specimen(acquisition, specimen_spec, thread_controls):
+    """The model and tokenizer, loaded once from the verified directory with the protocol's controls."""
+    from inferlab import loading
+
+    return loading.load_specimen(acquisition["directory"], specimen_spec)
+
+
+@pytest.fixture(scope="session")
+def model(loaded_specimen):
+    return loaded_specimen["model"]
+
+
+@pytest.fixture(scope="session")
+def tokenizer(loaded_specimen):
+    return loaded_specimen["tokenizer"]
+
+
+@pytest.fixture(scope="session")
+def encoded_prompts(tokenizer):
+    """Every prompt of the lab tokenized once: {prompt_id: {record, input_ids, attention_mask, elapsed_s}}."""
+    from inferlab import inputs
+
+    encoded = {}
+    for prompt_id, source in {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}.items():
+        start = time.perf_counter()
+        record_fields, input_ids, attention_mask = inputs.encode_prompt(tokenizer, prompt_id, source)
+        elapsed = time.perf_counter() - start
+        encoded[prompt_id] = {"record": record_fields, "input_ids": input_ids, "attention_mask": attention_mask,
+                              "tokenization_s": elapsed}
+    return encoded

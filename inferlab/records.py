@@ -162,6 +162,13 @@ class TensorStore:
         self.directory = directory
         self._files: dict[str, dict] = {}
 
+    def get(self, file_stem: str, key: str):
+        """A tensor stored earlier in this run; KeyError names the file and key when it is absent."""
+        try:
+            return self._files[file_stem][key]
+        except KeyError:
+            raise KeyError(f"no tensor {key!r} in {TENSOR_DIR}/{file_stem}.safetensors (was its trial run?)") from None
+
     def put(self, file_stem: str, key: str, tensor) -> dict:
         import torch  # the plan and the verifier never need torch
         from safetensors.torch import save
@@ -173,7 +180,7 @@ class TensorStore:
         tensors[key] = tensor
         path = self.directory / f"{file_stem}.safetensors"
         write_bytes_atomic(path, save(tensors))
-        raw = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        raw = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""  # little-endian on CPU
         return {
             "file": f"{TENSOR_DIR}/{path.name}",
             "key": key,

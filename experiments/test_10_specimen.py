@@ -1,0 +1,73 @@
+"""Part 2: the bounded specimen, its verification, and loading under the protocol's controls."""
+
+import pytest
+
+from inferlab import protocol
+
+ACQUISITION_LABELS = {
+    "download": "fresh bounded download",
+    "reuse:artifacts_dir": "verified local reuse (--artifacts)",
+    "reuse:project_cache": "verified local reuse (project cache)",
+    "built_offline": "built offline (synthetic stand-in; not a download)",
+}
+
+
+@pytest.mark.provides("thread_controls")
+def test_thread_controls(thread_controls, record):
+    record("thread_controls", **thread_controls)
+    assert thread_controls["matches"], (
+        f"threads: requested {thread_controls['requested']}, effective {thread_controls['effective']}; "
+        f"errors {thread_controls['errors']}"
+    )
+
+
+@pytest.mark.provides("acquisition", "artifacts_verified")
+def test_acquisition(specimen_spec, acquisition, record):
+    record("specimen", **specimen_spec.as_dict())
+    record("artifact_acquisition", **{k: v for k, v in acquisition.items() if k != "verification"})
+    if acquisition["ok"]:
+        record("phase", name="artifact_acquisition", elapsed_s=acquisition["elapsed_s"],
+               label=ACQUISITION_LABELS[acquisition["acquisition"]])
+    assert acquisition["ok"], f"acquisition ({acquisition['acquisition']}) failed: {acquisition['error']}"
+
+
+@pytest.mark.provides("artifacts_verified")
+@pytest.mark.parametrize("name", protocol.ALLOWLISTED_FILES)
+def test_artifact_file(name, acquisition, verification, record):
+    if verification is None:
+        pytest.skip(f"not run: acquisition left no directory to verify ({acquisition['error']})")
+    row = next((r for r in verification["files"] if r["name"] == name), None)
+    assert row is not None, f"{name}: not examined; verification problems: {verification['problems']}"
+    record("artifact_file", **row, acquisition=acquisition["acquisition"], directory=verification["directory"])
+    assert row["ok"], row["problem"]
+
+
+@pytest.mark.provides("artifacts_verified")
+def test_no_other_weight_or_code_files(acquisition, verification, record):
+    if verification is None:
+        pytest.skip(f"not run: acquisition left no directory to verify ({acquisition['error']})")
+    record("artifact_directory", directory=verification["directory"], extra_forbidden=verification["extra_forbidden"])
+    assert not verification["extra_forbidden"], (
+        f"{verification['directory']}: expected only the allowlisted files, actual extra {verification['extra_forbidden']}"
+    )
+
+
+@pytest.mark.requires("artifacts_verified", "thread_controls")
+@pytest.mark.provides("model_load")
+def test_model_load(loaded_specimen, specimen_spec, record):
+    load = loaded_specimen["model_load"]
+    record("model_load", **load, specimen=specimen_spec.name, synthetic=specimen_spec.synthetic)
+    record("phase", name="model_and_tokenizer_load", elapsed_s=load["elapsed_s"],
+           label="from_pretrained(model) start to tokenizer loaded, from the verified local directory")
+    assert load["tokenizer"]["is_fast"], f"tokenizer: expected a fast tokenizer, actual {load['tokenizer']['class']}"
+    assert load["training"] is False, "model.training: expected False after eval(), actual True"
+
+
+@pytest.mark.requires("model_load")
+@pytest.mark.provides("model_inspection")
+def test_model_inspection(model, acquisition, record):
+    from inferlab import loading
+
+    inspection = loading.inspect_model(model, acquisition["directory"])
+    record("model_inspection", **inspection)
+    assert not inspection["violations"], "; ".join(inspection["violations"])

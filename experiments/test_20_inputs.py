@@ -1,0 +1,23 @@
+"""Part 3: what the model actually receives, recorded exactly for every prompt of the lab."""
+
+import pytest
+
+from inferlab import protocol
+
+ALL_PROMPTS = {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}
+
+
+@pytest.mark.requires("model_load")
+@pytest.mark.provides("inputs")
+@pytest.mark.parametrize("prompt_id", list(ALL_PROMPTS))
+def test_input(prompt_id, encoded_prompts, record):
+    encoded = encoded_prompts[prompt_id]
+    fields = encoded["record"]
+    record("input", **fields)
+    record("phase", name="tokenization", prompt_id=prompt_id, elapsed_s=encoded["tokenization_s"],
+           label="encode_prompt: the tokenizer call (add_special_tokens=False) plus its decode-back checks")
+    assert fields["source"] == ALL_PROMPTS[prompt_id]
+    assert fields["serialized_matches_source"], (
+        f"{prompt_id}: serialized {fields['serialized']!r} differs from source {fields['source']!r}"
+    )
+    assert fields["length"] == len(fields["token_ids"]) == sum(fields["attention_mask"])

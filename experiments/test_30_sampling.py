@@ -1,0 +1,102 @@
+"""Part 3: the 26-trial sampling matrix, its raw first-step logits, and what repeats."""
+
+import pytest
+
+from inferlab import protocol, summaries
+
+TRIALS = protocol.generation_trials()
+FIRST_STEP_FILE = "first_step_logits"
+FIRST_STEP_SCORES_FILE = "first_step_scores"
+
+
+def trial_param(trial):
+    marks = [pytest.mark.budget(category="generation", selections=protocol.MAX_NEW_TOKENS)]
+    if (trial.prompt_id, trial.condition, trial.repetition) == protocol.CACHE_REFERENCE_TRIAL:
+        marks.append(pytest.mark.provides("cache_reference_trial"))
+    return pytest.param(trial, marks=marks, id=trial.test_id)
+
+
+@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.provides("generation_matrix")
+@pytest.mark.parametrize("trial", [trial_param(t) for t in TRIALS])
+def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store, record):
+    from inferlab import sampling
+
+    encoded = encoded_prompts[trial.prompt_id]
+    identity = {"trial_index": trial.index, "trial_id": trial.test_id, "prompt_id": trial.prompt_id,
+                "condition": trial.condition, "seed": trial.seed, "repetition": trial.repetition,
+                "is_rerun": trial.is_rerun}
+    try:
+        fields, logits, scores = sampling.run_generation_trial(
+            model, tokenizer, encoded["input_ids"], encoded["attention_mask"],
+            protocol.CONDITIONS[trial.condition], trial.seed,
+            eos_token_id=encoded["record"]["eos_token_id"], pad_token_id=encoded["record"]["pad_token_id"],
+        )
+    except Exception as error:
+        record("generation", **identity, status="failed", error=f"{type(error).__name__}: {error}")
+        raise
+    first_step = None
+    if trial.keeps_first_step_logits:
+        key = f"{trial.prompt_id}/{trial.condition}"
+        first_step = tensor_store.put(FIRST_STEP_FILE, key, logits)
+        tensor_store.put(FIRST_STEP_SCORES_FILE, key, scores)
+    record("generation", **identity, **fields, first_step_logits=first_step)
+    assert fields["generated_length"] <= protocol.MAX_NEW_TOKENS, (
+        f"generated {fields['generated_length']} tokens, budget {protocol.MAX_NEW_TOKENS}"
+    )
+
+
+@pytest.mark.requires("generation_matrix")
+@pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
+def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, record):
+    """Selection settings act after the forward pass, so every condition sees the same raw logits."""
+    from inferlab.cache_check import compare_vectors
+
+    reference = tensor_store.get(FIRST_STEP_FILE, f"{prompt_id}/G")
+    comparisons = {}
+    for condition in protocol.CONDITIONS:
+        other = tensor_store.get(FIRST_STEP_FILE, f"{prompt_id}/{condition}")
+        comparisons[condition] = compare_vectors(other, reference, protocol.CACHE_TOLERANCE)
+    record("first_step_logits_check", prompt_id=prompt_id, reference="G", tolerance=protocol.CACHE_TOLERANCE.describe(),
+           comparisons=comparisons)
+    failing = {c: r["max_abs_diff"] for c, r in comparisons.items() if not r["passed"]}
+    assert not failing, f"{prompt_id}: first-step raw logits differ from G beyond {protocol.CACHE_TOLERANCE.describe()}: {failing}"
+
+
+@pytest.mark.requires("generation_matrix")
+@pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
+def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_store, record):
+    """The processed scores are not the raw logits when the temperature rescales them (S2)."""
+    from inferlab.cache_check import compare_vectors
+
+    rows = {}
+    for name, condition in protocol.CONDITIONS.items():
+        raw = tensor_store.get(FIRST_STEP_FILE, f"{prompt_id}/{name}")
+        scores = tensor_store.get(FIRST_STEP_SCORES_FILE, f"{prompt_id}/{name}")
+        rows[name] = {"temperature": condition.temperature,
+                      "scores_vs_raw": compare_vectors(scores, raw, protocol.CACHE_TOLERANCE)}
+    record("processed_scores_check", prompt_id=prompt_id, rows=rows)
+    tempered = [n for n, c in protocol.CONDITIONS.items() if c.temperature not in (None, 1.0)]
+    assert tempered, "the protocol has no condition with temperature != 1"
+    same = [n for n in tempered if rows[n]["scores_vs_raw"]["bitwise_equal"]]
+    assert not same, f"{prompt_id}: processed scores equal raw logits under temperature != 1 for {same}"
+
+
+@pytest.mark.requires("generation_matrix")
+@pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
+def test_greedy_repetitions_identical(prompt_id, inferlab_run, record):
+    summary = summaries.sampling_summary(inferlab_run.records_of("generation"), prompt_id)
+    record("sampling_summary", **summary)
+    greedy = summary["greedy_repeatability"]
+    assert greedy["identical"], f"{prompt_id}: greedy repetitions differ: {greedy['distinct_sequences']}"
+
+
+@pytest.mark.requires("generation_matrix")
+@pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
+def test_same_seed_rerun_identical(prompt_id, inferlab_run):
+    summary = summaries.sampling_summary(inferlab_run.records_of("generation"), prompt_id)
+    rerun = summary["seed_rerun"]
+    assert rerun["identical"], (
+        f"{prompt_id}: {protocol.RERUN_CONDITION} seed {protocol.RERUN_SEED} first run {rerun['first']} "
+        f"vs rerun {rerun['rerun']}"
+    )

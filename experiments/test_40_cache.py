@@ -1,0 +1,71 @@
+"""Part 4: cached and uncached logits on exactly the same prefixes."""
+
+import pytest
+
+from inferlab import protocol
+
+CACHE_FILE = "cache_logits"
+
+
+@pytest.mark.requires("model_load")
+@pytest.mark.provides("cache_criterion")
+def test_cache_criterion_declared(record):
+    """The criterion is on record before any cached/uncached error is computed."""
+    record("cache_criterion", atol=protocol.CACHE_TOLERANCE.atol, rtol=protocol.CACHE_TOLERANCE.rtol,
+           rule=protocol.CACHE_TOLERANCE.describe(), reference="uncached path",
+           declared_before_errors=True, near_tie_factor=protocol.NEAR_TIE_FACTOR)
+
+
+@pytest.mark.requires("model_load", "cache_criterion", "cache_reference_trial")
+@pytest.mark.provides("cache_comparison")
+@pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)
+def test_matched_prefix(model, inferlab_run, tensor_store, record):
+    from inferlab import cache_check
+
+    prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
+    reference = next((r for r in inferlab_run.records_of("generation")
+                      if (r["prompt_id"], r["condition"], r["repetition"]) == protocol.CACHE_REFERENCE_TRIAL), None)
+    if reference is None or reference.get("status") != "ok" or not reference.get("generated_ids"):
+        reason = (f"reference trial {prompt_id}-{condition}-rep{repetition} has no usable generated ids "
+                  f"(status {reference and reference.get('status')})")
+        record("cache_summary", available=False, reason=reason)
+        pytest.skip(f"not run: comparison unavailable: {reason}")
+
+    continuation = reference["generated_ids"][: protocol.CACHE_MAX_TARGET_TOKENS]
+    result, tensors = cache_check.run_matched_prefix(model, reference["prompt_ids"], continuation)
+    references = {name: tensor_store.put(CACHE_FILE, name, tensor) for name, tensor in tensors.items()}
+    record("cache_inspection", **result["cache"], eval_mode=result["eval_mode"],
+           cache_object_reused=result["cache_object_reused"])
+    for prefix in result["prefixes"]:
+        record("cache_comparison", **prefix, top2_margin=prefix["top2_margin_uncached"],
+               tensors={"cached": references[f"cached/{prefix['name']}"],
+                        "uncached": references[f"uncached/{prefix['name']}"]})
+    summary = {key: value for key, value in result.items() if key not in ("prefixes", "cache")}
+    record("cache_summary", available=True, reference_trial=reference["trial_id"],
+           reference_stop_reason=reference["stop_reason"], **summary,
+           numerical_agreement={"all_within_tolerance": result["all_within_tolerance"],
+                                "all_bitwise_equal": result["all_bitwise_equal"],
+                                "max_abs_diff": max((p["max_abs_diff"] or 0.0) for p in result["prefixes"])},
+           token_agreement={"all_argmax_equal": result["all_argmax_equal"],
+                            "near_tie_prefixes": [p["prefix_length"] for p in result["prefixes"] if p["near_tie"]]})
+    assert result["forward_count"] == result["forward_count_expected"], (
+        f"forwards: counted {result['forward_count']}, expected 2m = {result['forward_count_expected']}"
+    )
+    assert result["eval_mode"], "model.training: expected False, actual True"
+
+
+@pytest.mark.requires("cache_comparison")
+@pytest.mark.parametrize("k", range(protocol.CACHE_MAX_TARGET_TOKENS), ids=lambda k: f"prefix+{k}")
+def test_cache_prefix_agrees(k, inferlab_run):
+    """Prefix k (the prompt plus k fed continuation tokens): both paths within the declared criterion."""
+    comparisons = inferlab_run.records_of("cache_comparison")
+    if k >= len(comparisons):
+        pytest.skip(f"not applicable: the fixed continuation has {len(comparisons)} target tokens (early EOS)")
+    row = comparisons[k]
+    assert row["fed_continuation_tokens"] == k
+    failed = [name for name, ok in row["checks"].items() if not ok]
+    assert row["passed"], (
+        f"prefix length {row['prefix_length']}: failed {failed}; max_abs_diff {row['max_abs_diff']}, "
+        f"fail_fraction {row['fail_fraction']} under {protocol.CACHE_TOLERANCE.describe()}; "
+        f"argmax cached {row['argmax_cached']} vs uncached {row['argmax_uncached']}"
+    )

@@ -1,0 +1,88 @@
+"""Part 5: the instrumented greedy loop over a fixed, alternating schedule, and honest summaries."""
+
+import time
+
+import pytest
+
+from inferlab import protocol, summaries
+
+SCHEDULE = protocol.timing_schedule()
+
+
+def schedule_param(trial):
+    category = "timing_warmup" if trial.warmup else "timing_measured"
+    budget = pytest.mark.budget(category=category, selections=protocol.TIMING_NEW_TOKENS)
+    return pytest.param(trial, marks=[budget], id=trial.test_id)
+
+
+@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.provides("timing_trials")
+@pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
+def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, record):
+    from inferlab import decode_loop, memory
+
+    encoded = encoded_prompts[trial.prompt_id]
+    eos_id = encoded["record"]["eos_token_id"]
+    result = decode_loop.run_greedy_loop(model, encoded["input_ids"], encoded["attention_mask"],
+                                         use_cache=trial.use_cache, eos_token_id=eos_id)
+    # Everything below is outside the timed region.
+    start = time.perf_counter()
+    text = tokenizer.decode(result.generated_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    decode_s = time.perf_counter() - start
+    cache_after = memory.cache_storage(result.cache) if result.cache is not None else None
+    record("timing_trial", prompt_id=trial.prompt_id, warmup=trial.warmup, schedule_index=trial.schedule_index,
+           repetition=trial.repetition, schedule_id=trial.test_id, prompt_ids=encoded["record"]["token_ids"],
+           **result.to_record(), token_times=result.token_times_s,
+           profiling_text_not_a_response=text, decode_s=decode_s, cache_after_loop=cache_after,
+           diagnostic_outputs={"output_attentions": False, "output_hidden_states": False, "scores": False},
+           threads=inferlab_run.thread_request and {"requested": inferlab_run.thread_request,
+                                                   "effective": _effective_threads()})
+    assert len(result.generated_ids) == protocol.TIMING_NEW_TOKENS, (
+        f"selected {len(result.generated_ids)} tokens, the workload fixes {protocol.TIMING_NEW_TOKENS}"
+    )
+    times = result.token_times_ns
+    assert all(a < b for a, b in zip(times, times[1:])) and result.t_start_ns <= result.t_prefill_done_ns <= times[0]
+    assert result.last_logits_shape[1] == protocol.LOGITS_TO_KEEP, (
+        f"logits_to_keep={protocol.LOGITS_TO_KEEP}: expected 1 position, the forward returned {result.last_logits_shape}"
+    )
+
+
+def _effective_threads():
+    import torch
+
+    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+
+
+@pytest.mark.requires("timing_trials", "generation_matrix")
+def test_loop_matches_generate(inferlab_run, record):
+    """The loop's cache-on selections equal generate()'s greedy ones for P1, up to generate's EOS stop."""
+    check = summaries.loop_vs_generate(inferlab_run.records_of("timing_trial"), inferlab_run.records_of("generation"))
+    record("loop_vs_generate", **check)
+    assert check["equal"], (
+        f"loop ids {check['loop_ids']} vs generate ids {check['generate_ids']}: first difference at "
+        f"{check['first_difference']}"
+    )
+
+
+@pytest.mark.requires("timing_trials")
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
+@pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
+def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
+    summary = summaries.timing_summary(inferlab_run.records_of("timing_trial"), prompt_id, use_cache)
+    record("timing_summary", **summary)
+    assert summary["measured_trials"] == protocol.TIMING_MEASURED_PER_COMBINATION, (
+        f"{prompt_id} cache {'on' if use_cache else 'off'}: {summary['measured_trials']} measured trials, "
+        f"schedule has {protocol.TIMING_MEASURED_PER_COMBINATION}"
+    )
+
+
+@pytest.mark.requires("timing_trials")
+@pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
+def test_cache_divergence(prompt_id, inferlab_run, record):
+    """Free-running cache-on and cache-off ids: where, if anywhere, they first differ (an observation)."""
+    divergence = summaries.cache_divergence(inferlab_run.records_of("timing_trial"), prompt_id)
+    record("cache_divergence", **divergence)
+    assert divergence["pairs_compared"] == protocol.TIMING_MEASURED_PER_COMBINATION, (
+        f"{prompt_id}: compared {divergence['pairs_compared']} cache-on/off pairs, expected "
+        f"{protocol.TIMING_MEASURED_PER_COMBINATION}"
+    )

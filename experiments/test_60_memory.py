@@ -1,0 +1,81 @@
+"""Part 6: tensor payloads we can count exactly, process memory with its meaning, and what stays unmeasured."""
+
+import pytest
+
+from inferlab import protocol
+
+
+@pytest.mark.requires("model_inspection")
+def test_parameter_storage(model, record):
+    from inferlab import memory
+
+    storage = memory.parameter_storage(model)
+    analytic_count = memory.gpt_neox_parameter_count(model.config)
+    analytic_bytes = analytic_count * 4  # float32 parameters
+    record("memory", measure="parameter_storage", **storage, analytic_parameter_count=analytic_count,
+           analytic_bytes_fp32=analytic_bytes,
+           note="unique tensor storage of the loaded parameters; not the checkpoint file size and not process memory")
+    assert storage["parameter_count"] == analytic_count, (
+        f"parameters: counted {storage['parameter_count']}, config formula gives {analytic_count}"
+    )
+    assert storage["unique_bytes"] == analytic_bytes, (
+        f"unique parameter bytes: measured {storage['unique_bytes']}, expected {analytic_bytes} (fp32)"
+    )
+
+
+@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.budget(category="memory", forwards=len(protocol.TIMING_PROMPTS))
+@pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
+def test_cache_storage_after_prefill(prompt_id, model, encoded_prompts, record):
+    """One untimed prefill per timing prompt, only to weigh its cache; no token is selected."""
+    from inferlab import memory
+
+    encoded = encoded_prompts[prompt_id]
+    cache = memory.prefill_cache(model, encoded["input_ids"], encoded["attention_mask"])
+    storage = memory.cache_storage(cache)
+    expected = memory.expected_kv_cache_bytes(model.config, storage["logical_length"])
+    record("memory", measure="cache_storage", point=f"after prefill of {prompt_id}", prompt_id=prompt_id,
+           prompt_length=encoded["record"]["length"], **storage, expected_bytes=expected,
+           formula="2 x layers x heads x head_dim x tokens x 4 bytes",
+           note="an extra, recorded prefill forward made only for this measurement, outside every timed region")
+    assert storage["logical_length"] == encoded["record"]["length"]
+    assert storage["unique_bytes"] == expected, f"cache bytes: measured {storage['unique_bytes']}, formula {expected}"
+
+
+@pytest.mark.requires("timing_trials")
+@pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
+def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, record):
+    """The cache a measured cache-on timing trial ended with: prompt plus the 15 fed-back selections."""
+    from inferlab import memory
+
+    trials = [t for t in inferlab_run.records_of("timing_trial")
+              if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]]
+    assert trials, f"{prompt_id}: no measured cache-on timing trial was recorded"
+    last = trials[-1]
+    storage = last["cache_after_loop"]
+    expected = memory.expected_kv_cache_bytes(model.config, storage["logical_length"])
+    record("memory", measure="cache_storage", point=f"after 16 selections for {prompt_id}", prompt_id=prompt_id,
+           prompt_length=last["prompt_length"], source_trial=last["schedule_id"], **storage, expected_bytes=expected,
+           note="the 16th selected token is never fed back, so the cache holds prompt + 15 positions")
+    assert storage["logical_length"] == last["prompt_length"] + protocol.TIMING_NEW_TOKENS - 1
+    assert storage["unique_bytes"] == expected, f"cache bytes: measured {storage['unique_bytes']}, formula {expected}"
+
+
+@pytest.mark.requires("model_load")
+def test_process_memory(thread_controls, record):
+    from inferlab import memory
+
+    now = memory.process_memory()
+    record("memory", measure="process_rss", baseline=thread_controls["baseline_process_memory"], now=now,
+           baseline_point="before the model was loaded (first experiment fixture)",
+           claim="none: process-wide figures include the interpreter, libraries and allocator; "
+                 "no isolated cache increment is derived from them")
+    assert now["peak_rss"] is not None and now["peak_rss"]["bytes"] > 0
+
+
+def test_unmeasured_categories(record):
+    from inferlab import memory
+
+    record("memory", measure="unmeasured", categories=memory.UNMEASURED_CATEGORIES)
+    assert set(memory.UNMEASURED_CATEGORIES) >= {"activations", "logits", "workspace", "allocator_retention",
+                                                 "runtime_libraries", "loading_copies"}
