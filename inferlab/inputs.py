@@ -1,0 +1,86 @@
+"""Part 3 inputs: what the model actually receives for one plain-text prompt.
+
+Records are written with ``json.dumps(..., ensure_ascii=True)``, which escapes every newline,
+tab and non-ASCII character (``\\n``, ``\\t``, ``\\u00e9``), so whitespace stays visible and
+unambiguous in the file. ``source_utf8_hex`` additionally gives the exact bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from inferlab import protocol
+
+
+def choose_pad_token(tokenizer) -> tuple[int, str]:
+    """The pad id to hand to generate(), chosen from the existing vocabulary, and why.
+
+    Never adds a token or resizes embeddings: a new pad row would be an untrained vector
+    that exists only to silence a warning.
+    """
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id), (
+            f"checkpoint tokenizer defines pad token {tokenizer.pad_token!r} id {tokenizer.pad_token_id}"
+        )
+    if tokenizer.eos_token_id is None:
+        raise ValueError(
+            f"tokenizer {type(tokenizer).__name__} has neither a pad token nor an EOS token; "
+            "expected at least an EOS id to reuse as pad"
+        )
+    eos_id = int(tokenizer.eos_token_id)
+    return eos_id, (
+        f"no pad token in checkpoint; reuse existing EOS id {eos_id}, vocabulary not resized; "
+        "with batch size 1 and a full attention mask no padding occurs"
+    )
+
+
+def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """Tokenize one prompt (no chat template, no special tokens added) and describe the result.
+
+    Returns (record, input_ids (1, T) int64, attention_mask (1, T) int64). The record's
+    ``serialized_matches_source`` is measured by decoding the ids back, not assumed.
+    """
+    encoded = tokenizer(source, add_special_tokens=protocol.ADD_SPECIAL_TOKENS, return_tensors="pt")
+    input_ids = encoded["input_ids"].to(torch.long)  # (1, T)
+    attention_mask = encoded["attention_mask"].to(torch.long)  # (1, T)
+    if input_ids.ndim != 2 or input_ids.shape[0] != 1:
+        raise ValueError(
+            f"encode_prompt({prompt_id}): expected input_ids of shape (1, T), got {tuple(input_ids.shape)}"
+        )
+
+    token_ids = input_ids[0].tolist()
+    # clean_up_tokenization_spaces=False: the cleanup would rewrite " ." to "." and hide a mismatch.
+    serialized = tokenizer.decode(token_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    pad_id, pad_reason = choose_pad_token(tokenizer)
+    record = {
+        "prompt_id": prompt_id,
+        "source": source,
+        "source_utf8_hex": source.encode("utf-8").hex(),
+        "source_char_count": len(source),
+        "serialized": serialized,
+        "serialized_utf8_hex": serialized.encode("utf-8").hex(),
+        "serialized_matches_source": serialized == source,
+        "token_ids": token_ids,
+        "token_pieces": tokenizer.convert_ids_to_tokens(token_ids),
+        # Each id decoded alone; a byte-level piece holding part of a UTF-8 character decodes to U+FFFD.
+        "token_pieces_decoded": [
+            tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            for token_id in token_ids
+        ],
+        "length": len(token_ids),
+        "attention_mask": attention_mask[0].tolist(),
+        "attention_mask_all_ones": bool(attention_mask.eq(1).all()),
+        "add_special_tokens": protocol.ADD_SPECIAL_TOKENS,
+        "chat_template_applied": False,
+        "special_tokens_map": dict(tokenizer.special_tokens_map),
+        "all_special_ids": list(tokenizer.all_special_ids),
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": pad_id,
+        "pad_reason": pad_reason,
+        "tokenizer_class": type(tokenizer).__name__,
+        "tokenizer_is_fast": bool(getattr(tokenizer, "is_fast", False)),
+        "tokenizer_vocab_size_with_added": len(tokenizer),
+        "json_escaping": "records are written with json ensure_ascii=True: newline, tab and non-ASCII are escaped",
+    }
+    return record, input_ids, attention_mask

@@ -1,0 +1,330 @@
+"""Part 3 generation trials: one generate() call, its complete configuration, processors and outputs.
+
+Everything the library decides inside generate() that affects token selection is made
+explicit here: the configuration is built from scratch (the checkpoint's generation_config
+is not merged, ``use_model_defaults=False``), the logits processors and stopping criteria
+are rebuilt with the same private builders generate() uses in transformers 4.57.1, and the
+first step's raw logits come from the same call (``output_logits``), never from a second forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import logging
+import math
+import random
+import time
+import warnings
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+from transformers import GenerationConfig
+from transformers.generation import LogitsProcessorList, StoppingCriteriaList
+from transformers.utils import logging as hf_logging
+
+from inferlab import protocol
+
+# generate() receives our config as is; with None it would fall back to the checkpoint's,
+# and with True (or None on a >=4.50 checkpoint) it would overwrite our default-valued fields.
+USE_MODEL_DEFAULTS = False
+
+STOP_RULE_TEXT = (
+    "generation stops when the selected token is an EOS id (EosTokenCriteria) or when "
+    "prompt_length + max_new_tokens ids exist (MaxLengthCriteria); stop_reason is 'eos' when the last "
+    "generated id is EOS, 'max_new_tokens' when exactly max_new_tokens ids were generated and the last "
+    "is not EOS, otherwise 'unexplained'"
+)
+
+
+def _jsonable(value):
+    """A plain JSON value for a processor attribute (tensors to lists, non-finite floats to strings)."""
+    if isinstance(value, torch.Tensor):
+        return _jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+def _describe(objects) -> list[dict]:
+    """[{"class", "params"}] for processors or stopping criteria, in application order."""
+    return [
+        {
+            "class": type(obj).__name__,
+            "params": {k: _jsonable(v) for k, v in vars(obj).items() if not k.startswith("_")},
+        }
+        for obj in objects
+    ]
+
+
+def build_generation_config(
+    condition: protocol.Condition,
+    eos_token_id: int,
+    pad_token_id: int,
+    bos_token_id: Optional[int] = None,
+) -> GenerationConfig:
+    """A complete GenerationConfig from scratch: protocol fixed values, the condition's controls, token ids.
+
+    GenerationConfig() defaults top_k=50, so sampling conditions carry their explicit top_k=0.
+    Greedy passes only do_sample=False; the defaults temperature=1.0, top_p=1.0, top_k=50 then
+    stay in to_dict() but no warper is built for them (see processors_for) and no warning fires.
+    Every trial returns raw logits and processed scores of every step (16 x vocab floats);
+    only the designated trials save them.
+    """
+    config = GenerationConfig(
+        **protocol.GENERATION_FIXED,
+        **condition.generate_kwargs(),
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        output_logits=True,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    config.validate()
+    return config
+
+
+def _prepared_copy(model, generation_config: GenerationConfig, input_ids_length: int) -> GenerationConfig:
+    """A copy prepared the way generate() prepares it before building processors (steps 1, 3 and 6)."""
+    prepared, _ = model._prepare_generation_config(
+        copy.deepcopy(generation_config), use_model_defaults=USE_MODEL_DEFAULTS
+    )
+    model._prepare_special_tokens(prepared, kwargs_has_attention_mask=True, device=model.device)
+    return model._prepare_generated_length(
+        generation_config=prepared,
+        has_default_max_length=True,
+        has_default_min_length=True,
+        model_input_name="input_ids",
+        input_ids_length=input_ids_length,
+        inputs_tensor=None,
+    )
+
+
+def processors_for(model, generation_config: GenerationConfig, input_ids_length: int) -> list[dict]:
+    """The logits processors generate() builds for this config, in order: [{"class", "params"}].
+
+    Uses model._get_logits_processor, the builder generate() calls in 4.57.1; it appends the
+    former "warpers" (temperature, top-k, top-p, ...) after the processors only when do_sample.
+    """
+    prepared = _prepared_copy(model, generation_config, input_ids_length)
+    processors = model._get_logits_processor(
+        generation_config=prepared,
+        input_ids_seq_length=input_ids_length,
+        encoder_input_ids=None,  # only read by encoder-side penalties, which are inactive here
+        prefix_allowed_tokens_fn=None,
+        logits_processor=LogitsProcessorList(),
+        device=model.device,
+        model_kwargs={},
+    )
+    return _describe(processors)
+
+
+def stopping_criteria_for(model, generation_config: GenerationConfig, input_ids_length: int) -> list[dict]:
+    """The stopping criteria generate() builds for this config: [{"class", "params"}]."""
+    prepared = _prepared_copy(model, generation_config, input_ids_length)
+    criteria = model._get_stopping_criteria(generation_config=prepared, stopping_criteria=StoppingCriteriaList())
+    return _describe(criteria)
+
+
+def reset_random_state(seed: int) -> list[dict]:
+    """Seed every random generator a sampling trial could draw from; returns what was reset.
+
+    torch.multinomial in generate() draws from torch's default CPU generator; Python's and
+    NumPy's generators are not used by generate() but are reset so that nothing hidden differs.
+    """
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    return [
+        {"call": "torch.manual_seed", "seed": seed, "used_by_generate": True},
+        {"call": "random.seed", "seed": seed, "used_by_generate": False},
+        {"call": "numpy.random.seed", "seed": seed, "used_by_generate": False},
+    ]
+
+
+class _ListHandler(logging.Handler):
+    """Collects formatted log messages into a list."""
+
+    def __init__(self, sink: list):
+        super().__init__(level=logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(f"transformers logger {record.name} {record.levelname}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def capture_generation_messages() -> Iterator[list[str]]:
+    """Collect Python warnings and transformers log records at WARNING or above into one list.
+
+    The transformers root logger does not propagate, so a handler is attached to it directly.
+    Its level is lowered to WARNING for the duration (so a quieter global verbosity cannot hide
+    warnings) and the warning_once cache is cleared, so each call reports its own messages.
+    """
+    messages: list[str] = []
+    library_logger = logging.getLogger("transformers")
+    handler = _ListHandler(messages)
+    previous_level = library_logger.level
+    hf_logging.warning_once.cache_clear()
+    library_logger.addHandler(handler)
+    if previous_level == logging.NOTSET or previous_level > logging.WARNING:
+        library_logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield messages
+    finally:
+        library_logger.removeHandler(handler)
+        library_logger.setLevel(previous_level)
+    # Python warnings are known only once the catch_warnings block has closed.
+    messages.extend(f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught)
+
+
+def stop_reason(generated_ids: list[int], eos_token_id: int, max_new_tokens: int) -> str:
+    """'eos', 'max_new_tokens' or 'unexplained', by the rule in STOP_RULE_TEXT."""
+    if generated_ids and generated_ids[-1] == eos_token_id:
+        return "eos"
+    if len(generated_ids) == max_new_tokens:
+        return "max_new_tokens"
+    return "unexplained"
+
+
+def tensor_sha256(tensor: torch.Tensor) -> str:
+    """SHA-256 of a tensor's contiguous CPU bytes, to compare logits across records without saving them."""
+    return hashlib.sha256(tensor.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
+@torch.inference_mode()
+def run_generation_trial(
+    model,
+    tokenizer,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    condition: protocol.Condition,
+    seed: Optional[int],
+    eos_token_id: int,
+    pad_token_id: int,
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """One generate() call; returns (record, first-step raw logits (vocab,), first-step scores (vocab,)).
+
+    The raw logits are ``output.logits[0]`` of this same call (before any processor), the scores
+    ``output.scores[0]`` (after processors: e.g. divided by the temperature, -inf outside top-p).
+    Only generate() sits inside the timed region; copies are made after it returns.
+    """
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"run_generation_trial: expected batch size 1, got input_ids shape {tuple(input_ids.shape)}")
+    if condition.do_sample and seed is None:
+        raise ValueError(f"run_generation_trial: sampling condition {condition.name} needs a seed, got None")
+    if not condition.do_sample and seed is not None:
+        raise ValueError(f"run_generation_trial: greedy condition {condition.name} takes no seed, got {seed}")
+
+    prompt_length = int(input_ids.shape[1])
+    # Messages are captured from building the config onward: GenerationConfig warns at construction.
+    with capture_generation_messages() as messages:
+        # 1) configuration and the processors/criteria it implies, outside the timed region
+        generation_config = build_generation_config(condition, eos_token_id, pad_token_id, tokenizer.bos_token_id)
+        processors = processors_for(model, generation_config, prompt_length)
+        criteria = stopping_criteria_for(model, generation_config, prompt_length)
+
+        # 2) the call: RNG reset immediately before it, timer around it alone
+        rng_reset = reset_random_state(seed) if condition.do_sample else []
+        start = time.perf_counter()
+        output = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            generation_config=generation_config,
+            use_model_defaults=USE_MODEL_DEFAULTS,
+        )
+        elapsed_s = time.perf_counter() - start
+
+    # 3) copies, after the call has returned
+    sequence = output.sequences[0].detach().clone()  # (T + n,)
+    first_step_logits = output.logits[0][0].detach().to(dtype=torch.float32, copy=True)  # (vocab,)
+    first_step_scores = output.scores[0][0].detach().to(dtype=torch.float32, copy=True)  # (vocab,)
+    vocab_size = model.config.vocab_size
+    if first_step_logits.shape != (vocab_size,):
+        raise ValueError(
+            f"run_generation_trial: first-step logits shape {tuple(first_step_logits.shape)}, "
+            f"expected ({vocab_size},) from model.config.vocab_size"
+        )
+
+    sequence_ids = sequence.tolist()
+    prompt_ids = input_ids[0].tolist()
+    if sequence_ids[:prompt_length] != prompt_ids:
+        raise ValueError("run_generation_trial: returned sequence does not start with the prompt ids")
+    generated_ids = sequence_ids[prompt_length:]
+    max_new_tokens = generation_config.max_new_tokens
+    record = {
+        "condition": condition.name,
+        "condition_controls": {
+            "do_sample": condition.do_sample,
+            "temperature": condition.temperature,
+            "top_p": condition.top_p,
+            "top_k": condition.top_k,
+        },
+        "seed": seed,
+        "prompt_ids": prompt_ids,
+        "prompt_length": prompt_length,
+        "attention_mask": attention_mask[0].tolist(),
+        "generated_ids": generated_ids,
+        "sequence_ids": sequence_ids,
+        "generated_length": len(generated_ids),
+        "text": tokenizer.decode(generated_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False),
+        "text_with_special": tokenizer.decode(
+            generated_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+        ),
+        "eos_token_id": eos_token_id,
+        "pad_token_id": pad_token_id,
+        "eos_positions": [i for i, t in enumerate(generated_ids) if t == eos_token_id],
+        "stop_reason": stop_reason(generated_ids, eos_token_id, max_new_tokens),
+        "stop_rule": STOP_RULE_TEXT,
+        "stopping_criteria": criteria,
+        "generation_config": generation_config.to_dict(),
+        "use_model_defaults": USE_MODEL_DEFAULTS,
+        "processors": processors,
+        "rng_reset": rng_reset,
+        "rng_note": (
+            "sampling: generators reset immediately before generate()"
+            if condition.do_sample
+            else "greedy selection is argmax and draws no random numbers; no reset applied"
+        ),
+        "logit_steps_returned": len(output.logits),
+        "first_step_logits_shape": list(first_step_logits.shape),
+        "first_step_logits_sha256": tensor_sha256(first_step_logits),
+        "first_step_logits_argmax": int(first_step_logits.argmax()),
+        "warnings": list(messages),
+        "elapsed_s": elapsed_s,
+        "timed_region": "time.perf_counter() around model.generate() only",
+        "status": "ok",
+    }
+    return record, first_step_logits, first_step_scores
+
+
+@torch.inference_mode()
+def replay_generation(model, prompt_ids: list[int], generation_config_dict: dict, seed: Optional[int]) -> dict:
+    """Regenerate from a recorded config dict and seed; returns {"sequence_ids", "generated_ids"}."""
+    generation_config = GenerationConfig.from_dict(dict(generation_config_dict))
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long)  # (1, T)
+    attention_mask = torch.ones_like(input_ids)  # (1, T)
+    if generation_config.do_sample:
+        if seed is None:
+            raise ValueError("replay_generation: the recorded config samples, so a seed is required")
+        reset_random_state(seed)
+    output = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        generation_config=generation_config,
+        use_model_defaults=USE_MODEL_DEFAULTS,
+    )
+    sequences = output.sequences if hasattr(output, "sequences") else output
+    sequence_ids = sequences[0].tolist()
+    return {"sequence_ids": sequence_ids, "generated_ids": sequence_ids[len(prompt_ids):]}
