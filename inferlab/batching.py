@@ -124,7 +124,7 @@ def _generate_call(model, call_index, request_ids, rows, generation_config, pad_
     observed = observed_positions[0] if observed_positions else None
     record = {
         "call_index": call_index,
-        "kind": "single" if len(rows) == 1 else "batch",
+        "call_type": "single" if len(rows) == 1 else "batch",
         "request_ids": list(request_ids),
         "row_to_request": {str(row): request for row, request in enumerate(request_ids)},
         "input_ids": input_ids.tolist(),
@@ -212,10 +212,10 @@ def run_batching(model, tokenizer, prompts: dict[str, str]) -> tuple[dict, dict[
         tensors[f"call{call_index}_sequences"] = produced["sequences"]
         tensors[f"call{call_index}_step_logits"] = produced["step_logits"]
 
-    singleton_of = {c["request_ids"][0]: c["call_index"] for c in calls if c["kind"] == "single"}
+    singleton_of = {c["request_ids"][0]: c["call_index"] for c in calls if c["call_type"] == "single"}
     comparisons = []
     for call in calls:
-        if call["kind"] != "batch":
+        if call["call_type"] != "batch":
             continue
         for row, request in enumerate(call["request_ids"]):
             single_index = singleton_of[request]

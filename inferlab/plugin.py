@@ -50,6 +50,7 @@ HELP = {
 
 RUN_KEY = pytest.StashKey["RunState"]()
 EXPERIMENTS_DIR = "experiments"
+RESERVED_FIELDS = frozenset({"kind", "test", "seq", "wall_time"})
 
 
 @dataclass
@@ -163,6 +164,9 @@ def emit(config, kind: str, test: Optional[str], fields: dict) -> dict:
     run = get_run(config)
     if run is None:
         raise RuntimeError("no --record-dir: records cannot be written")
+    clashing = RESERVED_FIELDS & set(fields)
+    if clashing:
+        raise ValueError(f"record {kind!r}: fields {sorted(clashing)} are reserved for the record envelope")
     warnings_seen = []
     record = {"kind": kind, "test": test, "seq": run.seq, "wall_time": utc_now()}
     record.update(jsonable(fields, warnings_seen.append))

@@ -40,3 +40,24 @@ def tiny_gpt_neox(seed: int = 0, **overrides) -> GPTNeoXForCausalLM:
     finally:
         torch.random.set_rng_state(generator_state)
     return model.to(torch.float32).eval()
+
+
+TINY_CORPUS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "A small boat sailed across a quiet lake.",
+    "Notebooks, windows, tables and chairs lay beside the door.",
+    "Tabs\tand\nnewlines, caf\u00e9s and numbers 0123456789.",
+)
+ENDOFTEXT = "<|endoftext|>"
+
+
+def tiny_tokenizer(vocab_size: int = 300):
+    """A small byte-level BPE fast tokenizer with "<|endoftext|>" at id 0 and no pad token, like the specimen's."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(TINY_CORPUS, vocab_size=vocab_size, min_frequency=1, special_tokens=[ENDOFTEXT],
+                            show_progress=False)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=ENDOFTEXT, eos_token=ENDOFTEXT,
+                                   unk_token=ENDOFTEXT)

@@ -6,31 +6,15 @@ import math
 
 import pytest
 import torch
-from tokenizers import ByteLevelBPETokenizer
-from transformers import PreTrainedTokenizerFast
+
 
 from inferlab import protocol
 from inferlab.batching import first_divergence, left_pad, positions_by_rule, run_batching, truncate_after_eos
-from inferlab.tiny_model import tiny_gpt_neox
-
-EOT = "<|endoftext|>"
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A small boat sailed across a quiet lake.",
-    "Notebooks, windows, tables and chairs lay beside the door.",
-]
-
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A 300-entry byte-level BPE with "<|endoftext|>" at id 0 and no pad token, like the specimen's."""
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=[EOT], show_progress=False)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOT, eos_token=EOT, unk_token=EOT)
-
+from inferlab.tiny_model import tiny_gpt_neox, tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return build_tokenizer()
+    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +65,7 @@ def test_padding_is_left_with_the_existing_pad_id(batching):
     pad_columns = mask.index(1)
     assert mask == [0] * pad_columns + [1] * (len(mask) - pad_columns)
     assert call["input_ids"][row][:pad_columns] == [record["pad_token_id"]] * pad_columns
-    assert record["pad_token_id"] < len(build_tokenizer())
+    assert record["pad_token_id"] < len(tiny_tokenizer())
 
 
 def test_observed_prefill_positions_follow_the_mask_rule(batching):

@@ -5,31 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from tokenizers import ByteLevelBPETokenizer, normalizers
-from transformers import PreTrainedTokenizerFast
+from tokenizers import normalizers
 
 from inferlab import protocol
 from inferlab.inputs import choose_pad_token, encode_prompt
-
-EOT = "<|endoftext|>"
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A small boat sailed across a quiet lake.",
-    "Notebooks, windows, tables and chairs lay beside the door.",
-    "Tabs\tand\nnewlines, caf\u00e9s and numbers 0123456789.",
-]
-
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A 300-entry byte-level BPE with "<|endoftext|>" at id 0 and no pad token, like the specimen's."""
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=[EOT], show_progress=False)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOT, eos_token=EOT, unk_token=EOT)
-
+from inferlab.tiny_model import ENDOFTEXT, tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return build_tokenizer()
+    return tiny_tokenizer()
 
 
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
@@ -61,7 +45,7 @@ def test_attention_mask_is_full_and_recorded(tokenizer):
 
 def test_special_token_facts_are_recorded(tokenizer):
     record, _, _ = encode_prompt(tokenizer, "P1", protocol.PROMPTS["P1"])
-    assert record["special_tokens_map"] == {"bos_token": EOT, "eos_token": EOT, "unk_token": EOT}
+    assert record["special_tokens_map"] == {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "unk_token": ENDOFTEXT}
     assert record["eos_token_id"] == 0
     assert record["pad_token_id"] == 0
     assert record["tokenizer_class"] == "PreTrainedTokenizerFast"
@@ -80,7 +64,7 @@ def test_whitespace_and_non_ascii_stay_unambiguous_in_json(tokenizer):
 
 def test_mismatch_between_source_and_serialized_is_detected():
     # A lowercasing normalizer makes decode(encode(s)) differ from s; the record must say so.
-    tokenizer = build_tokenizer()
+    tokenizer = tiny_tokenizer()
     tokenizer.backend_tokenizer.normalizer = normalizers.Lowercase()
     record, _, _ = encode_prompt(tokenizer, "P1", protocol.PROMPTS["P1"])
     assert record["serialized"] == protocol.PROMPTS["P1"].lower()
@@ -100,7 +84,7 @@ def test_pad_reuses_eos_without_growing_the_vocabulary(tokenizer):
 
 
 def test_pad_prefers_the_checkpoint_pad_token():
-    tokenizer = build_tokenizer()
+    tokenizer = tiny_tokenizer()
     existing = tokenizer.convert_ids_to_tokens(5)
     tokenizer.pad_token = existing  # an existing entry, so nothing is added
     pad_id, reason = choose_pad_token(tokenizer)
@@ -109,7 +93,7 @@ def test_pad_prefers_the_checkpoint_pad_token():
 
 
 def test_pad_without_eos_or_pad_is_an_error():
-    tokenizer = build_tokenizer()
+    tokenizer = tiny_tokenizer()
     tokenizer.eos_token = None
     with pytest.raises(ValueError, match="neither a pad token nor an EOS token"):
         choose_pad_token(tokenizer)

@@ -13,8 +13,7 @@ import warnings
 
 import pytest
 import torch
-from tokenizers import ByteLevelBPETokenizer
-from transformers import GenerationConfig, PreTrainedTokenizerFast
+from transformers import GenerationConfig
 
 from inferlab import protocol
 from inferlab.inputs import encode_prompt
@@ -27,26 +26,11 @@ from inferlab.sampling import (
     run_generation_trial,
     stop_reason,
 )
-from inferlab.tiny_model import tiny_gpt_neox
-
-EOT = "<|endoftext|>"
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A small boat sailed across a quiet lake.",
-    "Notebooks, windows, tables and chairs lay beside the door.",
-]
-
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A 300-entry byte-level BPE with "<|endoftext|>" at id 0 and no pad token, like the specimen's."""
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=[EOT], show_progress=False)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOT, eos_token=EOT, unk_token=EOT)
-
+from inferlab.tiny_model import tiny_gpt_neox, tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return build_tokenizer()
+    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

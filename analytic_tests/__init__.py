@@ -1,0 +1,1 @@
+"""Offline analytic tests: worked numbers, selection properties, forward counts, memory and timing arithmetic."""

@@ -1,0 +1,167 @@
+"""Controlled loading of a verified specimen directory, and inspection of what was loaded.
+
+The execution controls of the protocol are applied here and nowhere else: built-in
+GPTNeoXForCausalLM, fast tokenizer, local files only, safetensors only, no remote code,
+float32 parameters on the CPU, eager attention, no automatic device placement, eval mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from inferlab import protocol
+from inferlab.specimen import WEIGHT_FILE, SpecimenSpec, require_verified
+
+MODEL_CLASS = "GPTNeoXForCausalLM"
+TOKENIZER_CLASS = "GPTNeoXTokenizerFast"
+
+
+def set_threads(intra: int = protocol.INTRA_OP_THREADS, inter: int = protocol.INTER_OP_THREADS) -> dict:
+    """Set torch's CPU thread counts before any compute: {requested, effective, matches, errors}.
+
+    torch accepts the inter-op count only once per process and only before parallel work has
+    started; a refusal is recorded as an error beside the effective value, not hidden.
+    """
+    errors = []
+    torch.set_num_threads(intra)
+    try:
+        torch.set_num_interop_threads(inter)
+    except RuntimeError as error:
+        errors.append(f"set_num_interop_threads({inter}): {error}")
+    requested = {"intra_op": intra, "inter_op": inter}
+    effective = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+    return {"requested": requested, "effective": effective, "matches": requested == effective, "errors": errors}
+
+
+class _RecordingHandler(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.NOTSET)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append({"logger": record.name, "level": record.levelname, "message": record.getMessage()})
+
+
+def load_options() -> dict:
+    """The keyword arguments of from_pretrained, as used and as recorded (dtype named by string)."""
+    return {
+        "local_files_only": True,
+        "use_safetensors": True,
+        "trust_remote_code": False,
+        "dtype": protocol.TORCH_DTYPE,
+        "attn_implementation": protocol.ATTN_IMPLEMENTATION,
+        "device_map": None,
+    }
+
+
+def load_specimen(directory, spec: SpecimenSpec) -> dict:
+    """Verify directory against spec, then load it: {model, tokenizer, verification, model_load}.
+
+    Raises SpecimenError (before touching the model) when the directory fails verification.
+    model_load is JSON-ready: classes, options, captured warnings and transformers log
+    messages, load_start_ns/load_end_ns (perf_counter_ns), elapsed_s and the tokenizer's facts.
+    """
+    from transformers import GPTNeoXForCausalLM, GPTNeoXTokenizerFast
+
+    verification = require_verified(directory, spec)
+    directory = str(Path(directory))
+    options = load_options()
+    torch_options = {**options, "dtype": getattr(torch, options["dtype"])}
+    handler = _RecordingHandler()
+    library_logger = logging.getLogger("transformers")
+    library_logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            load_start = time.perf_counter_ns()
+            model = GPTNeoXForCausalLM.from_pretrained(directory, **torch_options)
+            model.eval()
+            tokenizer = GPTNeoXTokenizerFast.from_pretrained(directory, local_files_only=True)
+            load_end = time.perf_counter_ns()
+    finally:
+        library_logger.removeHandler(handler)
+    if not tokenizer.is_fast:
+        raise RuntimeError(f"{directory}: expected a fast tokenizer, actual {type(tokenizer).__name__}")
+    model_load = {
+        "directory": directory,
+        "model_class": type(model).__name__,
+        "options": {**options, "model_class": MODEL_CLASS, "tokenizer_class": TOKENIZER_CLASS},
+        "eval_called": True,
+        "training": model.training,
+        "warnings": [
+            {"category": w.category.__name__, "message": str(w.message), "filename": w.filename, "lineno": w.lineno}
+            for w in caught
+        ],
+        "log_messages": handler.records,
+        "log_level_captured": logging.getLevelName(library_logger.getEffectiveLevel()),
+        "load_start_ns": load_start,
+        "load_end_ns": load_end,
+        "elapsed_s": (load_end - load_start) / 1e9,
+        "tokenizer": {
+            "class": type(tokenizer).__name__,
+            "is_fast": tokenizer.is_fast,
+            "vocab_size": len(tokenizer),
+            "special_tokens_map": dict(tokenizer.special_tokens_map),
+            "eos_token_id": tokenizer.eos_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+        },
+    }
+    return {"model": model, "tokenizer": tokenizer, "verification": verification, "model_load": model_load}
+
+
+def unique_storage_bytes(tensors) -> dict:
+    """Bytes of the distinct storages behind tensors (shared storage counted once): {bytes, storages}."""
+    seen = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return {"bytes": sum(seen.values()), "storages": len(seen)}
+
+
+def inspect_model(model, directory) -> dict:
+    """The model_inspection record: class, config, parameters, unique storage bytes, checkpoint bytes.
+
+    violations lists every departure from the controls (device, dtype, training mode,
+    attention implementation) so a caller can fail a check with evidence instead of a crash.
+    """
+    expected_dtype = getattr(torch, protocol.TORCH_DTYPE)
+    parameters, violations = [], []
+    for name, parameter in model.named_parameters():
+        parameters.append(
+            {
+                "name": name,
+                "shape": list(parameter.shape),
+                "numel": parameter.numel(),
+                "device": str(parameter.device),
+                "dtype": str(parameter.dtype).removeprefix("torch."),
+            }
+        )
+        if parameter.device.type != "cpu":
+            violations.append(f"{name}: device expected cpu, actual {parameter.device}")
+        if parameter.dtype != expected_dtype:
+            violations.append(f"{name}: dtype expected {expected_dtype}, actual {parameter.dtype}")
+    attn = getattr(model.config, "_attn_implementation", None)
+    if attn != protocol.ATTN_IMPLEMENTATION:
+        violations.append(f"attn_implementation: expected {protocol.ATTN_IMPLEMENTATION}, actual {attn}")
+    if model.training:
+        violations.append("model.training: expected False (eval mode), actual True")
+    storage = unique_storage_bytes(model.parameters())
+    checkpoint = Path(directory) / WEIGHT_FILE
+    return {
+        "class": type(model).__name__,
+        "config": model.config.to_dict(),
+        "parameter_count": sum(p["numel"] for p in parameters),
+        "parameters": parameters,
+        "unique_parameter_storage_bytes": storage["bytes"],
+        "unique_parameter_storages": storage["storages"],
+        "checkpoint_file": str(checkpoint),
+        "checkpoint_file_bytes": checkpoint.stat().st_size,
+        "training": model.training,
+        "attn_implementation": attn,
+        "violations": violations,
+    }

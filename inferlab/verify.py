@@ -1,0 +1,701 @@
+"""Check a finished record directory, and compare two of them, from the files alone (no model, no torch).
+
+verify(DIR) re-hashes every file against the manifest and checks that the records are complete
+for the protocol: counts per kind, the schedule, the budgets, the tensor references, and that
+every failure or gap has its evidence (a recorded failed, errored or skipped test with its
+message). compare(DIR1, DIR2) reports; it does not judge.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from inferlab import protocol
+from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR, sha256_file
+
+NON_PASSING = ("failed", "error", "skipped")
+RECORD_BASE_FIELDS = ("kind", "test", "seq", "wall_time")
+
+# Which experiment tests produce each kind of record, by words in their node ids. A missing
+# record is explained only by a non-passing outcome of a test whose id holds one of the words.
+# The per-trial kinds (generation, timing_trial) are matched by their protocol test ids instead.
+KIND_PRODUCERS = {
+    "specimen": ("specimen", "artifact"),
+    "artifact_acquisition": ("specimen", "artifact", "acquisition"),
+    "artifact_file": ("specimen", "artifact"),
+    "model_load": ("specimen", "load", "model"),
+    "model_inspection": ("specimen", "load", "model", "inspect"),
+    "thread_controls": ("specimen", "load", "model", "thread"),
+    "input": ("input",),
+    "first_step_logits_check": ("sampling", "generation", "logit"),
+    "sampling_summary": ("sampling", "generation", "summary"),
+    "cache_criterion": ("cache",),
+    "cache_comparison": ("cache",),
+    "cache_inspection": ("cache",),
+    "cache_summary": ("cache",),
+    "cache_divergence": ("cache", "divergence", "timing"),
+    "timing_summary": ("timing",),
+    "loop_vs_generate": ("timing", "loop", "generate"),
+    "memory": ("memory",),
+    "batching": ("batching",),
+}
+
+
+def _expected_input_prompts() -> list[str]:
+    return list(dict.fromkeys([*protocol.PROMPTS, *protocol.TIMING_PROMPTS]))
+
+
+def _timing_combinations() -> list[tuple[str, bool]]:
+    return list(dict.fromkeys((t.prompt_id, t.use_cache) for t in protocol.timing_schedule()))
+
+
+# --- small readers -------------------------------------------------------------------------
+
+
+def bracket_id(nodeid: Optional[str]) -> Optional[str]:
+    """The parametrize id of a node id, 'P1-S2-seed23' from 'x.py::test_g[P1-S2-seed23]'; None without one."""
+    if not nodeid or not nodeid.endswith("]") or "[" not in nodeid:
+        return None
+    return nodeid[nodeid.index("[") + 1:-1]
+
+
+def token_times_of(record: dict) -> Optional[list]:
+    """A timing trial's selection times in seconds from t_start, whichever name the record uses."""
+    for name in ("token_times", "token_times_s"):
+        if isinstance(record.get(name), list):
+            return record[name]
+    return None
+
+
+def tensor_references(value: Any, path: str = "") -> Iterable[tuple[str, dict]]:
+    """Every {file, key, sha256, ...} tensor reference nested anywhere in a record, with its field path."""
+    if isinstance(value, dict):
+        if isinstance(value.get("file"), str) and isinstance(value.get("key"), str) and "sha256" in value:
+            yield path or "(record)", value
+        for name, inner in value.items():
+            yield from tensor_references(inner, f"{path}.{name}" if path else name)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from tensor_references(inner, f"{path}[{index}]")
+
+
+def read_tensor_file(path: Path) -> dict:
+    """All tensors of a safetensors file as numpy arrays (numpy framework, so no torch import)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as handle:
+        return {key: handle.get_tensor(key) for key in handle.keys()}
+
+
+def tensor_sha256(array) -> str:
+    """SHA-256 of a tensor's raw little-endian bytes, as inferlab.records.TensorStore hashes them."""
+    import numpy
+
+    data = numpy.ascontiguousarray(array)
+    if data.dtype.byteorder == ">":
+        data = data.byteswap().view(data.dtype.newbyteorder("<"))
+    return hashlib.sha256(data.tobytes()).hexdigest()
+
+
+# --- verify --------------------------------------------------------------------------------
+
+
+class _Verifier:
+    """Collects one line per problem while walking the record directory."""
+
+    def __init__(self, record_dir: Path):
+        self.dir = Path(record_dir)
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+        self.records: list[dict] = []
+        self.manifest: Optional[dict] = None
+        self.plan: Optional[dict] = None
+        self.files_checked = 0
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+
+    # 1) files against the manifest
+    def check_manifest_and_files(self) -> None:
+        path = self.dir / MANIFEST_FILE
+        try:
+            self.manifest = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.problem(f"{path}: missing; no file can be checked against it")
+            return
+        except (OSError, ValueError) as error:
+            self.problem(f"{path}: not readable JSON ({error})")
+            return
+        if self.manifest.get("complete") is not True:
+            self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r}, expected true "
+                         f"(the session did not finish, or was interrupted)")
+        if self.manifest.get("exit_status") is None:
+            self.problem(f"{MANIFEST_FILE}: exit_status is null, expected the session's exit status")
+        listed = self.manifest.get("files")
+        if not isinstance(listed, dict):
+            self.problem(f"{MANIFEST_FILE}: no 'files' inventory (it is written at session end), so no file "
+                         f"hash can be checked")
+            return
+        for relative, expected in sorted(listed.items()):
+            target = self.dir / relative
+            if not target.is_file():
+                self.problem(f"{relative}: listed in the manifest but missing")
+                continue
+            self.files_checked += 1
+            size = target.stat().st_size
+            if size != expected.get("size"):
+                self.problem(f"{relative}: size {size} bytes, manifest says {expected.get('size')}")
+            digest = sha256_file(target)
+            if digest != expected.get("sha256"):
+                self.problem(f"{relative}: sha256 {digest}, manifest says {expected.get('sha256')} (file changed)")
+        present = sorted(p.relative_to(self.dir).as_posix() for p in self.dir.rglob("*") if p.is_file())
+        for relative in present:
+            if relative != MANIFEST_FILE and relative not in listed:
+                self.problem(f"{relative}: present but not listed in the manifest (added after the session)")
+
+    # 2) records.jsonl itself
+    def check_records_file(self) -> bool:
+        path = self.dir / RECORDS_FILE
+        try:
+            raw = path.read_bytes()
+        except OSError as error:
+            self.problem(f"{path}: not readable ({error})")
+            return False
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError as error:
+            self.problem(f"{RECORDS_FILE}: not ASCII as written ({error})")
+            text = raw.decode("utf-8", errors="replace")
+        ok = True
+        for number, line in enumerate(text.splitlines(), start=1):
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                self.problem(f"{RECORDS_FILE}:{number}: not a JSON object ({error})")
+                ok = False
+                continue
+            if not isinstance(record, dict):
+                self.problem(f"{RECORDS_FILE}:{number}: a {type(record).__name__}, expected a JSON object")
+                ok = False
+                continue
+            absent = [name for name in RECORD_BASE_FIELDS if name not in record]
+            if absent:
+                self.problem(f"{RECORDS_FILE}:{number}: missing field(s) {', '.join(absent)}")
+            self.records.append(record)
+        seqs = [r.get("seq") for r in self.records]
+        if seqs != list(range(len(seqs))):
+            first = next((i for i, s in enumerate(seqs) if s != i), None)
+            self.problem(f"{RECORDS_FILE}: seq is not 0..{len(seqs) - 1} in order; at line {first + 1 if first is not None else '?'} "
+                         f"expected {first}, found {seqs[first] if first is not None else '?'}")
+        return ok
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+    # 3) failures and their evidence
+    def check_outcome_evidence(self) -> None:
+        outcomes = self.of_kind("test_outcome")
+        for record in outcomes:
+            outcome, test = record.get("outcome"), record.get("test")
+            if outcome in ("failed", "error") and not (record.get("longrepr") or "").strip():
+                self.problem(f"{RECORDS_FILE} seq {record.get('seq')}: {test} {outcome} with no longrepr (no evidence)")
+            if outcome == "skipped" and not (record.get("skip_reason") or "").strip():
+                self.problem(f"{RECORDS_FILE} seq {record.get('seq')}: {test} skipped with no reason")
+            if outcome not in ("passed", *NON_PASSING):
+                self.problem(f"{RECORDS_FILE} seq {record.get('seq')}: {test} has outcome {outcome!r}, expected one of "
+                             f"passed, failed, error, skipped")
+        if self.manifest is not None and isinstance(self.manifest.get("outcome_counts"), dict):
+            counted = dict(collections.Counter(r.get("outcome") for r in outcomes))
+            if counted != self.manifest["outcome_counts"]:
+                self.problem(f"{MANIFEST_FILE}: outcome_counts {self.manifest['outcome_counts']} but "
+                             f"{RECORDS_FILE} holds {counted}")
+        for record in self.records:
+            status = record.get("status")
+            if record.get("kind") == "test_outcome" or status in (None, "ok", "passed"):
+                continue
+            if not self._non_passing(record.get("test")):
+                self.problem(f"{RECORDS_FILE} seq {record.get('seq')}: {record.get('kind')} has status {status!r} "
+                             f"but its test {record.get('test')} has no non-passing outcome")
+
+    def _non_passing(self, nodeid: Optional[str]) -> Optional[dict]:
+        if nodeid is None:
+            return None
+        return next((r for r in self.of_kind("test_outcome")
+                     if r.get("test") == nodeid and r.get("outcome") in NON_PASSING), None)
+
+    def _non_passing_param(self, test_id: str) -> Optional[dict]:
+        return next((r for r in self.of_kind("test_outcome")
+                     if bracket_id(r.get("test")) == test_id and r.get("outcome") in NON_PASSING), None)
+
+    def _non_passing_hint(self, words: tuple) -> Optional[dict]:
+        return next((r for r in self.of_kind("test_outcome") if r.get("outcome") in NON_PASSING
+                     and any(w in (r.get("test") or "").lower() for w in words)), None)
+
+    def _explain(self, what: str, evidence: Optional[dict]) -> None:
+        if evidence is None:
+            return
+        self.notes.append(f"{what}: explained by {evidence.get('test')} {evidence.get('outcome')} "
+                          f"(seq {evidence.get('seq')})")
+
+    def require(self, what: str, words: tuple) -> None:
+        """A gap: a problem unless a producing test has a recorded non-passing outcome."""
+        evidence = self._non_passing_hint(words)
+        if evidence is None:
+            self.problem(f"{what}, and no test matching {'/'.join(words)} has a failed, error or skipped outcome")
+        else:
+            self._explain(what, evidence)
+
+    # 4) the plan
+    def check_plan(self) -> None:
+        path = self.dir / PLAN_FILE
+        if len(self.of_kind("plan")) != 1:
+            self.problem(f"{RECORDS_FILE}: {len(self.of_kind('plan'))} plan record(s), expected exactly 1")
+        try:
+            self.plan = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.problem(f"{path}: missing")
+            return
+        except (OSError, ValueError) as error:
+            self.problem(f"{path}: not readable JSON ({error})")
+            return
+        totals = self.plan.get("totals") or {}
+        for violation in protocol.cap_violations(totals):
+            self.problem(f"{PLAN_FILE}: {violation}")
+        for shortfall in protocol.shortfalls(totals):
+            self.problem(f"{PLAN_FILE}: not the complete protocol: {shortfall}")
+        schedule = self.plan.get("schedule") or []
+        ran = {r.get("test") for r in self.of_kind("test_outcome")}
+        for entry in schedule:
+            if entry.get("test") not in ran:
+                self.problem(f"{PLAN_FILE}: planned test {entry.get('test')} has no recorded outcome")
+        planned = [bracket_id(e.get("test")) for e in schedule]
+        expected_generation = [t.test_id for t in protocol.generation_trials()]
+        expected_timing = [t.test_id for t in protocol.timing_schedule()]
+        for name, expected in (("generation", expected_generation), ("timing", expected_timing)):
+            order = [p for p in planned if p in expected]
+            if order != [p for p in expected if p in order]:
+                self.problem(f"{PLAN_FILE}: {name} trials are not in protocol order: {order}")
+        # the tests ran in the plan's order
+        plan_index = {e.get("test"): i for i, e in enumerate(schedule)}
+        run_order = [plan_index[r["test"]] for r in self.of_kind("test_outcome") if r.get("test") in plan_index]
+        first_seen = list(dict.fromkeys(run_order))
+        if first_seen != sorted(first_seen):
+            self.problem(f"{RECORDS_FILE}: tests did not run in the order of {PLAN_FILE}")
+
+    # 5) counts per kind
+    def check_kinds(self) -> None:
+        def at_least_one(kind):
+            if not self.of_kind(kind):
+                self.require(f"no {kind} record", KIND_PRODUCERS[kind])
+
+        for kind in ("specimen", "artifact_acquisition", "model_load", "model_inspection", "thread_controls",
+                     "first_step_logits_check", "sampling_summary", "cache_criterion", "cache_inspection",
+                     "cache_divergence", "loop_vs_generate", "memory"):
+            at_least_one(kind)
+
+        files = self.of_kind("artifact_file")
+        names = [r.get("name") for r in files]
+        if sorted(names) != sorted(protocol.ALLOWLISTED_FILES):
+            self.require(f"artifact_file records for {sorted(names)}, expected exactly "
+                         f"{sorted(protocol.ALLOWLISTED_FILES)}", KIND_PRODUCERS["artifact_file"])
+
+        inputs = {r.get("prompt_id") for r in self.of_kind("input")}
+        for prompt_id in _expected_input_prompts():
+            if prompt_id not in inputs:
+                self.require(f"no input record for {prompt_id}", KIND_PRODUCERS["input"])
+
+        comparisons = self.of_kind("cache_comparison")
+        lengths = [r.get("prefix_length") for r in comparisons]
+        if not comparisons:
+            self.require("no cache_comparison record", KIND_PRODUCERS["cache_comparison"])
+        elif len(comparisons) > protocol.CACHE_MAX_TARGET_TOKENS:
+            self.problem(f"{len(comparisons)} cache_comparison records, expected 1..{protocol.CACHE_MAX_TARGET_TOKENS}")
+        elif not all(isinstance(n, int) for n in lengths) or lengths != list(range(lengths[0], lengths[0] + len(lengths))):
+            self.problem(f"cache_comparison prefix lengths {lengths}, expected consecutive integers")
+        criteria = self.of_kind("cache_criterion")
+        if criteria and comparisons and min(r["seq"] for r in criteria) > min(r["seq"] for r in comparisons):
+            self.problem("cache_criterion was recorded after the first cache_comparison; it must be declared first")
+        summaries = self.of_kind("cache_summary")
+        if len(summaries) != 1:
+            if summaries:
+                self.problem(f"{len(summaries)} cache_summary records, expected 1")
+            else:
+                self.require("no cache_summary record", KIND_PRODUCERS["cache_summary"])
+
+        present = collections.Counter((r.get("prompt_id"), r.get("use_cache")) for r in self.of_kind("timing_summary"))
+        for combination in _timing_combinations():
+            if present[combination] > 1:
+                self.problem(f"{present[combination]} timing_summary records for {combination}, expected 1")
+            elif not present[combination]:
+                self.require(f"no timing_summary for prompt {combination[0]} use_cache={combination[1]}",
+                             KIND_PRODUCERS["timing_summary"])
+        extra = set(present) - set(_timing_combinations())
+        if extra:
+            self.problem(f"timing_summary records for unknown combinations {sorted(map(str, extra))}")
+
+    # 6) the generation matrix
+    def check_generation(self) -> None:
+        trials = protocol.generation_trials()
+        key_to_index = {(t.prompt_id, t.condition, t.seed, t.repetition): t.index for t in trials}
+        seen: dict[int, list[dict]] = collections.defaultdict(list)
+        order = []
+        new_tokens = 0
+        for record in self.of_kind("generation"):
+            key = (record.get("prompt_id"), record.get("condition"), record.get("seed"), record.get("repetition"))
+            index = key_to_index.get(key)
+            if index is None:
+                self.problem(f"generation seq {record.get('seq')}: {key} is not a trial of the protocol")
+                continue
+            seen[index].append(record)
+            order.append(index)
+            ids = record.get("generated_ids")
+            length = record.get("generated_length")
+            if isinstance(ids, list) and isinstance(length, int) and len(ids) != length:
+                self.problem(f"generation {trials[index].test_id}: generated_length {length} but {len(ids)} ids")
+            count = len(ids) if isinstance(ids, list) else (length or 0)
+            new_tokens += count
+            if count > protocol.MAX_NEW_TOKENS:
+                self.problem(f"generation {trials[index].test_id}: {count} new tokens, the budget is "
+                             f"{protocol.MAX_NEW_TOKENS}")
+            config = record.get("generation_config")
+            if isinstance(config, dict) and config.get("max_new_tokens") not in (None, protocol.MAX_NEW_TOKENS):
+                self.problem(f"generation {trials[index].test_id}: max_new_tokens {config.get('max_new_tokens')}, "
+                             f"expected {protocol.MAX_NEW_TOKENS}")
+        if order != sorted(order):
+            self.problem(f"generation records are not in protocol order: trial indices {order}")
+        for trial in trials:
+            if len(seen[trial.index]) > 1:
+                self.problem(f"generation {trial.test_id}: {len(seen[trial.index])} records, expected 1 "
+                             f"(no trial is regenerated)")
+            elif not seen[trial.index]:
+                evidence = self._non_passing_param(trial.test_id)
+                if evidence is None:
+                    self.problem(f"generation {trial.test_id}: no record and no failed, error or skipped outcome "
+                                 f"for a test with id [{trial.test_id}]")
+                else:
+                    self._explain(f"generation {trial.test_id} missing", evidence)
+        if new_tokens > protocol.CAPS["generation_new_tokens"]:
+            self.problem(f"generation: {new_tokens} new tokens in all, cap {protocol.CAPS['generation_new_tokens']}")
+
+    # 7) the timing schedule
+    def check_timing(self) -> None:
+        schedule = protocol.timing_schedule()
+        seen: dict[int, list[dict]] = collections.defaultdict(list)
+        order = []
+        selections = 0
+        for record in self.of_kind("timing_trial"):
+            index = record.get("schedule_index")
+            if not isinstance(index, int) or not 0 <= index < len(schedule):
+                self.problem(f"timing_trial seq {record.get('seq')}: schedule_index {index!r} is not in the "
+                             f"schedule (0..{len(schedule) - 1})")
+                continue
+            planned = schedule[index]
+            seen[index].append(record)
+            order.append(index)
+            actual = (record.get("prompt_id"), record.get("use_cache"), record.get("warmup"))
+            expected = (planned.prompt_id, planned.use_cache, planned.warmup)
+            if actual != expected:
+                self.problem(f"timing_trial {planned.test_id}: (prompt_id, use_cache, warmup) = {actual}, the "
+                             f"schedule says {expected}")
+            ids = record.get("generated_ids")
+            selections += len(ids) if isinstance(ids, list) else 0
+            if not isinstance(ids, list) or len(ids) != protocol.TIMING_NEW_TOKENS:
+                self.problem(f"timing_trial {planned.test_id}: {len(ids) if isinstance(ids, list) else 'no'} "
+                             f"generated ids, expected {protocol.TIMING_NEW_TOKENS}")
+            times = token_times_of(record)
+            if not isinstance(times, list) or len(times) != protocol.TIMING_NEW_TOKENS:
+                self.problem(f"timing_trial {planned.test_id}: {len(times) if isinstance(times, list) else 'no'} "
+                             f"token times, expected {protocol.TIMING_NEW_TOKENS}")
+            elif any(not isinstance(t, (int, float)) for t in times) or any(b < a for a, b in zip(times, times[1:])) \
+                    or times[0] < 0:
+                self.problem(f"timing_trial {planned.test_id}: token times are not non-negative and non-decreasing")
+        if order != sorted(order):
+            self.problem(f"timing_trial records are not in schedule order: schedule indices {order}")
+        for planned in schedule:
+            if len(seen[planned.schedule_index]) > 1:
+                self.problem(f"timing_trial {planned.test_id}: {len(seen[planned.schedule_index])} records, expected 1")
+            elif not seen[planned.schedule_index]:
+                evidence = self._non_passing_param(planned.test_id)
+                if evidence is None:
+                    self.problem(f"timing_trial {planned.test_id}: no record and no failed, error or skipped "
+                                 f"outcome for a test with id [{planned.test_id}]")
+                else:
+                    self._explain(f"timing_trial {planned.test_id} missing", evidence)
+        if selections > protocol.CAPS["timing_selections"]:
+            self.problem(f"timing: {selections} selections in all, cap {protocol.CAPS['timing_selections']}")
+
+    # 8) other budgets
+    def check_budgets(self) -> None:
+        for record in self.of_kind("cache_summary"):
+            forwards = record.get("forward_count")
+            if isinstance(forwards, int) and forwards > protocol.CAPS["cache_forwards"]:
+                self.problem(f"cache_summary: {forwards} forwards, cap {protocol.CAPS['cache_forwards']}")
+            expected = record.get("forward_count_expected")
+            if isinstance(forwards, int) and isinstance(expected, int) and forwards != expected:
+                self.problem(f"cache_summary: {forwards} forwards counted, expected {expected} (2m)")
+        calls = [r for r in self.of_kind("batching") if r.get("call_index") is not None]
+        if len(calls) > protocol.CAPS["batching_calls"]:
+            self.problem(f"batching: {len(calls)} generate calls, cap {protocol.CAPS['batching_calls']}")
+
+    # 9) tensors
+    def check_tensors(self) -> None:
+        loaded: dict[str, Optional[dict]] = {}
+        for record in self.records:
+            for field_path, ref in tensor_references(record):
+                where = f"{record.get('kind')} seq {record.get('seq')} {field_path}"
+                relative = ref["file"]
+                if relative not in loaded:
+                    target = self.dir / relative
+                    if not target.is_file():
+                        loaded[relative] = None
+                    else:
+                        try:
+                            loaded[relative] = read_tensor_file(target)
+                        except Exception as error:  # any unreadable file is a problem line, not a crash
+                            self.problem(f"{relative}: not a readable safetensors file ({type(error).__name__}: {error})")
+                            loaded[relative] = {}
+                tensors = loaded[relative]
+                if tensors is None:
+                    self.problem(f"{where}: tensor file {relative} is missing")
+                    continue
+                if ref["key"] not in tensors:
+                    if tensors:
+                        self.problem(f"{where}: key {ref['key']!r} not in {relative}")
+                    continue
+                array = tensors[ref["key"]]
+                if "shape" in ref and list(array.shape) != list(ref["shape"]):
+                    self.problem(f"{where}: {relative}[{ref['key']}] has shape {list(array.shape)}, record says "
+                                 f"{ref['shape']}")
+                digest = tensor_sha256(array)
+                if digest != ref["sha256"]:
+                    self.problem(f"{where}: {relative}[{ref['key']}] sha256 {digest}, record says {ref['sha256']}")
+
+    def run(self) -> dict:
+        self.check_manifest_and_files()
+        if self.check_records_file() or self.records:
+            self.check_outcome_evidence()
+            self.check_plan()
+            self.check_kinds()
+            self.check_generation()
+            self.check_timing()
+            self.check_budgets()
+            self.check_tensors()
+        outcomes = collections.Counter(r.get("outcome") for r in self.of_kind("test_outcome"))
+        return {
+            "record_dir": str(self.dir),
+            "ok": not self.problems,
+            "problems": list(self.problems),
+            "explained_gaps": list(self.notes),
+            "records": len(self.records),
+            "files_checked": self.files_checked,
+            "outcome_counts": dict(sorted(outcomes.items())),
+            "all_tests_passed": bool(outcomes) and set(outcomes) == {"passed"},
+        }
+
+
+def verify(record_dir: Path) -> dict:
+    """Check a record dir: {ok, problems: [one line each], explained_gaps, records, files_checked, outcome_counts,
+    all_tests_passed}."""
+    return _Verifier(Path(record_dir)).run()
+
+
+# --- compare -------------------------------------------------------------------------------
+
+
+def _load_for_compare(record_dir: Path) -> dict:
+    """Records and manifest of a dir; raises ValueError naming the file when either is unreadable."""
+    from inferlab.records import read_records
+
+    record_dir = Path(record_dir)
+    if not (record_dir / RECORDS_FILE).is_file():
+        raise ValueError(f"{record_dir / RECORDS_FILE}: missing")
+    records = read_records(record_dir)
+    try:
+        manifest = json.loads((record_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        manifest = {}
+    except ValueError as error:
+        raise ValueError(f"{record_dir / MANIFEST_FILE}: not readable JSON ({error})") from None
+    return {"dir": record_dir, "records": records, "manifest": manifest}
+
+
+def _first_difference(a: Optional[list], b: Optional[list]) -> Optional[int]:
+    if a is None or b is None:
+        return None
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _id_agreement(rows_a: dict, rows_b: dict, order: list) -> list[dict]:
+    result = []
+    for key, label in order:
+        a, b = rows_a.get(key), rows_b.get(key)
+        ids_a = a.get("generated_ids") if a else None
+        ids_b = b.get("generated_ids") if b else None
+        if a is None or b is None or ids_a is None or ids_b is None:
+            status = "missing in " + " and ".join(n for n, r in (("DIR1", ids_a), ("DIR2", ids_b)) if r is None)
+            result.append({"trial": label, "equal": None, "first_difference": None, "status": status})
+            continue
+        difference = _first_difference(ids_a, ids_b)
+        result.append({"trial": label, "equal": difference is None, "first_difference": difference,
+                       "status": "equal" if difference is None else f"differ from index {difference}"})
+    return result
+
+
+def _tensor_files(record_dir: Path) -> list[str]:
+    folder = record_dir / TENSOR_DIR
+    return sorted(p.relative_to(record_dir).as_posix() for p in folder.glob("*.safetensors")) if folder.is_dir() else []
+
+
+def _tensor_agreement(dir_a: Path, dir_b: Path) -> list[dict]:
+    import numpy
+
+    rows = []
+    for relative in sorted(set(_tensor_files(dir_a)) | set(_tensor_files(dir_b))):
+        loaded = []
+        for folder in (dir_a, dir_b):
+            try:
+                loaded.append(read_tensor_file(folder / relative) if (folder / relative).is_file() else None)
+            except Exception as error:  # reported, not raised: compare reports
+                loaded.append({"__error__": f"{type(error).__name__}: {error}"})
+        a, b = loaded
+        for key in sorted(set(a or {}) | set(b or {})):
+            row = {"file": relative, "key": key, "max_abs_diff": None, "bitwise_equal": None, "status": ""}
+            if a is None or key not in a or b is None or key not in b:
+                row["status"] = "missing in " + ("DIR1" if a is None or key not in a else "DIR2")
+            elif key == "__error__":
+                row["status"] = "unreadable"
+            elif a[key].shape != b[key].shape:
+                row["status"] = f"shapes differ {list(a[key].shape)} vs {list(b[key].shape)}"
+            else:
+                x, y = a[key].astype(numpy.float64), b[key].astype(numpy.float64)
+                diff = numpy.abs(x - y)
+                row["max_abs_diff"] = float(diff.max()) if diff.size else 0.0
+                row["bitwise_equal"] = a[key].tobytes() == b[key].tobytes()
+                row["status"] = "bitwise equal" if row["bitwise_equal"] else "differ"
+            rows.append(row)
+    return rows
+
+
+TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
+
+
+def _timing_medians(records: list[dict]) -> dict:
+    """Per (prompt, use_cache): the median of each metric over the measured (non-warmup) trials."""
+    from inferlab.summaries import mean_post_first_interval, median_min_max
+
+    values: dict = collections.defaultdict(lambda: collections.defaultdict(list))
+    for record in records:
+        if record.get("kind") != "timing_trial" or record.get("warmup"):
+            continue
+        key = (record.get("prompt_id"), record.get("use_cache"))
+        for metric in TIMING_METRICS:
+            value = record.get(metric)
+            if value is None and metric == "mean_post_first_interval_s":
+                times = token_times_of(record)
+                value = mean_post_first_interval(times) if times and len(times) > 1 else None
+            if isinstance(value, (int, float)):
+                values[key][metric].append(value)
+    return {key: {m: median_min_max(v)["median"] for m, v in metrics.items() if v} for key, metrics in values.items()}
+
+
+def _environment_differences(manifest_a: dict, manifest_b: dict) -> list[dict]:
+    rows = []
+
+    def add(section, name, a, b):
+        if a != b:
+            rows.append({"section": section, "name": name, "dir1": a, "dir2": b})
+
+    for section in ("platform", "distributions", "thread_environment", "git"):
+        a, b = manifest_a.get(section) or {}, manifest_b.get(section) or {}
+        for name in sorted(set(a) | set(b)):
+            add(section, name, a.get(name), b.get(name))
+    for name in ("specimen", "requirements_lock_sha256", "deviations_from_reference"):
+        add("manifest", name, manifest_a.get(name), manifest_b.get(name))
+    return rows
+
+
+def compare(dir_a: Path, dir_b: Path) -> dict:
+    """Compare two record dirs: {generation, timing_ids, tensors, timing_ratios, environment} rows (reports only)."""
+    a, b = _load_for_compare(Path(dir_a)), _load_for_compare(Path(dir_b))
+
+    def generation_rows(run):
+        return {(r.get("prompt_id"), r.get("condition"), r.get("seed"), r.get("repetition")): r
+                for r in run["records"] if r.get("kind") == "generation"}
+
+    def timing_rows(run):
+        return {r.get("schedule_index"): r for r in run["records"] if r.get("kind") == "timing_trial"}
+
+    generation_order = [((t.prompt_id, t.condition, t.seed, t.repetition), t.test_id)
+                        for t in protocol.generation_trials()]
+    timing_order = [(t.schedule_index, t.test_id) for t in protocol.timing_schedule()]
+    medians_a, medians_b = _timing_medians(a["records"]), _timing_medians(b["records"])
+    ratios = []
+    for prompt_id, use_cache in _timing_combinations():
+        key = (prompt_id, use_cache)
+        for metric in TIMING_METRICS:
+            x, y = medians_a.get(key, {}).get(metric), medians_b.get(key, {}).get(metric)
+            ratio = y / x if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x > 0 else None
+            ratios.append({"prompt_id": prompt_id, "use_cache": use_cache, "metric": metric,
+                           "median_dir1": x, "median_dir2": y, "ratio_dir2_over_dir1": ratio})
+    return {
+        "dir1": str(a["dir"]),
+        "dir2": str(b["dir"]),
+        "generation": _id_agreement(generation_rows(a), generation_rows(b), generation_order),
+        "timing_ids": _id_agreement(timing_rows(a), timing_rows(b), timing_order),
+        "tensors": _tensor_agreement(a["dir"], b["dir"]),
+        "timing_ratios": ratios,
+        "environment": _environment_differences(a["manifest"], b["manifest"]),
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}" if math.isfinite(value) else repr(value)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def format_compare(result: dict) -> str:
+    """A readable plain-text rendering of compare()'s result."""
+    lines = [f"compare: DIR1 = {result['dir1']}", f"         DIR2 = {result['dir2']}", ""]
+    for title, rows in (("generation trials (exact generated ids)", result["generation"]),
+                        ("timing trials (exact generated ids)", result["timing_ids"])):
+        equal = sum(1 for r in rows if r["equal"])
+        lines.append(f"{title}: {equal} of {len(rows)} equal")
+        width = max((len(r["trial"]) for r in rows), default=5)
+        lines += [f"  {r['trial']:<{width}}  {r['status']}" for r in rows]
+        lines.append("")
+    lines.append("tensors (max abs diff per key)")
+    if not result["tensors"]:
+        lines.append("  no tensor files in either dir")
+    for row in result["tensors"]:
+        lines.append(f"  {row['file']}[{row['key']}]  max_abs_diff={_fmt(row['max_abs_diff'])}  {row['status']}")
+    lines += ["", "timing: per-condition medians of the measured trials, ratio DIR2/DIR1"]
+    for row in result["timing_ratios"]:
+        cache = "cache_on " if row["use_cache"] else "cache_off"
+        lines.append(f"  {row['prompt_id']:<5} {cache} {row['metric']:<27} dir1={_fmt(row['median_dir1'])} s  "
+                     f"dir2={_fmt(row['median_dir2'])} s  ratio={_fmt(row['ratio_dir2_over_dir1'])}")
+    lines += ["", "environment differences"]
+    if not result["environment"]:
+        lines.append("  none (platform, distributions, thread environment, git, specimen, lock and deviations agree)")
+    for row in result["environment"]:
+        lines.append(f"  {row['section']}.{row['name']}: dir1={_fmt(row['dir1'])}  dir2={_fmt(row['dir2'])}")
+    return "\n".join(lines) + "\n"
+
+
+def median_or_none(values: list) -> Optional[float]:
+    """The median of the numeric values, None when there are none."""
+    numbers = [v for v in values if isinstance(v, (int, float))]
+    return statistics.median(numbers) if numbers else None

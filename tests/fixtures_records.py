@@ -1,0 +1,376 @@
+"""Synthetic record directories for the report, verify and compare tests (no model is run).
+
+build_complete_run() writes what a complete stand-in session leaves behind, in the plugin's
+order: the start manifest, plan.json, every record (through JsonlWriter), the tensors
+(through TensorStore), report.md with its plots, then the final manifest whose file
+inventory comes from file_inventory. build_failed_run() writes a run that failed at
+artifact verification, with every dependent test skipped for that reason.
+
+The numbers are invented test data in the shapes the experiments record; they are not
+measurements of anything.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from inferlab import protocol, report
+from inferlab.records import (
+    MANIFEST_FILE,
+    PLAN_FILE,
+    RECORDS_FILE,
+    TENSOR_DIR,
+    JsonlWriter,
+    TensorStore,
+    file_inventory,
+    write_json_atomic,
+)
+from inferlab.summaries import mean_post_first_interval, median_min_max, throughput_including_prompt
+
+VOCAB = 64  # tiny on purpose: the tests check plumbing, not a real vocabulary
+EOS_ID = 0
+FAILED_ACQUISITION_MESSAGE = (
+    "model.safetensors: sha256 0000000000000000000000000000000000000000000000000000000000000000, "
+    "expected 116a02532db461f91386a5b20f942ff2c8d4de7341e21b55caafc3d7b25f49a1"
+)
+SKIP_REASON = (
+    "not run: prerequisite 'specimen' failed in experiments/test_10_specimen.py::test_acquire_and_verify: "
+    + FAILED_ACQUISITION_MESSAGE
+)
+
+SPECIMEN_TESTS = ("experiments/test_10_specimen.py::test_acquire_and_verify",
+                  "experiments/test_10_specimen.py::test_load_and_inspect")
+SAMPLING = "experiments/test_30_sampling.py"
+TIMING = "experiments/test_50_timing.py"
+CACHE = "experiments/test_40_cache.py"
+
+
+def generation_nodeid(trial) -> str:
+    return f"{SAMPLING}::test_generation[{trial.test_id}]"
+
+
+def timing_nodeid(trial) -> str:
+    return f"{TIMING}::test_timing_trial[{trial.test_id}]"
+
+
+def input_nodeid(prompt_id: str) -> str:
+    return f"experiments/test_20_inputs.py::test_input[{prompt_id}]"
+
+
+def all_nodeids() -> list[tuple[str, dict]]:
+    """The planned tests in run order, with their budget markers."""
+    tests = [(SPECIMEN_TESTS[0], None), (SPECIMEN_TESTS[1], None)]
+    tests += [(input_nodeid(p), None) for p in ("P1", "P2", "P1x8")]
+    tests += [(generation_nodeid(t), {"category": "generation", "selections": protocol.MAX_NEW_TOKENS})
+              for t in protocol.generation_trials()]
+    tests += [(f"{SAMPLING}::test_first_step_logits_equal", None), (f"{SAMPLING}::test_sampling_summary", None)]
+    tests += [(f"{CACHE}::test_matched_prefix_cache",
+               {"category": "cache", "forwards": 2 * protocol.CACHE_MAX_TARGET_TOKENS})]
+    tests += [(timing_nodeid(t), {"category": "timing_warmup" if t.warmup else "timing_measured",
+                                  "selections": protocol.TIMING_NEW_TOKENS}) for t in protocol.timing_schedule()]
+    tests += [(f"{TIMING}::test_timing_summary", None), (f"{TIMING}::test_loop_matches_generate", None),
+              (f"{CACHE}::test_cache_divergence", None), ("experiments/test_60_memory.py::test_memory", None),
+              ("experiments/test_70_batching.py::test_batching", {"category": "batching", "calls": 4})]
+    return tests
+
+
+def _plan(tests: list[tuple[str, dict]]) -> dict:
+    totals = dict.fromkeys(protocol.CAPS, 0)
+    for _, budget in tests:
+        budget = budget or {}
+        category = budget.get("category")
+        if category == "generation":
+            totals["generation_trials"] += 1
+            totals["generation_new_tokens"] += budget["selections"]
+        elif category in ("timing_warmup", "timing_measured"):
+            totals["timing_warmups" if category == "timing_warmup" else "timing_measured"] += 1
+            totals["timing_selections"] += budget["selections"]
+        elif category == "cache":
+            totals["cache_forwards"] += budget["forwards"]
+        elif category == "batching":
+            totals["batching_calls"] += budget["calls"]
+    totals["core_trials"] = totals["generation_trials"] + totals["timing_warmups"] + totals["timing_measured"]
+    totals["core_selections"] = totals["generation_new_tokens"] + totals["timing_selections"]
+    return {
+        "protocol": protocol.as_dict(),
+        "schedule": [{"index": i, "test": t, "params": {}, "budget": b, "requires": [], "provides": [],
+                      "timeout_s": protocol.TRIAL_LIMIT_S} for i, (t, b) in enumerate(tests)],
+        "totals": totals,
+        "caps": dict(protocol.CAPS),
+        "cap_violations": protocol.cap_violations(totals),
+        "shortfalls": protocol.shortfalls(totals),
+    }
+
+
+class RunBuilder:
+    """Writes one record dir the way the plugin does: records with kind/test/seq/wall_time, then manifest."""
+
+    def __init__(self, directory: Path, specimen: str, synthetic: bool):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True)
+        (self.dir / TENSOR_DIR).mkdir()
+        self.writer = JsonlWriter(self.dir / RECORDS_FILE)
+        self.tensors = TensorStore(self.dir / TENSOR_DIR)
+        self.seq = 0
+        self.outcomes: dict[str, int] = {}
+        self.specimen = specimen
+        self.synthetic = synthetic
+        self._write_manifest(final=False)
+
+    def emit(self, kind: str, test: Optional[str], **fields) -> dict:
+        # A fixed wall_time keeps two builds byte-identical, which the compare tests rely on.
+        record = {"kind": kind, "test": test, "seq": self.seq, "wall_time": f"2025-01-01T00:00:{self.seq % 60:02d}+00:00"}
+        record.update(fields)
+        self.writer.append(record)
+        self.seq += 1
+        return record
+
+    def outcome(self, test: str, outcome: str = "passed", phase: str = "call", longrepr=None, skip_reason=None):
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        return self.emit("test_outcome", test, outcome=outcome, phase=phase, duration=0.01,
+                         longrepr=longrepr, skip_reason=skip_reason)
+
+    def write_plan(self, tests) -> None:
+        plan = _plan(tests)
+        write_json_atomic(self.dir / PLAN_FILE, plan)
+        self.emit("plan", None, file=PLAN_FILE, totals=plan["totals"], cap_violations=plan["cap_violations"],
+                  shortfalls=plan["shortfalls"], tests=len(plan["schedule"]))
+
+    def _write_manifest(self, final: bool) -> None:
+        manifest = {
+            "complete": final,
+            "exit_status": (1 if self.outcomes.get("failed") else 0) if final else None,
+            "outcome_counts": dict(self.outcomes) if final else {},
+            "command_line": ["pytest", "experiments", "--specimen", self.specimen, "--record-dir", str(self.dir)],
+            "started_utc": "2025-01-01T00:00:00+00:00",
+            "ended_utc": "2025-01-01T00:05:00+00:00" if final else None,
+            "record_dir": str(self.dir),
+            "specimen": self.specimen,
+            "options": {"artifacts": None, "offline": True, "plan": False},
+            "predictions": {"supplied": False, "note": "no predictions were supplied (--predictions FILE)"},
+            "torch_threads": {"requested": None, "effective": {"intra_op": 1, "inter_op": 1} if final else None},
+            "platform": {"python_version": "3.11.2", "python_implementation": "CPython", "os": "Linux",
+                         "machine": "x86_64", "cpu_model": "Test CPU", "logical_cpus": 2},
+            "distributions": {"numpy": "2.0.0", "safetensors": "0.8.0", "tokenizers": "0.22.2", "torch": "2.13.0",
+                              "transformers": "4.57.1"},
+            "requirements_lock_sha256": "ab" * 32,
+            "git": {"commit": "c0ffee" * 6 + "c0ff", "dirty": False},
+            "source_sha256": {"inferlab/report.py": "cd" * 32},
+            "thread_environment": {"OMP_NUM_THREADS": "1"},
+            "deviations_from_reference": ["Python is CPython 3.11.2; the protocol's reference is CPython 3.13.13"],
+            "checks": {"specimen": {"status": "passed"}} if final else {},
+            "protocol": protocol.as_dict(),
+        }
+        if final:
+            manifest["files"] = file_inventory(self.dir, exclude=(MANIFEST_FILE,))
+        write_json_atomic(self.dir / MANIFEST_FILE, manifest)
+
+    def finish(self) -> Path:
+        """Close the records, write the report (as the plugin does at session end), then the final manifest."""
+        self.writer.close()
+        report.write_report(self.dir)
+        self._write_manifest(final=True)
+        return self.dir
+
+
+def _specimen_records(run: RunBuilder, test: str, ok: bool) -> None:
+    run.emit("specimen", test, name=run.specimen, synthetic=run.synthetic,
+             description="synthetic stand-in with pythia-14m's architecture and random weights" if run.synthetic
+             else "EleutherAI/pythia-14m", repo_id="inferlab/standin" if run.synthetic else protocol.PINNED_REPO_ID,
+             revision="685c649b" if run.synthetic else protocol.PINNED_REVISION)
+    run.emit("artifact_acquisition", test, acquisition="reuse:project_cache", directory="artifacts/cache/x",
+             elapsed_s=0.05, status="ok" if ok else "failed", error=None if ok else FAILED_ACQUISITION_MESSAGE)
+    for index, name in enumerate(protocol.ALLOWLISTED_FILES):
+        bad = not ok and name == "model.safetensors"
+        digest = f"{index:02d}" * 32
+        run.emit("artifact_file", test, name=name, size=1000 + index, sha256="00" * 32 if bad else digest,
+                 expected_sha256=digest, expected_size=1000 + index, ok=not bad,
+                 problem=FAILED_ACQUISITION_MESSAGE if bad else None, acquisition="reuse:project_cache")
+
+
+def _fake_text(ids: list[int]) -> str:
+    # Includes a pipe and a newline so the report's escaping is exercised.
+    return "".join({0: "", 5: " |", 7: "\n"}.get(i, f" w{i}") for i in ids)
+
+
+def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -> Path:
+    """A complete protocol run's record dir (26 generations, 24 timing trials, cache, memory, batching)."""
+    import torch
+
+    rng = random.Random(seed)
+    run = RunBuilder(directory, "standin" if synthetic else protocol.DEFAULT_SPECIMEN, synthetic)
+    tests = all_nodeids()
+    run.write_plan(tests)
+
+    # specimen, load, inspection
+    _specimen_records(run, SPECIMEN_TESTS[0], ok=True)
+    run.emit("phase", SPECIMEN_TESTS[0], name="artifact_acquisition", elapsed_s=0.05, label="local reuse")
+    run.outcome(SPECIMEN_TESTS[0])
+    run.emit("thread_controls", SPECIMEN_TESTS[1], requested={"intra_op": 1, "inter_op": 1},
+             effective={"intra_op": 1, "inter_op": 1}, matches=True, errors=[])
+    run.emit("model_load", SPECIMEN_TESTS[1], model_class="GPTNeoXForCausalLM", elapsed_s=0.4, warnings=[],
+             options={"local_files_only": True, "use_safetensors": True, "trust_remote_code": False,
+                      "dtype": "float32", "attn_implementation": "eager", "device_map": None},
+             tokenizer={"class": "GPTNeoXTokenizerFast", "is_fast": True, "eos_token_id": EOS_ID})
+    run.emit("model_inspection", SPECIMEN_TESTS[1], **{"class": "GPTNeoXForCausalLM"}, parameter_count=14067712,
+             devices=["cpu"], dtypes=["float32"], unique_parameter_storage_bytes=56270848,
+             checkpoint_file_bytes=28143920, config={"vocab_size": VOCAB, "hidden_size": 128, "num_hidden_layers": 6})
+    run.emit("phase", SPECIMEN_TESTS[1], name="model_and_tokenizer_load", elapsed_s=0.4, label="load")
+    run.outcome(SPECIMEN_TESTS[1])
+
+    # inputs
+    prompt_ids = {}
+    for prompt_id, source in {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}.items():
+        ids = [rng.randrange(1, VOCAB) for _ in range(9 if prompt_id != "P1x8" else 72)]
+        prompt_ids[prompt_id] = ids
+        run.emit("input", input_nodeid(prompt_id), prompt_id=prompt_id, source=source, serialized=source,
+                 serialized_matches_source=True, token_ids=ids, token_pieces=[f"w{i}" for i in ids],
+                 length=len(ids), attention_mask=[1] * len(ids), add_special_tokens=False, eos_token_id=EOS_ID,
+                 pad_token_id=EOS_ID, pad_reason="reuse EOS id; no padding with batch size 1")
+        run.outcome(input_nodeid(prompt_id))
+
+    # the generation matrix
+    first_logits = {p: torch.randn(VOCAB, generator=torch.Generator().manual_seed(i)) for i, p in
+                    enumerate(protocol.PROMPTS)}
+    greedy, seeded = {}, {}
+    for trial in protocol.generation_trials():
+        if trial.condition == "G":
+            ids = greedy.setdefault(trial.prompt_id, [rng.randrange(1, VOCAB) for _ in range(protocol.MAX_NEW_TOKENS)])
+        elif trial.is_rerun:
+            ids = seeded[(trial.prompt_id, trial.condition, trial.seed)]
+        else:
+            length = 6 if trial.condition == "S2" and trial.seed == 23 else protocol.MAX_NEW_TOKENS
+            ids = [rng.randrange(1, VOCAB) for _ in range(length)]
+            if length < protocol.MAX_NEW_TOKENS:
+                ids[-1] = EOS_ID
+            seeded[(trial.prompt_id, trial.condition, trial.seed)] = ids
+        reference = None
+        if trial.keeps_first_step_logits:
+            reference = run.tensors.put("first_step_logits", f"{trial.prompt_id}/{trial.condition}",
+                                        first_logits[trial.prompt_id])
+        nodeid = generation_nodeid(trial)
+        run.emit("generation", nodeid, prompt_id=trial.prompt_id, condition=trial.condition, seed=trial.seed,
+                 repetition=trial.repetition, prompt_ids=prompt_ids[trial.prompt_id], generated_ids=ids,
+                 sequence_ids=prompt_ids[trial.prompt_id] + ids, text=_fake_text(ids),
+                 text_with_special=_fake_text(ids) + ("<|endoftext|>" if ids[-1] == EOS_ID else ""),
+                 generated_length=len(ids), stop_reason="eos" if ids[-1] == EOS_ID else "max_new_tokens",
+                 generation_config={"max_new_tokens": protocol.MAX_NEW_TOKENS, "do_sample": trial.condition != "G"},
+                 processors=[], rng_reset=[] if trial.seed is None else [{"call": "torch.manual_seed",
+                                                                          "seed": trial.seed}],
+                 warnings=[], elapsed_s=0.02, status="ok", first_step_logits=reference)
+        run.outcome(nodeid)
+    run.emit("first_step_logits_check", f"{SAMPLING}::test_first_step_logits_equal", prompts=["P1", "P2"],
+             max_abs_diff={"P1": 0.0, "P2": 0.0}, all_equal=True, processed_scores_differ_where_t_not_1=True,
+             passed=True)
+    run.outcome(f"{SAMPLING}::test_first_step_logits_equal")
+    run.emit("sampling_summary", f"{SAMPLING}::test_sampling_summary", per_prompt={"P1": {"greedy_identical": True}},
+             note="three seeds neither estimate the output distribution nor pick a best temperature")
+    run.outcome(f"{SAMPLING}::test_sampling_summary")
+
+    # the matched-prefix cache test
+    cache_test = f"{CACHE}::test_matched_prefix_cache"
+    tolerance = protocol.CACHE_TOLERANCE
+    run.emit("cache_criterion", cache_test, criterion=tolerance.describe(), atol=tolerance.atol, rtol=tolerance.rtol)
+    m = protocol.CACHE_MAX_TARGET_TOKENS
+    base = len(prompt_ids["P1"])
+    for k in range(m):
+        length = base + k
+        uncached = torch.randn(VOCAB, generator=torch.Generator().manual_seed(100 + k))
+        cached = uncached.clone() if k == 0 else uncached + 1e-7 * (k + 1)
+        references = {"cached": run.tensors.put("cache_logits", f"cached/prefix_{length:02d}", cached),
+                      "uncached": run.tensors.put("cache_logits", f"uncached/prefix_{length:02d}", uncached)}
+        diff = float((cached.double() - uncached.double()).abs().max())
+        top = torch.topk(uncached.double(), 2).values
+        margin = float(top[0] - top[1])
+        run.emit("cache_comparison", cache_test, prefix_length=length, max_abs_diff=diff, fail_fraction=0.0,
+                 bitwise_equal=diff == 0.0, argmax_cached=int(cached.argmax()), argmax_uncached=int(uncached.argmax()),
+                 top2_margin=margin, near_tie=margin < diff * protocol.NEAR_TIE_FACTOR, passed=True,
+                 tensors=references)
+    run.emit("cache_inspection", cache_test, cache_type="DynamicCache", layer_count=6, unique_bytes=6 * 2 * 4 * 32 * 16 * 4)
+    run.emit("cache_summary", cache_test, m=m, forward_count=2 * m, forward_count_expected=2 * m,
+             all_within_tolerance=True, all_argmax_equal=True, all_bitwise_equal=False, any_near_tie=False,
+             cache_reuse_exercised=True, notes=[], passed=True)
+    run.outcome(cache_test)
+
+    # timing
+    trials = []
+    for trial in protocol.timing_schedule():
+        length = len(prompt_ids[trial.prompt_id])
+        prefill = 0.002 * (1 + length / 40) + rng.random() * 1e-4
+        step = 0.001 if trial.use_cache else 0.001 * (1 + length / 40)
+        times, now = [], prefill + 2e-5
+        for _ in range(protocol.TIMING_NEW_TOKENS):
+            times.append(now)
+            now += step + rng.random() * 1e-4
+        ids = greedy["P1"] if trial.prompt_id == "P1" else [rng.randrange(0, 3) for _ in range(16)]
+        if not trial.use_cache and trial.prompt_id == "P1x8":
+            ids = ids[:10] + [1] * 6  # cache on and off diverge at index 10
+        record = run.emit("timing_trial", timing_nodeid(trial), prompt_id=trial.prompt_id, use_cache=trial.use_cache,
+                          warmup=trial.warmup, schedule_index=trial.schedule_index, prompt_ids=prompt_ids[trial.prompt_id],
+                          prompt_length=length, generated_ids=ids, output_length=len(ids), token_times=times,
+                          prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
+                          mean_post_first_interval_s=mean_post_first_interval(times),
+                          eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID],
+                          logits_to_keep=protocol.LOGITS_TO_KEEP, stopping_rule=protocol.TIMING_STOPPING_RULE,
+                          threads={"intra_op": 1, "inter_op": 1})
+        trials.append(record)
+        run.outcome(timing_nodeid(trial))
+    summary_test = f"{TIMING}::test_timing_summary"
+    combos = list(dict.fromkeys((t["prompt_id"], t["use_cache"]) for t in trials))
+    for prompt_id, use_cache in combos:
+        measured = [t for t in trials if (t["prompt_id"], t["use_cache"]) == (prompt_id, use_cache) and not t["warmup"]]
+        run.emit("timing_summary", summary_test, prompt_id=prompt_id, use_cache=use_cache,
+                 prompt_length=measured[0]["prompt_length"], output_length=protocol.TIMING_NEW_TOKENS,
+                 prefill_s=median_min_max([t["prefill_s"] for t in measured]),
+                 ttft_s=median_min_max([t["ttft_s"] for t in measured]),
+                 mean_post_first_interval_s=median_min_max([t["mean_post_first_interval_s"] for t in measured]),
+                 loop_s=median_min_max([t["loop_s"] for t in measured]),
+                 throughput_tok_s=median_min_max([throughput_including_prompt(t["token_times"]) for t in measured]),
+                 throughput_convention="median of per-run 16/(t16 - t0); includes prompt processing")
+    run.outcome(summary_test)
+    run.emit("loop_vs_generate", f"{TIMING}::test_loop_matches_generate", prompt_id="P1", equal=True,
+             first_difference=None, compared_length=16)
+    run.outcome(f"{TIMING}::test_loop_matches_generate")
+    run.emit("cache_divergence", f"{CACHE}::test_cache_divergence",
+             per_prompt={"P1": {"first_divergence": None}, "P1x8": {"first_divergence": 10}})
+    run.outcome(f"{CACHE}::test_cache_divergence")
+
+    # memory and batching
+    memory_test = "experiments/test_60_memory.py::test_memory"
+    run.emit("memory", memory_test, what="parameters", unique_bytes=56270848, analytic_bytes=56270848,
+             note="tensor payload of parameters only; not process memory")
+    run.emit("memory", memory_test, what="process_rss", current_rss={"bytes": 400_000_000, "meaning": "current"},
+             peak_rss={"bytes": 450_000_000, "meaning": "lifetime peak (cannot be reset)"},
+             unmeasured_categories={"activations": "temporary hidden states", "workspace": "kernel scratch"})
+    run.outcome(memory_test)
+    batching_test = "experiments/test_70_batching.py::test_batching"
+    for index in range(4):
+        run.emit("batching", batching_test, call_index=index, kind_of_call="single" if index < 2 else "batch",
+                 pad_token_id=EOS_ID, padding_side="left", attention_mask=[[1] * 9],
+                 row_to_request={"0": "P1" if index != 1 else "P2"})
+    run.emit("batching", batching_test, summary={"generate_calls": 4, "first_step_max_abs_diff": 2e-7,
+                                                 "generated_ids_all_identical": True},
+             pad_token_id=EOS_ID, padding_side="left", attention_mask=None, row_to_request=None)
+    run.outcome(batching_test)
+    return run.finish()
+
+
+def build_failed_run(directory: Path) -> Path:
+    """A default-specimen run that failed at artifact verification; every later test skipped with the reason."""
+    run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False)
+    tests = all_nodeids()
+    run.write_plan(tests)
+    _specimen_records(run, SPECIMEN_TESTS[0], ok=False)
+    run.outcome(SPECIMEN_TESTS[0], "failed", longrepr=f"E   Failed: {FAILED_ACQUISITION_MESSAGE}")
+    for nodeid, _ in tests[1:]:
+        run.outcome(nodeid, "skipped", phase="setup", longrepr=f"('x', 1, 'Skipped: {SKIP_REASON}')",
+                    skip_reason=SKIP_REASON)
+    return run.finish()
+
+
+def copy_run(source: Path, target: Path) -> Path:
+    """A private copy of a built record dir that a test may edit."""
+    return Path(shutil.copytree(source, target))

@@ -1,0 +1,103 @@
+"""Controlled loading and inspection of the stand-in: options, records, devices, dtypes, storage bytes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from inferlab import loading, protocol
+from inferlab.tiny_model import tiny_gpt_neox
+
+STANDIN_PARAMETERS = 14_067_712  # pythia-14m's parameter count
+STANDIN_FP32_BYTES = 56_270_848  # 4 bytes each, no shared storage (untied embeddings)
+
+
+@pytest.fixture(scope="module")
+def loaded(standin_dir, standin_spec):
+    return loading.load_specimen(standin_dir, standin_spec)
+
+
+@pytest.fixture(scope="module")
+def inspection(loaded, standin_dir):
+    return loading.inspect_model(loaded["model"], standin_dir)
+
+
+def test_set_threads_records_requested_and_effective():
+    record = loading.set_threads(protocol.INTRA_OP_THREADS, protocol.INTER_OP_THREADS)
+    effective = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
+    assert record["effective"] == effective and record["matches"] == (record["requested"] == effective)
+
+
+def test_second_interop_setting_is_recorded_not_hidden():
+    loading.set_threads(protocol.INTRA_OP_THREADS, protocol.INTER_OP_THREADS)
+    record = loading.set_threads(protocol.INTRA_OP_THREADS, protocol.INTER_OP_THREADS + 1)
+    assert record["errors"] and not record["matches"]
+
+
+def test_load_uses_the_protocol_controls(loaded):
+    options = loaded["model_load"]["options"]
+    assert options == {
+        "local_files_only": True, "use_safetensors": True, "trust_remote_code": False, "dtype": "float32",
+        "attn_implementation": "eager", "device_map": None, "model_class": "GPTNeoXForCausalLM",
+        "tokenizer_class": "GPTNeoXTokenizerFast",
+    }
+
+
+def test_load_record_is_json_ready_and_ordered(loaded):
+    record = json.loads(json.dumps(loaded["model_load"]))
+    assert record["load_start_ns"] < record["load_end_ns"] and record["elapsed_s"] > 0
+    assert isinstance(record["warnings"], list) and isinstance(record["log_messages"], list)
+
+
+def test_tokenizer_is_fast_with_eos_zero(loaded):
+    tokenizer = loaded["model_load"]["tokenizer"]
+    assert (tokenizer["class"], tokenizer["is_fast"], tokenizer["eos_token_id"]) == ("GPTNeoXTokenizerFast", True, 0)
+
+
+def test_model_is_in_eval_mode(loaded):
+    assert loaded["model"].training is False and loaded["model_load"]["training"] is False
+
+
+def test_inspection_finds_no_violation(inspection):
+    assert inspection["violations"] == []
+
+
+def test_parameter_count_and_unique_fp32_bytes(inspection):
+    assert (inspection["parameter_count"], inspection["unique_parameter_storage_bytes"]) == (
+        STANDIN_PARAMETERS,
+        STANDIN_FP32_BYTES,
+    )
+
+
+def test_checkpoint_bytes_are_kept_apart_from_loaded_bytes(inspection, standin_spec):
+    assert inspection["checkpoint_file_bytes"] == standin_spec.expected["model.safetensors"]["size"]
+    assert inspection["checkpoint_file_bytes"] != inspection["unique_parameter_storage_bytes"]
+
+
+def test_inspection_is_json_ready_with_config(inspection):
+    record = json.loads(json.dumps(inspection))
+    assert record["class"] == "GPTNeoXForCausalLM" and record["config"]["hidden_size"] == 128
+    assert record["attn_implementation"] == "eager"
+
+
+@torch.inference_mode()
+def test_standin_logits_are_finite(loaded):
+    ids = loaded["tokenizer"](protocol.PROMPTS["P1"], add_special_tokens=False, return_tensors="pt")["input_ids"]
+    logits = loaded["model"](ids).logits  # (1, T, vocab)
+    assert logits.shape[-1] == 50304 and bool(torch.isfinite(logits).all())
+
+
+def test_violations_name_dtype_and_training_mode(standin_dir):
+    model = tiny_gpt_neox(seed=0).to(torch.float16).train()
+    violations = loading.inspect_model(model, standin_dir)["violations"]
+    assert any("dtype expected torch.float32, actual torch.float16" in v for v in violations)
+    assert any(v.startswith("model.training") for v in violations)
+
+
+def test_shared_storage_is_counted_once():
+    model = tiny_gpt_neox(seed=0, tie_word_embeddings=True)
+    embedding = model.get_input_embeddings().weight
+    tensors = [embedding, model.get_output_embeddings().weight]
+    assert loading.unique_storage_bytes(tensors) == {"bytes": embedding.numel() * 4, "storages": 1}

@@ -1,0 +1,87 @@
+"""The synthetic stand-in: deterministic bytes equal to its pins, pythia-14m's layout, a round-tripping tokenizer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+from inferlab import protocol, specimen, standin
+
+
+def test_build_matches_every_pin(standin_build, standin_spec):
+    assert standin_build["files"] == standin_spec.expected
+
+
+def test_second_build_gives_identical_bytes(standin_build, tmp_path):
+    assert standin.build(tmp_path)["files"] == standin_build["files"]
+
+
+def test_command_line_builds_the_pinned_files(tmp_path, standin_spec):
+    result = subprocess.run(
+        [sys.executable, "-m", "inferlab.standin", str(tmp_path / "out")], capture_output=True, text=True, check=True
+    )
+    assert json.loads(result.stdout)["files"] == standin_spec.expected
+
+
+def test_revision_is_sha1_of_the_recipe(standin_spec):
+    assert standin_spec.revision == hashlib.sha1(standin.RECIPE.encode()).hexdigest() == standin.revision()
+
+
+def test_weight_file_has_the_real_checkpoint_size(standin_dir):
+    real = specimen.load_spec("pythia-14m").expected["model.safetensors"]["size"]
+    assert (standin_dir / "model.safetensors").stat().st_size == real
+
+
+def test_weight_tensors_follow_pythia_names_shapes_and_float16(standin_dir):
+    with safe_open(standin_dir / "model.safetensors", framework="numpy") as handle:
+        slices = {name: handle.get_slice(name) for name in handle.keys()}
+        found = {name: (tuple(piece.get_shape()), piece.get_dtype()) for name, piece in slices.items()}
+        metadata = handle.metadata()
+    assert found == {name: (shape, "F16") for name, shape in standin.tensor_shapes().items()}
+    assert metadata == {"format": "pt"}
+
+
+def test_weights_come_from_pcg64_not_torch(standin_dir):
+    with safe_open(standin_dir / "model.safetensors", framework="numpy") as handle:
+        stored = handle.get_tensor("gpt_neox.embed_in.weight")  # (vocab, hidden)
+    rng = np.random.Generator(np.random.PCG64(standin.SEED))
+    first = rng.standard_normal(stored.shape, dtype=np.float32) * np.float32(standin.INIT_STD)
+    assert np.array_equal(stored, first.astype(np.float16))
+
+
+def test_config_is_pythia_architecture_and_marked_synthetic(standin_dir):
+    config = json.loads((standin_dir / "config.json").read_text())
+    tokenizer_config = json.loads((standin_dir / "tokenizer_config.json").read_text())
+    architecture = {
+        "architectures": ["GPTNeoXForCausalLM"], "vocab_size": 50304, "hidden_size": 128, "num_hidden_layers": 6,
+        "num_attention_heads": 4, "intermediate_size": 512, "rotary_pct": 0.25, "rotary_emb_base": 10000,
+        "use_parallel_residual": True, "tie_word_embeddings": False, "max_position_embeddings": 2048,
+        "bos_token_id": 0, "eos_token_id": 0, "layer_norm_eps": 1e-5, "hidden_act": "gelu", "torch_dtype": "float16",
+    }
+    assert {key: config[key] for key in architecture} == architecture
+    assert config["inferlab_synthetic"] is True and tokenizer_config["inferlab_synthetic"] is True
+
+
+@pytest.fixture(scope="module")
+def tokenizer(standin_dir):
+    from transformers import GPTNeoXTokenizerFast
+
+    return GPTNeoXTokenizerFast.from_pretrained(standin_dir, local_files_only=True)
+
+
+def test_endoftext_is_id_zero_within_the_model_vocabulary(tokenizer):
+    assert (tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.eos_token_id) == (0, 0)
+    assert tokenizer.is_fast and len(tokenizer) <= standin.CONFIG["vocab_size"]
+
+
+@pytest.mark.parametrize("prompt_id", sorted(protocol.PROMPTS))
+def test_prompt_round_trips_exactly(tokenizer, prompt_id):
+    text = protocol.PROMPTS[prompt_id]
+    ids = tokenizer(text, add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]
+    assert tokenizer.decode(ids) == text and 0 not in ids
