@@ -40,7 +40,8 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
         key = f"{trial.prompt_id}/{trial.condition}"
         first_step = tensor_store.put(FIRST_STEP_FILE, key, logits)
         tensor_store.put(FIRST_STEP_SCORES_FILE, key, scores)
-    record("generation", **identity, **fields, first_step_logits=first_step)
+    assert (fields["condition"], fields["seed"]) == (trial.condition, trial.seed)
+    record("generation", **{**fields, **identity}, first_step_logits=first_step)
     assert fields["generated_length"] <= protocol.MAX_NEW_TOKENS, (
         f"generated {fields['generated_length']} tokens, budget {protocol.MAX_NEW_TOKENS}"
     )

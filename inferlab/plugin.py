@@ -558,9 +558,10 @@ def acquisition(pytestconfig, specimen_spec):
 
     artifacts = pytestconfig.getoption("inferlab_artifacts")
     offline = pytestconfig.getoption("inferlab_offline")
-    method, directory = specimen.choose_acquisition(specimen_spec, artifacts_dir=artifacts)
+    cache_root = pytestconfig.rootpath / "artifacts" / "cache"
+    method, directory = specimen.choose_acquisition(specimen_spec, artifacts_dir=artifacts, cache_root=cache_root)
     try:
-        result = specimen.acquire(specimen_spec, artifacts_dir=artifacts, offline=offline)
+        result = specimen.acquire(specimen_spec, artifacts_dir=artifacts, cache_root=cache_root, offline=offline)
     except specimen.SpecimenError as error:
         return {"ok": False, "specimen": specimen_spec.name, "acquisition": method, "offline": offline,
                 "directory": str(directory) if directory.is_dir() else None, "error": str(error)}

@@ -316,6 +316,31 @@ def resolve_endpoint(endpoint: Optional[str] = None) -> str:
 # --- the bounded download ----------------------------------------------------------------------
 
 
+REACHABILITY_TIMEOUT_S = 5.0
+
+
+def check_reachable(endpoint: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> None:
+    """One bounded TCP connect to the endpoint; SpecimenError at once when it cannot be reached.
+
+    huggingface_hub retries a failed connection with back-off (about 20 s in all); a machine
+    without the hub should fail in seconds and say why, so we look before we ask.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            pass
+    except OSError as error:
+        raise SpecimenError(
+            f"{endpoint}: expected the hub endpoint to accept a connection (host {parts.hostname}, port {port}, "
+            f"within {timeout_s:g} s), actual: {type(error).__name__}: {error}. Nothing was downloaded. "
+            f"Offline? Pass --artifacts DIR with the six verified files."
+        ) from error
+
+
 def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str] = None) -> dict:
     """HEAD each allowlisted file at the pinned revision (no body): {endpoint, files, total_bytes, problems}.
 
@@ -327,6 +352,7 @@ def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str] = None) -> dict:
     from huggingface_hub.utils import HfHubHTTPError
 
     endpoint = resolve_endpoint(endpoint)
+    check_reachable(endpoint)
     files, problems = {}, []
     for name in spec.files:
         url = hf_hub_url(spec.repo_id, name, revision=spec.revision, endpoint=endpoint)

@@ -1,0 +1,113 @@
+"""Whole experiment runs in a scratch project: the default run without a hub, tampered copies, the plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from inferlab import protocol
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    """A scratch copy of the experiment (tests, specs, plugin registration) with its own artifact cache."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    shutil.copytree(REPO_ROOT / "experiments", pytester.path / "experiments",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (pytester.path / "artifacts").mkdir()
+    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
+        shutil.copy(spec, pytester.path / "artifacts" / spec.name)
+    shutil.copy(REPO_ROOT / "conftest.py", pytester.path / "conftest.py")
+    shutil.copy(REPO_ROOT / "pytest.ini", pytester.path / "pytest.ini")
+    return pytester
+
+
+def closed_loopback_endpoint() -> str:
+    """An http endpoint on 127.0.0.1 where nothing listens (the port was just released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+
+
+def outcome(all_records: list[dict], test_suffix: str) -> dict:
+    return next(r for r in all_records if r["kind"] == "test_outcome" and r["test"].endswith(test_suffix))
+
+
+def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(project, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", closed_loopback_endpoint())
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    run = project.path / "run"
+    found = records(run)
+    acquisition = next(r for r in found if r["kind"] == "artifact_acquisition")
+    assert acquisition["ok"] is False and acquisition["acquisition"] == "download"
+    assert "expected the hub endpoint to accept a connection" in acquisition["error"]
+    assert "--artifacts" in acquisition["error"]
+    load = outcome(found, "test_model_load")
+    assert load["outcome"] == "skipped" and "artifacts_verified" in load["skip_reason"]
+    trial = outcome(found, "test_generation_trial[P1-G-rep1]")
+    assert trial["outcome"] == "skipped"
+    assert not [r for r in found if r["kind"] in ("model_load", "generation", "timing_trial")]
+    assert not (project.path / "artifacts" / "cache" / "pythia-14m").exists() or not any(
+        (project.path / "artifacts" / "cache" / "pythia-14m").rglob("*.safetensors"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["exit_status"] == 1
+    assert "report.md" in manifest["files"]
+    assert "test_acquisition" in (run / "report.md").read_text()
+
+
+def test_offline_default_run_names_the_missing_files(project):
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--offline")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    acquisition = next(r for r in records(project.path / "run") if r["kind"] == "artifact_acquisition")
+    assert "model.safetensors" in acquisition["error"] and "--artifacts" in acquisition["error"]
+
+
+def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_path):
+    from inferlab import standin
+
+    copy = tmp_path / "tampered"
+    standin.build(copy)
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-1] ^= 0x01
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin",
+                                          "--artifacts", str(copy))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    found = records(project.path / "run")
+    files = {r["name"]: r for r in found if r["kind"] == "artifact_file"}
+    assert set(files) == set(protocol.ALLOWLISTED_FILES)
+    weight_row = files["model.safetensors"]
+    assert weight_row["ok"] is False and weight_row["acquisition"] == "reuse:artifacts_dir"
+    assert weight_row["expected_sha256"] in weight_row["problem"] and weight_row["sha256"] in weight_row["problem"]
+    assert all(files[name]["ok"] for name in files if name != "model.safetensors")
+    assert outcome(found, "test_model_load")["outcome"] == "skipped"
+    assert not [r for r in found if r["kind"] == "model_load"]
+
+
+def test_plan_of_the_real_experiment_matches_the_protocol(project):
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--plan")
+    assert result.ret == pytest.ExitCode.OK
+    plan = json.loads((project.path / "run" / "plan.json").read_text())
+    assert plan["cap_violations"] == [] and plan["shortfalls"] == []
+    totals = plan["totals"]
+    assert (totals["generation_trials"], totals["generation_new_tokens"]) == (26, 416)
+    assert (totals["timing_warmups"], totals["timing_measured"], totals["timing_selections"]) == (4, 20, 384)
+    assert totals["cache_forwards"] <= 16 and (totals["core_trials"], totals["core_selections"]) == (50, 800)
+    ids = [entry["test"].split("[")[-1].rstrip("]") for entry in plan["schedule"]
+           if "test_generation_trial" in entry["test"]]
+    assert ids == [trial.test_id for trial in protocol.generation_trials()]
+    assert [r["kind"] for r in records(project.path / "run")] == ["plan"]
+    result.stdout.fnmatch_lines(["*test_generation_trial[[]P1-S2-seed23[]]*"])
