@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.lock-installed
 PY := $(VENV)/bin/python
-RUN_DIR ?= runs/$(shell date -u +%Y%m%dT%H%M%SZ)
+NOW := $(shell date -u +%Y%m%dT%H%M%SZ)
+RUN_DIR ?= runs/$(NOW)
 ARGS ?=
 
 .PHONY: run test plan lock clean-venv

@@ -24,7 +24,8 @@ def test_thread_controls(thread_controls, record):
 @pytest.mark.provides("acquisition", "artifacts_verified")
 def test_acquisition(specimen_spec, acquisition, record):
     record("specimen", **specimen_spec.as_dict())
-    record("artifact_acquisition", **{k: v for k, v in acquisition.items() if k != "verification"})
+    record("artifact_acquisition", **{k: v for k, v in acquisition.items() if k != "verification"},
+           synthetic=specimen_spec.synthetic)
     if acquisition["ok"]:
         record("phase", name="artifact_acquisition", elapsed_s=acquisition["elapsed_s"],
                label=ACQUISITION_LABELS[acquisition["acquisition"]])
@@ -33,12 +34,13 @@ def test_acquisition(specimen_spec, acquisition, record):
 
 @pytest.mark.provides("artifacts_verified")
 @pytest.mark.parametrize("name", protocol.ALLOWLISTED_FILES)
-def test_artifact_file(name, acquisition, verification, record):
+def test_artifact_file(name, specimen_spec, acquisition, verification, record):
     if verification is None:
         pytest.skip(f"not run: acquisition left no directory to verify ({acquisition['error']})")
     row = next((r for r in verification["files"] if r["name"] == name), None)
     assert row is not None, f"{name}: not examined; verification problems: {verification['problems']}"
-    record("artifact_file", **row, acquisition=acquisition["acquisition"], directory=verification["directory"])
+    record("artifact_file", **row, acquisition=acquisition["acquisition"], directory=verification["directory"],
+           specimen=specimen_spec.name, synthetic=specimen_spec.synthetic)
     assert row["ok"], row["problem"]
 
 

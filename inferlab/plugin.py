@@ -70,6 +70,7 @@ class RunState:
     failure_lines: list = field(default_factory=list)
     thread_request: Optional[dict] = None
     predictions: Optional[dict] = None
+    specimen: Optional[dict] = None  # the spec as data, "synthetic" included
     exit_status: Optional[int] = None
 
     def records_of(self, kind: str) -> list[dict]:
@@ -111,6 +112,7 @@ def pytest_configure(config):
         check_record_dir(record_dir)
     except RecordDirError as error:
         raise pytest.UsageError(f"--record-dir: {error}") from None
+    specimen_spec = _load_specimen_spec(config)
     predictions = config.getoption("inferlab_predictions")
     if predictions is not None and not Path(predictions).is_file():
         raise pytest.UsageError(f"--predictions: file {predictions} does not exist")
@@ -123,9 +125,21 @@ def pytest_configure(config):
         tensors=TensorStore(record_dir / TENSOR_DIR),
         command_line=list(sys.argv),
     )
+    run.specimen = specimen_spec.as_dict()
     config.stash[RUN_KEY] = run
     run.predictions = _copy_predictions(predictions, record_dir)
     _write_manifest(config, run, complete=False)
+
+
+def _load_specimen_spec(config):
+    """The --specimen spec, read before anything is written, so a bad name is a usage error."""
+    from inferlab import specimen
+
+    name = config.getoption("inferlab_specimen")
+    try:
+        return specimen.load_spec(name, config.rootpath / "artifacts")
+    except specimen.SpecimenError as error:
+        raise pytest.UsageError(f"--specimen {name}: {error}") from None
 
 
 def _copy_predictions(source: Optional[str], record_dir: Path) -> dict:
@@ -451,7 +465,7 @@ def _write_manifest(config, run: RunState, complete: bool) -> None:
         "started_utc": run.started_utc,
         "ended_utc": utc_now() if run.exit_status is not None else None,
         "record_dir": str(run.record_dir),
-        "specimen": config.getoption("inferlab_specimen"),
+        "specimen": run.specimen,
         "options": {
             "artifacts": config.getoption("inferlab_artifacts"),
             "offline": config.getoption("inferlab_offline"),
@@ -531,13 +545,7 @@ def tensor_store(inferlab_run) -> TensorStore:
 @pytest.fixture(scope="session")
 def specimen_spec(pytestconfig):
     """The specimen's spec (artifacts/<name>.json) named by --specimen."""
-    from inferlab import specimen
-
-    name = pytestconfig.getoption("inferlab_specimen")
-    try:
-        return specimen.load_spec(name, pytestconfig.rootpath / "artifacts")
-    except specimen.SpecimenError as error:
-        raise pytest.UsageError(f"--specimen {name}: {error}") from None
+    return _load_specimen_spec(pytestconfig)
 
 
 @pytest.fixture(scope="session")

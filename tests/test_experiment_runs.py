@@ -111,3 +111,49 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     assert ids == [trial.test_id for trial in protocol.generation_trials()]
     assert [r["kind"] for r in records(project.path / "run")] == ["plan"]
     result.stdout.fnmatch_lines(["*test_generation_trial[[]P1-S2-seed23[]]*"])
+
+
+REPLAY_SCRIPT = r'''
+import json, sys
+import torch
+from transformers import GenerationConfig, GPTNeoXForCausalLM
+
+directory, records_path, trial_ids = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+torch.set_num_threads(1)
+model = GPTNeoXForCausalLM.from_pretrained(directory, local_files_only=True, use_safetensors=True,
+                                           trust_remote_code=False, dtype=torch.float32,
+                                           attn_implementation="eager").eval()
+found = {}
+for line in open(records_path):
+    record = json.loads(line)
+    if record["kind"] == "generation" and record["trial_id"] in trial_ids:
+        config = GenerationConfig.from_dict(record["generation_config"])
+        if record["seed"] is not None:
+            torch.manual_seed(record["seed"])
+        with torch.inference_mode():
+            output = model.generate(input_ids=torch.tensor([record["prompt_ids"]]),
+                                    attention_mask=torch.ones(1, len(record["prompt_ids"]), dtype=torch.long),
+                                    generation_config=config, use_model_defaults=False)
+        found[record["trial_id"]] = {"recorded": record["generated_ids"],
+                                     "replayed": output.sequences[0, len(record["prompt_ids"]):].tolist()}
+print(json.dumps(found))
+'''
+
+
+def test_stand_in_records_replay_in_a_fresh_process_with_plain_transformers(project):
+    import subprocess
+    import sys
+
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin",
+                                          "-k", "test_10_specimen or test_20_inputs or test_generation_trial")
+    assert result.ret == pytest.ExitCode.OK
+    run = project.path / "run"
+    assert len([r for r in records(run) if r["kind"] == "generation"]) == len(protocol.generation_trials())
+    directory = next(r for r in records(run) if r["kind"] == "artifact_acquisition")["directory"]
+    trial_ids = ["P1-G-rep1", "P1-S2-seed23", "P2-S3-seed31", "P2-S1-seed17-rerun"]
+    replay = subprocess.run([sys.executable, "-c", REPLAY_SCRIPT, directory, str(run / "records.jsonl"),
+                             ",".join(trial_ids)], capture_output=True, text=True, check=True)
+    found = json.loads(replay.stdout.strip().splitlines()[-1])
+    assert sorted(found) == sorted(trial_ids)
+    for trial_id, ids in found.items():
+        assert ids["replayed"] == ids["recorded"], trial_id

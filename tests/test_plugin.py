@@ -17,6 +17,9 @@ def suite(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     pytester.makeconftest('pytest_plugins = ["inferlab.plugin"]\n')
     pytester.mkdir("experiments")
+    pytester.mkdir("artifacts")
+    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
+        (pytester.path / "artifacts" / spec.name).write_bytes(spec.read_bytes())
     return pytester
 
 
@@ -213,3 +216,34 @@ def test_non_finite_values_stay_strict_json(suite):
     record = next(r for r in read_records(suite.path / "run") if r["kind"] == "x")
     assert record["value"] == "nan" and record["text"] == "a\nb\t\u00e9"
     assert "\\n" in raw and "\\u00e9" in raw
+
+
+def test_unknown_specimen_is_a_usage_error_before_anything_is_written(suite):
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest("experiments", "--record-dir", "run", "--specimen", "nonesuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--specimen nonesuch*nonesuch.json*"])
+    assert not (suite.path / "run").exists()
+
+
+def test_tests_after_the_session_limit_are_recorded_as_not_run(suite, monkeypatch):
+    from inferlab import protocol
+
+    monkeypatch.setattr(protocol, "SESSION_LIMIT_S", -1)  # the limit has passed before the first test
+    write_experiment(suite, "def test_a(record):\n    record('should_not_exist')\n")
+    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(skipped=1)
+    records = read_records(suite.path / "run")
+    assert "should_not_exist" not in [r["kind"] for r in records]
+    assert "session limit" in outcomes_by_test(records)["test_a"]["skip_reason"]
+
+
+def test_platform_without_interval_timers_refuses_to_run(suite, monkeypatch):
+    import types
+
+    from inferlab import plugin
+
+    monkeypatch.setattr(plugin, "signal", types.SimpleNamespace(SIGINT=2))  # no SIGALRM, no setitimer
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest("experiments", "--record-dir", "run")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no POSIX interval timers*refuse to run unbounded*"])
