@@ -110,13 +110,14 @@ def draw_token_times(records: list[dict], path: Path) -> None:
             labelled.add(use_cache)
             axis.plot(range(1, len(steps) + 1), steps, marker=".", linewidth=0.8, alpha=0.75,
                       color=CACHE_COLOURS.get(use_cache, "grey"), label=label)
-        axis.set_yscale("log")
+        axis.set_ylim(bottom=0)
         axis.set_xlabel("token index (1 = first selection)")
-        axis.set_ylabel("ms since previous selection (token 1: since loop start)")
+        axis.set_ylabel("ms since previous selection")
         axis.set_title(f"{prompt_id} (prompt length {_prompt_length(trials, prompt_id)} tokens)")
-        axis.legend(loc="upper right")
+        axis.legend(loc="lower right")
         axis.grid(True, which="both", alpha=0.3)
-    figure.suptitle("Per-token time, every measured trial (warmups not drawn)")
+    figure.suptitle("Per-token time, every measured trial (warmups not drawn); token 1 is timed from loop start, "
+                    "so it includes the prefill")
     figure.tight_layout()
     _save(figure, path)
 

@@ -12,36 +12,37 @@ import collections
 import hashlib
 import json
 import math
-import statistics
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from inferlab import protocol
-from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR, sha256_file
+from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, TENSOR_DIR, sha256_file
 
 NON_PASSING = ("failed", "error", "skipped")
+FAILED_STATUSES = ("failed", "error")  # a record saying so needs a non-passing outcome of its test
 RECORD_BASE_FIELDS = ("kind", "test", "seq", "wall_time")
 
-# Which experiment tests produce each kind of record, by words in their node ids. A missing
-# record is explained only by a non-passing outcome of a test whose id holds one of the words.
+# Which experiment files produce each kind of record, by words in the file part of their node ids
+# (experiments/test_40_cache.py). A missing record is explained only by a non-passing outcome of a
+# test in such a file.
 # The per-trial kinds (generation, timing_trial) are matched by their protocol test ids instead.
 KIND_PRODUCERS = {
     "specimen": ("specimen", "artifact"),
-    "artifact_acquisition": ("specimen", "artifact", "acquisition"),
+    "artifact_acquisition": ("specimen", "artifact"),
     "artifact_file": ("specimen", "artifact"),
     "model_load": ("specimen", "load", "model"),
-    "model_inspection": ("specimen", "load", "model", "inspect"),
+    "model_inspection": ("specimen", "load", "model"),
     "thread_controls": ("specimen", "load", "model", "thread"),
     "input": ("input",),
-    "first_step_logits_check": ("sampling", "generation", "logit"),
-    "sampling_summary": ("sampling", "generation", "summary"),
+    "first_step_logits_check": ("sampling", "generation"),
+    "sampling_summary": ("sampling", "generation"),
     "cache_criterion": ("cache",),
     "cache_comparison": ("cache",),
     "cache_inspection": ("cache",),
     "cache_summary": ("cache",),
-    "cache_divergence": ("cache", "divergence", "timing"),
+    "cache_divergence": ("cache", "timing"),
     "timing_summary": ("timing",),
-    "loop_vs_generate": ("timing", "loop", "generate"),
+    "loop_vs_generate": ("timing",),
     "memory": ("memory",),
     "batching": ("batching",),
 }
@@ -191,8 +192,8 @@ class _Verifier:
         seqs = [r.get("seq") for r in self.records]
         if seqs != list(range(len(seqs))):
             first = next((i for i, s in enumerate(seqs) if s != i), None)
-            self.problem(f"{RECORDS_FILE}: seq is not 0..{len(seqs) - 1} in order; at line {first + 1 if first is not None else '?'} "
-                         f"expected {first}, found {seqs[first] if first is not None else '?'}")
+            self.problem(f"{RECORDS_FILE}: seq is not 0..{len(seqs) - 1} in order; record {first + 1} has seq "
+                         f"{seqs[first]!r}, expected {first}")
         return ok
 
     def of_kind(self, kind: str) -> list[dict]:
@@ -217,7 +218,7 @@ class _Verifier:
                              f"{RECORDS_FILE} holds {counted}")
         for record in self.records:
             status = record.get("status")
-            if record.get("kind") == "test_outcome" or status in (None, "ok", "passed"):
+            if record.get("kind") == "test_outcome" or status not in FAILED_STATUSES:
                 continue
             if not self._non_passing(record.get("test")):
                 self.problem(f"{RECORDS_FILE} seq {record.get('seq')}: {record.get('kind')} has status {status!r} "
@@ -235,7 +236,7 @@ class _Verifier:
 
     def _non_passing_hint(self, words: tuple) -> Optional[dict]:
         return next((r for r in self.of_kind("test_outcome") if r.get("outcome") in NON_PASSING
-                     and any(w in (r.get("test") or "").lower() for w in words)), None)
+                     and any(w in (r.get("test") or "").split("::")[0].lower() for w in words)), None)
 
     def _explain(self, what: str, evidence: Optional[dict]) -> None:
         if evidence is None:
@@ -247,7 +248,8 @@ class _Verifier:
         """A gap: a problem unless a producing test has a recorded non-passing outcome."""
         evidence = self._non_passing_hint(words)
         if evidence is None:
-            self.problem(f"{what}, and no test matching {'/'.join(words)} has a failed, error or skipped outcome")
+            self.problem(f"{what}, and no test in a file named for {'/'.join(words)} has a failed, error or "
+                         f"skipped outcome")
         else:
             self._explain(what, evidence)
 
@@ -316,7 +318,8 @@ class _Verifier:
             self.require("no cache_comparison record", KIND_PRODUCERS["cache_comparison"])
         elif len(comparisons) > protocol.CACHE_MAX_TARGET_TOKENS:
             self.problem(f"{len(comparisons)} cache_comparison records, expected 1..{protocol.CACHE_MAX_TARGET_TOKENS}")
-        elif not all(isinstance(n, int) for n in lengths) or lengths != list(range(lengths[0], lengths[0] + len(lengths))):
+        elif not all(isinstance(n, int) for n in lengths) or \
+                lengths != list(range(lengths[0], lengths[0] + len(lengths))):
             self.problem(f"cache_comparison prefix lengths {lengths}, expected consecutive integers")
         criteria = self.of_kind("cache_criterion")
         if criteria and comparisons and min(r["seq"] for r in criteria) > min(r["seq"] for r in comparisons):
@@ -439,11 +442,20 @@ class _Verifier:
             expected = record.get("forward_count_expected")
             if isinstance(forwards, int) and isinstance(expected, int) and forwards != expected:
                 self.problem(f"cache_summary: {forwards} forwards counted, expected {expected} (2m)")
-        calls = [r for r in self.of_kind("batching") if r.get("call_index") is not None]
+        calls = [r for r in self.of_kind("batching") if r.get("record_type") == "call"
+                 or ("record_type" not in r and r.get("call_index") is not None)]
         if len(calls) > protocol.CAPS["batching_calls"]:
             self.problem(f"batching: {len(calls)} generate calls, cap {protocol.CAPS['batching_calls']}")
 
-    # 9) tensors
+    # 9) the report exists and was written without error
+    def check_report(self) -> None:
+        if not (self.dir / REPORT_FILE).is_file():
+            self.problem(f"{REPORT_FILE}: missing (it is written at session end, also after failures)")
+        for record in self.of_kind("report_error"):
+            self.problem(f"{REPORT_FILE}: the session could not write it (seq {record.get('seq')}): "
+                         f"{record.get('error')}")
+
+    # 10) tensors
     def check_tensors(self) -> None:
         loaded: dict[str, Optional[dict]] = {}
         for record in self.records:
@@ -458,7 +470,8 @@ class _Verifier:
                         try:
                             loaded[relative] = read_tensor_file(target)
                         except Exception as error:  # any unreadable file is a problem line, not a crash
-                            self.problem(f"{relative}: not a readable safetensors file ({type(error).__name__}: {error})")
+                            self.problem(f"{relative}: not a readable safetensors file "
+                                         f"({type(error).__name__}: {error})")
                             loaded[relative] = {}
                 tensors = loaded[relative]
                 if tensors is None:
@@ -485,6 +498,7 @@ class _Verifier:
             self.check_generation()
             self.check_timing()
             self.check_budgets()
+            self.check_report()
             self.check_tensors()
         outcomes = collections.Counter(r.get("outcome") for r in self.of_kind("test_outcome"))
         return {
@@ -560,27 +574,35 @@ def _tensor_agreement(dir_a: Path, dir_b: Path) -> list[dict]:
 
     rows = []
     for relative in sorted(set(_tensor_files(dir_a)) | set(_tensor_files(dir_b))):
-        loaded = []
-        for folder in (dir_a, dir_b):
+        loaded, unreadable = [], []
+        for name, folder in (("DIR1", dir_a), ("DIR2", dir_b)):
             try:
-                loaded.append(read_tensor_file(folder / relative) if (folder / relative).is_file() else None)
-            except Exception as error:  # reported, not raised: compare reports
-                loaded.append({"__error__": f"{type(error).__name__}: {error}"})
+                loaded.append(read_tensor_file(folder / relative) if (folder / relative).is_file() else {})
+            except Exception as error:  # reported as a row, not raised: compare reports
+                loaded.append({})
+                unreadable.append(f"{name}: {type(error).__name__}: {error}")
+        if unreadable:
+            rows.append({"file": relative, "key": "*", "max_abs_diff": None, "bitwise_equal": None,
+                         "status": "unreadable in " + "; ".join(unreadable)})
         a, b = loaded
-        for key in sorted(set(a or {}) | set(b or {})):
-            row = {"file": relative, "key": key, "max_abs_diff": None, "bitwise_equal": None, "status": ""}
-            if a is None or key not in a or b is None or key not in b:
-                row["status"] = "missing in " + ("DIR1" if a is None or key not in a else "DIR2")
-            elif key == "__error__":
-                row["status"] = "unreadable"
+        for key in sorted(set(a) | set(b)):
+            row = {"file": relative, "key": key, "max_abs_diff": None, "bitwise_equal": None}
+            if key not in a or key not in b:
+                row["status"] = "missing in " + ("DIR1" if key not in a else "DIR2")
             elif a[key].shape != b[key].shape:
                 row["status"] = f"shapes differ {list(a[key].shape)} vs {list(b[key].shape)}"
             else:
                 x, y = a[key].astype(numpy.float64), b[key].astype(numpy.float64)
-                diff = numpy.abs(x - y)
-                row["max_abs_diff"] = float(diff.max()) if diff.size else 0.0
+                with numpy.errstate(invalid="ignore"):
+                    # equal values (the same infinity included, e.g. a filtered -inf score) differ by 0
+                    diff = numpy.where(x == y, 0.0, numpy.abs(x - y))
+                row["max_abs_diff"] = float(numpy.nanmax(diff)) if diff.size and not numpy.isnan(diff).all() else \
+                    (0.0 if not diff.size else float("nan"))
+                row["nan_entries"] = int(numpy.isnan(diff).sum())
                 row["bitwise_equal"] = a[key].tobytes() == b[key].tobytes()
                 row["status"] = "bitwise equal" if row["bitwise_equal"] else "differ"
+                if row["nan_entries"]:
+                    row["status"] += f" ({row['nan_entries']} NaN entries left out of the max)"
             rows.append(row)
     return rows
 
@@ -694,8 +716,3 @@ def format_compare(result: dict) -> str:
         lines.append(f"  {row['section']}.{row['name']}: dir1={_fmt(row['dir1'])}  dir2={_fmt(row['dir2'])}")
     return "\n".join(lines) + "\n"
 
-
-def median_or_none(values: list) -> Optional[float]:
-    """The median of the numeric values, None when there are none."""
-    numbers = [v for v in values if isinstance(v, (int, float))]
-    return statistics.median(numbers) if numbers else None

@@ -28,7 +28,7 @@ from inferlab.records import (
     file_inventory,
     write_json_atomic,
 )
-from inferlab.summaries import mean_post_first_interval, median_min_max, throughput_including_prompt
+from inferlab import summaries
 
 VOCAB = 64  # tiny on purpose: the tests check plumbing, not a real vocabulary
 EOS_ID = 0
@@ -115,6 +115,7 @@ class RunBuilder:
         self.writer = JsonlWriter(self.dir / RECORDS_FILE)
         self.tensors = TensorStore(self.dir / TENSOR_DIR)
         self.seq = 0
+        self.written: list[dict] = []
         self.outcomes: dict[str, int] = {}
         self.specimen = specimen
         self.synthetic = synthetic
@@ -122,9 +123,11 @@ class RunBuilder:
 
     def emit(self, kind: str, test: Optional[str], **fields) -> dict:
         # A fixed wall_time keeps two builds byte-identical, which the compare tests rely on.
-        record = {"kind": kind, "test": test, "seq": self.seq, "wall_time": f"2025-01-01T00:00:{self.seq % 60:02d}+00:00"}
+        record = {"kind": kind, "test": test, "seq": self.seq,
+                  "wall_time": f"2025-01-01T00:00:{self.seq % 60:02d}+00:00"}
         record.update(fields)
         self.writer.append(record)
+        self.written.append(record)
         self.seq += 1
         return record
 
@@ -148,7 +151,9 @@ class RunBuilder:
             "started_utc": "2025-01-01T00:00:00+00:00",
             "ended_utc": "2025-01-01T00:05:00+00:00" if final else None,
             "record_dir": str(self.dir),
-            "specimen": self.specimen,
+            "specimen": {"name": self.specimen, "synthetic": self.synthetic,
+                         "repo_id": "inferlab/standin" if self.synthetic else protocol.PINNED_REPO_ID,
+                         "revision": "685c649b" if self.synthetic else protocol.PINNED_REVISION},
             "options": {"artifacts": None, "offline": True, "plan": False},
             "predictions": {"supplied": False, "note": "no predictions were supplied (--predictions FILE)"},
             "torch_threads": {"requested": None, "effective": {"intra_op": 1, "inter_op": 1} if final else None},
@@ -252,8 +257,9 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
             reference = run.tensors.put("first_step_logits", f"{trial.prompt_id}/{trial.condition}",
                                         first_logits[trial.prompt_id])
         nodeid = generation_nodeid(trial)
-        run.emit("generation", nodeid, prompt_id=trial.prompt_id, condition=trial.condition, seed=trial.seed,
-                 repetition=trial.repetition, prompt_ids=prompt_ids[trial.prompt_id], generated_ids=ids,
+        run.emit("generation", nodeid, trial_index=trial.index, trial_id=trial.test_id, prompt_id=trial.prompt_id,
+                 condition=trial.condition, seed=trial.seed, repetition=trial.repetition, is_rerun=trial.is_rerun,
+                 prompt_ids=prompt_ids[trial.prompt_id], generated_ids=ids,
                  sequence_ids=prompt_ids[trial.prompt_id] + ids, text=_fake_text(ids),
                  text_with_special=_fake_text(ids) + ("<|endoftext|>" if ids[-1] == EOS_ID else ""),
                  generated_length=len(ids), stop_reason="eos" if ids[-1] == EOS_ID else "max_new_tokens",
@@ -266,8 +272,10 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
              max_abs_diff={"P1": 0.0, "P2": 0.0}, all_equal=True, processed_scores_differ_where_t_not_1=True,
              passed=True)
     run.outcome(f"{SAMPLING}::test_first_step_logits_equal")
-    run.emit("sampling_summary", f"{SAMPLING}::test_sampling_summary", per_prompt={"P1": {"greedy_identical": True}},
-             note="three seeds neither estimate the output distribution nor pick a best temperature")
+    generations = [r for r in run.written if r["kind"] == "generation"]
+    for prompt_id in protocol.PROMPTS:
+        run.emit("sampling_summary", f"{SAMPLING}::test_sampling_summary",
+                 **summaries.sampling_summary(generations, prompt_id))
     run.outcome(f"{SAMPLING}::test_sampling_summary")
 
     # the matched-prefix cache test
@@ -289,7 +297,8 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
                  bitwise_equal=diff == 0.0, argmax_cached=int(cached.argmax()), argmax_uncached=int(uncached.argmax()),
                  top2_margin=margin, near_tie=margin < diff * protocol.NEAR_TIE_FACTOR, passed=True,
                  tensors=references)
-    run.emit("cache_inspection", cache_test, cache_type="DynamicCache", layer_count=6, unique_bytes=6 * 2 * 4 * 32 * 16 * 4)
+    run.emit("cache_inspection", cache_test, cache_type="DynamicCache", layer_count=6,
+             unique_bytes=6 * 2 * 4 * 32 * 16 * 4)
     run.emit("cache_summary", cache_test, m=m, forward_count=2 * m, forward_count_expected=2 * m,
              all_within_tolerance=True, all_argmax_equal=True, all_bitwise_equal=False, any_near_tie=False,
              cache_reuse_exercised=True, notes=[], passed=True)
@@ -309,33 +318,26 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
         if not trial.use_cache and trial.prompt_id == "P1x8":
             ids = ids[:10] + [1] * 6  # cache on and off diverge at index 10
         record = run.emit("timing_trial", timing_nodeid(trial), prompt_id=trial.prompt_id, use_cache=trial.use_cache,
-                          warmup=trial.warmup, schedule_index=trial.schedule_index, prompt_ids=prompt_ids[trial.prompt_id],
+                          warmup=trial.warmup, schedule_index=trial.schedule_index, repetition=trial.repetition,
+                          schedule_id=trial.test_id, prompt_ids=prompt_ids[trial.prompt_id],
                           prompt_length=length, generated_ids=ids, output_length=len(ids), token_times=times,
                           prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
-                          mean_post_first_interval_s=mean_post_first_interval(times),
+                          mean_post_first_interval_s=summaries.mean_post_first_interval(times),
                           eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID],
                           logits_to_keep=protocol.LOGITS_TO_KEEP, stopping_rule=protocol.TIMING_STOPPING_RULE,
                           threads={"intra_op": 1, "inter_op": 1})
         trials.append(record)
         run.outcome(timing_nodeid(trial))
     summary_test = f"{TIMING}::test_timing_summary"
-    combos = list(dict.fromkeys((t["prompt_id"], t["use_cache"]) for t in trials))
-    for prompt_id, use_cache in combos:
-        measured = [t for t in trials if (t["prompt_id"], t["use_cache"]) == (prompt_id, use_cache) and not t["warmup"]]
-        run.emit("timing_summary", summary_test, prompt_id=prompt_id, use_cache=use_cache,
-                 prompt_length=measured[0]["prompt_length"], output_length=protocol.TIMING_NEW_TOKENS,
-                 prefill_s=median_min_max([t["prefill_s"] for t in measured]),
-                 ttft_s=median_min_max([t["ttft_s"] for t in measured]),
-                 mean_post_first_interval_s=median_min_max([t["mean_post_first_interval_s"] for t in measured]),
-                 loop_s=median_min_max([t["loop_s"] for t in measured]),
-                 throughput_tok_s=median_min_max([throughput_including_prompt(t["token_times"]) for t in measured]),
-                 throughput_convention="median of per-run 16/(t16 - t0); includes prompt processing")
+    for prompt_id in protocol.TIMING_PROMPTS:
+        for use_cache in (True, False):
+            run.emit("timing_summary", summary_test, **summaries.timing_summary(trials, prompt_id, use_cache))
     run.outcome(summary_test)
     run.emit("loop_vs_generate", f"{TIMING}::test_loop_matches_generate", prompt_id="P1", equal=True,
              first_difference=None, compared_length=16)
     run.outcome(f"{TIMING}::test_loop_matches_generate")
-    run.emit("cache_divergence", f"{CACHE}::test_cache_divergence",
-             per_prompt={"P1": {"first_divergence": None}, "P1x8": {"first_divergence": 10}})
+    for prompt_id in protocol.TIMING_PROMPTS:
+        run.emit("cache_divergence", f"{CACHE}::test_cache_divergence", **summaries.cache_divergence(trials, prompt_id))
     run.outcome(f"{CACHE}::test_cache_divergence")
 
     # memory and batching
@@ -348,12 +350,11 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
     run.outcome(memory_test)
     batching_test = "experiments/test_70_batching.py::test_batching"
     for index in range(4):
-        run.emit("batching", batching_test, call_index=index, kind_of_call="single" if index < 2 else "batch",
+        run.emit("batching", batching_test, record_type="call", call_index=index,
                  pad_token_id=EOS_ID, padding_side="left", attention_mask=[[1] * 9],
                  row_to_request={"0": "P1" if index != 1 else "P2"})
-    run.emit("batching", batching_test, summary={"generate_calls": 4, "first_step_max_abs_diff": 2e-7,
-                                                 "generated_ids_all_identical": True},
-             pad_token_id=EOS_ID, padding_side="left", attention_mask=None, row_to_request=None)
+    run.emit("batching", batching_test, record_type="summary", generate_calls=4, first_step_max_abs_diff=2e-7,
+             generated_ids_all_identical=True, pad_token_id=EOS_ID, padding_side="left")
     run.outcome(batching_test)
     return run.finish()
 
@@ -374,3 +375,38 @@ def build_failed_run(directory: Path) -> Path:
 def copy_run(source: Path, target: Path) -> Path:
     """A private copy of a built record dir that a test may edit."""
     return Path(shutil.copytree(source, target))
+
+
+def rewrite_records(directory: Path, transform) -> None:
+    """Replace a run's records with transform(records), renumber seq, and refresh the manifest's inventory.
+
+    For tests that need a consistent but altered run: the manifest then matches the new files, so only
+    the protocol checks (not the hashes) can catch the alteration.
+    """
+    import json
+
+    from inferlab.records import dumps
+
+    directory = Path(directory)
+    records = [json.loads(line) for line in (directory / RECORDS_FILE).read_text().splitlines()]
+    records = transform(records)
+    for seq, record in enumerate(records):
+        record["seq"] = seq
+    (directory / RECORDS_FILE).write_text("".join(dumps(r) + "\n" for r in records), encoding="ascii")
+    refresh_manifest(directory, records)
+
+
+def refresh_manifest(directory: Path, records: Optional[list] = None) -> None:
+    """Recompute the manifest's file inventory (and outcome counts, given the records) after an edit."""
+    import json
+
+    directory = Path(directory)
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    if records is not None:
+        counts: dict = {}
+        for record in records:
+            if record["kind"] == "test_outcome":
+                counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
+        manifest["outcome_counts"] = counts
+    manifest["files"] = file_inventory(directory, exclude=(MANIFEST_FILE,))
+    write_json_atomic(directory / MANIFEST_FILE, manifest)

@@ -1,0 +1,237 @@
+"""python -m inferlab verify and compare on synthetic record dirs (no model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inferlab import protocol
+from inferlab.__main__ import main
+from inferlab.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
+from inferlab.verify import compare, format_compare, verify
+
+from fixtures_records import build_complete_run, build_failed_run, copy_run, refresh_manifest, rewrite_records
+
+
+@pytest.fixture(scope="module")
+def complete_run(tmp_path_factory) -> Path:
+    return build_complete_run(tmp_path_factory.mktemp("verify") / "complete")
+
+
+@pytest.fixture(scope="module")
+def second_run(tmp_path_factory) -> Path:
+    return build_complete_run(tmp_path_factory.mktemp("verify") / "second")
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory) -> Path:
+    return build_failed_run(tmp_path_factory.mktemp("verify") / "failed")
+
+
+@pytest.fixture
+def run_copy(complete_run, tmp_path) -> Path:
+    return copy_run(complete_run, tmp_path / "copy")
+
+
+def problems_of(directory: Path) -> list[str]:
+    return verify(directory)["problems"]
+
+
+# --- verify ----------------------------------------------------------------------------------
+
+
+def test_complete_synthetic_run_verifies(complete_run, capsys):
+    result = verify(complete_run)
+    assert result["problems"] == []
+    assert result["all_tests_passed"] and result["explained_gaps"] == []
+    assert main(["verify", str(complete_run)]) == 0
+    assert capsys.readouterr().out.startswith(f"verify: OK ({result['records']} records, ")
+
+
+def test_one_changed_character_in_records_is_caught(run_copy, capsys):
+    path = run_copy / RECORDS_FILE
+    text = path.read_text()
+    index = text.index('"generated_ids": [') + len('"generated_ids": [')
+    digit = text[index]
+    path.write_text(text[:index] + ("1" if digit != "1" else "2") + text[index + 1:])
+    problems = problems_of(run_copy)
+    assert any(p.startswith(f"{RECORDS_FILE}: sha256 ") and "file changed" in p for p in problems), problems
+    assert main(["verify", str(run_copy)]) == 1
+    assert "problem(s)" in capsys.readouterr().out
+
+
+def test_deleted_file_is_caught(run_copy):
+    (run_copy / "plot_token_times.png").unlink()
+    assert "plot_token_times.png: listed in the manifest but missing" in problems_of(run_copy)
+
+
+def test_unlisted_file_is_caught(run_copy):
+    (run_copy / "notes.txt").write_text("added later\n")
+    assert "notes.txt: present but not listed in the manifest (added after the session)" in problems_of(run_copy)
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # inside the last tensor's data, so the file still parses
+    path.write_bytes(bytes(data))
+
+
+def test_edited_tensor_is_caught_by_the_manifest(run_copy):
+    _flip_last_byte(run_copy / "tensors" / "cache_logits.safetensors")
+    problems = problems_of(run_copy)
+    assert any(p.startswith("tensors/cache_logits.safetensors: sha256") for p in problems), problems
+
+
+def test_edited_tensor_is_caught_by_its_record_even_with_a_refreshed_manifest(run_copy):
+    _flip_last_byte(run_copy / "tensors" / "cache_logits.safetensors")
+    refresh_manifest(run_copy)
+    problems = problems_of(run_copy)
+    assert len(problems) == 1 and "cache_logits.safetensors[uncached/prefix_16] sha256" in problems[0], problems
+
+
+def test_incomplete_manifest_is_a_problem(run_copy):
+    manifest = json.loads((run_copy / MANIFEST_FILE).read_text())
+    manifest["complete"] = False
+    write_json_atomic(run_copy / MANIFEST_FILE, manifest)
+    assert any("complete is False, expected true" in p for p in problems_of(run_copy))
+
+
+def test_failed_run_with_its_evidence_verifies_but_is_not_all_passed(failed_run, capsys):
+    result = verify(failed_run)
+    assert result["problems"] == [], result["problems"]
+    assert not result["all_tests_passed"]
+    assert any(g.startswith("generation P1-G-rep1 missing: explained by") for g in result["explained_gaps"])
+    assert main(["verify", str(failed_run)]) == 0
+    assert "not every test passed" in capsys.readouterr().out
+    assert main(["verify", "--all-passed", str(failed_run)]) == 1
+
+
+def test_missing_trial_without_evidence_is_a_problem(run_copy):
+    target = "P2-S3-seed23"
+    rewrite_records(run_copy, lambda records: [r for r in records if not (r.get("test") or "").endswith(f"[{target}]")])
+    problems = problems_of(run_copy)
+    assert f"generation {target}: no record and no failed, error or skipped outcome for a test with id [{target}]" \
+        in problems
+    assert any("has no recorded outcome" in p for p in problems)
+
+
+def test_failure_without_a_longrepr_is_a_problem(run_copy):
+    def fail_silently(records):
+        outcome = next(r for r in records if r["kind"] == "test_outcome" and r["test"].endswith("[P1-G-rep2]"))
+        outcome.update(outcome="failed", longrepr=None)
+        return records
+
+    rewrite_records(run_copy, fail_silently)
+    assert any("failed with no longrepr (no evidence)" in p for p in problems_of(run_copy))
+
+
+def test_timing_records_out_of_schedule_order_are_a_problem(run_copy):
+    def swap(records):
+        indices = [i for i, r in enumerate(records) if r["kind"] == "timing_trial"][2:4]
+        records[indices[0]], records[indices[1]] = records[indices[1]], records[indices[0]]
+        return records
+
+    rewrite_records(run_copy, swap)
+    assert any(p.startswith("timing_trial records are not in schedule order") for p in problems_of(run_copy))
+
+
+def test_generation_over_budget_is_a_problem(run_copy):
+    def extend(records):
+        record = next(r for r in records if r["kind"] == "generation")
+        record["generated_ids"] = record["generated_ids"] + [1]
+        record["generated_length"] += 1
+        return records
+
+    rewrite_records(run_copy, extend)
+    expected = (f"generation P1-G-rep1: {protocol.MAX_NEW_TOKENS + 1} new tokens, "
+                f"the budget is {protocol.MAX_NEW_TOKENS}")
+    assert expected in problems_of(run_copy)
+
+
+def test_criterion_declared_after_the_errors_is_a_problem(run_copy):
+    def move_criterion(records):
+        criterion = next(r for r in records if r["kind"] == "cache_criterion")
+        records.remove(criterion)
+        last = max(i for i, r in enumerate(records) if r["kind"] == "cache_comparison")
+        records.insert(last + 1, criterion)
+        return records
+
+    rewrite_records(run_copy, move_criterion)
+    assert any("cache_criterion was recorded after" in p for p in problems_of(run_copy))
+
+
+def test_unreadable_record_line_is_a_problem(run_copy):
+    rewrite_records(run_copy, lambda records: records)
+    with open(run_copy / RECORDS_FILE, "a") as handle:
+        handle.write("{truncated\n")
+    refresh_manifest(run_copy)
+    assert any(p.startswith(f"{RECORDS_FILE}:") and "not a JSON object" in p for p in problems_of(run_copy))
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+
+def test_compare_of_two_identical_runs_shows_every_id_equal(complete_run, second_run, capsys):
+    result = compare(complete_run, second_run)
+    assert [row["equal"] for row in result["generation"]] == [True] * len(protocol.generation_trials())
+    assert [row["equal"] for row in result["timing_ids"]] == [True] * len(protocol.timing_schedule())
+    assert result["tensors"] and all(row["max_abs_diff"] == 0.0 and row["bitwise_equal"] for row in result["tensors"])
+    assert all(row["ratio_dir2_over_dir1"] == 1.0 for row in result["timing_ratios"])
+    assert result["environment"] == []
+    assert main(["compare", str(complete_run), str(second_run)]) == 0
+    out = capsys.readouterr().out
+    assert f"generation trials (exact generated ids): {len(protocol.generation_trials())} of " \
+           f"{len(protocol.generation_trials())} equal" in out
+
+
+def test_compare_reports_one_changed_generated_id(complete_run, run_copy):
+    def change(records):
+        record = next(r for r in records if r["kind"] == "generation" and r["test"].endswith("[P2-S2-seed31]"))
+        record["generated_ids"][3] += 1
+        return records
+
+    rewrite_records(run_copy, change)
+    result = compare(complete_run, run_copy)
+    changed = [row for row in result["generation"] if not row["equal"]]
+    assert changed == [{"trial": "P2-S2-seed31", "equal": False, "first_difference": 3,
+                        "status": "differ from index 3"}]
+    lines = [line.split() for line in format_compare(result).splitlines()]
+    assert ["P2-S2-seed31", "differ", "from", "index", "3"] in lines
+    assert f"{len(protocol.generation_trials()) - 1} of {len(protocol.generation_trials())} equal" in \
+        format_compare(result)
+
+
+def test_compare_reports_tensor_and_environment_differences(complete_run, run_copy):
+    _flip_last_byte(run_copy / "tensors" / "first_step_logits.safetensors")
+    manifest = json.loads((run_copy / MANIFEST_FILE).read_text())
+    manifest["distributions"]["torch"] = "9.9.9"
+    write_json_atomic(run_copy / MANIFEST_FILE, manifest)
+    result = compare(complete_run, run_copy)
+    differing = [row for row in result["tensors"] if not row["bitwise_equal"]]
+    assert [(row["key"], row["status"]) for row in differing] == [("P2/S3", "differ")]
+    assert differing[0]["max_abs_diff"] > 0
+    assert {"section": "distributions", "name": "torch", "dir1": "2.13.0", "dir2": "9.9.9"} in result["environment"]
+
+
+def test_compare_of_an_unreadable_dir_exits_2(complete_run, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["compare", str(complete_run), str(empty)]) == 2
+    assert "records.jsonl: missing" in capsys.readouterr().err
+
+
+def test_records_out_of_seq_order_are_a_problem(run_copy):
+    lines = (run_copy / RECORDS_FILE).read_text().splitlines(keepends=True)
+    lines[3], lines[4] = lines[4], lines[3]
+    (run_copy / RECORDS_FILE).write_text("".join(lines))
+    refresh_manifest(run_copy)
+    assert f"{RECORDS_FILE}: seq is not 0..{len(lines) - 1} in order; record 4 has seq 4, expected 3" \
+        in problems_of(run_copy)
+
+
+def test_missing_report_is_a_problem(run_copy):
+    (run_copy / "report.md").unlink()
+    refresh_manifest(run_copy)
+    assert problems_of(run_copy) == ["report.md: missing (it is written at session end, also after failures)"]
