@@ -35,13 +35,13 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
     except Exception as error:
         record("generation", **identity, status="failed", error=f"{type(error).__name__}: {error}")
         raise
-    first_step = None
+    first_step = first_step_scores = None
     if trial.keeps_first_step_logits:
         key = f"{trial.prompt_id}/{trial.condition}"
         first_step = tensor_store.put(FIRST_STEP_FILE, key, logits)
-        tensor_store.put(FIRST_STEP_SCORES_FILE, key, scores)
+        first_step_scores = tensor_store.put(FIRST_STEP_SCORES_FILE, key, scores)
     assert (fields["condition"], fields["seed"]) == (trial.condition, trial.seed)
-    record("generation", **{**fields, **identity}, first_step_logits=first_step)
+    record("generation", **{**fields, **identity}, first_step_logits=first_step, first_step_scores=first_step_scores)
     assert fields["generated_length"] <= protocol.MAX_NEW_TOKENS, (
         f"generated {fields['generated_length']} tokens, budget {protocol.MAX_NEW_TOKENS}"
     )
