@@ -20,7 +20,9 @@ from typing import Optional
 import torch
 
 from inferlab import protocol
+from inferlab.cache_check import top2_margin
 from inferlab.inputs import choose_pad_token, encode_prompt
+from inferlab.summaries import first_divergence
 from inferlab.sampling import (
     USE_MODEL_DEFAULTS,
     build_generation_config,
@@ -75,20 +77,6 @@ def truncate_after_eos(ids: list[int], eos_token_id: int) -> list[int]:
     every later id of that row is such a pad, cutting at the first EOS is exact even when pad == EOS.
     """
     return ids[: ids.index(eos_token_id) + 1] if eos_token_id in ids else list(ids)
-
-
-def first_divergence(a: list[int], b: list[int]) -> Optional[int]:
-    """Index of the first differing id (a length difference counts at the shorter length), or None."""
-    for index, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return index
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def _top2_margin(logits: torch.Tensor) -> float:
-    """Top-1 minus top-2 logit of a (vocab,) vector."""
-    top = torch.topk(logits, 2).values
-    return float(top[0] - top[1])
 
 
 @torch.inference_mode()
@@ -172,8 +160,8 @@ def _compare_row(batch_call, batch_tensors, row, single_call, single_tensors, eo
         "first_step_argmax_batch": int(first_batch.argmax()),
         "first_step_argmax_single": int(first_single.argmax()),
         "first_step_argmax_agree": bool(first_batch.argmax() == first_single.argmax()),
-        "first_step_top2_margin_single": _top2_margin(first_single),
-        "first_step_top2_margin_batch": _top2_margin(first_batch),
+        "first_step_top2_margin_single": top2_margin(first_single),
+        "first_step_top2_margin_batch": top2_margin(first_batch),
         "per_step_max_abs_diff": per_step,
         "generated_ids_batch": batch_ids,
         "generated_ids_single": single_ids,

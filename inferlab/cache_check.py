@@ -50,14 +50,6 @@ def compare_vectors(a: torch.Tensor, b: torch.Tensor, tolerance: Tolerance) -> d
     }
 
 
-def first_divergence(ids_a: Sequence[int], ids_b: Sequence[int]) -> Optional[int]:
-    """Index of the first position where the two id lists differ (a length difference counts); None if equal."""
-    for index, (x, y) in enumerate(zip(ids_a, ids_b)):
-        if x != y:
-            return index
-    return None if len(ids_a) == len(ids_b) else min(len(ids_a), len(ids_b))
-
-
 def top2_margin(logits: torch.Tensor) -> float:
     """Largest minus second-largest logit of a (vocab,) vector."""
     top = torch.topk(logits.detach().double(), 2).values

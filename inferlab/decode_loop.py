@@ -22,7 +22,9 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 from inferlab import protocol
-from inferlab.cache_check import compare_vectors, first_divergence
+from inferlab.cache_check import compare_vectors
+from inferlab.sampling import build_generation_config
+from inferlab.summaries import first_divergence
 
 EosIds = Union[int, Iterable[int], None]
 
@@ -269,16 +271,15 @@ def check_logits_to_keep(
 
 
 def greedy_generation_config(new_tokens: int, eos_token_id: EosIds, pad_token_id: Optional[int], **extra) -> GenerationConfig:
-    """A complete greedy GenerationConfig from the protocol's fixed settings; nothing inherited from the model."""
-    fields = {
-        **protocol.GENERATION_FIXED,
-        **protocol.CONDITIONS["G"].generate_kwargs(),
-        "max_new_tokens": new_tokens,
-        "eos_token_id": eos_token_id,
-        "pad_token_id": pad_token_id,
-    }
-    fields.update(extra)
-    return GenerationConfig(**fields)
+    """The matrix's complete greedy GenerationConfig (sampling.build_generation_config) for new_tokens ids.
+
+    Plain sequences are returned (no per-step logits or scores), so generate() does no extra copying.
+    """
+    config = build_generation_config(protocol.CONDITIONS["G"], eos_token_id, pad_token_id)
+    config.update(max_new_tokens=new_tokens, output_logits=False, output_scores=False,
+                  return_dict_in_generate=False, **extra)
+    config.validate()
+    return config
 
 
 @torch.inference_mode()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from inferlab import protocol
+from inferlab import memory, protocol
 from inferlab.specimen import WEIGHT_FILE, SpecimenSpec, require_verified
 
 MODEL_CLASS = "GPTNeoXForCausalLM"
@@ -114,15 +114,6 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
     return {"model": model, "tokenizer": tokenizer, "verification": verification, "model_load": model_load}
 
 
-def unique_storage_bytes(tensors) -> dict:
-    """Bytes of the distinct storages behind tensors (shared storage counted once): {bytes, storages}."""
-    seen = {}
-    for tensor in tensors:
-        storage = tensor.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-    return {"bytes": sum(seen.values()), "storages": len(seen)}
-
-
 def inspect_model(model, directory) -> dict:
     """The model_inspection record: class, config, parameters, unique storage bytes, checkpoint bytes.
 
@@ -150,15 +141,15 @@ def inspect_model(model, directory) -> dict:
         violations.append(f"attn_implementation: expected {protocol.ATTN_IMPLEMENTATION}, actual {attn}")
     if model.training:
         violations.append("model.training: expected False (eval mode), actual True")
-    storage = unique_storage_bytes(model.parameters())
+    storage = memory.parameter_storage(model)
     checkpoint = Path(directory) / WEIGHT_FILE
     return {
         "class": type(model).__name__,
         "config": model.config.to_dict(),
         "parameter_count": sum(p["numel"] for p in parameters),
         "parameters": parameters,
-        "unique_parameter_storage_bytes": storage["bytes"],
-        "unique_parameter_storages": storage["storages"],
+        "unique_parameter_storage_bytes": storage["unique_bytes"],
+        "unique_parameters": storage["unique_tensor_count"],
         "checkpoint_file": str(checkpoint),
         "checkpoint_file_bytes": checkpoint.stat().st_size,
         "training": model.training,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import netguard, protocol
+from inferlab.records import sha256_file
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ARTIFACTS_ROOT = PROJECT_ROOT / "artifacts"
@@ -46,7 +46,6 @@ SPEC_FIELDS = ("repo_id", "revision", "files", "bundle_cap_bytes", "synthetic", 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_HASH_CHUNK = 1 << 20
 
 
 class SpecimenError(Exception):
@@ -155,15 +154,6 @@ def cache_dir(spec: SpecimenSpec, cache_root=None) -> Path:
 
 
 # --- verification ------------------------------------------------------------------------------
-
-
-def sha256_file(path) -> str:
-    """SHA-256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(_HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _verify_file(directory: Path, name: str, pin: dict) -> dict:

@@ -24,15 +24,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from inferlab import protocol
+from inferlab.records import write_bytes_atomic
 
 # Bump the version suffix whenever any built byte changes; the revision follows it.
 RECIPE = "inferlab-standin-pythia-14m-architecture/recipe-v1"
@@ -207,21 +206,6 @@ def file_contents() -> dict[str, bytes]:
     return contents
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write bytes to a temporary file beside path, fsync, then move it into place."""
-    path = Path(path)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def build(directory) -> dict:
     """Write the six stand-in files into directory; return {directory, files: {name: {size, sha256}}, elapsed_s}."""
     start = time.perf_counter()
@@ -229,7 +213,7 @@ def build(directory) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
     files = {}
     for name, data in file_contents().items():
-        write_atomic(directory / name, data)
+        write_bytes_atomic(directory / name, data)
         files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     return {
         "directory": str(directory),

@@ -94,7 +94,8 @@ THROUGHPUT_CONVENTION = (
 )
 
 
-def _first_difference(a: Sequence, b: Sequence):
+def first_divergence(a: Sequence, b: Sequence):
+    """Index of the first position where two id lists differ (a length difference counts); None if equal."""
     for index, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return index
@@ -188,7 +189,7 @@ def loop_vs_generate(trials: list[dict], generations: list[dict], prompt_id: str
         "compared_length": len(generate_ids),
         "loop_ids": loop_ids,
         "generate_ids": generate_ids,
-        "first_difference": _first_difference(loop_ids, generate_ids),
+        "first_difference": first_divergence(loop_ids, generate_ids),
         "equal": loop_ids == generate_ids,
         "not_compared": [p for p in {t["prompt_id"] for t in trials} if p != prompt_id],
         "note": "only prompts of the generation matrix have a generate() reference; no extra generate() call is made",
@@ -204,7 +205,7 @@ def cache_divergence(trials: list[dict], prompt_id: str) -> dict:
     pairs = []
     for repetition, paths in sorted(by_repetition.items()):
         if True in paths and False in paths:
-            index = _first_difference(paths[True], paths[False])
+            index = first_divergence(paths[True], paths[False])
             pairs.append({"repetition": repetition, "first_divergence": index, "identical": index is None})
     diverged = [p for p in pairs if not p["identical"]]
     return {

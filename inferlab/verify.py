@@ -17,6 +17,7 @@ from typing import Any, Iterable, Optional
 
 from inferlab import protocol
 from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, TENSOR_DIR, sha256_file
+from inferlab.summaries import first_divergence
 
 NON_PASSING = ("failed", "error", "skipped")
 FAILED_STATUSES = ("failed", "error")  # a record saying so needs a non-passing outcome of its test
@@ -539,15 +540,6 @@ def _load_for_compare(record_dir: Path) -> dict:
     return {"dir": record_dir, "records": records, "manifest": manifest}
 
 
-def _first_difference(a: Optional[list], b: Optional[list]) -> Optional[int]:
-    if a is None or b is None:
-        return None
-    for index, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return index
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def _id_agreement(rows_a: dict, rows_b: dict, order: list) -> list[dict]:
     result = []
     for key, label in order:
@@ -558,7 +550,7 @@ def _id_agreement(rows_a: dict, rows_b: dict, order: list) -> list[dict]:
             status = "missing in " + " and ".join(n for n, r in (("DIR1", ids_a), ("DIR2", ids_b)) if r is None)
             result.append({"trial": label, "equal": None, "first_difference": None, "status": status})
             continue
-        difference = _first_difference(ids_a, ids_b)
+        difference = first_divergence(ids_a, ids_b)
         result.append({"trial": label, "equal": difference is None, "first_difference": difference,
                        "status": "equal" if difference is None else f"differ from index {difference}"})
     return result

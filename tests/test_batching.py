@@ -9,7 +9,8 @@ import torch
 
 
 from inferlab import protocol
-from inferlab.batching import first_divergence, left_pad, positions_by_rule, run_batching, truncate_after_eos
+from inferlab.batching import left_pad, positions_by_rule, run_batching, truncate_after_eos
+from inferlab.summaries import first_divergence
 from inferlab.tiny_model import tiny_gpt_neox, tiny_tokenizer
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from inferlab import cache_check, protocol
-from inferlab.cache_check import compare_vectors, first_divergence, run_matched_prefix
+from inferlab.cache_check import compare_vectors, run_matched_prefix
+from inferlab.summaries import first_divergence
 from inferlab.decode_loop import run_greedy_loop
 from inferlab.memory import expected_kv_cache_bytes
 from inferlab.tiny_model import tiny_gpt_neox
