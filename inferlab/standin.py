@@ -34,7 +34,7 @@ from inferlab import protocol
 from inferlab.records import write_bytes_atomic
 
 # Bump the version suffix whenever any built byte changes; the revision follows it.
-RECIPE = "inferlab-standin-pythia-14m-architecture/recipe-v1"
+RECIPE = "inferlab-standin-pythia-14m-architecture/recipe-v2"
 SEED = 14
 INIT_STD = 0.02
 SYNTHETIC_NOTE = (
@@ -180,7 +180,44 @@ def tokenizer_json() -> str:
             f"stand-in tokenizer: expected {ENDOFTEXT!r} at id 0 and at most {CONFIG['vocab_size']} tokens, "
             f"got id {tokenizer.token_to_id(ENDOFTEXT)} and {tokenizer.get_vocab_size()} tokens"
         )
-    return tokenizer.to_str(pretty=False)
+    serialized = json.loads(tokenizer.to_str(pretty=False))
+    _fill_vocabulary(serialized["model"]["vocab"], CONFIG["vocab_size"])
+    return json.dumps(serialized, ensure_ascii=False, separators=(",", ":"))
+
+
+FILLER_CONSONANTS = "bdfgklmnprstvz"
+FILLER_VOWELS = "aeiou"
+
+
+def filler_token(index: int) -> str:
+    """A pronounceable pseudo-word for a vocabulary slot the trained BPE left empty, e.g. 'Ġkafo'.
+
+    'Ġ' is byte-level BPE's space, so decoded noise reads as separate made-up words.
+    """
+    syllables = []
+    while True:
+        index, syllable = divmod(index, len(FILLER_CONSONANTS) * len(FILLER_VOWELS))
+        consonant, vowel = divmod(syllable, len(FILLER_VOWELS))
+        syllables.append(FILLER_CONSONANTS[consonant] + FILLER_VOWELS[vowel])
+        if index == 0:
+            return "\u0120" + "".join(syllables)
+
+
+def _fill_vocabulary(vocab: dict, size: int) -> None:
+    """Give every model id below size a token, so each id the random model selects decodes to something.
+
+    The filler tokens have no merges, so BPE never produces them when encoding: the prompts tokenize
+    exactly as with the trained vocabulary alone.
+    """
+    taken = set(vocab)
+    next_id, counter = len(vocab), 0
+    while next_id < size:
+        candidate = filler_token(counter)
+        counter += 1
+        if candidate not in taken:
+            vocab[candidate] = next_id
+            taken.add(candidate)
+            next_id += 1
 
 
 def _json_bytes(data: dict) -> bytes:

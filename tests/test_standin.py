@@ -85,3 +85,20 @@ def test_prompt_round_trips_exactly(tokenizer, prompt_id):
     text = protocol.PROMPTS[prompt_id]
     ids = tokenizer(text, add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]
     assert tokenizer.decode(ids) == text and 0 not in ids
+
+
+def test_every_model_id_decodes_to_something(tokenizer):
+    """The random model can select any of the 50304 ids; all but the two special ones decode to visible text."""
+    vocab_size = standin.CONFIG["vocab_size"]
+    assert len(tokenizer) == vocab_size
+    decoded = tokenizer.batch_decode([[token_id] for token_id in range(vocab_size)], skip_special_tokens=True)
+    assert [token_id for token_id, text in enumerate(decoded) if text == ""] == [0, 1]
+
+
+def test_filler_words_are_never_produced_by_encoding(tokenizer, standin_dir):
+    """Filler tokens have no merges: text made of filler words still splits into trained pieces."""
+    trained = json.loads((standin_dir / "tokenizer.json").read_text())["model"]["merges"]
+    assert trained, "the trained BPE has merges"
+    word = standin.filler_token(12345)
+    ids = tokenizer(word.replace("\u0120", " "), add_special_tokens=False)["input_ids"]
+    assert tokenizer.convert_tokens_to_ids(word) not in ids
