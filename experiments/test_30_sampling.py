@@ -48,6 +48,26 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
 
 
 @pytest.mark.requires("generation_matrix")
+@pytest.mark.parametrize("condition", list(protocol.CONDITIONS))
+def test_processors_are_only_the_conditions_controls(condition, inferlab_run):
+    """generate() built exactly the processors the condition implies: no hidden top-k, penalty or filter."""
+    from inferlab.sampling import expected_processor_classes
+
+    expected = expected_processor_classes(protocol.CONDITIONS[condition])
+    built = {r["trial_id"]: [p["class"] for p in r["processors"]]
+             for r in inferlab_run.records_of("generation") if r["condition"] == condition}
+    wrong = {trial: classes for trial, classes in built.items() if classes != expected}
+    assert not wrong, f"{condition}: expected processors {expected}, generate built {wrong}"
+
+
+@pytest.mark.requires("generation_matrix")
+def test_no_generation_warnings(inferlab_run):
+    """A complete, neutral config draws no warning (for example about sampling flags under greedy)."""
+    warned = {r["trial_id"]: r["warnings"] for r in inferlab_run.records_of("generation") if r["warnings"]}
+    assert not warned, f"warnings during generation: {warned}"
+
+
+@pytest.mark.requires("generation_matrix")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, record):
     """Selection settings act after the forward pass, so every condition sees the same raw logits."""

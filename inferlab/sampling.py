@@ -128,6 +128,24 @@ def processors_for(model, generation_config: GenerationConfig, input_ids_length:
     return _describe(processors)
 
 
+def expected_processor_classes(condition: protocol.Condition) -> list[str]:
+    """The processors the protocol expects for a condition, in generate()'s order.
+
+    Only controls that change the logits appear: temperature != 1, then top-k > 0, then top-p < 1.
+    No repetition penalty, ban, bias, forced token or minimum length is ever expected.
+    """
+    if not condition.do_sample:
+        return []
+    expected = []
+    if condition.temperature is not None and condition.temperature != 1.0:
+        expected.append("TemperatureLogitsWarper")
+    if condition.top_k:
+        expected.append("TopKLogitsWarper")
+    if condition.top_p is not None and condition.top_p < 1.0:
+        expected.append("TopPLogitsWarper")
+    return expected
+
+
 def stopping_criteria_for(model, generation_config: GenerationConfig, input_ids_length: int) -> list[dict]:
     """The stopping criteria generate() builds for this config: [{"class", "params"}]."""
     prepared = _prepared_copy(model, generation_config, input_ids_length)

@@ -300,3 +300,20 @@ def test_replay_in_fresh_process_with_plain_transformers(model, first_trials, tm
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == record["sequence_ids"]
+
+
+@pytest.mark.parametrize("condition_name", list(protocol.CONDITIONS))
+def test_expected_processors_match_what_generate_builds(model, condition_name):
+    from inferlab.sampling import expected_processor_classes
+
+    condition = protocol.CONDITIONS[condition_name]
+    config = build_generation_config(condition, eos_token_id=0, pad_token_id=0)
+    built = [p["class"] for p in processors_for(model, config, input_ids_length=8)]
+    assert built == expected_processor_classes(condition)
+
+
+def test_expected_processors_include_a_top_k_that_is_not_zero():
+    from inferlab.sampling import expected_processor_classes
+
+    condition = protocol.Condition("K", do_sample=True, temperature=0.7, top_p=0.9, top_k=50)
+    assert expected_processor_classes(condition) == ["TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"]
