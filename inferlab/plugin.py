@@ -49,6 +49,7 @@ HELP = {
 }
 
 RUN_KEY = pytest.StashKey["RunState"]()
+ROOT_CAUSE_KEY = pytest.StashKey[str]()  # why an item was skipped for a prerequisite
 EXPERIMENTS_DIR = "experiments"
 RESERVED_FIELDS = frozenset({"kind", "test", "seq", "wall_time"})
 
@@ -355,9 +356,15 @@ def pytest_runtest_setup(item):
         for name in marker.args:
             check = run.checks.get(name)
             if check is None:
-                pytest.skip(f"not run: prerequisite '{name}' has not run")
-            if check["status"] != "passed":
-                pytest.skip(f"not run: prerequisite '{name}' {check['status']} in {check['by']}: {check['reason']}")
+                cause = f"prerequisite '{name}' has not run"
+            elif check["status"] != "passed":
+                cause = check["root_cause"]
+            else:
+                continue
+            item.stash[ROOT_CAUSE_KEY] = cause
+            if check is not None and check["status"] == "did not run":
+                pytest.skip(f"not run: prerequisite '{name}' did not run, because {cause}")
+            pytest.skip(f"not run: {cause}")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -420,11 +427,14 @@ def _update_checks(run: RunState, item, report, outcome: str, longrepr: Optional
             continue  # one failed provider fails the check for good
         if outcome == "passed":
             if report.when == "call":
-                run.checks[name] = {"status": "passed", "by": item.nodeid, "reason": None}
+                run.checks[name] = {"status": "passed", "by": item.nodeid, "reason": None, "root_cause": None}
         else:
             reason = _skip_reason(report) if outcome == "skipped" else _first_line(longrepr)
             status = "did not run" if outcome == "skipped" else outcome
-            run.checks[name] = {"status": status, "by": item.nodeid, "reason": reason}
+            # A provider skipped for its own missing prerequisite passes that root cause on, so a
+            # chain of dependents names the first failure instead of nesting every link.
+            root_cause = item.stash.get(ROOT_CAUSE_KEY, None) or f"prerequisite '{name}' {status} in {item.nodeid}: {reason}"
+            run.checks[name] = {"status": status, "by": item.nodeid, "reason": reason, "root_cause": root_cause}
 
 
 # --- session end: report, manifest, summary ---------------------------------------------------

@@ -247,3 +247,23 @@ def test_platform_without_interval_timers_refuses_to_run(suite, monkeypatch):
     result = suite.runpytest("experiments", "--record-dir", "run")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*no POSIX interval timers*refuse to run unbounded*"])
+
+
+def test_a_chain_of_dependents_names_the_first_failure(suite):
+    write_experiment(suite, (
+        "import pytest\n"
+        "@pytest.mark.provides('download')\n"
+        "def test_download():\n"
+        "    pytest.fail('no route to the hub')\n"
+        "@pytest.mark.requires('download')\n"
+        "@pytest.mark.provides('model')\n"
+        "def test_load():\n"
+        "    pass\n"
+        "@pytest.mark.requires('model')\n"
+        "def test_generate():\n"
+        "    pass\n"
+    ))
+    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(failed=1, skipped=2)
+    reason = outcomes_by_test(read_records(suite.path / "run"))["test_generate"]["skip_reason"]
+    assert reason.startswith("not run: prerequisite 'model' did not run, because prerequisite 'download' failed")
+    assert "no route to the hub" in reason and reason.count("not run") == 1
