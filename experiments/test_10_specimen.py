@@ -45,12 +45,12 @@ def test_artifact_file(name, specimen_spec, acquisition, verification, record):
 
 
 @pytest.mark.provides("artifacts_verified")
-def test_no_other_weight_or_code_files(acquisition, verification, record):
+def test_no_files_besides_the_allowlist(acquisition, verification, record):
     if verification is None:
         pytest.skip(f"not run: acquisition left no directory to verify ({acquisition['error']})")
-    record("artifact_directory", directory=verification["directory"], extra_forbidden=verification["extra_forbidden"])
-    assert not verification["extra_forbidden"], (
-        f"{verification['directory']}: expected only the allowlisted files, actual extra {verification['extra_forbidden']}"
+    record("artifact_directory", directory=verification["directory"], extra_files=verification["extra_files"])
+    assert not verification["extra_files"], (
+        f"{verification['directory']}: expected only the allowlisted files, actual extra {verification['extra_files']}"
     )
 
 

@@ -63,7 +63,7 @@ class RunState:
     tensors: TensorStore
     command_line: list[str]
     started_utc: str = field(default_factory=utc_now)
-    started_monotonic: float = field(default_factory=time.monotonic)
+    setup_done_monotonic: Optional[float] = None  # when protocol.SETUP_DONE_CHECK passed
     seq: int = 0
     records: list = field(default_factory=list)
     checks: dict = field(default_factory=dict)  # check name -> {"status", "by", "reason"}
@@ -225,7 +225,9 @@ def pytest_collection_modifyitems(session, config, items):
         )
     for item in experiments:
         if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(protocol.TRIAL_LIMIT_S, method="signal"))
+            # func_only: the limit is for the trial itself, not the session fixtures (download, load)
+            # that the first test to need them happens to set up.
+            item.add_marker(pytest.mark.timeout(protocol.TRIAL_LIMIT_S, method="signal", func_only=True))
 
 
 def plan_entries(items) -> list[dict]:
@@ -336,22 +338,17 @@ def pytest_runtestloop(session):
 # --- running: bounds, prerequisites, outcomes ------------------------------------------------
 
 
-def pytest_sessionstart(session):
-    run = get_run(session.config)
-    if run is not None:
-        run.started_monotonic = time.monotonic()
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Refuse to start after the session limit, and skip a test whose prerequisites did not pass."""
     run = get_run(item.config)
     if run is None or not is_experiment(item):
         return
-    elapsed = time.monotonic() - run.started_monotonic
-    if elapsed > protocol.SESSION_LIMIT_S:
-        pytest.skip(f"not run: the session limit of {protocol.SESSION_LIMIT_S} s was reached "
-                    f"({elapsed:.0f} s elapsed) before this test started")
+    if run.setup_done_monotonic is not None:
+        elapsed = time.monotonic() - run.setup_done_monotonic
+        if elapsed > protocol.SESSION_LIMIT_S:
+            pytest.skip(f"not run: the session limit of {protocol.SESSION_LIMIT_S} s after setup was reached "
+                        f"({elapsed:.0f} s since '{protocol.SETUP_DONE_CHECK}' passed) before this test started")
     for marker in item.iter_markers("requires"):
         for name in marker.args:
             check = run.checks.get(name)
@@ -428,6 +425,8 @@ def _update_checks(run: RunState, item, report, outcome: str, longrepr: Optional
         if outcome == "passed":
             if report.when == "call":
                 run.checks[name] = {"status": "passed", "by": item.nodeid, "reason": None, "root_cause": None}
+                if name == protocol.SETUP_DONE_CHECK and run.setup_done_monotonic is None:
+                    run.setup_done_monotonic = time.monotonic()
         else:
             reason = _skip_reason(report) if outcome == "skipped" else _first_line(longrepr)
             status = "did not run" if outcome == "skipped" else outcome

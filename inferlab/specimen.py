@@ -35,10 +35,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ARTIFACTS_ROOT = PROJECT_ROOT / "artifacts"
 WEIGHT_FILE = "model.safetensors"
 # Files that could hold other weights, pickled objects or code: never accepted beside the specimen.
-FORBIDDEN_SUFFIXES = (
-    ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".py", ".pyc", ".so",
-    ".h5", ".msgpack", ".onnx", ".gguf", ".safetensors",
-)
+# huggingface_hub's local_dir downloads keep their bookkeeping here; it is metadata, never loaded.
+HUB_METADATA_DIR = ".cache/huggingface/"
 REMOTE_CODE_KEYS = ("auto_map", "trust_remote_code")
 ACQUISITIONS = ("reuse:artifacts_dir", "reuse:project_cache", "download", "built_offline")
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -203,41 +201,44 @@ def _json_problems(path: Path) -> list[str]:
     return []
 
 
-def _forbidden_files(directory: Path) -> list[str]:
-    """Relative paths of weight, pickle or code files other than the allowlisted weight file."""
+def _extra_files(directory: Path, allowlist) -> list[str]:
+    """Relative paths of every file besides the allowlisted ones (hub download metadata excepted).
+
+    Anything else could be read by a loader (an added_tokens.json, a second weight file, code),
+    so an unlisted file fails verification whatever its name.
+    """
     found = []
     for root, dirs, names in os.walk(directory):
         dirs.sort()
         for name in sorted(names):
             relative = (Path(root) / name).relative_to(directory).as_posix()
-            if relative != WEIGHT_FILE and name.lower().endswith(FORBIDDEN_SUFFIXES):
+            if relative not in allowlist and not relative.startswith(HUB_METADATA_DIR):
                 found.append(relative)
     return found
 
 
 def verify(directory, spec: SpecimenSpec) -> dict:
-    """Check a directory against a spec: {directory, ok, files: [per-file rows], extra_forbidden, problems}.
+    """Check a directory against a spec: {directory, ok, files: [per-file rows], extra_files, problems}.
 
     Each file row holds name, size, sha256, expected_size, expected_sha256, ok and problem (or None).
-    Directory-level problems: a missing directory, and weight/pickle/code files besides the allowlist.
+    Directory-level problems: a missing directory, and any file besides the allowlist.
     """
     directory = Path(directory)
     if not directory.is_dir():
         problem = f"{directory}: expected a specimen directory with {list(spec.files)}, actual: no such directory"
-        return {"directory": str(directory), "ok": False, "files": [], "extra_forbidden": [], "problems": [problem]}
+        return {"directory": str(directory), "ok": False, "files": [], "extra_files": [], "problems": [problem]}
     rows = [_verify_file(directory, name, spec.expected[name]) for name in spec.files]
-    forbidden = _forbidden_files(directory)
+    extra = _extra_files(directory, spec.files)
     problems = [row["problem"] for row in rows if row["problem"]]
     problems += [
-        f"{name} in {directory}: expected only the allowlisted files {list(spec.files)}, "
-        f"actual: an extra weight/pickle/code file"
-        for name in forbidden
+        f"{name} in {directory}: expected only the allowlisted files {list(spec.files)}, actual: an extra file"
+        for name in extra
     ]
     return {
         "directory": str(directory),
         "ok": not problems,
         "files": rows,
-        "extra_forbidden": forbidden,
+        "extra_files": extra,
         "problems": problems,
     }
 

@@ -226,15 +226,43 @@ def test_unknown_specimen_is_a_usage_error_before_anything_is_written(suite):
     assert not (suite.path / "run").exists()
 
 
-def test_tests_after_the_session_limit_are_recorded_as_not_run(suite, monkeypatch):
+def test_the_session_limit_counts_from_setup_and_later_tests_are_recorded_as_not_run(suite, monkeypatch):
     from inferlab import protocol
 
-    monkeypatch.setattr(protocol, "SESSION_LIMIT_S", -1)  # the limit has passed before the first test
-    write_experiment(suite, "def test_a(record):\n    record('should_not_exist')\n")
-    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(skipped=1)
+    monkeypatch.setattr(protocol, "SESSION_LIMIT_S", -1)  # the limit passes as soon as setup is done
+    write_experiment(suite, (
+        "import pytest\n"
+        f"@pytest.mark.provides({protocol.SETUP_DONE_CHECK!r})\n"
+        "def test_setup(record):\n"
+        "    record('setup_ran')\n"
+        "def test_after(record):\n"
+        "    record('should_not_exist')\n"
+    ))
+    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1, skipped=1)
     records = read_records(suite.path / "run")
-    assert "should_not_exist" not in [r["kind"] for r in records]
-    assert "session limit" in outcomes_by_test(records)["test_a"]["skip_reason"]
+    kinds = [r["kind"] for r in records]
+    assert "setup_ran" in kinds and "should_not_exist" not in kinds
+    assert "session limit" in outcomes_by_test(records)["test_after"]["skip_reason"]
+
+
+def test_the_trial_limit_covers_the_test_body_not_session_fixture_setup(suite, monkeypatch):
+    from inferlab import protocol
+
+    monkeypatch.setattr(protocol, "TRIAL_LIMIT_S", 1)
+    write_experiment(suite, (
+        "import time, pytest\n"
+        "@pytest.fixture(scope='session')\n"
+        "def slow_download():\n"
+        "    time.sleep(1.5)\n"
+        "def test_quick_after_slow_setup(slow_download):\n"
+        "    pass\n"
+        "def test_slow_body():\n"
+        "    time.sleep(3)\n"
+    ))
+    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1, failed=1)
+    outcomes = outcomes_by_test(read_records(suite.path / "run"))
+    assert outcomes["test_quick_after_slow_setup"]["outcome"] == "passed"
+    assert "Timeout" in outcomes["test_slow_body"]["longrepr"]
 
 
 def test_platform_without_interval_timers_refuses_to_run(suite, monkeypatch):

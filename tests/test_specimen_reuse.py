@@ -111,7 +111,13 @@ def remove_tokenizer(directory):
 
 def add_pickle_weights(directory):
     (directory / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
-    return ["pytorch_model.bin", "extra weight/pickle/code file"]
+    return ["pytorch_model.bin", "actual: an extra file"]
+
+
+def add_tokens_file(directory):
+    # Not weights or code, but a tokenizer loader would read it and grow the vocabulary.
+    (directory / "added_tokens.json").write_text('{"<|boat|>": 50304}')
+    return ["added_tokens.json", "actual: an extra file"]
 
 
 def ask_for_remote_code(directory):
@@ -122,7 +128,7 @@ def ask_for_remote_code(directory):
     return ["config.json", "auto_map"]
 
 
-DAMAGES = [flip_byte, truncate_weights, remove_tokenizer, add_pickle_weights, ask_for_remote_code]
+DAMAGES = [flip_byte, truncate_weights, remove_tokenizer, add_pickle_weights, add_tokens_file, ask_for_remote_code]
 
 
 @pytest.fixture
@@ -193,3 +199,11 @@ def test_corrupt_project_cache_is_refused_not_rebuilt(standin_dir, standin_spec,
     with pytest.raises(SpecimenError, match="size expected 28143920 bytes, actual 1000 bytes"):
         specimen.acquire(standin_spec, cache_root=tmp_path, offline=True)
     assert (cached / PINS_FILE).stat().st_size == 1000
+
+
+def test_hub_download_metadata_is_not_an_extra_file(standin_copy, standin_spec):
+    """huggingface_hub's local_dir bookkeeping (.cache/huggingface/) is tolerated; it is never loaded."""
+    metadata = standin_copy / ".cache" / "huggingface" / "download"
+    metadata.mkdir(parents=True)
+    (metadata / "model.safetensors.metadata").write_text("commit\netag\n")
+    assert specimen.verify(standin_copy, standin_spec)["ok"]
