@@ -21,6 +21,25 @@ def test_thread_controls(thread_controls, record):
     )
 
 
+def test_network_guard_matches_the_offline_option(pytestconfig, record):
+    """With --offline every connection is refused for the whole session, loopback included; without it, none is."""
+    import socket
+
+    from inferlab.netguard import NetworkBlocked
+
+    offline = pytestconfig.getoption("inferlab_offline")
+    probe = ("127.0.0.1", 9)  # loopback discard port: nothing leaves the machine either way
+    try:
+        socket.create_connection(probe, timeout=1).close()
+        outcome = "connected"
+    except NetworkBlocked as error:
+        outcome = f"blocked: {error}"
+    except OSError as error:
+        outcome = f"reached the network stack: {type(error).__name__}"
+    record("offline_guard", offline=offline, probe=f"connect {probe[0]}:{probe[1]}", outcome=outcome)
+    assert outcome.startswith("blocked") == offline, f"--offline={offline}, but the probe was {outcome}"
+
+
 @pytest.mark.provides("acquisition", "artifacts_verified")
 def test_acquisition(specimen_spec, acquisition, record):
     record("specimen", **specimen_spec.as_dict())

@@ -16,7 +16,7 @@ def test_cache_criterion_declared(record):
            declared_before_errors=True, near_tie_factor=protocol.NEAR_TIE_FACTOR)
 
 
-@pytest.mark.requires("model_load", "cache_criterion", "cache_reference_trial")
+@pytest.mark.requires("model_load", "cache_criterion")
 @pytest.mark.provides("cache_comparison")
 @pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)
 def test_matched_prefix(model, inferlab_run, tensor_store, record):

@@ -16,23 +16,27 @@ def schedule_param(trial):
 
 
 @pytest.mark.requires("model_load", "inputs")
-@pytest.mark.provides("timing_trials")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
 def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, record):
     from inferlab import decode_loop, memory
 
     encoded = encoded_prompts[trial.prompt_id]
     eos_id = encoded["record"]["eos_token_id"]
-    result = decode_loop.run_greedy_loop(model, encoded["input_ids"], encoded["attention_mask"],
-                                         use_cache=trial.use_cache, eos_token_id=eos_id)
+    identity = {"prompt_id": trial.prompt_id, "use_cache": trial.use_cache, "warmup": trial.warmup,
+                "schedule_index": trial.schedule_index, "repetition": trial.repetition, "schedule_id": trial.test_id}
+    try:
+        result = decode_loop.run_greedy_loop(model, encoded["input_ids"], encoded["attention_mask"],
+                                             use_cache=trial.use_cache, eos_token_id=eos_id)
+    except BaseException as error:  # a trial timeout arrives as pytest's Failed, a BaseException
+        record("timing_trial", **identity, status="failed", error=f"{type(error).__name__}: {error}")
+        raise
     # Everything below is outside the timed region.
     start = time.perf_counter()
     text = tokenizer.decode(result.generated_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     decode_s = time.perf_counter() - start
     cache_after = memory.cache_storage(result.cache) if result.cache is not None else None
-    record("timing_trial", prompt_id=trial.prompt_id, warmup=trial.warmup, schedule_index=trial.schedule_index,
-           repetition=trial.repetition, schedule_id=trial.test_id, prompt_ids=encoded["record"]["token_ids"],
-           **result.to_record(), token_times=result.token_times_s,
+    record("timing_trial", **{**result.to_record(), **identity}, status="ok", prompt_ids=encoded["record"]["token_ids"],
+           token_times=result.token_times_s,
            profiling_text_not_a_response=text, decode_s=decode_s, cache_after_loop=cache_after,
            diagnostic_outputs={"output_attentions": False, "output_hidden_states": False, "scores": False},
            threads=inferlab_run.thread_request and {"requested": inferlab_run.thread_request,
@@ -53,7 +57,7 @@ def _effective_threads():
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
-@pytest.mark.requires("timing_trials", "generation_matrix")
+@pytest.mark.requires("model_load", "inputs")
 def test_loop_matches_generate(inferlab_run, record):
     """The loop's cache-on selections equal generate()'s greedy ones for P1, up to generate's EOS stop."""
     check = summaries.loop_vs_generate(inferlab_run.records_of("timing_trial"), inferlab_run.records_of("generation"))
@@ -64,7 +68,7 @@ def test_loop_matches_generate(inferlab_run, record):
     )
 
 
-@pytest.mark.requires("timing_trials")
+@pytest.mark.requires("model_load", "inputs")
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
@@ -76,7 +80,7 @@ def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
     )
 
 
-@pytest.mark.requires("timing_trials")
+@pytest.mark.requires("model_load", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_divergence(prompt_id, inferlab_run, record):
     """Free-running cache-on and cache-off ids: where, if anywhere, they first differ (an observation)."""

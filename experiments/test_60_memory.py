@@ -2,7 +2,7 @@
 
 import pytest
 
-from inferlab import protocol
+from inferlab import protocol, summaries
 
 
 @pytest.mark.requires("model_inspection")
@@ -24,7 +24,7 @@ def test_parameter_storage(model, record):
 
 
 @pytest.mark.requires("model_load", "inputs")
-@pytest.mark.budget(category="memory", forwards=len(protocol.TIMING_PROMPTS))
+@pytest.mark.budget(category="memory", forwards=1)
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_storage_after_prefill(prompt_id, model, encoded_prompts, record):
     """One untimed prefill per timing prompt, only to weigh its cache; no token is selected."""
@@ -42,13 +42,13 @@ def test_cache_storage_after_prefill(prompt_id, model, encoded_prompts, record):
     assert storage["unique_bytes"] == expected, f"cache bytes: measured {storage['unique_bytes']}, formula {expected}"
 
 
-@pytest.mark.requires("timing_trials")
+@pytest.mark.requires("model_load", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, record):
     """The cache a measured cache-on timing trial ended with: prompt plus the 15 fed-back selections."""
     from inferlab import memory
 
-    trials = [t for t in inferlab_run.records_of("timing_trial")
+    trials = [t for t in summaries.completed(inferlab_run.records_of("timing_trial"))
               if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]]
     assert trials, f"{prompt_id}: no measured cache-on timing trial was recorded"
     last = trials[-1]

@@ -7,6 +7,7 @@ call return plain data; this module turns them into records and test outcomes.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import shutil
 import signal
@@ -72,6 +73,7 @@ class RunState:
     thread_request: Optional[dict] = None
     predictions: Optional[dict] = None
     specimen: Optional[dict] = None  # the spec as data, "synthetic" included
+    offline_guard: Optional[contextlib.ExitStack] = None  # held open for the session with --offline
     exit_status: Optional[int] = None
 
     def records_of(self, kind: str) -> list[dict]:
@@ -128,6 +130,12 @@ def pytest_configure(config):
     )
     run.specimen = specimen_spec.as_dict()
     config.stash[RUN_KEY] = run
+    if config.getoption("inferlab_offline"):
+        # For the whole session, not only acquisition: hub offline flags on, every connection refused.
+        from inferlab import specimen
+
+        run.offline_guard = contextlib.ExitStack()
+        run.offline_guard.enter_context(specimen.offline_mode())
     run.predictions = _copy_predictions(predictions, record_dir)
     _write_manifest(config, run, complete=False)
 
@@ -278,9 +286,12 @@ def plan_totals(entries: list[dict]) -> dict:
             totals["cache_forwards"] += budget.get("forwards", 0)
         elif category == "batching":
             totals["batching_calls"] += budget.get("calls", 0)
+        elif category == "memory":
+            totals["memory_forwards"] += budget.get("forwards", 0)
     totals["core_trials"] = totals["generation_trials"] + totals["timing_warmups"] + totals["timing_measured"]
     totals["core_selections"] = totals["generation_new_tokens"] + totals["timing_selections"]
-    return {name: totals.get(name, 0) for name in protocol.CAPS}
+    # memory_forwards has no cap in the protocol: it is listed so that no forward goes uncounted.
+    return {name: totals.get(name, 0) for name in (*protocol.CAPS, "memory_forwards")}
 
 
 def build_plan(items) -> dict:
@@ -329,7 +340,8 @@ def pytest_runtestloop(session):
         spend = ", ".join(f"{k}={v}" for k, v in budget.items() if k != "category")
         category = budget.get("category", "check")
         writer.line(f"{entry['index']:4d}  {category:16s} {spend:28s} {entry['test']}")
-    writer.line("totals (planned/cap): " + ", ".join(f"{k}={v}/{plan['caps'][k]}" for k, v in plan["totals"].items()))
+    writer.line("totals (planned/cap): " + ", ".join(f"{k}={v}/{plan['caps'].get(k, 'no cap')}"
+                                                    for k, v in plan["totals"].items()))
     for note in plan["shortfalls"]:
         writer.line(f"note: not the complete protocol: {note}")
     return True
@@ -439,6 +451,12 @@ def _update_checks(run: RunState, item, report, outcome: str, longrepr: Optional
 # --- session end: report, manifest, summary ---------------------------------------------------
 
 
+def pytest_unconfigure(config):
+    run = get_run(config)
+    if run is not None and run.offline_guard is not None:
+        run.offline_guard.close()
+
+
 def pytest_sessionfinish(session, exitstatus):
     run = get_run(session.config)
     if run is None:
@@ -478,6 +496,7 @@ def _write_manifest(config, run: RunState, complete: bool) -> None:
         "options": {
             "artifacts": config.getoption("inferlab_artifacts"),
             "offline": config.getoption("inferlab_offline"),
+            "network_blocked_for_session": run.offline_guard is not None,
             "plan": config.getoption("inferlab_plan"),
         },
         "predictions": run.predictions,

@@ -105,7 +105,7 @@ def first_divergence(a: Sequence, b: Sequence):
 def sampling_summary(generations: list[dict], prompt_id: str) -> dict:
     """Repeatability and distinctness of one prompt's generation records (failed trials are counted, not hidden)."""
     rows = [g for g in generations if g["prompt_id"] == prompt_id]
-    ok = [g for g in rows if g.get("status") == "ok"]
+    ok = completed(rows)
     greedy = [tuple(g["generated_ids"]) for g in ok if g["condition"] == "G"]
     first = next((g for g in ok if g["condition"] == "S1" and g["seed"] == 17 and not g["is_rerun"]), None)
     rerun = next((g for g in ok if g["is_rerun"]), None)
@@ -140,14 +140,23 @@ def sampling_summary(generations: list[dict], prompt_id: str) -> dict:
     }
 
 
+def completed(records: list[dict]) -> list[dict]:
+    """The records whose trial completed (status ok); a failed trial's record holds only its error."""
+    return [r for r in records if r.get("status") == "ok"]
+
+
 def timing_summary(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
     """All measured values of one (prompt, cache) combination with their median, min and max; warmups excluded."""
+    failed = [t["schedule_id"] for t in trials if t.get("status") != "ok"
+              and t["prompt_id"] == prompt_id and t["use_cache"] == use_cache]
+    trials = completed(trials)
     measured = [t for t in trials if t["prompt_id"] == prompt_id and t["use_cache"] == use_cache and not t["warmup"]]
     warmups = [t for t in trials if t["prompt_id"] == prompt_id and t["use_cache"] == use_cache and t["warmup"]]
     summary = {
         "prompt_id": prompt_id,
         "use_cache": use_cache,
         "measured_trials": len(measured),
+        "failed_trials": failed,
         "warmups_excluded": len(warmups),
         "schedule_indices": [t["schedule_index"] for t in measured],
         "prompt_length": sorted({t["prompt_length"] for t in measured}),
@@ -172,9 +181,9 @@ def loop_vs_generate(trials: list[dict], generations: list[dict], prompt_id: str
 
     No extra generate() call is made: the reference is the matrix's first greedy trial of this prompt.
     """
-    loop = next((t for t in trials if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]), None)
-    reference = next((g for g in generations if g["prompt_id"] == prompt_id and g["condition"] == "G"
-                      and g.get("status") == "ok"), None)
+    loop = next((t for t in completed(trials) if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]), None)
+    reference = next((g for g in completed(generations) if g["prompt_id"] == prompt_id and g["condition"] == "G"),
+                     None)
     if loop is None or reference is None:
         return {"prompt_id": prompt_id, "available": False, "equal": False, "loop_ids": None, "generate_ids": None,
                 "first_difference": None, "reason": "missing a measured cache-on trial or an ok greedy trial"}
@@ -198,7 +207,7 @@ def loop_vs_generate(trials: list[dict], generations: list[dict], prompt_id: str
 
 def cache_divergence(trials: list[dict], prompt_id: str) -> dict:
     """First index where measured cache-on and cache-off ids differ, repetition by repetition."""
-    measured = [t for t in trials if t["prompt_id"] == prompt_id and not t["warmup"]]
+    measured = [t for t in completed(trials) if t["prompt_id"] == prompt_id and not t["warmup"]]
     by_repetition = {}
     for trial in measured:
         by_repetition.setdefault(trial["repetition"], {})[trial["use_cache"]] = trial["generated_ids"]

@@ -23,30 +23,38 @@ NON_PASSING = ("failed", "error", "skipped")
 FAILED_STATUSES = ("failed", "error")  # a record saying so needs a non-passing outcome of its test
 RECORD_BASE_FIELDS = ("kind", "test", "seq", "wall_time")
 
-# Which experiment files produce each kind of record, by words in the file part of their node ids
-# (experiments/test_40_cache.py). A missing record is explained only by a non-passing outcome of a
-# test in such a file.
+# The experiment tests that write each kind of record, by test function name. A missing record is
+# explained only by a failed, errored or skipped outcome of one of its own producers, so an
+# unrelated skip elsewhere in the same file cannot excuse it.
 # The per-trial kinds (generation, timing_trial) are matched by their protocol test ids instead.
 KIND_PRODUCERS = {
-    "specimen": ("specimen", "artifact"),
-    "artifact_acquisition": ("specimen", "artifact"),
-    "artifact_file": ("specimen", "artifact"),
-    "model_load": ("specimen", "load", "model"),
-    "model_inspection": ("specimen", "load", "model"),
-    "thread_controls": ("specimen", "load", "model", "thread"),
-    "input": ("input",),
-    "first_step_logits_check": ("sampling", "generation"),
-    "sampling_summary": ("sampling", "generation"),
-    "cache_criterion": ("cache",),
-    "cache_comparison": ("cache",),
-    "cache_inspection": ("cache",),
-    "cache_summary": ("cache",),
-    "cache_divergence": ("cache", "timing"),
-    "timing_summary": ("timing",),
-    "loop_vs_generate": ("timing",),
-    "memory": ("memory",),
-    "batching": ("batching",),
+    "specimen": ("test_acquisition",),
+    "artifact_acquisition": ("test_acquisition",),
+    "artifact_file": ("test_artifact_file",),
+    "model_load": ("test_model_load",),
+    "model_inspection": ("test_model_inspection",),
+    "thread_controls": ("test_thread_controls",),
+    "input": ("test_input",),
+    "first_step_logits_check": ("test_first_step_logits_do_not_depend_on_selection",),
+    "sampling_summary": ("test_greedy_repetitions_identical",),
+    "cache_criterion": ("test_cache_criterion_declared",),
+    "cache_comparison": ("test_matched_prefix",),
+    "cache_inspection": ("test_matched_prefix",),
+    "cache_summary": ("test_matched_prefix",),
+    "cache_divergence": ("test_cache_divergence",),
+    "timing_summary": ("test_timing_summary",),
+    "loop_vs_generate": ("test_loop_matches_generate",),
+    "memory": ("test_parameter_storage", "test_cache_storage_after_prefill",
+               "test_cache_storage_after_sixteen_tokens", "test_process_memory", "test_unmeasured_categories"),
+    "batching": ("test_batching_calls",),
 }
+
+
+def function_name(nodeid: Optional[str]) -> Optional[str]:
+    """The test function's name in a node id: 'experiments/test_40_cache.py::test_matched_prefix[x]' -> 'test_matched_prefix'."""
+    if not nodeid or "::" not in nodeid:
+        return None
+    return nodeid.split("::")[-1].split("[")[0]
 
 
 def _expected_input_prompts() -> list[str]:
@@ -235,9 +243,9 @@ class _Verifier:
         return next((r for r in self.of_kind("test_outcome")
                      if bracket_id(r.get("test")) == test_id and r.get("outcome") in NON_PASSING), None)
 
-    def _non_passing_hint(self, words: tuple) -> Optional[dict]:
+    def _non_passing_producer(self, test_names: tuple) -> Optional[dict]:
         return next((r for r in self.of_kind("test_outcome") if r.get("outcome") in NON_PASSING
-                     and any(w in (r.get("test") or "").split("::")[0].lower() for w in words)), None)
+                     and function_name(r.get("test")) in test_names), None)
 
     def _explain(self, what: str, evidence: Optional[dict]) -> None:
         if evidence is None:
@@ -245,11 +253,11 @@ class _Verifier:
         self.notes.append(f"{what}: explained by {evidence.get('test')} {evidence.get('outcome')} "
                           f"(seq {evidence.get('seq')})")
 
-    def require(self, what: str, words: tuple) -> None:
-        """A gap: a problem unless a producing test has a recorded non-passing outcome."""
-        evidence = self._non_passing_hint(words)
+    def require(self, what: str, producers: tuple) -> None:
+        """A gap: a problem unless one of the record's producing tests has a recorded non-passing outcome."""
+        evidence = self._non_passing_producer(producers)
         if evidence is None:
-            self.problem(f"{what}, and no test in a file named for {'/'.join(words)} has a failed, error or "
+            self.problem(f"{what}, and none of its producing tests ({', '.join(producers)}) has a failed, error or "
                          f"skipped outcome")
         else:
             self._explain(what, evidence)
@@ -358,6 +366,9 @@ class _Verifier:
                 continue
             seen[index].append(record)
             order.append(index)
+            if record.get("status") != "ok":
+                self._check_failed_trial("generation", trials[index].test_id, record)
+                continue
             ids = record.get("generated_ids")
             length = record.get("generated_length")
             if isinstance(ids, list) and isinstance(length, int) and len(ids) != length:
@@ -387,6 +398,16 @@ class _Verifier:
         if new_tokens > protocol.CAPS["generation_new_tokens"]:
             self.problem(f"generation: {new_tokens} new tokens in all, cap {protocol.CAPS['generation_new_tokens']}")
 
+    def _check_failed_trial(self, kind: str, test_id: str, record: dict) -> None:
+        """A trial recorded as failed must carry its error and a failed or errored test outcome."""
+        if not record.get("error"):
+            self.problem(f"{kind} {test_id}: status {record.get('status')!r} without an error message")
+        evidence = self._non_passing_param(test_id)
+        if evidence is None:
+            self.problem(f"{kind} {test_id}: status {record.get('status')!r} but no failed or errored test outcome")
+        else:
+            self._explain(f"{kind} {test_id} failed", evidence)
+
     # 7) the timing schedule
     def check_timing(self) -> None:
         schedule = protocol.timing_schedule()
@@ -407,6 +428,9 @@ class _Verifier:
             if actual != expected:
                 self.problem(f"timing_trial {planned.test_id}: (prompt_id, use_cache, warmup) = {actual}, the "
                              f"schedule says {expected}")
+            if record.get("status") != "ok":
+                self._check_failed_trial("timing_trial", planned.test_id, record)
+                continue
             ids = record.get("generated_ids")
             selections += len(ids) if isinstance(ids, list) else 0
             if not isinstance(ids, list) or len(ids) != protocol.TIMING_NEW_TOKENS:

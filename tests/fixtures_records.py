@@ -37,19 +37,21 @@ FAILED_ACQUISITION_MESSAGE = (
     "expected 116a02532db461f91386a5b20f942ff2c8d4de7341e21b55caafc3d7b25f49a1"
 )
 SKIP_REASON = (
-    "not run: prerequisite 'specimen' failed in experiments/test_10_specimen.py::test_acquire_and_verify: "
+    "not run: prerequisite 'specimen' failed in experiments/test_10_specimen.py::test_acquisition: "
     + FAILED_ACQUISITION_MESSAGE
 )
 
-SPECIMEN_TESTS = ("experiments/test_10_specimen.py::test_acquire_and_verify",
-                  "experiments/test_10_specimen.py::test_load_and_inspect")
+SPECIMEN_TESTS = ("experiments/test_10_specimen.py::test_acquisition",
+                  "experiments/test_10_specimen.py::test_model_load",
+                  "experiments/test_10_specimen.py::test_thread_controls",
+                  "experiments/test_10_specimen.py::test_model_inspection")
 SAMPLING = "experiments/test_30_sampling.py"
 TIMING = "experiments/test_50_timing.py"
 CACHE = "experiments/test_40_cache.py"
 
 
 def generation_nodeid(trial) -> str:
-    return f"{SAMPLING}::test_generation[{trial.test_id}]"
+    return f"{SAMPLING}::test_generation_trial[{trial.test_id}]"
 
 
 def timing_nodeid(trial) -> str:
@@ -62,18 +64,19 @@ def input_nodeid(prompt_id: str) -> str:
 
 def all_nodeids() -> list[tuple[str, dict]]:
     """The planned tests in run order, with their budget markers."""
-    tests = [(SPECIMEN_TESTS[0], None), (SPECIMEN_TESTS[1], None)]
+    tests = [(SPECIMEN_TESTS[2], None), (SPECIMEN_TESTS[0], None), (SPECIMEN_TESTS[1], None),
+             (SPECIMEN_TESTS[3], None)]
     tests += [(input_nodeid(p), None) for p in ("P1", "P2", "P1x8")]
     tests += [(generation_nodeid(t), {"category": "generation", "selections": protocol.MAX_NEW_TOKENS})
               for t in protocol.generation_trials()]
-    tests += [(f"{SAMPLING}::test_first_step_logits_equal", None), (f"{SAMPLING}::test_sampling_summary", None)]
-    tests += [(f"{CACHE}::test_matched_prefix_cache",
+    tests += [(f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection", None), (f"{SAMPLING}::test_greedy_repetitions_identical", None)]
+    tests += [(f"{CACHE}::test_cache_criterion_declared", None), (f"{CACHE}::test_matched_prefix",
                {"category": "cache", "forwards": 2 * protocol.CACHE_MAX_TARGET_TOKENS})]
     tests += [(timing_nodeid(t), {"category": "timing_warmup" if t.warmup else "timing_measured",
                                   "selections": protocol.TIMING_NEW_TOKENS}) for t in protocol.timing_schedule()]
     tests += [(f"{TIMING}::test_timing_summary", None), (f"{TIMING}::test_loop_matches_generate", None),
-              (f"{CACHE}::test_cache_divergence", None), ("experiments/test_60_memory.py::test_memory", None),
-              ("experiments/test_70_batching.py::test_batching", {"category": "batching", "calls": 4})]
+              (f"{TIMING}::test_cache_divergence", None), ("experiments/test_60_memory.py::test_parameter_storage", None),
+              ("experiments/test_70_batching.py::test_batching_calls", {"category": "batching", "calls": 4})]
     return tests
 
 
@@ -210,21 +213,23 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
     tests = all_nodeids()
     run.write_plan(tests)
 
-    # specimen, load, inspection
+    # threads, specimen, load, inspection (in the experiment's order)
+    run.emit("thread_controls", SPECIMEN_TESTS[2], requested={"intra_op": 1, "inter_op": 1},
+             effective={"intra_op": 1, "inter_op": 1}, matches=True, errors=[])
+    run.outcome(SPECIMEN_TESTS[2])
     _specimen_records(run, SPECIMEN_TESTS[0], ok=True)
     run.emit("phase", SPECIMEN_TESTS[0], name="artifact_acquisition", elapsed_s=0.05, label="local reuse")
     run.outcome(SPECIMEN_TESTS[0])
-    run.emit("thread_controls", SPECIMEN_TESTS[1], requested={"intra_op": 1, "inter_op": 1},
-             effective={"intra_op": 1, "inter_op": 1}, matches=True, errors=[])
     run.emit("model_load", SPECIMEN_TESTS[1], model_class="GPTNeoXForCausalLM", elapsed_s=0.4, warnings=[],
              options={"local_files_only": True, "use_safetensors": True, "trust_remote_code": False,
                       "dtype": "float32", "attn_implementation": "eager", "device_map": None},
              tokenizer={"class": "GPTNeoXTokenizerFast", "is_fast": True, "eos_token_id": EOS_ID})
-    run.emit("model_inspection", SPECIMEN_TESTS[1], **{"class": "GPTNeoXForCausalLM"}, parameter_count=14067712,
+    run.emit("model_inspection", SPECIMEN_TESTS[3], **{"class": "GPTNeoXForCausalLM"}, parameter_count=14067712,
              devices=["cpu"], dtypes=["float32"], unique_parameter_storage_bytes=56270848,
              checkpoint_file_bytes=28143920, config={"vocab_size": VOCAB, "hidden_size": 128, "num_hidden_layers": 6})
     run.emit("phase", SPECIMEN_TESTS[1], name="model_and_tokenizer_load", elapsed_s=0.4, label="load")
     run.outcome(SPECIMEN_TESTS[1])
+    run.outcome(SPECIMEN_TESTS[3])
 
     # inputs
     prompt_ids = {}
@@ -268,20 +273,22 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
                                                                           "seed": trial.seed}],
                  warnings=[], elapsed_s=0.02, status="ok", first_step_logits=reference)
         run.outcome(nodeid)
-    run.emit("first_step_logits_check", f"{SAMPLING}::test_first_step_logits_equal", prompts=["P1", "P2"],
+    run.emit("first_step_logits_check", f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection", prompts=["P1", "P2"],
              max_abs_diff={"P1": 0.0, "P2": 0.0}, all_equal=True, processed_scores_differ_where_t_not_1=True,
              passed=True)
-    run.outcome(f"{SAMPLING}::test_first_step_logits_equal")
+    run.outcome(f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection")
     generations = [r for r in run.written if r["kind"] == "generation"]
     for prompt_id in protocol.PROMPTS:
-        run.emit("sampling_summary", f"{SAMPLING}::test_sampling_summary",
+        run.emit("sampling_summary", f"{SAMPLING}::test_greedy_repetitions_identical",
                  **summaries.sampling_summary(generations, prompt_id))
-    run.outcome(f"{SAMPLING}::test_sampling_summary")
+    run.outcome(f"{SAMPLING}::test_greedy_repetitions_identical")
 
     # the matched-prefix cache test
-    cache_test = f"{CACHE}::test_matched_prefix_cache"
+    cache_test = f"{CACHE}::test_matched_prefix"
     tolerance = protocol.CACHE_TOLERANCE
-    run.emit("cache_criterion", cache_test, criterion=tolerance.describe(), atol=tolerance.atol, rtol=tolerance.rtol)
+    run.emit("cache_criterion", f"{CACHE}::test_cache_criterion_declared", criterion=tolerance.describe(),
+             atol=tolerance.atol, rtol=tolerance.rtol)
+    run.outcome(f"{CACHE}::test_cache_criterion_declared")
     m = protocol.CACHE_MAX_TARGET_TOKENS
     base = len(prompt_ids["P1"])
     for k in range(m):
@@ -319,7 +326,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
             ids = ids[:10] + [1] * 6  # cache on and off diverge at index 10
         record = run.emit("timing_trial", timing_nodeid(trial), prompt_id=trial.prompt_id, use_cache=trial.use_cache,
                           warmup=trial.warmup, schedule_index=trial.schedule_index, repetition=trial.repetition,
-                          schedule_id=trial.test_id, prompt_ids=prompt_ids[trial.prompt_id],
+                          schedule_id=trial.test_id, status="ok", prompt_ids=prompt_ids[trial.prompt_id],
                           prompt_length=length, generated_ids=ids, output_length=len(ids), token_times=times,
                           prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
                           mean_post_first_interval_s=summaries.mean_post_first_interval(times),
@@ -337,18 +344,18 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
              first_difference=None, compared_length=16)
     run.outcome(f"{TIMING}::test_loop_matches_generate")
     for prompt_id in protocol.TIMING_PROMPTS:
-        run.emit("cache_divergence", f"{CACHE}::test_cache_divergence", **summaries.cache_divergence(trials, prompt_id))
-    run.outcome(f"{CACHE}::test_cache_divergence")
+        run.emit("cache_divergence", f"{TIMING}::test_cache_divergence", **summaries.cache_divergence(trials, prompt_id))
+    run.outcome(f"{TIMING}::test_cache_divergence")
 
     # memory and batching
-    memory_test = "experiments/test_60_memory.py::test_memory"
+    memory_test = "experiments/test_60_memory.py::test_parameter_storage"
     run.emit("memory", memory_test, what="parameters", unique_bytes=56270848, analytic_bytes=56270848,
              note="tensor payload of parameters only; not process memory")
     run.emit("memory", memory_test, what="process_rss", current_rss={"bytes": 400_000_000, "meaning": "current"},
              peak_rss={"bytes": 450_000_000, "meaning": "lifetime peak (cannot be reset)"},
              unmeasured_categories={"activations": "temporary hidden states", "workspace": "kernel scratch"})
     run.outcome(memory_test)
-    batching_test = "experiments/test_70_batching.py::test_batching"
+    batching_test = "experiments/test_70_batching.py::test_batching_calls"
     for index in range(4):
         run.emit("batching", batching_test, record_type="call", call_index=index,
                  pad_token_id=EOS_ID, padding_side="left", attention_mask=[[1] * 9],
@@ -364,9 +371,14 @@ def build_failed_run(directory: Path) -> Path:
     run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False)
     tests = all_nodeids()
     run.write_plan(tests)
+    run.emit("thread_controls", SPECIMEN_TESTS[2], requested={"intra_op": 1, "inter_op": 1},
+             effective={"intra_op": 1, "inter_op": 1}, matches=True, errors=[])
+    run.outcome(SPECIMEN_TESTS[2])
     _specimen_records(run, SPECIMEN_TESTS[0], ok=False)
     run.outcome(SPECIMEN_TESTS[0], "failed", longrepr=f"E   Failed: {FAILED_ACQUISITION_MESSAGE}")
-    for nodeid, _ in tests[1:]:
+    for nodeid, _ in tests:
+        if nodeid in (SPECIMEN_TESTS[0], SPECIMEN_TESTS[2]):
+            continue
         run.outcome(nodeid, "skipped", phase="setup", longrepr=f"('x', 1, 'Skipped: {SKIP_REASON}')",
                     skip_reason=SKIP_REASON)
     return run.finish()

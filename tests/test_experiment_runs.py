@@ -157,3 +157,15 @@ def test_stand_in_records_replay_in_a_fresh_process_with_plain_transformers(proj
     assert sorted(found) == sorted(trial_ids)
     for trial_id, ids in found.items():
         assert ids["replayed"] == ids["recorded"], trial_id
+
+
+def test_offline_stand_in_run_needs_no_network_and_proves_the_block(project):
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin", "--offline",
+                                          "-k", "test_10_specimen or test_20_inputs or P1-G-rep1")
+    assert result.ret == pytest.ExitCode.OK
+    found = records(project.path / "run")
+    guard = next(r for r in found if r["kind"] == "offline_guard")
+    assert guard["offline"] is True and "network access blocked" in guard["outcome"]
+    assert next(r for r in found if r["kind"] == "generation")["status"] == "ok"
+    manifest = json.loads((project.path / "run" / "manifest.json").read_text())
+    assert manifest["options"]["network_blocked_for_session"] is True
