@@ -12,7 +12,6 @@ ARGS ?=
 
 $(STAMP): requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -r requirements.lock
 	cp requirements.lock $(STAMP)
 
@@ -33,8 +32,11 @@ test: $(STAMP)
 	$(PY) -m pytest experiments --specimen standin --record-dir $(RUN_DIR)-standin
 	$(PY) -m inferlab verify $(RUN_DIR)-standin
 
+# Re-pin after a deliberate upgrade: keeps the header, and pins torch without the +cpu local tag
+# so that the same line resolves to the platform's build elsewhere.
 lock:
-	$(PY) -m pip freeze --exclude-editable > requirements.lock.new && mv requirements.lock.new requirements.lock
+	{ grep '^#' requirements.lock; $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock
 
 clean-venv:
 	rm -rf $(VENV)

@@ -7,6 +7,7 @@ from inferlab import protocol, summaries
 TRIALS = protocol.generation_trials()
 FIRST_STEP_FILE = "first_step_logits"
 FIRST_STEP_SCORES_FILE = "first_step_scores"
+REFERENCE = "G's raw first-step logits"
 
 
 def trial_param(trial):
@@ -76,11 +77,14 @@ def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, r
     comparisons = {}
     for condition in protocol.CONDITIONS:
         other = tensor_store.get(FIRST_STEP_FILE, f"{prompt_id}/{condition}")
-        comparisons[condition] = compare_vectors(other, reference, protocol.CACHE_TOLERANCE)
-    record("first_step_logits_check", prompt_id=prompt_id, reference="G", tolerance=protocol.CACHE_TOLERANCE.describe(),
-           comparisons=comparisons)
+        comparisons[condition] = compare_vectors(other, reference, protocol.CACHE_TOLERANCE, REFERENCE)
+    record("first_step_logits_check", prompt_id=prompt_id, reference="G",
+           tolerance=protocol.CACHE_TOLERANCE.describe(REFERENCE), comparisons=comparisons)
     failing = {c: r["max_abs_diff"] for c, r in comparisons.items() if not r["passed"]}
-    assert not failing, f"{prompt_id}: first-step raw logits differ from G beyond {protocol.CACHE_TOLERANCE.describe()}: {failing}"
+    assert not failing, (
+        f"{prompt_id}: first-step raw logits differ from G beyond {protocol.CACHE_TOLERANCE.describe(REFERENCE)}: "
+        f"{failing}"
+    )
 
 
 @pytest.mark.requires("model_load", "inputs")
@@ -94,7 +98,7 @@ def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_
         raw = tensor_store.get(FIRST_STEP_FILE, f"{prompt_id}/{name}")
         scores = tensor_store.get(FIRST_STEP_SCORES_FILE, f"{prompt_id}/{name}")
         rows[name] = {"temperature": condition.temperature,
-                      "scores_vs_raw": compare_vectors(scores, raw, protocol.CACHE_TOLERANCE)}
+                      "scores_vs_raw": compare_vectors(scores, raw, protocol.CACHE_TOLERANCE, "raw logits")}
     record("processed_scores_check", prompt_id=prompt_id, rows=rows)
     tempered = [n for n, c in protocol.CONDITIONS.items() if c.temperature not in (None, 1.0)]
     assert tempered, "the protocol has no condition with temperature != 1"

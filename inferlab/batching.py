@@ -14,7 +14,6 @@ are captured with a forward pre-hook and compared with that rule.
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 import torch
@@ -22,13 +21,8 @@ import torch
 from inferlab import protocol
 from inferlab.cache_check import top2_margin
 from inferlab.inputs import choose_pad_token, encode_prompt
+from inferlab.sampling import build_generation_config, capture_generation_messages, processors_for, timed_generate
 from inferlab.summaries import first_divergence
-from inferlab.sampling import (
-    USE_MODEL_DEFAULTS,
-    build_generation_config,
-    capture_generation_messages,
-    processors_for,
-)
 
 BATCH_CONDITION = "G"
 PADDING_SIDE = "left"
@@ -94,14 +88,7 @@ def _generate_call(model, call_index, request_ids, rows, generation_config, pad_
     hook = base_model.register_forward_pre_hook(keep_prefill_positions, with_kwargs=True)
     try:
         with capture_generation_messages() as messages:
-            start = time.perf_counter()
-            output = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                generation_config=generation_config,
-                use_model_defaults=USE_MODEL_DEFAULTS,
-            )
-            elapsed_s = time.perf_counter() - start
+            output, elapsed_s = timed_generate(model, input_ids, attention_mask, generation_config)
     finally:
         hook.remove()
 

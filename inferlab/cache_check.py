@@ -24,7 +24,8 @@ def _finite_or_none(value: float) -> Optional[float]:
     return value if value == value and abs(value) != float("inf") else None
 
 
-def compare_vectors(a: torch.Tensor, b: torch.Tensor, tolerance: Tolerance) -> dict:
+def compare_vectors(a: torch.Tensor, b: torch.Tensor, tolerance: Tolerance,
+                    reference: str = "uncached reference") -> dict:
     """Compare `a` against the reference `b` under |a-b| <= atol + rtol*|b|; plain dict of the statistics."""
     if a.shape != b.shape:
         raise ValueError(f"compare_vectors: shapes differ, a {tuple(a.shape)} vs reference b {tuple(b.shape)}")
@@ -43,7 +44,7 @@ def compare_vectors(a: torch.Tensor, b: torch.Tensor, tolerance: Tolerance) -> d
         "fail_count": fail_count,
         "fail_fraction": fail_count / numel if numel else 0.0,
         "bitwise_equal": bool(torch.equal(a.detach(), b.detach())),
-        "criterion": tolerance.describe(),
+        "criterion": tolerance.describe(reference),
         "atol": tolerance.atol,
         "rtol": tolerance.rtol,
         "passed": finite_a and finite_b and fail_count == 0,

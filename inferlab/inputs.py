@@ -7,6 +7,8 @@ unambiguous in the file. ``source_utf8_hex`` additionally gives the exact bytes.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from inferlab import protocol
@@ -40,7 +42,9 @@ def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.T
     Returns (record, input_ids (1, T) int64, attention_mask (1, T) int64). The record's
     ``serialized_matches_source`` is measured by decoding the ids back, not assumed.
     """
+    start = time.perf_counter()
     encoded = tokenizer(source, add_special_tokens=protocol.ADD_SPECIAL_TOKENS, return_tensors="pt")
+    tokenization_s = time.perf_counter() - start  # the tokenizer call alone
     input_ids = encoded["input_ids"].to(torch.long)  # (1, T)
     attention_mask = encoded["attention_mask"].to(torch.long)  # (1, T)
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
@@ -54,6 +58,7 @@ def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.T
     pad_id, pad_reason = choose_pad_token(tokenizer)
     record = {
         "prompt_id": prompt_id,
+        "tokenization_s": tokenization_s,
         "source": source,
         "source_utf8_hex": source.encode("utf-8").hex(),
         "source_char_count": len(source),

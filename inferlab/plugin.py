@@ -639,9 +639,6 @@ def encoded_prompts(tokenizer):
 
     encoded = {}
     for prompt_id, source in {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}.items():
-        start = time.perf_counter()
         record_fields, input_ids, attention_mask = inputs.encode_prompt(tokenizer, prompt_id, source)
-        elapsed = time.perf_counter() - start
-        encoded[prompt_id] = {"record": record_fields, "input_ids": input_ids, "attention_mask": attention_mask,
-                              "tokenization_s": elapsed}
+        encoded[prompt_id] = {"record": record_fields, "input_ids": input_ids, "attention_mask": attention_mask}
     return encoded

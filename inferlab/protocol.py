@@ -131,8 +131,8 @@ class Tolerance:
     atol: float
     rtol: float
 
-    def describe(self) -> str:
-        return f"|a-b| <= {self.atol:g} + {self.rtol:g}*|b| (b = uncached reference)"
+    def describe(self, reference: str = "uncached reference") -> str:
+        return f"|a-b| <= {self.atol:g} + {self.rtol:g}*|b| (b = {reference})"
 
 
 CACHE_TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)

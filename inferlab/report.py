@@ -421,7 +421,7 @@ def _section_artifacts(view: RunView) -> list[str]:
                        [[code(str(pick(r, "acquisition"))), jstr(pick(r, "directory")), num(pick(r, "elapsed_s")),
                          acquisition_status(r), text_cell(pick(r, "error", default=None) or "none")]
                         for r in acquisitions])
-        lines += ["", "Local reuse is never a download: the acquisition column says which of the three ways ran.", ""]
+        lines += ["", "Local reuse is never a download: the acquisition column says which way ran (local reuse, project cache, download, or the stand-in built offline).", ""]
     else:
         lines += [f"No artifact_acquisition record: {text_cell(view.gap_reason(('specimen', 'artifact')))}", ""]
     files = {r.get("name"): r for r in view.kind("artifact_file")}

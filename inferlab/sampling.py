@@ -26,6 +26,7 @@ from transformers.generation import LogitsProcessorList, StoppingCriteriaList
 from transformers.utils import logging as hf_logging
 
 from inferlab import protocol
+from inferlab.records import jsonable
 
 # generate() receives our config as is; with None it would fall back to the checkpoint's,
 # and with True (or None on a >=4.50 checkpoint) it would overwrite our default-valued fields.
@@ -39,27 +40,12 @@ STOP_RULE_TEXT = (
 )
 
 
-def _jsonable(value):
-    """A plain JSON value for a processor attribute (tensors to lists, non-finite floats to strings)."""
-    if isinstance(value, torch.Tensor):
-        return _jsonable(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return repr(value)
-
-
 def _describe(objects) -> list[dict]:
     """[{"class", "params"}] for processors or stopping criteria, in application order."""
     return [
         {
             "class": type(obj).__name__,
-            "params": {k: _jsonable(v) for k, v in vars(obj).items() if not k.startswith("_")},
+            "params": {k: jsonable(v) for k, v in vars(obj).items() if not k.startswith("_")},
         }
         for obj in objects
     ]
@@ -126,6 +112,46 @@ def processors_for(model, generation_config: GenerationConfig, input_ids_length:
         model_kwargs={},
     )
     return _describe(processors)
+
+
+def timed_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: GenerationConfig):
+    """One generate() call with the wall clock around it alone: (output, elapsed_s).
+
+    use_model_defaults=False: nothing from the checkpoint's generation_config.json is merged in.
+    """
+    start = time.perf_counter()
+    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
+                            use_model_defaults=USE_MODEL_DEFAULTS)
+    return output, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def observe_builders(model) -> Iterator[dict]:
+    """Capture what generate() builds on this model instance: its logits processors, stopping criteria
+    and the prepared (effective) GenerationConfig, as {"processors", "criteria", "effective_config"}.
+
+    The private builders are wrapped on the instance only for the duration of the block.
+    """
+    built: dict = {"processors": [], "criteria": [], "effective_config": None}
+    originals = {name: getattr(model, name) for name in ("_get_logits_processor", "_get_stopping_criteria")}
+
+    def observed_processors(*args, **kwargs):
+        result = originals["_get_logits_processor"](*args, **kwargs)
+        built["processors"] = list(result)
+        built["effective_config"] = jsonable(kwargs["generation_config"].to_dict())
+        return result
+
+    def observed_criteria(*args, **kwargs):
+        result = originals["_get_stopping_criteria"](*args, **kwargs)
+        built["criteria"] = list(result)
+        return result
+
+    model._get_logits_processor = observed_processors
+    model._get_stopping_criteria = observed_criteria
+    try:
+        yield built
+    finally:
+        del model._get_logits_processor, model._get_stopping_criteria  # back to the class's methods
 
 
 def expected_processor_classes(condition: protocol.Condition) -> list[str]:
@@ -250,19 +276,13 @@ def run_generation_trial(
     with capture_generation_messages() as messages:
         # 1) configuration and the processors/criteria it implies, outside the timed region
         generation_config = build_generation_config(condition, eos_token_id, pad_token_id, tokenizer.bos_token_id)
-        processors = processors_for(model, generation_config, prompt_length)
-        criteria = stopping_criteria_for(model, generation_config, prompt_length)
 
-        # 2) the call: RNG reset immediately before it, timer around it alone
+        # 2) the call: RNG reset immediately before it, timer around it alone; the processors,
+        #    criteria and prepared config are observed as generate() builds them, not rebuilt
         rng_reset = reset_random_state(seed) if condition.do_sample else []
-        start = time.perf_counter()
-        output = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            generation_config=generation_config,
-            use_model_defaults=USE_MODEL_DEFAULTS,
-        )
-        elapsed_s = time.perf_counter() - start
+        with observe_builders(model) as built:
+            output, elapsed_s = timed_generate(model, input_ids, attention_mask, generation_config)
+    processors, criteria = _describe(built["processors"]), _describe(built["criteria"])
 
     # 3) copies, after the call has returned
     sequence = output.sequences[0].detach().clone()  # (T + n,)
@@ -281,6 +301,9 @@ def run_generation_trial(
         raise ValueError("run_generation_trial: returned sequence does not start with the prompt ids")
     generated_ids = sequence_ids[prompt_length:]
     max_new_tokens = generation_config.max_new_tokens
+    start = time.perf_counter()
+    text = tokenizer.decode(generated_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    decode_s = time.perf_counter() - start  # output decoding, timed on its own, after generate() returned
     record = {
         "condition": condition.name,
         "condition_controls": {
@@ -296,10 +319,11 @@ def run_generation_trial(
         "generated_ids": generated_ids,
         "sequence_ids": sequence_ids,
         "generated_length": len(generated_ids),
-        "text": tokenizer.decode(generated_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False),
+        "text": text,
         "text_with_special": tokenizer.decode(
             generated_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
         ),
+        "decode_s": decode_s,
         "eos_token_id": eos_token_id,
         "pad_token_id": pad_token_id,
         "eos_positions": [i for i, t in enumerate(generated_ids) if t == eos_token_id],
@@ -307,6 +331,12 @@ def run_generation_trial(
         "stop_rule": STOP_RULE_TEXT,
         "stopping_criteria": criteria,
         "generation_config": generation_config.to_dict(),
+        "generation_config_effective": built["effective_config"],
+        "generation_config_note": (
+            "generation_config is what was passed (and replays the trial); generation_config_effective is the "
+            "copy generate() prepared and used, with max_length resolved. Fields such as top_k=50 under greedy "
+            "are library defaults that build no processor: `processors` lists what acted on the logits"
+        ),
         "use_model_defaults": USE_MODEL_DEFAULTS,
         "processors": processors,
         "rng_reset": rng_reset,

@@ -317,3 +317,21 @@ def test_expected_processors_include_a_top_k_that_is_not_zero():
 
     condition = protocol.Condition("K", do_sample=True, temperature=0.7, top_p=0.9, top_k=50)
     assert expected_processor_classes(condition) == ["TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"]
+
+
+def test_recorded_processors_are_observed_from_the_real_call(model, tokenizer, prompt, monkeypatch):
+    """Whatever generate() actually builds is what the record lists, even something the config did not ask for."""
+    from transformers.generation import RepetitionPenaltyLogitsProcessor
+
+    original = type(model)._get_logits_processor
+
+    def with_a_stowaway(self, *args, **kwargs):
+        processors = original(self, *args, **kwargs)
+        processors.append(RepetitionPenaltyLogitsProcessor(penalty=1.3))
+        return processors
+
+    monkeypatch.setattr(type(model), "_get_logits_processor", with_a_stowaway)
+    record, _, _ = trial(model, tokenizer, prompt, "G")
+    assert [p["class"] for p in record["processors"]] == ["RepetitionPenaltyLogitsProcessor"]
+    assert record["generation_config_effective"]["max_length"] == record["prompt_length"] + protocol.MAX_NEW_TOKENS
+    assert "_get_logits_processor" not in vars(model)  # the observer left the instance as it found it
