@@ -169,3 +169,62 @@ def test_offline_stand_in_run_needs_no_network_and_proves_the_block(project):
     assert next(r for r in found if r["kind"] == "generation")["status"] == "ok"
     manifest = json.loads((project.path / "run" / "manifest.json").read_text())
     assert manifest["options"]["network_blocked_for_session"] is True
+
+
+RECOMPUTE_SCRIPT = r'''
+import json, sys
+import torch
+from safetensors.torch import load_file
+from transformers import GPTNeoXForCausalLM
+
+directory, run_dir = sys.argv[1], sys.argv[2]
+torch.set_num_threads(1)
+model = GPTNeoXForCausalLM.from_pretrained(directory, local_files_only=True, use_safetensors=True,
+                                           trust_remote_code=False, dtype=torch.float32,
+                                           attn_implementation="eager").eval()
+stored = load_file(run_dir + "/tensors/cache_logits.safetensors")
+rows = []
+for line in open(run_dir + "/records.jsonl"):
+    record = json.loads(line)
+    if record["kind"] != "cache_comparison":
+        continue
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([record["prefix_ids"]]), use_cache=False).logits[0, -1]
+    uncached = stored[record["tensors"]["uncached"]["key"]]
+    rows.append({"prefix_length": record["prefix_length"],
+                 "max_abs_diff": float((logits - uncached).abs().max()),
+                 "bound": float((1e-5 + 1e-4 * uncached.abs()).min())})
+print(json.dumps(rows))
+'''
+
+
+def test_stand_in_uncached_logits_agree_with_an_independent_recomputation(project):
+    """A fresh process with plain transformers recomputes each recorded uncached prefix's last logits."""
+    import subprocess
+    import sys
+
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin",
+                                          "-k", "test_10_specimen or test_20_inputs or P1-G-rep1 or test_40_cache")
+    assert result.ret == pytest.ExitCode.OK
+    run = project.path / "run"
+    directory = next(r for r in records(run) if r["kind"] == "artifact_acquisition")["directory"]
+    recompute = subprocess.run([sys.executable, "-c", RECOMPUTE_SCRIPT, directory, str(run)],
+                               capture_output=True, text=True, check=True)
+    rows = json.loads(recompute.stdout.strip().splitlines()[-1])
+    assert 1 <= len(rows) <= protocol.CACHE_MAX_TARGET_TOKENS
+    tolerance = protocol.CACHE_TOLERANCE
+    for row in rows:  # the declared criterion's tightest bound anywhere in the vector, so stricter than per element
+        assert row["max_abs_diff"] <= row["bound"], (row, tolerance.describe())
+
+
+def test_two_stand_in_runs_compare_with_every_generated_id_equal(project):
+    from inferlab import verify
+
+    selection = ["-k", "test_10_specimen or test_20_inputs or test_generation_trial"]
+    for name in ("first", "second"):
+        result = project.runpytest_subprocess("experiments", "--record-dir", name, "--specimen", "standin", *selection)
+        assert result.ret == pytest.ExitCode.OK
+    comparison = verify.compare(project.path / "first", project.path / "second")
+    rows = comparison["generation"]
+    assert len(rows) == len(protocol.generation_trials())
+    assert all(row["equal"] for row in rows), [row for row in rows if not row["equal"]]
