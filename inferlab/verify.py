@@ -385,18 +385,21 @@ class _Verifier:
         if order != sorted(order):
             self.problem(f"generation records are not in protocol order: trial indices {order}")
         for trial in trials:
-            if len(seen[trial.index]) > 1:
-                self.problem(f"generation {trial.test_id}: {len(seen[trial.index])} records, expected 1 "
-                             f"(no trial is regenerated)")
-            elif not seen[trial.index]:
-                evidence = self._non_passing_param(trial.test_id)
-                if evidence is None:
-                    self.problem(f"generation {trial.test_id}: no record and no failed, error or skipped outcome "
-                                 f"for a test with id [{trial.test_id}]")
-                else:
-                    self._explain(f"generation {trial.test_id} missing", evidence)
+            self._one_record_per_trial("generation", trial.test_id, seen[trial.index])
         if new_tokens > protocol.CAPS["generation_new_tokens"]:
             self.problem(f"generation: {new_tokens} new tokens in all, cap {protocol.CAPS['generation_new_tokens']}")
+
+    def _one_record_per_trial(self, kind: str, test_id: str, found: list) -> None:
+        """Exactly one record per planned trial (none regenerated); a missing one needs a non-passing outcome."""
+        if len(found) > 1:
+            self.problem(f"{kind} {test_id}: {len(found)} records, expected 1 (no trial is regenerated)")
+        elif not found:
+            evidence = self._non_passing_param(test_id)
+            if evidence is None:
+                self.problem(f"{kind} {test_id}: no record and no failed, error or skipped outcome "
+                             f"for a test with id [{test_id}]")
+            else:
+                self._explain(f"{kind} {test_id} missing", evidence)
 
     def _check_failed_trial(self, kind: str, test_id: str, record: dict) -> None:
         """A trial recorded as failed must carry its error and a failed or errored test outcome."""
@@ -446,15 +449,7 @@ class _Verifier:
         if order != sorted(order):
             self.problem(f"timing_trial records are not in schedule order: schedule indices {order}")
         for planned in schedule:
-            if len(seen[planned.schedule_index]) > 1:
-                self.problem(f"timing_trial {planned.test_id}: {len(seen[planned.schedule_index])} records, expected 1")
-            elif not seen[planned.schedule_index]:
-                evidence = self._non_passing_param(planned.test_id)
-                if evidence is None:
-                    self.problem(f"timing_trial {planned.test_id}: no record and no failed, error or skipped "
-                                 f"outcome for a test with id [{planned.test_id}]")
-                else:
-                    self._explain(f"timing_trial {planned.test_id} missing", evidence)
+            self._one_record_per_trial("timing_trial", planned.test_id, seen[planned.schedule_index])
         if selections > protocol.CAPS["timing_selections"]:
             self.problem(f"timing: {selections} selections in all, cap {protocol.CAPS['timing_selections']}")
 
