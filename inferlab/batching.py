@@ -14,7 +14,6 @@ are captured with a forward pre-hook and compared with that rule.
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 

@@ -108,6 +108,11 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def tensor_sha256(tensor) -> str:
+    """SHA-256 of a CPU tensor's raw bytes (little-endian on every CPU torch runs on)."""
+    return sha256_bytes(tensor.detach().cpu().contiguous().numpy().tobytes())
+
+
 def sha256_file(path: Path) -> str:
     """SHA-256 of a file, read in chunks."""
     digest = hashlib.sha256()
@@ -177,8 +182,7 @@ class TensorStore:
             raise KeyError(f"no tensor {key!r} in {TENSOR_DIR}/{file_stem}.safetensors (was its trial run?)") from None
 
     def put(self, file_stem: str, key: str, tensor) -> dict:
-        import torch  # the plan and the verifier never need torch
-        from safetensors.torch import save
+        from safetensors.torch import save  # imported here: the plan and the verifier never need torch
 
         tensor = tensor.detach().to("cpu").contiguous().clone()
         tensors = self._files.setdefault(file_stem, {})
@@ -187,11 +191,10 @@ class TensorStore:
         tensors[key] = tensor
         path = self.directory / f"{file_stem}.safetensors"
         write_bytes_atomic(path, save(tensors))
-        raw = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""  # little-endian on CPU
         return {
             "file": f"{TENSOR_DIR}/{path.name}",
             "key": key,
             "shape": list(tensor.shape),
             "dtype": str(tensor.dtype).replace("torch.", ""),
-            "sha256": sha256_bytes(raw),
+            "sha256": tensor_sha256(tensor),
         }

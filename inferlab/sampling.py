@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import logging
-import math
 import random
 import time
 import warnings
@@ -22,11 +20,11 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 from transformers import GenerationConfig
-from transformers.generation import LogitsProcessorList, StoppingCriteriaList
+from transformers.generation import LogitsProcessorList
 from transformers.utils import logging as hf_logging
 
 from inferlab import protocol
-from inferlab.records import jsonable
+from inferlab.records import jsonable, tensor_sha256
 
 # generate() receives our config as is; with None it would fall back to the checkpoint's,
 # and with True (or None on a >=4.50 checkpoint) it would overwrite our default-valued fields.
@@ -172,13 +170,6 @@ def expected_processor_classes(condition: protocol.Condition) -> list[str]:
     return expected
 
 
-def stopping_criteria_for(model, generation_config: GenerationConfig, input_ids_length: int) -> list[dict]:
-    """The stopping criteria generate() builds for this config: [{"class", "params"}]."""
-    prepared = _prepared_copy(model, generation_config, input_ids_length)
-    criteria = model._get_stopping_criteria(generation_config=prepared, stopping_criteria=StoppingCriteriaList())
-    return _describe(criteria)
-
-
 def reset_random_state(seed: int) -> list[dict]:
     """Seed every random generator a sampling trial could draw from; returns what was reset.
 
@@ -240,11 +231,6 @@ def stop_reason(generated_ids: list[int], eos_token_id: int, max_new_tokens: int
     if len(generated_ids) == max_new_tokens:
         return "max_new_tokens"
     return "unexplained"
-
-
-def tensor_sha256(tensor: torch.Tensor) -> str:
-    """SHA-256 of a tensor's contiguous CPU bytes, to compare logits across records without saving them."""
-    return hashlib.sha256(tensor.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
 
 
 @torch.inference_mode()

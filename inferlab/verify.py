@@ -131,16 +131,21 @@ class _Verifier:
     def problem(self, text: str) -> None:
         self.problems.append(text)
 
+    def _read_json(self, path: Path, when_missing: str):
+        """A JSON file's data, or None after recording why it could not be read."""
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.problem(f"{path}: {when_missing}")
+        except (OSError, ValueError) as error:
+            self.problem(f"{path}: not readable JSON ({error})")
+        return None
+
     # 1) files against the manifest
     def check_manifest_and_files(self) -> None:
         path = self.dir / MANIFEST_FILE
-        try:
-            self.manifest = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            self.problem(f"{path}: missing; no file can be checked against it")
-            return
-        except (OSError, ValueError) as error:
-            self.problem(f"{path}: not readable JSON ({error})")
+        self.manifest = self._read_json(path, "missing; no file can be checked against it")
+        if self.manifest is None:
             return
         if self.manifest.get("complete") is not True:
             self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r}, expected true "
@@ -267,13 +272,8 @@ class _Verifier:
         path = self.dir / PLAN_FILE
         if len(self.of_kind("plan")) != 1:
             self.problem(f"{RECORDS_FILE}: {len(self.of_kind('plan'))} plan record(s), expected exactly 1")
-        try:
-            self.plan = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            self.problem(f"{path}: missing")
-            return
-        except (OSError, ValueError) as error:
-            self.problem(f"{path}: not readable JSON ({error})")
+        self.plan = self._read_json(path, "missing")
+        if self.plan is None:
             return
         totals = self.plan.get("totals") or {}
         for violation in protocol.cap_violations(totals):

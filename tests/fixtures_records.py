@@ -184,6 +184,12 @@ class RunBuilder:
         return self.dir
 
 
+def _thread_controls_passed(run: RunBuilder) -> None:
+    run.emit("thread_controls", SPECIMEN_TESTS[2], requested={"intra_op": 1, "inter_op": 1},
+             effective={"intra_op": 1, "inter_op": 1}, matches=True, errors=[])
+    run.outcome(SPECIMEN_TESTS[2])
+
+
 def _specimen_records(run: RunBuilder, test: str, ok: bool) -> None:
     run.emit("specimen", test, name=run.specimen, synthetic=run.synthetic,
              description="synthetic stand-in with pythia-14m's architecture and random weights" if run.synthetic
@@ -214,9 +220,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
     run.write_plan(tests)
 
     # threads, specimen, load, inspection (in the experiment's order)
-    run.emit("thread_controls", SPECIMEN_TESTS[2], requested={"intra_op": 1, "inter_op": 1},
-             effective={"intra_op": 1, "inter_op": 1}, matches=True, errors=[])
-    run.outcome(SPECIMEN_TESTS[2])
+    _thread_controls_passed(run)
     _specimen_records(run, SPECIMEN_TESTS[0], ok=True)
     run.emit("phase", SPECIMEN_TESTS[0], name="artifact_acquisition", elapsed_s=0.05, label="local reuse")
     run.outcome(SPECIMEN_TESTS[0])
@@ -371,9 +375,7 @@ def build_failed_run(directory: Path) -> Path:
     run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False)
     tests = all_nodeids()
     run.write_plan(tests)
-    run.emit("thread_controls", SPECIMEN_TESTS[2], requested={"intra_op": 1, "inter_op": 1},
-             effective={"intra_op": 1, "inter_op": 1}, matches=True, errors=[])
-    run.outcome(SPECIMEN_TESTS[2])
+    _thread_controls_passed(run)
     _specimen_records(run, SPECIMEN_TESTS[0], ok=False)
     run.outcome(SPECIMEN_TESTS[0], "failed", longrepr=f"E   Failed: {FAILED_ACQUISITION_MESSAGE}")
     for nodeid, _ in tests:
