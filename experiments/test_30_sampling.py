@@ -67,6 +67,7 @@ def test_no_generation_warnings(inferlab_run):
     assert not warned, f"warnings during generation: {warned}"
 
 
+@pytest.mark.diagnostic
 @pytest.mark.requires("model_load", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, record):
@@ -106,6 +107,7 @@ def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_
     assert not same, f"{prompt_id}: processed scores equal raw logits under temperature != 1 for {same}"
 
 
+@pytest.mark.diagnostic
 @pytest.mark.requires("model_load", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_greedy_repetitions_identical(prompt_id, inferlab_run, record):
@@ -119,6 +121,7 @@ def test_greedy_repetitions_identical(prompt_id, inferlab_run, record):
     assert greedy["identical"], f"{prompt_id}: greedy repetitions differ: {greedy['distinct_sequences']}"
 
 
+@pytest.mark.diagnostic
 @pytest.mark.requires("model_load", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_same_seed_rerun_identical(prompt_id, inferlab_run):

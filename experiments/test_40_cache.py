@@ -54,6 +54,7 @@ def test_matched_prefix(model, inferlab_run, tensor_store, record):
     assert result["eval_mode"], "model.training: expected False, actual True"
 
 
+@pytest.mark.diagnostic
 @pytest.mark.requires("cache_comparison")
 @pytest.mark.parametrize("k", range(protocol.CACHE_MAX_TARGET_TOKENS), ids=lambda k: f"prefix+{k}")
 def test_cache_prefix_agrees(k, inferlab_run):

@@ -57,6 +57,7 @@ def _effective_threads():
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
+@pytest.mark.diagnostic
 @pytest.mark.requires("model_load", "inputs")
 def test_loop_matches_generate(inferlab_run, record):
     """The loop's cache-on selections equal generate()'s greedy ones for P1, up to generate's EOS stop."""
@@ -80,6 +81,7 @@ def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
     )
 
 
+@pytest.mark.diagnostic
 @pytest.mark.requires("model_load", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_divergence(prompt_id, inferlab_run, record):

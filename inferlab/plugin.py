@@ -106,6 +106,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "requires(*names): skip unless every named check passed earlier")
     config.addinivalue_line("markers", "budget(category, selections=0, forwards=0, calls=0): what the test spends")
     config.addinivalue_line("markers", "batching: the optional batching extension (deselect with -m 'not batching')")
+    config.addinivalue_line("markers", "diagnostic: a protocol diagnostic or observation; its failure is a finding "
+                                       "about the computation, kept with its evidence, not a broken harness")
 
     raw_dir = config.getoption("inferlab_record_dir")
     if raw_dir is None:
@@ -252,8 +254,14 @@ def plan_entries(items) -> list[dict]:
             "requires": [n for m in item.iter_markers("requires") for n in m.args],
             "provides": [n for m in item.iter_markers("provides") for n in m.args],
             "timeout_s": _timeout_of(item),
+            "check_kind": check_kind(item),
         })
     return entries
+
+
+def check_kind(item) -> str:
+    """'diagnostic' for a protocol diagnostic (marked), else 'integrity': the harness, inputs and trials."""
+    return "diagnostic" if item.get_closest_marker("diagnostic") is not None else "integrity"
 
 
 def _plain(value):
@@ -392,6 +400,7 @@ def pytest_runtest_makereport(item, call):
             "duration": report.duration,
             "longrepr": longrepr,
             "skip_reason": _skip_reason(report) if report.skipped else None,
+            "check_kind": check_kind(item),
         })
         if outcome in ("failed", "error"):
             run.failure_lines.append(f"{outcome.upper()} {item.nodeid}: {_first_line(longrepr)}")

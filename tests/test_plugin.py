@@ -295,3 +295,22 @@ def test_a_chain_of_dependents_names_the_first_failure(suite):
     reason = outcomes_by_test(read_records(suite.path / "run"))["test_generate"]["skip_reason"]
     assert reason.startswith("not run: prerequisite 'model' did not run, because prerequisite 'download' failed")
     assert "no route to the hub" in reason and reason.count("prerequisite") == 2
+
+
+def test_outcomes_and_plan_say_whether_a_check_is_a_diagnostic(suite):
+    write_experiment(suite, (
+        "import pytest\n"
+        "@pytest.mark.diagnostic\n"
+        "def test_finding():\n"
+        "    assert 1 == 2, 'a finding'\n"
+        "def test_harness():\n"
+        "    pass\n"
+    ))
+    result = suite.runpytest("experiments", "--record-dir", "run")
+    result.assert_outcomes(failed=1, passed=1)
+    outcomes = outcomes_by_test(read_records(suite.path / "run"))
+    assert outcomes["test_finding"]["check_kind"] == "diagnostic"
+    assert outcomes["test_harness"]["check_kind"] == "integrity"
+    plan = json.loads((suite.path / "run" / "plan.json").read_text())
+    assert {e["test"].split("::")[-1]: e["check_kind"] for e in plan["schedule"]} == {
+        "test_finding": "diagnostic", "test_harness": "integrity"}
