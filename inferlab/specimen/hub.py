@@ -343,7 +343,8 @@ def fetch(url: str, name: str, size: int, etag: Optional[str], destination: Path
             while True:
                 deadline.check(f"receiving {name} ({received} of {size} bytes so far)")
                 _cap_read_timeout(exchange, deadline)
-                chunk = exchange.response.read(min(CHUNK_BYTES, size - received + 1))
+                # read1: whatever one read returns, so the deadline is checked between small chunks too.
+                chunk = exchange.response.read1(min(CHUNK_BYTES, size - received + 1))
                 if not chunk:
                     break
                 received += len(chunk)
