@@ -327,8 +327,9 @@ def fetch(url: str, name: str, size: int, etag: Optional[str], destination: Path
     received = 0
     try:
         if exchange.status != 200:
-            raise SpecimenError(f"GET {url}: expected HTTP 200 with the body of {name}, actual HTTP {exchange.status}. "
-                                f"Nothing was kept; try again later.")
+            hint = " (a server error; nothing was retried: try again later)" if exchange.status >= 500 else ""
+            raise SpecimenError(f"GET {url}: expected HTTP 200 with the body of {name}, actual HTTP {exchange.status}"
+                                f"{hint}. Nothing was kept.")
         encoding = (exchange.header("Content-Encoding") or "identity").lower()
         if encoding != "identity":
             raise SpecimenError(f"GET {url}: expected an unencoded body, actual Content-Encoding {encoding}")

@@ -89,14 +89,17 @@ def _check_present(row: dict, path: Path, spec: SpecimenSpec, directory: Path) -
         problems.append(f"sha256 expected {row['expected_sha256']}, actual {row['sha256']}")
     if read["data"] is not None:
         problems.extend(json_problems(name, read["data"]))
-    if name == WEIGHT_FILE and problems:
-        row["diagnosis"] = weights.diagnose(
-            path, repo_id=spec.repo_id, revision=spec.revision, pinned_size=row["expected_size"],
-            pinned_sha256=row["expected_sha256"], reference_header=(spec.reference or {}).get("weight_header"))
-        problems.append(f"this looks like {row['diagnosis']['summary']}. {row['diagnosis']['advice']}")
     if problems:
         row["problem"] = f"{where}: " + "; ".join(problems)
     row["ok"] = not problems
+
+
+def _diagnose_weight(row: dict, path: Path, spec: SpecimenSpec) -> None:
+    """Name a present weight file that failed (its header only: a bounded read, even over the cap)."""
+    row["diagnosis"] = weights.diagnose(
+        path, repo_id=spec.repo_id, revision=spec.revision, pinned_size=row["expected_size"],
+        pinned_sha256=row["expected_sha256"], reference_header=(spec.reference or {}).get("weight_header"))
+    row["problem"] += f"; this looks like {row['diagnosis']['summary']}. {row['diagnosis']['advice']}"
 
 
 def verify(directory, spec: SpecimenSpec) -> dict:
@@ -146,12 +149,15 @@ def verify(directory, spec: SpecimenSpec) -> dict:
         problems.append(f"{directory}: expected the allowlisted files to total at most {spec.bundle_cap_bytes} bytes "
                         f"(the bundle cap), actual {report['bundle_bytes']} bytes {sizes}; nothing was read")
         for row in readable:
-            row["problem"] = f"{row['name']} in {directory}: not read, the bundle is over the cap"
+            row["problem"] = (f"{row['name']} in {directory}: not read, the bundle is over the cap "
+                              f"({row['size']} bytes listed)")
     else:
         for row in readable:
             _check_present(row, directory / row["name"], spec, directory)
     for row in rows:
         row["reference"] = _reference(spec, row["name"], row)
+        if row["name"] == WEIGHT_FILE and row["problem"] and row in readable:
+            _diagnose_weight(row, directory / row["name"], spec)
     problems = [row["problem"] for row in rows if row["problem"]] + problems
     by_path_reason = {entry["path"]: entry["reason"] for entry in scan["entries"]}
     problems += [f"{path} in {directory}: {by_path_reason[path]}" for path in report["extra_files"]]
