@@ -70,7 +70,9 @@ def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str] = None, deadline
 
 def _metadata_problems(spec: SpecimenSpec, name: str, meta: dict, where: str) -> list[str]:
     status, code = meta["http_status"], meta["error_code"]
-    if status == 404 and code == "EntryNotFound" and meta["commit"] == spec.revision:
+    # The URL names the pinned commit, so EntryNotFound means that commit has no such file (the hub
+    # usually confirms the commit in X-Repo-Commit; a 404 naming another commit is not this case).
+    if status == 404 and code == "EntryNotFound" and meta["commit"] in (spec.revision, None):
         meta["status"] = "absent_at_revision"
         if name in spec.required_files:
             return [f"{name} at {where}: expected a file, actual: HTTP 404 EntryNotFound (the revision has no such "
