@@ -216,6 +216,7 @@ def test_the_bundle_cap_is_checked_on_reuse_before_any_file_is_read(standin_copy
     outcome = specimen.acquisition_outcome(standin_spec, artifacts_dir=standin_copy, cache_root=standin_copy / "c")
     assert outcome["ok"] is False and outcome["verification"]["bundle_bytes"] > protocol.BUNDLE_CAP_BYTES
     assert f"to total at most {protocol.BUNDLE_CAP_BYTES} bytes (the bundle cap)" in outcome["error"]
+    assert row_of(outcome["verification"], WEIGHTS)["diagnosis"] is None  # an unread weight is not accused
 
 
 def test_the_bundle_cap_is_checked_on_the_project_cache_too(standin_dir, standin_spec, tmp_path):

@@ -187,3 +187,11 @@ def test_a_header_length_beyond_the_bound_is_not_read(tmp_path):
     path.write_bytes(struct.pack("<Q", 10**12) + b"{}")
     diagnosis = weights.diagnose(path, repo_id="r/x", revision="0" * 40, pinned_size=1, pinned_sha256="0" * 64)
     assert diagnosis["case"] == "not_safetensors" and "over the 1000000 this check reads" in diagnosis["summary"]
+
+
+def test_a_local_copy_of_the_five_listed_files_and_the_readme_is_accepted(replica_listing, replica_listing_spec):
+    outcome = specimen.acquisition_outcome(replica_listing_spec, artifacts_dir=replica_listing["five"])
+    assert outcome["ok"] and outcome["acquisition"] == "reuse:artifacts_dir", outcome["error"]
+    verdicts = {entry["path"]: entry["verdict"] for entry in outcome["verification"]["entries"]}
+    assert verdicts["README.md"] == "inert" and GENERATION_CONFIG not in verdicts
+    assert rows(outcome)[GENERATION_CONFIG]["absent_at_revision"] is True

@@ -7,12 +7,12 @@ after SIGKILL: a stale lock file never blocks anyone. POSIX only, like the rest 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from pathlib import Path
 
 from inferlab.specimen.deadline import Deadline
+from inferlab.specimen.spec import SpecimenError
 
 POLL_S = 0.1
 
@@ -41,6 +41,11 @@ def held(cache_directory: Path, deadline: Deadline):
     Yields {path, contended, waited_s}; raises DeadlineExpired naming the lock and its holder
     when another acquisition keeps it past the deadline.
     """
+    try:
+        import fcntl
+    except ImportError:  # Windows: the lab's runner supports Linux and macOS only
+        raise SpecimenError(f"{cache_directory}: the project cache needs a POSIX file lock (fcntl), which this "
+                            f"platform lacks; pass --artifacts DIR with a verified copy instead") from None
     path = lock_path(cache_directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -94,6 +94,13 @@ def _check_present(row: dict, path: Path, spec: SpecimenSpec, directory: Path) -
     row["ok"] = not problems
 
 
+def _fails_its_pin(row: dict) -> bool:
+    """Whether what is known of a file (its listed size, its hash if read) contradicts its pin."""
+    wrong_size = row["expected_size"] is not None and row["size"] != row["expected_size"]
+    wrong_hash = row["sha256"] is not None and row["expected_sha256"] not in (None, row["sha256"])
+    return wrong_size or wrong_hash
+
+
 def _diagnose_weight(row: dict, path: Path, spec: SpecimenSpec) -> None:
     """Name a present weight file that failed (its header only: a bounded read, even over the cap)."""
     row["diagnosis"] = weights.diagnose(
@@ -108,8 +115,8 @@ def verify(directory, spec: SpecimenSpec) -> dict:
     Returns {directory, ok, files, entries, extra_files, bundle_bytes, problems}: one row per
     allowlisted file (name, required, present, size, sha256, expected_size, expected_sha256,
     expected_absent, absent_at_revision, link_target, reference, diagnosis, ok, problem), every
-    entry seen with its verdict (entries.scan), the refused entries' paths, and the byte total of
-    the allowlisted files present.
+    entry seen with its verdict (entries.scan), the paths of the refused entries other than the
+    allowlisted names (extra_files), and the byte total of the allowlisted files present.
     """
     directory = Path(directory).expanduser()
     report = {"directory": str(directory), "ok": False, "files": [], "entries": [], "extra_files": [],
@@ -156,7 +163,7 @@ def verify(directory, spec: SpecimenSpec) -> dict:
             _check_present(row, directory / row["name"], spec, directory)
     for row in rows:
         row["reference"] = _reference(spec, row["name"], row)
-        if row["name"] == WEIGHT_FILE and row["problem"] and row in readable:
+        if row["name"] == WEIGHT_FILE and row in readable and _fails_its_pin(row):
             _diagnose_weight(row, directory / row["name"], spec)
     problems = [row["problem"] for row in rows if row["problem"]] + problems
     by_path_reason = {entry["path"]: entry["reason"] for entry in scan["entries"]}
