@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 CHUNK_BYTES = 1 << 20
+REMOTE_CODE_KEYS = ("auto_map", "trust_remote_code")
 
 
 class FileCheckError(Exception):
@@ -104,9 +105,6 @@ def json_problems(name: str, data: bytes) -> list[str]:
     if shape_problem:
         problems.append(shape_problem)
     return problems
-
-
-REMOTE_CODE_KEYS = ("auto_map", "trust_remote_code")
 
 
 def _shape_problem(name: str, value: dict) -> Optional[str]:
