@@ -404,8 +404,18 @@ def test_conclusion_scaffold_quotes_ranges_beside_medians(rich_run):
     assert "TTFT " in scaffold and " [" in scaffold.split("TTFT ", 1)[1].split(" ms")[0]
 
 
-def test_warnings_are_listed_on_the_details_page(rich_run):
+def test_warnings_are_counted_in_the_status_and_listed_on_the_details_page(rich_run):
+    status = {row[0]: row[1] for row in table_rows(section(page(rich_run), "Run status")) if len(row) == 2}
+    assert status["warnings"].startswith("**1 captured** in 1 record(s)")
     assert "UserWarning: a captured warning \\| with a pipe" in section(page(rich_run, DETAILS_FILE), "Warnings")
+
+
+def test_a_directory_without_records_gets_a_page_that_says_so(tmp_path):
+    pages = report.render_pages(tmp_path)
+    assert "The run did not finish" in pages[REPORT_FILE]
+    assert "records.jsonl: not readable" in pages[REPORT_FILE]
+    for text in pages.values():
+        assert "could not be rendered" not in text
 
 
 # --- a failed run's page ------------------------------------------------------------------------------------

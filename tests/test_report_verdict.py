@@ -178,6 +178,8 @@ def test_a_plan_folder_is_a_plan_with_no_verdict(tmp_path):
     found = report.verdict_of(run)
     assert found.kind == "plan_only" and "not_finished" not in found.kinds
     assert "This folder is a plan" in headline(run)
+    text = (run / REPORT_FILE).read_text()
+    assert "## The plan" in text and "## What did not run" not in text
 
 
 def test_every_kind_has_a_test_here():

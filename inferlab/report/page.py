@@ -103,6 +103,24 @@ def _files_cell(view: RunView) -> str:
     return cell
 
 
+def _warnings_cell(view: RunView) -> str:
+    found = tables.warnings_by_record(view)
+    if not found:
+        return "none captured"
+    count = sum(len(messages) for _, messages in found)
+    return f"**{count} captured** in {len(found)} record(s): {see('Warnings')}"
+
+
+def plan_page(view: RunView) -> list[str]:
+    """A plan folder: what the schedule holds per protocol part, its totals and caps; no verdict."""
+    rows = [[row[0], row[1]] for row in tables.not_run_by_part(view)]
+    plan = view.plan or {}
+    return ["## The plan", ""] + table(["protocol part", "planned tests"], rows) + [
+        "", f"Totals: {jstr(plan.get('totals'), False)}; cap violations: {jstr(plan.get('cap_violations'), False)}; "
+        f"shortfalls: {jstr(plan.get('shortfalls'), False)}. Every test, in order, is in `plan.json`.", ""] + \
+        run_table(view)
+
+
 def run_table(view: RunView) -> list[str]:
     """What ran, on what, from where: specimen, files, offline, command, predictions, session end, records."""
     command, source = view.command()
@@ -117,6 +135,7 @@ def run_table(view: RunView) -> list[str]:
         ["predictions", _predictions_cell(view)],
         ["session end", (f"{text_cell(end.get('exit_code_name'))} (exit status {num(end.get('exit_status'))})"
                          if end else "**not recorded**: the run did not finish")],
+        ["warnings", _warnings_cell(view)],
         ["records", f"{len(view.records)} in `{RECORDS_FILE}`; started {text_cell(view.manifest.get('started_utc'))}"],
     ]
     lines = table(["", ""], rows) + [""]
@@ -190,12 +209,11 @@ def failed_page(view: RunView, verdict: Verdict) -> list[str]:
 def section_conditions(view: RunView) -> list[str]:
     header, rows = tables.conditions_table(view)
     fixed = tables.recorded_protocol(view).get("generation_fixed") or protocol.GENERATION_FIXED
-    return ["## Conditions", "",
-            "Selection settings of the sampling matrix (`inactive`: greedy passes no sampling argument):", ""] + \
-        table(header, rows) + [
-            "", "Every trial: " + ", ".join(f"`{k}={v}`" for k, v in fixed.items()) + ", normal EOS stopping, plain "
-            "text with `add_special_tokens=False`. The complete configs each trial passed and used: "
-            + see("Generation configs") + ".", ""]
+    return ["## Conditions", ""] + table(header, rows) + [
+        "", "*Inactive*: greedy passes no sampling argument. Every trial: "
+        + ", ".join(f"`{k}={v}`" for k, v in fixed.items()) + ", normal EOS stopping, plain text with "
+        "`add_special_tokens=False`. The complete configs each trial passed and used: " + see("Generation configs")
+        + ".", ""]
 
 
 def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
@@ -553,7 +571,9 @@ def render(view: RunView, verdict: Verdict, plot_errors: Optional[dict] = None) 
     lines += [f"Rendered from this directory's records alone (`python -m inferlab report DIR` rebuilds it; `verify` "
               f"re-checks it). Full records behind each section: [{DETAILS_FILE}]({DETAILS_FILE}).", ""]
     sections: list[tuple[str, Callable[[], list[str]]]]
-    if not verdict.measured_anything:
+    if verdict.kind == "plan_only":
+        sections = [("status", lambda: section_verdict(verdict)), ("plan", lambda: plan_page(view))]
+    elif not verdict.measured_anything:
         sections = [("status", lambda: section_verdict(verdict)), ("failure", lambda: failed_page(view, verdict))]
     else:
         sections = [("status", lambda: section_status(view, verdict, labels)),

@@ -473,7 +473,7 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
     loops = [v for v in loops if v is not None]
     loop = (f"{ms(min(loops), 1)} ms" if len(loops) == 1 or min(loops) == max(loops)
             else f"{ms(min(loops), 1)}{DASH}{ms(max(loops), 1)} ms") if loops else "(no measured loop)"
-    share = f" ({overhead / 1e9 / max(loops) * 100:.3f} % of the longest)" if loops and is_number(overhead) else ""
+    share = f" ({overhead / 1e9 / max(loops) * 100:.2g} % of the longest)" if loops and is_number(overhead) else ""
     return (f"{num(reads)} clock reads ≈ {(us(overhead) if is_number(overhead) else MISSING)} µs of a ≈ {loop} "
             f"loop{share}: {text_cell(record.get('clock'))}, {num(record.get('per_read_ns'), 3)} ns per read "
             f"({text_cell(record.get('method'))}).")
