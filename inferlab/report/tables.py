@@ -456,7 +456,7 @@ def roofline_rows(view: RunView) -> tuple[Optional[float], list[list[str]]]:
         rows.append([condition_label(prompt_id, use_cache), spread(intervals),
                      nbytes(round(step_bytes)) if step_bytes is not None else MISSING,
                      ms(floor) if floor is not None else "no bandwidth recorded" if step_bytes else MISSING,
-                     f"{ratio:.1f}x" if ratio else MISSING])
+                     f"{ratio:.1f}x" if ratio else "-"])
     return bandwidth, rows
 
 
