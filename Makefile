@@ -31,6 +31,7 @@ test: $(STAMP)
 	$(PY) -m pytest tests
 	$(PY) -m pytest experiments --specimen standin --record-dir $(RUN_DIR)-standin
 	$(PY) -m inferlab verify $(RUN_DIR)-standin
+	$(PY) -m inferlab report $(RUN_DIR)-standin --check
 
 # Re-pin after a deliberate upgrade: keeps the header, and pins torch without the +cpu local tag
 # so that the same line resolves to the platform's build elsewhere.

@@ -1,13 +1,17 @@
 """The report's three plots, drawn from records alone with matplotlib's Agg canvas (no display, no pyplot state).
 
 Each plot is available only when its records exist; plot_specs() says which and why, so the
-report can name a skipped plot without drawing anything. PNGs are written atomically with no
-software or time metadata, so the same records give the same bytes with the same matplotlib.
+report can name a skipped plot without drawing anything. The plots are meant to survive a noisy
+machine: axes used for comparison start at zero (or say they do not), one outlier is drawn at a
+clipped edge with its value written beside it instead of flattening the rest, legends sit outside
+the axes, and the plots of a partial run say so in their title. PNGs are written atomically with
+no software or time metadata, so the same records give the same bytes with the same matplotlib.
 """
 
 from __future__ import annotations
 
 import io
+import statistics
 from pathlib import Path
 from typing import Optional
 
@@ -18,6 +22,7 @@ TOKEN_TIMES_PNG = "plot_token_times.png"
 TTFT_INTERVAL_PNG = "plot_ttft_interval.png"
 CACHE_DIFF_PNG = "plot_cache_max_abs_diff.png"
 CACHE_COLOURS = {True: "tab:blue", False: "tab:orange"}
+PARTIAL_PREFIX = "PARTIAL RUN"
 DPI = 100
 
 
@@ -55,12 +60,16 @@ def _prompt_length(trials: list[dict], prompt_id: str) -> str:
     return "/".join(str(n) for n in lengths)
 
 
+def _cache_rows(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("kind") == "cache_comparison"
+            and isinstance(r.get("prefix_length"), int) and isinstance(r.get("max_abs_diff"), (int, float))]
+
+
 def plot_specs(records: list[dict]) -> list[dict]:
     """Each plot's file, title and whether its data exist (with the reason when not); draws nothing."""
     measured = measured_timing_trials(records)
     with_ttft = [r for r in measured if isinstance(r.get("ttft_s"), (int, float))]
-    comparisons = [r for r in records if r.get("kind") == "cache_comparison"
-                   and isinstance(r.get("prefix_length"), int) and isinstance(r.get("max_abs_diff"), (int, float))]
+    comparisons = _cache_rows(records)
     return [
         {"name": "token_times", "file": TOKEN_TIMES_PNG, "section": "timing",
          "title": "Per-token time against token index, cache on and off, every measured trial",
@@ -71,17 +80,21 @@ def plot_specs(records: list[dict]) -> list[dict]:
          "available": bool(with_ttft),
          "reason": None if with_ttft else "no measured timing_trial record with ttft_s"},
         {"name": "cache_max_abs_diff", "file": CACHE_DIFF_PNG, "section": "cache",
-         "title": "Matched-prefix cache comparison: max abs diff per prefix against the tolerance",
+         "title": "Matched-prefix cache comparison: max abs diff, and max error as a fraction of each element's bound",
          "available": bool(comparisons),
          "reason": None if comparisons else "no cache_comparison record with a finite max_abs_diff"},
     ]
+
+
+# --- drawing helpers -------------------------------------------------------------------------------
 
 
 def _figure(width: float, height: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(width, height), dpi=DPI)
+    # constrained layout makes room for a legend placed outside the axes ("outside ..." locations)
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
 
@@ -93,112 +106,208 @@ def _save(figure, path: Path) -> None:
     write_bytes_atomic(path, buffer.getvalue())
 
 
-def draw_token_times(records: list[dict], path: Path) -> None:
+def _title(figure, text: str, partial: Optional[str]) -> None:
+    """The figure's title; a partial run's plot says so first, in red."""
+    if partial:
+        figure.suptitle(f"{PARTIAL_PREFIX}: {partial}\n{text}", color="tab:red")
+    else:
+        figure.suptitle(text)
+
+
+def clip_limit(values: list[float]) -> Optional[float]:
+    """An upper axis limit that keeps the bulk of `values` readable, or None when nothing needs clipping.
+
+    The bulk ends at Q3 + 3*IQR + a quarter of the median (the last term keeps a nearly constant
+    series from calling small jitter an outlier). Only values more than twice the bulk's largest
+    value are clipped: below that, drawing them costs the bulk at most half of the axis.
+    """
+    finite = sorted(v for v in values if isinstance(v, (int, float)))
+    if len(finite) < 4:
+        return None
+    q1, _, q3 = statistics.quantiles(finite, n=4)
+    fence = q3 + 3 * (q3 - q1) + 0.25 * abs(statistics.median(finite))
+    bulk = [v for v in finite if v <= fence]
+    if not bulk or finite[-1] <= 2 * bulk[-1]:
+        return None
+    return max(v for v in finite if v <= 2 * bulk[-1]) * 1.15
+
+
+def _mark_clipped(axis, points: list[tuple[float, float]], top: Optional[float], colour: str) -> list[tuple]:
+    """Draw points above `top` at the edge as open triangles with their value; return the points kept."""
+    if top is None:
+        return points
+    kept = [(x, y) for x, y in points if y <= top]
+    for number, (x, y) in enumerate((x, y) for x, y in points if y > top):
+        edge = top * 0.97
+        axis.scatter([x], [edge], marker="^", s=50, facecolors="none", edgecolors=colour, zorder=4)
+        # successive labels step down so that neighbouring outliers do not print over each other
+        axis.annotate(f"{y:.3g}", (x, edge), textcoords="offset points", xytext=(4, -10 - 9 * (number % 3)),
+                      fontsize="small", color=colour)
+    return kept
+
+
+def _legend_below(figure, axes) -> None:
+    handles, labels = [], []
+    for axis in axes:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if handles:
+        figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3), fontsize="small")
+
+
+# --- the three plots ---------------------------------------------------------------------------------
+
+
+def draw_token_times(records: list[dict], path: Optional[Path], partial: Optional[str] = None):
     """Time since the previous selection for each token index, one line per measured trial, per prompt."""
     trials = measured_timing_trials(records)
     prompts = list(dict.fromkeys(p for p, _ in _conditions(trials)))
-    figure = _figure(5.5 * len(prompts), 4.2)
+    figure = _figure(5.5 * len(prompts), 4.6)
     axes = figure.subplots(1, len(prompts), squeeze=False)[0]
+    clipped_any = False
     for axis, prompt_id in zip(axes, prompts):
-        labelled = set()
+        series = []
         for record in (r for r in trials if r.get("prompt_id") == prompt_id):
             times = _token_times(record)
             # token 1 is measured from t_start, so it includes the prefill
             steps = [(t - p) * 1e3 for t, p in zip(times, [0.0, *times[:-1]])]
-            use_cache = record.get("use_cache")
-            label = None if use_cache in labelled else f"cache {'on' if use_cache else 'off'}"
-            labelled.add(use_cache)
-            axis.plot(range(1, len(steps) + 1), steps, marker=".", linewidth=0.8, alpha=0.75,
-                      color=CACHE_COLOURS.get(use_cache, "grey"), label=label)
-        axis.set_ylim(bottom=0)
-        axis.set_xlabel("token index (1 = first selection)")
-        axis.set_ylabel("ms since previous selection")
-        axis.set_title(f"{prompt_id} (prompt length {_prompt_length(trials, prompt_id)} tokens)")
-        axis.legend(loc="lower right")
+            series.append((record.get("use_cache"), steps))
+        top = clip_limit([v for _, steps in series for v in steps])
+        clipped_any = clipped_any or top is not None
+        for use_cache, steps in series:
+            colour = CACHE_COLOURS.get(use_cache, "grey")
+            points = _mark_clipped(axis, list(zip(range(1, len(steps) + 1), steps)), top, colour)
+            # a clipped point leaves a gap in its line rather than a line drawn to the wrong height
+            xs = [x if (x, y) in points else None for x, y in zip(range(1, len(steps) + 1), steps)]
+            ys = [y if x is not None else float("nan") for x, y in zip(xs, steps)]
+            axis.plot(range(1, len(steps) + 1), ys, marker=".", linewidth=0.8, alpha=0.75, color=colour,
+                      label=f"cache {'on' if use_cache else 'off'}")
+        axis.set_ylim(bottom=0, top=top)
+        axis.set_xlabel("token index (1 = first selection, includes the prefill)")
+        axis.set_ylabel("ms since previous selection (axis from 0)")
+        count = sum(1 for r in trials if r.get("prompt_id") == prompt_id)
+        axis.set_title(f"{prompt_id}: prompt {_prompt_length(trials, prompt_id)} tokens, {count} measured trials")
         axis.grid(True, which="both", alpha=0.3)
-    figure.suptitle("Per-token time, every measured trial (warmups not drawn); token 1 is timed from loop start, "
-                    "so it includes the prefill")
-    figure.tight_layout()
-    _save(figure, path)
+    _legend_below(figure, axes)
+    note = "; triangles: values above the clipped axis, with their value" if clipped_any else ""
+    _title(figure, f"Per-token time, every measured trial (warmups not drawn){note}", partial)
+    if path is not None:
+        _save(figure, path)
+    return figure
 
 
-def draw_ttft_interval(records: list[dict], path: Path) -> None:
+def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optional[str] = None):
     """Strips of individual TTFT and mean post-first-token interval values per (prompt, cache) condition."""
     trials = measured_timing_trials(records)
     conditions = _conditions(trials)
-    figure = _figure(11, 4.2)
+    figure = _figure(11, 4.8)
     axes = figure.subplots(1, 2)
-    metrics = (("local TTFT (ms)", lambda r: r.get("ttft_s")),
-               ("mean post-first-token interval (ms)", _post_first_interval))
+    metrics = (("local TTFT", lambda r: r.get("ttft_s")), ("mean post-first-token interval", _post_first_interval))
     for axis, (title, value_of) in zip(axes, metrics):
-        for x, (prompt_id, use_cache) in enumerate(conditions):
+        per_condition = []
+        for prompt_id, use_cache in conditions:
             values = [value_of(r) for r in trials if (r.get("prompt_id"), r.get("use_cache")) == (prompt_id, use_cache)]
-            values = [v * 1e3 for v in values if isinstance(v, (int, float))]
+            per_condition.append([v * 1e3 for v in values if isinstance(v, (int, float))])
+        top = clip_limit([v for values in per_condition for v in values])
+        for x, ((prompt_id, use_cache), values) in enumerate(zip(conditions, per_condition)):
+            colour = CACHE_COLOURS.get(use_cache, "grey")
             # a fixed spread instead of random jitter keeps the picture deterministic
             offsets = [(i - (len(values) - 1) / 2) * 0.06 for i in range(len(values))]
-            axis.scatter([x + o for o in offsets], values, s=22, color=CACHE_COLOURS.get(use_cache, "grey"), zorder=3)
+            points = _mark_clipped(axis, [(x + o, v) for o, v in zip(offsets, values)], top, colour)
+            axis.scatter([p[0] for p in points], [p[1] for p in points], s=22, color=colour, zorder=3,
+                         label=f"cache {'on' if use_cache else 'off'}: one measured trial")
             if values:
-                ordered = sorted(values)
-                middle = len(ordered) // 2
-                median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-                axis.hlines(median, x - 0.25, x + 0.25, color="black", linewidth=1.2, zorder=2)
+                axis.hlines(statistics.median(values), x - 0.25, x + 0.25, color="black", linewidth=1.2, zorder=2,
+                            label="median of the condition")
+        axis.set_ylim(bottom=0, top=top)
         axis.set_xticks(range(len(conditions)))
         axis.set_xticklabels([f"{p}\ncache {'on' if c else 'off'}\nlen {_prompt_length(trials, p)}"
                               for p, c in conditions])
-        axis.set_title(title + "; bar = median")
-        axis.set_ylabel("ms")
+        axis.set_title(title)
+        axis.set_ylabel("ms (axis from 0)")
         axis.grid(True, axis="y", alpha=0.3)
-    figure.suptitle(f"Measured trials only; output length {protocol.TIMING_NEW_TOKENS} tokens each")
-    figure.tight_layout()
-    _save(figure, path)
+    _legend_below(figure, axes)
+    _title(figure, f"{len(trials)} measured trials, {protocol.TIMING_NEW_TOKENS} output tokens each", partial)
+    if path is not None:
+        _save(figure, path)
+    return figure
 
 
-def cache_floor(diffs: list[float], atol: float) -> float:
-    """Where exact zeros are drawn on the log axis: a decade below the smallest non-zero value or atol."""
-    positive = [d for d in diffs if d > 0]
-    return min(positive + [atol]) / 10
+def cache_floor(values: list[float], reference: float) -> float:
+    """Where exact zeros are drawn on a log axis: a decade below the smallest non-zero value or the reference."""
+    positive = [d for d in values if d > 0]
+    return min(positive + [reference]) / 10
 
 
-def draw_cache_diff(records: list[dict], path: Path) -> None:
-    """Max abs diff per prefix on a log axis, zeros drawn at a labelled floor, against the declared atol."""
-    rows = [r for r in records if r.get("kind") == "cache_comparison"
-            and isinstance(r.get("prefix_length"), int) and isinstance(r.get("max_abs_diff"), (int, float))]
-    atol = protocol.CACHE_TOLERANCE.atol
-    floor = cache_floor([r["max_abs_diff"] for r in rows], atol)
-    figure = _figure(7, 4.2)
-    axis = figure.subplots()
-    nonzero = [r for r in rows if r["max_abs_diff"] > 0]
-    zeros = [r for r in rows if r["max_abs_diff"] == 0]
-    colours = ["tab:green" if r.get("passed") else "tab:red" for r in nonzero]
-    axis.scatter([r["prefix_length"] for r in nonzero], [r["max_abs_diff"] for r in nonzero], color=colours,
-                 zorder=3, label="max |cached - uncached| (green: passed, red: failed)")
+def _log_panel(axis, rows: list[dict], field: str, reference: float, reference_label: str, ylabel: str) -> None:
+    usable = [r for r in rows if isinstance(r.get(field), (int, float))]
+    floor = cache_floor([r[field] for r in usable], reference)
+    nonzero = [r for r in usable if r[field] > 0]
+    zeros = [r for r in usable if r[field] == 0]
+    for passed, colour, label in ((True, "tab:green", "prefix passed"), (False, "tab:red", "prefix failed")):
+        chosen = [r for r in nonzero if bool(r.get("passed")) is passed]
+        if chosen:
+            axis.scatter([r["prefix_length"] for r in chosen], [r[field] for r in chosen], color=colour, zorder=3,
+                         label=label)
     if zeros:
         axis.scatter([r["prefix_length"] for r in zeros], [floor] * len(zeros), facecolors="none",
-                     edgecolors="black", zorder=3, label=f"exactly 0 (bitwise equal), drawn at {floor:.0e}")
-    axis.axhline(atol, color="tab:red", linestyle="--",
-                 label=f"atol = {atol:g}; per element the bound is atol + {protocol.CACHE_TOLERANCE.rtol:g}*|b|")
+                     edgecolors="black", zorder=3, label="exactly 0 (bitwise equal), drawn at the bottom")
+    axis.axhline(reference, color="tab:red", linestyle="--", label=reference_label)
     axis.set_yscale("log")
     axis.set_xlabel("prefix length (tokens, prompt included)")
-    axis.set_ylabel("max abs diff of logits")
+    axis.set_ylabel(ylabel)
     axis.set_xticks(sorted({r["prefix_length"] for r in rows}))
-    axis.set_title("Matched-prefix cache comparison")
-    axis.legend(loc="best", fontsize="small")
     axis.grid(True, which="both", alpha=0.3)
-    figure.tight_layout()
-    _save(figure, path)
+
+
+def draw_cache_diff(records: list[dict], path: Optional[Path], partial: Optional[str] = None,
+                    bound_ratios: Optional[list[dict]] = None):
+    """Per prefix: max abs diff against atol, and max |a-b| / (atol + rtol*|b|) against 1 (log axes).
+
+    bound_ratios holds {prefix_length, bound_ratio, passed} computed from the recorded logit tensors;
+    without them the second panel says the tensors were not available.
+    """
+    rows = _cache_rows(records)
+    tolerance = protocol.CACHE_TOLERANCE
+    figure = _figure(11, 4.6)
+    left, right = figure.subplots(1, 2)
+    _log_panel(left, rows, "max_abs_diff", tolerance.atol, f"atol = {tolerance.atol:g}",
+               "max |cached - uncached| (log axis)")
+    left.set_title("Largest absolute difference per prefix")
+    ratios = [r for r in bound_ratios or [] if isinstance(r.get("bound_ratio"), (int, float))]
+    if ratios:
+        _log_panel(right, ratios, "bound_ratio", 1.0, "1 = the criterion's edge (above fails)",
+                   "max |a-b| / bound (log axis)")
+        right.set_title(f"Error / its bound {tolerance.atol:g} + {tolerance.rtol:g}*|b|, worst element")
+    else:
+        right.set_axis_off()
+        right.text(0.5, 0.5, "the logit tensors were not available,\nso the per-element bound cannot be drawn",
+                   ha="center", va="center", transform=right.transAxes)
+    _legend_below(figure, [left, right])
+    _title(figure, f"Matched-prefix cache comparison, {len(rows)} prefixes (b = uncached)", partial)
+    if path is not None:
+        _save(figure, path)
+    return figure
 
 
 DRAWERS = {"token_times": draw_token_times, "ttft_interval": draw_ttft_interval, "cache_max_abs_diff": draw_cache_diff}
 
 
-def write_plots(record_dir: Path, records: list[dict]) -> list[dict]:
-    """Draw every available plot into the record dir; returns plot_specs() with 'written' and any 'error'."""
+def write_plots(record_dir: Path, records: list[dict], partial: Optional[str] = None,
+                bound_ratios: Optional[list[dict]] = None) -> list[dict]:
+    """Draw every available plot into the record dir; returns plot_specs() with 'written' and any 'error'.
+
+    partial: a short reason, given when the run is partial; every plot then says so in its title.
+    """
     results = []
     for spec in plot_specs(records):
         spec = {**spec, "written": False, "error": None}
         if spec["available"]:
             try:
-                DRAWERS[spec["name"]](records, Path(record_dir) / spec["file"])
+                extra = {"bound_ratios": bound_ratios} if spec["name"] == "cache_max_abs_diff" else {}
+                DRAWERS[spec["name"]](records, Path(record_dir) / spec["file"], partial=partial, **extra)
                 spec["written"] = True
             except Exception as error:  # a broken plot is reported in the report, not raised over it
                 spec["error"] = f"{type(error).__name__}: {error}"

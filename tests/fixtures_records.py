@@ -424,3 +424,171 @@ def refresh_manifest(directory: Path, records: Optional[list] = None) -> None:
         manifest["outcome_counts"] = counts
     manifest["files"] = file_inventory(directory, exclude=(MANIFEST_FILE,))
     write_json_atomic(directory / MANIFEST_FILE, manifest)
+
+
+# --- records other tracks add (session_end, run-level measurements, new fields), for the report tests ----
+
+DIAGNOSTIC_TESTS = ("test_first_step_logits_do_not_depend_on_selection", "test_greedy_repetitions_identical",
+                    "test_same_seed_rerun_identical", "test_cache_prefix_agrees", "test_loop_matches_generate",
+                    "test_cache_divergence")
+TYPED_COMMAND = "python -m pytest experiments --specimen standin --record-dir runs/first"
+CLOCK_READS_PER_TRIAL = 17
+BANDWIDTH_BYTES_PER_S = 8.0e9
+FIXTURE_PARAMETERS = [  # a two-tensor "model" in model_inspection's shape: input embedding and the rest
+    {"name": "gpt_neox.embed_in.weight", "shape": [VOCAB, 128], "numel": VOCAB * 128, "device": "cpu",
+     "dtype": "float32"},
+    {"name": "embed_out.weight", "shape": [VOCAB, 128], "numel": VOCAB * 128, "device": "cpu", "dtype": "float32"},
+]
+CACHE_BYTES_PER_POSITION = 6144
+
+
+def _envelope(kind: str, test: Optional[str], **fields) -> dict:
+    return {"kind": kind, "test": test, "seq": 0, "wall_time": "2025-01-01T00:09:00+00:00", **fields}
+
+
+def with_check_kinds(records: list[dict]) -> list[dict]:
+    """Give every test_outcome its check_kind, as the plugin records it."""
+    for record in records:
+        if record["kind"] == "test_outcome" and "check_kind" not in record:
+            name = (record["test"] or "").split("::")[-1].split("[")[0]
+            record["check_kind"] = "diagnostic" if name in DIAGNOSTIC_TESTS else "integrity"
+    return records
+
+
+def session_end_record(records: list[dict], **overrides) -> dict:
+    """A session_end record (schema 1) consistent with the outcomes in `records`; overrides replace fields."""
+    tested = list(dict.fromkeys(r["test"] for r in records if r["kind"] == "test_outcome"))
+    planned = [t for t, _ in all_nodeids()]
+    failed = any(r["kind"] == "test_outcome" and r["outcome"] in ("failed", "error") for r in records)
+    fields = {"exit_status": 1 if failed else 0, "exit_code_name": "TESTS_FAILED" if failed else "OK",
+              "interrupted": False, "stopped_early": False, "stop_reason": None, "collect_only": False,
+              "tests_planned": len(planned), "tests_with_outcome": len(tested),
+              "tests_without_outcome": [t for t in planned if t not in tested], "protocol_complete": True,
+              "partial_reasons": []}
+    fields.update(overrides)
+    return _envelope("session_end", None, **fields)
+
+
+def new_evidence_records(records: list[dict], revised: bool = True, benchmark_found: bool = True,
+                         bandwidth: bool = True) -> list[dict]:
+    """Add what the other tracks' schemas 4-13 bring to a complete run's records (in place, and returned)."""
+    records = with_check_kinds(records)
+    trials = [r for r in records if r["kind"] == "timing_trial"]
+    added = []
+    for record in records:
+        kind = record["kind"]
+        if kind == "generation":
+            record["generation_cache"] = {"fresh": True, "how": "a new DynamicCache per generate() call"}
+            record["warnings"] = []
+            if record["trial_id"] == "P2-G-rep1":
+                record["warnings"] = ["UserWarning: a captured warning | with a pipe"]
+        elif kind == "cache_comparison":
+            length = record["prefix_length"]
+            record["fed_inputs"] = {"uncached": {"attention_mask": [1] * length, "position_ids": list(range(length)),
+                                                 "cache_position": list(range(length))},
+                                    "cached": {"attention_mask": [1] * length, "position_ids": [length - 1],
+                                               "cache_position": [length - 1]}}
+            record["cache_seq_length_after_forward"] = length
+            record["cache_unique_bytes_after_forward"] = length * CACHE_BYTES_PER_POSITION
+            if revised:
+                record["revised"] = {"atol": 1e-4, "rtol": 1e-3, "passed": True, "fail_count": 0,
+                                     "fail_fraction": 0.0}
+        elif kind == "cache_summary":
+            record["prefill_logits_to_keep"] = {"uncached": [1, 1, VOCAB], "cached": [1, 1, VOCAB]}
+            if revised:
+                record["revised_evaluation"] = {"atol": 1e-4, "rtol": 1e-3, "rule": "|a-b| <= 0.0001 + 0.001*|b|",
+                                                "justification": "a test justification", "all_within_tolerance": True,
+                                                "failing_prefix_lengths": []}
+        elif kind == "model_inspection":
+            record["parameters"] = FIXTURE_PARAMETERS
+        elif kind == "artifact_file":
+            record["reference"] = {"revision": "cf967c0a" + "0" * 32, "size": record["size"],
+                                   "sha256": record["sha256"], "status": "matches"}
+            record["absent_at_revision"] = False
+        elif kind == "input" and record["prompt_id"] == "P2":
+            record["token_pieces"] = [None] + record["token_pieces"][1:]  # an id with no token (schema 13)
+        elif kind == "batching" and record.get("record_type") == "summary":
+            record["comparisons"] = [
+                {"batch_call_index": 2, "row": 0, "request_id": "P1", "singleton_call_index": 0,
+                 "unpadded_prompt_matches_singleton": True, "padding_columns": 0, "first_step_max_abs_diff": 1.5e-7,
+                 "first_step_argmax_agree": True, "generated_ids_identical": True, "first_divergence": None},
+                {"batch_call_index": 2, "row": 1, "request_id": "P2", "singleton_call_index": 1,
+                 "unpadded_prompt_matches_singleton": True, "padding_columns": 2, "first_step_max_abs_diff": 2.5e-7,
+                 "first_step_argmax_agree": True, "generated_ids_identical": False, "first_divergence": 4}]
+    for trial in protocol.generation_trials():
+        added.append(_envelope("phase", generation_nodeid(trial), name="output_decoding", trial_id=trial.test_id,
+                               source="generation", elapsed_s=1e-4, label="tokenizer.decode of the generated ids"))
+    for trial in trials:
+        added.append(_envelope("phase", trial["test"], name="output_decoding", trial_id=trial["schedule_id"],
+                               source="timing", elapsed_s=2e-4, label="tokenizer.decode, outside the timed loop"))
+    added.append(_envelope("clock_overhead", None, clock="time.perf_counter_ns", reads=100000,
+                           elapsed_ns=5_000_000, per_read_ns=50.0, reads_per_trial=CLOCK_READS_PER_TRIAL,
+                           per_trial_overhead_ns=50.0 * CLOCK_READS_PER_TRIAL, method="back-to-back reads"))
+    added.append(_envelope("benchmark_reference", None, found=benchmark_found,
+                           file="benchmarks/results/test-machine.json" if benchmark_found else None,
+                           machine={"cpu_model": "Test CPU"},
+                           result={"overhead_ratio": 1.004, "generate_ratio": 1.178} if benchmark_found else None,
+                           note="latest result from this machine" if benchmark_found
+                           else "no result of benchmarks/overhead.py from this machine"))
+    if bandwidth:
+        added.append(_envelope("memory_bandwidth", None, method="numpy copy of a 64 MiB array", threads=1,
+                               bytes_per_copy=2 * 64 * 2**20, repeats=5, seconds=[0.0168] * 5,
+                               bytes_per_s_median=BANDWIDTH_BYTES_PER_S, note="outside every timed region"))
+    for prompt_id, length in (("P1", 9), ("P1x8", 72)):
+        added.append(_envelope("memory", "experiments/test_60_memory.py::test_cache_storage_after_prefill",
+                               measure="cache_storage", point=f"after prefill of {prompt_id}", prompt_id=prompt_id,
+                               prompt_length=length, unique_bytes=length * CACHE_BYTES_PER_POSITION,
+                               logical_length=length, expected_bytes=length * CACHE_BYTES_PER_POSITION))
+    if revised:
+        criterion = next(i for i, r in enumerate(records) if r["kind"] == "cache_criterion")
+        records.insert(criterion + 1, _envelope("cache_criterion_revised", records[criterion]["test"], atol=1e-4,
+                                                rtol=1e-3, rule="|a-b| <= 0.0001 + 0.001*|b|",
+                                                justification="a test justification"))
+    outcomes_start = next(i for i, r in enumerate(records) if r["kind"] == "test_outcome"
+                          and "test_60_memory" in (r["test"] or ""))
+    return records[:outcomes_start] + added + records[outcomes_start:]
+
+
+def rerender(directory: Path) -> Path:
+    """Write the report again from the (edited) records and refresh the manifest's inventory, as a session would."""
+    refresh_manifest(directory)
+    report.write_report(directory)
+    refresh_manifest(directory)
+    return directory
+
+
+def edit_manifest(directory: Path, **fields) -> None:
+    """Set top-level manifest fields (for example predictions or command)."""
+    import json
+
+    manifest = json.loads((Path(directory) / MANIFEST_FILE).read_text())
+    manifest.update(fields)
+    write_json_atomic(Path(directory) / MANIFEST_FILE, manifest)
+
+
+def build_rich_run(directory: Path, session_end: Optional[dict] = None, transform=None, **evidence) -> Path:
+    """A complete run with every newer record and field, a session_end (overridable) and its report.
+
+    transform(records) may alter the records before session_end is appended (to make a run partial,
+    failed or interrupted); session_end holds overrides of the session_end fields.
+    """
+    build_complete_run(directory)
+    edit_manifest(directory, command=TYPED_COMMAND)
+
+    def change(records):
+        records = new_evidence_records(records, **evidence)
+        if transform is not None:
+            records = transform(records)
+        if session_end is not False:
+            records.append(session_end_record(records, **(session_end or {})))
+        return records
+
+    rewrite_records(directory, change)
+    return rerender(directory)
+
+
+def build_failed_run_ended(directory: Path) -> Path:
+    """build_failed_run with check kinds and a session_end record, as the current plugin writes it."""
+    build_failed_run(directory)
+    rewrite_records(directory, lambda records: with_check_kinds(records) + [session_end_record(records)])
+    return rerender(directory)

@@ -1,19 +1,39 @@
-"""report.md and its plots, rendered from synthetic record dirs (no model)."""
+"""report.md and report-details.md, rendered from synthetic record dirs (no model)."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import numpy
 import pytest
 
-from inferlab import plots, protocol, report
+from inferlab import guidance, protocol, report
 from inferlab.__main__ import main
 from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
+from inferlab.report import details, logits, tables
+from inferlab.report.view import RunView
 
-from fixtures_records import SKIP_REASON, all_nodeids, build_complete_run, build_failed_run, copy_run
+from fixtures_records import (
+    BANDWIDTH_BYTES_PER_S,
+    CACHE_BYTES_PER_POSITION,
+    CLOCK_READS_PER_TRIAL,
+    FIXTURE_PARAMETERS,
+    SKIP_REASON,
+    TYPED_COMMAND,
+    build_complete_run,
+    build_failed_run,
+    build_failed_run_ended,
+    build_rich_run,
+    copy_run,
+    edit_manifest,
+    rerender,
+    rewrite_records,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+DETAILS_FILE = report.DETAILS_FILE
 
 
 @pytest.fixture(scope="module")
@@ -22,161 +42,451 @@ def complete_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def rich_run(tmp_path_factory) -> Path:
+    return build_rich_run(tmp_path_factory.mktemp("report") / "rich")
+
+
+@pytest.fixture(scope="module")
 def failed_run(tmp_path_factory) -> Path:
-    return build_failed_run(tmp_path_factory.mktemp("report") / "failed")
+    return build_failed_run_ended(tmp_path_factory.mktemp("report") / "failed")
+
+
+def page(run: Path, name: str = REPORT_FILE) -> str:
+    return (run / name).read_text(encoding="utf-8")
 
 
 def section(text: str, heading: str) -> str:
-    """The text of one '## ' section of the report."""
+    """The text of one '## ' section."""
     start = text.index(f"## {heading}")
     end = text.find("\n## ", start + 1)
     return text[start:end if end != -1 else None]
 
 
-def test_regenerated_report_equals_the_sessions_text(complete_run):
-    assert report.render_report(complete_run) == (complete_run / REPORT_FILE).read_text(encoding="utf-8")
+def table_rows(text: str) -> list[list[str]]:
+    """The body rows of every Markdown table in `text`, split into cells (escaped pipes kept inside cells)."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = line.replace("\\|", "\0").strip("|").split("|")
+            rows.append([c.strip().replace("\0", "\\|") for c in cells])
+    return rows
 
 
-def test_regeneration_does_not_depend_on_the_directory_path(complete_run, tmp_path):
-    moved = copy_run(complete_run, tmp_path / "elsewhere")
-    assert report.render_report(moved) == (complete_run / REPORT_FILE).read_text(encoding="utf-8")
+# --- both pages, regenerated from the records alone -----------------------------------------------------
 
 
-def test_cli_report_check_agrees_with_the_session(complete_run, capsys):
-    assert main(["report", str(complete_run), "--check"]) == 0
+def test_both_pages_regenerate_byte_for_byte(rich_run):
+    pages = report.render_pages(rich_run)
+    assert set(pages) == {REPORT_FILE, DETAILS_FILE}
+    for name, text in pages.items():
+        assert text == page(rich_run, name)
+
+
+def test_regeneration_does_not_depend_on_the_directory_path(rich_run, tmp_path):
+    moved = copy_run(rich_run, tmp_path / "elsewhere")
+    assert report.render_pages(moved) == {name: page(rich_run, name) for name in report.PAGES}
+
+
+def test_cli_report_check_agrees_with_the_session(rich_run, capsys):
+    assert main(["report", str(rich_run), "--check"]) == 0
     assert "identical" in capsys.readouterr().out
 
 
-def test_cli_report_check_catches_an_edited_report(complete_run, tmp_path, capsys):
-    run = copy_run(complete_run, tmp_path / "edited")
-    (run / REPORT_FILE).write_text((run / REPORT_FILE).read_text() + "hindsight\n")
+@pytest.mark.parametrize("name", [REPORT_FILE, DETAILS_FILE])
+def test_cli_report_check_catches_an_edit_of_either_page(rich_run, tmp_path, capsys, name):
+    run = copy_run(rich_run, tmp_path / "edited")
+    (run / name).write_text(page(run, name) + "hindsight\n", encoding="utf-8")
     assert main(["report", str(run), "--check"]) == 1
-    assert "differs" in capsys.readouterr().out
+    assert f"differs from {run / name}" in capsys.readouterr().out
 
 
-def test_synthetic_specimen_gets_the_banner_at_the_top(complete_run):
-    head = (complete_run / REPORT_FILE).read_text().splitlines()[:4]
-    assert any(report.SYNTHETIC_BANNER in line for line in head)
+def test_cli_report_check_names_a_missing_details_page(rich_run, tmp_path, capsys):
+    run = copy_run(rich_run, tmp_path / "no-details")
+    (run / DETAILS_FILE).unlink()
+    assert main(["report", str(run), "--check"]) == 1
+    assert f"{run / DETAILS_FILE} does not exist" in capsys.readouterr().out
+
+
+def test_cli_report_write_writes_both_pages(rich_run, tmp_path):
+    run = copy_run(rich_run, tmp_path / "rewrite")
+    for name in report.PAGES:
+        (run / name).unlink()
+    assert main(["report", str(run), "--write"]) == 0
+    assert all((run / name).is_file() for name in report.PAGES)
+    assert report.check_pages(run) == []
+
+
+def test_every_details_link_of_the_page_names_a_heading_of_the_details_page(rich_run):
+    headings = {details.slug(line[3:]) for line in page(rich_run, DETAILS_FILE).splitlines() if line.startswith("## ")}
+    links = [part.split(")")[0] for part in page(rich_run).split(f"]({DETAILS_FILE}#")[1:]]
+    assert links and set(links) <= headings
+    assert set(details.slug(s) for s in details.SECTIONS) <= headings
+
+
+# --- the learner's page: length and content -------------------------------------------------------------
+
+
+def test_stand_in_page_fits_a_learners_read(rich_run):
+    lines = page(rich_run).splitlines()
+    assert 150 <= len(lines) <= 250, len(lines)
+
+
+def test_synthetic_specimen_gets_the_banner_at_the_top(rich_run):
+    assert any(report.SYNTHETIC_BANNER in line for line in page(rich_run).splitlines()[:4])
 
 
 def test_real_specimen_has_no_synthetic_banner(failed_run):
-    assert report.SYNTHETIC_BANNER not in (failed_run / REPORT_FILE).read_text()
+    assert report.SYNTHETIC_BANNER not in page(failed_run)
 
 
-def test_all_26_trials_are_listed_with_their_ids(complete_run):
-    generation = section((complete_run / REPORT_FILE).read_text(), "7. Generation")
-    for trial in protocol.generation_trials():
-        assert f"`{trial.test_id}`" in generation
+def test_conditions_table_gives_temperature_top_p_top_k_and_seeds(rich_run):
+    rows = {row[0]: row for row in table_rows(section(page(rich_run), "Conditions"))}
+    assert rows["**G**"][1:5] == ["greedy", "inactive", "inactive", "inactive"]
+    assert rows["**S2**"][2:5] == ["0.5", "1", "0 (disabled)"]
+    assert rows["**S3**"][2:5] == ["1", "0.8", "0 (disabled)"]
+    assert rows["**S1**"][5] == "17, 23, 31 + seed 17 again"
 
 
-def test_texts_are_escaped_so_tables_stay_intact(complete_run):
-    generation = section((complete_run / REPORT_FILE).read_text(), "7. Generation")
-    rows = [line for line in generation.splitlines() if line.startswith("| ") and ("-rep" in line or "-seed" in line)]
-    assert len(rows) == len(protocol.generation_trials())
-    # the fixture's texts hold '|' and newlines: escaped as \| and \n, every row stays one line with 7 cells
-    assert any("\\|" in row for row in rows) and any("\\n" in row for row in rows)
-    for row in rows:
-        assert len(row.replace("\\|", "").split("|")) == 7 + 2
+def test_all_26_trials_are_numbered_from_one_in_protocol_order(rich_run):
+    rows = table_rows(section(page(rich_run), "Generation trials"))[1:]
+    assert [row[0] for row in rows] == [str(n) for n in range(1, 27)]
+    assert [row[1] for row in rows] == [f"`{t.test_id}`" for t in protocol.generation_trials()]
 
 
-def test_timing_section_labels_the_stopping_rule_and_lists_every_sample(complete_run):
-    timing = section((complete_run / REPORT_FILE).read_text(), "11. Timing")
-    assert protocol.TIMING_STOPPING_RULE in timing
-    for trial in protocol.timing_schedule():
-        assert f"`{trial.test_id}`" in timing
-    records = [json.loads(line) for line in (complete_run / RECORDS_FILE).read_text().splitlines()]
-    summary = next(r for r in records if r["kind"] == "timing_summary")
-    for value in summary["ttft_s"]["values"]:
-        assert f"{value * 1e3:.3f}" in timing
+def test_trial_texts_are_escaped_and_ids_abbreviated(rich_run):
+    rows = table_rows(section(page(rich_run), "Generation trials"))[1:]
+    # the fixture's texts hold '|' and newlines: escaped as \| and \n, so every row keeps its 7 cells
+    assert all(len(row) == 7 for row in rows)
+    assert any("\\|" in row[5] for row in rows) and any("\\n" in row[5] for row in rows)
+    assert all(row[6].count(" ") <= 4 and "…" in row[6] for row in rows if row[3] == "16")
 
 
-def test_at_least_two_plots_are_written_and_linked(complete_run):
-    text = (complete_run / REPORT_FILE).read_text()
-    pngs = sorted(complete_run.glob("*.png"))
-    assert len(pngs) >= 2
-    for png in pngs:
-        assert png.read_bytes().startswith(PNG_SIGNATURE)
-        assert f"]({png.name})" in text
+def test_repeated_ids_point_to_the_first_trial_that_selected_them(rich_run):
+    rows = {row[1]: row for row in table_rows(section(page(rich_run), "Generation trials"))[1:]}
+    assert rows["`P1-G-rep2`"][4] == "#1" and rows["`P1-G-rep1`"][4] == ""
+    assert rows["`P1-S1-seed17-rerun`"][4] == "#4"
 
 
-def test_plots_are_byte_identical_when_redrawn(complete_run, tmp_path):
-    records = [json.loads(line) for line in (complete_run / RECORDS_FILE).read_text().splitlines()]
-    results = plots.write_plots(tmp_path, records)
-    assert all(r["written"] for r in results)
-    for result in results:
-        assert (tmp_path / result["file"]).read_bytes() == (complete_run / result["file"]).read_bytes()
+def test_empty_decoded_text_shows_as_an_empty_json_string(rich_run, tmp_path):
+    def empty_first_trial(records):
+        trial = next(r for r in records if r["kind"] == "generation")
+        trial.update(generated_ids=[50300], text="", generated_length=1, stop_reason="max_new_tokens")
+        return records
+
+    run = build_rich_run(tmp_path / "empty", transform=empty_first_trial)
+    row = table_rows(section(page(run), "Generation trials"))[1]
+    assert row[5] == '`""`'
+    assert "could not be rendered" not in page(run) + page(run, DETAILS_FILE)
 
 
-def test_failed_run_report_names_the_failure_and_the_skip_reason(failed_run):
-    text = (failed_run / REPORT_FILE).read_text()
-    status = section(text, "1. Run status")
-    skipped = len(all_nodeids()) - 2  # all but the passed thread check and the failed acquisition
-    assert f"1 failed, 1 passed, {skipped} skipped" in status
-    assert "test_acquisition" in status and "model.safetensors: sha256" in status
-    assert SKIP_REASON in status
-    # the gaps elsewhere point back to the labelled reason
-    assert "not run: skipped, reason R1 (section 1)" in section(text, "7. Generation")
+def test_null_token_pieces_render_on_the_details_page(rich_run):
+    inputs = section(page(rich_run, DETAILS_FILE), "Inputs")
+    assert '`[null, "w' in inputs
 
 
-def test_failed_run_skips_plots_and_says_why(failed_run):
-    text = (failed_run / REPORT_FILE).read_text()
+def test_repeatability_shows_how_the_rerun_cache_was_fresh(rich_run):
+    rows = table_rows(section(page(rich_run), "Repeatability"))[1:]
+    assert [row[0] for row in rows] == ["P1", "P2"]
+    assert "fresh cache: yes (a new DynamicCache per generate() call)" in rows[0][2]
+
+
+# --- first-step distribution ---------------------------------------------------------------------------
+
+
+def test_entropy_top_p_and_temperature_follow_the_spec_example():
+    vector = numpy.log(numpy.array([8.0, 4.0, 2.0, 1.0]))
+    probs = logits.probabilities(vector)
+    assert numpy.allclose(probs, numpy.array([8, 4, 2, 1]) / 15)
+    assert numpy.allclose(logits.probabilities(vector, 0.5), numpy.array([64, 16, 4, 1]) / 85)
+    # temperature one-half, then top-p 3/4, leaves only the first token; at T=1 top-p 3/4 keeps two
+    assert logits.top_p_kept(logits.probabilities(vector, 0.5), 0.75) == 1
+    assert logits.top_p_kept(probs, 0.75) == 2
+    assert logits.entropy_nats(logits.probabilities(numpy.zeros(50304))) == pytest.approx(math.log(50304))
+
+
+def test_first_step_table_is_computed_from_the_saved_logits(rich_run):
+    from safetensors.numpy import load_file
+
+    vector = load_file(str(rich_run / "tensors" / "first_step_logits.safetensors"))["P1/G"].astype(numpy.float64)
+    probs = numpy.exp(vector - vector.max())
+    probs /= probs.sum()
+    entropy = float(-(probs * numpy.log(probs)).sum())
+    ordered = numpy.sort(probs)[::-1]
+    kept = int(numpy.searchsorted(numpy.cumsum(ordered), 0.8) + 1)  # the smallest prefix whose mass reaches 0.8
+    row = table_rows(section(page(rich_run), "First-step distribution"))[1]
+    assert row[0] == "P1"
+    assert row[2] == f"{entropy:.2f}"
+    assert row[4].startswith(f"{int(vector.argmax())}: {probs.max():.3g} / ")
+    assert row[5] == f"{kept:,} of {vector.size:,}"
+
+
+def test_first_step_table_says_when_the_logits_are_missing(rich_run, tmp_path):
+    run = copy_run(rich_run, tmp_path / "no-tensors")
+    (run / "tensors" / "first_step_logits.safetensors").unlink()
+    text = section(report.render_report(run), "First-step distribution")
+    assert "not available: tensors/first_step_logits.safetensors [P1/G] is missing or unreadable" in text
+
+
+# --- cache --------------------------------------------------------------------------------------------------
+
+
+def test_cache_table_counts_prefixes_from_one_with_the_error_against_its_bound(rich_run):
+    from safetensors.numpy import load_file
+
+    rows = table_rows(section(page(rich_run), "Cache: matched prefixes"))[1:]
+    assert [row[0] for row in rows] == [str(n) for n in range(1, 9)]
+    tensors = load_file(str(rich_run / "tensors" / "cache_logits.safetensors"))
+    last = sorted(k for k in tensors if k.startswith("cached/"))[-1]
+    a, b = tensors[last].astype(numpy.float64), tensors[last.replace("cached/", "uncached/")].astype(numpy.float64)
+    ratio = float((abs(a - b) / (1e-5 + 1e-4 * abs(b))).max())
+    assert rows[-1][3] == f"{ratio:.3g}"
+
+
+def test_revised_criterion_is_shown_beside_the_declared_one_and_labelled(rich_run):
+    cache = section(page(rich_run), "Cache: matched prefixes")
+    assert "**Revised criterion, declared after the errors were seen**" in cache
+    assert "justification: a test justification" in cache
+    header = table_rows(cache)[0]
+    assert header[-3:] == ["passed (declared)", "passed (revised)", "fail fraction (revised)"]
+
+
+def test_without_a_revised_criterion_nothing_revised_is_shown(tmp_path):
+    run = build_rich_run(tmp_path / "declared-only", revised=False)
+    assert "revised" not in section(page(run), "Cache: matched prefixes").lower()
+
+
+def test_fed_inputs_are_listed_on_the_details_page(rich_run):
+    cache = section(page(rich_run, DETAILS_FILE), "Cache comparison in full")
+    assert "What each path was fed" in cache
+    assert "| 1 | cached | `[1, 1, 1, 1, 1, 1, 1, 1, 1]` | `[8]` | `[8]` |" in cache
+
+
+# --- timing, the floor, phases ---------------------------------------------------------------------------
+
+
+def test_timing_table_lists_every_sample_with_median_and_range_and_lengths(rich_run):
+    records = [json.loads(line) for line in (rich_run / RECORDS_FILE).read_text().splitlines()]
+    measured = [r for r in records if r["kind"] == "timing_trial" and not r["warmup"]
+                and r["prompt_id"] == "P1" and r["use_cache"]]
+    ttft = sorted(r["ttft_s"] for r in measured)
+    row = next(r for r in table_rows(section(page(rich_run), "Timing"))
+               if r[0] == "P1, cache on" and r[3] == "local TTFT")
+    assert row[1:3] == [str(measured[0]["prompt_length"]), "16"]
+    assert row[4] == ", ".join(f"{r['ttft_s'] * 1e3:.3f}" for r in measured)
+    assert row[5] == f"{ttft[2] * 1e3:.3f} [{ttft[0] * 1e3:.3f}–{ttft[-1] * 1e3:.3f}]"
+
+
+def test_timing_section_labels_the_stopping_rule(rich_run):
+    assert protocol.TIMING_STOPPING_RULE in section(page(rich_run), "Timing")
+
+
+def test_floor_is_bytes_per_decode_step_over_the_measured_bandwidth(rich_run):
+    timing = section(page(rich_run), "Timing")
+    assert "**It is a floor for this machine, not a prediction.**" in timing
+    row = next(r for r in table_rows(timing) if r[0] == "P1, cache on" and len(r) == 5)
+    prompt_length = 9  # the fixture's P1
+    weights = FIXTURE_PARAMETERS[1]["numel"] * 4 + 128 * 4  # embed_out, plus one row of embed_in
+    step_bytes = weights + CACHE_BYTES_PER_POSITION * (prompt_length + 8)
+    assert row[2] == f"{step_bytes:,} B"
+    assert row[3] == f"{step_bytes / BANDWIDTH_BYTES_PER_S * 1e3:.3f}"
+
+
+def test_without_a_bandwidth_record_the_floor_says_so(tmp_path):
+    run = build_rich_run(tmp_path / "no-bandwidth", bandwidth=False)
+    timing = section(page(run), "Timing")
+    assert "No memory bandwidth was recorded in this run" in timing
+    assert "not a prediction" not in timing
+
+
+def test_output_decoding_is_a_phase_beside_tokenization(rich_run):
+    rows = {row[0]: row for row in table_rows(section(page(rich_run), "Timing"))}
+    assert rows["output_decoding (generation)"][1] == "0.100 [0.100–0.100], n=26"
+    assert rows["output_decoding (timing)"][1] == "0.200 [0.200–0.200], n=24"
+
+
+def test_limitations_state_the_clock_overhead_and_the_benchmark(rich_run):
+    limitations = section(page(rich_run), "Limitations")
+    assert f"{CLOCK_READS_PER_TRIAL} clock reads ≈ 0.85 µs of a ≈ " in limitations
+    assert "`benchmarks/overhead.py` result from this machine" in limitations
+
+
+def test_limitations_say_when_no_benchmark_result_is_from_this_machine(tmp_path):
+    run = build_rich_run(tmp_path / "no-benchmark", benchmark_found=False)
+    assert "No `benchmarks/overhead.py` result from this machine was found" in section(page(run), "Limitations")
+
+
+# --- memory, batching, status facts, checklist ----------------------------------------------------------
+
+
+def test_memory_lists_per_prefix_cache_bytes(rich_run):
+    memory = section(page(rich_run), "Memory")
+    assert f"9: {9 * CACHE_BYTES_PER_POSITION:,} B · 10: " in memory
+
+
+def test_rss_baseline_includes_the_libraries_and_subtraction_is_warned_against():
+    from fixtures_records import _envelope
+
+    record = _envelope("memory", "x::test_process_memory", measure="process_rss",
+                       baseline={"current_rss": {"bytes": 2 * 10**8, "meaning": "current", "tool": "/proc/self/status",
+                                                 "source_field": "VmRSS"}},
+                       now={"current_rss": {"bytes": 4 * 10**8, "meaning": "current", "tool": "/proc/self/status",
+                                            "source_field": "VmRSS"}},
+                       baseline_point="before the model was loaded")
+    view = RunView(Path("/nonexistent"))
+    view.by_kind["memory"] = [record]
+    from inferlab.report import page as learner_page
+
+    text = "\n".join(learner_page.section_memory(view, tables.Labels(view)))
+    assert "already includes them" in text
+    assert 'Do not subtract these RSS values to get "model + cache"' in text
+    assert "200,000,000 B" in text and "400,000,000 B" in text
+
+
+def test_batching_gets_a_singleton_against_batch_table(rich_run):
+    rows = table_rows(section(page(rich_run), "Batching"))[1:]
+    assert rows[1][0] == "P2" and rows[1][2] == "2"
+    assert rows[1][6] == "**no** (first differ at token 5)"
+
+
+def test_status_names_the_typed_command_and_that_the_run_was_offline(rich_run):
+    status = section(page(rich_run), "Run status")
+    assert f"| command | `{TYPED_COMMAND}` |" in status
+    assert "| offline | **yes**: every network connection refused for the whole session" in status
+
+
+def test_status_counts_artifact_reference_matches_and_absent_files(tmp_path):
+    def absent_generation_config(records):
+        for record in records:
+            if record["kind"] == "artifact_file" and record["name"] == "generation_config.json":
+                record["absent_at_revision"] = True
+                record["reference"]["status"] = "absent"
+        return records
+
+    run = build_rich_run(tmp_path / "absent", transform=absent_generation_config)
+    files = next(r for r in table_rows(section(page(run), "Run status")) if r[0] == "files")[1]
+    assert "absent at the revision: generation_config.json" in files
+    assert "5 matches, 1 absent" in files
+    assert "| `generation_config.json` | absent at the revision |" in page(run, DETAILS_FILE)
+
+
+def test_blank_predictions_template_is_flagged(rich_run, tmp_path):
+    run = copy_run(rich_run, tmp_path / "blank")
+    edit_manifest(run, predictions={"supplied": True, "copied_to": PREDICTIONS_FILE, "sha256": "e" * 64,
+                                    "template_unanswered": True})
+    text = report.render_report(run)
+    assert "still the blank template: no question is answered" in section(text, "Run status")
+    checklist = table_rows(section(text, "Submission checklist"))
+    assert "predictions are still the blank template" in checklist[1][2]
+
+
+def test_supplied_predictions_are_linked_and_left_untouched(rich_run, tmp_path):
+    run = copy_run(rich_run, tmp_path / "with-predictions")
+    (run / PREDICTIONS_FILE).write_text("## 1.\nPrediction: identical | 90 %\n")
+    before = (run / PREDICTIONS_FILE).read_bytes()
+    edit_manifest(run, predictions={"supplied": True, "copied_to": PREDICTIONS_FILE, "sha256": "f" * 64})
+    report.write_report(run)
+    assert f"[{PREDICTIONS_FILE}]({PREDICTIONS_FILE}), sha256 `{'f' * 16}`…" in page(run)
+    assert (run / PREDICTIONS_FILE).read_bytes() == before
+
+
+def test_checklist_has_seven_items_and_names_the_effective_config(rich_run):
+    rows = table_rows(section(page(rich_run), "Submission checklist"))[1:]
+    assert [row[0] for row in rows] == [str(n) for n in range(1, 8)]
+    assert [row[2] for row in rows[1:6]] == ["recorded"] * 5
+    assert "generation.generation_config_effective" in rows[2][3]
+
+
+def test_conclusion_scaffold_quotes_ranges_beside_medians(rich_run):
+    scaffold = section(page(rich_run), "Your conclusions")
+    assert "prompts for you, the learner, not conclusions" in scaffold
+    assert scaffold.count("**Limitation") == 2
+    assert "Max abs diff over 8 prefixes" in scaffold
+    assert "TTFT " in scaffold and " [" in scaffold.split("TTFT ", 1)[1].split(" ms")[0]
+
+
+def test_warnings_are_counted_in_the_status_and_listed_on_the_details_page(rich_run):
+    status = {row[0]: row[1] for row in table_rows(section(page(rich_run), "Run status")) if len(row) == 2}
+    assert status["warnings"].startswith("**1 captured** in 1 record(s)")
+    assert "UserWarning: a captured warning \\| with a pipe" in section(page(rich_run, DETAILS_FILE), "Warnings")
+
+
+def test_a_directory_without_records_gets_a_page_that_says_so(tmp_path):
+    pages = report.render_pages(tmp_path)
+    assert "The run did not finish" in pages[REPORT_FILE]
+    assert "records.jsonl: not readable" in pages[REPORT_FILE]
+    for text in pages.values():
+        assert "could not be rendered" not in text
+
+
+# --- a failed run's page ------------------------------------------------------------------------------------
+
+
+def test_failed_run_page_is_short_and_heads_with_the_reason_and_next_steps(failed_run):
+    text = page(failed_run)
+    assert len(text.splitlines()) < 80
+    assert text.index("## What happened") < text.index("## What to do next") < text.index("## What did not run")
+    assert "test_acquisition" in section(text, "What happened")
+    next_steps = section(text, "What to do next")
+    for step in guidance.acquisition_next_steps(RunView(failed_run).specimen_spec()):
+        assert f"- {step}" in next_steps
+    assert report.MISSING not in text
+
+
+def test_failed_run_reason_is_given_in_full_however_long(tmp_path):
+    long_reason = "hub unreachable: " + "x" * 400 + " END"
+
+    def longer(records):
+        for record in records:
+            if record["kind"] == "artifact_acquisition":
+                record["error"] = long_reason
+        return records
+
+    run = build_failed_run_ended(tmp_path / "long")
+    rewrite_records(run, longer)
+    rerender(run)
+    assert long_reason in section(page(run), "What happened")
+
+
+def test_failed_run_says_what_did_not_run_per_protocol_part(failed_run):
+    rows = {row[0]: row for row in table_rows(section(page(failed_run), "What did not run"))}
+    generation = rows["Part 3: the generation trials and their checks"]
+    assert generation[1] == generation[4] and generation[2] == "0"
+
+
+def test_failed_run_draws_no_plot(failed_run):
     assert not list(failed_run.glob("*.png"))
-    assert text.count("not drawn") >= 3
-    assert report.render_report(failed_run) == text
 
 
-def test_partial_and_malformed_records_never_crash_the_report(tmp_path):
+def test_old_failed_run_without_check_kinds_or_session_end_is_still_short(tmp_path):
+    run = build_failed_run(tmp_path / "old")
+    text = page(run)
+    assert len(text.splitlines()) < 80 and "## What happened" in text
+    assert "The run did not finish" in text  # no session_end record: it cannot claim to have finished
+    assert SKIP_REASON not in section(text, "What happened")
+
+
+# --- robustness ---------------------------------------------------------------------------------------------
+
+
+def test_partial_and_malformed_records_never_crash_either_page(tmp_path):
     run = tmp_path / "partial"
     run.mkdir()
     odd = [
         {"kind": "generation", "test": "x::test_generation[P1-G-rep1]", "seq": 0, "prompt_id": "P1",
-         "condition": "G", "seed": None, "repetition": 1},
+         "condition": "G", "seed": None, "repetition": 1, "generated_ids": None, "text": None},
         {"kind": "timing_trial", "test": None, "seq": 1, "schedule_index": 2, "warmup": False, "token_times": None},
-        {"kind": "cache_comparison", "test": None, "seq": 2, "prefix_length": 9, "max_abs_diff": None},
+        {"kind": "cache_comparison", "test": None, "seq": 2, "prefix_length": 9, "max_abs_diff": None,
+         "tensors": {"cached": {"file": "../../etc/passwd", "key": "x"}}},
         {"kind": "timing_summary", "test": None, "seq": 3, "prompt_id": "P1", "use_cache": True, "ttft_s": "odd"},
-        {"kind": "memory", "test": None, "seq": 4, "unmeasured": ["activations", "workspace"]},
+        {"kind": "memory", "test": None, "seq": 4, "measure": "unmeasured", "categories": ["activations"]},
+        {"kind": "input", "test": None, "seq": 5, "prompt_id": "P1", "token_pieces": [None, "a"]},
     ]
     (run / RECORDS_FILE).write_text("".join(dumps(r) + "\n" for r in odd) + "{not json\n", encoding="ascii")
-    text = report.render_report(run)
-    assert report.MISSING in text
-    assert "records.jsonl:6: not a JSON object" in text
-    assert "could not be rendered" not in text, text
-    assert "- activations" in text
-
-
-def test_supplied_predictions_are_named_with_their_hash_and_left_untouched(failed_run, tmp_path):
-    run = copy_run(failed_run, tmp_path / "with-predictions")
-    (run / PREDICTIONS_FILE).write_text("## 1.\nPrediction: identical | 90 %\n")
-    before = (run / PREDICTIONS_FILE).read_bytes()
-    manifest = json.loads((run / MANIFEST_FILE).read_text())
-    manifest["predictions"] = {"supplied": True, "copied_to": PREDICTIONS_FILE, "sha256": "f" * 64,
-                               "source_mtime_utc": "2025-01-01T00:00:00+00:00"}
-    write_json_atomic(run / MANIFEST_FILE, manifest)
-    report.write_report(run)
-    text = (run / REPORT_FILE).read_text()
-    assert f"Supplied, see [{PREDICTIONS_FILE}]({PREDICTIONS_FILE}) (sha256 `{'f' * 64}`" in text
-    assert (run / PREDICTIONS_FILE).read_bytes() == before
-
-
-def test_without_predictions_the_report_says_none_were_supplied(complete_run):
-    assert "No predictions were supplied" in section((complete_run / REPORT_FILE).read_text(), "2. Predictions")
-
-
-def test_checklist_has_seven_items_with_status_and_file(complete_run, failed_run):
-    complete = section((complete_run / REPORT_FILE).read_text(), "16. Submission checklist")
-    rows = [line for line in complete.splitlines() if line[:4] in {f"| {n} " for n in range(1, 8)}]
-    assert len(rows) == 7
-    assert [row.split(" | ")[2] for row in rows[1:6]] == ["recorded"] * 5
-    failed = section((failed_run / REPORT_FILE).read_text(), "16. Submission checklist")
-    assert "**missing**: input x0 (expected 3); generation x0 (expected 26)" in failed
-
-
-def test_conclusions_scaffold_is_marked_as_prompts_with_numbers(complete_run):
-    scaffold = section((complete_run / REPORT_FILE).read_text(), "17. Your conclusions")
-    assert "prompts for you, the learner, not conclusions" in scaffold
-    assert "On selection" in scaffold and "On computation" in scaffold
-    assert scaffold.count("**Limitation") == 2
-    assert "cache max abs diff over 8 prefixes" in scaffold
+    pages = report.render_pages(run)
+    assert "records.jsonl:7: not a JSON object" in pages[REPORT_FILE]
+    for text in pages.values():
+        assert "could not be rendered" not in text, text
+    assert "- activations" in pages[REPORT_FILE]
 
 
 def test_code_span_escapes_pipes_and_backticks():
@@ -184,3 +494,12 @@ def test_code_span_escapes_pipes_and_backticks():
     assert report.code("a`b") == "``a`b``"
     assert report.code("a|b", in_table=False) == "`a|b`"
     assert report.jstr("x\ny") == '`"x\\ny"`'
+
+
+def test_manifest_fields_that_change_at_session_end_do_not_change_the_pages(rich_run, tmp_path):
+    run = copy_run(rich_run, tmp_path / "final-manifest")
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    manifest.update(complete=not manifest["complete"], exit_status=9, outcome_counts={"x": 1},
+                    ended_utc="2099-01-01T00:00:00+00:00", torch_threads={"changed": True}, checks={"c": 1})
+    write_json_atomic(run / MANIFEST_FILE, manifest)
+    assert report.check_pages(run) == []

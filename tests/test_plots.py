@@ -1,0 +1,151 @@
+"""The report's plots: drawn from records alone, robust to one outlier, legends off the data, partial runs labelled."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from inferlab import plots, report
+from inferlab.records import RECORDS_FILE, REPORT_FILE
+from inferlab.report import tables
+from inferlab.report.verdict import decide, partial_note
+from inferlab.report.view import RunView
+
+from fixtures_records import build_rich_run, copy_run
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PARTIAL = "the run did not finish; 60 of 66 planned tests have an outcome"
+
+
+@pytest.fixture(scope="module")
+def rich_run(tmp_path_factory) -> Path:
+    return build_rich_run(tmp_path_factory.mktemp("plots") / "rich")
+
+
+@pytest.fixture(scope="module")
+def records(rich_run) -> list[dict]:
+    return [json.loads(line) for line in (rich_run / RECORDS_FILE).read_text().splitlines()]
+
+
+def with_outlier(records: list[dict], factor: float = 200.0) -> tuple[list[dict], float]:
+    """A copy of the records where one measured trial's timings are `factor` times longer; returns its TTFT in ms."""
+    changed = copy.deepcopy(records)
+    trial = next(r for r in changed if r["kind"] == "timing_trial" and not r["warmup"] and r["prompt_id"] == "P1")
+    trial["token_times"] = [t * factor for t in trial["token_times"]]
+    trial["ttft_s"] *= factor
+    trial["mean_post_first_interval_s"] *= factor
+    return changed, trial["ttft_s"] * 1e3
+
+
+def texts(figure) -> list[str]:
+    found = [t.get_text() for t in figure.texts]
+    if figure._suptitle is not None:
+        found.append(figure._suptitle.get_text())
+    for axis in figure.axes:
+        found += [t.get_text() for t in axis.texts] + [axis.get_title()]
+    return found
+
+
+def test_plots_are_written_linked_and_byte_identical_when_redrawn(rich_run, records, tmp_path):
+    text = (rich_run / REPORT_FILE).read_text()
+    pngs = sorted(rich_run.glob("*.png"))
+    assert len(pngs) == 3
+    for png in pngs:
+        assert png.read_bytes().startswith(PNG_SIGNATURE)
+        assert f"]({png.name})" in text
+    view = RunView(rich_run)
+    results = plots.write_plots(tmp_path, records, partial=partial_note(decide(view), view),
+                                bound_ratios=tables.bound_ratios(view))
+    assert all(r["written"] for r in results)
+    for result in results:
+        assert (tmp_path / result["file"]).read_bytes() == (rich_run / result["file"]).read_bytes()
+
+
+def test_one_outlier_does_not_flatten_the_other_trials(records):
+    changed, outlier_ms = with_outlier(records)
+    figure = plots.draw_ttft_interval(changed, None)
+    ttft_axis = figure.axes[0]
+    bottom, top = ttft_axis.get_ylim()
+    assert bottom == 0
+    typical = [r["ttft_s"] * 1e3 for r in records if r["kind"] == "timing_trial" and not r["warmup"]]
+    assert max(typical) < top < outlier_ms / 10  # the axis fits the bulk, far below the outlier
+    assert f"{outlier_ms:.3g}" in texts(figure)  # the clipped value is written beside its marker
+
+
+def test_token_times_clip_an_outlier_and_start_at_zero(records):
+    changed, _ = with_outlier(records)
+    figure = plots.draw_token_times(changed, None)
+    p1_axis = figure.axes[0]
+    assert p1_axis.get_ylim()[0] == 0
+    longest = max(t for r in changed if r["kind"] == "timing_trial" and not r["warmup"] and r["prompt_id"] == "P1"
+                  for t in r["token_times"])
+    assert p1_axis.get_ylim()[1] < longest * 1e3 / 10
+    assert any("values above the clipped axis" in t for t in texts(figure))
+
+
+def test_without_an_outlier_nothing_is_clipped(records):
+    figure = plots.draw_ttft_interval(records, None)
+    assert not any(axis.texts for axis in figure.axes)
+    assert all(axis.get_ylim()[0] == 0 for axis in figure.axes)
+
+
+def test_clip_limit_ignores_ordinary_noise_and_catches_one_outlier():
+    noisy = [10.0, 10.4, 9.8, 11.2, 10.1, 12.9, 10.6]
+    assert plots.clip_limit(noisy) is None
+    limit = plots.clip_limit(noisy + [400.0])
+    assert limit is not None and max(noisy) < limit < 400.0
+
+
+@pytest.mark.parametrize("name", ["token_times", "ttft_interval", "cache_max_abs_diff"])
+def test_legends_sit_outside_every_axes(rich_run, records, name):
+    extra = {"bound_ratios": tables.bound_ratios(RunView(rich_run))} if name == "cache_max_abs_diff" else {}
+    figure = plots.DRAWERS[name](records, None, **extra)
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    legends = figure.legends + [axis.get_legend() for axis in figure.axes if axis.get_legend() is not None]
+    assert legends, "the plot has no legend"
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for axis in figure.axes:
+            if axis.axison:
+                assert not box.overlaps(axis.get_window_extent(renderer)), f"{name}: legend covers an axes"
+
+
+def test_cache_plot_shows_the_error_as_a_fraction_of_each_elements_bound(rich_run, records):
+    ratios = tables.bound_ratios(RunView(rich_run))
+    figure = plots.draw_cache_diff(records, None, bound_ratios=ratios)
+    ratio_axis = figure.axes[1]
+    assert "bound" in ratio_axis.get_title()
+    drawn = sorted(y for collection in ratio_axis.collections for _, y in collection.get_offsets())
+    expected = sorted(r["bound_ratio"] for r in ratios if r["bound_ratio"] > 0)
+    assert drawn[-len(expected):] == pytest.approx(expected)
+    assert any(line.get_ydata()[0] == 1.0 for line in ratio_axis.get_lines())
+
+
+@pytest.mark.parametrize("name", ["token_times", "ttft_interval", "cache_max_abs_diff"])
+def test_a_partial_runs_plots_say_so_in_their_title(records, name):
+    figure = plots.DRAWERS[name](records, None, partial=PARTIAL)
+    assert figure._suptitle.get_text().startswith(f"{plots.PARTIAL_PREFIX}: {PARTIAL}")
+    complete = plots.DRAWERS[name](records, None)
+    assert plots.PARTIAL_PREFIX not in complete._suptitle.get_text()
+
+
+def test_write_report_labels_the_plots_of_an_unfinished_run_as_partial(rich_run, tmp_path, monkeypatch):
+    run = copy_run(rich_run, tmp_path / "unfinished")
+    lines = (run / RECORDS_FILE).read_text().splitlines()
+    (run / RECORDS_FILE).write_text("\n".join(l for l in lines if '"session_end"' not in l) + "\n")
+    seen = {}
+    original = plots.write_plots
+
+    def capture(record_dir, records, partial=None, bound_ratios=None):
+        seen["partial"] = partial
+        return original(record_dir, records, partial=partial, bound_ratios=bound_ratios)
+
+    monkeypatch.setattr(plots, "write_plots", capture)
+    report.write_report(run)
+    assert seen["partial"].startswith("the run did not finish")
+    report.write_report(copy_run(rich_run, tmp_path / "finished"))
+    assert seen["partial"] is None
