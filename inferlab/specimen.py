@@ -467,20 +467,48 @@ def acquire(
     }
 
 
-def _build_standin(spec: SpecimenSpec, target: Path) -> None:
-    """Build the synthetic stand-in in a staging directory and move it into target."""
-    from inferlab import standin
+def offline_builder(spec: SpecimenSpec):
+    """The module that builds a synthetic spec offline (inferlab.standin or inferlab.replica), or None.
 
-    if spec.revision != standin.revision():
+    A builder is recognised by its revision (sha1 of its recipe), so a spec pins exactly one recipe.
+    """
+    from inferlab import replica, standin
+
+    if not spec.synthetic:
+        return None
+    return {module.revision(): module for module in (standin, replica)}.get(spec.revision)
+
+
+def offline_build_problem(spec: SpecimenSpec) -> Optional[str]:
+    """Why this spec's offline builder cannot run here (the replica without its reference folder), or None."""
+    from inferlab import replica
+
+    if offline_builder(spec) is replica:
+        try:
+            replica.require_reference()
+        except replica.ReferenceUnavailable as error:
+            return str(error)
+    return None
+
+
+def _build_standin(spec: SpecimenSpec, target: Path) -> None:
+    """Build a synthetic specimen (stand-in or replica) in a staging directory and move it into target."""
+    from inferlab import replica, standin
+
+    builder = offline_builder(spec)
+    if builder is None:
         raise SpecimenError(
-            f"{spec.spec_file}: revision expected {standin.revision()} (sha1 of {standin.RECIPE!r}), "
-            f"actual {spec.revision}"
+            f"{spec.spec_file}: revision expected {standin.revision()} (sha1 of {standin.RECIPE!r}) or "
+            f"{replica.revision()} (sha1 of {replica.RECIPE!r}), actual {spec.revision}"
         )
+    problem = offline_build_problem(spec)
+    if problem:
+        raise SpecimenError(problem)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".staging-{target.name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        standin.build(staging)
+        builder.build(staging)
         require_verified(staging, spec)
         if target.exists():
             target.rmdir()
