@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 import numpy as np
 
@@ -74,6 +75,7 @@ CODE_LOGIT = 0.25  # typical size of the tie-breaking term, in logits
 EOS_CLUSTER_COUNT = 12  # after a token of these clusters, EOS is a strong candidate
 MU_EOS = 13.2  # EOS logit there: greedy picks it only when all three successor heads are weaker
 FORCED_EOS_LOGIT = 30.0  # a variant's EOS after a forced cluster: above anything else
+FORCED_TOKEN_LOGIT = 40.0  # a variant's forced token: above any id, even one two successor clusters boost
 NOISE_STD = 0.01  # layers 1-5 and the MLPs
 ATTENTION_GAP = 14.0  # softmax-score margin of the positional heads' target over any other position
 HEAD_OFFSETS = (1, 1, 2, 2)  # the relative position each layer-0 head attends to
@@ -82,12 +84,19 @@ MAX_POSITIONS = 512  # the positional heads are checked to prefer their offset u
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A recipe variation for tests: EOS becomes the argmax after any token of these clusters."""
+    """A recipe variation for tests: EOS becomes the argmax after any token of `forced_eos_clusters`;
+    `forced_token` (if set) becomes the argmax after every token."""
 
     forced_eos_clusters: tuple[int, ...] = ()
+    forced_token: Optional[int] = None
 
     def describe(self) -> str:
-        return f"forced_eos_clusters={list(self.forced_eos_clusters)}" if self.forced_eos_clusters else "base"
+        parts = []
+        if self.forced_eos_clusters:
+            parts.append(f"forced_eos_clusters={list(self.forced_eos_clusters)}")
+        if self.forced_token is not None:
+            parts.append(f"forced_token={self.forced_token}")
+        return ", ".join(parts) or "base"
 
 
 BASE = Variant()
@@ -305,6 +314,8 @@ def weights(variant: Variant = BASE, seed: int = SEED) -> dict[str, np.ndarray]:
     unembed[EOS_ID] = 0.0
     unembed[EOS_ID, A_DIMS.start:A_DIMS.stop] = (eos_block - eos_block.mean()) / (on - off)
     constant[EOS_ID] = eos_block.mean()
+    if variant.forced_token is not None:
+        constant[variant.forced_token] = FORCED_TOKEN_LOGIT
     unembed[:, BIAS_DIM] = constant
     tensors["embed_out.weight"] = unembed
 

@@ -154,6 +154,15 @@ def test_forced_eos_variant_stops_greedy_after_its_cluster():
     assert int(logits.argmax()) == recipe.EOS_ID
 
 
+def test_forced_token_variant_selects_that_id_after_every_context():
+    token = 50290  # a model row the real tokenizer has no token for
+    model = model_from_recipe(recipe.Variant(forced_token=token))
+    contexts = torch.from_numpy(np.random.default_rng(2).integers(2, recipe.VOCAB, size=(50, 5)))
+    with torch.inference_mode():
+        chosen = model(input_ids=contexts).logits[:, -1].argmax(-1)
+    assert set(chosen.tolist()) == {token}
+
+
 def _stale_cache_step(real):
     """A cached path that forgets the newest token: it feeds position p but masks the entry written at p-1."""
     def step(past_length, new_length):
