@@ -146,3 +146,25 @@ def test_replica_without_its_reference_is_a_usage_error(pytester, monkeypatch, t
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--specimen replica*{tmp_path / 'absent'}*"])
     assert not (pytester.path / "run").exists()
+
+
+def test_pieces_of_rows_without_a_token_are_null_with_a_note(tokenizer):
+    from inferlab.inputs import NO_TOKEN_NOTE, token_pieces
+
+    pieces = token_pieces(tokenizer, [510, 50290, 0])
+    assert pieces["pieces"] == ["The", None, "<|endoftext|>"]
+    assert pieces["decoded"] == ["The", "", "<|endoftext|>"]
+    assert pieces["ids_without_token"] == [50290] and pieces["note"] == NO_TOKEN_NOTE
+    assert json.loads(json.dumps(pieces)) == pieces  # plain JSON data, null included
+
+
+def test_eos_ids_agree_and_the_missing_generation_config_is_recorded(tokenizer, replica_dir):
+    from transformers import AutoConfig
+
+    from inferlab.inputs import eos_cross_check
+
+    check = eos_cross_check(replica_dir, tokenizer, AutoConfig.from_pretrained(replica_dir, local_files_only=True))
+    assert check["eos_token_id_by_source"] == {"tokenizer": 0, "config.json": 0}
+    assert check["agree"] is True and check["checkpoint_generation_config"] is None
+    assert check["checkpoint_generation_config_present"] is False
+    assert check["pad_token_id_by_source"] == {"tokenizer": None, "config.json": None}
