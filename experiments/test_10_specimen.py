@@ -65,11 +65,14 @@ def test_artifact_file(name, specimen_spec, acquisition, verification, record):
 
 @pytest.mark.provides("artifacts_verified")
 def test_no_files_besides_the_allowlist(acquisition, verification, record):
+    """Every entry of the folder is recorded with its verdict; anything refused (README's rule) fails."""
     if verification is None:
         pytest.skip(f"not run: acquisition left no directory to verify ({acquisition['error']})")
-    record("artifact_directory", directory=verification["directory"], extra_files=verification["extra_files"])
+    record("artifact_directory", directory=verification["directory"], extra_files=verification["extra_files"],
+           entries=verification["entries"], bundle_bytes=verification["bundle_bytes"])
     assert not verification["extra_files"], (
-        f"{verification['directory']}: expected only the allowlisted files, actual extra {verification['extra_files']}"
+        f"{verification['directory']}: expected only the allowlisted files (plus README.md, .gitattributes and "
+        f"huggingface_hub's .cache/huggingface/ bookkeeping), actual refused {verification['extra_files']}"
     )
 
 

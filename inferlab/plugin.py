@@ -605,26 +605,15 @@ def acquisition(pytestconfig, specimen_spec):
     """The outcome of acquiring the specimen: the result, or the error that stopped it (never raised)."""
     from inferlab import specimen
 
-    artifacts = pytestconfig.getoption("inferlab_artifacts")
-    offline = pytestconfig.getoption("inferlab_offline")
-    cache_root = pytestconfig.rootpath / "artifacts" / "cache"
-    method, directory = specimen.choose_acquisition(specimen_spec, artifacts_dir=artifacts, cache_root=cache_root)
-    try:
-        result = specimen.acquire(specimen_spec, artifacts_dir=artifacts, cache_root=cache_root, offline=offline)
-    except specimen.SpecimenError as error:
-        return {"ok": False, "specimen": specimen_spec.name, "acquisition": method, "offline": offline,
-                "directory": str(directory) if directory.is_dir() else None, "error": str(error)}
-    return {"ok": True, "offline": offline, "error": None, **result}
+    return specimen.acquisition_outcome(specimen_spec, artifacts_dir=pytestconfig.getoption("inferlab_artifacts"),
+                                        cache_root=pytestconfig.rootpath / "artifacts" / "cache",
+                                        offline=pytestconfig.getoption("inferlab_offline"))
 
 
 @pytest.fixture(scope="session")
-def verification(acquisition, specimen_spec):
-    """Per-file verification of whatever directory acquisition left, even a refused one (for evidence)."""
-    from inferlab import specimen
-
-    if acquisition["directory"] is None:
-        return None
-    return specimen.verify(acquisition["directory"], specimen_spec)
+def verification(acquisition):
+    """Per-file verification of whatever directory acquisition examined, even a refused one (for evidence)."""
+    return acquisition["verification"]
 
 
 @pytest.fixture(scope="session")

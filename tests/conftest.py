@@ -32,3 +32,86 @@ def standin_dir(standin_build):
 def standin_copy(standin_dir, tmp_path):
     """A private copy of the built stand-in that a test may damage."""
     return Path(shutil.copytree(standin_dir, tmp_path / "standin-copy"))
+
+
+# --- a bundle shaped like the hub's listing of pythia-14m (ACQ's loopback-hub tests) -------------------
+
+REFERENCE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "pythia-14m"
+REFERENCE_SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+REAL_WEIGHT_BYTES = 28_143_920
+HUB_README_BYTES = 10_560
+
+
+def require_reference_dir() -> Path:
+    """The published small files of pythia-14m, or a skip that says where they are expected."""
+    if not REFERENCE_DIR.is_dir():
+        pytest.skip(f"needs pythia-14m's published small files in {REFERENCE_DIR} "
+                    f"(../shared/reference/pythia-14m beside the project); that folder is absent")
+    return REFERENCE_DIR
+
+
+@pytest.fixture(scope="session")
+def replica_listing(tmp_path_factory):
+    """Folders holding what the hub lists for pythia-14m: {"six": all six files + README.md, "five": no generation_config.json}.
+
+    The four small files are the published ones byte for byte; model.safetensors is the real header
+    (8-byte little-endian length + model.safetensors.header) followed by deterministic filler up to the
+    real file's 28,143,920 bytes; generation_config.json is the 2023 generation's 111-byte file; README.md
+    is 10,560 bytes of filler (listed by the hub, never to be requested).
+    """
+    import hashlib
+    import struct
+
+    reference = require_reference_dir()
+    six = tmp_path_factory.mktemp("replica-listing-six")
+    for name in REFERENCE_SMALL_FILES:
+        shutil.copyfile(reference / name, six / name)
+    header = (reference / "model.safetensors.header").read_bytes()
+    prefix = struct.pack("<Q", len(header)) + header
+    filler = hashlib.shake_256(b"inferlab replica-listing filler").digest(REAL_WEIGHT_BYTES - len(prefix))
+    (six / "model.safetensors").write_bytes(prefix + filler)
+    shutil.copyfile(reference / "2023-generation" / "generation_config.json", six / "generation_config.json")
+    readme = (b"# pythia-14m (filler standing in for the hub's model card)\n" * 200)[:HUB_README_BYTES]
+    (six / "README.md").write_bytes(readme)
+    five = tmp_path_factory.mktemp("replica-listing-five")
+    for path in six.iterdir():
+        if path.name != "generation_config.json":
+            (five / path.name).symlink_to(path)
+    return {"six": six, "five": five}
+
+
+@pytest.fixture(scope="session")
+def replica_listing_spec(replica_listing):
+    """pythia-14m's spec with the weight pin moved to the listing's filler weights (everything else as shipped)."""
+    import dataclasses
+
+    weights = replica_listing["six"] / "model.safetensors"
+    spec = specimen.load_spec("pythia-14m")
+    pin = {"size": weights.stat().st_size, "sha256": specimen.sha256_file(weights)}
+    return dataclasses.replace(spec, name="replica-listing", expected={**spec.expected, "model.safetensors": pin})
+
+
+@pytest.fixture
+def download_spec(standin_spec):
+    """The stand-in's pins as a non-synthetic specimen, so acquisition must download it."""
+    import dataclasses
+
+    return dataclasses.replace(standin_spec, synthetic=False)
+
+
+@pytest.fixture
+def serve():
+    """Start HubServers (HubServer's arguments; faults included); all are stopped after the test."""
+    from hub_server import HubServer
+
+    servers = []
+
+    def start(directory, spec, **faults):
+        server = HubServer(directory, spec.repo_id, spec.revision, **faults).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+

@@ -81,6 +81,77 @@ def test_spec_departing_from_the_protocol_is_refused(tmp_path, changes, message)
     assert message in str(error.value)
 
 
+def test_every_shipped_spec_says_which_files_are_optional():
+    for path in sorted(specimen.DEFAULT_ARTIFACTS_ROOT.glob("*.json")):
+        spec = specimen.load_spec(path.stem)
+        assert spec.optional_files == ("generation_config.json",), path
+        assert spec.required_files == tuple(n for n in protocol.ALLOWLISTED_FILES if n != "generation_config.json")
+
+
+def test_pythia_spec_carries_the_published_small_file_hashes_as_reference_only():
+    spec = specimen.load_spec("pythia-14m")
+    assert spec.reference["revision"] == "cf967c0a9a04383db6f7b1108d86b2962634b4ac"
+    assert spec.reference["files"]["tokenizer.json"] == {
+        "size": 2_114_042, "sha256": "870f4e2baa6b683221fa52004d5d6f40ab8c9d31961617304b78c910c2c3caf2"}
+    assert sorted(spec.reference["files"]) == sorted(
+        ["config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"])
+    # informational: the pins themselves stay null, so a differing small file is never refused
+    assert all(spec.expected[name] == {"size": None, "sha256": None} for name in spec.reference["files"])
+
+
+def _standin_data():
+    return json.loads((specimen.DEFAULT_ARTIFACTS_ROOT / "standin.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.pop("optional_files"), "missing ['optional_files']"),
+        (lambda d: d.update(optional_files=["config.json"]), "optional_files: expected a list drawn from"),
+        (lambda d: d["expected"].update({"config.json": {"absent": True}}),
+         "expected[config.json]: pinned absent, but config.json is required"),
+        (lambda d: d["expected"].update({"generation_config.json": {"absent": False}}),
+         "expected[generation_config.json].absent: expected true"),
+        (lambda d: d["expected"].update({"model.safetensors": {"size": 1, "sha256": None}}),
+         "expected[model.safetensors]: expected a pinned size and sha256"),
+        (lambda d: d.update(reference={"revision": "main", "note": "", "files": {}}),
+         "reference.revision: expected a 40-hex commit hash"),
+        (lambda d: d.update(reference={"revision": "0" * 40, "note": "", "files": {"README.md": {}}}),
+         "reference.files: expected allowlisted names"),
+        (lambda d: d.update(mirror="https://example.org"), "actual extra ['mirror']"),
+    ],
+    ids=["no-optional-list", "required-file-listed-optional", "required-file-pinned-absent", "absent-false",
+         "weights-unpinned", "reference-branch", "reference-unknown-file", "unknown-key"],
+)
+def test_spec_format_problems_are_refused(tmp_path, change, message):
+    data = _standin_data()
+    change(data)
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(SpecimenError, match="bad.json") as error:
+        specimen.load_spec("bad", tmp_path)
+    assert message in str(error.value)
+
+
+def test_an_optional_file_pinned_absent_is_accepted_when_missing_and_refused_when_present(standin_copy, tmp_path):
+    data = _standin_data()
+    data["expected"]["generation_config.json"] = {"absent": True}
+    (tmp_path / "absent.json").write_text(json.dumps(data))
+    spec = specimen.load_spec("absent", tmp_path)
+    present = specimen.verify(standin_copy, spec)
+    row = next(r for r in present["files"] if r["name"] == "generation_config.json")
+    assert not row["ok"] and "pins it absent" in row["problem"] and row["expected_absent"] is True
+    (standin_copy / "generation_config.json").unlink()
+    missing = specimen.verify(standin_copy, spec)
+    row = next(r for r in missing["files"] if r["name"] == "generation_config.json")
+    assert missing["ok"] and (row["ok"], row["present"], row["absent_at_revision"]) == (True, False, True)
+
+
+def test_an_optional_file_pinned_present_is_refused_when_missing(standin_copy, standin_spec):
+    (standin_copy / "generation_config.json").unlink()
+    row = next(r for r in specimen.verify(standin_copy, standin_spec)["files"] if r["name"] == "generation_config.json")
+    assert not row["ok"] and "pins it present" in row["problem"] and row["absent_at_revision"] is False
+
+
 # --- reuse of an explicit directory --------------------------------------------------------
 
 
@@ -111,13 +182,13 @@ def remove_tokenizer(directory):
 
 def add_pickle_weights(directory):
     (directory / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
-    return ["pytorch_model.bin", "actual: an extra file"]
+    return ["pytorch_model.bin", "weights (name matches a refused pattern)"]
 
 
 def add_tokens_file(directory):
     # Not weights or code, but a tokenizer loader would read it and grow the vocabulary.
     (directory / "added_tokens.json").write_text('{"<|boat|>": 50304}')
-    return ["added_tokens.json", "actual: an extra file"]
+    return ["added_tokens.json", "not part of the specimen: a loader reads files by name from this folder"]
 
 
 def ask_for_remote_code(directory):
@@ -196,14 +267,32 @@ def test_corrupt_project_cache_is_refused_not_rebuilt(standin_dir, standin_spec,
     cached = specimen.cache_dir(standin_spec, tmp_path)
     shutil.copytree(standin_dir, cached)
     truncate_weights(cached)
-    with pytest.raises(SpecimenError, match="size expected 28143920 bytes, actual 1000 bytes"):
+    with pytest.raises(SpecimenError, match="size expected 28143920 bytes, actual 1000 bytes") as error:
         specimen.acquire(standin_spec, cache_root=tmp_path, offline=True)
-    assert (cached / PINS_FILE).stat().st_size == 1000
+    assert (cached / PINS_FILE).stat().st_size == 1000  # nothing repaired silently
+    message = str(error.value)
+    assert f"the project cache {cached} failed verification" in message and f"{PINS_FILE} in {cached}" in message
+    assert f"delete that folder (rm -r '{cached}') and run again" in message
+
+
+def test_damaged_project_cache_outcome_keeps_its_per_file_evidence(standin_dir, standin_spec, tmp_path):
+    cached = specimen.cache_dir(standin_spec, tmp_path)
+    shutil.copytree(standin_dir, cached)
+    (cached / "tokenizer_config.json").write_text("{}")
+    outcome = specimen.acquisition_outcome(standin_spec, cache_root=tmp_path, offline=True)
+    assert (outcome["ok"], outcome["acquisition"], outcome["directory"]) == (False, "reuse:project_cache", str(cached))
+    failed = [row["name"] for row in outcome["verification"]["files"] if not row["ok"]]
+    assert failed == ["tokenizer_config.json"] and "rm -r" in outcome["error"]
 
 
 def test_hub_download_metadata_is_not_an_extra_file(standin_copy, standin_spec):
-    """huggingface_hub's local_dir bookkeeping (.cache/huggingface/) is tolerated; it is never loaded."""
+    """huggingface_hub's local_dir bookkeeping (.cache/huggingface/) is tolerated and recorded; it is never loaded."""
     metadata = standin_copy / ".cache" / "huggingface" / "download"
     metadata.mkdir(parents=True)
     (metadata / "model.safetensors.metadata").write_text("commit\netag\n")
-    assert specimen.verify(standin_copy, standin_spec)["ok"]
+    (metadata / "model.safetensors.lock").write_text("")
+    (standin_copy / ".cache" / "huggingface" / ".gitignore").write_text("*\n")
+    report = specimen.verify(standin_copy, standin_spec)
+    verdicts = {entry["path"]: entry["verdict"] for entry in report["entries"]}
+    assert report["ok"] and verdicts[".cache/huggingface/download/model.safetensors.metadata"] == "hub_bookkeeping"
+    assert verdicts[".cache/huggingface/.gitignore"] == "hub_bookkeeping" and verdicts[".cache"] == "directory"

@@ -1,0 +1,185 @@
+"""Verification of a specimen folder against its spec, in an order that never reads what it should not.
+
+1. List every entry from its metadata alone and judge it (entries.py); nothing is opened.
+2. Check sizes against the bundle cap before reading a byte (a 50 MB tokenizer.json is never read).
+3. Read each present allowlisted regular file once (files.py): hash it, refuse it if it changed
+   while being read, parse JSON files safely.
+4. Compare with the pins; a weight file that fails its pin is named by its header (weights.py);
+   compare the small files with the informational reference hashes (never a refusal).
+
+Nothing may be loaded from a folder that has not passed ``require_verified``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from inferlab.specimen import entries as entry_rules
+from inferlab.specimen import weights
+from inferlab.specimen.files import FileCheckError, json_problems, read_stable
+from inferlab.specimen.spec import WEIGHT_FILE, SpecimenError, SpecimenSpec
+
+
+def _empty_row(name: str, spec: SpecimenSpec) -> dict:
+    pin = spec.expected[name]
+    return {
+        "name": name,
+        "required": name not in spec.optional_files,
+        "present": False,
+        "size": None,
+        "sha256": None,
+        "expected_size": pin.get("size"),
+        "expected_sha256": pin.get("sha256"),
+        "expected_absent": spec.pinned_absent(name),
+        "absent_at_revision": False,
+        "link_target": None,
+        "reference": None,
+        "diagnosis": None,
+        "ok": False,
+        "problem": None,
+    }
+
+
+def _reference(spec: SpecimenSpec, name: str, row: dict) -> Optional[dict]:
+    published = ((spec.reference or {}).get("files") or {}).get(name)
+    if published is None:
+        return None
+    if not row["present"] or row["sha256"] is None:
+        status = "absent"
+    elif (row["size"], row["sha256"]) == (published["size"], published["sha256"]):
+        status = "matches"
+    else:
+        status = "differs"
+    return {"revision": spec.reference["revision"], "size": published["size"], "sha256": published["sha256"],
+            "status": status}
+
+
+def _missing(row: dict, spec: SpecimenSpec, directory: Path) -> None:
+    name = row["name"]
+    if row["required"]:
+        row["problem"] = f"{name} in {directory}: expected a required allowlisted file, actual: missing"
+    elif spec.pinned_present(name):
+        row["problem"] = (f"{name} in {directory}: the spec pins it present at revision {spec.revision} "
+                          f"({row['expected_size']} bytes), actual: missing")
+    else:
+        # Optional and not pinned present: this revision does not have it. Nothing is put in its place.
+        row["absent_at_revision"] = True
+        row["ok"] = True
+
+
+def _check_present(row: dict, path: Path, spec: SpecimenSpec, directory: Path) -> None:
+    name = row["name"]
+    where = f"{name} in {directory}"
+    try:
+        read = read_stable(path, keep_bytes=name.endswith(".json"))
+    except FileCheckError as error:
+        row["problem"] = f"{where}: {error}"
+        return
+    except OSError as error:
+        row["problem"] = f"{where}: expected a readable file, actual: {error}"
+        return
+    row["size"], row["sha256"] = read["size"], read["sha256"]
+    problems = []
+    if row["expected_absent"]:
+        problems.append(f"the spec pins it absent at revision {spec.revision}, actual: present ({row['size']} bytes)")
+    if row["expected_size"] is not None and row["size"] != row["expected_size"]:
+        problems.append(f"size expected {row['expected_size']} bytes, actual {row['size']} bytes")
+    if row["expected_sha256"] is not None and row["sha256"] != row["expected_sha256"]:
+        problems.append(f"sha256 expected {row['expected_sha256']}, actual {row['sha256']}")
+    if read["data"] is not None:
+        problems.extend(json_problems(name, read["data"]))
+    if problems:
+        row["problem"] = f"{where}: " + "; ".join(problems)
+    row["ok"] = not problems
+
+
+def _fails_its_pin(row: dict) -> bool:
+    """Whether what is known of a file (its listed size, its hash if read) contradicts its pin."""
+    wrong_size = row["expected_size"] is not None and row["size"] != row["expected_size"]
+    wrong_hash = row["sha256"] is not None and row["expected_sha256"] not in (None, row["sha256"])
+    return wrong_size or wrong_hash
+
+
+def _diagnose_weight(row: dict, path: Path, spec: SpecimenSpec) -> None:
+    """Name a present weight file that failed (its header only: a bounded read, even over the cap)."""
+    row["diagnosis"] = weights.diagnose(
+        path, repo_id=spec.repo_id, revision=spec.revision, pinned_size=row["expected_size"],
+        pinned_sha256=row["expected_sha256"], reference_header=(spec.reference or {}).get("weight_header"))
+    row["problem"] += f"; this looks like {row['diagnosis']['summary']}. {row['diagnosis']['advice']}"
+
+
+def verify(directory, spec: SpecimenSpec) -> dict:
+    """Check a folder against a spec; never raises for what it finds, never opens a non-regular file.
+
+    Returns {directory, ok, files, entries, extra_files, bundle_bytes, problems}: one row per
+    allowlisted file (name, required, present, size, sha256, expected_size, expected_sha256,
+    expected_absent, absent_at_revision, link_target, reference, diagnosis, ok, problem), every
+    entry seen with its verdict (entries.scan), the paths of the refused entries other than the
+    allowlisted names (extra_files), and the byte total of the allowlisted files present.
+    """
+    directory = Path(directory).expanduser()
+    report = {"directory": str(directory), "ok": False, "files": [], "entries": [], "extra_files": [],
+              "bundle_bytes": None, "problems": []}
+    if not directory.is_dir():
+        report["problems"].append(
+            f"{directory}: expected a specimen directory with {list(spec.files)}, actual: no such directory")
+        return report
+    scan = entry_rules.scan(directory, spec.files)
+    report["entries"] = scan["entries"]
+    report["extra_files"] = [path for path in scan["refused"] if path not in spec.files]
+    by_path = {entry["path"]: entry for entry in scan["entries"]}
+    rows = [_empty_row(name, spec) for name in spec.files]
+    readable = []
+    for row in rows:
+        entry = by_path.get(row["name"])
+        if entry is None:
+            if not scan["truncated"]:
+                _missing(row, spec, directory)
+            else:
+                row["problem"] = f"{row['name']} in {directory}: not examined (the listing stopped early)"
+            continue
+        row["present"] = True
+        row["link_target"] = entry["target"]
+        if entry["verdict"] != "allowlisted":
+            row["problem"] = f"{row['name']} in {directory}: {entry['reason']}"
+            continue
+        row["size"] = entry["size"]
+        readable.append(row)
+    report["bundle_bytes"] = sum(row["size"] for row in readable)
+    problems = []
+    if scan["truncated"]:
+        problems.append(f"{directory}: expected a specimen folder of a few files, actual: more than "
+                        f"{entry_rules.MAX_ENTRIES} entries (listing stopped); is this the right folder?")
+    if report["bundle_bytes"] > spec.bundle_cap_bytes:
+        sizes = {row["name"]: row["size"] for row in readable}
+        problems.append(f"{directory}: expected the allowlisted files to total at most {spec.bundle_cap_bytes} bytes "
+                        f"(the bundle cap), actual {report['bundle_bytes']} bytes {sizes}; nothing was read")
+        for row in readable:
+            row["problem"] = (f"{row['name']} in {directory}: not read, the bundle is over the cap "
+                              f"({row['size']} bytes listed)")
+    else:
+        for row in readable:
+            _check_present(row, directory / row["name"], spec, directory)
+    for row in rows:
+        row["reference"] = _reference(spec, row["name"], row)
+        if row["name"] == WEIGHT_FILE and row in readable and _fails_its_pin(row):
+            _diagnose_weight(row, directory / row["name"], spec)
+    problems = [row["problem"] for row in rows if row["problem"]] + problems
+    by_path_reason = {entry["path"]: entry["reason"] for entry in scan["entries"]}
+    problems += [f"{path} in {directory}: {by_path_reason[path]}" for path in report["extra_files"]]
+    report.update(files=rows, ok=not problems, problems=problems)
+    return report
+
+
+def require_verified(directory, spec: SpecimenSpec) -> dict:
+    """verify(), raising SpecimenError listing every problem unless the directory passed."""
+    report = verify(directory, spec)
+    if not report["ok"]:
+        error = SpecimenError(
+            f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  "
+            + "\n  ".join(report["problems"])
+        )
+        error.verification = report
+        raise error
+    return report
