@@ -21,3 +21,13 @@ def test_input(prompt_id, encoded_prompts, record):
         f"{prompt_id}: serialized {fields['serialized']!r} differs from source {fields['source']!r}"
     )
     assert fields["length"] == len(fields["token_ids"]) == sum(fields["attention_mask"])
+
+
+@pytest.mark.requires("model_load")
+def test_eos_ids_agree_across_the_checkpoint_files(tokenizer, model, acquisition, record):
+    """The tokenizer, config.json and (if the checkpoint has one) generation_config.json name one EOS id."""
+    from inferlab import inputs
+
+    check = inputs.eos_cross_check(acquisition["directory"], tokenizer, model.config)
+    record("eos_ids", **check)
+    assert check["agree"], f"EOS ids differ between sources: {check['eos_token_id_by_source']}"

@@ -93,6 +93,12 @@ class LoopResult:
             "eos_token_ids": list(self.eos_token_ids),
             "eos_positions": list(self.eos_positions),
             "eos_selected": bool(self.eos_positions),
+            "continued_past_eos": bool(self.eos_positions) and self.eos_positions[0] < self.new_tokens - 1,
+            "eos_note": (
+                f"EOS selected at position {self.eos_positions[0]}; the fixed-length profiling loop went on to "
+                f"{self.new_tokens} selections, so the ids after it are not a response"
+                if self.eos_positions else "no EOS selected"
+            ),
             "last_logits_shape": list(self.last_logits_shape),
             "clock": "time.perf_counter_ns (monotonic)",
             "stopping_rule": protocol.TIMING_STOPPING_RULE,

@@ -36,6 +36,66 @@ def choose_pad_token(tokenizer) -> tuple[int, str]:
     )
 
 
+NO_TOKEN_NOTE = (
+    "null: the model has a row for this id but the tokenizer has no token for it "
+    "(convert_ids_to_tokens gives None and decode gives an empty string)"
+)
+
+
+def token_pieces(tokenizer, ids: list[int]) -> dict:
+    """Each id's token piece and its text decoded alone; null where the id has no token, with a note saying so.
+
+    A real checkpoint can have more model rows than tokens (pythia-14m: 50,304 rows, 50,277 tokens),
+    and a model may select any row, so a missing piece is data to record, not an error.
+    """
+    pieces = tokenizer.convert_ids_to_tokens(list(ids))
+    missing = [token_id for token_id, piece in zip(ids, pieces) if piece is None]
+    return {
+        "pieces": pieces,
+        # Each id decoded alone; a byte-level piece holding part of a UTF-8 character decodes to U+FFFD.
+        "decoded": [tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+                    for token_id in ids],
+        "ids_without_token": missing,
+        "note": NO_TOKEN_NOTE if missing else None,
+    }
+
+
+def eos_cross_check(directory, tokenizer, model_config) -> dict:
+    """The EOS id as the tokenizer, config.json and generation_config.json (if the checkpoint has one) give it.
+
+    Also returns the checkpoint's own generation config as found on disk, or its absence, so it can be
+    recorded beside the config the trials actually pass (which never merges it: use_model_defaults=False).
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(directory) / "generation_config.json"
+    checkpoint_generation_config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    sources = {
+        "tokenizer": tokenizer.eos_token_id,
+        "config.json": getattr(model_config, "eos_token_id", None),
+    }
+    if checkpoint_generation_config is not None:
+        sources["generation_config.json"] = checkpoint_generation_config.get("eos_token_id")
+    distinct = {json.dumps(value) for value in sources.values()}
+    return {
+        "eos_token_id_by_source": sources,
+        "agree": len(distinct) == 1,
+        "checkpoint_generation_config": checkpoint_generation_config,
+        "checkpoint_generation_config_present": checkpoint_generation_config is not None,
+        "checkpoint_generation_config_note": (
+            "the checkpoint's own generation_config.json, as found; generation trials build their config from "
+            "the protocol and never merge it (use_model_defaults=False)" if checkpoint_generation_config is not None
+            else "the checkpoint has no generation_config.json: nothing to merge; the trials' config comes from "
+                 "the protocol alone"
+        ),
+        "bos_token_id_by_source": {"tokenizer": tokenizer.bos_token_id,
+                                   "config.json": getattr(model_config, "bos_token_id", None)},
+        "pad_token_id_by_source": {"tokenizer": tokenizer.pad_token_id,
+                                   "config.json": getattr(model_config, "pad_token_id", None)},
+    }
+
+
 def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """Tokenize one prompt (no chat template, no special tokens added) and describe the result.
 
@@ -56,6 +116,7 @@ def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.T
     # clean_up_tokenization_spaces=False: the cleanup would rewrite " ." to "." and hide a mismatch.
     serialized = tokenizer.decode(token_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     pad_id, pad_reason = choose_pad_token(tokenizer)
+    pieces = token_pieces(tokenizer, token_ids)
     record = {
         "prompt_id": prompt_id,
         "tokenization_s": tokenization_s,
@@ -66,12 +127,9 @@ def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.T
         "serialized_utf8_hex": serialized.encode("utf-8").hex(),
         "serialized_matches_source": serialized == source,
         "token_ids": token_ids,
-        "token_pieces": tokenizer.convert_ids_to_tokens(token_ids),
-        # Each id decoded alone; a byte-level piece holding part of a UTF-8 character decodes to U+FFFD.
-        "token_pieces_decoded": [
-            tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            for token_id in token_ids
-        ],
+        "token_pieces": pieces["pieces"],
+        "token_pieces_decoded": pieces["decoded"],
+        "token_pieces_note": pieces["note"],
         "length": len(token_ids),
         "attention_mask": attention_mask[0].tolist(),
         "attention_mask_all_ones": bool(attention_mask.eq(1).all()),

@@ -148,9 +148,13 @@ def _load_specimen_spec(config):
 
     name = config.getoption("inferlab_specimen")
     try:
-        return specimen.load_spec(name, config.rootpath / "artifacts")
+        spec = specimen.load_spec(name, config.rootpath / "artifacts")
     except specimen.SpecimenError as error:
         raise pytest.UsageError(f"--specimen {name}: {error}") from None
+    problem = specimen.offline_build_problem(spec)
+    if problem:
+        raise pytest.UsageError(f"--specimen {name}: {problem}")
+    return spec
 
 
 def _copy_predictions(source: Optional[str], record_dir: Path) -> dict:

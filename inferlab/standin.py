@@ -1,22 +1,25 @@
 """A deterministic, synthetic checkpoint with pythia-14m's exact architecture, built offline.
 
 The stand-in lets the whole harness (verification, loading, generation, caching, timing)
-run where the real weights cannot be fetched. Its weights are random: its outputs mean
-nothing about pythia-14m. Every file carries the same bytes on every build, so the
+run where the real weights cannot be fetched. Its weights are constructed, not trained: they
+mean nothing about pythia-14m. Every file carries the same bytes on every build, so the
 specimen spec `artifacts/standin.json` pins the size and SHA-256 of all six files.
 
 Design notes:
-- Weights come from numpy's PCG64 generator, not torch's initialisation, so the bytes do
-  not depend on the torch version. They are stored as float16 (as the real checkpoint is)
-  under the real checkpoint's tensor names, in a safetensors file of exactly the real
-  file's size (28,143,920 bytes: the same 76 tensors and the same header length; no
-  padding was needed). The tests compare that size with the pin in pythia-14m.json.
+- The weights come from inferlab.recipe (numpy PCG64, no torch), which writes down a small
+  "successor" structure by hand so that next-token distributions are peaked and depend on
+  the last three tokens, logits span tens of units and EOS is sometimes sampled: a trained
+  model's shape without its knowledge. The replica specimen uses the same recipe.
+- They are stored as float16 (as the real checkpoint is) under the real checkpoint's tensor
+  names, in a safetensors file of exactly the real file's size (28,143,920 bytes: the same 76
+  tensors and the same header length; no padding was needed).
 - The tokenizer is a byte-level BPE trained deterministically on a small built-in corpus
-  containing every word of the protocol's prompts, with "<|endoftext|>" as id 0.
+  containing every word of the protocol's prompts, with "<|endoftext|>" as id 0; the other
+  vocabulary slots hold made-up filler words, so every id decodes to something visible.
 - The stand-in's "revision" is not a hub commit (the repository does not exist): it is
   sha1(RECIPE) as 40 hex digits, so changing the recipe changes the revision.
 
-Usage: python -m inferlab.standin DIR
+Usage: python -m inferlab.standin DIR   (DIR must be new or empty)
 """
 
 from __future__ import annotations
@@ -28,18 +31,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from inferlab import protocol
+from inferlab import protocol, recipe
 from inferlab.records import write_bytes_atomic
 
 # Bump the version suffix whenever any built byte changes; the revision follows it.
-RECIPE = "inferlab-standin-pythia-14m-architecture/recipe-v2"
-SEED = 14
-INIT_STD = 0.02
+RECIPE = f"inferlab-standin-pythia-14m-architecture/recipe-{recipe.VERSION}"
 SYNTHETIC_NOTE = (
-    "Synthetic stand-in built offline by inferlab.standin: pythia-14m's architecture with random "
-    "weights (numpy PCG64, seed 14). Not EleutherAI/pythia-14m; its outputs carry no meaning."
+    "Synthetic stand-in built offline by inferlab.standin: pythia-14m's architecture with constructed "
+    f"weights (inferlab.recipe {recipe.VERSION}, numpy PCG64 seed {recipe.SEED}), not trained. "
+    "Not EleutherAI/pythia-14m; its outputs carry no meaning."
 )
 
 # Values of the real pythia-14m config.json, plus the synthetic marker.
@@ -116,46 +116,7 @@ def revision() -> str:
 
 def tensor_shapes() -> dict[str, tuple[int, ...]]:
     """Tensor names and shapes of pythia-14m's model.safetensors, in a fixed order."""
-    vocab, hidden = CONFIG["vocab_size"], CONFIG["hidden_size"]
-    inner = CONFIG["intermediate_size"]
-    shapes: dict[str, tuple[int, ...]] = {"gpt_neox.embed_in.weight": (vocab, hidden)}
-    for layer in range(CONFIG["num_hidden_layers"]):
-        prefix = f"gpt_neox.layers.{layer}."
-        shapes.update(
-            {
-                prefix + "input_layernorm.weight": (hidden,),
-                prefix + "input_layernorm.bias": (hidden,),
-                prefix + "post_attention_layernorm.weight": (hidden,),
-                prefix + "post_attention_layernorm.bias": (hidden,),
-                prefix + "attention.query_key_value.weight": (3 * hidden, hidden),
-                prefix + "attention.query_key_value.bias": (3 * hidden,),
-                prefix + "attention.dense.weight": (hidden, hidden),
-                prefix + "attention.dense.bias": (hidden,),
-                prefix + "mlp.dense_h_to_4h.weight": (inner, hidden),
-                prefix + "mlp.dense_h_to_4h.bias": (inner,),
-                prefix + "mlp.dense_4h_to_h.weight": (hidden, inner),
-                prefix + "mlp.dense_4h_to_h.bias": (hidden,),
-            }
-        )
-    shapes["gpt_neox.final_layer_norm.weight"] = (hidden,)
-    shapes["gpt_neox.final_layer_norm.bias"] = (hidden,)
-    shapes["embed_out.weight"] = (vocab, hidden)
-    return shapes
-
-
-def weights(seed: int = SEED) -> dict[str, np.ndarray]:
-    """float16 tensors: matrices ~ N(0, INIT_STD) from PCG64(seed), layer-norm weights 1, biases 0."""
-    rng = np.random.Generator(np.random.PCG64(seed))
-    tensors = {}
-    for name, shape in tensor_shapes().items():
-        if name.endswith(".bias"):
-            tensors[name] = np.zeros(shape, dtype=np.float16)
-        elif "layernorm" in name or "layer_norm" in name:
-            tensors[name] = np.ones(shape, dtype=np.float16)
-        else:
-            draw = rng.standard_normal(shape, dtype=np.float32) * np.float32(INIT_STD)
-            tensors[name] = draw.astype(np.float16)
-    return tensors
+    return recipe.expected_shapes()
 
 
 def tokenizer_json() -> str:
@@ -224,8 +185,8 @@ def _json_bytes(data: dict) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("utf-8")
 
 
-def file_contents() -> dict[str, bytes]:
-    """The six allowlisted files' bytes, keyed by file name."""
+def file_contents(variant: recipe.Variant = recipe.BASE) -> dict[str, bytes]:
+    """The six allowlisted files' bytes, keyed by file name (a recipe variant only changes the weights)."""
     from safetensors.numpy import save
 
     contents = {
@@ -236,25 +197,46 @@ def file_contents() -> dict[str, bytes]:
         "generation_config.json": _json_bytes(GENERATION_CONFIG),
         # "format": "pt" is what the real file's header carries; it also tells transformers
         # the tensors follow the PyTorch layout.
-        "model.safetensors": save(weights(), metadata={"format": "pt"}),
+        "model.safetensors": save(recipe.weights(variant), metadata={"format": "pt"}),
     }
     if set(contents) != set(protocol.ALLOWLISTED_FILES):
         raise RuntimeError(f"stand-in files {sorted(contents)} differ from {sorted(protocol.ALLOWLISTED_FILES)}")
     return contents
 
 
-def build(directory) -> dict:
-    """Write the six stand-in files into directory; return {directory, files: {name: {size, sha256}}, elapsed_s}."""
+class BuildRefused(Exception):
+    """The target directory is not new or empty: building there could overwrite someone's files."""
+
+
+def check_target(directory: Path) -> None:
+    """Refuse a target that is a file or a non-empty directory, touching nothing."""
+    if directory.exists() and not directory.is_dir():
+        raise BuildRefused(f"{directory}: expected a new or empty directory, actual: an existing file")
+    if directory.is_dir() and any(directory.iterdir()):
+        entries = sorted(p.name for p in directory.iterdir())
+        raise BuildRefused(
+            f"{directory}: expected a new or empty directory, actual: it holds {len(entries)} entries "
+            f"({', '.join(entries[:6])}{', ...' if len(entries) > 6 else ''}); nothing was written"
+        )
+
+
+def build(directory, variant: recipe.Variant = recipe.BASE) -> dict:
+    """Write the six stand-in files into a new or empty directory; return {directory, files: {name: {size, sha256}}}.
+
+    Raises BuildRefused, before writing anything, when the directory is a file or not empty.
+    """
     start = time.perf_counter()
     directory = Path(directory)
+    check_target(directory)
     directory.mkdir(parents=True, exist_ok=True)
     files = {}
-    for name, data in file_contents().items():
+    for name, data in file_contents(variant).items():
         write_bytes_atomic(directory / name, data)
         files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     return {
         "directory": str(directory),
         "recipe": RECIPE,
+        "variant": variant.describe(),
         "revision": revision(),
         "files": files,
         "elapsed_s": time.perf_counter() - start,
@@ -262,11 +244,16 @@ def build(directory) -> dict:
 
 
 def main(argv=None) -> int:
-    """Command line: build the stand-in into DIR and print the file sizes and hashes as JSON."""
+    """Command line: build the stand-in into a new or empty DIR and print the file sizes and hashes as JSON."""
     parser = argparse.ArgumentParser(prog="python -m inferlab.standin", description=__doc__.splitlines()[0])
-    parser.add_argument("directory", help="where to write the six files (created if missing)")
+    parser.add_argument("directory", help="where to write the six files: a new or empty directory")
     args = parser.parse_args(argv)
-    print(json.dumps(build(args.directory), indent=2, sort_keys=True))
+    try:
+        result = build(Path(args.directory).expanduser())
+    except BuildRefused as error:
+        print(f"python -m inferlab.standin: refused: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2, sort_keys=True))
     return 0
 
 

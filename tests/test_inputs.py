@@ -97,3 +97,18 @@ def test_pad_without_eos_or_pad_is_an_error():
     tokenizer.eos_token = None
     with pytest.raises(ValueError, match="neither a pad token nor an EOS token"):
         choose_pad_token(tokenizer)
+
+
+def test_eos_cross_check_reads_a_present_generation_config_and_flags_disagreement(tmp_path, tokenizer):
+    from types import SimpleNamespace
+
+    from inferlab.inputs import eos_cross_check
+
+    config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+                             pad_token_id=None)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": tokenizer.eos_token_id}))
+    agreeing = eos_cross_check(tmp_path, tokenizer, config)
+    assert agreeing["agree"] and agreeing["checkpoint_generation_config"] == {"eos_token_id": tokenizer.eos_token_id}
+    assert set(agreeing["eos_token_id_by_source"]) == {"tokenizer", "config.json", "generation_config.json"}
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
+    assert eos_cross_check(tmp_path, tokenizer, config)["agree"] is False

@@ -19,7 +19,7 @@ def test_build_matches_every_pin(standin_build, standin_spec):
 
 
 def test_second_build_gives_identical_bytes(standin_build, tmp_path):
-    assert standin.build(tmp_path)["files"] == standin_build["files"]
+    assert standin.build(tmp_path / "second")["files"] == standin_build["files"]
 
 
 def test_command_line_builds_the_pinned_files(tmp_path, standin_spec):
@@ -47,12 +47,38 @@ def test_weight_tensors_follow_pythia_names_shapes_and_float16(standin_dir):
     assert metadata == {"format": "pt"}
 
 
-def test_weights_come_from_pcg64_not_torch(standin_dir):
+def test_weights_are_the_recipes(standin_dir):
+    """The stand-in stores inferlab.recipe's tensors, bit for bit, under the real names."""
+    from inferlab import recipe
+
+    expected = recipe.weights()
     with safe_open(standin_dir / "model.safetensors", framework="numpy") as handle:
-        stored = handle.get_tensor("gpt_neox.embed_in.weight")  # (vocab, hidden)
-    rng = np.random.Generator(np.random.PCG64(standin.SEED))
-    first = rng.standard_normal(stored.shape, dtype=np.float32) * np.float32(standin.INIT_STD)
-    assert np.array_equal(stored, first.astype(np.float16))
+        for name in ("gpt_neox.embed_in.weight", "gpt_neox.layers.0.attention.query_key_value.bias", "embed_out.weight"):
+            assert np.array_equal(handle.get_tensor(name), expected[name]), name
+
+
+def test_command_line_refuses_a_non_empty_directory_and_touches_nothing(tmp_path):
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"a learner's own weights")
+    (target / "config.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    result = subprocess.run([sys.executable, "-m", "inferlab.standin", str(target)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "expected a new or empty directory" in result.stderr and str(target) in result.stderr
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+
+
+def test_command_line_refuses_a_file_path(tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me")
+    result = subprocess.run([sys.executable, "-m", "inferlab.standin", str(target)], capture_output=True, text=True)
+    assert result.returncode == 2 and "an existing file" in result.stderr
+    assert target.read_text() == "keep me"
+
+
+def test_build_into_an_empty_directory_is_allowed(tmp_path, standin_build):
+    assert standin.build(tmp_path)["files"] == standin_build["files"]
 
 
 def test_config_is_pythia_architecture_and_marked_synthetic(standin_dir):
@@ -88,7 +114,7 @@ def test_prompt_round_trips_exactly(tokenizer, prompt_id):
 
 
 def test_every_model_id_decodes_to_something(tokenizer):
-    """The random model can select any of the 50304 ids; all but the two special ones decode to visible text."""
+    """The model can select any of the 50304 ids; all but the two special ones decode to visible text."""
     vocab_size = standin.CONFIG["vocab_size"]
     assert len(tokenizer) == vocab_size
     decoded = tokenizer.batch_decode([[token_id] for token_id in range(vocab_size)], skip_special_tokens=True)

@@ -20,6 +20,8 @@ from inferlab.specimen.acquire import (
     acquisition_outcome,
     choose_acquisition,
     download,
+    offline_build_problem,
+    offline_builder,
     remote_metadata,
 )
 from inferlab.specimen.deadline import Deadline, DeadlineExpired
@@ -40,6 +42,6 @@ from inferlab.specimen.verification import require_verified, verify
 __all__ = [
     "ACQUISITIONS", "DEFAULT_ARTIFACTS_ROOT", "DEFAULT_ENDPOINT", "PROJECT_ROOT", "WEIGHT_FILE", "Deadline",
     "DeadlineExpired", "SpecimenError", "SpecimenSpec", "acquire", "acquisition_outcome", "cache_dir",
-    "choose_acquisition", "download", "load_spec", "offline_mode", "remote_metadata", "require_verified",
+    "choose_acquisition", "download", "load_spec", "offline_build_problem", "offline_builder", "offline_mode", "remote_metadata", "require_verified",
     "resolve_endpoint", "sha256_file", "spec_problems", "verify",
 ]

@@ -165,13 +165,43 @@ def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str] = None,
     return remote
 
 
-def _offline_builder(spec: SpecimenSpec):
-    from inferlab import standin
+def offline_builder(spec: SpecimenSpec):
+    """The module that builds a synthetic spec offline (inferlab.standin or inferlab.replica), or None.
 
-    if spec.revision == standin.revision():
-        return standin.build
-    raise SpecimenError(f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can build "
-                        f"offline (the stand-in's is {standin.revision()}, sha1 of {standin.RECIPE!r})")
+    A builder is recognised by its revision (sha1 of its recipe), so a spec pins exactly one recipe.
+    """
+    from inferlab import replica, standin
+
+    if not spec.synthetic:
+        return None
+    return {module.revision(): module for module in (standin, replica)}.get(spec.revision)
+
+
+def offline_build_problem(spec: SpecimenSpec) -> Optional[str]:
+    """Why this spec's offline builder cannot run here (the replica without its reference folder), or None."""
+    from inferlab import replica
+
+    if offline_builder(spec) is replica:
+        try:
+            replica.require_reference()
+        except replica.ReferenceUnavailable as error:
+            return str(error)
+    return None
+
+
+def _offline_builder(spec: SpecimenSpec):
+    from inferlab import replica, standin
+
+    builder = offline_builder(spec)
+    if builder is None:
+        raise SpecimenError(
+            f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can build offline "
+            f"(the stand-in's is {standin.revision()}, sha1 of {standin.RECIPE!r}; the replica's is "
+            f"{replica.revision()}, sha1 of {replica.RECIPE!r})")
+    problem = offline_build_problem(spec)
+    if problem:
+        raise SpecimenError(problem)
+    return builder.build
 
 
 def _build_offline(spec: SpecimenSpec, target: Path) -> None:

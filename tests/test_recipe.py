@@ -1,0 +1,201 @@
+"""The constructed weights behave like a trained model's where the lab looks: peaked, context-dependent
+next-token distributions, logits on a realistic scale, a reachable EOS, and attention that matters."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from inferlab import cache_check, loading, protocol, recipe
+
+# The issue's bar for the stand-in's first step under G, and a realistic logit range.
+MAX_ENTROPY_NATS = 6.0
+MIN_TOP1 = 0.05
+MAX_TOP_P_IDS = 2000
+MIN_LOGIT_SPAN = 20.0
+
+
+def model_from_recipe(variant: recipe.Variant = recipe.BASE):
+    """GPTNeoXForCausalLM with the stand-in's architecture holding the recipe's tensors (as float32)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from inferlab import standin
+
+    fields = {key: value for key, value in standin.CONFIG.items() if not key.startswith("inferlab_")}
+    config = GPTNeoXConfig(**fields, attn_implementation="eager")
+    model = GPTNeoXForCausalLM(config)
+    state = {name: torch.from_numpy(array.astype(np.float32)) for name, array in recipe.weights(variant).items()}
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def loaded(standin_dir, standin_spec):
+    """The stand-in loaded the way the experiment loads it."""
+    return loading.load_specimen(standin_dir, standin_spec)
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(loaded):
+    tokenizer = loaded["tokenizer"]
+    return {p: tokenizer(text, add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]
+            for p, text in protocol.PROMPTS.items()}
+
+
+@torch.inference_mode()
+def last_logits(model, ids) -> torch.Tensor:
+    return model(input_ids=torch.tensor([ids])).logits[0, -1].double()  # (vocab,)
+
+
+def distribution_facts(logits: torch.Tensor) -> dict:
+    log_p = torch.log_softmax(logits, -1)
+    p = log_p.exp()
+    ordered = p.sort(descending=True).values
+    kept = int((ordered.cumsum(0) - ordered < 0.8).sum())  # smallest prefix reaching 0.8
+    return {"entropy": float(-(p * log_p).sum()), "top1": float(ordered[0]), "top_p_ids": kept,
+            "span": float(logits.max() - logits.min())}
+
+
+def test_successor_maps_are_single_cycles():
+    """No cluster succeeds itself and no loop is shorter than all 40 clusters: greedy cannot repeat one token."""
+    structure = recipe.structure()
+    for channel, successor in structure.successor.items():
+        seen, cluster = [], 0
+        for _ in range(recipe.CLUSTERS):
+            seen.append(cluster)
+            cluster = int(successor[cluster])
+        assert cluster == 0 and sorted(seen) == list(range(recipe.CLUSTERS)), channel
+
+
+def test_every_tensor_is_finite_float16_in_pythia_layout():
+    tensors = recipe.weights()
+    assert {name: array.shape for name, array in tensors.items()} == recipe.expected_shapes()
+    assert all(array.dtype == np.float16 and np.isfinite(array).all() for array in tensors.values())
+
+
+def test_the_recipe_is_deterministic():
+    first, second = recipe.weights(), recipe.weights()
+    assert all(np.array_equal(first[name], second[name]) for name in first)
+
+
+@pytest.mark.parametrize("prompt_id", sorted(protocol.PROMPTS))
+def test_first_step_distribution_is_peaked_with_realistic_logits(loaded, prompt_ids, prompt_id):
+    facts = distribution_facts(last_logits(loaded["model"], prompt_ids[prompt_id]))
+    assert facts["entropy"] <= MAX_ENTROPY_NATS, facts
+    assert facts["top1"] >= MIN_TOP1, facts
+    assert facts["top_p_ids"] <= MAX_TOP_P_IDS, facts
+    assert facts["span"] >= MIN_LOGIT_SPAN, facts
+
+
+def test_context_before_the_last_token_changes_the_distribution(loaded, prompt_ids):
+    """P1 and P2 both end with '.', so only attention to earlier tokens can make their next tokens differ.
+
+    Without layer 0's attention output (the heads that carry the previous tokens) the two distributions
+    all but coincide; with it they differ by a large share of their probability mass.
+    """
+    assert prompt_ids["P1"][-1] == prompt_ids["P2"][-1]
+
+    def total_variation(model) -> float:
+        p1 = torch.softmax(last_logits(model, prompt_ids["P1"]), -1)
+        p2 = torch.softmax(last_logits(model, prompt_ids["P2"]), -1)
+        return 0.5 * float((p1 - p2).abs().sum())
+
+    ablated = model_from_recipe()
+    with torch.no_grad():
+        ablated.gpt_neox.layers[0].attention.dense.weight.zero_()
+    assert total_variation(ablated) < 0.02
+    assert total_variation(loaded["model"]) > 0.2
+
+
+def test_positional_heads_attend_to_one_and_two_tokens_back():
+    """Layer 0's heads find their offsets from rotary positions alone, over a long random sequence."""
+    model = model_from_recipe()
+    length = 300
+    ids = torch.from_numpy(np.random.default_rng(0).integers(2, recipe.VOCAB, size=(1, length)))
+    with torch.inference_mode():
+        weights = model(input_ids=ids, output_attentions=True).attentions[0][0]  # (heads, T, T)
+    for head, offset in enumerate(recipe.HEAD_OFFSETS):
+        rows = torch.arange(offset, length)
+        on_target = weights[head, rows, rows - offset]
+        assert float(on_target.min()) > 0.99, (head, offset, float(on_target.min()))
+
+
+def test_positional_design_keeps_its_margin_to_every_distance_checked():
+    for offset in sorted(set(recipe.HEAD_OFFSETS)):
+        amplitudes = recipe.positional_amplitudes(offset)
+        assert math.isclose(recipe.attention_gap(amplitudes, offset), recipe.ATTENTION_GAP)
+
+
+def test_eos_is_reachable_by_sampling_and_rare_for_greedy():
+    """Across random contexts EOS is a real candidate after EOS clusters and almost never the argmax."""
+    model = model_from_recipe()
+    structure = recipe.structure()
+    contexts = torch.from_numpy(np.random.default_rng(1).integers(2, recipe.VOCAB, size=(400, 6)))
+    with torch.inference_mode():
+        logits = model(input_ids=contexts).logits[:, -1].double()  # (400, vocab)
+    p_eos = torch.softmax(logits, -1)[:, recipe.EOS_ID]
+    after_eos_cluster = torch.from_numpy(np.isin(structure.cluster[contexts[:, -1].numpy()], structure.eos_clusters))
+    assert after_eos_cluster.any() and (~after_eos_cluster).any()
+    assert float(p_eos[after_eos_cluster].mean()) > 0.05
+    assert float(p_eos[~after_eos_cluster].max()) < 1e-4
+    assert float((logits.argmax(-1) == recipe.EOS_ID).double().mean()) < 0.02
+
+
+def test_forced_eos_variant_stops_greedy_after_its_cluster():
+    structure = recipe.structure()
+    token = 4011
+    variant = recipe.Variant(forced_eos_clusters=(int(structure.cluster[token]),))
+    model = model_from_recipe(variant)
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([[33, 71, token]])).logits[0, -1]
+    assert int(logits.argmax()) == recipe.EOS_ID
+
+
+def test_forced_token_variant_selects_that_id_after_every_context():
+    token = 50290  # a model row the real tokenizer has no token for
+    model = model_from_recipe(recipe.Variant(forced_token=token))
+    contexts = torch.from_numpy(np.random.default_rng(2).integers(2, recipe.VOCAB, size=(50, 5)))
+    with torch.inference_mode():
+        chosen = model(input_ids=contexts).logits[:, -1].argmax(-1)
+    assert set(chosen.tolist()) == {token}
+
+
+def _stale_cache_step(real):
+    """A cached path that forgets the newest token: it feeds position p but masks the entry written at p-1."""
+    def step(past_length, new_length):
+        inputs = real(past_length, new_length)
+        if past_length:
+            inputs["attention_mask"] = inputs["attention_mask"].clone()
+            inputs["attention_mask"][0, past_length - 1] = 0
+        return inputs
+    return step
+
+
+def _shifted_positions_step(real):
+    def step(past_length, new_length):
+        inputs = real(past_length, new_length)
+        if past_length:
+            inputs["position_ids"] = inputs["position_ids"] + 1
+        return inputs
+    return step
+
+
+@pytest.mark.parametrize("corrupt", [_shifted_positions_step, _stale_cache_step], ids=["position_plus_one", "stale_entry"])
+def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, prompt_ids, monkeypatch, corrupt):
+    """Attention matters: the cache test keeps its power to catch a real bug on this specimen."""
+    model, ids = loaded["model"], prompt_ids["P1"]
+    with torch.inference_mode():
+        continuation = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                      max_new_tokens=protocol.CACHE_MAX_TARGET_TOKENS, do_sample=False,
+                                      eos_token_id=0, pad_token_id=0)[0, len(ids):].tolist()
+    clean, _ = cache_check.run_matched_prefix(model, ids, continuation)
+    assert clean["all_within_tolerance"]
+    monkeypatch.setattr(cache_check, "cached_step_inputs", corrupt(cache_check.cached_step_inputs))
+    broken, _ = cache_check.run_matched_prefix(model, ids, continuation)
+    decode_steps = broken["prefixes"][1:]
+    assert decode_steps and all(not p["checks"]["within_tolerance"] for p in decode_steps)
+    # far outside: a thousand times the absolute term of the criterion, not a rounding-level miss
+    assert min(p["max_abs_diff"] for p in decode_steps) > 1000 * protocol.CACHE_TOLERANCE.atol
