@@ -1,6 +1,6 @@
 """Cost of the timing instrumentation: instrumented loop vs the bare same-forwards loop vs generate().
 
-Usage (from the repository root):  python -m benchmarks.overhead [--rounds N]
+Usage (from the repository root):  python -m benchmarks.overhead [--rounds N] [--results FILE]
 
 In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then over N interleaved
 rounds (the order rotates each round) time one complete 16-selection greedy run of
@@ -8,7 +8,9 @@ rounds (the order rotates each round) time one complete 16-selection greedy run 
   (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
   (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
 each measured from outside with perf_counter_ns and divided by the number of selections.
-The model is the synthetic stand-in (pythia-14m's architecture), built offline. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
+The model is the synthetic stand-in (pythia-14m's architecture), built offline. The result is appended,
+with this machine's fingerprint, to benchmarks/results.jsonl (inferlab.machine), where an experiment run
+on the same machine finds it. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inferlab import protocol  # noqa: E402
+from inferlab import machine, protocol  # noqa: E402
 from inferlab.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
 MIN_ROUNDS = 7
@@ -48,6 +50,8 @@ def main(argv=None) -> int:
     """Run the benchmark and print medians, then the ratio line last."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help=f"interleaved rounds (default 15, at least {MIN_ROUNDS})")
+    parser.add_argument("--results", type=Path, default=machine.RESULTS_FILE,
+                        help=f"append the result to this JSON Lines file (default: {machine.RESULTS_FILE})")
     args = parser.parse_args(argv)
     if args.rounds < MIN_ROUNDS:
         parser.error(f"--rounds {args.rounds}: at least {MIN_ROUNDS} required")
@@ -99,8 +103,40 @@ def main(argv=None) -> int:
     for name in names:
         values = per_token_ns[name]
         print(f"{name:>12}: median {medians[name] / 1e3:9.2f} us/token  min {min(values) / 1e3:9.2f}  max {max(values) / 1e3:9.2f}")
-    print(f"overhead_ratio={medians['instrumented'] / medians['bare']:.3f} generate_ratio={medians['generate'] / medians['bare']:.3f}")
+    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds)
+    machine.append_result(result, args.results)
+    print(f"result appended to {args.results}")
+    print(f"overhead_ratio={result['overhead_ratio']:.3f} generate_ratio={result['generate_ratio']:.3f}")
     return 0
+
+
+def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tokens: int, selections: int,
+                rounds: int) -> dict:
+    """One benchmark result as a plain dict, with this machine's fingerprint and the software versions."""
+    import datetime
+    import platform
+
+    import transformers
+
+    medians = {name: statistics.median(values) for name, values in per_token_ns.items()}
+    return {
+        "benchmark": "benchmarks/overhead.py",
+        "recorded_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "machine": machine.machine_fingerprint(),
+        "software": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__},
+        "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
+        "model": description,
+        "prompt_tokens": prompt_tokens,
+        "selections_per_run": selections,
+        "rounds": rounds,
+        "per_token_ns": {name: {"median": medians[name], "min": min(values), "max": max(values)}
+                         for name, values in per_token_ns.items()},
+        "ids_equal": {"instrumented_vs_bare": warm_ids["instrumented"] == warm_ids["bare"],
+                      "instrumented_vs_generate": warm_ids["instrumented"] == warm_ids["generate"]},
+        "overhead_ratio": medians["instrumented"] / medians["bare"],
+        "generate_ratio": medians["generate"] / medians["bare"],
+    }
 
 
 if __name__ == "__main__":

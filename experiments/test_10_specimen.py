@@ -85,8 +85,13 @@ def test_model_load(loaded_specimen, specimen_spec, record):
            label="from_pretrained(model) start to tokenizer loaded, from the verified local directory")
     assert load["tokenizer"]["is_fast"], f"tokenizer: expected a fast tokenizer, actual {load['tokenizer']['class']}"
     assert load["training"] is False, "model.training: expected False after eval(), actual True"
+    assert not load["load_problems"], (
+        "the weights were not loaded from the checkpoint as they are: " + "; ".join(load["load_problems"])
+    )
 
 
+# Every test that runs or measures the model requires this check: a model off the CPU, not in
+# float32, without eager attention or in training mode stops them, with the violations on record.
 @pytest.mark.requires("model_load")
 @pytest.mark.provides("model_inspection")
 def test_model_inspection(model, acquisition, record):
@@ -94,4 +99,4 @@ def test_model_inspection(model, acquisition, record):
 
     inspection = loading.inspect_model(model, acquisition["directory"])
     record("model_inspection", **inspection)
-    assert not inspection["violations"], "; ".join(inspection["violations"])
+    assert not inspection["violations"], "outside the controls: " + "; ".join(inspection["violation_summary"])

@@ -17,7 +17,7 @@ def trial_param(trial):
 
 # A failed trial is recorded and the matrix goes on; the checks below read whatever trials exist
 # and name any that are missing, rather than being skipped wholesale by one failure.
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [trial_param(t) for t in TRIALS])
 def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store, record):
     from inferlab import sampling
@@ -42,12 +42,15 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
         first_step_scores = tensor_store.put(FIRST_STEP_SCORES_FILE, key, scores)
     assert (fields["condition"], fields["seed"]) == (trial.condition, trial.seed)
     record("generation", **{**fields, **identity}, first_step_logits=first_step, first_step_scores=first_step_scores)
+    record("phase", name="output_decoding", trial_id=trial.test_id, source="generation",
+           elapsed_s=fields["decode_s"], label=sampling.OUTPUT_DECODING_LABEL)
     assert fields["generated_length"] <= protocol.MAX_NEW_TOKENS, (
         f"generated {fields['generated_length']} tokens, budget {protocol.MAX_NEW_TOKENS}"
     )
+    assert fields["generation_cache"]["fresh"], f"not a fresh generation cache: {fields['generation_cache']['how']}"
 
 
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("condition", list(protocol.CONDITIONS))
 def test_processors_are_only_the_conditions_controls(condition, inferlab_run):
     """generate() built exactly the processors the condition implies: no hidden top-k, penalty or filter."""
@@ -60,7 +63,7 @@ def test_processors_are_only_the_conditions_controls(condition, inferlab_run):
     assert not wrong, f"{condition}: expected processors {expected}, generate built {wrong}"
 
 
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 def test_no_generation_warnings(inferlab_run):
     """A complete, neutral config draws no warning (for example about sampling flags under greedy)."""
     warned = {r["trial_id"]: r["warnings"] for r in inferlab_run.records_of("generation") if r["warnings"]}
@@ -68,7 +71,7 @@ def test_no_generation_warnings(inferlab_run):
 
 
 @pytest.mark.diagnostic
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, record):
     """Selection settings act after the forward pass, so every condition sees the same raw logits."""
@@ -88,7 +91,7 @@ def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, r
     )
 
 
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_store, record):
     """The processed scores are not the raw logits when the temperature rescales them (S2)."""
@@ -108,7 +111,7 @@ def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_
 
 
 @pytest.mark.diagnostic
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_greedy_repetitions_identical(prompt_id, inferlab_run, record):
     summary = summaries.sampling_summary(inferlab_run.records_of("generation"), prompt_id)
@@ -122,7 +125,7 @@ def test_greedy_repetitions_identical(prompt_id, inferlab_run, record):
 
 
 @pytest.mark.diagnostic
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_same_seed_rerun_identical(prompt_id, inferlab_run):
     summary = summaries.sampling_summary(inferlab_run.records_of("generation"), prompt_id)

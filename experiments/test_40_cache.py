@@ -7,19 +7,30 @@ from inferlab import protocol
 CACHE_FILE = "cache_logits"
 
 
-@pytest.mark.requires("model_load")
+@pytest.fixture
+def revised_criterion(pytestconfig):
+    """The learner's justified revised criterion (--revised-cache-criterion, --justification), or None."""
+    from inferlab import revised_criterion
+
+    return revised_criterion.from_options(pytestconfig.getoption("inferlab_revised_cache_criterion"),
+                                          pytestconfig.getoption("inferlab_justification"))
+
+
+@pytest.mark.requires("model_inspection")
 @pytest.mark.provides("cache_criterion")
-def test_cache_criterion_declared(record):
-    """The criterion is on record before any cached/uncached error is computed."""
+def test_cache_criterion_declared(revised_criterion, record):
+    """The criterion is on record before any cached/uncached error is computed; a revised one, if any, beside it."""
     record("cache_criterion", atol=protocol.CACHE_TOLERANCE.atol, rtol=protocol.CACHE_TOLERANCE.rtol,
            rule=protocol.CACHE_TOLERANCE.describe(), reference="uncached path",
            declared_before_errors=True, near_tie_factor=protocol.NEAR_TIE_FACTOR)
+    if revised_criterion is not None:
+        record("cache_criterion_revised", **revised_criterion.as_record())
 
 
-@pytest.mark.requires("model_load", "cache_criterion")
+@pytest.mark.requires("model_inspection", "cache_criterion")
 @pytest.mark.provides("cache_comparison")
 @pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)
-def test_matched_prefix(model, inferlab_run, tensor_store, record):
+def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, record):
     from inferlab import cache_check
 
     prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
@@ -33,13 +44,17 @@ def test_matched_prefix(model, inferlab_run, tensor_store, record):
 
     continuation = reference["generated_ids"][: protocol.CACHE_MAX_TARGET_TOKENS]
     result, tensors = cache_check.run_matched_prefix(model, reference["prompt_ids"], continuation)
+    # A justified revised criterion judges the same stored logits a second time; the declared verdict stays.
+    revised = cache_check.evaluate_revised(result, tensors, revised_criterion) if revised_criterion else None
     references = {name: tensor_store.put(CACHE_FILE, name, tensor) for name, tensor in tensors.items()}
     record("cache_inspection", **result["cache"], eval_mode=result["eval_mode"],
-           cache_object_reused=result["cache_object_reused"])
+           cache_object_reused=result["cache_object_reused"], warnings=result["warnings"])
     for prefix in result["prefixes"]:
         record("cache_comparison", **prefix, top2_margin=prefix["top2_margin_uncached"],
                tensors={"cached": references[f"cached/{prefix['name']}"],
-                        "uncached": references[f"uncached/{prefix['name']}"]})
+                        "uncached": references[f"uncached/{prefix['name']}"]},
+               **({"revised": revised["per_prefix"][prefix["name"]]} if revised else {}),
+               warnings=result["warnings"])
     summary = {key: value for key, value in result.items() if key not in ("prefixes", "cache")}
     record("cache_summary", available=True, reference_trial=reference["trial_id"],
            reference_stop_reason=reference["stop_reason"], **summary,
@@ -47,11 +62,14 @@ def test_matched_prefix(model, inferlab_run, tensor_store, record):
                                 "all_bitwise_equal": result["all_bitwise_equal"],
                                 "max_abs_diff": max((p["max_abs_diff"] or 0.0) for p in result["prefixes"])},
            token_agreement={"all_argmax_equal": result["all_argmax_equal"],
-                            "near_tie_prefixes": [p["prefix_length"] for p in result["prefixes"] if p["near_tie"]]})
+                            "near_tie_prefixes": [p["prefix_length"] for p in result["prefixes"] if p["near_tie"]]},
+           **({"revised_evaluation": revised["summary"]} if revised else {}))
     assert result["forward_count"] == result["forward_count_expected"], (
         f"forwards: counted {result['forward_count']}, expected 2m = {result['forward_count_expected']}"
     )
     assert result["eval_mode"], "model.training: expected False, actual True"
+    wrong_shape = {path: check for path, check in result["prefill_logits_to_keep"].items() if not check["ok"]}
+    assert not wrong_shape, f"prefill logits against logits_to_keep={protocol.LOGITS_TO_KEEP}: {wrong_shape}"
 
 
 @pytest.mark.diagnostic

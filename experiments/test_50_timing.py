@@ -1,7 +1,5 @@
 """Part 5: the instrumented greedy loop over a fixed, alternating schedule, and honest summaries."""
 
-import time
-
 import pytest
 
 from inferlab import protocol, summaries
@@ -15,32 +13,38 @@ def schedule_param(trial):
     return pytest.param(trial, marks=[budget], id=trial.test_id)
 
 
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
 def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, record):
     from inferlab import decode_loop, memory
+    from inferlab.messages import capture_messages
 
     encoded = encoded_prompts[trial.prompt_id]
     eos_id = encoded["record"]["eos_token_id"]
     identity = {"prompt_id": trial.prompt_id, "use_cache": trial.use_cache, "warmup": trial.warmup,
                 "schedule_index": trial.schedule_index, "repetition": trial.repetition, "schedule_id": trial.test_id}
+    messages = []
     try:
-        result = decode_loop.run_greedy_loop(model, encoded["input_ids"], encoded["attention_mask"],
-                                             use_cache=trial.use_cache, eos_token_id=eos_id)
+        # The capture wraps the whole loop: it is set up before t_start and read after t_16.
+        with capture_messages() as messages:
+            result = decode_loop.run_greedy_loop(model, encoded["input_ids"], encoded["attention_mask"],
+                                                 use_cache=trial.use_cache, eos_token_id=eos_id)
     except BaseException as error:  # a trial timeout arrives as pytest's Failed, a BaseException
-        record("timing_trial", **identity, status="failed", error=f"{type(error).__name__}: {error}")
+        record("timing_trial", **identity, status="failed", error=f"{type(error).__name__}: {error}",
+               warnings=messages)
         raise
     # Everything below is outside the timed region.
-    start = time.perf_counter()
-    text = tokenizer.decode(result.generated_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    decode_s = time.perf_counter() - start
+    text, decode_s = decode_loop.decode_profiling_text(tokenizer, result.generated_ids)
     cache_after = memory.cache_storage(result.cache) if result.cache is not None else None
     record("timing_trial", **{**result.to_record(), **identity}, status="ok", prompt_ids=encoded["record"]["token_ids"],
            token_times=result.token_times_s,
            profiling_text_not_a_response=text, decode_s=decode_s, cache_after_loop=cache_after,
            diagnostic_outputs={"output_attentions": False, "output_hidden_states": False, "scores": False},
            threads=inferlab_run.thread_request and {"requested": inferlab_run.thread_request,
-                                                   "effective": _effective_threads()})
+                                                   "effective": _effective_threads()},
+           warnings=messages)
+    record("phase", name="output_decoding", trial_id=trial.test_id, source="timing", elapsed_s=decode_s,
+           label=decode_loop.PROFILING_DECODING_LABEL)
     assert len(result.generated_ids) == protocol.TIMING_NEW_TOKENS, (
         f"selected {len(result.generated_ids)} tokens, the workload fixes {protocol.TIMING_NEW_TOKENS}"
     )
@@ -57,8 +61,20 @@ def _effective_threads():
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
+def test_timestamp_overhead(record):
+    """What the loop's own clock reads cost, from the clock alone (no forward, between trials), and whether
+    benchmarks/overhead.py's full comparison has a result from this machine."""
+    from inferlab import decode_loop, machine
+
+    overhead = decode_loop.clock_overhead()
+    record("clock_overhead", **overhead)
+    record("benchmark_reference", **machine.benchmark_reference())
+    assert overhead["elapsed_ns"] > 0, f"{overhead['reads']} clock reads took {overhead['elapsed_ns']} ns"
+    assert overhead["reads_per_trial"] == decode_loop.clock_reads_per_trial(protocol.TIMING_NEW_TOKENS)
+
+
 @pytest.mark.diagnostic
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 def test_loop_matches_generate(inferlab_run, record):
     """The loop's cache-on selections equal generate()'s greedy ones for P1, up to generate's EOS stop."""
     check = summaries.loop_vs_generate(inferlab_run.records_of("timing_trial"), inferlab_run.records_of("generation"))
@@ -69,7 +85,7 @@ def test_loop_matches_generate(inferlab_run, record):
     )
 
 
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
@@ -82,7 +98,7 @@ def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
 
 
 @pytest.mark.diagnostic
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_divergence(prompt_id, inferlab_run, record):
     """Free-running cache-on and cache-off ids: where, if anywhere, they first differ (an observation)."""

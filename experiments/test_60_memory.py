@@ -23,26 +23,29 @@ def test_parameter_storage(model, record):
     )
 
 
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.budget(category="memory", forwards=1)
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_storage_after_prefill(prompt_id, model, encoded_prompts, record):
     """One untimed prefill per timing prompt, only to weigh its cache; no token is selected."""
     from inferlab import memory
+    from inferlab.messages import capture_messages
 
     encoded = encoded_prompts[prompt_id]
-    cache = memory.prefill_cache(model, encoded["input_ids"], encoded["attention_mask"])
+    with capture_messages() as messages:
+        cache = memory.prefill_cache(model, encoded["input_ids"], encoded["attention_mask"])
     storage = memory.cache_storage(cache)
     expected = memory.expected_kv_cache_bytes(model.config, storage["logical_length"])
     record("memory", measure="cache_storage", point=f"after prefill of {prompt_id}", prompt_id=prompt_id,
            prompt_length=encoded["record"]["length"], **storage, expected_bytes=expected,
            formula="2 x layers x heads x head_dim x tokens x 4 bytes",
-           note="an extra, recorded prefill forward made only for this measurement, outside every timed region")
+           note="an extra, recorded prefill forward made only for this measurement, outside every timed region",
+           warnings=messages)
     assert storage["logical_length"] == encoded["record"]["length"]
     assert storage["unique_bytes"] == expected, f"cache bytes: measured {storage['unique_bytes']}, formula {expected}"
 
 
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, record):
     """The cache a measured cache-on timing trial ended with: prompt plus the 15 fed-back selections."""
@@ -61,7 +64,7 @@ def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, reco
     assert storage["unique_bytes"] == expected, f"cache bytes: measured {storage['unique_bytes']}, formula {expected}"
 
 
-@pytest.mark.requires("model_load")
+@pytest.mark.requires("model_inspection")
 def test_process_memory(thread_controls, record):
     from inferlab import memory
 
@@ -76,7 +79,7 @@ def test_process_memory(thread_controls, record):
         assert now["peak_rss"]["bytes"] >= now["current_rss"]["bytes"], (now["peak_rss"], now["current_rss"])
 
 
-@pytest.mark.requires("model_load")
+@pytest.mark.requires("model_inspection")
 def test_unmeasured_categories(inferlab_run, record):
     """The tensors we can count are a fraction of the process: the rest is in categories we do not measure."""
     from inferlab import memory
@@ -93,3 +96,14 @@ def test_unmeasured_categories(inferlab_run, record):
     assert process_bytes > counted_bytes, (
         f"process RSS {process_bytes} B is not above the counted tensor payload {counted_bytes} B"
     )
+
+
+def test_memory_bandwidth(thread_controls, record):
+    """One thread's copy bandwidth, for the decode step's floor (bytes it must read / this rate): no forward,
+    outside every timed region. Last in this file, so its large buffers do not lift the RSS figures above."""
+    from inferlab import memory
+
+    bandwidth = memory.memory_bandwidth()
+    record("memory_bandwidth", **bandwidth)
+    assert bandwidth["threads"] == 1, f"threads: expected 1 for one thread's bandwidth, actual {bandwidth['threads']}"
+    assert all(s > 0 for s in bandwidth["seconds"]), f"a copy took no measurable time: {bandwidth['seconds']}"

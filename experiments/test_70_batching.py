@@ -8,7 +8,7 @@ BATCH_FILE = "batching_first_step_logits"
 pytestmark = pytest.mark.batching
 
 
-@pytest.mark.requires("model_load", "inputs")
+@pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.provides("batching")
 @pytest.mark.budget(category="batching", calls=4, selections=6 * protocol.MAX_NEW_TOKENS)
 def test_batching_calls(model, tokenizer, tensor_store, record):

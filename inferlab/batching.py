@@ -20,7 +20,8 @@ import torch
 from inferlab import protocol
 from inferlab.cache_check import top2_margin
 from inferlab.inputs import choose_pad_token, encode_prompt
-from inferlab.sampling import build_generation_config, capture_generation_messages, processors_for, timed_generate
+from inferlab.messages import capture_messages
+from inferlab.sampling import build_generation_config, processors_for, timed_generate
 from inferlab.summaries import first_divergence
 
 BATCH_CONDITION = "G"
@@ -86,7 +87,7 @@ def _generate_call(model, call_index, request_ids, rows, generation_config, pad_
 
     hook = base_model.register_forward_pre_hook(keep_prefill_positions, with_kwargs=True)
     try:
-        with capture_generation_messages() as messages:
+        with capture_messages() as messages:
             output, elapsed_s = timed_generate(model, input_ids, attention_mask, generation_config)
     finally:
         hook.remove()
@@ -172,7 +173,7 @@ def run_batching(model, tokenizer, prompts: dict[str, str]) -> tuple[dict, dict[
     pad_token_id, pad_reason = choose_pad_token(tokenizer)
     eos_token_id = tokenizer.eos_token_id
     condition = protocol.CONDITIONS[BATCH_CONDITION]
-    with capture_generation_messages() as config_warnings:
+    with capture_messages() as config_warnings:
         generation_config = build_generation_config(condition, eos_token_id, pad_token_id, tokenizer.bos_token_id)
     token_ids = {r: encode_prompt(tokenizer, r, prompts[r])[0]["token_ids"] for r in request_ids}
 
@@ -216,6 +217,8 @@ def run_batching(model, tokenizer, prompts: dict[str, str]) -> tuple[dict, dict[
             if not c["generated_ids_identical"]
         ],
         "explanation": NUMERIC_EXPLANATION,
+        # Every message of the extension in one list: the config's, then each call's in call order.
+        "warnings": list(config_warnings) + [message for call in calls for message in call["warnings"]],
     }
     record = {
         "condition": BATCH_CONDITION,

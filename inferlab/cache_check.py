@@ -14,6 +14,7 @@ import torch
 from transformers import DynamicCache
 
 from inferlab import memory, protocol
+from inferlab.messages import capture_messages
 from inferlab.protocol import Tolerance
 
 NOTE_PREFILL_ONLY = "only the prefill was compared; cache reuse not exercised"
@@ -106,6 +107,94 @@ def _last_logits(output) -> torch.Tensor:
     return output.logits[0, -1].detach().clone()  # (vocab,)
 
 
+FED_INPUT_NAMES = ("input_ids", "attention_mask", "position_ids", "cache_position")
+ALIGNMENT_CHECKS = ("fed_masks_aligned", "fed_positions_aligned")
+
+
+def _fed_inputs(kwargs: dict) -> dict:
+    """The ids, mask and positions one forward received, as lists of ints (batch row 0; cache_position is 1-D)."""
+    fed = {}
+    for name in FED_INPUT_NAMES:
+        value = kwargs.get(name)
+        if value is None:
+            fed[name] = None
+        else:
+            value = value.detach()
+            fed[name] = (value[0] if value.dim() == 2 else value).tolist()
+    return fed
+
+
+def fed_alignment(fed_inputs: dict, prefix_length: int, fed_tokens: int) -> dict:
+    """Whether both paths fed the model one consistent prefix of `prefix_length` tokens.
+
+    Uncached: a mask of L ones, positions and cache slots 0..L-1. Cached: the prefill (fed_tokens 0)
+    the same; a later step one token whose mask covers all L tokens and whose position and cache slot
+    are L-1, the uncached path's last ones. {"fed_masks_aligned": bool, "fed_positions_aligned": bool}.
+    """
+    uncached, cached = fed_inputs.get("uncached"), fed_inputs.get("cached")
+    if not uncached or not cached:
+        return {name: False for name in ALIGNMENT_CHECKS}
+    full = list(range(prefix_length))
+    new_slots = full if fed_tokens == 0 else full[-1:]
+    masks = uncached["attention_mask"] == cached["attention_mask"] == [1] * prefix_length
+    positions = (uncached["position_ids"] == uncached["cache_position"] == full
+                 and cached["position_ids"] == cached["cache_position"] == new_slots)
+    return {"fed_masks_aligned": masks, "fed_positions_aligned": positions}
+
+
+def logits_to_keep_check(observed_shape: list, logits_to_keep: int, vocab_size: int) -> dict:
+    """A forward's observed logits shape against the (1, logits_to_keep, vocab) that logits_to_keep asks for."""
+    expected = [1, logits_to_keep, vocab_size]
+    return {"logits_to_keep": logits_to_keep, "expected_shape": expected, "observed_shape": list(observed_shape),
+            "ok": list(observed_shape) == expected}
+
+
+def _both_paths(model, prompt_ids: list, continuation: list, common: dict):
+    """The 2m forwards: (uncached rows, cached rows, final cache, cache object reused per cached forward).
+
+    uncached rows: (prefix, last logits (vocab,), logits shape); cached rows: the same plus the cache's
+    length and unique bytes after the forward.
+    """
+    m = len(continuation)
+    # 1) uncached path: m independent full forwards, no cache object at all
+    uncached = []
+    for k in range(m):
+        prefix = prompt_ids + continuation[:k]
+        length = len(prefix)
+        out = model(
+            input_ids=torch.tensor([prefix], dtype=torch.long),  # (1, L)
+            attention_mask=torch.ones((1, length), dtype=torch.long),  # (1, L)
+            position_ids=torch.arange(length, dtype=torch.long).unsqueeze(0),  # (1, L)
+            cache_position=torch.arange(length, dtype=torch.long),  # (L,)
+            past_key_values=None,
+            use_cache=False,
+            **common,
+        )
+        uncached.append((prefix, _last_logits(out), list(out.logits.shape)))
+
+    # 2) cached path: one fresh prefill, then y_1..y_{m-1} each fed once into the same cache
+    cached = []
+    cache = DynamicCache(config=model.config)
+    fed = list(prompt_ids)
+    step = cached_step_inputs(0, len(fed))
+    out = model(input_ids=torch.tensor([fed], dtype=torch.long), past_key_values=cache, use_cache=True, **step, **common)
+    same_object = [out.past_key_values is cache]
+    cache = out.past_key_values
+    cached.append((list(fed), _last_logits(out), list(out.logits.shape), int(cache.get_seq_length()),
+                   memory.cache_storage(cache)["unique_bytes"]))
+    for k in range(1, m):
+        token = continuation[k - 1]
+        step = cached_step_inputs(len(fed), 1)
+        out = model(input_ids=torch.tensor([[token]], dtype=torch.long), past_key_values=cache, use_cache=True,
+                    **step, **common)
+        same_object.append(out.past_key_values is cache)
+        cache = out.past_key_values
+        fed.append(token)
+        cached.append((list(fed), _last_logits(out), list(out.logits.shape), int(cache.get_seq_length()),
+                       memory.cache_storage(cache)["unique_bytes"]))
+    return uncached, cached, cache, same_object
+
+
 @torch.inference_mode()
 def run_matched_prefix(
     model: torch.nn.Module,
@@ -132,61 +221,36 @@ def run_matched_prefix(
     vocab_size = model.config.vocab_size
     common = {"logits_to_keep": logits_to_keep, "output_attentions": False, "output_hidden_states": False}
 
-    forward_calls = []
-    hook = model.register_forward_hook(lambda module, args, output: forward_calls.append(1))
+    fed = []  # what each forward actually received, in call order: the uncached m, then the cached m
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(_fed_inputs(kwargs)),
+                                           with_kwargs=True)
     try:
-        # 1) uncached path: m independent full forwards, no cache object at all
-        uncached = []
-        for k in range(m):
-            prefix = prompt_ids + continuation[:k]
-            length = len(prefix)
-            out = model(
-                input_ids=torch.tensor([prefix], dtype=torch.long),  # (1, L)
-                attention_mask=torch.ones((1, length), dtype=torch.long),  # (1, L)
-                position_ids=torch.arange(length, dtype=torch.long).unsqueeze(0),  # (1, L)
-                cache_position=torch.arange(length, dtype=torch.long),  # (L,)
-                past_key_values=None,
-                use_cache=False,
-                **common,
-            )
-            uncached.append((prefix, _last_logits(out)))
-
-        # 2) cached path: one fresh prefill, then y_1..y_{m-1} each fed once into the same cache
-        cached = []
-        cache = DynamicCache(config=model.config)
-        fed = list(prompt_ids)
-        step = cached_step_inputs(0, len(fed))
-        out = model(input_ids=torch.tensor([fed], dtype=torch.long), past_key_values=cache, use_cache=True, **step, **common)
-        same_object = [out.past_key_values is cache]
-        cache = out.past_key_values
-        cached.append((list(fed), _last_logits(out), int(cache.get_seq_length()), memory.cache_storage(cache)["unique_bytes"]))
-        for k in range(1, m):
-            token = continuation[k - 1]
-            step = cached_step_inputs(len(fed), 1)
-            out = model(input_ids=torch.tensor([[token]], dtype=torch.long), past_key_values=cache, use_cache=True, **step, **common)
-            same_object.append(out.past_key_values is cache)
-            cache = out.past_key_values
-            fed.append(token)
-            cached.append((list(fed), _last_logits(out), int(cache.get_seq_length()), memory.cache_storage(cache)["unique_bytes"]))
+        with capture_messages() as messages:
+            uncached, cached, cache, same_object = _both_paths(model, prompt_ids, continuation, common)
     finally:
         hook.remove()
+    fed_uncached, fed_cached = fed[:m], fed[m:]
 
     # 3) compare, prefix by prefix, after all forwards are done
     prefixes, tensors = [], {}
     for k in range(m):
-        prefix_u, logits_u = uncached[k]
-        prefix_c, logits_c, cache_length, cache_bytes = cached[k]
+        prefix_u, logits_u, shape_u = uncached[k]
+        prefix_c, logits_c, shape_c, cache_length, cache_bytes = cached[k]
         name = f"prefix_{len(prefix_u):02d}"
         tensors[f"cached/{name}"], tensors[f"uncached/{name}"] = logits_c, logits_u
         stats = compare_vectors(logits_c, logits_u, tolerance)
         margin = top2_margin(logits_u)
         max_abs = stats["max_abs_diff"]
+        fed_inputs = {"uncached": fed_uncached[k] if k < len(fed_uncached) else None,
+                      "cached": fed_cached[k] if k < len(fed_cached) else None}
+        alignment = fed_alignment(fed_inputs, len(prefix_u), k)
         checks = {
             "same_prefix": prefix_c == prefix_u,
             "vocab_dim_cached": logits_c.shape[-1] == vocab_size,
             "vocab_dim_uncached": logits_u.shape[-1] == vocab_size,
             "finite": stats["finite_a"] and stats["finite_b"],
             "cache_length_matches_prefix": cache_length == len(prefix_c),
+            **alignment,
             "within_tolerance": stats["fail_count"] == 0,
         }
         prefixes.append(
@@ -200,6 +264,8 @@ def run_matched_prefix(
                 "vocab_size_expected": vocab_size,
                 "vocab_size_cached": int(logits_c.shape[-1]),
                 "vocab_size_uncached": int(logits_u.shape[-1]),
+                "fed_inputs": fed_inputs,
+                "logits_shape": {"uncached": shape_u, "cached": shape_c},
                 "cache_seq_length_after_forward": cache_length,
                 "cache_unique_bytes_after_forward": cache_bytes,
                 **{key: stats[key] for key in ("max_abs_diff", "fail_count", "fail_fraction", "bitwise_equal")},
@@ -217,6 +283,8 @@ def run_matched_prefix(
     expected_forwards = 2 * m
     eval_mode = not model.training
     notes = [NOTE_PREFILL_ONLY] if m == 1 else []
+    prefill_logits = {"uncached": logits_to_keep_check(uncached[0][2], logits_to_keep, vocab_size),
+                      "cached": logits_to_keep_check(cached[0][2], logits_to_keep, vocab_size)}
     result = {
         "m": m,
         "prompt_ids": prompt_ids,
@@ -226,7 +294,8 @@ def run_matched_prefix(
         "rtol": tolerance.rtol,
         "near_tie_factor": protocol.NEAR_TIE_FACTOR,
         "logits_to_keep": logits_to_keep,
-        "forward_count": len(forward_calls),
+        "prefill_logits_to_keep": prefill_logits,
+        "forward_count": len(fed),
         "forward_count_expected": expected_forwards,
         "cache_object_reused": all(same_object),
         "eval_mode": eval_mode,
@@ -234,10 +303,33 @@ def run_matched_prefix(
         "notes": notes,
         "prefixes": prefixes,
         "all_within_tolerance": all(p["checks"]["within_tolerance"] for p in prefixes),
+        "all_inputs_aligned": all(p["checks"][name] for p in prefixes for name in ALIGNMENT_CHECKS),
         "all_argmax_equal": all(p["argmax_equal"] for p in prefixes),
         "all_bitwise_equal": all(p["bitwise_equal"] for p in prefixes),
         "any_near_tie": any(p["near_tie"] for p in prefixes),
         "cache": inspect_cache(cache, model),
-        "passed": all(p["passed"] for p in prefixes) and len(forward_calls) == expected_forwards and eval_mode,
+        "warnings": list(messages),
+        "passed": (all(p["passed"] for p in prefixes) and len(fed) == expected_forwards and eval_mode
+                   and all(check["ok"] for check in prefill_logits.values())),
     }
     return result, tensors
+
+
+def evaluate_revised(result: dict, tensors: dict[str, torch.Tensor], revised) -> dict:
+    """The same stored logits judged under a revised criterion (inferlab.revised_criterion.RevisedCriterion).
+
+    Returns {"per_prefix": {name: {atol, rtol, passed, fail_count, fail_fraction}}, "summary": {atol, rtol,
+    rule, justification, all_within_tolerance, failing_prefix_lengths}}. No forward is made, and the declared
+    evaluation in `result` is left exactly as it is.
+    """
+    tolerance = revised.tolerance
+    per_prefix, failing = {}, []
+    for prefix in result["prefixes"]:
+        name = prefix["name"]
+        stats = compare_vectors(tensors[f"cached/{name}"], tensors[f"uncached/{name}"], tolerance)
+        per_prefix[name] = {"atol": tolerance.atol, "rtol": tolerance.rtol, "passed": stats["passed"],
+                            "fail_count": stats["fail_count"], "fail_fraction": stats["fail_fraction"]}
+        if not stats["passed"]:
+            failing.append(prefix["prefix_length"])
+    summary = {**revised.as_record(), "all_within_tolerance": not failing, "failing_prefix_lengths": failing}
+    return {"per_prefix": per_prefix, "summary": summary}

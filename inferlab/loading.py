@@ -59,12 +59,35 @@ def load_options() -> dict:
     }
 
 
+# from_pretrained's own words when a weight was not loaded from the checkpoint as it is (4.57.1).
+WEIGHT_MESSAGE_MARKERS = ("newly initialized", "were not used when initializing", "not initialized from the model checkpoint")
+LOADING_INFO_MEANING = {
+    "missing_keys": "parameters the checkpoint lacks, so they were newly initialised",
+    "unexpected_keys": "checkpoint tensors the model has no place for, so they were not used",
+    "mismatched_keys": "tensors whose shape differs from the model's, so they were newly initialised",
+    "error_msgs": "errors while loading the state dict",
+}
+
+
+def load_problems(loading_info: dict, log_messages: list[dict]) -> list[str]:
+    """Why a load did not give the checkpoint's weights exactly: one line per non-empty loading_info list
+    (missing, unexpected or mismatched keys, errors) and per log message about weights left out or newly
+    initialised. Empty for a faithful load."""
+    problems = [f"{key}: {LOADING_INFO_MEANING.get(key, key)}: {values}"
+                for key, values in loading_info.items() if values]
+    problems += [f"log {entry['logger']} {entry['level']}: {entry['message'].splitlines()[0]}"
+                 for entry in log_messages if any(marker in entry["message"] for marker in WEIGHT_MESSAGE_MARKERS)]
+    return problems
+
+
 def load_specimen(directory, spec: SpecimenSpec) -> dict:
     """Verify directory against spec, then load it: {model, tokenizer, verification, model_load}.
 
     Raises SpecimenError (before touching the model) when the directory fails verification.
     model_load is JSON-ready: classes, options, captured warnings and transformers log
-    messages, load_start_ns/load_end_ns (perf_counter_ns), elapsed_s and the tokenizer's facts.
+    messages, from_pretrained's loading_info (missing, unexpected and mismatched keys) with the
+    load_problems found in it, load_start_ns/load_end_ns (perf_counter_ns), elapsed_s and the
+    tokenizer's facts. A load with problems is returned, not raised: the caller fails a check with it.
     """
     from transformers import GPTNeoXForCausalLM, GPTNeoXTokenizerFast
 
@@ -79,7 +102,8 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             load_start = time.perf_counter_ns()
-            model = GPTNeoXForCausalLM.from_pretrained(directory, **torch_options)
+            model, loading_info = GPTNeoXForCausalLM.from_pretrained(directory, output_loading_info=True,
+                                                                     **torch_options)
             model.eval()
             tokenizer = GPTNeoXTokenizerFast.from_pretrained(directory, local_files_only=True)
             load_end = time.perf_counter_ns()
@@ -87,6 +111,7 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
         library_logger.removeHandler(handler)
     if not tokenizer.is_fast:
         raise RuntimeError(f"{directory}: expected a fast tokenizer, actual {type(tokenizer).__name__}")
+    loading_info = {key: [str(item) for item in values] for key, values in (loading_info or {}).items()}
     model_load = {
         "directory": directory,
         "model_class": type(model).__name__,
@@ -99,6 +124,8 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
         ],
         "log_messages": handler.records,
         "log_level_captured": logging.getLevelName(library_logger.getEffectiveLevel()),
+        "loading_info": loading_info,
+        "load_problems": load_problems(loading_info, handler.records),
         "load_start_ns": load_start,
         "load_end_ns": load_end,
         "elapsed_s": (load_end - load_start) / 1e9,
@@ -118,10 +145,12 @@ def inspect_model(model, directory) -> dict:
     """The model_inspection record: class, config, parameters, unique storage bytes, checkpoint bytes.
 
     violations lists every departure from the controls (device, dtype, training mode,
-    attention implementation) so a caller can fail a check with evidence instead of a crash.
+    attention implementation) so a caller can fail a check with evidence instead of a crash;
+    violation_summary says the same in a few lines (parameters grouped by what is wrong).
     """
     expected_dtype = getattr(torch, protocol.TORCH_DTYPE)
     parameters, violations = [], []
+    off_controls: dict = {}  # ("device" | "dtype", actual) -> parameter names, for the summary
     for name, parameter in model.named_parameters():
         parameters.append(
             {
@@ -134,13 +163,19 @@ def inspect_model(model, directory) -> dict:
         )
         if parameter.device.type != "cpu":
             violations.append(f"{name}: device expected cpu, actual {parameter.device}")
+            off_controls.setdefault(("device expected cpu", str(parameter.device)), []).append(name)
         if parameter.dtype != expected_dtype:
             violations.append(f"{name}: dtype expected {expected_dtype}, actual {parameter.dtype}")
+            off_controls.setdefault((f"dtype expected {expected_dtype}", str(parameter.dtype)), []).append(name)
+    summary = [f"{what}, actual {actual} for {len(names)} of {len(parameters)} parameters (first: {names[0]})"
+               for (what, actual), names in off_controls.items()]
     attn = getattr(model.config, "_attn_implementation", None)
     if attn != protocol.ATTN_IMPLEMENTATION:
         violations.append(f"attn_implementation: expected {protocol.ATTN_IMPLEMENTATION}, actual {attn}")
+        summary.append(violations[-1])
     if model.training:
         violations.append("model.training: expected False (eval mode), actual True")
+        summary.append(violations[-1])
     storage = memory.parameter_storage(model)
     checkpoint = Path(directory) / WEIGHT_FILE
     return {
@@ -155,4 +190,5 @@ def inspect_model(model, directory) -> dict:
         "training": model.training,
         "attn_implementation": attn,
         "violations": violations,
+        "violation_summary": summary,
     }

@@ -184,3 +184,58 @@ def prefill_cache(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
     out = model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True,
                 logits_to_keep=1)  # input_ids (1, T)
     return out.past_key_values
+
+
+BANDWIDTH_BYTES_PER_COPY = 128 * 1024 * 1024  # far beyond the KV cache (< 1 MB here) and any CPU cache level
+BANDWIDTH_REPEATS = 5
+BANDWIDTH_METHOD = (
+    "torch Tensor.copy_ of a {size:g} MiB float32 tensor into a preallocated one, on 1 intra-op thread, "
+    "{repeats} timed copies after one untimed warmup copy (it touches the destination's pages first); "
+    "time.perf_counter_ns around each copy. Each copy reads and writes bytes_per_copy, so "
+    "bytes_per_s_median = 2 x bytes_per_copy / median seconds (the STREAM 'copy' convention)"
+)
+
+
+def memory_bandwidth(bytes_per_copy: int = BANDWIDTH_BYTES_PER_COPY, repeats: int = BANDWIDTH_REPEATS) -> dict:
+    """One thread's memory bandwidth from copying a large tensor: the memory_bandwidth record's fields.
+
+    No model is involved. torch's intra-op thread count is set to 1 for the copies and restored after.
+    """
+    import statistics
+    import time
+
+    if bytes_per_copy < 4 or repeats < 1:
+        raise ValueError(f"memory_bandwidth: expected bytes_per_copy >= 4 and repeats >= 1, "
+                         f"got {bytes_per_copy} and {repeats}")
+    elements = bytes_per_copy // 4
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        source = torch.ones(elements, dtype=torch.float32)  # (elements,)
+        target = torch.empty_like(source)
+        start = time.perf_counter_ns()
+        target.copy_(source)  # warmup
+        warmup_s = (time.perf_counter_ns() - start) / 1e9
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter_ns()
+            target.copy_(source)
+            seconds.append((time.perf_counter_ns() - start) / 1e9)
+        threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous_threads)
+    copied = elements * 4
+    median = statistics.median(seconds)
+    return {
+        "method": BANDWIDTH_METHOD.format(size=copied / 2**20, repeats=repeats),
+        "threads": threads,
+        "bytes_per_copy": copied,
+        "bytes_moved_per_copy": 2 * copied,
+        "repeats": repeats,
+        "seconds": seconds,
+        "warmup_seconds": warmup_s,
+        "bytes_per_s_median": 2 * copied / median if median > 0 else None,
+        "note": ("a machine property measured outside every timed region with no model forward; a decode step "
+                 "must read at least its parameters and cache, so bytes read / this rate is a floor for this "
+                 "machine, not a prediction"),
+    }

@@ -19,7 +19,7 @@ from typing import Optional
 
 import pytest
 
-from inferlab import protocol
+from inferlab import protocol, revised_criterion
 from inferlab.records import (
     MANIFEST_FILE,
     PLAN_FILE,
@@ -47,6 +47,11 @@ HELP = {
     "offline": "never open a network connection; missing files are an error (default: off)",
     "plan": "write plan.json and print the ordered schedule without loading a model (default: off)",
     "predictions": "copy this predictions file into the record dir before any model computation (default: none)",
+    "revised_cache_criterion": "also judge the cache comparison under this justified revised criterion ATOL,RTOL "
+    f"(e.g. 1e-4,1e-3), recorded beside the declared {protocol.CACHE_TOLERANCE.describe()}, which keeps its "
+    "verdict; needs --justification (default: none, the declared criterion only)",
+    "justification": "why the revised cache criterion is justified; recorded with it (default: none; "
+    "required with --revised-cache-criterion)",
 }
 
 RUN_KEY = pytest.StashKey["RunState"]()
@@ -99,6 +104,10 @@ def pytest_addoption(parser):
     group.addoption("--plan", dest="inferlab_plan", action="store_true", default=False, help=HELP["plan"])
     group.addoption("--predictions", dest="inferlab_predictions", metavar="FILE", default=None,
                     help=HELP["predictions"])
+    group.addoption("--revised-cache-criterion", dest="inferlab_revised_cache_criterion", metavar="ATOL,RTOL",
+                    default=None, type=revised_criterion.parse_criterion, help=HELP["revised_cache_criterion"])
+    group.addoption("--justification", dest="inferlab_justification", metavar="TEXT", default=None,
+                    help=HELP["justification"])
 
 
 def pytest_configure(config):
@@ -109,6 +118,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "diagnostic: a protocol diagnostic or observation; its failure is a finding "
                                        "about the computation, kept with its evidence, not a broken harness")
 
+    try:  # the two options go together; checked before anything is written
+        revised_criterion.check_options(config.getoption("inferlab_revised_cache_criterion"),
+                                        config.getoption("inferlab_justification"))
+    except revised_criterion.RevisedCriterionError as error:
+        raise pytest.UsageError(str(error)) from None
     raw_dir = config.getoption("inferlab_record_dir")
     if raw_dir is None:
         return

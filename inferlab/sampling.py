@@ -11,24 +11,29 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 import random
 import time
-import warnings
+import weakref
 from typing import Iterator, Optional
 
 import numpy as np
 import torch
 from transformers import GenerationConfig
+from transformers.cache_utils import Cache
 from transformers.generation import LogitsProcessorList
-from transformers.utils import logging as hf_logging
 
 from inferlab import protocol
+from inferlab.messages import capture_messages
 from inferlab.records import jsonable, tensor_sha256
 
 # generate() receives our config as is; with None it would fall back to the checkpoint's,
 # and with True (or None on a >=4.50 checkpoint) it would overwrite our default-valued fields.
 USE_MODEL_DEFAULTS = False
+
+OUTPUT_DECODING_LABEL = (
+    "tokenizer.decode of the generated ids (skip_special_tokens=True) alone, after generate() returned; "
+    "the second decode with special tokens kept is not timed"
+)
 
 STOP_RULE_TEXT = (
     "generation stops when the selected token is an EOS id (EosTokenCriteria) or when "
@@ -152,6 +157,82 @@ def observe_builders(model) -> Iterator[dict]:
         del model._get_logits_processor, model._get_stopping_criteria  # back to the class's methods
 
 
+class _PreviousCache:
+    """A weak reference to the cache object the previous observed generate() call used (no object kept alive)."""
+
+    ref = None
+
+    @classmethod
+    def is_same(cls, cache) -> bool:
+        return cls.ref is not None and cls.ref() is cache
+
+    @classmethod
+    def remember(cls, cache) -> None:
+        cls.ref = weakref.ref(cache) if cache is not None else None
+
+
+@contextlib.contextmanager
+def observe_generation_cache(model) -> Iterator[dict]:
+    """Watch which cache object each forward of one generate() call receives (a forward pre-hook).
+
+    Yields {"forwards", "first_cache", "length_before_first_forward", "same_object_every_forward"};
+    read it with generation_cache_record() after the block. The hook does one identity check per
+    forward and nothing else, so it adds next to nothing to the generate() call it watches.
+    """
+    seen: dict = {"forwards": 0, "first_cache": None, "length_before_first_forward": None,
+                  "same_object_every_forward": True}
+
+    def observe(module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        if seen["forwards"] == 0:
+            seen["first_cache"] = cache
+            # Read before this forward runs: what the call started from.
+            seen["length_before_first_forward"] = int(cache.get_seq_length()) if isinstance(cache, Cache) else None
+        elif cache is not seen["first_cache"]:
+            seen["same_object_every_forward"] = False
+        seen["forwards"] += 1
+
+    handle = model.register_forward_pre_hook(observe, with_kwargs=True)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def generation_cache_record(seen: dict, passed_by_caller: bool = False) -> dict:
+    """The generation_cache field: {fresh, how, ...} from what observe_generation_cache saw.
+
+    Fresh means: no cache was passed in, so generate() built its own for this call; the object the
+    first forward received was a Cache holding 0 tokens; it was not the object of the previous observed
+    call; and every later forward of the call received that same object.
+    """
+    cache = seen["first_cache"]
+    is_cache = isinstance(cache, Cache)
+    new_object = is_cache and not _PreviousCache.is_same(cache)
+    fresh = (not passed_by_caller and is_cache and seen["length_before_first_forward"] == 0 and new_object
+             and seen["same_object_every_forward"])
+    _PreviousCache.remember(cache if is_cache else None)
+    seen["first_cache"] = None  # release the cache object
+    return {
+        "fresh": fresh,
+        "how": (
+            ("the caller passed a cache into generate()" if passed_by_caller else
+             "generate() was called without past_key_values, so it built its own cache for this call")
+            + "; a forward pre-hook saw the first forward receive a "
+            f"{type(cache).__name__} holding {seen['length_before_first_forward']} tokens, "
+            f"{'a different object from' if new_object else 'NOT a new object: the same as'} the previous "
+            f"observed call's, and {'the same' if seen['same_object_every_forward'] else 'a different'} object "
+            f"at every later forward ({seen['forwards']} forwards)"
+        ),
+        "cache_class": type(cache).__name__,
+        "past_key_values_passed_by_caller": passed_by_caller,
+        "length_before_first_forward": seen["length_before_first_forward"],
+        "new_object": new_object,
+        "same_object_every_forward": seen["same_object_every_forward"],
+        "forwards": seen["forwards"],
+    }
+
+
 def expected_processor_classes(condition: protocol.Condition) -> list[str]:
     """The processors the protocol expects for a condition, in generate()'s order.
 
@@ -184,44 +265,6 @@ def reset_random_state(seed: int) -> list[dict]:
         {"call": "random.seed", "seed": seed, "used_by_generate": False},
         {"call": "numpy.random.seed", "seed": seed, "used_by_generate": False},
     ]
-
-
-class _ListHandler(logging.Handler):
-    """Collects formatted log messages into a list."""
-
-    def __init__(self, sink: list):
-        super().__init__(level=logging.WARNING)
-        self.sink = sink
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.sink.append(f"transformers logger {record.name} {record.levelname}: {record.getMessage()}")
-
-
-@contextlib.contextmanager
-def capture_generation_messages() -> Iterator[list[str]]:
-    """Collect Python warnings and transformers log records at WARNING or above into one list.
-
-    The transformers root logger does not propagate, so a handler is attached to it directly.
-    Its level is lowered to WARNING for the duration (so a quieter global verbosity cannot hide
-    warnings) and the warning_once cache is cleared, so each call reports its own messages.
-    """
-    messages: list[str] = []
-    library_logger = logging.getLogger("transformers")
-    handler = _ListHandler(messages)
-    previous_level = library_logger.level
-    hf_logging.warning_once.cache_clear()
-    library_logger.addHandler(handler)
-    if previous_level == logging.NOTSET or previous_level > logging.WARNING:
-        library_logger.setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            yield messages
-    finally:
-        library_logger.removeHandler(handler)
-        library_logger.setLevel(previous_level)
-    # Python warnings are known only once the catch_warnings block has closed.
-    messages.extend(f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught)
 
 
 def stop_reason(generated_ids: list[int], eos_token_id: int, max_new_tokens: int) -> str:
@@ -259,16 +302,17 @@ def run_generation_trial(
 
     prompt_length = int(input_ids.shape[1])
     # Messages are captured from building the config onward: GenerationConfig warns at construction.
-    with capture_generation_messages() as messages:
+    with capture_messages() as messages:
         # 1) configuration and the processors/criteria it implies, outside the timed region
         generation_config = build_generation_config(condition, eos_token_id, pad_token_id, tokenizer.bos_token_id)
 
         # 2) the call: RNG reset immediately before it, timer around it alone; the processors,
         #    criteria and prepared config are observed as generate() builds them, not rebuilt
         rng_reset = reset_random_state(seed) if condition.do_sample else []
-        with observe_builders(model) as built:
+        with observe_builders(model) as built, observe_generation_cache(model) as cache_seen:
             output, elapsed_s = timed_generate(model, input_ids, attention_mask, generation_config)
     processors, criteria = _describe(built["processors"]), _describe(built["criteria"])
+    generation_cache = generation_cache_record(cache_seen, passed_by_caller=False)  # timed_generate passes none
 
     # 3) copies, after the call has returned
     sequence = output.sequences[0].detach().clone()  # (T + n,)
@@ -289,7 +333,7 @@ def run_generation_trial(
     max_new_tokens = generation_config.max_new_tokens
     start = time.perf_counter()
     text = tokenizer.decode(generated_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    decode_s = time.perf_counter() - start  # output decoding, timed on its own, after generate() returned
+    decode_s = time.perf_counter() - start  # output decoding (OUTPUT_DECODING_LABEL), after generate() returned
     record = {
         "condition": condition.name,
         "condition_controls": {
@@ -335,6 +379,7 @@ def run_generation_trial(
         "first_step_logits_shape": list(first_step_logits.shape),
         "first_step_logits_sha256": tensor_sha256(first_step_logits),
         "first_step_logits_argmax": int(first_step_logits.argmax()),
+        "generation_cache": generation_cache,
         "warnings": list(messages),
         "elapsed_s": elapsed_s,
         "timed_region": "time.perf_counter() around model.generate() only",

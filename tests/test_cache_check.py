@@ -154,3 +154,108 @@ def test_compare_vectors_rejects_shape_mismatch():
 )
 def test_first_divergence(a, b, expected):
     assert first_divergence(a, b) == expected
+
+
+# --- what each path was fed, and logits_to_keep on both prefills ------------------------------------
+
+
+def test_both_paths_record_what_they_fed(comparison):
+    result, _ = comparison
+    T = len(PROMPT)
+    for prefix in result["prefixes"]:
+        k, L = prefix["fed_continuation_tokens"], prefix["prefix_length"]
+        uncached, cached = prefix["fed_inputs"]["uncached"], prefix["fed_inputs"]["cached"]
+        assert uncached == {"input_ids": prefix["prefix_ids"], "attention_mask": [1] * L,
+                            "position_ids": list(range(L)), "cache_position": list(range(L))}
+        if k == 0:
+            assert cached == uncached
+        else:
+            assert cached == {"input_ids": [prefix["prefix_ids"][-1]], "attention_mask": [1] * L,
+                              "position_ids": [L - 1], "cache_position": [L - 1]}
+        assert L == T + k and prefix["checks"]["fed_masks_aligned"] and prefix["checks"]["fed_positions_aligned"]
+    assert result["all_inputs_aligned"]
+
+
+@pytest.mark.parametrize("broken, check", [(_wrong_decode_positions, "fed_positions_aligned"),
+                                           (_first_token_masked, "fed_masks_aligned")],
+                         ids=["wrong_positions", "wrong_mask"])
+def test_misaligned_inputs_are_named_in_the_checks(model, continuation, monkeypatch, broken, check):
+    monkeypatch.setattr(cache_check, "cached_step_inputs", broken)
+    result, _ = run_matched_prefix(model, PROMPT, continuation)
+    flags = [p["checks"][check] for p in result["prefixes"]]
+    assert flags[0] and not any(flags[1:]) and not result["all_inputs_aligned"]
+
+
+def test_prefill_of_both_paths_returns_only_the_kept_positions(model, comparison):
+    result, _ = comparison
+    expected = [1, protocol.LOGITS_TO_KEEP, model.config.vocab_size]
+    for path in ("uncached", "cached"):
+        check = result["prefill_logits_to_keep"][path]
+        assert check == {"logits_to_keep": protocol.LOGITS_TO_KEEP, "expected_shape": expected,
+                         "observed_shape": expected, "ok": True}
+    assert all(p["logits_shape"] == {"uncached": expected, "cached": expected} for p in result["prefixes"])
+
+
+def test_a_forward_that_ignores_logits_to_keep_is_caught(continuation, monkeypatch):
+    """If a path's prefill returned every position, the silent [0, -1] slice would hide it; the check must not."""
+    model = tiny_gpt_neox(seed=0)
+    real_forward = model.forward
+
+    def full_logits(*args, **kwargs):
+        kwargs["logits_to_keep"] = 0
+        return real_forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", full_logits)
+    result, _ = run_matched_prefix(model, PROMPT, continuation)
+    prefill = result["prefill_logits_to_keep"]
+    assert not prefill["uncached"]["ok"] and not prefill["cached"]["ok"] and not result["passed"]
+    assert prefill["uncached"]["observed_shape"] == [1, len(PROMPT), model.config.vocab_size]
+
+
+def test_warnings_during_the_forwards_are_captured(continuation):
+    import warnings
+
+    model = tiny_gpt_neox(seed=0)
+    hook = model.register_forward_hook(lambda module, args, output: warnings.warn("forward-probe", UserWarning))
+    try:
+        result, _ = run_matched_prefix(model, PROMPT, continuation)
+    finally:
+        hook.remove()
+    assert sum("forward-probe" in m for m in result["warnings"]) == 2 * len(continuation)
+
+
+def test_no_warnings_on_a_clean_run(comparison):
+    assert comparison[0]["warnings"] == []
+
+
+# --- a justified revised criterion, beside the declared one ---------------------------------------------
+
+
+def _revised(atol, rtol):
+    from inferlab.revised_criterion import RevisedCriterion
+
+    return RevisedCriterion(protocol.Tolerance(atol=atol, rtol=rtol), "a reason the learner gives")
+
+
+def test_revised_evaluation_judges_the_same_logits_and_keeps_the_declared_verdict(model, continuation, monkeypatch):
+    monkeypatch.setattr(cache_check, "cached_step_inputs", _wrong_decode_positions)
+    result, tensors = run_matched_prefix(model, PROMPT, continuation)
+    declared = [p["checks"]["within_tolerance"] for p in result["prefixes"]]
+    revised = cache_check.evaluate_revised(result, tensors, _revised(1e3, 0.0))  # loose enough for anything
+    assert not all(declared) and not result["passed"]
+    assert [p["checks"]["within_tolerance"] for p in result["prefixes"]] == declared  # untouched
+    assert all(row["passed"] for row in revised["per_prefix"].values())
+    summary = revised["summary"]
+    assert (summary["atol"], summary["rtol"], summary["all_within_tolerance"], summary["failing_prefix_lengths"]) == (
+        1e3, 0.0, True, [])
+    assert summary["justification"] == "a reason the learner gives" and summary["rule"].startswith("|a-b| <= 1000")
+
+
+def test_revised_evaluation_names_the_prefixes_it_fails(model, continuation, monkeypatch):
+    monkeypatch.setattr(cache_check, "cached_step_inputs", _wrong_decode_positions)
+    result, tensors = run_matched_prefix(model, PROMPT, continuation)
+    revised = cache_check.evaluate_revised(result, tensors, _revised(0.0, 0.0))
+    failing = [p["prefix_length"] for p in result["prefixes"] if not p["bitwise_equal"]]
+    assert failing and revised["summary"]["failing_prefix_lengths"] == failing
+    row = revised["per_prefix"][result["prefixes"][-1]["name"]]
+    assert set(row) == {"atol", "rtol", "passed", "fail_count", "fail_fraction"} and not row["passed"]

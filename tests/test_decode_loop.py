@@ -7,9 +7,10 @@ import torch
 from transformers import DynamicCache
 
 from inferlab import protocol
+from inferlab import decode_loop
+from inferlab.cache_check import compare_vectors
 from inferlab.decode_loop import (
     bare_greedy_loop,
-    check_logits_to_keep,
     loop_matches_generate,
     run_greedy_loop,
 )
@@ -67,10 +68,60 @@ def test_both_paths_request_only_the_last_position(runs, model, use_cache):
     assert runs[use_cache].last_logits_shape == [1, 1, model.config.vocab_size]
 
 
+@torch.inference_mode()
 def test_installed_forward_honours_logits_to_keep(model, prompt):
-    check = check_logits_to_keep(model, prompt[0])
-    assert check["accepts_argument"] and check["ok"], check
-    assert check["observed_shape"] == [1, protocol.LOGITS_TO_KEEP, model.config.vocab_size]
+    """The interface fact the loop relies on: logits_to_keep=1 returns only the last position, and its values
+    are the full computation's last position (the run checks the shape on every forward it makes)."""
+    ids, mask = prompt
+    kept = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=protocol.LOGITS_TO_KEEP).logits
+    full = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=0).logits  # (1, T, vocab)
+    assert list(kept.shape) == [1, protocol.LOGITS_TO_KEEP, model.config.vocab_size]
+    assert compare_vectors(kept[0, -1], full[0, -1], protocol.CACHE_TOLERANCE)["passed"]
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
+def test_clock_reads_per_trial_counts_every_read_of_the_loop(model, prompt, monkeypatch, use_cache):
+    reads = []
+    real_clock = decode_loop.time.perf_counter_ns
+
+    def counting_clock():
+        reads.append(1)
+        return real_clock()
+
+    monkeypatch.setattr(decode_loop.time, "perf_counter_ns", counting_clock)
+    run_greedy_loop(model, *prompt, use_cache=use_cache)
+    assert len(reads) == decode_loop.clock_reads_per_trial(N)
+
+
+def test_clock_overhead_is_the_clock_alone_scaled_to_one_trial(model):
+    calls = []
+    hook = model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        overhead = decode_loop.clock_overhead(reads=5_000)
+    finally:
+        hook.remove()
+    assert calls == [], "measuring the clock must not run the model"
+    assert overhead["clock"] == "time.perf_counter_ns" and overhead["reads"] == 5_000 and overhead["elapsed_ns"] > 0
+    assert overhead["per_read_ns"] == overhead["elapsed_ns"] / 5_000
+    assert overhead["reads_per_trial"] == decode_loop.clock_reads_per_trial(protocol.TIMING_NEW_TOKENS) == 18
+    assert overhead["per_trial_overhead_ns"] == pytest.approx(overhead["per_read_ns"] * 18)
+
+
+def test_clock_overhead_counts_the_reads_it_claims(monkeypatch):
+    reads = []
+    real_clock = decode_loop.time.perf_counter_ns
+    monkeypatch.setattr(decode_loop.time, "perf_counter_ns", lambda: reads.append(1) or real_clock())
+    decode_loop.clock_overhead(reads=1_000)
+    assert len(reads) == 1_000 + 2  # the reads themselves, bracketed by a start and an end read
+
+
+def test_profiling_text_is_decoded_with_special_tokens_kept():
+    from inferlab.tiny_model import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    ids = tokenizer("A small boat", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    text, elapsed_s = decode_loop.decode_profiling_text(tokenizer, ids)
+    assert text == "A small boat" + tokenizer.eos_token and elapsed_s >= 0
 
 
 def test_cache_on_keeps_a_cache_of_the_fed_length(runs):

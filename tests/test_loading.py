@@ -101,3 +101,75 @@ def test_shared_storage_is_counted_once():
     embedding = model.get_input_embeddings().weight
     tensors = [embedding, model.get_output_embeddings().weight]
     assert memory.unique_storage_bytes(tensors) == embedding.numel() * 4
+
+
+# --- a load that is not faithful to the checkpoint, and a model outside the controls -------------------
+
+
+def test_faithful_load_reports_no_problem(loaded):
+    load = loaded["model_load"]
+    assert load["loading_info"] == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
+                                    "error_msgs": []}
+    assert load["load_problems"] == []
+
+
+@pytest.fixture(scope="module")
+def tiny_spec_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("tiny-specs")
+
+
+def _load_tiny(tmp_path, tiny_spec_root, **damage):
+    from tiny_specimen import build_tiny_specimen, write_spec
+
+    from inferlab.specimen import load_spec
+
+    directory = build_tiny_specimen(tmp_path / "tiny", **damage)
+    write_spec(tiny_spec_root, directory, name=f"tiny-{tmp_path.name}")
+    return loading.load_specimen(directory, load_spec(f"tiny-{tmp_path.name}", tiny_spec_root))["model_load"]
+
+
+def test_a_faithful_tiny_load_reports_no_problem(tmp_path, tiny_spec_root):
+    assert _load_tiny(tmp_path, tiny_spec_root)["load_problems"] == []
+
+
+def test_missing_weights_are_a_load_problem(tmp_path, tiny_spec_root):
+    load = _load_tiny(tmp_path, tiny_spec_root, drop=("gpt_neox.final_layer_norm.bias",))
+    assert load["loading_info"]["missing_keys"] == ["gpt_neox.final_layer_norm.bias"]
+    assert any(p.startswith("missing_keys: ") and "newly initialised" in p for p in load["load_problems"])
+    # transformers' own warning is kept as evidence and named as a problem too
+    assert any("newly initialized" in p for p in load["load_problems"] if p.startswith("log "))
+
+
+def test_unexpected_weights_are_a_load_problem(tmp_path, tiny_spec_root):
+    load = _load_tiny(tmp_path, tiny_spec_root, extra=("gpt_neox.stowaway.weight",))
+    assert load["loading_info"]["unexpected_keys"] == ["gpt_neox.stowaway.weight"]
+    assert any(p.startswith("unexpected_keys: ") and "stowaway" in p for p in load["load_problems"])
+
+
+def test_load_problems_read_log_messages_even_without_loading_info():
+    messages = [{"logger": "transformers.modeling_utils", "level": "WARNING",
+                 "message": "Some weights of X were not initialized from the model checkpoint at D and are newly "
+                            "initialized: ['a']\nYou should probably TRAIN this model"},
+                {"logger": "transformers.tokenization_utils_base", "level": "WARNING", "message": "unrelated"}]
+    problems = loading.load_problems({"missing_keys": []}, messages)
+    assert problems == ["log transformers.modeling_utils WARNING: Some weights of X were not initialized from the "
+                        "model checkpoint at D and are newly initialized: ['a']"]
+
+
+def test_violations_name_a_device_off_the_cpu_and_another_attention(standin_dir):
+    model = tiny_gpt_neox(seed=0, attn_implementation="sdpa").to("meta")
+    violations = loading.inspect_model(model, standin_dir)["violations"]
+    assert any("device expected cpu, actual meta" in v for v in violations)
+    assert any(v == "attn_implementation: expected eager, actual sdpa" for v in violations)
+
+
+def test_violation_summary_groups_parameters_by_what_is_wrong(standin_dir):
+    model = tiny_gpt_neox(seed=0, attn_implementation="sdpa").to(torch.float16)
+    inspection = loading.inspect_model(model, standin_dir)
+    count = len(list(model.parameters()))
+    assert inspection["violation_summary"] == [
+        f"dtype expected torch.float32, actual torch.float16 for {count} of {count} parameters "
+        f"(first: gpt_neox.embed_in.weight)",
+        "attn_implementation: expected eager, actual sdpa",
+    ]
+    assert len(inspection["violations"]) == count + 1

@@ -77,3 +77,28 @@ def test_unmeasured_categories_are_declared():
     expected = {"activations", "logits", "workspace", "allocator_retention", "runtime_libraries", "loading_copies"}
     assert set(memory.UNMEASURED_CATEGORIES) == expected
     assert all(memory.UNMEASURED_CATEGORIES.values())
+
+
+def test_memory_bandwidth_is_one_threads_copy_rate_and_restores_threads():
+    threads_before = torch.get_num_threads()
+    result = memory.memory_bandwidth(bytes_per_copy=4 * 2**20, repeats=3)
+    assert torch.get_num_threads() == threads_before
+    assert (result["threads"], result["bytes_per_copy"], result["repeats"], len(result["seconds"])) == (
+        1, 4 * 2**20, 3, 3)
+    assert all(s > 0 for s in result["seconds"])
+    median = sorted(result["seconds"])[1]
+    assert result["bytes_per_s_median"] == 2 * 4 * 2**20 / median  # read + write per copy
+    assert "copy_" in result["method"] and result["note"]
+
+
+def test_memory_bandwidth_default_copy_dwarfs_any_cache_of_the_specimen():
+    from types import SimpleNamespace
+
+    pythia_14m = SimpleNamespace(num_hidden_layers=6, num_attention_heads=4, hidden_size=128)
+    full_context_cache = memory.expected_kv_cache_bytes(pythia_14m, 2048)  # its whole position range
+    assert memory.BANDWIDTH_BYTES_PER_COPY >= 10 * full_context_cache
+
+
+def test_memory_bandwidth_rejects_nonsense_sizes():
+    with pytest.raises(ValueError, match="bytes_per_copy"):
+        memory.memory_bandwidth(bytes_per_copy=0)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import os
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import pytest
 import torch
@@ -17,9 +15,11 @@ from transformers import GenerationConfig
 
 from inferlab import protocol
 from inferlab.inputs import encode_prompt
+from inferlab.messages import capture_messages
 from inferlab.sampling import (
     build_generation_config,
-    capture_generation_messages,
+    generation_cache_record,
+    observe_generation_cache,
     processors_for,
     replay_generation,
     reset_random_state,
@@ -181,17 +181,9 @@ def test_greedy_trial_emits_no_warnings(first_trials):
     assert first_trials["G"][0]["warnings"] == []
 
 
-def test_capture_sees_library_log_records_and_python_warnings():
-    with capture_generation_messages() as messages:
-        logging.getLogger("transformers.generation.utils").warning("probe-log")
-        warnings.warn("probe-warning", UserWarning)
-    assert any("probe-log" in m for m in messages)
-    assert any("probe-warning" in m for m in messages)
-
-
 def test_capture_sees_the_inactive_flag_warning_that_greedy_avoids():
     # Positive control for the no-warning test: a sample-only flag under greedy is warned about.
-    with capture_generation_messages() as messages:
+    with capture_messages() as messages:
         GenerationConfig(do_sample=False, temperature=0.5)
     assert any("temperature" in m for m in messages)
 
@@ -335,3 +327,48 @@ def test_recorded_processors_are_observed_from_the_real_call(model, tokenizer, p
     assert [p["class"] for p in record["processors"]] == ["RepetitionPenaltyLogitsProcessor"]
     assert record["generation_config_effective"]["max_length"] == record["prompt_length"] + protocol.MAX_NEW_TOKENS
     assert "_get_logits_processor" not in vars(model)  # the observer left the instance as it found it
+
+
+# --- a fresh generation cache per trial ----------------------------------------------------------
+
+
+def test_every_trial_records_a_fresh_generation_cache(first_trials):
+    for name, (record, _, _) in first_trials.items():
+        cache = record["generation_cache"]
+        assert cache["fresh"], (name, cache)
+        assert (cache["cache_class"], cache["length_before_first_forward"]) == ("DynamicCache", 0)
+        assert cache["forwards"] == record["generated_length"] and cache["past_key_values_passed_by_caller"] is False
+        assert "built its own cache" in cache["how"]
+
+
+def test_same_seed_rerun_states_a_fresh_cache_of_its_own(model, tokenizer, prompt):
+    first = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, protocol.RERUN_SEED)[0]
+    rerun = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, protocol.RERUN_SEED)[0]
+    assert first["generation_cache"]["fresh"] and rerun["generation_cache"]["fresh"]
+    assert rerun["generation_cache"]["new_object"]
+
+
+@torch.inference_mode()
+def test_a_cache_that_already_holds_tokens_is_not_fresh(model, prompt):
+    """Negative control: a forward that starts from a filled cache is reported as not fresh, and why."""
+    from transformers import DynamicCache
+
+    _, input_ids, attention_mask = prompt
+    stale = DynamicCache(config=model.config)
+    model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=stale, use_cache=True)
+    with observe_generation_cache(model) as seen:
+        model(input_ids=input_ids[:, -1:], past_key_values=stale, use_cache=True)
+    cache = generation_cache_record(seen, passed_by_caller=True)
+    assert not cache["fresh"] and cache["length_before_first_forward"] == input_ids.shape[1]
+    assert "passed a cache" in cache["how"]
+
+
+def test_the_same_cache_object_twice_is_not_new(model):
+    """A harness that handed one cache object to two calls would be caught even if the object were emptied."""
+    from transformers import DynamicCache
+
+    reused = DynamicCache(config=model.config)
+    for _ in range(2):
+        cache = generation_cache_record({"forwards": 1, "first_cache": reused, "length_before_first_forward": 0,
+                                         "same_object_every_forward": True})
+    assert not cache["new_object"] and not cache["fresh"] and "NOT a new object" in cache["how"]

@@ -1,0 +1,271 @@
+"""The experiment's records hold the protocol's evidence: gates, warnings, phases, fed inputs, revised criterion,
+timestamp overhead, fresh generation caches and memory bandwidth. Small runs of the real experiment files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny_specimen import TINY_SPEC_NAME, build_tiny_specimen, write_spec
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PLUGIN_LINE = 'pytest_plugins = ["inferlab.plugin"]\n'
+
+
+def make_project(root: Path, conftest_extra: str = "") -> Path:
+    """A scratch copy of the experiment files, the specimen specs and the plugin registration under root."""
+    shutil.copytree(REPO_ROOT / "experiments", root / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "artifacts").mkdir()
+    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
+        shutil.copy(spec, root / "artifacts" / spec.name)
+    shutil.copy(REPO_ROOT / "pytest.ini", root / "pytest.ini")
+    (root / "conftest.py").write_text(PLUGIN_LINE + conftest_extra)
+    return root
+
+
+def run_experiment(root: Path, *arguments: str) -> subprocess.CompletedProcess:
+    """python -m pytest experiments --record-dir run ARGUMENTS in root, in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "pytest", "experiments", "--record-dir", "run", *arguments],
+                          cwd=root, env=env, capture_output=True, text=True, check=False)
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+
+
+def outcomes(found: list[dict]) -> dict:
+    return {r["test"].split("::")[-1]: r for r in found if r["kind"] == "test_outcome"}
+
+
+# --- 14.1: a wrongly loaded model stops every dependent, and the evidence stays ---------------------------
+
+DEPENDENTS = ("test_generation_trial[P1-G-rep1]", "test_matched_prefix", "test_timing_trial[P1-cache_on-warmup]",
+              "test_cache_storage_after_prefill[P1]", "test_parameter_storage", "test_batching_calls")
+DEPENDENT_SELECTION = ("test_10_specimen or test_input or P1-G-rep1 or test_cache_criterion_declared or "
+                       "test_matched_prefix or P1-cache_on-warmup or test_cache_storage_after_prefill or "
+                       "test_parameter_storage or test_batching_calls")
+FLOAT16_SDPA_LOAD = '''
+import inferlab.loading as _loading
+
+_protocol_options = _loading.load_options
+
+
+def _wrong_options():
+    """Loaded wrongly on purpose: half precision and another attention implementation."""
+    return {**_protocol_options(), "dtype": "float16", "attn_implementation": "sdpa"}
+
+
+_loading.load_options = _wrong_options
+'''
+
+
+def run_tiny(tmp_path, conftest_extra: str = "", **damage) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    root = make_project(tmp_path / "project", conftest_extra)
+    specimen = build_tiny_specimen(tmp_path / "tiny-specimen", **damage)
+    write_spec(root / "artifacts", specimen)
+    result = run_experiment(root, "--specimen", TINY_SPEC_NAME, "--artifacts", str(specimen),
+                            "-k", DEPENDENT_SELECTION)
+    return result, records(root / "run")
+
+
+def assert_dependents_stopped(found: list[dict], *reason_parts: str) -> None:
+    by_test = outcomes(found)
+    for name in DEPENDENTS:
+        outcome = by_test[name]
+        assert outcome["outcome"] == "skipped", (name, outcome)
+        assert all(part in outcome["skip_reason"] for part in reason_parts), (name, outcome["skip_reason"])
+    produced = {r["kind"] for r in found}
+    assert not produced & {"generation", "cache_comparison", "cache_summary", "timing_trial", "batching"}, produced
+    assert not [r for r in found if r["kind"] == "memory"]
+
+
+def test_a_model_loaded_in_float16_with_sdpa_stops_every_dependent(tmp_path):
+    result, found = run_tiny(tmp_path, FLOAT16_SDPA_LOAD)
+    assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.stdout[-3000:]
+    by_test = outcomes(found)
+    assert by_test["test_model_load"]["outcome"] == "passed"
+    assert by_test["test_model_inspection"]["outcome"] == "failed"
+    inspection = next(r for r in found if r["kind"] == "model_inspection")  # the evidence is kept
+    assert any("actual torch.float16" in v for v in inspection["violations"])
+    assert "attn_implementation: expected eager, actual sdpa" in inspection["violations"]
+    load = next(r for r in found if r["kind"] == "model_load")
+    assert (load["options"]["dtype"], load["options"]["attn_implementation"]) == ("float16", "sdpa")
+    assert_dependents_stopped(found, "model_inspection", "float16")
+    assert by_test["test_input[P1]"]["outcome"] == "passed"  # tokenization does not depend on the weights
+
+
+def test_a_load_with_missing_and_unexpected_weights_stops_every_dependent(tmp_path):
+    result, found = run_tiny(tmp_path, drop=("gpt_neox.final_layer_norm.bias",),
+                             extra=("gpt_neox.stowaway.weight",))
+    assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.stdout[-3000:]
+    by_test = outcomes(found)
+    assert by_test["test_model_load"]["outcome"] == "failed"
+    assert by_test["test_model_inspection"]["outcome"] == "skipped"
+    load = next(r for r in found if r["kind"] == "model_load")  # the evidence is kept
+    assert load["loading_info"]["missing_keys"] == ["gpt_neox.final_layer_norm.bias"]
+    assert load["loading_info"]["unexpected_keys"] == ["gpt_neox.stowaway.weight"]
+    assert any("newly initialized" in message["message"] for message in load["log_messages"])
+    assert_dependents_stopped(found, "model_load", "missing_keys")
+
+
+def test_a_faithful_tiny_load_lets_the_dependents_run(tmp_path):
+    """Control for the two runs above: the same selection on a faithful load runs the dependents."""
+    result, found = run_tiny(tmp_path)
+    by_test = outcomes(found)
+    assert by_test["test_model_inspection"]["outcome"] == "passed"
+    assert all(by_test[name]["outcome"] != "skipped" for name in DEPENDENTS), {
+        name: by_test[name]["outcome"] for name in DEPENDENTS}
+
+
+# --- 14.2-14.7 and 18.6: the records of a stand-in run --------------------------------------------------
+
+FORWARD_PROBE = '''
+import logging
+import warnings
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def model(loaded_specimen):
+    """The specimen with a probe that warns and logs once per forward, wherever a forward happens."""
+    specimen_model = loaded_specimen["model"]
+
+    def probe(module, args, output):
+        warnings.warn("forward-probe warning", UserWarning)
+        logging.getLogger("transformers.forward_probe").warning("forward-probe log")
+
+    specimen_model.register_forward_hook(probe)
+    return specimen_model
+'''
+EVIDENCE_SELECTION = ("test_10_specimen or test_input or P1-G-rep1 or P1-S1-seed17 or test_40_cache or "
+                      "P1-cache_on-warmup or P1-cache_off-rep1 or test_cache_storage_after_prefill or "
+                      "test_batching_calls or test_timestamp_overhead or test_memory_bandwidth")
+JUSTIFICATION = "a test's justification: the one-token path sums in another order"
+
+
+@pytest.fixture(scope="module")
+def evidence_run(tmp_path_factory, standin_dir):
+    """One stand-in run of a selection that makes every kind of forward, with the probe and a revised criterion."""
+    root = make_project(tmp_path_factory.mktemp("evidence"), FORWARD_PROBE)
+    result = run_experiment(root, "--specimen", "standin", "--artifacts", str(standin_dir),
+                            "--revised-cache-criterion", "1e-3,1e-2", "--justification", JUSTIFICATION,
+                            "-k", EVIDENCE_SELECTION)
+    found = records(root / "run")
+    failing = {name: o["longrepr"] for name, o in outcomes(found).items() if o["outcome"] != "passed"}
+    assert result.returncode == pytest.ExitCode.OK, (failing, result.stdout[-3000:])
+    return found
+
+
+def of_kind(found: list[dict], kind: str) -> list[dict]:
+    return [r for r in found if r["kind"] == kind]
+
+
+def test_every_forward_records_its_warnings_and_log_messages(evidence_run):
+    forward_records = {
+        "generation": of_kind(evidence_run, "generation"),
+        "timing_trial": of_kind(evidence_run, "timing_trial"),
+        "cache_inspection": of_kind(evidence_run, "cache_inspection"),
+        "cache_comparison": of_kind(evidence_run, "cache_comparison"),
+        "cache_summary": of_kind(evidence_run, "cache_summary"),
+        "memory (prefill)": [r for r in of_kind(evidence_run, "memory") if r["measure"] == "cache_storage"],
+        "batching": of_kind(evidence_run, "batching"),
+    }
+    for kind, found in forward_records.items():
+        assert found, f"no {kind} record"
+        for record in found:
+            assert any("forward-probe warning" in m for m in record["warnings"]), (kind, record["warnings"])
+            assert any("forward-probe log" in m for m in record["warnings"]), (kind, record["warnings"])
+    # 16 selections = 1 prefill + 15 forwards, each warning once and logging once
+    timing = forward_records["timing_trial"][0]
+    assert sum("forward-probe warning" in m for m in timing["warnings"]) == 16
+
+
+def test_output_decoding_is_a_phase_of_every_trial(evidence_run):
+    phases = [r for r in of_kind(evidence_run, "phase") if r["name"] == "output_decoding"]
+    generation_ids = [r["trial_id"] for r in of_kind(evidence_run, "generation")]
+    timing_ids = [r["schedule_id"] for r in of_kind(evidence_run, "timing_trial")]
+    assert [(p["source"], p["trial_id"]) for p in phases] == (
+        [("generation", t) for t in generation_ids] + [("timing", t) for t in timing_ids])
+    generation_decode = {r["trial_id"]: r["decode_s"] for r in of_kind(evidence_run, "generation")}
+    for phase in phases:
+        assert phase["elapsed_s"] >= 0 and phase["label"]
+        if phase["source"] == "generation":
+            assert phase["elapsed_s"] == generation_decode[phase["trial_id"]]
+
+
+def test_the_cache_comparison_records_what_both_paths_were_fed(evidence_run):
+    comparisons = of_kind(evidence_run, "cache_comparison")
+    for row in comparisons:
+        length = row["prefix_length"]
+        for path in ("uncached", "cached"):
+            fed = row["fed_inputs"][path]
+            assert fed["attention_mask"] == [1] * length
+            assert fed["position_ids"][-1] == fed["cache_position"][-1] == length - 1
+        assert row["checks"]["fed_positions_aligned"] and row["checks"]["fed_masks_aligned"]
+    summary = of_kind(evidence_run, "cache_summary")[0]
+    for path in ("uncached", "cached"):
+        check = summary["prefill_logits_to_keep"][path]
+        assert check["ok"] and check["observed_shape"] == [1, 1, 50304]
+
+
+def test_a_revised_criterion_is_recorded_beside_the_declared_one(evidence_run):
+    declared = of_kind(evidence_run, "cache_criterion")[0]
+    revised = of_kind(evidence_run, "cache_criterion_revised")[0]
+    assert (declared["atol"], declared["rtol"]) == (1e-5, 1e-4)
+    assert (revised["atol"], revised["rtol"], revised["justification"]) == (1e-3, 1e-2, JUSTIFICATION)
+    assert revised["seq"] > declared["seq"] and revised["rule"].startswith("|a-b| <= 0.001 + 0.01*|b|")
+    comparisons = of_kind(evidence_run, "cache_comparison")
+    assert revised["seq"] < min(r["seq"] for r in comparisons)
+    for row in comparisons:
+        assert set(row["revised"]) == {"atol", "rtol", "passed", "fail_count", "fail_fraction"}
+        assert row["passed"] == all(row["checks"].values())  # the declared verdict, unchanged
+    summary = of_kind(evidence_run, "cache_summary")[0]
+    evaluation = summary["revised_evaluation"]
+    assert (evaluation["atol"], evaluation["rtol"], evaluation["justification"]) == (1e-3, 1e-2, JUSTIFICATION)
+    assert evaluation["failing_prefix_lengths"] == [r["prefix_length"] for r in comparisons if not r["revised"]["passed"]]
+    assert summary["all_within_tolerance"] == all(r["checks"]["within_tolerance"] for r in comparisons)
+
+
+def test_the_clock_and_the_benchmark_reference_are_recorded(evidence_run):
+    clock = of_kind(evidence_run, "clock_overhead")[0]
+    assert clock["clock"] == "time.perf_counter_ns" and clock["reads_per_trial"] == 18
+    assert clock["per_trial_overhead_ns"] == pytest.approx(clock["per_read_ns"] * 18)
+    reference = of_kind(evidence_run, "benchmark_reference")[0]
+    assert set(reference) >= {"found", "file", "machine", "result", "note"}
+    assert reference["found"] == (reference["result"] is not None)
+
+
+def test_every_generation_states_its_fresh_cache(evidence_run):
+    generations = of_kind(evidence_run, "generation")
+    assert [g["trial_id"] for g in generations] == ["P1-G-rep1", "P1-S1-seed17", "P1-S1-seed17-rerun"]
+    for generation in generations:
+        cache = generation["generation_cache"]
+        assert cache["fresh"] and cache["length_before_first_forward"] == 0 and cache["new_object"], cache
+        assert "built its own cache" in cache["how"]
+
+
+def test_memory_bandwidth_is_recorded(evidence_run):
+    bandwidth = of_kind(evidence_run, "memory_bandwidth")[0]
+    assert bandwidth["threads"] == 1 and len(bandwidth["seconds"]) == bandwidth["repeats"]
+    assert bandwidth["bytes_per_s_median"] > 0 and bandwidth["bytes_per_copy"] >= 2**27
+
+
+def test_without_the_option_and_the_probe_nothing_is_added(tmp_path, standin_dir):
+    root = make_project(tmp_path / "project")
+    result = run_experiment(root, "--specimen", "standin", "--artifacts", str(standin_dir),
+                            "-k", "test_10_specimen or test_input or P1-G-rep1 or test_40_cache")
+    assert result.returncode == pytest.ExitCode.OK, result.stdout[-3000:]
+    found = records(root / "run")
+    assert not of_kind(found, "cache_criterion_revised")
+    assert all("revised" not in r for r in of_kind(found, "cache_comparison"))
+    assert "revised_evaluation" not in of_kind(found, "cache_summary")[0]
+    forward_records = [r for r in found if r["kind"] in ("generation", "cache_comparison", "cache_summary")]
+    assert forward_records and all(r["warnings"] == [] for r in forward_records)
