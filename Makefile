@@ -4,34 +4,40 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.lock-installed
 PY := $(VENV)/bin/python
-NOW := $(shell date -u +%Y%m%dT%H%M%SZ)
-RUN_DIR ?= runs/$(NOW)
+# torch comes from PyTorch's CPU wheel index first (no CUDA build); see inferlab/installation.py.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# Empty: each run gets a new folder runs/<UTC time>-<specimen>[-plan], unique even within one second,
+# with -failed, -partial or -incomplete added when that is how it ended. Set RUN_DIR to choose one.
+RUN_DIR ?=
+WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),--runs-dir runs)
 ARGS ?=
 
 .PHONY: run test plan lock clean-venv
 
-$(STAMP): requirements.lock
+$(STAMP): requirements.lock inferlab/installation.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m inferlab.installation --lock requirements.lock --cpu-index $(TORCH_CPU_INDEX)
 	cp requirements.lock $(STAMP)
 
 # The experiment itself. Pass options through ARGS, e.g.
 #   make run ARGS="--specimen standin"
 run: $(STAMP)
-	$(PY) -m pytest experiments --record-dir $(RUN_DIR) $(ARGS)
+	$(PY) -m pytest experiments $(WHERE) $(ARGS)
 
-# Print the schedule without loading a model.
+# Print the schedule without loading a model (a folder ending in -plan).
 plan: $(STAMP)
-	$(PY) -m pytest experiments --plan --record-dir $(RUN_DIR) $(ARGS)
+	$(PY) -m pytest experiments --plan $(WHERE) $(ARGS)
 
 # Everything CI checks: offline analytic tests, the harness's own tests,
-# then the whole experiment end to end on the stand-in specimen.
+# then the whole experiment end to end on the stand-in specimen, verified.
 test: $(STAMP)
 	$(PY) -m pytest analytic_tests
 	$(PY) -m pytest tests
-	$(PY) -m pytest experiments --specimen standin --record-dir $(RUN_DIR)-standin
-	$(PY) -m inferlab verify $(RUN_DIR)-standin
-	$(PY) -m inferlab report $(RUN_DIR)-standin --check
+	mkdir -p runs
+	dir=$$(mktemp -d runs/$$(date -u +%Y%m%dT%H%M%SZ)-standin-selftest-XXXXXX) && \
+	  $(PY) -m pytest experiments --specimen standin --record-dir $$dir && \
+	  $(PY) -m inferlab verify $$dir && \
+	  $(PY) -m inferlab report $$dir --check
 
 # Re-pin after a deliberate upgrade: keeps the header, and pins torch without the +cpu local tag
 # so that the same line resolves to the platform's build elsewhere.

@@ -1,12 +1,13 @@
-"""python -m inferlab verify DIR | compare DIR1 DIR2 | report DIR: read finished record dirs, no model.
+"""python -m inferlab verify DIR | compare DIR1 DIR2 | report DIR | check-artifacts DIR: no model, no network.
 
-Exit codes: 0 success; 1 verify found problems (or report --check found a difference);
-2 a directory could not be read.
+Exit codes: 0 success; 1 verify or check-artifacts found problems (or report --check found a
+difference); 2 a directory could not be read.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -44,7 +45,38 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--write", action="store_true",
                       help="rewrite DIR/report.md, DIR/report-details.md and the plots in place (the manifest's "
                            "hashes are not updated, so verify reports any file that changed)")
+    check = commands.add_parser("check-artifacts", help="check a directory of specimen files (for --artifacts) "
+                                                        "against the specimen's pinned hashes, before a run")
+    check.add_argument("artifacts_dir", type=_directory, metavar="DIR")
+    check.add_argument("--specimen", default=None, metavar="NAME",
+                       help="the specimen spec in artifacts/NAME.json (default: pythia-14m)")
     return parser
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def folder_kind(record_dir: Path) -> dict:
+    """{plan, finished}: whether DIR is a plan folder, and whether its session wrote a session_end record."""
+    from inferlab.records import MANIFEST_FILE, RECORDS_FILE
+
+    manifest = _read_json(record_dir / MANIFEST_FILE)
+    manifest = manifest if isinstance(manifest, dict) else {}
+    kinds = []
+    try:
+        with open(record_dir / RECORDS_FILE, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                try:
+                    kinds.append(json.loads(line).get("kind"))
+                except (ValueError, AttributeError):
+                    continue
+    except OSError:
+        pass
+    return {"plan": manifest.get("mode") == "plan", "finished": "session_end" in kinds}
 
 
 def run_verify(record_dir: Path, all_passed: bool) -> int:
@@ -54,11 +86,17 @@ def run_verify(record_dir: Path, all_passed: bool) -> int:
     problems = list(result["problems"])
     if all_passed and not result["all_tests_passed"]:
         problems.append(f"not every test passed: {result['outcome_counts']}")
+    if all_passed and result["plan_folder"]:
+        problems.append("a plan folder: no test ran, so no test passed")
     for line in problems:
         print(line)
     if problems:
         print(f"verify: {len(problems)} problem(s) in {record_dir}")
         return EXIT_PROBLEMS
+    if result["plan_folder"]:
+        print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
+              f"no test ran and nothing was measured")
+        return EXIT_OK
     gaps = len(result["explained_gaps"])
     tail = "" if result["all_tests_passed"] else (
         f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
@@ -81,6 +119,14 @@ def run_compare(dir1: Path, dir2: Path) -> int:
 def run_report(record_dir: Path, check: bool, write: bool) -> int:
     from inferlab import report
 
+    kind = folder_kind(record_dir)
+    if kind["plan"]:
+        print(f"report: {record_dir} is a plan folder (written by --plan): no test ran, so there is no run to report; "
+              f"its schedule is in plan.json", file=sys.stderr)
+        return EXIT_OK
+    if not kind["finished"]:
+        print(f"report: {record_dir} has no session_end record: its session never reached its end (it was killed or "
+              f"crashed). The report shows the records that exist; the run is not complete.", file=sys.stderr)
     if write:
         print(report.write_report(record_dir))
         return EXIT_OK
@@ -96,6 +142,30 @@ def run_report(record_dir: Path, check: bool, write: bool) -> int:
     return EXIT_OK
 
 
+def run_check_artifacts(artifacts_dir: Path, specimen_name) -> int:
+    from inferlab import protocol, specimen
+
+    name = specimen_name or protocol.DEFAULT_SPECIMEN
+    try:
+        spec = specimen.load_spec(name)
+    except specimen.SpecimenError as error:
+        print(f"check-artifacts: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    result = specimen.verify(artifacts_dir, spec)
+    for row in result["files"]:
+        state = "ok     " if row["ok"] else "PROBLEM"
+        print(f"{state} {row['name']}: {row['size']} bytes, sha256 {row['sha256']}")
+    for line in result["problems"]:
+        print(f"problem: {line}")
+    if not result["ok"]:
+        print(f"check-artifacts: {artifacts_dir} is NOT a valid copy of {spec.repo_id} at {spec.revision} "
+              f"({len(result['problems'])} problem(s)); --artifacts would refuse it")
+        return EXIT_PROBLEMS
+    print(f"check-artifacts: {artifacts_dir} is a valid copy of {spec.repo_id} at {spec.revision}: use "
+          f"--artifacts {artifacts_dir}")
+    return EXIT_OK
+
+
 def main(argv=None) -> int:
     """Parse the command line and run one subcommand; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -103,6 +173,8 @@ def main(argv=None) -> int:
         return run_verify(args.record_dir, args.all_passed)
     if args.command == "compare":
         return run_compare(args.dir1, args.dir2)
+    if args.command == "check-artifacts":
+        return run_check_artifacts(args.artifacts_dir, args.specimen)
     return run_report(args.record_dir, args.check, args.write)
 
 

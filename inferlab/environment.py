@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional, Sequence
 
 from inferlab.records import sha256_file
 
@@ -119,11 +122,87 @@ def deviations(distributions: dict) -> list[str]:
         )
     torch_version = distributions.get("torch")
     if torch_version is not None:
+        build = torch_build()
+        kind = {True: "a CPU-only build", False: "NOT a CPU-only build"}.get(build["cpu_only"], "build unknown")
         found.append(
-            f"torch {torch_version} (CPU build) is this lab's tested choice; the protocol names no torch version, "
-            f"so it is recorded rather than compared"
+            f"torch {torch_version} ({kind}; {build['how_known']}): this lab tested 2.13.0+cpu; the protocol names "
+            f"no torch version, so it is recorded rather than compared"
         )
     return found
+
+
+INSTALL_RECORD_FILE = "inferlab-install.json"  # written into the venv by `python -m inferlab.installation`
+
+
+def install_record(prefix: Optional[str] = None) -> Optional[dict]:
+    """What inferlab.installation recorded when it built this environment, or None (built another way)."""
+    path = Path(prefix or sys.prefix) / INSTALL_RECORD_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def torch_build() -> dict:
+    """Which torch build is installed (CPU-only or not, and how that is known) and where it came from."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return {"version": None, "local_label": None, "cpu_only": None, "how_known": "torch is not installed",
+                "cuda": None, "installed_from": None, "install_route": None}
+    local_label = version.split("+", 1)[1] if "+" in version else None
+    cuda = None
+    if "torch" in sys.modules:  # imported by the run: ask the build itself
+        torch_version = sys.modules["torch"].version
+        cuda, hip = getattr(torch_version, "cuda", None), getattr(torch_version, "hip", None)
+        cpu_only, how = cuda is None and hip is None, f"torch.version.cuda={cuda!r}, torch.version.hip={hip!r}"
+    elif local_label == "cpu":
+        cpu_only, how = True, "its version carries the +cpu label"
+    else:
+        requires = importlib.metadata.requires("torch") or []
+        gpu = sorted({r.split()[0].split(";")[0] for r in requires if r.lower().startswith(("nvidia-", "triton"))})
+        cpu_only = False if gpu else None
+        how = f"its metadata requires {', '.join(gpu[:3])}" if gpu else "not imported yet; no +cpu label"
+    record = install_record() or {}
+    torch_install = record.get("torch") or {}
+    return {
+        "version": version,
+        "local_label": local_label,
+        "cpu_only": cpu_only,
+        "how_known": how,
+        "cuda": cuda,
+        "installed_from": torch_install.get("download_url"),
+        "install_route": torch_install.get("route"),
+        "install_record": str(Path(sys.prefix) / INSTALL_RECORD_FILE) if record else None,
+    }
+
+
+def typed_command(orig_argv: Optional[Sequence[str]], argv: Sequence[str], invocation_args: Sequence[str],
+                  invocation_dir: Path) -> tuple[str, str]:
+    """The command as the learner typed it, and how it was reconstructed.
+
+    orig_argv is the interpreter's own command line (sys.orig_argv); argv is sys.argv, whose first
+    entry is pytest's __main__.py or its console script. The launcher is what orig_argv holds before
+    argv's arguments; the arguments are the ones pytest actually received.
+    """
+    args = list(invocation_args)
+    if orig_argv and list(orig_argv[len(orig_argv) - (len(argv) - 1):]) == list(argv[1:]) \
+            and list(argv[1:]) == args:
+        launcher = list(orig_argv[:len(orig_argv) - (len(argv) - 1)])
+        # A console script runs as "<python> <venv>/bin/pytest": the learner typed the script.
+        if len(launcher) == 2 and Path(launcher[1]).name in ("pytest", "py.test") and "-m" not in launcher:
+            launcher = [_relative(launcher[1], invocation_dir)]
+        return shlex.join(launcher + args), "sys.orig_argv (the interpreter's command line)"
+    return shlex.join(["python", "-m", "pytest", *args]), (
+        "pytest.main() was called in-process, so the launcher is not known; these are the arguments it received")
+
+
+def _relative(path: str, base: Path) -> str:
+    try:
+        return os.path.relpath(path, base) if Path(path).is_absolute() else path
+    except ValueError:  # another drive on Windows
+        return path
 
 
 def environment_record(root: Path) -> dict:

@@ -10,22 +10,38 @@ from typing import Optional
 
 from inferlab import protocol
 
+CHECK_COMMAND = "python -m inferlab check-artifacts DIR"
+
 
 def acquisition_next_steps(specimen: Optional[dict]) -> list[str]:
-    """The two ways forward after a failed acquisition, as Markdown-free lines of text."""
+    """The ways forward after a failed acquisition, as Markdown-free lines of text (one step per line)."""
     specimen = specimen or {}
     name = specimen.get("name", protocol.DEFAULT_SPECIMEN)
+    if specimen.get("synthetic"):
+        return [
+            f"The {name} specimen is built offline by inferlab itself, so its failure is a problem of this "
+            f"checkout or environment, not of the network: read the error above, then run `make test` to check "
+            f"the harness.",
+            "Every run needs a new record dir; `make run` makes one under runs/ for you.",
+        ]
     repo = specimen.get("repo_id", protocol.PINNED_REPO_ID)
     revision = specimen.get("revision", protocol.PINNED_REVISION)
     weight = (specimen.get("expected") or {}).get("model.safetensors") or {}
-    files = ", ".join(specimen.get("files") or protocol.ALLOWLISTED_FILES)
-    pin = (f"{weight.get('size'):,} bytes, SHA-256 {weight.get('sha256')}" if weight.get("sha256")
+    files = specimen.get("files") or list(protocol.ALLOWLISTED_FILES)
+    pin = (f"{weight['size']:,} bytes with SHA-256 {weight['sha256']}" if weight.get("sha256") and weight.get("size")
            else "its pinned size and SHA-256")
+    check = CHECK_COMMAND if name == protocol.DEFAULT_SPECIMEN else f"{CHECK_COMMAND} --specimen {name}"
     return [
-        f"Use a verified copy: --artifacts DIR, where DIR holds {repo} at revision {revision} "
-        f"(the allowlisted files: {files}) and nothing else. Its model.safetensors must be {pin}; "
-        f"check it with `sha256sum DIR/model.safetensors` (or `shasum -a 256` on macOS) before you run.",
-        "Or check the harness offline: --specimen standin runs the whole experiment on a synthetic checkpoint "
-        "that inferlab builds itself. It is not Pythia; its records and report say so.",
-        f"Every run needs a new --record-dir. Specimen of this run: {name}.",
+        f"Use a verified copy of the files: add --artifacts DIR (with make: make run ARGS=\"--artifacts DIR "
+        f"--offline\"). A valid copy is a directory that holds exactly the {len(files)} allowlisted files of {repo} "
+        f"at revision {revision} ({', '.join(files)}) and nothing else, for example your Lab 05 download; its "
+        f"model.safetensors must be {pin}.",
+        f"Check a copy before you run: `{check}` hashes every file against artifacts/{name}.json and names any "
+        f"that differs, is missing or is extra (the weight file alone: `sha256sum DIR/model.safetensors`, on "
+        f"macOS `shasum -a 256`). A machine that reaches the hub gets a verified copy with one `make run`: it "
+        f"lands in artifacts/cache/{name}/{revision}/.",
+        "Or check the harness offline: add --specimen standin (with make: make run ARGS=\"--specimen standin\"). "
+        "It runs the whole experiment on a synthetic checkpoint that inferlab builds itself. It is not Pythia, and "
+        "its records and report say so.",
+        "Every run needs a new record dir; `make run` makes one under runs/ for you.",
     ]

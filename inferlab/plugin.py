@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
 import json
+import os
 import shutil
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,8 +22,10 @@ from typing import Optional
 
 import pytest
 
-from inferlab import protocol, revised_criterion
+from inferlab import protocol, revised_criterion, session_status
+from inferlab.interrupts import SignalWatch
 from inferlab.records import (
+    CLAIM_FILE,
     MANIFEST_FILE,
     PLAN_FILE,
     PREDICTIONS_FILE,
@@ -30,7 +35,8 @@ from inferlab.records import (
     JsonlWriter,
     RecordDirError,
     TensorStore,
-    check_record_dir,
+    claim_new_run_dir,
+    claim_record_dir,
     file_inventory,
     jsonable,
     sha256_file,
@@ -39,7 +45,10 @@ from inferlab.records import (
 )
 
 HELP = {
-    "record_dir": "directory for this run's records; must be new or empty (required with experiments; no default)",
+    "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
+                  "--runs-dir is given; no default)",
+    "runs_dir": "make a new record dir under this directory, named <UTC time>-<specimen> (and -plan with --plan); "
+                "at the end a suffix says how the run ended: -failed, -partial or -incomplete (default: none)",
     "specimen": f"specimen to run: a name with a spec in artifacts/<name>.json (default: {protocol.DEFAULT_SPECIMEN}; "
     f"'standin' is the synthetic, non-Pythia checkpoint)",
     "artifacts": "reuse the six specimen files from this directory after verifying them (default: none; "
@@ -58,6 +67,7 @@ RUN_KEY = pytest.StashKey["RunState"]()
 ROOT_CAUSE_KEY = pytest.StashKey[str]()  # why an item was skipped for a prerequisite
 EXPERIMENTS_DIR = "experiments"
 RESERVED_FIELDS = frozenset({"kind", "test", "seq", "wall_time"})
+STOPPING_LISTENER = "inferlab-stopping-listener"
 
 
 @dataclass
@@ -67,7 +77,11 @@ class RunState:
     record_dir: Path
     writer: JsonlWriter
     tensors: TensorStore
-    command_line: list[str]
+    command_line: list[str]  # sys.argv, as the manifest's `argv` (and, for older readers, `command_line`)
+    command: str = ""  # the command as the learner typed it
+    command_how: str = ""
+    named_by_plugin: bool = False  # made under --runs-dir: its name may gain a suffix at the end
+    signals: SignalWatch = field(default_factory=SignalWatch)
     started_utc: str = field(default_factory=utc_now)
     setup_done_monotonic: Optional[float] = None  # when protocol.SETUP_DONE_CHECK passed
     seq: int = 0
@@ -79,7 +93,13 @@ class RunState:
     predictions: Optional[dict] = None
     specimen: Optional[dict] = None  # the spec as data, "synthetic" included
     offline_guard: Optional[contextlib.ExitStack] = None  # held open for the session with --offline
-    exit_status: Optional[int] = None
+    collected: list = field(default_factory=list)  # experiment node ids before any deselection
+    deselected: list = field(default_factory=list)  # experiment node ids deselected (-k, -m, --lf, ...)
+    planned: list = field(default_factory=list)  # experiment node ids after selection: the plan
+    plan_status: dict = field(default_factory=dict)  # partial_reasons, protocol_complete, optional_left_out
+    session_limit_skips: int = 0
+    acquisition_error: Optional[str] = None  # the full reason, printed once at the end
+    session_end: Optional[dict] = None
 
     def records_of(self, kind: str) -> list[dict]:
         return [r for r in self.records if r["kind"] == kind]
@@ -97,6 +117,7 @@ def pytest_addhooks(pluginmanager):
 def pytest_addoption(parser):
     group = parser.getgroup("inferlab", "inferlab experiment")
     group.addoption("--record-dir", dest="inferlab_record_dir", metavar="DIR", default=None, help=HELP["record_dir"])
+    group.addoption("--runs-dir", dest="inferlab_runs_dir", metavar="DIR", default=None, help=HELP["runs_dir"])
     group.addoption("--specimen", dest="inferlab_specimen", metavar="NAME", default=protocol.DEFAULT_SPECIMEN,
                     help=HELP["specimen"])
     group.addoption("--artifacts", dest="inferlab_artifacts", metavar="DIR", default=None, help=HELP["artifacts"])
@@ -124,36 +145,62 @@ def pytest_configure(config):
     except revised_criterion.RevisedCriterionError as error:
         raise pytest.UsageError(str(error)) from None
     raw_dir = config.getoption("inferlab_record_dir")
-    if raw_dir is None:
+    runs_dir = config.getoption("inferlab_runs_dir")
+    if raw_dir is None and runs_dir is None:
         return
-    record_dir = Path(raw_dir)
-    try:
-        check_record_dir(record_dir)
-    except RecordDirError as error:
-        raise pytest.UsageError(f"--record-dir: {error}") from None
+    if raw_dir is not None and runs_dir is not None:
+        raise pytest.UsageError("--record-dir and --runs-dir: give one of them, not both")
+    # Everything that can be checked without writing is checked first: a refused run writes nothing.
     specimen_spec = _load_specimen_spec(config)
     predictions = config.getoption("inferlab_predictions")
-    if predictions is not None and not Path(predictions).is_file():
-        raise pytest.UsageError(f"--predictions: file {predictions} does not exist")
+    if predictions is not None:
+        predictions = os.path.expanduser(predictions)
+        if not Path(predictions).is_file():
+            raise pytest.UsageError(f"--predictions: file {predictions} does not exist")
+    from inferlab import environment
 
-    record_dir.mkdir(parents=True, exist_ok=True)
+    command, command_how = environment.typed_command(getattr(sys, "orig_argv", None), sys.argv,
+                                                     config.invocation_params.args, config.invocation_params.dir)
+    claim = {"pid": os.getpid(), "hostname": socket.gethostname(), "claimed_utc": utc_now(), "command": command}
+    try:
+        if runs_dir is not None:
+            record_dir = claim_new_run_dir(Path(os.path.expanduser(runs_dir)),
+                                           _run_dir_name(specimen_spec.name, config.getoption("inferlab_plan")), claim)
+        else:
+            record_dir = Path(os.path.expanduser(raw_dir))
+            claim_record_dir(record_dir, claim)  # the first write of the run
+    except RecordDirError as error:
+        option = "--runs-dir" if runs_dir is not None else "--record-dir"
+        raise pytest.UsageError(f"{option}: {error}") from None
+
     (record_dir / TENSOR_DIR).mkdir(exist_ok=True)
     run = RunState(
         record_dir=record_dir,
         writer=JsonlWriter(record_dir / RECORDS_FILE),
         tensors=TensorStore(record_dir / TENSOR_DIR),
         command_line=list(sys.argv),
+        command=command,
+        command_how=command_how,
+        named_by_plugin=runs_dir is not None,
     )
     run.specimen = specimen_spec.as_dict()
     config.stash[RUN_KEY] = run
+    if run.signals.install():
+        config.pluginmanager.register(_StoppingListener(run.signals), STOPPING_LISTENER)
     if config.getoption("inferlab_offline"):
         # For the whole session, not only acquisition: hub offline flags on, every connection refused.
         from inferlab import specimen
 
         run.offline_guard = contextlib.ExitStack()
         run.offline_guard.enter_context(specimen.offline_mode())
-    run.predictions = _copy_predictions(predictions, record_dir)
-    _write_manifest(config, run, complete=False)
+    run.predictions = _copy_predictions(predictions, record_dir, config.rootpath)
+    _write_manifest(config, run, None)
+
+
+def _run_dir_name(specimen_name: str, plan: bool) -> str:
+    """<UTC time>-<specimen>, and -plan for a plan: `ls runs` tells specimens and plans apart."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{specimen_name}" + ("-plan" if plan else "")
 
 
 def _load_specimen_spec(config):
@@ -171,13 +218,17 @@ def _load_specimen_spec(config):
     return spec
 
 
-def _copy_predictions(source: Optional[str], record_dir: Path) -> dict:
-    """Copy the learner's predictions before any model computation; say so when there are none."""
+def _copy_predictions(source: Optional[str], record_dir: Path, root: Path) -> dict:
+    """Copy the learner's predictions before any model computation; say so when there are none, and
+    when the file is still the blank template (the run goes on either way)."""
+    from inferlab import predictions
+
     if source is None:
         return {"supplied": False, "note": "no predictions were supplied (--predictions FILE)"}
     source_path = Path(source)
     target = record_dir / PREDICTIONS_FILE
     shutil.copyfile(source_path, target)
+    text = target.read_text(encoding="utf-8", errors="replace")
     return {
         "supplied": True,
         "source": str(source_path.resolve()),
@@ -185,6 +236,7 @@ def _copy_predictions(source: Optional[str], record_dir: Path) -> dict:
         "sha256": sha256_file(target),
         "source_mtime_utc": _mtime_utc(source_path),
         "copied_at_utc": utc_now(),
+        **predictions.template_status(text, predictions.read_template(root)),
     }
 
 
@@ -225,6 +277,8 @@ def pytest_inferlab_record(config, record):
     run = get_run(config)
     run.writer.append(record)
     run.records.append(record)
+    if record["kind"] == "artifact_acquisition" and record.get("error"):
+        run.acquisition_error = str(record["error"])
 
 
 # --- collection: experiment items, bounds, plan ---------------------------------------------
@@ -238,14 +292,18 @@ def is_experiment(item) -> bool:
         return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k, -m, --deselect and --lf remove anything
 def pytest_collection_modifyitems(session, config, items):
     experiments = [item for item in items if is_experiment(item)]
     if not experiments:
         return
-    if get_run(config) is None:
+    run = get_run(config)
+    if run is None:
         raise pytest.UsageError(
-            "--record-dir DIR is required to run the experiments (use a new directory, e.g. runs/first)"
+            "--record-dir DIR (or --runs-dir DIR) is required to run the experiments (use a new directory, "
+            "e.g. runs/first)"
         )
+    run.collected = [item.nodeid for item in experiments]
     if not (hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer")):
         raise pytest.UsageError(
             f"this platform ({sys.platform}) has no POSIX interval timers, so the {protocol.TRIAL_LIMIT_S} s "
@@ -256,6 +314,13 @@ def pytest_collection_modifyitems(session, config, items):
             # func_only: the limit is for the trial itself, not the session fixtures (download, load)
             # that the first test to need them happens to set up.
             item.add_marker(pytest.mark.timeout(protocol.TRIAL_LIMIT_S, method="signal", func_only=True))
+
+
+def pytest_deselected(items):
+    experiments = [item for item in items if is_experiment(item)]
+    run = get_run(experiments[0].config) if experiments else None
+    if run is not None:
+        run.deselected.extend(item.nodeid for item in experiments)
 
 
 def plan_entries(items) -> list[dict]:
@@ -320,29 +385,81 @@ def plan_totals(entries: list[dict]) -> dict:
     return {name: totals.get(name, 0) for name in (*protocol.CAPS, "memory_forwards")}
 
 
-def build_plan(items) -> dict:
+def build_plan(items, config, run: RunState) -> dict:
+    """plan.json: the schedule, its totals against the caps, and every way it falls short of the protocol."""
     entries = plan_entries(items)
     totals = plan_totals(entries)
+    planned = [entry["test"] for entry in entries]
+    selection = _selection(config)
+    named_paths, named_tests = _named_experiment_paths(config)
+    parts = session_status.part_counts(session_status.experiment_parts(config.rootpath, EXPERIMENTS_DIR),
+                                       run.collected or planned, planned)
+    shortfalls, optional_notes = session_status.plan_shortfalls(totals, parts, named_tests)
+    core_deselected = [n for n in run.deselected if Path(session_status.file_of(n)).name
+                       not in session_status.OPTIONAL_EXPERIMENT_FILES]
+    partial_reasons = session_status.selection_reasons(selection, len(core_deselected), named_paths) + shortfalls
     return {
+        "mode": "plan" if config.getoption("inferlab_plan") else "run",
         "protocol": protocol.as_dict(),
         "schedule": entries,
         "totals": totals,
         "caps": dict(protocol.CAPS),
         "cap_violations": protocol.cap_violations(totals),
-        "shortfalls": protocol.shortfalls(totals),
+        "shortfalls": shortfalls,
+        "parts": parts,
+        "selection": {**selection, "named_paths": named_paths, "deselected": len(run.deselected)},
+        "protocol_complete": not partial_reasons,
+        "partial_reasons": partial_reasons,
+        "optional_left_out": optional_notes,
     }
+
+
+def _selection(config) -> dict:
+    """The options in effect that can shrink the schedule."""
+    option = config.option
+    last_failed = config.pluginmanager.get_plugin("lfplugin")  # None with -p no:cacheprovider
+    return {
+        "keyword": getattr(option, "keyword", "") or None,
+        "markexpr": getattr(option, "markexpr", "") or None,
+        "deselect": list(getattr(option, "deselect", None) or []),
+        # --lf narrows the run only when failures are on record; otherwise it runs everything.
+        "last_failed": bool(getattr(option, "lf", False) and last_failed is not None
+                            and getattr(last_failed, "lastfailed", None)),
+        "stepwise": bool(getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False)),
+    }
+
+
+def _named_experiment_paths(config) -> tuple[list[str], bool]:
+    """The command-line paths inside experiments/ when the folder as a whole was not named; node ids named?"""
+    root = (config.rootpath / EXPERIMENTS_DIR).resolve()
+    base = Path(config.invocation_params.dir)
+    whole, inside = False, []
+    for arg in config.args:
+        path = (base / arg.split("::")[0]).resolve()
+        if root == path or root.is_relative_to(path):
+            whole = whole or "::" not in arg
+        elif path.is_relative_to(root):
+            inside.append(arg)
+    if whole:
+        return [], False
+    return inside, any("::" in arg for arg in inside)
 
 
 def pytest_collection_finish(session):
     run = get_run(session.config)
     if run is None or not any(is_experiment(i) for i in session.items):
         return
-    plan = build_plan(session.items)
+    plan = build_plan(session.items, session.config, run)
+    run.planned = [entry["test"] for entry in plan["schedule"]]
+    run.plan_status = {name: plan[name] for name in ("protocol_complete", "partial_reasons", "optional_left_out")}
     write_json_atomic(run.record_dir / PLAN_FILE, plan)
     emit(session.config, "plan", None, {"file": PLAN_FILE, "totals": plan["totals"],
                                         "cap_violations": plan["cap_violations"],
                                         "shortfalls": plan["shortfalls"],
-                                        "tests": len(plan["schedule"])})
+                                        "tests": len(plan["schedule"]),
+                                        "mode": plan["mode"],
+                                        "protocol_complete": plan["protocol_complete"],
+                                        "partial_reasons": plan["partial_reasons"]})
     if plan["cap_violations"]:
         raise pytest.UsageError("the schedule exceeds the protocol's caps: " + "; ".join(plan["cap_violations"]))
 
@@ -368,7 +485,7 @@ def pytest_runtestloop(session):
         writer.line(f"{entry['index']:4d}  {category:16s} {spend:28s} {entry['test']}")
     writer.line("totals (planned/cap): " + ", ".join(f"{k}={v}/{plan['caps'].get(k, 'no cap')}"
                                                     for k, v in plan["totals"].items()))
-    for note in plan["shortfalls"]:
+    for note in plan["partial_reasons"]:
         writer.line(f"note: not the complete protocol: {note}")
     return True
 
@@ -385,6 +502,7 @@ def pytest_runtest_setup(item):
     if run.setup_done_monotonic is not None:
         elapsed = time.monotonic() - run.setup_done_monotonic
         if elapsed > protocol.SESSION_LIMIT_S:
+            run.session_limit_skips += 1
             pytest.skip(f"not run: the session limit of {protocol.SESSION_LIMIT_S} s after setup was reached "
                         f"({elapsed:.0f} s since '{protocol.SETUP_DONE_CHECK}' passed) before this test started")
     for marker in item.iter_markers("requires"):
@@ -412,7 +530,7 @@ def pytest_runtest_makereport(item, call):
         outcome = _outcome_name(report)
         longrepr = _longrepr_text(report)
         run.outcome_counts[outcome] += 1
-        emit(item.config, "test_outcome", item.nodeid, {
+        record = emit(item.config, "test_outcome", item.nodeid, {
             "outcome": outcome,
             "phase": report.when,
             "duration": report.duration,
@@ -421,9 +539,44 @@ def pytest_runtest_makereport(item, call):
             "check_kind": check_kind(item),
         })
         if outcome in ("failed", "error"):
-            run.failure_lines.append(f"{outcome.upper()} {item.nodeid}: {_first_line(longrepr)}")
+            run.failure_lines.append(f"{outcome.upper()} {item.nodeid} (full text: {RECORDS_FILE} seq {record['seq']})")
         _update_checks(run, item, report, outcome, longrepr)
+        _shorten_for_terminal(run, item, report, outcome, record["seq"])
     return report
+
+
+def _shorten_for_terminal(run: RunState, item, report, outcome: str, seq: int) -> None:
+    """Keep the terminal from repeating a failure's message under every test it stopped.
+
+    The records keep every text in full; only what pytest prints changes. A failed acquisition's
+    reason is printed once, in full, in the inferlab summary, with the next steps.
+    """
+    provides = {n for m in item.iter_markers("provides") for n in m.args}
+    if outcome == "failed" and "acquisition" in provides and run.acquisition_error:
+        report.longrepr = (f"The specimen could not be acquired. The reason and the next steps are printed once, "
+                           f"in full, in the inferlab summary below; the traceback is kept in {RECORDS_FILE} seq {seq}.")
+        return
+    if outcome != "skipped" or not (isinstance(report.longrepr, tuple) and len(report.longrepr) == 3):
+        return
+    path, lineno, reason = report.longrepr
+    shorter = str(reason)
+    for message, pointer in sorted(_known_messages(run).items(), key=lambda item: -len(item[0])):
+        shorter = shorter.replace(message, pointer)
+    if shorter != reason:
+        report.longrepr = (path, lineno, shorter)
+
+
+def _known_messages(run: RunState) -> dict:
+    """Failure messages printed once elsewhere in the output -> where: each failed check's reason
+    (pytest's FAILURES section) and the acquisition error (the inferlab summary)."""
+    found = {check["reason"]: "[its message: see FAILURES above]" for check in run.checks.values()
+             if check["status"] in ("failed", "error") and check.get("reason") and len(check["reason"]) > 40}
+    if run.acquisition_error:
+        found[run.acquisition_error] = "[the reason: see the inferlab summary below]"
+        for message in list(found):  # the failed check's message quotes the acquisition error
+            if run.acquisition_error in message and message != run.acquisition_error:
+                found[message] = "[the reason: see the inferlab summary below]"
+    return found
 
 
 def _outcome_name(report) -> str:
@@ -452,7 +605,7 @@ def _first_line(text: Optional[str]) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     # pytest puts the "E   ..." message lines near the end; prefer the first of them.
     messages = [line.strip()[1:].strip() for line in lines if line.lstrip().startswith("E ")]
-    return (messages[0] if messages else lines[-1])[:300]
+    return messages[0] if messages else lines[-1]
 
 
 def _update_checks(run: RunState, item, report, outcome: str, longrepr: Optional[str]) -> None:
@@ -480,20 +633,92 @@ def _update_checks(run: RunState, item, report, outcome: str, longrepr: Optional
 
 def pytest_unconfigure(config):
     run = get_run(config)
-    if run is not None and run.offline_guard is not None:
+    if run is None:
+        return
+    if run.offline_guard is not None:
         run.offline_guard.close()
+    run.signals.restore()
+    listener = config.pluginmanager.get_plugin(STOPPING_LISTENER)
+    if listener is not None:
+        config.pluginmanager.unregister(listener)
+
+
+class _StoppingListener:
+    """Tells the run's signal watch that pytest has the interrupt in hand (this hook carries no config)."""
+
+    def __init__(self, watch: SignalWatch):
+        self.watch = watch
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo):
+        self.watch.stopping = True
 
 
 def pytest_sessionfinish(session, exitstatus):
     run = get_run(session.config)
     if run is None:
         return
-    run.exit_status = int(exitstatus)
-    interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
-    if not session.config.getoption("inferlab_plan"):
-        _write_report(session.config, run)
+    config = session.config
+    run.signals.finishing = True  # from here a signal is noted, and does not tear the final records
+    run.session_end = _session_end(session, run, exitstatus)
+    if run.session_end["interrupted"]:
+        # pytest may not know: a second Ctrl-C inside its own interrupt handling used to leave exit status 0.
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    emit(config, "session_end", None, run.session_end)  # before the report, which reads it
+    if not config.getoption("inferlab_plan"):
+        _write_report(config, run)
     run.writer.close()
-    _write_manifest(session.config, run, complete=not interrupted)
+    if run.named_by_plugin:
+        _add_outcome_suffix(run)
+    _write_manifest(config, run, run.session_end)
+
+
+def _session_end(session, run: RunState, exitstatus) -> dict:
+    """The session_end record (schema 1): how the session ended, and whether that is the complete protocol."""
+    config = session.config
+    try:
+        code_name = pytest.ExitCode(int(exitstatus)).name
+    except ValueError:
+        code_name = f"exit status {int(exitstatus)}"
+    signals = list(run.signals.received)
+    if signals:
+        code_name = pytest.ExitCode.INTERRUPTED.name
+    reason = session_status.stop_reason(
+        exit_code_name=code_name, signals=signals, should_stop=session.shouldstop, should_fail=session.shouldfail,
+        tests_failed=session.testsfailed, session_limit_skips=run.session_limit_skips)
+    with_outcome = {r["test"] for r in run.records if r["kind"] == "test_outcome"}
+    end = session_status.session_end_fields(
+        exit_status=int(pytest.ExitCode.INTERRUPTED) if signals else int(exitstatus), exit_code_name=code_name,
+        signals=signals, collect_only=bool(config.option.collectonly), plan_only=bool(config.getoption("inferlab_plan")),
+        stopped_reason=reason, planned=run.planned, with_outcome=with_outcome,
+        partial_reasons=run.plan_status.get("partial_reasons", []) if run.planned else
+        ["no experiment test was collected"],
+        optional_notes=run.plan_status.get("optional_left_out", []))
+    end["status"] = session_status.status_line(end, dict(run.outcome_counts))
+    return end
+
+
+def _add_outcome_suffix(run: RunState) -> None:
+    """A run made under --runs-dir gets -failed, -partial or -incomplete in its name when that is how it ended."""
+    end = run.session_end
+    if end["plan_only"]:
+        return
+    if end["interrupted"] or end["stopped_early"] or end["collect_only"] or end["tests_without_outcome"]:
+        suffix = "-incomplete"
+    elif run.outcome_counts.get("failed") or run.outcome_counts.get("error") or end["exit_code_name"] != "OK":
+        suffix = "-failed"
+    elif not end["protocol_complete"]:
+        suffix = "-partial"
+    else:
+        return
+    target = run.record_dir.with_name(run.record_dir.name + suffix)
+    if target.exists():
+        return
+    try:
+        os.rename(run.record_dir, target)
+    except OSError:
+        return  # the name stays; the manifest and the terminal give the real one
+    run.record_dir = target
 
 
 def _write_report(config, run: RunState) -> None:
@@ -506,19 +731,33 @@ def _write_report(config, run: RunState) -> None:
         emit(config, "report_error", None, {"error": f"{type(error).__name__}: {error}"})
 
 
-def _write_manifest(config, run: RunState, complete: bool) -> None:
+STARTED_STATUS = ("started: this is the manifest written when the run began; if it still says so, the session "
+                  "never reached its end (killed, or crashed)")
+
+
+def _write_manifest(config, run: RunState, end: Optional[dict]) -> None:
+    """manifest.json: at the start with complete false; at the end with how the session ended and every file."""
     from inferlab import environment
 
     root = config.rootpath
     manifest = {
-        "complete": complete,
-        "exit_status": run.exit_status,
+        "mode": "plan" if config.getoption("inferlab_plan") else "run",
+        "complete": bool(end and end["complete"]),
+        "status": end["status"] if end else STARTED_STATUS,
+        "exit_status": end["exit_status"] if end else None,
+        "exit_code_name": end["exit_code_name"] if end else None,
+        "session_end": end,
+        "signals_during_finish": list(run.signals.during_finish),
         "outcome_counts": dict(run.outcome_counts),
+        "command": run.command,
+        "command_reconstructed_from": run.command_how,
+        "argv": run.command_line,
         "command_line": run.command_line,
         "invocation_dir": str(config.invocation_params.dir),
         "started_utc": run.started_utc,
-        "ended_utc": utc_now() if run.exit_status is not None else None,
+        "ended_utc": utc_now() if end else None,
         "record_dir": str(run.record_dir),
+        "claim": CLAIM_FILE,
         "specimen": run.specimen,
         "options": {
             "artifacts": config.getoption("inferlab_artifacts"),
@@ -529,12 +768,13 @@ def _write_manifest(config, run: RunState, complete: bool) -> None:
         "predictions": run.predictions,
         "pytest": {"version": pytest.__version__, "plugins": _plugin_versions(config)},
         "torch_threads": environment.torch_threads(run.thread_request),
+        "torch_build": environment.torch_build(),
         **environment.environment_record(root),
         "checks": run.checks,
         "protocol": protocol.as_dict(),
     }
     config.hook.pytest_inferlab_manifest(config=config, manifest=manifest)
-    if run.exit_status is not None:
+    if end is not None:
         manifest["files"] = file_inventory(run.record_dir, exclude=(MANIFEST_FILE,))
     write_json_atomic(run.record_dir / MANIFEST_FILE, manifest)
 
@@ -543,10 +783,19 @@ def _plugin_versions(config) -> dict:
     return {dist.project_name: dist.version for _, dist in config.pluginmanager.list_plugin_distinfo()}
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The inferlab summary comes last, after pytest's short summary, so its final line ends the output."""
+    result = yield
     run = get_run(config)
-    if run is None:
-        return
+    if run is not None:
+        _write_summary(terminalreporter, run)
+    return result
+
+
+def _write_summary(terminalreporter, run: RunState) -> None:
+    from inferlab import guidance
+
     write = terminalreporter.write_line
     terminalreporter.section("inferlab")
     write(f"record dir: {run.record_dir}")
@@ -554,8 +803,29 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     write(f"outcomes: {counts}")
     for line in run.failure_lines:
         write(line)
+    predictions = run.predictions or {}
+    plan_only = bool(run.session_end and run.session_end["plan_only"])
+    if predictions.get("template_unanswered"):
+        write(f"predictions: {predictions['source']} is still the unanswered template "
+              f"({predictions['template_check']}). The run goes on, and the manifest says so; the lab asks for "
+              f"your predictions before you look at any output.")
+    elif not predictions.get("supplied") and not plan_only:
+        write("predictions: none supplied (--predictions FILE); the lab asks for them before you look at any output")
+    acquisition = run.checks.get("acquisition") or {}
+    if acquisition.get("status") in ("failed", "error"):
+        write("")
+        write("The specimen could not be acquired, so nothing was measured. The reason:", bold=True)
+        for line in (run.acquisition_error or acquisition.get("reason") or "(not recorded)").splitlines():
+            write(f"  {line}")
+        write("Next steps:", bold=True)
+        for number, step in enumerate(guidance.acquisition_next_steps(run.specimen), start=1):
+            write(f"  {number}. {step}")
+        write("")
     if (run.record_dir / REPORT_FILE).exists():
         write(f"report: {run.record_dir / REPORT_FILE}")
+    if run.session_end is not None:
+        write(f"inferlab: {run.session_end['status']}", bold=True,
+              red=not run.session_end["complete"] and not run.session_end["plan_only"])
 
 
 # --- fixtures ------------------------------------------------------------------------------

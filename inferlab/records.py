@@ -1,6 +1,7 @@
 """Writers for a run's record directory: JSON Lines as they happen, whole files atomically.
 
 Layout of a record directory:
+    claim.json           written first, with O_EXCL: this run owns the directory (who, when, the command)
     records.jsonl        one JSON object per line, appended, flushed and fsynced per record
     manifest.json        environment and file hashes, rewritten atomically at start and end
     plan.json            the ordered schedule (with --plan, and in every run)
@@ -12,6 +13,7 @@ Layout of a record directory:
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import math
@@ -20,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+CLAIM_FILE = "claim.json"
 RECORDS_FILE = "records.jsonl"
 MANIFEST_FILE = "manifest.json"
 PLAN_FILE = "plan.json"
@@ -29,7 +32,7 @@ TENSOR_DIR = "tensors"
 
 
 class RecordDirError(Exception):
-    """The record directory cannot be used (it exists with content, or is not a directory)."""
+    """The record directory cannot be used: it has content, is claimed, is not a directory, or cannot be made."""
 
 
 def utc_now() -> str:
@@ -46,6 +49,81 @@ def check_record_dir(path: Path) -> None:
             f"record dir {path} already exists and is not empty; an earlier run is never "
             f"overwritten: choose a new directory"
         )
+
+
+def _os_reason(error: OSError, path: Path) -> str:
+    """Why the OS refused, in words, naming an ancestor that is a file rather than a directory."""
+    for ancestor in path.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                return f"{ancestor} is a file, not a directory"
+            break
+    name = errno.errorcode.get(error.errno, "")
+    return f"{error.strerror or error}" + (f" ({name})" if name else "")
+
+
+def claim_record_dir(path: Path, claim: dict) -> Path:
+    """Make `path` this run's record dir: refuse a non-empty one, then create CLAIM_FILE with O_EXCL.
+
+    The claim is the first thing a run writes there. Of two runs started together into one new
+    directory, exactly one creates the claim; the other is refused before it writes anything.
+    Returns the path of the claim file. Raises RecordDirError naming the path and the reason.
+    """
+    path = Path(path)
+    check_record_dir(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecordDirError(f"record dir {path} cannot be created: {_os_reason(error, path)}") from None
+    claim_path = path / CLAIM_FILE
+    try:
+        fd = os.open(claim_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        raise RecordDirError(f"record dir {path} is already claimed by another run ({_claim_owner(claim_path)}); "
+                             f"an earlier run is never overwritten: choose a new directory") from None
+    except OSError as error:
+        raise RecordDirError(f"record dir {path} cannot be written: {_os_reason(error, path)}") from None
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(json.dumps(jsonable(claim), ensure_ascii=True, indent=2) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    others = sorted(name for name in os.listdir(path) if name != CLAIM_FILE)
+    if others:  # something else wrote here between the emptiness check and the claim
+        claim_path.unlink()
+        raise RecordDirError(f"record dir {path} gained other files while this run claimed it ({others[:3]}); "
+                             f"choose a new directory")
+    return claim_path
+
+
+def _claim_owner(claim_path: Path) -> str:
+    try:
+        owner = json.loads(claim_path.read_text(encoding="ascii"))
+        return f"pid {owner.get('pid')} on {owner.get('hostname')}, claimed at {owner.get('claimed_utc')}"
+    except (OSError, ValueError, AttributeError):
+        return f"{claim_path.name} exists"
+
+
+def claim_new_run_dir(parent: Path, base_name: str, claim: dict) -> Path:
+    """Create and claim a new directory parent/base_name, or base_name-2, -3, ... if that name is taken.
+
+    mkdir is atomic, so two runs started in the same second still get two directories.
+    """
+    parent = Path(parent)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecordDirError(f"runs dir {parent} cannot be created: {_os_reason(error, parent)}") from None
+    for number in range(1, 1000):
+        candidate = parent / (base_name if number == 1 else f"{base_name}-{number}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise RecordDirError(f"record dir {candidate} cannot be created: {_os_reason(error, candidate)}") from None
+        claim_record_dir(candidate, claim)
+        return candidate
+    raise RecordDirError(f"runs dir {parent}: names {base_name} to {base_name}-999 are all taken")
 
 
 def jsonable(value: Any, on_unserialisable: Optional[Callable[[str], None]] = None) -> Any:

@@ -147,9 +147,6 @@ class _Verifier:
         self.manifest = self._read_json(path, "missing; no file can be checked against it")
         if self.manifest is None:
             return
-        if self.manifest.get("complete") is not True:
-            self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r}, expected true "
-                         f"(the session did not finish, or was interrupted)")
         if self.manifest.get("exit_status") is None:
             self.problem(f"{MANIFEST_FILE}: exit_status is null, expected the session's exit status")
         listed = self.manifest.get("files")
@@ -278,8 +275,10 @@ class _Verifier:
         totals = self.plan.get("totals") or {}
         for violation in protocol.cap_violations(totals):
             self.problem(f"{PLAN_FILE}: {violation}")
-        for shortfall in protocol.shortfalls(totals):
-            self.problem(f"{PLAN_FILE}: not the complete protocol: {shortfall}")
+        # The totals are rechecked here; the plan's own reasons add the parts, options and paths.
+        reasons = protocol.shortfalls(totals) + list(self.plan.get("partial_reasons") or [])
+        for reason in dict.fromkeys(reasons):
+            self.problem(f"{PLAN_FILE}: not the complete protocol: {reason}")
         schedule = self.plan.get("schedule") or []
         ran = {r.get("test") for r in self.of_kind("test_outcome")}
         for entry in schedule:
@@ -298,6 +297,31 @@ class _Verifier:
         first_seen = list(dict.fromkeys(run_order))
         if first_seen != sorted(first_seen):
             self.problem(f"{RECORDS_FILE}: tests did not run in the order of {PLAN_FILE}")
+
+    # 4b) how the session ended
+    def check_session_end(self) -> None:
+        ends = self.of_kind("session_end")
+        if not ends:
+            self.problem(f"{RECORDS_FILE}: no session_end record: the session never reached its end (it was killed "
+                         f"or crashed), so nothing here may be called complete")
+            return
+        if len(ends) > 1:
+            self.problem(f"{RECORDS_FILE}: {len(ends)} session_end records, expected exactly 1")
+        end = ends[-1]
+        if end.get("plan_only"):
+            self.problem(f"{RECORDS_FILE}: session_end says this is a plan, but the records hold test outcomes")
+        if end.get("interrupted") or end.get("stopped_early"):
+            self.problem(f"session_end: the run did not finish: {end.get('stop_reason')}")
+        if end.get("collect_only"):
+            self.problem("session_end: collect only (--co): no test ran")
+        if end.get("exit_code_name") not in ("OK", "TESTS_FAILED"):
+            self.problem(f"session_end: exit status {end.get('exit_status')} ({end.get('exit_code_name')})")
+        missing = end.get("tests_without_outcome") or []
+        if missing:
+            self.problem(f"session_end: {len(missing)} planned test(s) have no outcome, e.g. {missing[0]}")
+        if self.manifest is not None and self.manifest.get("complete") != end.get("complete"):
+            self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r} but session_end says "
+                         f"{end.get('complete')!r}")
 
     # 5) counts per kind
     def check_kinds(self) -> None:
@@ -509,20 +533,60 @@ class _Verifier:
                 if digest != ref["sha256"]:
                     self.problem(f"{where}: {relative}[{ref['key']}] sha256 {digest}, record says {ref['sha256']}")
 
+    # a plan folder: a schedule, and nothing that ran
+    def is_plan_folder(self) -> bool:
+        if self.manifest is not None and self.manifest.get("mode") == "plan":
+            return True
+        return any(r.get("plan_only") for r in self.of_kind("session_end")) or \
+            any(r.get("mode") == "plan" for r in self.of_kind("plan"))
+
+    def check_plan_folder(self) -> None:
+        self.plan = self._read_json(self.dir / PLAN_FILE, "missing")
+        if len(self.of_kind("plan")) != 1:
+            self.problem(f"{RECORDS_FILE}: {len(self.of_kind('plan'))} plan record(s), expected exactly 1")
+        ends = self.of_kind("session_end")
+        if len(ends) != 1:
+            self.problem(f"{RECORDS_FILE}: {len(ends)} session_end record(s), expected exactly 1"
+                         + (" (the plan was never finished)" if not ends else ""))
+        elif not ends[0].get("plan_only"):
+            self.problem("session_end: plan_only is not true in a folder whose manifest says it is a plan")
+        ran = [r for r in self.records if r.get("kind") not in ("plan", "session_end")]
+        if ran:
+            self.problem(f"{RECORDS_FILE}: a plan folder holds {len(ran)} record(s) besides the plan, e.g. "
+                         f"{ran[0].get('kind')!r} (seq {ran[0].get('seq')})")
+        if self.plan is not None:
+            for violation in protocol.cap_violations(self.plan.get("totals") or {}):
+                self.problem(f"{PLAN_FILE}: {violation}")
+
     def run(self) -> dict:
         self.check_manifest_and_files()
-        if self.check_records_file() or self.records:
+        readable = self.check_records_file() or bool(self.records)
+        plan_folder = readable and self.is_plan_folder()
+        if plan_folder:
+            self.check_plan_folder()
+            return self.result(plan_folder=True)
+        if self.manifest is not None and self.manifest.get("complete") is not True:
+            self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r}, expected true "
+                         f"(the session did not finish, was interrupted, or is not the complete protocol: "
+                         f"{self.manifest.get('status', 'no status recorded')})")
+        if readable:
             self.check_outcome_evidence()
             self.check_plan()
+            self.check_session_end()
             self.check_kinds()
             self.check_generation()
             self.check_timing()
             self.check_budgets()
             self.check_report()
             self.check_tensors()
+        return self.result(plan_folder=False)
+
+    def result(self, plan_folder: bool) -> dict:
         outcomes = collections.Counter(r.get("outcome") for r in self.of_kind("test_outcome"))
         return {
             "record_dir": str(self.dir),
+            "plan_folder": plan_folder,
+            "planned_tests": len((self.plan or {}).get("schedule") or []),
             "ok": not self.problems,
             "problems": list(self.problems),
             "explained_gaps": list(self.notes),
@@ -656,6 +720,36 @@ def _environment_differences(manifest_a: dict, manifest_b: dict) -> list[dict]:
     return rows
 
 
+def _artifact_rows(records: list[dict]) -> dict:
+    """name -> the last artifact_file record's {sha256, size} (what the run verified, or found wrong)."""
+    return {r.get("name"): {"sha256": r.get("sha256"), "size": r.get("size")}
+            for r in records if r.get("kind") == "artifact_file"}
+
+
+def _artifact_differences(records_a: list[dict], records_b: list[dict]) -> list[dict]:
+    """Every artifact file of either run, with its hash and size in each and whether they are the same."""
+    a, b = _artifact_rows(records_a), _artifact_rows(records_b)
+    names = list(dict.fromkeys([*protocol.ALLOWLISTED_FILES, *sorted(n for n in {*a, *b} if n is not None)]))
+    rows = []
+    for name in names:
+        x, y = a.get(name), b.get(name)
+        if x is None and y is None:
+            status = "no artifact_file record in either dir"
+        elif x is None or y is None:
+            status = "missing in " + ("DIR1" if x is None else "DIR2")
+        elif x == y:
+            status = "equal"
+        else:
+            status = "differ"
+        rows.append({"file": name, "dir1": x, "dir2": y, "equal": status == "equal", "status": status})
+    methods = [next((r.get("acquisition") for r in reversed(records) if r.get("kind") == "artifact_acquisition"),
+                    None) for records in (records_a, records_b)]
+    if methods[0] != methods[1]:
+        rows.append({"file": "(acquisition)", "dir1": methods[0], "dir2": methods[1], "equal": False,
+                     "status": "differ"})
+    return rows
+
+
 def compare(dir_a: Path, dir_b: Path) -> dict:
     """Compare two record dirs: {generation, timing_ids, tensors, timing_ratios, environment} rows (reports only)."""
     a, b = _load_for_compare(Path(dir_a)), _load_for_compare(Path(dir_b))
@@ -686,6 +780,7 @@ def compare(dir_a: Path, dir_b: Path) -> dict:
         "timing_ids": _id_agreement(timing_rows(a), timing_rows(b), timing_order),
         "tensors": _tensor_agreement(a["dir"], b["dir"]),
         "timing_ratios": ratios,
+        "artifacts": _artifact_differences(a["records"], b["records"]),
         "environment": _environment_differences(a["manifest"], b["manifest"]),
     }
 
@@ -720,6 +815,17 @@ def format_compare(result: dict) -> str:
         cache = "cache_on " if row["use_cache"] else "cache_off"
         lines.append(f"  {row['prompt_id']:<5} {cache} {row['metric']:<27} dir1={_fmt(row['median_dir1'])} s  "
                      f"dir2={_fmt(row['median_dir2'])} s  ratio={_fmt(row['ratio_dir2_over_dir1'])}")
+    artifacts = result.get("artifacts") or []
+    equal = sum(1 for row in artifacts if row["equal"])
+    lines += ["", f"artifacts (sha256 and size of every file each run verified): {equal} of {len(artifacts)} equal"]
+    for row in artifacts:
+        if row["equal"]:
+            lines.append(f"  {row['file']}  equal  sha256={row['dir1']['sha256']}")
+            continue
+        lines.append(f"  {row['file']}  {row['status']}")
+        if row["status"] == "differ":
+            lines.append(f"    dir1: {_fmt(row['dir1'])}")
+            lines.append(f"    dir2: {_fmt(row['dir2'])}")
     lines += ["", "environment differences"]
     if not result["environment"]:
         lines.append("  none (platform, distributions, thread environment, git, specimen, lock and deviations agree)")

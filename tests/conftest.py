@@ -10,6 +10,13 @@ import pytest
 from inferlab import specimen, standin
 
 
+def pytest_configure(config):
+    # pytester runs the plugin's own test suites. It is loaded here, for tests/ only and never for
+    # --help, so that a learner's `pytest --help` lists inferlab's options and not pytester's.
+    if not config.option.help and not config.pluginmanager.has_plugin("pytester"):
+        config.pluginmanager.import_plugin("pytester")
+
+
 @pytest.fixture(scope="session")
 def standin_spec():
     """The stand-in's spec as pinned in artifacts/standin.json."""

@@ -12,6 +12,7 @@ measurements of anything.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -122,6 +123,7 @@ class RunBuilder:
         self.outcomes: dict[str, int] = {}
         self.specimen = specimen
         self.synthetic = synthetic
+        self.session_end: Optional[dict] = None
         self._write_manifest(final=False)
 
     def emit(self, kind: str, test: Optional[str], **fields) -> dict:
@@ -172,12 +174,46 @@ class RunBuilder:
             "checks": {"specimen": {"status": "passed"}} if final else {},
             "protocol": protocol.as_dict(),
         }
+        # Fields the plugin added later (schema 1 and 3 of the agreed record schemas).
+        manifest.update({
+            "mode": "run",
+            "status": self.session_end["status"] if final and self.session_end else "started",
+            "exit_code_name": ("TESTS_FAILED" if self.outcomes.get("failed") else "OK") if final else None,
+            "session_end": self.session_end if final else None,
+            "command": " ".join(manifest["command_line"]),
+            "argv": manifest["command_line"],
+        })
+        if final and self.session_end is not None:
+            manifest["complete"] = self.session_end["complete"]
         if final:
             manifest["files"] = file_inventory(self.dir, exclude=(MANIFEST_FILE,))
         write_json_atomic(self.dir / MANIFEST_FILE, manifest)
 
+    def end_session(self, **overrides) -> dict:
+        """The session_end record (schema 1) of a session that ran its whole plan, unless overridden."""
+        planned = [entry["test"] for entry in json.loads((self.dir / PLAN_FILE).read_text())["schedule"]]
+        with_outcome = {r["test"] for r in self.written if r["kind"] == "test_outcome"}
+        fields = {
+            "exit_status": 1 if self.outcomes.get("failed") else 0,
+            "exit_code_name": "TESTS_FAILED" if self.outcomes.get("failed") else "OK",
+            "interrupted": False, "signals": [], "stopped_early": False, "stop_reason": None,
+            "collect_only": False, "plan_only": False,
+            "tests_planned": len(planned),
+            "tests_with_outcome": sum(1 for t in planned if t in with_outcome),
+            "tests_without_outcome": [t for t in planned if t not in with_outcome],
+            "protocol_complete": True, "partial_reasons": [], "optional_left_out": [],
+        }
+        fields.update(overrides)
+        fields.setdefault("complete", not fields["interrupted"] and not fields["stopped_early"]
+                          and not fields["tests_without_outcome"] and fields["protocol_complete"])
+        fields.setdefault("status", "the session reached its end" if fields["complete"] else "did not finish")
+        self.session_end = fields
+        return self.emit("session_end", None, **fields)
+
     def finish(self) -> Path:
         """Close the records, write the report (as the plugin does at session end), then the final manifest."""
+        if self.session_end is None:
+            self.end_session()
         self.writer.close()
         report.write_report(self.dir)
         self._write_manifest(final=True)
@@ -576,7 +612,8 @@ def build_rich_run(directory: Path, session_end: Optional[dict] = None, transfor
     edit_manifest(directory, command=TYPED_COMMAND)
 
     def change(records):
-        records = new_evidence_records(records, **evidence)
+        # build_complete_run already ended its session; this run's own session_end replaces that one
+        records = new_evidence_records([r for r in records if r["kind"] != "session_end"], **evidence)
         if transform is not None:
             records = transform(records)
         if session_end is not False:
@@ -590,5 +627,49 @@ def build_rich_run(directory: Path, session_end: Optional[dict] = None, transfor
 def build_failed_run_ended(directory: Path) -> Path:
     """build_failed_run with check kinds and a session_end record, as the current plugin writes it."""
     build_failed_run(directory)
-    rewrite_records(directory, lambda records: with_check_kinds(records) + [session_end_record(records)])
+    def change(records):
+        records = with_check_kinds([r for r in records if r["kind"] != "session_end"])
+        return records + [session_end_record(records)]
+
+    rewrite_records(directory, change)
     return rerender(directory)
+
+
+def build_plan_folder(directory: Path) -> Path:
+    """What --plan leaves: the start manifest, plan.json, a plan record and a plan_only session_end; no report."""
+    run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False)
+    run.write_plan(all_nodeids())
+    planned = [t for t, _ in all_nodeids()]
+    run.end_session(exit_status=0, exit_code_name="OK", plan_only=True, tests_with_outcome=0,
+                    tests_without_outcome=planned, complete=False, status="a PLAN only")
+    run.writer.close()
+    run._write_manifest(final=True)
+    manifest = json.loads((run.dir / MANIFEST_FILE).read_text())
+    manifest.update(mode="plan", complete=False, exit_status=0, exit_code_name="OK")
+    manifest["options"]["plan"] = True
+    write_json_atomic(run.dir / MANIFEST_FILE, manifest)
+    return run.dir
+
+
+def kill_after(directory: Path, tests_done: int) -> Path:
+    """Truncate a built run to what a SIGKILL after `tests_done` test outcomes leaves: records up to that
+    point, no session_end, no report, and the start manifest (complete false, no file inventory)."""
+    directory = Path(directory)
+    lines = (directory / RECORDS_FILE).read_text().splitlines(keepends=True)
+    kept, outcomes = [], 0
+    for line in lines:
+        if outcomes >= tests_done:
+            break
+        kept.append(line)
+        outcomes += json.loads(line)["kind"] == "test_outcome"
+    (directory / RECORDS_FILE).write_text("".join(kept), encoding="ascii")
+    (directory / "report.md").unlink(missing_ok=True)
+    for plot in directory.glob("*.png"):
+        plot.unlink()
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    for name in ("files", "session_end"):
+        manifest.pop(name, None)
+    manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, outcome_counts={},
+                    status="started")
+    write_json_atomic(directory / MANIFEST_FILE, manifest)
+    return directory

@@ -109,8 +109,14 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     ids = [entry["test"].split("[")[-1].rstrip("]") for entry in plan["schedule"]
            if "test_generation_trial" in entry["test"]]
     assert ids == [trial.test_id for trial in protocol.generation_trials()]
-    assert [r["kind"] for r in records(project.path / "run")] == ["plan"]
+    assert [r["kind"] for r in records(project.path / "run")] == ["plan", "session_end"]
     result.stdout.fnmatch_lines(["*test_generation_trial[[]P1-S2-seed23[]]*"])
+    from inferlab import verify
+
+    checked = verify.verify(project.path / "run")  # a plan folder says it is one, and verify knows it
+    assert checked["problems"] == [] and checked["plan_folder"] is True
+    manifest = json.loads((project.path / "run" / "manifest.json").read_text())
+    assert manifest["mode"] == "plan" and manifest["complete"] is False and not (project.path / "run" / "report.md").exists()
 
 
 REPLAY_SCRIPT = r'''
@@ -228,3 +234,74 @@ def test_offline_stand_in_run_needs_no_network_and_proves_the_block(project):
     assert next(r for r in found if r["kind"] == "generation")["status"] == "ok"
     manifest = json.loads((project.path / "run" / "manifest.json").read_text())
     assert manifest["options"]["network_blocked_for_session"] is True
+
+
+# --- the newcomer's first failure, and partial runs (issues 17.2, 15.2, 15.3, 15.12) -------------------
+
+
+def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(project, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", closed_loopback_endpoint())
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run")
+    output = result.stdout.str() + result.stderr.str()
+    found = records(project.path / "run")
+    error = next(r for r in found if r["kind"] == "artifact_acquisition")["error"]
+    assert output.count("Connection refused") == 1 and error in output
+    skip_reason = outcome(found, "test_model_load")["skip_reason"]  # the records keep every reason uncut
+    assert error in skip_reason and len(skip_reason) > 300
+    from inferlab import guidance, specimen
+
+    steps = guidance.acquisition_next_steps(specimen.load_spec("pythia-14m").as_dict())
+    lines = result.stdout.lines
+    start = lines.index("Next steps:")
+    assert [line.strip() for line in lines[start + 1:start + 1 + len(steps)]] == \
+        [f"{n}. {step}" for n, step in enumerate(steps, start=1)]
+    assert lines.index("Next steps:") > next(i for i, line in enumerate(lines) if error in line)
+    assert result.stdout.lines[-2].startswith("inferlab: the session reached its end: all 105 planned tests")
+
+
+def plan_of(project, *args) -> tuple[dict, object]:
+    result = project.runpytest_subprocess("--record-dir", "plan", "--plan", *args)
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    return json.loads((project.path / "plan" / "plan.json").read_text()), result
+
+
+def test_a_keyword_selection_is_a_partial_plan_counted_per_protocol_part(project):
+    plan, result = plan_of(project, "experiments", "-k", "test_10_specimen")
+    assert plan["protocol_complete"] is False
+    deselected = sum(part["collected"] - part["planned"] for part in plan["parts"] if not part["optional"])
+    assert plan["partial_reasons"][0] == f"-k 'test_10_specimen' deselected {deselected} protocol test(s)"
+    core = [part for part in plan["parts"] if not part["optional"] and part["file"] != "experiments/test_10_specimen.py"]
+    for part in core:  # every core part is counted, not only generation and timing
+        assert any(s.startswith(f"{part['file']} (") and f"0 of its {part['collected']} tests planned" in s
+                   for s in plan["shortfalls"]), (part, plan["shortfalls"])
+    assert plan["optional_left_out"] and "test_70_batching.py" in plan["optional_left_out"][0]
+    end = [r for r in records(project.path / "plan") if r["kind"] == "session_end"][0]
+    assert end["plan_only"] is True and end["complete"] is False
+    result.stdout.fnmatch_lines(["inferlab: a PLAN only (12 tests planned)*PARTIAL, not the complete protocol: -k*"])
+
+
+def test_one_experiment_file_alone_is_a_partial_plan(project):
+    plan, _ = plan_of(project, "experiments/test_30_sampling.py")
+    assert "the command named experiments/test_30_sampling.py instead of the whole experiments folder" \
+        in plan["partial_reasons"]
+    assert any(s.startswith("experiments/test_40_cache.py (") and "not collected" in s for s in plan["shortfalls"])
+
+
+def test_leaving_out_only_the_optional_batching_keeps_the_protocol_complete(project):
+    plan, _ = plan_of(project, "experiments", "-m", "not batching")
+    assert plan["protocol_complete"] is True and plan["partial_reasons"] == []
+    assert len(plan["optional_left_out"]) == 1 and "deselected" in plan["optional_left_out"][0]
+
+
+def test_last_failed_after_a_failed_run_is_partial_and_never_complete(project, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", closed_loopback_endpoint())
+    first = project.runpytest_subprocess("experiments", "--record-dir", "first", "-p", "cacheprovider")
+    assert first.ret == pytest.ExitCode.TESTS_FAILED
+    again = project.runpytest_subprocess("experiments", "--record-dir", "again", "--lf")
+    assert again.ret == pytest.ExitCode.TESTS_FAILED
+    end = [r for r in records(project.path / "again") if r["kind"] == "session_end"][0]
+    assert end["tests_planned"] == 1 and end["complete"] is False
+    assert end["partial_reasons"][0] == "--lf: only the tests that failed last time were collected and run"
+    manifest = json.loads((project.path / "again" / "manifest.json").read_text())
+    assert manifest["complete"] is False and "PARTIAL" in manifest["status"]
+    again.stdout.fnmatch_lines(["inferlab: *PARTIAL, not the complete protocol: --lf*"])

@@ -35,6 +35,17 @@ def outcomes_by_test(records: list[dict]) -> dict:
     return {r["test"].split("::")[-1]: r for r in records if r["kind"] == "test_outcome"}
 
 
+def session_end(record_dir: Path) -> dict:
+    """The run's one session_end record; it is written before the report, so a report exists after it."""
+    ends = [r for r in read_records(record_dir) if r["kind"] == "session_end"]
+    assert len(ends) == 1, ends
+    return ends[0]
+
+
+def manifest_of(record_dir: Path) -> dict:
+    return json.loads((record_dir / "manifest.json").read_text())
+
+
 def test_failing_test_is_recorded_with_its_longrepr(suite):
     write_experiment(suite, (
         "def test_measures(record):\n"
@@ -51,10 +62,14 @@ def test_failing_test_is_recorded_with_its_longrepr(suite):
     assert outcome["outcome"] == "failed" and outcome["phase"] == "call"
     assert "measured 3, expected 4" in outcome["longrepr"]
     manifest = json.loads((suite.path / "run" / "manifest.json").read_text())
-    assert manifest["complete"] is True and manifest["exit_status"] == 1
+    assert manifest["exit_status"] == 1 and manifest["exit_code_name"] == "TESTS_FAILED"
+    end = manifest["session_end"]
+    assert (end["interrupted"], end["stopped_early"], end["tests_without_outcome"]) == (False, False, [])
+    # One test is not the protocol: the session reached its end, but nothing here is "complete".
+    assert end["protocol_complete"] is False and manifest["complete"] is False
     assert manifest["outcome_counts"] == {"failed": 1}
     assert "records.jsonl" in manifest["files"] and "report.md" in manifest["files"]
-    result.stdout.fnmatch_lines(["*FAILED*test_measures*measured 3, expected 4*"])
+    result.stdout.fnmatch_lines(["*AssertionError: measured 3, expected 4*", "*FAILED*test_measures*seq*"])
 
 
 def test_existing_nonempty_record_dir_is_refused_and_untouched(suite):
@@ -72,7 +87,7 @@ def test_experiments_without_record_dir_are_refused(suite):
     write_experiment(suite, "def test_a():\n    pass\n")
     result = suite.runpytest("experiments")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--record-dir DIR is required*"])
+    result.stderr.fnmatch_lines(["*--record-dir DIR*is required*"])
 
 
 def test_sigint_mid_session_leaves_valid_records_and_incomplete_manifest(suite):
@@ -94,6 +109,10 @@ def test_sigint_mid_session_leaves_valid_records_and_incomplete_manifest(suite):
     manifest = json.loads((suite.path / "run" / "manifest.json").read_text())
     assert manifest["complete"] is False
     assert manifest["exit_status"] == int(pytest.ExitCode.INTERRUPTED)
+    end = session_end(suite.path / "run")
+    assert end["interrupted"] is True and end["signals"] == ["SIGINT"]
+    assert end["stop_reason"] == "interrupted by SIGINT"
+    assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_interrupted", "test_never_reached"]
 
 
 def test_timeout_is_a_recorded_failure_and_the_session_goes_on(suite):
@@ -164,7 +183,7 @@ def test_plan_lists_the_schedule_and_runs_nothing(suite):
     plan = json.loads((suite.path / "run" / "plan.json").read_text())
     assert [e["params"] for e in plan["schedule"]] == [{"seed": 17}, {"seed": 23}]
     assert plan["totals"]["generation_new_tokens"] == 32
-    assert [r["kind"] for r in read_records(suite.path / "run")] == ["plan"]
+    assert [r["kind"] for r in read_records(suite.path / "run")] == ["plan", "session_end"]
 
 
 def test_plan_refuses_a_schedule_over_the_caps(suite):
@@ -314,3 +333,261 @@ def test_outcomes_and_plan_say_whether_a_check_is_a_diagnostic(suite):
     plan = json.loads((suite.path / "run" / "plan.json").read_text())
     assert {e["test"].split("::")[-1]: e["check_kind"] for e in plan["schedule"]} == {
         "test_finding": "diagnostic", "test_harness": "integrity"}
+
+
+# --- how a session ends: signals, -x, --co (issue 15.1, 15.2) ---------------------------------------
+
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+
+def start_pytest(suite, *args, env=None) -> subprocess.Popen:
+    """A pytest process in the scratch suite, without pytester's wrapping, so signals reach it directly."""
+    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=suite.path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
+    """Poll a condition on files; fail naming `what` if it does not hold within limit_s."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {limit_s} s for {what}")
+        time.sleep(0.02)
+
+
+def records_hold(record_dir: Path, kind: str) -> bool:
+    path = record_dir / "records.jsonl"
+    return path.exists() and f'"kind": "{kind}"' in path.read_text()
+
+
+def test_a_second_ctrl_c_while_pytest_handles_the_first_still_leaves_an_incomplete_manifest(suite):
+    # Deterministic form of "SIGINT, then SIGINT 0.25 s later": the second one lands inside pytest's own
+    # interrupt handling, which used to leave exit status 0 and a manifest saying complete: true.
+    suite.makeconftest(
+        'pytest_plugins = ["inferlab.plugin"]\n'
+        "import os, signal\n"
+        "def pytest_keyboard_interrupt(excinfo):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+    )
+    write_experiment(suite, (
+        "import os, signal\n"
+        "def test_first(record):\n"
+        "    record('before_interrupt')\n"
+        "def test_interrupted():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+    ))
+    done = start_pytest(suite, "experiments", "--record-dir", "run")
+    done.communicate(timeout=120)
+    assert done.returncode != 0
+    manifest = manifest_of(suite.path / "run")
+    assert manifest["complete"] is False and manifest["exit_status"] == int(pytest.ExitCode.INTERRUPTED)
+    end = session_end(suite.path / "run")
+    assert end["interrupted"] is True and end["signals"] == ["SIGINT", "SIGINT"] and end["complete"] is False
+
+
+def test_double_ctrl_c_from_outside_never_reads_as_complete(suite):
+    write_experiment(suite, (
+        "import time\n"
+        "def test_waits(record):\n"
+        "    record('waiting')\n"
+        "    time.sleep(120)\n"
+        "def test_after():\n"
+        "    pass\n"
+    ))
+    process = start_pytest(suite, "experiments", "--record-dir", "run")
+    try:
+        wait_for(lambda: records_hold(suite.path / "run", "waiting"), "the test to start")
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.25)  # the reproduction itself: a second Ctrl-C a quarter second later
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode != 0
+    manifest = manifest_of(suite.path / "run")
+    assert manifest["complete"] is False and manifest["exit_status"] == int(pytest.ExitCode.INTERRUPTED)
+    end = session_end(suite.path / "run")
+    assert end["interrupted"] is True and end["stop_reason"].startswith("interrupted by SIGINT")
+    assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_waits", "test_after"]
+
+
+def test_sigterm_ends_the_session_with_honest_records(suite):
+    write_experiment(suite, (
+        "import os, signal\n"
+        "def test_terminated(record):\n"
+        "    record('before')\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+    ))
+    done = start_pytest(suite, "experiments", "--record-dir", "run")
+    done.communicate(timeout=120)
+    assert done.returncode == pytest.ExitCode.INTERRUPTED
+    end = session_end(suite.path / "run")
+    assert end["signals"] == ["SIGTERM"] and end["interrupted"] and end["stop_reason"] == "interrupted by SIGTERM"
+    assert manifest_of(suite.path / "run")["complete"] is False
+
+
+def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite):
+    write_experiment(suite, (
+        "def test_fails():\n"
+        "    assert False, 'first failure'\n"
+        "def test_never_started():\n"
+        "    pass\n"
+    ))
+    result = suite.runpytest("experiments", "--record-dir", "run", "-x")
+    result.assert_outcomes(failed=1)
+    end = session_end(suite.path / "run")
+    assert end["stopped_early"] is True and end["stop_reason"] == "-x/--maxfail after 1 failure(s)"
+    assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_never_started"]
+    assert end["complete"] is False and manifest_of(suite.path / "run")["complete"] is False
+    result.stdout.fnmatch_lines(["inferlab: the run did NOT finish (-x/--maxfail after 1 failure(s))*"])
+
+
+def test_collect_only_is_never_complete(suite):
+    write_experiment(suite, "def test_a():\n    pass\n")
+    suite.runpytest("experiments", "--record-dir", "run", "--co")
+    end = session_end(suite.path / "run")
+    assert end["collect_only"] is True and end["complete"] is False and end["tests_with_outcome"] == 0
+    assert manifest_of(suite.path / "run")["complete"] is False
+
+
+# --- claiming the record dir (issue 15.4, 15.5, 15.12) ---------------------------------------------
+
+
+def test_two_runs_into_one_new_dir_one_is_refused_before_it_writes(suite, tmp_path):
+    go = tmp_path / "go"
+    write_experiment(suite, (
+        "import os, pathlib, time\n"
+        "def test_holds(record):\n"
+        "    record('holding', pid=os.getpid())\n"
+        "    go = pathlib.Path(os.environ['INFERLAB_TEST_GO'])\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while not go.exists() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.02)\n"
+    ))
+    processes = [start_pytest(suite, "experiments", "--record-dir", "run", env={"INFERLAB_TEST_GO": str(go)})
+                 for _ in range(2)]
+    try:
+        # While the winner holds its test open, the other must already have been refused.
+        wait_for(lambda: any(p.poll() is not None for p in processes), "one of the two runs to be refused")
+        go.write_text("")
+        outputs = [p.communicate(timeout=120) for p in processes]
+    finally:
+        go.write_text("")
+        for process in processes:
+            process.kill()
+    codes = sorted(p.returncode for p in processes)
+    assert codes == [pytest.ExitCode.OK, pytest.ExitCode.USAGE_ERROR], outputs
+    loser = next(i for i, p in enumerate(processes) if p.returncode == pytest.ExitCode.USAGE_ERROR)
+    winner = processes[1 - loser]
+    assert "run" in outputs[loser][1] and ("already claimed" in outputs[loser][1] or "not empty" in outputs[loser][1])
+    records = read_records(suite.path / "run")
+    assert [r["kind"] for r in records].count("plan") == 1 and [r["seq"] for r in records] == list(range(len(records)))
+    assert {r["pid"] for r in records if r["kind"] == "holding"} == {winner.pid}
+    assert json.loads((suite.path / "run" / "claim.json").read_text())["pid"] == winner.pid
+
+
+def test_a_new_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite):
+    write_experiment(suite, "def test_a():\n    pass\n")
+    suite.runpytest("experiments", "--runs-dir", "runs").assert_outcomes(passed=1)
+    suite.runpytest("experiments", "--runs-dir", "runs", "--plan")
+    write_experiment(suite, "def test_b():\n    assert False\n", name="test_exp2.py")
+    suite.runpytest("experiments", "--runs-dir", "runs").assert_outcomes(passed=1, failed=1)
+    names = sorted(p.name for p in (suite.path / "runs").iterdir())
+    import re
+
+    assert [re.sub(r"^\d{8}T\d{6}Z", "<UTC>", n) for n in names] == sorted(
+        ["<UTC>-pythia-14m-partial", "<UTC>-pythia-14m-plan", "<UTC>-pythia-14m-failed"]) or \
+        all(re.match(r"^\d{8}T\d{6}Z-pythia-14m(-\d+)?-(partial|plan|failed)$", n) for n in names), names
+    for name in names:
+        manifest = manifest_of(suite.path / "runs" / name)
+        assert manifest["record_dir"].endswith(name) and (suite.path / "runs" / name / "claim.json").is_file()
+
+
+def test_two_new_run_dirs_with_the_same_name_in_the_same_second_stay_apart(tmp_path):
+    from inferlab.records import claim_new_run_dir
+
+    first = claim_new_run_dir(tmp_path / "runs", "20250101T000000Z-standin", {"pid": 1})
+    second = claim_new_run_dir(tmp_path / "runs", "20250101T000000Z-standin", {"pid": 2})
+    assert (first.name, second.name) == ("20250101T000000Z-standin", "20250101T000000Z-standin-2")
+    assert json.loads((second / "claim.json").read_text())["pid"] == 2
+
+
+@pytest.mark.parametrize("where, reason", [("a_file/run", "a_file is a file, not a directory"),
+                                           ("/proc/inferlab-run", "No such file or directory")])
+def test_a_record_dir_that_cannot_be_made_is_a_usage_error_naming_path_and_reason(suite, where, reason):
+    (suite.path / "a_file").write_text("not a directory\n")
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest_subprocess("experiments", "--record-dir", where)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines([f"*--record-dir*{where}*cannot be created*{reason}*"])
+
+
+def test_a_read_only_record_dir_is_refused_naming_the_reason(tmp_path, monkeypatch):
+    import errno
+
+    from inferlab.records import RecordDirError, claim_record_dir
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(RecordDirError, match=r"cannot be created: Read-only file system \(EROFS\)"):
+        claim_record_dir(tmp_path / "mnt" / "run", {"pid": 1})
+
+
+def test_tilde_in_record_dir_is_the_home_directory(suite, monkeypatch):
+    home = suite.mkdir("home")
+    monkeypatch.setenv("HOME", str(home))
+    write_experiment(suite, "def test_a(record):\n    record('x')\n")
+    suite.runpytest_subprocess("experiments", "--record-dir=~/myrun").assert_outcomes(passed=1)
+    assert (home / "myrun" / "records.jsonl").is_file() and not (suite.path / "~").exists()
+
+
+# --- predictions and the command line (issues 17.4, 14.8) ------------------------------------------
+
+
+def test_the_blank_predictions_template_is_flagged_and_the_run_goes_on(suite):
+    write_experiment(suite, "def test_a():\n    pass\n")
+    blank = suite.path / "mine.md"
+    blank.write_text((REPO_ROOT / "predictions.md").read_text())
+    result = suite.runpytest("experiments", "--record-dir", "run", "--predictions", str(blank))
+    result.assert_outcomes(passed=1)
+    predictions = manifest_of(suite.path / "run")["predictions"]
+    assert predictions["supplied"] is True and predictions["template_unanswered"] is True
+    result.stdout.fnmatch_lines(["predictions: *mine.md is still the unanswered template*"])
+
+
+def test_answered_predictions_are_not_flagged(suite):
+    write_experiment(suite, "def test_a():\n    pass\n")
+    answered = suite.path / "mine.md"
+    answered.write_text((REPO_ROOT / "predictions.md").read_text().replace(
+        "Prediction:\n", "Prediction:\nyes, identical ids\n", 1))
+    suite.runpytest("experiments", "--record-dir", "run", "--predictions", str(answered))
+    predictions = manifest_of(suite.path / "run")["predictions"]
+    assert predictions["template_unanswered"] is False and predictions["template_check"].startswith("1 of 18")
+
+
+def test_manifest_records_the_command_as_typed_beside_argv(suite):
+    write_experiment(suite, "def test_a():\n    pass\n")
+    args = ["experiments", "--record-dir", "run", "-q", "-k", "test_a or b"]
+    done = start_pytest(suite, *args)
+    done.communicate(timeout=120)
+    manifest = manifest_of(suite.path / "run")
+    import shlex
+
+    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args])
+    assert manifest["argv"][1:] == ["-p", "no:cacheprovider", *args]
+    assert manifest["argv"][0].endswith("__main__.py") and manifest["command_line"] == manifest["argv"]
+
+
+def test_pytest_help_does_not_show_pytesters_options():
+    done = subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert "--record-dir" in done.stdout
+    assert "--lsof" not in done.stdout and "--runpytest" not in done.stdout

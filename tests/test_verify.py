@@ -12,7 +12,15 @@ from inferlab.__main__ import main
 from inferlab.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
 from inferlab.verify import compare, format_compare, verify
 
-from fixtures_records import build_complete_run, build_failed_run, copy_run, refresh_manifest, rewrite_records
+from fixtures_records import (
+    build_complete_run,
+    build_failed_run,
+    build_plan_folder,
+    copy_run,
+    kill_after,
+    refresh_manifest,
+    rewrite_records,
+)
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +243,89 @@ def test_missing_report_is_a_problem(run_copy):
     (run_copy / "report.md").unlink()
     refresh_manifest(run_copy)
     assert problems_of(run_copy) == ["report.md: missing (it is written at session end, also after failures)"]
+
+
+# --- how the session ended (issue 15.2), plan folders (15.12), artifacts in compare (15.11) ------------
+
+
+def test_a_run_without_session_end_is_not_finished(run_copy):
+    rewrite_records(run_copy, lambda records: [r for r in records if r["kind"] != "session_end"])
+    assert any("no session_end record: the session never reached its end" in p for p in problems_of(run_copy))
+
+
+def test_an_interrupted_session_end_is_a_problem_even_with_every_file_intact(run_copy):
+    def interrupt(records):
+        end = next(r for r in records if r["kind"] == "session_end")
+        end.update(interrupted=True, signals=["SIGINT"], stopped_early=True, stop_reason="interrupted by SIGINT",
+                   complete=False, exit_status=2, exit_code_name="INTERRUPTED")
+        return records
+
+    rewrite_records(run_copy, interrupt)
+    problems = problems_of(run_copy)
+    assert "session_end: the run did not finish: interrupted by SIGINT" in problems
+    assert any("complete is True but session_end says False" in p for p in problems)
+
+
+def test_a_killed_run_verifies_as_unfinished_and_its_report_can_still_be_written(run_copy, capsys):
+    kill_after(run_copy, tests_done=40)
+    problems = problems_of(run_copy)
+    assert any("no session_end record" in p for p in problems)
+    assert any("complete is False" in p for p in problems)
+    assert main(["report", "--write", str(run_copy)]) == 0
+    err = capsys.readouterr().err
+    assert "has no session_end record" in err and "the run is not complete" in err
+    assert (run_copy / "report.md").is_file()
+    manifest = json.loads((run_copy / MANIFEST_FILE).read_text())
+    assert manifest["complete"] is False  # writing a report never promotes the run
+
+
+def test_a_plan_folder_is_recognised_and_never_passes_all_passed(tmp_path, capsys):
+    folder = build_plan_folder(tmp_path / "plan")
+    result = verify(folder)
+    assert result["problems"] == [] and result["plan_folder"] is True
+    assert main(["verify", str(folder)]) == 0
+    assert "a PLAN folder" in capsys.readouterr().out
+    assert main(["verify", "--all-passed", str(folder)]) == 1
+    assert "a plan folder: no test ran" in capsys.readouterr().out
+    assert main(["report", "--write", str(folder)]) == 0
+    assert "is a plan folder" in capsys.readouterr().err and not (folder / "report.md").exists()
+
+
+def test_a_plan_folder_with_test_records_is_a_problem(tmp_path):
+    folder = build_plan_folder(tmp_path / "plan")
+
+    def add_outcome(records):
+        return records[:1] + [{"kind": "generation", "test": "x", "seq": 0, "wall_time": "t"}] + records[1:]
+
+    rewrite_records(folder, add_outcome)
+    assert any("a plan folder holds 1 record(s) besides the plan" in p for p in problems_of(folder))
+
+
+def test_compare_reports_every_artifact_hash_difference(complete_run, run_copy):
+    def change(records):
+        for record in records:
+            if record["kind"] == "artifact_file" and record["name"] in ("tokenizer.json", "model.safetensors"):
+                record["sha256"] = "ff" * 32
+        return records
+
+    rewrite_records(run_copy, change)
+    result = compare(complete_run, run_copy)
+    differing = [row["file"] for row in result["artifacts"] if not row["equal"]]
+    assert differing == ["tokenizer.json", "model.safetensors"]
+    text = format_compare(result)
+    assert f"artifacts (sha256 and size of every file each run verified): 4 of 6 equal" in text
+    assert "ff" * 32 in text
+
+
+def test_compare_of_equal_artifacts_says_so(complete_run, second_run):
+    rows = compare(complete_run, second_run)["artifacts"]
+    assert len(rows) == len(protocol.ALLOWLISTED_FILES) and all(row["equal"] for row in rows)
+
+
+def test_check_artifacts_accepts_a_valid_copy_and_names_a_bad_file(standin_copy, capsys):
+    assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == 0
+    assert "is a valid copy" in capsys.readouterr().out
+    (standin_copy / "tokenizer_config.json").write_text("{}\n")
+    assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM tokenizer_config.json" in out and "is NOT a valid copy" in out

@@ -1,0 +1,152 @@
+"""Install requirements.lock into this Python environment, with a CPU-only build of torch wherever one exists.
+
+    .venv/bin/python -m inferlab.installation --lock requirements.lock
+
+Run it with the virtual environment's own Python (the Makefile does). Two steps:
+
+1) torch alone (--no-deps), from PyTorch's CPU wheel index, with a short timeout and no retries.
+   pip still consults any extra index or find-links the machine's pip configuration names.
+2) the whole lock, from the default package index, so every other package comes at its pinned
+   version. When step 1 installed torch, the lock's `torch==X` line is already satisfied (a local
+   label such as +cpu does not break `==X`).
+
+When the CPU index cannot be reached, step 2 installs torch from the default index instead, and
+one line says so. What happened, and the URL the torch wheel came from (from pip's installation
+report), is written to <venv>/inferlab-install.json, which the manifest reads.
+
+Standard library only: it runs before anything else is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+RECORD_FILE = "inferlab-install.json"
+TIMEOUT_S = 10
+
+
+def torch_requirement(lock_text: str) -> str:
+    """The lock's torch line ('torch==2.13.0'); ValueError when the lock pins no torch."""
+    for line in lock_text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.lower().startswith("torch=="):
+            return line
+    raise ValueError("the lock has no 'torch==VERSION' line")
+
+
+def installed_from_report(report_path: Path, name: str = "torch") -> Optional[dict]:
+    """{version, download_url} of `name` in a pip --report file, or None if pip installed no such package."""
+    try:
+        report = json.loads(Path(report_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for item in report.get("install") or []:
+        metadata = item.get("metadata") or {}
+        if str(metadata.get("name", "")).lower() == name:
+            return {"version": metadata.get("version"), "download_url": (item.get("download_info") or {}).get("url")}
+    return None
+
+
+def pip_install(args: list[str], report_path: Path) -> subprocess.CompletedProcess:
+    """pip install ARGS --report REPORT with this interpreter; output captured and returned."""
+    command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--report", str(report_path),
+               *args]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def _installed(name: str) -> Optional[str]:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, quiet: bool = True) -> dict:
+    """Install the lock into this environment (CPU torch first); returns the record it also writes."""
+    lock = Path(lock)
+    lock_text = lock.read_text(encoding="utf-8")
+    requirement = torch_requirement(lock_text)
+    record_path = Path(sys.prefix) / RECORD_FILE
+    previous = {}
+    if record_path.is_file():
+        try:
+            previous = json.loads(record_path.read_text(encoding="utf-8")).get("torch") or {}
+        except ValueError:
+            previous = {}
+    quiet_args = ["--quiet"] if quiet else []
+    with tempfile.TemporaryDirectory() as scratch:
+        cpu_report, lock_report = Path(scratch) / "cpu.json", Path(scratch) / "lock.json"
+        # 1) torch from the CPU index: a short timeout and no retries, so an unreachable index costs seconds.
+        cpu = pip_install([*quiet_args, "--no-deps", "--index-url", cpu_index, "--timeout", str(timeout_s),
+                           "--retries", "0", requirement], cpu_report)
+        if cpu.returncode != 0:
+            print(f"inferlab: PyTorch's CPU wheel index ({cpu_index}) gave no {requirement} for this machine "
+                  f"(unreachable, or no such wheel); torch now comes from your default package index. On Linux "
+                  f"x86_64 that is a CUDA build of several GB (see README, 'CPU-only torch').", flush=True)
+        # 2) the whole lock, from the default index.
+        everything = pip_install([*quiet_args, "-r", str(lock)], lock_report)
+        sys.stdout.write(everything.stdout)
+        sys.stderr.write(everything.stderr)
+        from_cpu, from_default = installed_from_report(cpu_report), installed_from_report(lock_report)
+    # The route names the step; download_url names the source (the CPU index, or a local source that
+    # the machine's pip configuration adds, such as find-links).
+    if cpu.returncode == 0 and from_cpu is not None:
+        route, torch = "cpu_index_step", from_cpu
+    elif from_default is not None:
+        route, torch = ("default_index_fallback" if cpu.returncode != 0 else "default_index_step"), from_default
+    else:  # neither step installed torch: it was there before (where from is known only if recorded then)
+        route, torch = "already_installed", {"version": previous.get("installed_version") or _installed("torch"),
+                                             "download_url": previous.get("download_url")}
+    record = {
+        "written_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "lock": str(lock),
+        "lock_sha256": hashlib.sha256(lock_text.encode("utf-8")).hexdigest(),
+        "lock_install_returncode": everything.returncode,
+        "torch": {
+            "requirement": requirement,
+            "route": route,
+            "installed_version": torch.get("version"),
+            "download_url": torch.get("download_url"),
+            "earlier_route": previous.get("route") if route == "already_installed" else None,
+            "cpu_index": cpu_index,
+            "cpu_index_attempt": {"ok": cpu.returncode == 0, "returncode": cpu.returncode,
+                                  "output_tail": _tail(cpu.stdout + cpu.stderr)},
+        },
+    }
+    if everything.returncode == 0:
+        record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def main(argv=None) -> int:
+    """Command line: install the lock; exit with pip's status for the lock."""
+    parser = argparse.ArgumentParser(prog="python -m inferlab.installation", description=__doc__.splitlines()[0])
+    parser.add_argument("--lock", type=Path, default=Path("requirements.lock"), help="the lock file")
+    parser.add_argument("--cpu-index", default=CPU_INDEX, help=f"PyTorch's CPU wheel index (default {CPU_INDEX})")
+    parser.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds pip waits for the CPU index")
+    parser.add_argument("--verbose", action="store_true", help="show pip's own output")
+    args = parser.parse_args(argv)
+    record = install(args.lock, args.cpu_index, args.timeout, quiet=not args.verbose)
+    torch = record["torch"]
+    source = f" from {torch['download_url']}" if torch["download_url"] else ""
+    print(f"inferlab: torch {torch['installed_version']} ({torch['route'].replace('_', ' ')}){source}")
+    return record["lock_install_returncode"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

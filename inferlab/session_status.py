@@ -1,0 +1,178 @@
+"""What a session can honestly claim at its end: which protocol parts it planned, why it is partial,
+whether it reached its end, and the one line that says so.
+
+Plain functions of plain data (node ids, option values, counts); the plugin gathers the data from
+pytest and writes the results into plan.json, the `session_end` record and the manifest.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+from typing import Iterable, Optional
+
+from inferlab import protocol
+
+# The protocol calls batching an optional extension: leaving it out does not make a run partial.
+OPTIONAL_EXPERIMENT_FILES = ("test_70_batching.py",)
+
+
+def file_of(nodeid: str) -> str:
+    """The file part of a node id ('experiments/test_40_cache.py')."""
+    return nodeid.split("::")[0]
+
+
+def experiment_parts(root: Path, experiments_dir: str) -> list[dict]:
+    """One entry per experiment file on disk: {file, title, optional}; the title is its docstring's first line."""
+    parts = []
+    for path in sorted((Path(root) / experiments_dir).glob("test_*.py")):
+        try:
+            docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        except (OSError, SyntaxError, ValueError):
+            docstring = ""
+        parts.append({
+            "file": f"{experiments_dir}/{path.name}",
+            "title": docstring.strip().splitlines()[0] if docstring.strip() else path.stem,
+            "optional": path.name in OPTIONAL_EXPERIMENT_FILES,
+        })
+    return parts
+
+
+def part_counts(parts: list[dict], collected: Iterable[str], planned: Iterable[str]) -> list[dict]:
+    """Each part with how many of its tests were collected (before any deselection) and planned (after)."""
+    collected_by_file = collections.Counter(file_of(n) for n in collected)
+    planned_by_file = collections.Counter(file_of(n) for n in planned)
+    return [{**part, "collected": collected_by_file[part["file"]], "planned": planned_by_file[part["file"]]}
+            for part in parts]
+
+
+def part_shortfalls(counted_parts: list[dict], named_tests: bool) -> tuple[list[str], list[str]]:
+    """(shortfalls of the core protocol parts, notes on optional parts left out), one line each."""
+    shortfalls, optional_notes = [], []
+    for part in counted_parts:
+        label = f"{part['file']} ({part['title']})"
+        if part["collected"] == 0:
+            line = f"{label}: not collected, so none of its tests is planned"
+        elif part["planned"] < part["collected"]:
+            line = (f"{label}: {part['planned']} of its {part['collected']} tests planned "
+                    f"({part['collected'] - part['planned']} deselected)")
+        elif named_tests:
+            line = f"{label}: only the {part['planned']} test(s) named on the command line were collected"
+        else:
+            continue
+        (optional_notes if part["optional"] else shortfalls).append(line)
+    return shortfalls, optional_notes
+
+
+def plan_shortfalls(totals: dict, counted_parts: list[dict], named_tests: bool) -> tuple[list[str], list[str]]:
+    """Every way the planned schedule falls short of the complete protocol: the trial totals, then each part."""
+    parts, optional_notes = part_shortfalls(counted_parts, named_tests)
+    return protocol.shortfalls(totals) + parts, optional_notes
+
+
+def selection_reasons(selection: dict, deselected_core: int, named_paths: list[str]) -> list[str]:
+    """The options or causes that made the schedule smaller than the protocol, one line each.
+
+    selection holds the options in effect: keyword (-k), markexpr (-m), deselect (--deselect),
+    last_failed (--lf, with failures on record), stepwise (--sw).
+    """
+    named = []
+    if selection.get("keyword"):
+        named.append(f"-k {selection['keyword']!r}")
+    if selection.get("markexpr"):
+        named.append(f"-m {selection['markexpr']!r}")
+    if selection.get("deselect"):
+        named.append("--deselect " + " ".join(selection["deselect"]))
+    if selection.get("stepwise"):
+        named.append("--sw (stepwise)")
+    reasons = []
+    if selection.get("last_failed"):
+        # --lf filters files while collecting, so the counts below cannot see all that it left out.
+        reasons.append("--lf: only the tests that failed last time were collected and run")
+    if deselected_core:
+        by = " and ".join(named) or ("--lf" if selection.get("last_failed") else "an option or plugin")
+        reasons.append(f"{by} deselected {deselected_core} protocol test(s)")
+    if named_paths:
+        reasons.append("the command named " + ", ".join(named_paths) + " instead of the whole experiments folder")
+    return reasons
+
+
+def stop_reason(*, exit_code_name: str, signals: list[str], should_stop, should_fail, tests_failed: int,
+                session_limit_skips: int) -> Optional[str]:
+    """Why the session stopped before its end, or None when it ran through its schedule."""
+    if signals:
+        more = f", then {len(signals) - 1} more signal(s)" if len(signals) > 1 else ""
+        return f"interrupted by {signals[0]}{more}"
+    if exit_code_name == "INTERRUPTED":
+        return "interrupted (KeyboardInterrupt or pytest.exit)"
+    if should_fail:
+        return f"-x/--maxfail after {tests_failed} failure(s)"
+    if should_stop:
+        return f"stopped: {should_stop}" if isinstance(should_stop, str) else "stopped by a plugin or option"
+    if exit_code_name == "INTERNAL_ERROR":
+        return "internal error (see the traceback above the summary)"
+    if exit_code_name == "USAGE_ERROR":
+        return "usage error"
+    if session_limit_skips:
+        return (f"session limit: {session_limit_skips} test(s) not started after the {protocol.SESSION_LIMIT_S} s "
+                f"limit")
+    return None
+
+
+def session_end_fields(*, exit_status: int, exit_code_name: str, signals: list[str], collect_only: bool,
+                       plan_only: bool, stopped_reason: Optional[str], planned: list[str],
+                       with_outcome: set, partial_reasons: list[str], optional_notes: list[str]) -> dict:
+    """The `session_end` record's fields (schema 1), plus `complete`, `plan_only`, `signals`, `optional_left_out`.
+
+    complete: the session reached its end, every planned test has an outcome, and the plan is the
+    complete protocol. Nothing else may be called complete.
+    """
+    without = [nodeid for nodeid in planned if nodeid not in with_outcome]
+    interrupted = bool(signals) or exit_code_name == "INTERRUPTED"
+    stopped_early = stopped_reason is not None and not collect_only and not plan_only
+    protocol_complete = not partial_reasons
+    reached_end = (exit_code_name in ("OK", "TESTS_FAILED") and not interrupted and not stopped_early
+                   and not collect_only and not plan_only)
+    return {
+        "exit_status": exit_status,
+        "exit_code_name": exit_code_name,
+        "interrupted": interrupted,
+        "signals": list(signals),
+        "stopped_early": stopped_early,
+        "stop_reason": stopped_reason,
+        "collect_only": collect_only,
+        "plan_only": plan_only,
+        "tests_planned": len(planned),
+        "tests_with_outcome": len(planned) - len(without),
+        "tests_without_outcome": without,
+        "protocol_complete": protocol_complete,
+        "partial_reasons": list(partial_reasons),
+        "optional_left_out": list(optional_notes),
+        "complete": reached_end and not without and protocol_complete and bool(planned),
+    }
+
+
+def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
+    """One line that says what the run is: a plan, unfinished, partial, or complete; and why."""
+    planned, missing = end["tests_planned"], len(end["tests_without_outcome"])
+    counts = ", ".join(f"{n} {k}" for k, n in sorted((outcome_counts or {}).items()))
+    counts = f" ({counts})" if counts else ""
+    if end["plan_only"]:
+        head = f"a PLAN only ({planned} tests planned): no test ran and nothing was measured"
+    elif end["collect_only"]:
+        head = f"collect only (--co): {planned} tests collected, none ran"
+    elif end["interrupted"] or end["stopped_early"]:
+        head = (f"the run did NOT finish ({end['stop_reason']}): {missing} of {planned} planned tests have no "
+                f"outcome{counts}")
+    elif end["exit_code_name"] not in ("OK", "TESTS_FAILED"):
+        head = f"the session ended with {end['exit_code_name']}: {missing} of {planned} planned tests have no outcome"
+    elif missing:
+        head = f"{missing} of {planned} planned tests have no outcome{counts}"
+    else:
+        head = f"the session reached its end: all {planned} planned tests have an outcome{counts}"
+    if end["partial_reasons"]:
+        return f"{head}; PARTIAL, not the complete protocol: " + "; ".join(end["partial_reasons"])
+    if end["complete"]:
+        return f"{head}; the plan is the complete protocol"
+    return head

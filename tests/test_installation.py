@@ -1,0 +1,141 @@
+"""The installer: CPU torch first, a recorded fallback to the default index, and a lock that pins everything."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import json
+import os
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from inferlab import installation
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BOOTSTRAP = {"pip", "setuptools", "wheel"}  # what `python -m venv` brings; not part of the lab's lock
+
+
+def fake_wheel(folder: Path, version: str) -> Path:
+    """A tiny pure-Python wheel named torch, so pip can install it without a network or gigabytes."""
+    base = version.split("+")[0]
+    dist_info = f"torch-{version}.dist-info"
+    files = {
+        "torch/__init__.py": f"__version__ = {version!r}\n",
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: inferlab-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record_lines = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record_lines.append(f"{name},sha256={digest},{len(text.encode())}")
+    record_lines.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = "\n".join(record_lines) + "\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"torch-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    assert base in wheel.name
+    return wheel
+
+
+def simple_index(root: Path, wheel: Path) -> str:
+    """A PEP 503 index on disk that offers one wheel of torch; its file:// URL."""
+    project = root / "simple" / "torch"
+    project.mkdir(parents=True)
+    (project / "index.html").write_text(f'<html><body><a href="{wheel.as_uri()}">{wheel.name}</a></body></html>\n')
+    return (root / "simple").as_uri()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/whl/cpu"
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    """A fresh virtual environment (with pip) that the installer runs in."""
+    folder = tmp_path_factory.mktemp("venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True, timeout=300)
+    return folder
+
+
+def run_installer(venv: Path, lock: Path, cpu_index: str, default_index: str) -> subprocess.CompletedProcess:
+    # Only the indexes named here: the machine's pip configuration (its find-links, extra indexes and
+    # constraints) is switched off, so the test sees exactly the fallback it sets up.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=default_index, PIP_NO_CACHE_DIR="1",
+               PYTHONPATH=str(REPO_ROOT))
+    return subprocess.run([str(venv / "bin" / "python"), "-m", "inferlab.installation", "--lock", str(lock),
+                           "--cpu-index", cpu_index, "--timeout", "2"], capture_output=True, text=True, env=env,
+                          cwd=REPO_ROOT, timeout=600)
+
+
+@pytest.mark.slow
+def test_an_unreachable_cpu_index_falls_back_to_the_default_index_and_says_so(venv, tmp_path):
+    default_wheel = fake_wheel(tmp_path / "default-files", "2.13.0")
+    default_index = simple_index(tmp_path / "default", default_wheel)
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("# test lock\ntorch==2.13.0\n")
+    done = run_installer(venv, lock, closed_port_url(), default_index)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("gave no torch==2.13.0 for this machine") == 1
+    record = json.loads((venv / installation.RECORD_FILE).read_text())
+    torch = record["torch"]
+    assert torch["route"] == "default_index_fallback" and torch["cpu_index_attempt"]["ok"] is False
+    assert torch["installed_version"] == "2.13.0" and torch["download_url"] == default_wheel.as_uri()
+
+
+@pytest.mark.slow
+def test_a_reachable_cpu_index_gives_the_cpu_build_and_the_lock_keeps_it(venv, tmp_path):
+    cpu_wheel = fake_wheel(tmp_path / "cpu-files", "2.13.0+cpu")
+    cpu_index = simple_index(tmp_path / "cpu", cpu_wheel)
+    default_index = simple_index(tmp_path / "default", fake_wheel(tmp_path / "default-files", "2.13.0"))
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "torch"], capture_output=True)
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("torch==2.13.0\n")
+    done = run_installer(venv, lock, cpu_index, default_index)
+    assert done.returncode == 0, done.stdout + done.stderr
+    torch = json.loads((venv / installation.RECORD_FILE).read_text())["torch"]
+    assert (torch["route"], torch["installed_version"]) == ("cpu_index_step", "2.13.0+cpu")
+    assert torch["download_url"] == cpu_wheel.as_uri() and "gave no" not in done.stdout
+
+
+def test_the_lock_pins_exactly_what_is_installed():
+    """Every installed distribution has its exact version in requirements.lock, and every pin is installed."""
+    pins = {}
+    for line in (REPO_ROOT / "requirements.lock").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    installed = {dist.metadata["Name"].lower().replace("_", "-"): dist.version
+                 for dist in importlib.metadata.distributions() if dist.metadata["Name"]}
+    installed = {name: version.split("+")[0] if name == "torch" else version
+                 for name, version in installed.items() if name not in BOOTSTRAP}
+    assert installed == pins
+
+
+def test_the_torch_line_is_read_from_the_lock():
+    assert installation.torch_requirement("# x\nnumpy==2.4.6\ntorch==2.13.0  # cpu\n") == "torch==2.13.0"
+    with pytest.raises(ValueError, match="no 'torch==VERSION' line"):
+        installation.torch_requirement("numpy==2.4.6\n")
+
+
+def test_the_manifest_says_which_torch_build_is_installed():
+    from inferlab import environment
+
+    import torch  # noqa: F401  # imported, so the build itself is asked
+
+    build = environment.torch_build()
+    assert build["version"] == importlib.metadata.version("torch")
+    assert build["cpu_only"] is (torch.version.cuda is None and getattr(torch.version, "hip", None) is None)
+    assert "torch.version.cuda" in build["how_known"]
