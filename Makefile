@@ -11,6 +11,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 RUN_DIR ?=
 WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),--runs-dir runs)
 ARGS ?=
+# The published small files the replica specimen is built from (see inferlab/replica.py); optional.
+REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 
 .PHONY: run test plan lock clean-venv
 
@@ -38,6 +40,15 @@ test: $(STAMP)
 	  $(PY) -m pytest experiments --specimen standin --record-dir $$dir && \
 	  $(PY) -m inferlab verify $$dir && \
 	  $(PY) -m inferlab report $$dir --check
+	@if [ -f "$(REFERENCE)/model.safetensors.header" ]; then \
+	  dir=$$(mktemp -d runs/$$(date -u +%Y%m%dT%H%M%SZ)-replica-selftest-XXXXXX) && \
+	  $(PY) -m pytest experiments --specimen replica --record-dir $$dir && \
+	  $(PY) -m inferlab verify $$dir && \
+	  $(PY) -m inferlab report $$dir --check; \
+	else \
+	  echo "make test: replica run skipped: pythia-14m's published small files are not in $(REFERENCE)"; \
+	  echo "  (they sit beside the project on the course's CI machines; a learner's clone does without them)"; \
+	fi
 
 # Re-pin after a deliberate upgrade: keeps the header, and pins torch without the +cpu local tag
 # so that the same line resolves to the platform's build elsewhere.

@@ -17,7 +17,7 @@ from inferlab import memory, protocol
 from inferlab.messages import capture_messages
 from inferlab.protocol import Tolerance
 
-NOTE_PREFILL_ONLY = "only the prefill was compared; cache reuse not exercised"
+NOTE_PREFILL_ONLY = "prefill only: cache reuse not exercised (one target token, so only the prompt's logits were compared)"
 
 
 def _finite_or_none(value: float) -> Optional[float]:

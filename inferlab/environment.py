@@ -122,10 +122,12 @@ def deviations(distributions: dict) -> list[str]:
         )
     torch_version = distributions.get("torch")
     if torch_version is not None:
-        build = torch_build()
-        kind = {True: "a CPU-only build", False: "NOT a CPU-only build"}.get(build["cpu_only"], "build unknown")
+        # From the distribution alone, so the text is the same at session start (torch not yet imported) and
+        # at its end; torch_build() in the manifest adds what the imported build itself says.
+        cpu_only, how = _build_from_metadata(torch_version.split("+", 1)[1] if "+" in torch_version else None)
+        kind = {True: "a CPU-only build", False: "NOT a CPU-only build"}.get(cpu_only, "build unknown")
         found.append(
-            f"torch {torch_version} ({kind}; {build['how_known']}): this lab tested 2.13.0+cpu; the protocol names "
+            f"torch {torch_version} ({kind}; {how}): this lab tested 2.13.0+cpu; the protocol names "
             f"no torch version, so it is recorded rather than compared"
         )
     return found
@@ -144,6 +146,17 @@ def install_record(prefix: Optional[str] = None) -> Optional[dict]:
     return data if isinstance(data, dict) else None
 
 
+def _build_from_metadata(local_label: Optional[str]) -> tuple[Optional[bool], str]:
+    """(cpu_only, how known) from the installed distribution alone, without importing torch."""
+    if local_label == "cpu":
+        return True, "its version carries the +cpu label"
+    requires = importlib.metadata.requires("torch") or []
+    gpu = sorted({r.split()[0].split(";")[0] for r in requires if r.lower().startswith(("nvidia-", "triton"))})
+    if gpu:
+        return False, f"its metadata requires {', '.join(gpu[:3])}"
+    return None, "no +cpu label and no GPU packages required"
+
+
 def torch_build() -> dict:
     """Which torch build is installed (CPU-only or not, and how that is known) and where it came from."""
     try:
@@ -152,18 +165,12 @@ def torch_build() -> dict:
         return {"version": None, "local_label": None, "cpu_only": None, "how_known": "torch is not installed",
                 "cuda": None, "installed_from": None, "install_route": None}
     local_label = version.split("+", 1)[1] if "+" in version else None
+    cpu_only, how = _build_from_metadata(local_label)
     cuda = None
-    if "torch" in sys.modules:  # imported by the run: ask the build itself
+    if "torch" in sys.modules:  # imported by the run: the build itself says, and it overrides the metadata
         torch_version = sys.modules["torch"].version
         cuda, hip = getattr(torch_version, "cuda", None), getattr(torch_version, "hip", None)
         cpu_only, how = cuda is None and hip is None, f"torch.version.cuda={cuda!r}, torch.version.hip={hip!r}"
-    elif local_label == "cpu":
-        cpu_only, how = True, "its version carries the +cpu label"
-    else:
-        requires = importlib.metadata.requires("torch") or []
-        gpu = sorted({r.split()[0].split(";")[0] for r in requires if r.lower().startswith(("nvidia-", "triton"))})
-        cpu_only = False if gpu else None
-        how = f"its metadata requires {', '.join(gpu[:3])}" if gpu else "not imported yet; no +cpu label"
     record = install_record() or {}
     torch_install = record.get("torch") or {}
     return {

@@ -22,9 +22,15 @@ def code(text: str, in_table: bool = True) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def visible_json(value: Any) -> str:
+    """ASCII JSON in which a run of spaces can be counted: every space after the first of a run is written
+    \\u0020 (a rendered page collapses runs of spaces, and tokenizers have tokens that are nothing else)."""
+    return re.sub(r"(?<= ) ", r"\\u0020", json.dumps(value, ensure_ascii=True))
+
+
 def jstr(value: Any, in_table: bool = True) -> str:
-    """A value as ASCII JSON in a code span: quotes, spaces, newlines, null and non-ASCII stay visible."""
-    return code(json.dumps(value, ensure_ascii=True), in_table=in_table)
+    """A value as ASCII JSON in a code span: quotes, every space, newlines, null and non-ASCII stay visible."""
+    return code(visible_json(value), in_table=in_table)
 
 
 def text_cell(text: Any) -> str:

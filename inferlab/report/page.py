@@ -30,7 +30,12 @@ from inferlab.report.fmt import (
 from inferlab.report.verdict import Verdict, acquisition_failure, outcome_summary
 from inferlab.report.view import RunView
 
-SYNTHETIC_BANNER = "SYNTHETIC STAND-IN - NOT PYTHIA: outputs are noise by construction"
+SYNTHETIC_BANNER = "SYNTHETIC SPECIMEN - NOT PYTHIA"
+SYNTHETIC_KINDS = {  # what each offline specimen is, by name; any other synthetic spec says so generically
+    "standin": "the stand-in: pythia-14m's architecture, constructed (not trained) weights and a made-up vocabulary",
+    "replica": "the replica: pythia-14m's real small files (tokenizer, configuration, weight layout) holding "
+               "constructed (not trained) weights",
+}
 DETAILS_FILE = details_page.DETAILS_FILE
 GAP_SENTENCE = (
     "At this size the gap is mostly fixed cost per step that does not grow with the bytes read: Python and "
@@ -52,9 +57,13 @@ def see(section: str) -> str:
 def _banner(view: RunView) -> list[str]:
     if not view.synthetic:
         return []
-    return [f"> **{SYNTHETIC_BANNER}.** This run's specimen is a synthetic checkpoint with pythia-14m's architecture "
-            "and constructed weights. Nothing here describes Pythia; its text says nothing about any trained "
-            "model, and only the procedure and the computation checks carry over.", ""]
+    specimen = view.manifest.get("specimen") if isinstance(view.manifest.get("specimen"), dict) else {}
+    name = str(specimen.get("name") or "")
+    what = SYNTHETIC_KINDS.get(name.split("-")[0], "a synthetic checkpoint with pythia-14m's architecture and "
+                                                  "constructed weights")
+    return [f"> **{SYNTHETIC_BANNER}.** This run's specimen ({code(name or MISSING, False)}) is {what}. Nothing "
+            "here describes Pythia: its text is made up by construction and says nothing about language or any "
+            "trained model; only the procedure and the computation checks carry over.", ""]
 
 
 def _predictions_cell(view: RunView) -> str:
@@ -222,7 +231,7 @@ def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
              f"All {count} trials in protocol order. Text is the decoded continuation with special tokens hidden, "
              "as a JSON string (so spaces, newlines and an empty result are visible); *same ids as* names the first "
              "trial that selected identical ids; ids are abbreviated (every id: " + see("Generation trials in full")
-             + ")." + (" The text is noise by construction." if view.synthetic else
+             + ")." + (" The text is made up by construction (a synthetic specimen)." if view.synthetic else
                        " Do not read truthfulness or quality into it."), ""]
     lines += table(["#", "trial", "stop", "tokens", "same ids as", "text", "ids"], tables.trial_rows(view, labels))
     return lines + [""]
