@@ -16,7 +16,7 @@ def schedule_param(trial):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
 def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, record):
-    from inferlab import decode_loop, memory
+    from inferlab import decode_loop, inputs, memory
     from inferlab.messages import capture_messages
 
     encoded = encoded_prompts[trial.prompt_id]
@@ -38,7 +38,8 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, re
     cache_after = memory.cache_storage(result.cache) if result.cache is not None else None
     record("timing_trial", **{**result.to_record(), **identity}, status="ok", prompt_ids=encoded["record"]["token_ids"],
            token_times=result.token_times_s,
-           profiling_text_not_a_response=text, decode_s=decode_s, cache_after_loop=cache_after,
+           profiling_text_not_a_response=text, profiling_pieces=inputs.token_pieces(tokenizer, result.generated_ids),
+           decode_s=decode_s, cache_after_loop=cache_after,
            diagnostic_outputs={"output_attentions": False, "output_hidden_states": False, "scores": False},
            threads=inferlab_run.thread_request and {"requested": inferlab_run.thread_request,
                                                    "effective": _effective_threads()},

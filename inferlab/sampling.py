@@ -23,6 +23,7 @@ from transformers.cache_utils import Cache
 from transformers.generation import LogitsProcessorList
 
 from inferlab import protocol
+from inferlab.inputs import token_pieces
 from inferlab.messages import capture_messages
 from inferlab.records import jsonable, tensor_sha256
 
@@ -353,6 +354,7 @@ def run_generation_trial(
         "text_with_special": tokenizer.decode(
             generated_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
         ),
+        "generated_pieces": token_pieces(tokenizer, generated_ids),
         "decode_s": decode_s,
         "eos_token_id": eos_token_id,
         "pad_token_id": pad_token_id,

@@ -8,8 +8,6 @@ scratch project's own spec file, used through --artifacts like a learner's copy.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +17,7 @@ import torch
 
 from inferlab import cache_check, loading, protocol, recipe, specimen, standin
 from test_experiment_runs import project, records  # noqa: F401 (project is a fixture)
+from variants import pin_variant
 
 EOS = 0
 
@@ -45,22 +44,11 @@ def variant_for_stop_after(stop_after: int, prompt_ids: list[int], greedy: list[
     return recipe.Variant(forced_eos_clusters=(forced,))
 
 
-def pin_variant(project_path: Path, name: str, variant: recipe.Variant, directory: Path) -> dict:
-    """Build the variant into `directory` and pin it in the scratch project's artifacts/<name>.json."""
-    built = standin.build(directory, variant=variant)
-    spec = json.loads((project_path / "artifacts" / "standin.json").read_text())
-    spec["revision"] = hashlib.sha1(f"{standin.RECIPE}/{variant.describe()}".encode()).hexdigest()
-    spec["description"] = f"Synthetic stand-in variant for tests ({variant.describe()}); not Pythia."
-    spec["expected"].update(built["files"])
-    (project_path / "artifacts" / f"{name}.json").write_text(json.dumps(spec, indent=2))
-    return built
-
-
 def run_variant(project, tmp_path, stop_after: int, base_p1) -> Path:
     prompt_ids, greedy = base_p1
     name = f"standin-eos{stop_after}"
     variant = variant_for_stop_after(stop_after, prompt_ids, greedy)
-    pin_variant(project.path, name, variant, tmp_path / name)
+    pin_variant(project.path, name, standin, variant, tmp_path / name)
     result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", name,
                                           "--artifacts", str(tmp_path / name))
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
@@ -122,7 +110,8 @@ def test_early_eos_runs_end_to_end(project, tmp_path, base_p1, stop_after):
 def test_a_variant_pin_is_refused_for_the_base_bytes(project, tmp_path, base_p1):
     """The variant's spec pins the variant's weights: the base stand-in does not pass it (no silent swap)."""
     prompt_ids, greedy = base_p1
-    pin_variant(project.path, "standin-eos1", variant_for_stop_after(1, prompt_ids, greedy), tmp_path / "variant")
+    pin_variant(project.path, "standin-eos1", standin, variant_for_stop_after(1, prompt_ids, greedy),
+                tmp_path / "variant")
     spec = specimen.load_spec("standin-eos1", project.path / "artifacts")
     base = standin.build(tmp_path / "base")
     assert base["files"]["model.safetensors"]["sha256"] != spec.expected["model.safetensors"]["sha256"]

@@ -1,0 +1,69 @@
+"""The replica through the experiment: its inputs are the real tokenizer's, and a model row without a token
+goes through generation, timing, the records, `verify` and the report. Skipped where ../shared is absent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from inferlab import protocol, recipe, replica
+from inferlab.inputs import NO_TOKEN_NOTE
+from test_experiment_runs import project, records  # noqa: F401 (project is a fixture)
+from variants import pin_variant
+
+pytestmark = pytest.mark.skipif(
+    not (replica.reference_dir() / replica.HEADER_FILE).is_file(),
+    reason=f"the replica needs pythia-14m's published small files in {replica.reference_dir()} (../shared beside "
+           f"the project), present on the course's CI machines but not in a learner's clone",
+)
+REAL_LENGTHS = {"P1": 8, "P2": 7, "P1x8": 64}
+NO_TOKEN_ID = 50290  # one of the 27 rows (50277-50303) the real tokenizer has no token for
+
+
+def test_a_replica_run_receives_the_real_tokenizers_inputs(project):
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "replica",
+                                          "-k", "test_10_specimen or test_20_inputs")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    found = records(project.path / "run")
+    inputs = {r["prompt_id"]: r for r in found if r["kind"] == "input"}
+    assert {p: r["length"] for p, r in inputs.items()} == REAL_LENGTHS
+    sources = {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}
+    assert all(r["serialized_matches_source"] and r["serialized"] == sources[p] for p, r in inputs.items())
+    assert inputs["P1"]["token_ids"][0] == 510  # "The", as in the published ids for "The cat sat"
+    # no pad token: the deliberate choice (reuse EOS, no new row) is recorded with its reason
+    assert all(r["pad_token_id"] == 0 and "no pad token" in r["pad_reason"] for r in inputs.values())
+    eos = next(r for r in found if r["kind"] == "eos_ids")
+    assert eos["agree"] and eos["checkpoint_generation_config_present"] is False
+    generation_config = next(r for r in found if r["kind"] == "artifact_file" and r["name"] == "generation_config.json")
+    assert generation_config["absent_at_revision"] is True
+    assert next(r for r in found if r["kind"] == "specimen")["synthetic"] is True
+
+
+@pytest.mark.slow
+def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(project, tmp_path):
+    variant = recipe.Variant(forced_token=NO_TOKEN_ID)
+    pin_variant(project.path, "replica-notoken", replica, variant, tmp_path / "variant")
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "replica-notoken",
+                                          "--artifacts", str(tmp_path / "variant"))
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    run = project.path / "run"
+    found = records(run)
+
+    greedy = next(r for r in found if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep1")
+    assert greedy["generated_ids"] == [NO_TOKEN_ID] * protocol.MAX_NEW_TOKENS
+    assert greedy["text"] == "" and greedy["text_with_special"] == ""
+    assert greedy["generated_pieces"]["pieces"] == [None] * protocol.MAX_NEW_TOKENS
+    assert greedy["generated_pieces"]["note"] == NO_TOKEN_NOTE
+
+    timing = [r for r in found if r["kind"] == "timing_trial" and r["status"] == "ok"]
+    assert timing and all(r["profiling_text_not_a_response"] == "" for r in timing)
+    assert all(r["profiling_pieces"]["ids_without_token"] == [NO_TOKEN_ID] * protocol.TIMING_NEW_TOKENS
+               for r in timing)
+
+    for command in (["verify", run], ["report", run, "--check"]):
+        done = subprocess.run([sys.executable, "-m", "inferlab", *map(str, command)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    page = (run / "report.md").read_text()
+    assert "| `P1-G-rep1` | max_new_tokens | 16 |  | `\"\"` |" in page  # an empty continuation, shown as ""
