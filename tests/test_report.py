@@ -507,3 +507,19 @@ def test_manifest_fields_that_change_at_session_end_do_not_change_the_pages(rich
                     ended_utc="2099-01-01T00:00:00+00:00", torch_threads={"changed": True}, checks={"c": 1})
     write_json_atomic(run / MANIFEST_FILE, manifest)
     assert report.check_pages(run) == []
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("a b", '"a b"'),
+    ("a" + " " * 3 + "b", '"a \\u0020\\u0020b"'),
+    (" " * 24, '" ' + "\\u0020" * 23 + '"'),
+    ("\n\t", '"\\n\\t"'),
+    ("", '""'),
+])
+def test_runs_of_spaces_stay_countable_in_the_report(text, shown):
+    """Whitespace tokens (the real tokenizer's ids 50254-50276) must not collapse into one space on a page."""
+    import json
+
+    from inferlab.report.fmt import visible_json
+
+    assert visible_json(text) == shown and json.loads(shown) == text
