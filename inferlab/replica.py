@@ -17,7 +17,6 @@ Usage: python -m inferlab.replica DIR   (DIR must be new or empty; the reference
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -29,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from inferlab import recipe
-from inferlab.records import sha256_file, write_bytes_atomic
-from inferlab.standin import BuildRefused, check_target
+from inferlab.records import sha256_file
+from inferlab.standin import BuildRefused, check_target, command_line, write_files
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_ENV = "INFERLAB_PYTHIA_REFERENCE"  # tests point it elsewhere; learners never need it
@@ -123,21 +122,16 @@ def build(directory, reference: Path | None = None, variant: recipe.Variant = re
     """
     start = time.perf_counter()
     directory = Path(directory)
-    check_target(directory)
-    contents = file_contents(reference, variant)
-    directory.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for name, data in contents.items():
-        write_bytes_atomic(directory / name, data)
-        files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    check_target(directory)  # before the weights are computed; write_files checks again as it writes
+    files = write_files(directory, file_contents(reference, variant))
+    used = require_reference(reference)
     return {
         "directory": str(directory),
         "recipe": RECIPE,
         "variant": variant.describe(),
         "revision": revision(),
-        "reference": str(require_reference(reference)),
-        "reference_sha256": {name: sha256_file(require_reference(reference) / name)
-                             for name in (*COPIED_FILES, HEADER_FILE)},
+        "reference": str(used),
+        "reference_sha256": {name: sha256_file(used / name) for name in (*COPIED_FILES, HEADER_FILE)},
         "files": files,
         "elapsed_s": time.perf_counter() - start,
     }
@@ -145,16 +139,8 @@ def build(directory, reference: Path | None = None, variant: recipe.Variant = re
 
 def main(argv=None) -> int:
     """Command line: build the replica into a new or empty DIR and print the file sizes and hashes as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m inferlab.replica", description=__doc__.splitlines()[0])
-    parser.add_argument("directory", help="where to write the five files: a new or empty directory")
-    args = parser.parse_args(argv)
-    try:
-        result = build(Path(args.directory).expanduser())
-    except (BuildRefused, ReferenceUnavailable) as error:
-        print(f"python -m inferlab.replica: refused: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2, sort_keys=True))
-    return 0
+    return command_line("python -m inferlab.replica", "the five files", build, (BuildRefused, ReferenceUnavailable),
+                        argv)
 
 
 if __name__ == "__main__":

@@ -220,6 +220,20 @@ def check_target(directory: Path) -> None:
         )
 
 
+def write_files(directory: Path, contents: dict[str, bytes]) -> dict:
+    """Write whole files atomically into a new or empty directory: {name: {size, sha256}}.
+
+    Raises BuildRefused, before writing anything, when the directory is a file or not empty.
+    """
+    check_target(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name, data in contents.items():
+        write_bytes_atomic(directory / name, data)
+        files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return files
+
+
 def build(directory, variant: recipe.Variant = recipe.BASE) -> dict:
     """Write the six stand-in files into a new or empty directory; return {directory, files: {name: {size, sha256}}}.
 
@@ -227,12 +241,7 @@ def build(directory, variant: recipe.Variant = recipe.BASE) -> dict:
     """
     start = time.perf_counter()
     directory = Path(directory)
-    check_target(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for name, data in file_contents(variant).items():
-        write_bytes_atomic(directory / name, data)
-        files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    files = write_files(directory, file_contents(variant))
     return {
         "directory": str(directory),
         "recipe": RECIPE,
@@ -243,18 +252,23 @@ def build(directory, variant: recipe.Variant = recipe.BASE) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    """Command line: build the stand-in into a new or empty DIR and print the file sizes and hashes as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m inferlab.standin", description=__doc__.splitlines()[0])
-    parser.add_argument("directory", help="where to write the six files: a new or empty directory")
+def command_line(prog: str, what: str, build_into, refusals: tuple, argv=None) -> int:
+    """`python -m <prog> DIR`: build into a new or empty DIR, print the files as JSON; exit 2 with the reason if refused."""
+    parser = argparse.ArgumentParser(prog=prog, description=sys.modules[build_into.__module__].__doc__.splitlines()[0])
+    parser.add_argument("directory", help=f"where to write {what}: a new or empty directory")
     args = parser.parse_args(argv)
     try:
-        result = build(Path(args.directory).expanduser())
-    except BuildRefused as error:
-        print(f"python -m inferlab.standin: refused: {error}", file=sys.stderr)
+        result = build_into(Path(args.directory).expanduser())
+    except refusals as error:
+        print(f"{prog}: refused: {error}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0
+
+
+def main(argv=None) -> int:
+    """Command line: build the stand-in into a new or empty DIR and print the file sizes and hashes as JSON."""
+    return command_line("python -m inferlab.standin", "the six files", build, (BuildRefused,), argv)
 
 
 if __name__ == "__main__":
