@@ -43,40 +43,33 @@ def standin_copy(standin_dir, tmp_path):
 
 # --- a bundle shaped like the hub's listing of pythia-14m (ACQ's loopback-hub tests) -------------------
 
-REFERENCE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "pythia-14m"
-REFERENCE_SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-REAL_WEIGHT_BYTES = 28_143_920
 HUB_README_BYTES = 10_560
 
 
 def require_reference_dir() -> Path:
     """The published small files of pythia-14m, or a skip that says where they are expected."""
-    if not REFERENCE_DIR.is_dir():
-        pytest.skip(f"needs pythia-14m's published small files in {REFERENCE_DIR} "
-                    f"(../shared/reference/pythia-14m beside the project); that folder is absent")
-    return REFERENCE_DIR
+    from inferlab import replica
+
+    try:
+        return replica.require_reference()
+    except replica.ReferenceUnavailable as error:
+        pytest.skip(f"needs pythia-14m's published small files: {error}")
 
 
 @pytest.fixture(scope="session")
 def replica_listing(tmp_path_factory):
     """Folders holding what the hub lists for pythia-14m: {"six": all six files + README.md, "five": no generation_config.json}.
 
-    The four small files are the published ones byte for byte; model.safetensors is the real header
-    (8-byte little-endian length + model.safetensors.header) followed by deterministic filler up to the
-    real file's 28,143,920 bytes; generation_config.json is the 2023 generation's 111-byte file; README.md
-    is 10,560 bytes of filler (listed by the hub, never to be requested).
+    The replica specimen (inferlab.replica): the four small files are the published ones byte for byte and
+    model.safetensors is the real header holding the recipe's weights (28,143,920 bytes); to these the
+    2023 generation's 111-byte generation_config.json is added for "six", and README.md, 10,560 bytes of
+    filler listed by the hub and never to be requested.
     """
-    import hashlib
-    import struct
+    from inferlab import replica
 
     reference = require_reference_dir()
-    six = tmp_path_factory.mktemp("replica-listing-six")
-    for name in REFERENCE_SMALL_FILES:
-        shutil.copyfile(reference / name, six / name)
-    header = (reference / "model.safetensors.header").read_bytes()
-    prefix = struct.pack("<Q", len(header)) + header
-    filler = hashlib.shake_256(b"inferlab replica-listing filler").digest(REAL_WEIGHT_BYTES - len(prefix))
-    (six / "model.safetensors").write_bytes(prefix + filler)
+    six = tmp_path_factory.mktemp("replica-listing") / "six"
+    replica.build(six, reference=reference)
     shutil.copyfile(reference / "2023-generation" / "generation_config.json", six / "generation_config.json")
     readme = (b"# pythia-14m (filler standing in for the hub's model card)\n" * 200)[:HUB_README_BYTES]
     (six / "README.md").write_bytes(readme)
@@ -89,7 +82,7 @@ def replica_listing(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def replica_listing_spec(replica_listing):
-    """pythia-14m's spec with the weight pin moved to the listing's filler weights (everything else as shipped)."""
+    """pythia-14m's spec with the weight pin moved to the replica's constructed weights (everything else as shipped)."""
     import dataclasses
 
     weights = replica_listing["six"] / "model.safetensors"
