@@ -140,7 +140,8 @@ def artifacts(view: RunView) -> list[str]:
         reference = record.get("reference") if isinstance(record.get("reference"), dict) else None
         reference_cell = (f"{text_cell(reference.get('status'))} ({text_cell(str(reference.get('revision'))[:8])})"
                           if reference else "-")
-        size = "absent at the revision" if record.get("absent_at_revision") else num(record.get("size"))
+        size = ("absent at the revision" if record.get("absent_at_revision")
+                else "missing from this copy" if record.get("present") is False else num(record.get("size")))
         rows.append([code(str(name)), size, code(str(record.get("sha256"))[:16]) + "…",
                      code(str(record.get("expected_sha256"))[:16]) + "…" if record.get("expected_sha256") else "-",
                      yes_no(record.get("ok")), reference_cell, text_cell(record.get("problem") or "")])

@@ -100,12 +100,16 @@ def _files_cell(view: RunView) -> str:
              "built_offline": "built offline (not a download)"}.get(method, text_cell(method))
     if not files:
         return f"{words}; no file was verified"
-    ok = sum(1 for f in files if f.get("ok") is True)
+    present = [f for f in files if f.get("present") is not False]
+    ok = sum(1 for f in present if f.get("ok") is True)
     absent = [f.get("name") for f in files if f.get("absent_at_revision")]
+    missing = [f.get("name") for f in files if f.get("present") is False and not f.get("absent_at_revision")]
     references = [f.get("reference", {}).get("status") for f in files if isinstance(f.get("reference"), dict)]
-    cell = f"{words}; {ok} of {len(files)} files verified"
+    cell = f"{words}; {ok} of {len(present)} files present verified"
     if absent:
         cell += f"; absent at the revision: {', '.join(map(str, absent))}"
+    if missing:
+        cell += f"; missing from this copy (not checked against the hub): {', '.join(map(str, missing))}"
     if references:
         counts = {s: references.count(s) for s in ("matches", "differs", "absent") if s in references}
         cell += "; against the published reference copies: " + ", ".join(f"{n} {s}" for s, n in counts.items())

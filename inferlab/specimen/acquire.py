@@ -155,7 +155,7 @@ def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str] = None,
                     fetched[name] = hub.fetch(meta["url"], name, meta["size"], meta["etag"], staging / name,
                                               deadline, watchdog)
             remote["fetched"] = fetched
-            require_verified(staging, spec)
+            require_verified(staging, spec, ABSENT_IN_HUB_LISTING)
             _publish(staging, target)
         except SpecimenError as error:
             error.remote = remote
@@ -238,8 +238,18 @@ def choose_acquisition(spec: SpecimenSpec, artifacts_dir=None, cache_root=None) 
     return ("built_offline" if spec.synthetic else "download"), directory
 
 
+ABSENT_IN_HUB_LISTING = "the hub's listing at the pinned commit has no such file (HTTP 404 EntryNotFound)"
+ABSENT_IN_PROJECT_CACHE = ("missing from the project cache, which inferlab fills only with a set verified against "
+                           "the hub's listing at the pinned commit (or builds offline)")
+
+
+def _absence_known_from(acquisition: str) -> Optional[str]:
+    """How a missing optional file is known to be absent at the revision on this path (None: it is not)."""
+    return None if acquisition == "reuse:artifacts_dir" else ABSENT_IN_PROJECT_CACHE
+
+
 def _verified(directory: Path, spec: SpecimenSpec, acquisition: str) -> dict:
-    report = verify(directory, spec)
+    report = verify(directory, spec, _absence_known_from(acquisition))
     if report["ok"]:
         return report
     problems = "\n  ".join(report["problems"])
@@ -323,7 +333,7 @@ def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None,
         method, directory = choose_acquisition(spec, artifacts_dir, cache_root)
         verification = getattr(error, "verification", None)
         if verification is None and directory.is_dir():
-            verification = verify(directory, spec)
+            verification = verify(directory, spec, _absence_known_from(method))
         return {"ok": False, "specimen": spec.name, "acquisition": getattr(error, "acquisition", None) or method,
                 "offline": offline, "directory": str(directory) if directory.is_dir() else None,
                 "error": str(error) or type(error).__name__, "deadline_s": seconds,

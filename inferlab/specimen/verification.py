@@ -33,6 +33,7 @@ def _empty_row(name: str, spec: SpecimenSpec) -> dict:
         "expected_sha256": pin.get("sha256"),
         "expected_absent": spec.pinned_absent(name),
         "absent_at_revision": False,
+        "absence": None,
         "link_target": None,
         "reference": None,
         "diagnosis": None,
@@ -55,7 +56,10 @@ def _reference(spec: SpecimenSpec, name: str, row: dict) -> Optional[dict]:
             "status": status}
 
 
-def _missing(row: dict, spec: SpecimenSpec, directory: Path) -> None:
+ABSENT_FROM_COPY = "missing from this folder; whether the pinned revision has it was not checked (no hub was asked)"
+
+
+def _missing(row: dict, spec: SpecimenSpec, directory: Path, absence_known_from: Optional[str]) -> None:
     name = row["name"]
     if row["required"]:
         row["problem"] = f"{name} in {directory}: expected a required allowlisted file, actual: missing"
@@ -63,9 +67,15 @@ def _missing(row: dict, spec: SpecimenSpec, directory: Path) -> None:
         row["problem"] = (f"{name} in {directory}: the spec pins it present at revision {spec.revision} "
                           f"({row['expected_size']} bytes), actual: missing")
     else:
-        # Optional and not pinned present: this revision does not have it. Nothing is put in its place.
-        row["absent_at_revision"] = True
+        # Optional and not pinned present: the run goes on without it, and nothing is put in its place.
+        # "Absent at the revision" is claimed only where something knows it: the spec's pin or the hub.
         row["ok"] = True
+        if spec.pinned_absent(name):
+            row["absent_at_revision"], row["absence"] = True, f"the spec pins it absent at revision {spec.revision}"
+        elif absence_known_from:
+            row["absent_at_revision"], row["absence"] = True, absence_known_from
+        else:
+            row["absence"] = ABSENT_FROM_COPY
 
 
 def _check_present(row: dict, path: Path, spec: SpecimenSpec, directory: Path) -> None:
@@ -109,14 +119,16 @@ def _diagnose_weight(row: dict, path: Path, spec: SpecimenSpec) -> None:
     row["problem"] += f"; this looks like {row['diagnosis']['summary']}. {row['diagnosis']['advice']}"
 
 
-def verify(directory, spec: SpecimenSpec) -> dict:
+def verify(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
     """Check a folder against a spec; never raises for what it finds, never opens a non-regular file.
 
     Returns {directory, ok, files, entries, extra_files, bundle_bytes, problems}: one row per
     allowlisted file (name, required, present, size, sha256, expected_size, expected_sha256,
-    expected_absent, absent_at_revision, link_target, reference, diagnosis, ok, problem), every
+    expected_absent, absent_at_revision, absence, link_target, reference, diagnosis, ok, problem), every
     entry seen with its verdict (entries.scan), the paths of the refused entries other than the
     allowlisted names (extra_files), and the byte total of the allowlisted files present.
+    A missing optional file counts as absent at the revision only when the spec pins it absent or
+    `absence_known_from` says how that is known (the hub's listing); otherwise it is absent from this copy.
     """
     directory = Path(directory).expanduser()
     report = {"directory": str(directory), "ok": False, "files": [], "entries": [], "extra_files": [],
@@ -135,7 +147,7 @@ def verify(directory, spec: SpecimenSpec) -> dict:
         entry = by_path.get(row["name"])
         if entry is None:
             if not scan["truncated"]:
-                _missing(row, spec, directory)
+                _missing(row, spec, directory, absence_known_from)
             else:
                 row["problem"] = f"{row['name']} in {directory}: not examined (the listing stopped early)"
             continue
@@ -172,9 +184,9 @@ def verify(directory, spec: SpecimenSpec) -> dict:
     return report
 
 
-def require_verified(directory, spec: SpecimenSpec) -> dict:
+def require_verified(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
     """verify(), raising SpecimenError listing every problem unless the directory passed."""
-    report = verify(directory, spec)
+    report = verify(directory, spec, absence_known_from)
     if not report["ok"]:
         error = SpecimenError(
             f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  "
