@@ -170,6 +170,20 @@ def test_collect_only_has_no_verdict(tmp_path):
     assert "only collected" in headline(run)
 
 
+def test_damaged_records_are_never_called_every_test_passed(tmp_path):
+    """One unreadable line of records.jsonl: what it held may be missing, so the run cannot be called passed."""
+    run = build_rich_run(tmp_path / "damaged")
+    lines = (run / "records.jsonl").read_text().splitlines(keepends=True)
+    generation = next(i for i, line in enumerate(lines) if '"kind": "generation"' in line)
+    lines[generation] = "{ this line was damaged\n"
+    (run / "records.jsonl").write_text("".join(lines))
+    rerender(run)
+    found = report.verdict_of(run)
+    assert found.kind == "records_damaged" and "passed" not in found.kinds
+    assert PASSED not in (run / REPORT_FILE).read_text()
+    assert "could not all be read" in headline(run) and "records.jsonl" in headline(run)
+
+
 def test_a_plan_folder_is_a_plan_with_no_verdict(tmp_path):
     run = build_rich_run(tmp_path / "plan", transform=drop_outcomes(lambda t: True), session_end=False)
     manifest = json.loads((run / MANIFEST_FILE).read_text())

@@ -16,7 +16,7 @@ from typing import Optional
 from inferlab.report.view import DIAGNOSTIC, FAILING, INTEGRITY, RunView, skip_text
 
 # In order of precedence: the first that applies is the headline, the others follow it as facts.
-KINDS = ("plan_only", "collect_only", "not_finished", "interrupted", "stopped_early", "partial",
+KINDS = ("plan_only", "collect_only", "records_damaged", "not_finished", "interrupted", "stopped_early", "partial",
          "missing_outcomes", "acquisition_failed", "integrity_failed", "diagnostic_failed", "skipped",
          "unexpected_exit", "passed")
 MEASURED_KINDS = ("input", "generation", "cache_comparison", "timing_trial", "memory", "batching")
@@ -90,6 +90,12 @@ def decide(view: RunView) -> Verdict:
     if end is not None and end.get("collect_only"):
         statements["collect_only"] = ("Tests were only collected (`--collect-only`): nothing ran, so there is no "
                                       "verdict.")
+    if view.read_problems:
+        statements["records_damaged"] = (
+            f"**The run's files could not all be read** ({_plural(len(view.read_problems), 'problem')}: "
+            f"{'; '.join(view.read_problems[:3])}{'; …' if len(view.read_problems) > 3 else ''}). What follows "
+            "is rendered from what could be read, so evidence may be missing; `python -m inferlab verify DIR` "
+            "checks every file against the manifest's hashes.")
     if end is None and "plan_only" not in statements:
         statements["not_finished"] = (
             f"**The run did not finish.** It has no `session_end` record: the process was killed or crashed before "
