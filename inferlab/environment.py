@@ -225,3 +225,18 @@ def environment_record(root: Path) -> dict:
         "thread_environment": thread_environment(),
         "deviations_from_reference": deviations(distributions),
     }
+
+
+def changes(before: dict, after: dict) -> list[str]:
+    """What differs between two environment records, one line per changed field (source files by name)."""
+    found = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            names = sorted(name for name in set(old) | set(new) if old.get(name) != new.get(name))
+            found.append(f"{key}: {', '.join(map(str, names[:10]))}{' ...' if len(names) > 10 else ''}")
+        else:
+            found.append(f"{key}: {old!r} -> {new!r}")
+    return found

@@ -100,6 +100,7 @@ class RunState:
     session_limit_skips: int = 0
     acquisition_error: Optional[str] = None  # the full reason, printed once at the end
     session_end: Optional[dict] = None
+    environment: Optional[dict] = None  # as found at the start: the environment the run used
 
     def records_of(self, kind: str) -> list[dict]:
         return [r for r in self.records if r["kind"] == kind]
@@ -740,6 +741,12 @@ def _write_manifest(config, run: RunState, end: Optional[dict]) -> None:
     from inferlab import environment
 
     root = config.rootpath
+    # The environment is recorded as it was at the start, when the code that ran was read; anything found
+    # different at the end (a source file edited mid-run, a package installed) is listed, not swapped in.
+    if run.environment is None:
+        run.environment = environment.environment_record(root)
+    started_environment = run.environment
+    changed = environment.changes(started_environment, environment.environment_record(root)) if end else []
     manifest = {
         "mode": "plan" if config.getoption("inferlab_plan") else "run",
         "complete": bool(end and end["complete"]),
@@ -769,7 +776,8 @@ def _write_manifest(config, run: RunState, end: Optional[dict]) -> None:
         "pytest": {"version": pytest.__version__, "plugins": _plugin_versions(config)},
         "torch_threads": environment.torch_threads(run.thread_request),
         "torch_build": environment.torch_build(),
-        **environment.environment_record(root),
+        **started_environment,
+        "environment_changed_during_run": changed,
         "checks": run.checks,
         "protocol": protocol.as_dict(),
     }

@@ -591,3 +591,27 @@ def test_pytest_help_does_not_show_pytesters_options():
                           timeout=120)
     assert "--record-dir" in done.stdout
     assert "--lsof" not in done.stdout and "--runpytest" not in done.stdout
+
+
+def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates(suite):
+    """The manifest keeps the environment as the run started; an edit during the run is named, not swapped in."""
+    write_experiment(suite, (
+        "from pathlib import Path\n"
+        "def test_edits_a_tracked_file():\n"
+        "    Path(__file__).write_text(Path(__file__).read_text() + '# edited during the run\\n')\n"
+    ))
+    result = suite.runpytest("experiments", "--record-dir", "run")
+    result.assert_outcomes(passed=1)
+    run = suite.path / "run"
+    manifest = json.loads((run / "manifest.json").read_text())
+    source = suite.path / "experiments" / "test_exp.py"
+    from inferlab.records import sha256_file
+
+    assert manifest["source_sha256"]["experiments/test_exp.py"] != sha256_file(source)  # the start's hash
+    assert manifest["environment_changed_during_run"] == ["source_sha256: experiments/test_exp.py"]
+    import subprocess
+    import sys
+
+    check = subprocess.run([sys.executable, "-m", "inferlab", "report", str(run), "--check"],
+                           capture_output=True, text=True, cwd=suite.path)
+    assert check.returncode == 0, check.stdout + check.stderr
