@@ -72,19 +72,37 @@ def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, re
     assert not wrong_shape, f"prefill logits against logits_to_keep={protocol.LOGITS_TO_KEEP}: {wrong_shape}"
 
 
-@pytest.mark.diagnostic
-@pytest.mark.requires("cache_comparison")
-@pytest.mark.parametrize("k", range(protocol.CACHE_MAX_TARGET_TOKENS), ids=lambda k: f"prefix+{k}")
-def test_cache_prefix_agrees(k, inferlab_run):
-    """Prefix k (the prompt plus k fed continuation tokens): both paths within the declared criterion."""
+TOLERANCE_CHECK = "within_tolerance"  # the diagnostic; every other per-prefix check is the harness's own
+
+
+def prefix_record(k: int, inferlab_run) -> dict:
+    """The cache_comparison record of prefix k, or a skip when the continuation is shorter (early EOS)."""
     comparisons = inferlab_run.records_of("cache_comparison")
     if k >= len(comparisons):
         pytest.skip(f"not applicable: the fixed continuation has {len(comparisons)} target tokens (early EOS)")
     row = comparisons[k]
     assert row["fed_continuation_tokens"] == k
-    failed = [name for name, ok in row["checks"].items() if not ok]
-    assert row["passed"], (
-        f"prefix length {row['prefix_length']}: failed {failed}; max_abs_diff {row['max_abs_diff']}, "
+    return row
+
+
+@pytest.mark.requires("cache_comparison")
+@pytest.mark.parametrize("k", range(protocol.CACHE_MAX_TARGET_TOKENS), ids=lambda k: f"prefix+{k}")
+def test_cache_prefix_is_aligned(k, inferlab_run):
+    """Prefix k: both paths saw the same ids, masks and positions, gave finite vocabulary-sized logits, and the
+    cache holds exactly the prefix. A failure here is the harness's, not a finding about the cache."""
+    row = prefix_record(k, inferlab_run)
+    failed = {name: ok for name, ok in row["checks"].items() if name != TOLERANCE_CHECK and not ok}
+    assert not failed, f"prefix length {row['prefix_length']}: failed alignment checks {sorted(failed)}"
+
+
+@pytest.mark.diagnostic
+@pytest.mark.requires("cache_comparison")
+@pytest.mark.parametrize("k", range(protocol.CACHE_MAX_TARGET_TOKENS), ids=lambda k: f"prefix+{k}")
+def test_cache_prefix_agrees(k, inferlab_run):
+    """Prefix k (the prompt plus k fed continuation tokens): both paths within the declared criterion."""
+    row = prefix_record(k, inferlab_run)
+    assert row["checks"][TOLERANCE_CHECK], (
+        f"prefix length {row['prefix_length']}: max_abs_diff {row['max_abs_diff']}, "
         f"fail_fraction {row['fail_fraction']} under {protocol.CACHE_TOLERANCE.describe()}; "
         f"argmax cached {row['argmax_cached']} vs uncached {row['argmax_uncached']}"
     )
