@@ -7,7 +7,10 @@ float32 parameters on the CPU, eager attention, no automatic device placement, e
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -15,7 +18,7 @@ from pathlib import Path
 import torch
 
 from inferlab import memory, protocol
-from inferlab.specimen import WEIGHT_FILE, SpecimenSpec, require_verified
+from inferlab.specimen import WEIGHT_FILE, SpecimenError, SpecimenSpec, require_verified
 
 MODEL_CLASS = "GPTNeoXForCausalLM"
 TOKENIZER_CLASS = "GPTNeoXTokenizerFast"
@@ -80,6 +83,37 @@ def load_problems(loading_info: dict, log_messages: list[dict]) -> list[str]:
     return problems
 
 
+LOADED_FROM = (
+    "a private copy of the verified files: each was copied out of the specimen folder and hashed again as it "
+    "was copied, the hashes had to equal the verified ones, and from_pretrained read only the copy (removed "
+    "after loading), so no file could change between verification and loading"
+)
+
+
+@contextlib.contextmanager
+def verified_copy(directory: Path, verification: dict):
+    """A private temporary folder holding exactly the verified files, re-hashed while copied; yields its path.
+
+    Verification reads files by path, and so would from_pretrained: a file swapped in between would be
+    loaded unverified. Copying once, hashing the copy's bytes and loading only the copy closes that gap.
+    """
+    with tempfile.TemporaryDirectory(prefix="inferlab-verified-") as private:
+        for row in verification["files"]:
+            if not row.get("present"):
+                continue
+            digest = hashlib.sha256()
+            with open(Path(directory) / row["name"], "rb") as source, open(Path(private) / row["name"], "wb") as copy:
+                for chunk in iter(lambda: source.read(1 << 20), b""):
+                    digest.update(chunk)
+                    copy.write(chunk)
+            if digest.hexdigest() != row["sha256"]:
+                raise SpecimenError(
+                    f"{row['name']} in {directory}: changed after it was verified: verified sha256 {row['sha256']}, "
+                    f"read again for loading {digest.hexdigest()}; nothing was loaded. Is another program writing "
+                    f"this folder?")
+        yield Path(private)
+
+
 def load_specimen(directory, spec: SpecimenSpec) -> dict:
     """Verify directory against spec, then load it: {model, tokenizer, verification, model_load}.
 
@@ -98,14 +132,16 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
     handler = _RecordingHandler()
     library_logger = logging.getLogger("transformers")
     library_logger.addHandler(handler)
+    copy_start = time.perf_counter_ns()
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with verified_copy(Path(directory), verification) as private, \
+                warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             load_start = time.perf_counter_ns()
-            model, loading_info = GPTNeoXForCausalLM.from_pretrained(directory, output_loading_info=True,
+            model, loading_info = GPTNeoXForCausalLM.from_pretrained(private, output_loading_info=True,
                                                                      **torch_options)
             model.eval()
-            tokenizer = GPTNeoXTokenizerFast.from_pretrained(directory, local_files_only=True)
+            tokenizer = GPTNeoXTokenizerFast.from_pretrained(private, local_files_only=True)
             load_end = time.perf_counter_ns()
     finally:
         library_logger.removeHandler(handler)
@@ -114,6 +150,8 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
     loading_info = {key: [str(item) for item in values] for key, values in (loading_info or {}).items()}
     model_load = {
         "directory": directory,
+        "loaded_from": LOADED_FROM,
+        "verified_copy_s": (load_start - copy_start) / 1e9,
         "model_class": type(model).__name__,
         "options": {**options, "model_class": MODEL_CLASS, "tokenizer_class": TOKENIZER_CLASS},
         "eval_called": True,

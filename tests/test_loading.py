@@ -173,3 +173,27 @@ def test_violation_summary_groups_parameters_by_what_is_wrong(standin_dir):
         "attn_implementation: expected eager, actual sdpa",
     ]
     assert len(inspection["violations"]) == count + 1
+
+
+def test_a_file_swapped_after_verification_is_never_loaded(standin_copy, standin_spec, monkeypatch):
+    """Verification reads by path and so would the loader: the load reads only a private, re-hashed copy."""
+    from inferlab import specimen
+
+    real_verify = loading.require_verified
+
+    def verify_then_swap(directory, spec):
+        report = real_verify(directory, spec)
+        weights = standin_copy / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 0x01  # another program replaces the verified file
+        weights.write_bytes(bytes(data))
+        return report
+
+    monkeypatch.setattr(loading, "require_verified", verify_then_swap)
+    with pytest.raises(specimen.SpecimenError, match="changed after it was verified"):
+        loading.load_specimen(standin_copy, standin_spec)
+
+
+def test_the_load_record_says_it_read_a_private_verified_copy(loaded):
+    assert loaded["model_load"]["loaded_from"] == loading.LOADED_FROM
+    assert loaded["model_load"]["directory"] != "" and loaded["model_load"]["verified_copy_s"] >= 0
