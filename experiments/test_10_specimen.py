@@ -94,9 +94,9 @@ def test_model_load(loaded_specimen, specimen_spec, record):
 # float32, without eager attention or in training mode stops them, with the violations on record.
 @pytest.mark.requires("model_load")
 @pytest.mark.provides("model_inspection")
-def test_model_inspection(model, acquisition, record):
+def test_model_inspection(model, acquisition, specimen_spec, record):
     from inferlab import loading
 
-    inspection = loading.inspect_model(model, acquisition["directory"])
+    inspection = loading.inspect_model(model, acquisition["directory"], specimen_spec.architecture)
     record("model_inspection", **inspection)
     assert not inspection["violations"], "outside the controls: " + "; ".join(inspection["violation_summary"])

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -179,12 +181,27 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
     return {"model": model, "tokenizer": tokenizer, "verification": verification, "model_load": model_load}
 
 
-def inspect_model(model, directory) -> dict:
+def architecture_differences(config, expected: Optional[dict]) -> list[str]:
+    """One line per config field whose loaded value differs from the spec's pinned architecture."""
+    missing = object()
+    found = []
+    for field_name, value in (expected or {}).items():
+        actual = getattr(config, field_name, missing)
+        same = actual == value if not isinstance(value, float) else (
+            isinstance(actual, (int, float)) and math.isclose(actual, value, rel_tol=1e-9))
+        if actual is missing or not same:
+            shown = "absent" if actual is missing else repr(actual)
+            found.append(f"config.{field_name}: expected {value!r} (the specimen's pinned architecture), actual {shown}")
+    return found
+
+
+def inspect_model(model, directory, expected_architecture: Optional[dict] = None) -> dict:
     """The model_inspection record: class, config, parameters, unique storage bytes, checkpoint bytes.
 
     violations lists every departure from the controls (device, dtype, training mode,
-    attention implementation) so a caller can fail a check with evidence instead of a crash;
-    violation_summary says the same in a few lines (parameters grouped by what is wrong).
+    attention implementation) and from the specimen's pinned architecture (config fields that decide the
+    computation), so a caller can fail a check with evidence instead of a crash; violation_summary says
+    the same in a few lines (parameters grouped by what is wrong).
     """
     expected_dtype = getattr(torch, protocol.TORCH_DTYPE)
     parameters, violations = [], []
@@ -214,6 +231,9 @@ def inspect_model(model, directory) -> dict:
     if model.training:
         violations.append("model.training: expected False (eval mode), actual True")
         summary.append(violations[-1])
+    architecture = architecture_differences(model.config, expected_architecture)
+    violations += architecture
+    summary += architecture
     storage = memory.parameter_storage(model)
     checkpoint = Path(directory) / WEIGHT_FILE
     return {
@@ -227,6 +247,7 @@ def inspect_model(model, directory) -> dict:
         "checkpoint_file_bytes": checkpoint.stat().st_size,
         "training": model.training,
         "attn_implementation": attn,
+        "expected_architecture": expected_architecture,
         "violations": violations,
         "violation_summary": summary,
     }

@@ -197,3 +197,32 @@ def test_a_file_swapped_after_verification_is_never_loaded(standin_copy, standin
 def test_the_load_record_says_it_read_a_private_verified_copy(loaded):
     assert loaded["model_load"]["loaded_from"] == loading.LOADED_FROM
     assert loaded["model_load"]["directory"] != "" and loaded["model_load"]["verified_copy_s"] >= 0
+
+
+def test_a_config_that_changes_the_architecture_is_a_violation(standin_copy, standin_spec):
+    """pythia-14m's config.json is not pinned by hash: an edited one must not pass as the pinned model."""
+    import dataclasses
+
+    config_path = standin_copy / "config.json"
+    config = json.loads(config_path.read_text())
+    config.update(hidden_act="relu", use_parallel_residual=False)
+    config_path.write_text(json.dumps(config))
+    unpinned = dict(standin_spec.expected, **{"config.json": {"size": None, "sha256": None}})
+    spec = dataclasses.replace(standin_spec, expected=unpinned)  # as pythia-14m's spec leaves it
+    loaded = loading.load_specimen(standin_copy, spec)
+    violations = loading.inspect_model(loaded["model"], standin_copy, spec.architecture)["violations"]
+    assert "config.hidden_act: expected 'gelu' (the specimen's pinned architecture), actual 'relu'" in violations
+    assert any(v.startswith("config.use_parallel_residual: expected True") for v in violations)
+
+
+def test_the_offline_specimens_have_the_pinned_architecture(inspection, standin_spec):
+    from inferlab import specimen
+
+    assert standin_spec.architecture == specimen.load_spec("pythia-14m").architecture
+    assert not loading.architecture_differences(inspection_model_config(inspection), standin_spec.architecture)
+
+
+def inspection_model_config(inspection):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**inspection["config"])

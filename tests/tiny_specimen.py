@@ -44,9 +44,11 @@ def write_spec(artifacts_dir: Path, specimen_dir: Path, name: str = TINY_SPEC_NA
         data = (Path(specimen_dir) / file_name).read_bytes()
         pin = template["expected"][file_name]
         expected[file_name] = {**pin, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    config = json.loads((Path(specimen_dir) / "config.json").read_text())
+    architecture = {field: config.get(field) for field in template["architecture"]}  # the tiny one's own
     spec = {**template, "repo_id": "inferlab/tiny-test-specimen", "revision": "0" * 40,
             "description": "A tiny random GPT-NeoX written by the harness's tests; not Pythia.",
-            "synthetic": True, "expected": expected}
+            "synthetic": True, "expected": expected, "architecture": architecture}
     path = Path(artifacts_dir) / f"{name}.json"
     path.write_text(json.dumps(spec, indent=2))
     return path

@@ -36,6 +36,7 @@ WEIGHT_FILE = "model.safetensors"
 SPEC_FIELDS = (
     "repo_id", "revision", "files", "optional_files", "bundle_cap_bytes", "synthetic", "description", "expected",
 )
+OPTIONAL_SPEC_FIELDS = ("reference", "architecture")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -68,6 +69,9 @@ class SpecimenSpec:
     description: str
     expected: dict  # file name -> {"size": int | None, "sha256": str | None} or {"absent": True}
     reference: Optional[dict] = None  # informational hashes published for another revision
+    # config fields that decide what the model computes, as the loaded model must have them; files that are
+    # not pinned by hash (pythia-14m's config.json) could otherwise change the architecture unnoticed
+    architecture: Optional[dict] = None
 
     @property
     def required_files(self) -> tuple:
@@ -110,9 +114,10 @@ def load_spec(name: str, artifacts_root=None) -> SpecimenSpec:
     missing = [field for field in SPEC_FIELDS if field not in data]
     if missing:
         raise SpecimenError(f"{path}: expected fields {list(SPEC_FIELDS)}, actual: missing {missing}")
-    unknown = sorted(set(data) - set(SPEC_FIELDS) - {"reference"})
+    unknown = sorted(set(data) - set(SPEC_FIELDS) - set(OPTIONAL_SPEC_FIELDS))
     if unknown:
-        raise SpecimenError(f"{path}: expected only the fields {list(SPEC_FIELDS) + ['reference']}, actual extra {unknown}")
+        raise SpecimenError(f"{path}: expected only the fields {list(SPEC_FIELDS) + list(OPTIONAL_SPEC_FIELDS)}, "
+                            f"actual extra {unknown}")
     files, optional = data["files"], data["optional_files"]
     spec = SpecimenSpec(
         name=name,
@@ -126,6 +131,7 @@ def load_spec(name: str, artifacts_root=None) -> SpecimenSpec:
         description=data["description"],
         expected=data["expected"],
         reference=data.get("reference"),
+        architecture=data.get("architecture"),
     )
     problems = spec_problems(spec)
     if problems:
@@ -177,6 +183,11 @@ def spec_problems(spec: SpecimenSpec) -> list[str]:
         problems.append(f"expected[{WEIGHT_FILE}]: expected a pinned size and sha256, actual {weight!r}")
     if spec.reference is not None:
         problems.extend(_reference_problems(spec.reference, spec.files))
+    architecture = spec.architecture
+    if architecture is not None and (not isinstance(architecture, dict) or not architecture or not all(
+            isinstance(key, str) and (value is None or isinstance(value, (bool, int, float, str)))
+            for key, value in architecture.items())):
+        problems.append(f"architecture: expected an object of config field -> JSON scalar, actual {architecture!r}")
     return problems
 
 
