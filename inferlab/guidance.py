@@ -13,10 +13,21 @@ from inferlab import protocol
 CHECK_COMMAND = "python -m inferlab check-artifacts DIR"
 
 
-def acquisition_next_steps(specimen: Optional[dict]) -> list[str]:
-    """The ways forward after a failed acquisition, as Markdown-free lines of text (one step per line)."""
+def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] = None) -> list[str]:
+    """The ways forward after a failed acquisition, as Markdown-free lines of text (one step per line).
+
+    acquisition is the path that failed (the artifact_acquisition record's `acquisition`), when known.
+    """
     specimen = specimen or {}
     name = specimen.get("name", protocol.DEFAULT_SPECIMEN)
+    if specimen.get("synthetic") and acquisition == "reuse:artifacts_dir":
+        builder = "replica" if name.startswith("replica") else "standin"
+        return [
+            f"Your --artifacts copy of the synthetic {name} specimen failed verification: the error above names "
+            f"the file. Leave --artifacts out and inferlab builds a verified {name} itself, or build a fresh copy "
+            f"with `python -m inferlab.{builder} NEWDIR` (NEWDIR new or empty).",
+            "Every run needs a new record dir; `make run` makes one under runs/ for you.",
+        ]
     if specimen.get("synthetic"):
         return [
             f"The {name} specimen is built offline by inferlab itself, so its failure is a problem of this "
@@ -28,13 +39,16 @@ def acquisition_next_steps(specimen: Optional[dict]) -> list[str]:
     revision = specimen.get("revision", protocol.PINNED_REVISION)
     weight = (specimen.get("expected") or {}).get("model.safetensors") or {}
     files = specimen.get("files") or list(protocol.ALLOWLISTED_FILES)
+    optional = specimen.get("optional_files") or list(protocol.OPTIONAL_FILES)
+    required = [f for f in files if f not in optional]
     pin = (f"{weight['size']:,} bytes with SHA-256 {weight['sha256']}" if weight.get("sha256") and weight.get("size")
            else "its pinned size and SHA-256")
     check = CHECK_COMMAND if name == protocol.DEFAULT_SPECIMEN else f"{CHECK_COMMAND} --specimen {name}"
     return [
         f"Use a verified copy of the files: add --artifacts DIR (with make: make run ARGS=\"--artifacts DIR "
-        f"--offline\"). A valid copy is a directory that holds exactly the {len(files)} allowlisted files of {repo} "
-        f"at revision {revision} ({', '.join(files)}) and nothing else, for example your Lab 05 download; its "
+        f"--offline\"). A valid copy is a directory holding {repo} at revision {revision}, for example your Lab 05 "
+        f"download: the required files ({', '.join(required)}), {' and '.join(optional)} only if that revision "
+        f"has it (it very probably has none), and no other file but a README.md or .gitattributes. Its "
         f"model.safetensors must be {pin}.",
         f"Check a copy before you run: `{check}` hashes every file against artifacts/{name}.json and names any "
         f"that differs, is missing or is extra (the weight file alone: `sha256sum DIR/model.safetensors`, on "
