@@ -3,13 +3,7 @@
 import pytest
 
 from inferlab import protocol
-
-ACQUISITION_LABELS = {
-    "download": "fresh bounded download",
-    "reuse:artifacts_dir": "verified local reuse (--artifacts)",
-    "reuse:project_cache": "verified local reuse (project cache)",
-    "built_offline": "built offline (synthetic stand-in; not a download)",
-}
+from inferlab.specimen import ACQUISITION_LABELS
 
 
 @pytest.mark.provides("thread_controls")

@@ -262,6 +262,10 @@ def command_line(prog: str, what: str, build_into, refusals: tuple, argv=None) -
     except refusals as error:
         print(f"{prog}: refused: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a target that cannot be created: under a file, under /proc, read-only
+        print(f"{prog}: could not write {args.directory}: {error.strerror or error}"
+              f"{f' ({error.filename})' if error.filename else ''}", file=sys.stderr)
+        return 2
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0
 

@@ -168,3 +168,16 @@ def test_eos_ids_agree_and_the_missing_generation_config_is_recorded(tokenizer, 
     assert check["agree"] is True and check["checkpoint_generation_config"] is None
     assert check["checkpoint_generation_config_present"] is False
     assert check["pad_token_id_by_source"] == {"tokenizer": None, "config.json": None}
+
+
+def test_a_builder_error_is_a_recorded_refusal_not_an_escaping_exception(monkeypatch, tmp_path):
+    """A reference header that no longer fits the recipe raises ValueError inside the builder: the acquisition
+    still returns its record, with the reason, instead of erroring the test that asked for it."""
+    def broken(header, variant=None):
+        raise ValueError("model.safetensors.header: a tensor the recipe does not know")
+
+    monkeypatch.setattr(replica, "weight_file_bytes", broken)
+    outcome = specimen.acquisition_outcome(specimen.load_spec("replica"), cache_root=tmp_path)
+    assert outcome["ok"] is False and outcome["acquisition"] == "built_offline"
+    assert "building it offline failed: ValueError" in outcome["error"] and "a tensor the recipe" in outcome["error"]
+    assert not list((tmp_path / "replica").glob("*/*"))  # nothing published into the cache

@@ -128,3 +128,11 @@ def test_filler_words_are_never_produced_by_encoding(tokenizer, standin_dir):
     word = standin.filler_token(12345)
     ids = tokenizer(word.replace("\u0120", " "), add_special_tokens=False)["input_ids"]
     assert tokenizer.convert_tokens_to_ids(word) not in ids
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "proc"])
+def test_command_line_reports_a_target_it_cannot_create_without_a_traceback(tmp_path, where):
+    (tmp_path / "a-file").write_text("x")
+    target = tmp_path / "a-file" / "sub" if where == "under-a-file" else "/proc/inferlab-cannot-be-here"
+    result = subprocess.run([sys.executable, "-m", "inferlab.standin", str(target)], capture_output=True, text=True)
+    assert result.returncode == 2 and "could not write" in result.stderr and "Traceback" not in result.stderr

@@ -15,6 +15,7 @@ One module per job:
 
 from inferlab.records import sha256_file
 from inferlab.specimen.acquire import (
+    ACQUISITION_LABELS,
     ACQUISITIONS,
     acquire,
     acquisition_outcome,
@@ -40,8 +41,9 @@ from inferlab.specimen.spec import (
 from inferlab.specimen.verification import require_verified, verify
 
 __all__ = [
-    "ACQUISITIONS", "DEFAULT_ARTIFACTS_ROOT", "DEFAULT_ENDPOINT", "PROJECT_ROOT", "WEIGHT_FILE", "Deadline",
-    "DeadlineExpired", "SpecimenError", "SpecimenSpec", "acquire", "acquisition_outcome", "cache_dir",
-    "choose_acquisition", "download", "load_spec", "offline_build_problem", "offline_builder", "offline_mode", "remote_metadata", "require_verified",
-    "resolve_endpoint", "sha256_file", "spec_problems", "verify",
+    "ACQUISITION_LABELS", "ACQUISITIONS", "DEFAULT_ARTIFACTS_ROOT", "DEFAULT_ENDPOINT", "PROJECT_ROOT",
+    "WEIGHT_FILE", "Deadline", "DeadlineExpired", "SpecimenError", "SpecimenSpec", "acquire",
+    "acquisition_outcome", "cache_dir", "choose_acquisition", "download", "load_spec", "offline_build_problem",
+    "offline_builder", "offline_mode", "remote_metadata", "require_verified", "resolve_endpoint", "sha256_file",
+    "spec_problems", "verify",
 ]

@@ -33,6 +33,13 @@ from inferlab.specimen.spec import SpecimenError, SpecimenSpec, cache_dir
 from inferlab.specimen.verification import require_verified, verify
 
 ACQUISITIONS = ("reuse:artifacts_dir", "reuse:project_cache", "download", "built_offline")
+# What each path is, in words, once it has succeeded (a failed path is described by its error instead).
+ACQUISITION_LABELS = {
+    "download": "fresh bounded download",
+    "reuse:artifacts_dir": "verified local reuse (--artifacts)",
+    "reuse:project_cache": "verified local reuse (project cache)",
+    "built_offline": "built offline (a synthetic specimen; not a download)",
+}
 STAGING_PREFIX = ".staging-"
 
 
@@ -211,8 +218,14 @@ def _build_offline(spec: SpecimenSpec, target: Path) -> None:
     staging = _staging_dir(target)
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        build(staging)
-        require_verified(staging, spec)
+        try:
+            build(staging)
+        except (SpecimenError, OSError):
+            raise
+        except Exception as error:  # a builder's own error (say, a changed reference header) is a refusal on record
+            raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): building it offline failed: "
+                                f"{type(error).__name__}: {error}") from error
+        require_verified(staging, spec, ABSENT_PINNED_ONLY)
         _publish(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -238,6 +251,7 @@ def choose_acquisition(spec: SpecimenSpec, artifacts_dir=None, cache_root=None) 
     return ("built_offline" if spec.synthetic else "download"), directory
 
 
+ABSENT_PINNED_ONLY = None  # an offline build: only the spec's own pin can say a file is absent at the revision
 ABSENT_IN_HUB_LISTING = "the hub's listing at the pinned commit has no such file (HTTP 404 EntryNotFound)"
 ABSENT_IN_PROJECT_CACHE = ("missing from the project cache, which inferlab fills only with a set verified against "
                            "the hub's listing at the pinned commit (or builds offline)")
