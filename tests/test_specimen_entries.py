@@ -125,6 +125,9 @@ EXTRA_ENTRIES = {
     # relative path: expected verdict
     "README.md": "inert",
     ".gitattributes": "inert",
+    ".DS_Store": "inert",
+    "Thumbs.db": "inert",
+    "sub/.DS_Store": "refused",
     "notes.txt": "refused",
     "added_tokens.json": "refused",
     "chat_template.jinja": "refused",
@@ -167,7 +170,7 @@ def test_every_entry_seen_is_recorded_with_its_verdict(standin_copy, standin_spe
 
 def test_the_readme_states_the_rule_the_code_applies():
     readme = (REPO_ROOT / "README.md").read_text()
-    for inert in entries.INERT_FILES:
+    for inert in entries.INERT_FILES + entries.DESKTOP_BOOKKEEPING:
         assert f"`{inert}`" in readme
     for patterns in entries.REFUSED_PATTERNS.values():
         for pattern in patterns:

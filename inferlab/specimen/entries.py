@@ -24,6 +24,8 @@ import stat
 from pathlib import Path
 
 INERT_FILES = ("README.md", ".gitattributes")
+# Desktop bookkeeping a file manager leaves in any folder it opens (macOS Finder, Windows Explorer).
+DESKTOP_BOOKKEEPING = (".DS_Store", "Thumbs.db", "desktop.ini")
 HUB_BOOKKEEPING_DIR = (".cache", "huggingface")
 HUB_BOOKKEEPING_NAMES = (".gitignore",)
 HUB_BOOKKEEPING_SUFFIXES = (".metadata", ".lock")
@@ -64,11 +66,14 @@ def _file_verdict(parts: tuple, allowlist) -> tuple[str, str]:
         return "refused", f"{label} (name matches a refused pattern): never accepted beside the specimen"
     if len(parts) == 1 and name in INERT_FILES:
         return "inert", "documentation the hub lists; no loader reads it"
+    if len(parts) == 1 and name in DESKTOP_BOOKKEEPING:
+        return "inert", "a file manager's bookkeeping (opening the folder leaves it); no loader reads it"
     if (parts[:2] == HUB_BOOKKEEPING_DIR and len(parts) > 2
             and (name in HUB_BOOKKEEPING_NAMES or name.endswith(HUB_BOOKKEEPING_SUFFIXES))):
         return "hub_bookkeeping", "huggingface_hub's record of a --local-dir download; no loader reads it"
     return "refused", ("not part of the specimen: a loader reads files by name from this folder, "
-                       "so only the allowlisted files, README.md and .gitattributes may sit here")
+                       "so only the allowlisted files, README.md, .gitattributes and a file manager's "
+                       ".DS_Store, Thumbs.db or desktop.ini may sit here")
 
 
 def scan(directory: Path, allowlist) -> dict:
