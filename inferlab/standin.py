@@ -42,33 +42,34 @@ SYNTHETIC_NOTE = (
     "Not EleutherAI/pythia-14m; its outputs carry no meaning."
 )
 
-# Values of the real pythia-14m config.json, plus the synthetic marker.
+# Values of the real pythia-14m config.json (its sizes are the recipe's, which lays out the same tensors),
+# plus the synthetic marker.
 CONFIG = {
     "architectures": ["GPTNeoXForCausalLM"],
     "attention_bias": True,
     "attention_dropout": 0.0,
-    "bos_token_id": 0,
+    "bos_token_id": recipe.EOS_ID,
     "classifier_dropout": 0.1,
-    "eos_token_id": 0,
+    "eos_token_id": recipe.EOS_ID,
     "hidden_act": "gelu",
     "hidden_dropout": 0.0,
-    "hidden_size": 128,
+    "hidden_size": recipe.HIDDEN,
     "initializer_range": 0.02,
-    "intermediate_size": 512,
+    "intermediate_size": recipe.INTERMEDIATE,
     "layer_norm_eps": 1e-05,
     "max_position_embeddings": 2048,
     "model_type": "gpt_neox",
-    "num_attention_heads": 4,
-    "num_hidden_layers": 6,
+    "num_attention_heads": recipe.HEADS,
+    "num_hidden_layers": recipe.LAYERS,
     "rope_scaling": None,
-    "rotary_emb_base": 10000,
+    "rotary_emb_base": recipe.ROTARY_BASE,
     "rotary_pct": 0.25,
     "tie_word_embeddings": False,
     "torch_dtype": "float16",
     "transformers_version": "4.57.1",
     "use_cache": True,
     "use_parallel_residual": True,
-    "vocab_size": 50304,
+    "vocab_size": recipe.VOCAB,
     "inferlab_synthetic": True,
     "inferlab_note": SYNTHETIC_NOTE,
 }

@@ -199,3 +199,24 @@ def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, 
     assert decode_steps and all(not p["checks"]["within_tolerance"] for p in decode_steps)
     # far outside: a thousand times the absolute term of the criterion, not a rounding-level miss
     assert min(p["max_abs_diff"] for p in decode_steps) > 1000 * protocol.CACHE_TOLERANCE.atol
+
+
+def test_the_standins_matrix_stops_early_on_eos_and_greedy_p1_gives_the_cache_test_8_tokens(loaded, prompt_ids):
+    """Issue 12's bar, kept by a test: some of the 26 protocol trials end on EOS before 16 tokens, while
+    P1's greedy trial does not stop before the cache test's 8 target tokens."""
+    from inferlab import sampling
+
+    model, tokenizer = loaded["model"], loaded["tokenizer"]
+    early, greedy_p1 = [], None
+    for trial in protocol.generation_trials():
+        ids = torch.tensor([prompt_ids[trial.prompt_id]])
+        fields, _, _ = sampling.run_generation_trial(model, tokenizer, ids, torch.ones_like(ids),
+                                                     protocol.CONDITIONS[trial.condition], trial.seed,
+                                                     eos_token_id=recipe.EOS_ID, pad_token_id=recipe.EOS_ID)
+        if fields["stop_reason"] == "eos" and fields["generated_length"] < protocol.MAX_NEW_TOKENS:
+            early.append(trial.test_id)
+        if (trial.prompt_id, trial.condition, trial.repetition) == protocol.CACHE_REFERENCE_TRIAL:
+            greedy_p1 = fields["generated_ids"]
+    assert early, "no trial of the matrix stopped early on EOS"
+    assert recipe.EOS_ID not in greedy_p1[:protocol.CACHE_MAX_TARGET_TOKENS - 1]
+    assert len(greedy_p1) >= protocol.CACHE_MAX_TARGET_TOKENS
