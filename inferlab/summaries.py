@@ -9,6 +9,8 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
+from inferlab import protocol
+
 
 def median_min_max(values: Sequence) -> dict:
     """All values with their count, median, minimum and maximum (no value is dropped)."""
@@ -102,6 +104,11 @@ def first_divergence(a: Sequence, b: Sequence):
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def stopped_early_on_eos(generation: dict) -> bool:
+    """Whether a completed trial ended on EOS before its token budget: an EOS as the last allowed token is not early."""
+    return generation.get("stop_reason") == "eos" and generation.get("generated_length", 0) < protocol.MAX_NEW_TOKENS
+
+
 def sampling_summary(generations: list[dict], prompt_id: str) -> dict:
     """Repeatability and distinctness of one prompt's generation records (failed trials are counted, not hidden)."""
     rows = [g for g in generations if g["prompt_id"] == prompt_id]
@@ -116,7 +123,7 @@ def sampling_summary(generations: list[dict], prompt_id: str) -> dict:
             "trials": len(ids),
             "distinct_continuations": len(set(ids)),
             "early_eos": sum(1 for g in ok if g["condition"] == condition and not g["is_rerun"]
-                             and g["stop_reason"] == "eos"),
+                             and stopped_early_on_eos(g)),
         }
     return {
         "prompt_id": prompt_id,
@@ -135,7 +142,8 @@ def sampling_summary(generations: list[dict], prompt_id: str) -> dict:
             "identical": bool(first and rerun and first["generated_ids"] == rerun["generated_ids"]),
         },
         "per_condition": per_condition,
-        "early_eos_total": sum(1 for g in ok if g["stop_reason"] == "eos"),
+        "early_eos_total": sum(1 for g in ok if stopped_early_on_eos(g)),
+        "early_eos_rule": f"stop_reason eos with fewer than {protocol.MAX_NEW_TOKENS} generated tokens",
         "caveat": THREE_SEEDS_CAVEAT,
     }
 
