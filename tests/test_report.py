@@ -19,6 +19,8 @@ from fixtures_records import (
     BANDWIDTH_BYTES_PER_S,
     CACHE_BYTES_PER_POSITION,
     CLOCK_READS_PER_TRIAL,
+    EOS_ID,
+    INTERRUPT_ERROR,
     FIXTURE_PARAMETERS,
     SKIP_REASON,
     TYPED_COMMAND,
@@ -28,6 +30,8 @@ from fixtures_records import (
     build_rich_run,
     copy_run,
     edit_manifest,
+    fail_generation,
+    interrupt_at_generation,
     rerender,
     rewrite_records,
 )
@@ -188,6 +192,119 @@ def test_repeatability_shows_how_the_rerun_cache_was_fresh(rich_run):
     rows = table_rows(section(page(rich_run), "Repeatability"))[1:]
     assert [row[0] for row in rows] == ["P1", "P2"]
     assert "fresh cache: yes (a new DynamicCache per generate() call)" in rows[0][2]
+
+
+# --- trials that produced nothing: failed, interrupted, never reached -------------------------------------
+
+INTERRUPTED = {"interrupted": True, "signals": ["SIGINT"], "stop_reason": "interrupted by SIGINT", "exit_status": 2,
+               "exit_code_name": "INTERRUPTED"}
+
+
+def repeatability_of(run: Path) -> dict[str, list[str]]:
+    return {row[0]: row for row in table_rows(section(page(run), "Repeatability"))[1:]}
+
+
+@pytest.fixture(scope="module")
+def failed_trials_run(tmp_path_factory) -> Path:
+    """P1's third greedy repetition and its S1 seed 31 failed; the other trials are the rich run's."""
+    def fail_two(records):
+        return fail_generation(fail_generation(records, "P1-G-rep3"), "P1-S1-seed31")
+
+    return build_rich_run(tmp_path_factory.mktemp("report") / "failed-trials", transform=fail_two)
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(tmp_path_factory) -> Path:
+    """Ctrl-C during P2's first greedy repetition: P1's twelve trials ran, nothing after that trial did."""
+    return build_rich_run(tmp_path_factory.mktemp("report") / "interrupted",
+                          transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
+                          session_end=INTERRUPTED)
+
+
+def test_a_failed_greedy_repetition_leaves_identity_undecided_not_false(failed_trials_run):
+    row = repeatability_of(failed_trials_run)["P1"]
+    assert row[1] == "2 of 3 recorded, 1 failed: not decidable"
+    scaffold = section(page(failed_trials_run), "Your conclusions")
+    assert "Greedy repetitions identical: P1 2 of 3 recorded, 1 failed: not decidable, P2 yes." in scaffold
+    assert "24 of 26 trials produced ids (2 failed)" in scaffold
+
+
+def test_recorded_greedy_repetitions_that_differ_are_a_no_even_with_one_failed(tmp_path):
+    def differ(records):
+        second = next(r for r in records if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep2")
+        second["generated_ids"] = second["generated_ids"][:-1] + [second["generated_ids"][-1] % 50 + 1]
+        return fail_generation(records, "P1-G-rep3")
+
+    run = build_rich_run(tmp_path / "differ", transform=differ)
+    assert repeatability_of(run)["P1"][1] == "**no** (2 of 3 recorded, 1 failed)"
+
+
+def test_distinct_continuations_count_only_trials_that_produced_ids(failed_trials_run):
+    row = repeatability_of(failed_trials_run)["P1"]
+    assert row[3] == "S1 2/2 (1 failed), S2 3/3, S3 3/3"
+
+
+def test_a_failed_trial_is_labelled_failed_with_its_outcome(failed_trials_run):
+    rows = {r[1]: r for r in table_rows(section(page(failed_trials_run), "Generation trials"))[1:]}
+    assert rows["`P1-G-rep3`"][2] == "**failed** (failed, F1)"
+
+
+def test_early_eos_means_before_the_last_allowed_token(tmp_path):
+    def eos_as_last_token(records):
+        for record in records:
+            if record["kind"] == "generation" and record["trial_id"] == "P1-S3-seed17":
+                ids = record["generated_ids"][:-1] + [EOS_ID]
+                assert len(ids) == protocol.MAX_NEW_TOKENS
+                record.update(generated_ids=ids, stop_reason="eos", generated_length=len(ids))
+        return records
+
+    run = build_rich_run(tmp_path / "eos16", transform=eos_as_last_token)
+    rows = repeatability_of(run)
+    # the fixture's only early stop per prompt is S2 seed 23 (6 tokens); EOS as token 16 of 16 is not early
+    assert rows["P1"][4] == rows["P2"][4] == "1 of 12"
+    assert f"early EOS (before token {protocol.MAX_NEW_TOKENS}, first runs)" in table_rows(
+        section(page(run), "Repeatability"))[0]
+
+
+def test_early_eos_counts_only_recorded_trials(failed_trials_run):
+    assert repeatability_of(failed_trials_run)["P1"][4] == "1 of 10 (2 failed)"
+
+
+def test_a_prompt_with_no_trial_run_says_not_run_instead_of_counts(interrupted_run):
+    row = repeatability_of(interrupted_run)["P2"]
+    assert row[1] == "0 of 3 recorded, 1 interrupted, 2 not run: not decidable"
+    assert row[2] == "not run"
+    assert row[3] == "S1 not run, S2 not run, S3 not run"
+    assert row[4] == "none recorded (1 interrupted, 11 not run)"
+    assert repeatability_of(interrupted_run)["P1"][2] == "not decidable: first run ok, rerun not run"
+
+
+def test_a_trial_cut_off_by_the_interrupt_is_interrupted_not_failed(interrupted_run):
+    rows = {r[1]: r for r in table_rows(section(page(interrupted_run), "Generation trials"))[1:]}
+    assert rows["`P2-G-rep1`"][2] == f"interrupted ({INTERRUPT_ERROR})"
+    assert rows["`P2-G-rep2`"][2] == "not run (not reached: the run was interrupted (SIGINT))"
+    assert "**failed**" not in section(page(interrupted_run), "Generation trials")
+
+
+def test_records_an_interrupted_run_never_reached_are_explained_by_the_interrupt(interrupted_run):
+    text = page(interrupted_run) + page(interrupted_run, DETAILS_FILE)
+    assert "no record and no outcome explains it" not in text
+    cache = section(page(interrupted_run), "Cache: matched prefixes")
+    assert "No `cache_criterion` record (not reached: the run was interrupted (SIGINT))." in cache
+
+
+def test_records_of_a_run_that_did_not_finish_are_explained_by_that(tmp_path):
+    run = build_rich_run(tmp_path / "killed", transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
+                         session_end=False)
+    assert "No `cache_criterion` record (not reached: the run did not finish)." in page(run)
+    assert "no record and no outcome explains it" not in page(run) + page(run, DETAILS_FILE)
+
+
+def test_checklist_says_how_many_records_are_present_of_how_many(interrupted_run):
+    rows = table_rows(section(page(interrupted_run), "Submission checklist"))[1:]
+    assert "generation: 13 of 26 recorded" in rows[3][2] and "missing generation" not in rows[3][2]
+    assert rows[3][2].startswith("**partial**: ")
+    assert rows[3][2].endswith("; not reached: the run was interrupted (SIGINT)")
 
 
 # --- first-step distribution ---------------------------------------------------------------------------

@@ -329,9 +329,10 @@ def timing_trials(view: RunView) -> list[str]:
     for planned in protocol.timing_schedule():
         record = records.get(planned.schedule_index)
         number = str(planned.schedule_index + 1)
-        if record is None or record.get("status", "ok") != "ok":
-            rows.append([number, code(planned.test_id), "not run" if record is None else "**failed**",
-                         labels.brief(view.outcome_of_param(planned.test_id))] + [MISSING] * 6)
+        state = tables.trial_state(record, needs_ids=False)
+        if state != "ok":
+            rows.append([number, code(planned.test_id), labels.trial_cell(state, planned.test_id, record)]
+                        + [MISSING] * 7)
             continue
         times = tables.token_times(record)
         rows.append([number, code(planned.test_id), "warmup" if record.get("warmup") else "measured",
