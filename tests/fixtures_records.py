@@ -703,3 +703,15 @@ def interrupt_at_generation(records: list[dict], trial_id: str) -> list[dict]:
     a KeyboardInterrupt error and no outcome for it, and nothing after (session_end is appended separately)."""
     cut = next(i for i, r in enumerate(records) if r["kind"] == "generation" and r["trial_id"] == trial_id)
     return fail_generation(records[:cut + 1], trial_id, error=INTERRUPT_ERROR, outcome=None)
+
+
+def abandon_finish(directory: Path) -> Path:
+    """What a second Ctrl-C during the final writes leaves: session_end and the report are written, but the
+    manifest is still the start one (status 'started', no file inventory, complete false)."""
+    directory = Path(directory)
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    manifest.pop("files", None)
+    manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, session_end=None,
+                    outcome_counts={}, status="started: this is the manifest written when the run began")
+    write_json_atomic(directory / MANIFEST_FILE, manifest)
+    return directory
