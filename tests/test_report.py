@@ -427,6 +427,27 @@ def test_limitations_state_the_clock_overhead_and_the_benchmark(rich_run):
     assert "`benchmarks/overhead.py` result from this machine" in limitations
 
 
+def test_clock_overhead_share_is_bounded_by_the_shortest_measured_loop(rich_run):
+    records = [json.loads(line) for line in (rich_run / RECORDS_FILE).read_text().splitlines()]
+    overhead = next(r for r in records if r["kind"] == "clock_overhead")
+    shortest = min(r["loop_s"] for r in records if r["kind"] == "timing_trial" and not r["warmup"])
+    share = overhead["per_trial_overhead_ns"] / 1e9 / shortest * 100
+    limitations = section(page(rich_run), "Limitations")
+    assert f"({share:.2g} % of the shortest measured loop, {shortest * 1e3:.1f} ms)" in limitations
+    assert "of the longest" not in limitations
+
+
+def test_clock_reads_come_from_the_record(tmp_path):
+    def reads_20(records):
+        for record in records:
+            if record["kind"] == "clock_overhead":
+                record.update(reads_per_trial=20, per_trial_overhead_ns=20 * record["per_read_ns"])
+        return records
+
+    run = build_rich_run(tmp_path / "reads20", transform=reads_20)
+    assert "20 clock reads ≈ 1.00 µs of a ≈ " in section(page(run), "Limitations")
+
+
 def test_limitations_say_when_no_benchmark_result_is_from_this_machine(tmp_path):
     run = build_rich_run(tmp_path / "no-benchmark", benchmark_found=False)
     assert "No `benchmarks/overhead.py` result from this machine was found" in section(page(run), "Limitations")

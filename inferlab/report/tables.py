@@ -564,7 +564,8 @@ def roofline_rows(view: RunView) -> tuple[Optional[float], list[list[str]]]:
 
 
 def clock_overhead_line(view: RunView) -> Optional[str]:
-    """'16 clock reads ≈ N µs of a ≈ M ms loop' from the clock_overhead record and the measured loops."""
+    """'N clock reads ≈ X µs of a ≈ M ms loop (S % of the shortest measured loop)', N being the record's
+    reads_per_trial; the share is taken of the shortest single measured loop, so it bounds every trial's."""
     record = view.first("clock_overhead")
     if record is None:
         return None
@@ -572,11 +573,14 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
     overhead = record.get("per_trial_overhead_ns")
     if not is_number(overhead) and is_number(record.get("per_read_ns")) and is_number(reads):
         overhead = record["per_read_ns"] * reads
-    loops = [median([t.get("loop_s") for t in trials]) for trials in measured_trials(view).values()]
-    loops = [v for v in loops if v is not None]
+    groups = measured_trials(view).values()
+    loops = [v for v in (median([t.get("loop_s") for t in trials]) for trials in groups) if v is not None]
+    shortest = min((t["loop_s"] for trials in groups for t in trials if is_number(t.get("loop_s"))
+                    and t["loop_s"] > 0), default=None)
     loop = (f"{ms(min(loops), 1)} ms" if len(loops) == 1 or min(loops) == max(loops)
             else f"{ms(min(loops), 1)}{DASH}{ms(max(loops), 1)} ms") if loops else "(no measured loop)"
-    share = f" ({overhead / 1e9 / max(loops) * 100:.2g} % of the longest)" if loops and is_number(overhead) else ""
+    share = (f" ({overhead / 1e9 / shortest * 100:.2g} % of the shortest measured loop, {ms(shortest, 1)} ms)"
+             if shortest and is_number(overhead) else "")
     return (f"{num(reads)} clock reads ≈ {(us(overhead) if is_number(overhead) else MISSING)} µs of a ≈ {loop} "
             f"loop{share}: {text_cell(record.get('clock'))}, {num(record.get('per_read_ns'), 3)} ns per read "
             f"({text_cell(record.get('method'))}).")
