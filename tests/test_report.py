@@ -424,7 +424,8 @@ def test_output_decoding_is_a_phase_beside_tokenization(rich_run):
 def test_limitations_state_the_clock_overhead_and_the_benchmark(rich_run):
     limitations = section(page(rich_run), "Limitations")
     assert f"{CLOCK_READS_PER_TRIAL} clock reads ≈ 0.85 µs of a ≈ " in limitations
-    assert "`benchmarks/overhead.py` result from this machine" in limitations
+    assert ("`benchmarks/overhead.py` result recorded on a machine with this fingerprint (OS, architecture, CPU "
+            "model, CPU count), `benchmarks/results/test-machine.json`") in limitations
 
 
 def test_clock_overhead_share_is_bounded_by_the_shortest_measured_loop(rich_run):
@@ -450,7 +451,23 @@ def test_clock_reads_come_from_the_record(tmp_path):
 
 def test_limitations_say_when_no_benchmark_result_is_from_this_machine(tmp_path):
     run = build_rich_run(tmp_path / "no-benchmark", benchmark_found=False)
-    assert "No `benchmarks/overhead.py` result from this machine was found" in section(page(run), "Limitations")
+    limitations = section(page(run), "Limitations")
+    assert ("No `benchmarks/overhead.py` result recorded on a machine with this fingerprint (OS, architecture, CPU "
+            "model, CPU count) was found") in limitations
+
+
+@pytest.mark.parametrize("found", [True, False])
+def test_the_report_never_claims_a_benchmark_result_is_from_this_machine(tmp_path, found):
+    """The reference is chosen by a fingerprint that any VM with the same CPU model shares (the record's own
+    note, quoted when present, is left out here so that only the report's words are checked)."""
+    def without_note(records):
+        for record in records:
+            if record["kind"] == "benchmark_reference":
+                record["note"] = None
+        return records
+
+    run = build_rich_run(tmp_path / "no-note", transform=without_note, benchmark_found=found)
+    assert "this machine" not in section(page(run), "Limitations").split("Timestamps add overhead")[1].split("\n")[0]
 
 
 # --- memory, batching, status facts, checklist ----------------------------------------------------------

@@ -586,19 +586,25 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
             f"({text_cell(record.get('method'))}).")
 
 
+FINGERPRINT = "a machine with this fingerprint (OS, architecture, CPU model, CPU count)"
+
+
 def benchmark_line(view: RunView) -> str:
-    """Whether a benchmarks/overhead.py result from this machine exists, and what it says."""
+    """Whether a benchmarks/overhead.py result recorded on a machine with this run's fingerprint exists, and what
+    it says. The fingerprint matches any machine (a VM among them) with the same OS, architecture and CPU."""
     record = view.first("benchmark_reference")
     if record is None:
-        return ("Whether `benchmarks/overhead.py` was run on this machine was not recorded; its result is the "
-                "full comparison of the loop with and without timestamps.")
+        return (f"Whether a `benchmarks/overhead.py` result recorded on {FINGERPRINT} exists was not recorded; its "
+                "result is the full comparison of the loop with and without timestamps.")
     if record.get("found") and isinstance(record.get("result"), dict):
         result = record["result"]
         shown = ", ".join(f"{k}={num(v, 4)}" for k, v in result.items() if is_number(v)) or jstr(result)
         note = f" ({text_cell(record.get('note'))})" if record.get("note") else ""
-        return f"`benchmarks/overhead.py` result from this machine, {code(str(record.get('file')), False)}: {shown}{note}."
-    return (f"No `benchmarks/overhead.py` result from this machine was found, so the full overhead comparison is "
-            f"not available for this run: {text_cell(record.get('note') or 'run python -m benchmarks.overhead')}.")
+        return (f"`benchmarks/overhead.py` result recorded on {FINGERPRINT}, "
+                f"{code(str(record.get('file')), False)}: {shown}{note}.")
+    return (f"No `benchmarks/overhead.py` result recorded on {FINGERPRINT} was found, so the full overhead "
+            f"comparison is not available for this run: "
+            f"{text_cell(record.get('note') or 'run python -m benchmarks.overhead')}.")
 
 
 def phase_rows(view: RunView) -> list[list[str]]:
