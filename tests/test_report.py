@@ -524,6 +524,38 @@ def test_status_counts_artifact_reference_matches_and_absent_files(tmp_path):
     assert "| `generation_config.json` | absent at the revision |" in page(run, DETAILS_FILE)
 
 
+def files_cell(run: Path) -> str:
+    return next(r for r in table_rows(page(run)) if r[0] == "files")[1]
+
+
+def test_a_verified_acquisition_is_labelled_verified(rich_run):
+    assert files_cell(rich_run).startswith("reuse of the project cache, verified; 6 of 6 files present verified")
+
+
+@pytest.mark.parametrize("method, keep_files, expected", [
+    ("download", False, "bounded download, failed: hub unreachable: connection refused; no file was examined"),
+    ("reuse:artifacts_dir", True, "local reuse (`--artifacts`), refused: --artifacts /x failed verification: "
+                                  "model.safetensors: sha256 00 …; 5 of 6 files present verified"),
+])
+def test_a_failed_acquisition_is_labelled_by_its_outcome_never_verified(tmp_path, method, keep_files, expected):
+    error = ("hub unreachable: connection refused" if method == "download" else
+             "--artifacts /x failed verification:\n  model.safetensors: sha256 00\nNothing was loaded.")
+
+    def failed_by(records):
+        for record in records:
+            if record["kind"] == "artifact_acquisition":
+                record.update(acquisition=method, ok=False, error=error)
+                record.pop("status", None)
+        return [r for r in records if keep_files or r["kind"] != "artifact_file"]
+
+    run = build_failed_run_ended(tmp_path / "failed")
+    rewrite_records(run, failed_by)
+    rerender(run)
+    cell = files_cell(run)
+    assert cell == expected
+    assert "verified local reuse" not in cell and not cell.split(";")[0].endswith("verified")
+
+
 def test_blank_predictions_template_is_flagged(rich_run, tmp_path):
     run = copy_run(rich_run, tmp_path / "blank")
     edit_manifest(run, predictions={"supplied": True, "copied_to": PREDICTIONS_FILE, "sha256": "e" * 64,

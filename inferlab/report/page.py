@@ -91,15 +91,29 @@ def _offline_cell(view: RunView) -> str:
     return MISSING
 
 
+ACQUISITION_WORDS = {"download": "bounded download", "reuse:artifacts_dir": "local reuse (`--artifacts`)",
+                     "reuse:project_cache": "reuse of the project cache", "built_offline": "built offline (not a download)"}
+REUSE_METHODS = ("reuse:artifacts_dir", "reuse:project_cache")  # a folder that fails verification is refused
+
+
 def _files_cell(view: RunView) -> str:
+    """How the specimen's files were obtained, labelled by the outcome ('verified' only when it was), and how
+    many files present passed their checks."""
     acquisition = view.first("artifact_acquisition") or {}
     files = view.kind("artifact_file")
     method = acquisition.get("acquisition")
-    words = {"download": "fresh bounded download", "reuse:artifacts_dir": "verified local reuse (`--artifacts`)",
-             "reuse:project_cache": "verified reuse of the project cache",
-             "built_offline": "built offline (not a download)"}.get(method, text_cell(method))
+    words = ACQUISITION_WORDS.get(method, text_cell(method))
+    ok = acquisition.get("ok")
+    if ok is None and acquisition.get("status") in ("ok", "failed"):
+        ok = acquisition["status"] == "ok"
+    if ok is True:
+        words += ", verified"
+    elif ok is False:
+        lines = [line.strip() for line in str(acquisition.get("error") or "").splitlines() if line.strip()]
+        why = " ".join(lines[:2]) + (" …" if len(lines) > 2 else "") if lines else "no error was recorded"
+        words += f", {'refused' if method in REUSE_METHODS else 'failed'}: {text_cell(why)}"
     if not files:
-        return f"{words}; no file was verified"
+        return f"{words}; no file was examined"
     present = [f for f in files if f.get("present") is not False]
     ok = sum(1 for f in present if f.get("ok") is True)
     absent = [f.get("name") for f in files if f.get("absent_at_revision")]
