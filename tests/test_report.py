@@ -687,6 +687,27 @@ def test_code_span_escapes_pipes_and_backticks():
     assert report.jstr("x\ny") == '`"x\\ny"`'
 
 
+def test_code_span_in_a_table_writes_line_breaks_visibly():
+    assert report.code("a\nb\r\nc") == "`a\\nb\\r\\nc`"
+    assert report.code("x\u2028y") == "`x\\u2028y`"
+    assert report.code("a\nb", in_table=False) == "`a\nb`"
+
+
+def test_a_newline_in_the_command_or_a_path_never_splits_a_table_row(rich_run, tmp_path):
+    run = copy_run(rich_run, tmp_path / "newline")
+    command = "python -m pytest experiments \\\n  --record-dir 'runs/a\nb'"
+    edit_manifest(run, command=command, command_line=["pytest", "--record-dir", "runs/a\nb"],
+                  git={"commit": "c0ffee\nbad", "dirty": False})
+    pages = report.render_pages(run)
+    status = {row[0]: row[1] for row in table_rows(section(pages[REPORT_FILE], "Run status")) if len(row) == 2}
+    assert status["command"] == "`python -m pytest experiments \\\\n  --record-dir 'runs/a\\nb'`"
+    environment = section(pages[DETAILS_FILE], "Environment")
+    for line in environment.splitlines():
+        if line.startswith("| "):
+            assert line.endswith(" |"), line  # a row that split would leave a line without its closing pipe
+    assert "| git commit | `c0ffee\\nbad` |" in environment
+
+
 def test_manifest_fields_that_change_at_session_end_do_not_change_the_pages(rich_run, tmp_path):
     run = copy_run(rich_run, tmp_path / "final-manifest")
     manifest = json.loads((run / MANIFEST_FILE).read_text())
