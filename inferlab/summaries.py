@@ -228,17 +228,3 @@ def cache_divergence(trials: list[dict], prompt_id: str) -> dict:
                     "cache-on and cache-off selected identical ids in every measured pair"),
     }
 
-
-def phase_summary(phases: list[dict]) -> list[dict]:
-    """phase records grouped by (name, source), in first-seen order: count, total and median/min/max seconds.
-
-    Tokenization (one record per prompt) and output decoding (one per generation or timing trial) then
-    sit side by side as one row each per source, the way a phase table shows them.
-    """
-    groups: dict = {}
-    for phase in phases:
-        if not isinstance(phase.get("elapsed_s"), (int, float)):
-            continue
-        groups.setdefault((phase.get("name"), phase.get("source")), []).append(phase["elapsed_s"])
-    return [{"name": name, "source": source, "n": len(values), "total_s": sum(values),
-             "elapsed_s": median_min_max(values)} for (name, source), values in groups.items()]

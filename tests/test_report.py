@@ -393,6 +393,17 @@ def test_timing_table_lists_every_sample_with_median_and_range_and_lengths(rich_
     assert row[5] == f"{ttft[2] * 1e3:.3f} [{ttft[0] * 1e3:.3f}–{ttft[-1] * 1e3:.3f}]"
 
 
+def test_timing_labels_follow_the_protocols_selection_count(rich_run, monkeypatch):
+    """'t16', '/15' and '16 selections' come from protocol.TIMING_NEW_TOKENS, not from literals."""
+    monkeypatch.setattr(protocol, "TIMING_NEW_TOKENS", 8)
+    pages = report.render_pages(rich_run)
+    timing = section(pages[REPORT_FILE], "Timing")
+    assert "mean post-first interval = (t8 − t1)/7; throughput = 8/(t8 − t0)" in timing
+    assert any(row[3] == "loop (8 selections)" for row in table_rows(timing) if len(row) == 6)
+    assert "t16" not in timing and "16 selections" not in timing
+    assert "selection times t1..t8 (ms from loop start)" in pages[DETAILS_FILE]
+
+
 def test_timing_section_labels_the_stopping_rule(rich_run):
     assert protocol.TIMING_STOPPING_RULE in section(page(rich_run), "Timing")
 

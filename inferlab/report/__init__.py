@@ -46,7 +46,8 @@ def render_pages(record_dir: Path, plot_errors: Optional[dict] = None, after_ses
     final writes were abandoned. The session renders before its final manifest and keeps the default.
     """
     view = RunView(Path(record_dir))
-    return {REPORT_FILE: page.render(view, decide(view, after_session), plot_errors), DETAILS_FILE: details.render(view)}
+    return {REPORT_FILE: page.render(view, decide(view, after_session), plot_errors),
+            DETAILS_FILE: details.render(view)}
 
 
 def render_report(record_dir: Path, plot_errors: Optional[dict] = None, after_session: bool = False) -> str:

@@ -341,7 +341,7 @@ def timing_trials(view: RunView) -> list[str]:
                      jstr(record.get("eos_positions")),
                      code(" ".join(f"{t * 1e3:.2f}" for t in times)) if times else MISSING])
     lines = table(["#", "trial", "role", "prompt len", "prefill ms", "TTFT ms", "post-first ms", "loop ms", "EOS at",
-                   "selection times t1..t16 (ms from loop start)"], rows) + [""]
+                   f"selection times t1..t{protocol.TIMING_NEW_TOKENS} (ms from loop start)"], rows) + [""]
     for kind in ("timing_summary", "loop_vs_generate", "cache_divergence"):
         for record in view.kind(kind):
             lines += record_block(record)

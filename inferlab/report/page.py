@@ -92,7 +92,8 @@ def _offline_cell(view: RunView) -> str:
 
 
 ACQUISITION_WORDS = {"download": "bounded download", "reuse:artifacts_dir": "local reuse (`--artifacts`)",
-                     "reuse:project_cache": "reuse of the project cache", "built_offline": "built offline (not a download)"}
+                     "reuse:project_cache": "reuse of the project cache",
+                     "built_offline": "built offline (not a download)"}
 REUSE_METHODS = ("reuse:artifacts_dir", "reuse:project_cache")  # a folder that fails verification is refused
 
 
@@ -354,13 +355,15 @@ def section_cache(view: RunView, labels: tables.Labels, plot_errors: dict) -> li
 
 def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> list[str]:
     recorded = tables.recorded_protocol(view)
+    n = protocol.TIMING_NEW_TOKENS
     lines = ["## Timing", "",
              f"**Stopping rule:** {text_cell(recorded.get('timing_stopping_rule', protocol.TIMING_STOPPING_RULE))}. "
              "These ids are execution samples, not responses.", "",
              "All on `time.perf_counter_ns` from loop start: prefill ends when the next-token logits exist; local TTFT "
              "ends at the first selection (no loading, tokenization, network or queue); mean post-first interval = "
-             f"(t16 − t1)/15; throughput = 16/(t16 − t0) includes the prompt (its reciprocal is not an inter-token "
-             "latency). Warmups are excluded (listed with every timestamp on " + see("Timing trials in full") + ").",
+             f"(t{n} − t1)/{n - 1}; throughput = {n}/(t{n} − t0) includes the prompt (its reciprocal is not an "
+             "inter-token latency). Warmups are excluded (listed with every timestamp on "
+             + see("Timing trials in full") + ").",
              ""]
     rows = tables.timing_rows(view)
     if rows:

@@ -464,12 +464,14 @@ def throughput(record: dict) -> Optional[float]:
         return None
 
 
-TIMING_METRICS = (
-    ("prefill", lambda r: r.get("prefill_s"), ms),
-    ("local TTFT", lambda r: r.get("ttft_s"), ms),
-    ("mean post-first interval", post_first_interval, ms),
-    ("loop (16 selections)", lambda r: r.get("loop_s"), ms),
-)
+def timing_metrics() -> tuple:
+    """(label, value of a trial, scale) per timing metric; the loop's label counts the protocol's selections."""
+    return (
+        ("prefill", lambda r: r.get("prefill_s"), ms),
+        ("local TTFT", lambda r: r.get("ttft_s"), ms),
+        ("mean post-first interval", post_first_interval, ms),
+        (f"loop ({protocol.TIMING_NEW_TOKENS} selections)", lambda r: r.get("loop_s"), ms),
+    )
 
 
 def condition_label(prompt_id: Any, use_cache: Any) -> str:
@@ -487,7 +489,7 @@ def timing_rows(view: RunView) -> list[list[str]]:
     """Per condition and metric: every measured sample in schedule order, the median and [min–max]."""
     rows = []
     for (prompt_id, use_cache), trials in measured_trials(view).items():
-        for metric, value_of, scale in TIMING_METRICS:
+        for metric, value_of, scale in timing_metrics():
             values = [value_of(t) for t in trials]
             rows.append([condition_label(prompt_id, use_cache), lengths_of(trials, "prompt_length"),
                          lengths_of(trials, "output_length"), metric,
@@ -547,7 +549,7 @@ def roofline_rows(view: RunView) -> tuple[Optional[float], list[list[str]]]:
         step_bytes = None
         if reads["parameter_bytes"] is not None and prompt_lengths:
             n = prompt_lengths[0]
-            # decode step k (1..15) attends over n + k positions; their mean is n + 16/2
+            # decode step k (1..steps) attends over n + k positions; their mean is n + (steps + 1)/2
             mean_positions = n + (steps + 1) / 2
             if use_cache and reads["per_position"] is not None:
                 step_bytes = reads["parameter_bytes"] + reads["embedding_row_bytes"] + reads["per_position"] * mean_positions

@@ -35,11 +35,6 @@ def short_test(nodeid: Optional[str]) -> str:
     return (nodeid or "(session)").split("::")[-1]
 
 
-def test_file(nodeid: Optional[str]) -> str:
-    """The file part of a node id, lower-cased ('experiments/test_40_cache.py')."""
-    return (nodeid or "").split("::")[0].lower()
-
-
 def skip_text(record: dict) -> str:
     """A skipped test's reason, from skip_reason or else its longrepr's last line."""
     from inferlab.report.fmt import first_message
