@@ -108,8 +108,8 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
     if unfinalised and end is not None:
         statements["finish_abandoned"] = (
             "**The run's final writes were abandoned.** It has a `session_end` record, but `manifest.json` is still "
-            "the one written when the run started (status \"started\" or no `files` inventory): the session was "
-            f"stopped again while writing its final files. {UNPROTECTED} {ran}.")
+            "the one written when the run started (status \"started\" or no `files` inventory): the session stopped "
+            f"(a second interrupt, or a crash) while writing its final files. {UNPROTECTED} {ran}.")
     if end is None and "plan_only" not in statements:
         statements["not_finished"] = (
             f"**The run did not finish.** It has no `session_end` record: the process was killed or crashed before "
