@@ -128,12 +128,12 @@ def run_report(record_dir: Path, check: bool, write: bool) -> int:
         print(f"report: {record_dir} has no session_end record: its session never reached its end (it was killed or "
               f"crashed). The report shows the records that exist; the run is not complete.", file=sys.stderr)
     if write:
-        print(report.write_report(record_dir))
+        print(report.write_report(record_dir, after_session=True))
         return EXIT_OK
     if not check:
-        sys.stdout.write(report.render_report(record_dir))
+        sys.stdout.write(report.render_report(record_dir, after_session=True))
         return EXIT_OK
-    problems = report.check_pages(record_dir)
+    problems = report.check_pages(record_dir, after_session=True)
     for line in problems:
         print(f"report: {line}")
     if problems:

@@ -104,9 +104,12 @@ def first_divergence(a: Sequence, b: Sequence):
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def stopped_early_on_eos(generation: dict) -> bool:
-    """Whether a completed trial ended on EOS before its token budget: an EOS as the last allowed token is not early."""
-    return generation.get("stop_reason") == "eos" and generation.get("generated_length", 0) < protocol.MAX_NEW_TOKENS
+def stopped_early_on_eos(generation: dict, max_new_tokens: int = protocol.MAX_NEW_TOKENS) -> bool:
+    """Whether a trial ended on EOS before its token budget: an EOS as the last allowed token is not early."""
+    ids = generation.get("generated_ids")
+    length = generation.get("generated_length", len(ids) if isinstance(ids, list) else None)
+    counted = isinstance(length, int) and not isinstance(length, bool)
+    return generation.get("stop_reason") == "eos" and counted and length < max_new_tokens
 
 
 def sampling_summary(generations: list[dict], prompt_id: str) -> dict:
@@ -236,17 +239,3 @@ def cache_divergence(trials: list[dict], prompt_id: str) -> dict:
                     "cache-on and cache-off selected identical ids in every measured pair"),
     }
 
-
-def phase_summary(phases: list[dict]) -> list[dict]:
-    """phase records grouped by (name, source), in first-seen order: count, total and median/min/max seconds.
-
-    Tokenization (one record per prompt) and output decoding (one per generation or timing trial) then
-    sit side by side as one row each per source, the way a phase table shows them.
-    """
-    groups: dict = {}
-    for phase in phases:
-        if not isinstance(phase.get("elapsed_s"), (int, float)):
-            continue
-        groups.setdefault((phase.get("name"), phase.get("source")), []).append(phase["elapsed_s"])
-    return [{"name": name, "source": source, "n": len(values), "total_s": sum(values),
-             "elapsed_s": median_min_max(values)} for (name, source), values in groups.items()]

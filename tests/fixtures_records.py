@@ -673,3 +673,45 @@ def kill_after(directory: Path, tests_done: int) -> Path:
                     status="started")
     write_json_atomic(directory / MANIFEST_FILE, manifest)
     return directory
+
+
+# --- trials that produced nothing: a failed trial, and a run interrupted mid-trial (report tests) ---------
+
+INTERRUPT_ERROR = "KeyboardInterrupt: SIGINT received"
+
+
+def fail_generation(records: list[dict], trial_id: str, error: str = "RuntimeError: the trial broke",
+                    outcome: Optional[str] = "failed") -> list[dict]:
+    """Replace one generation trial's record by what a trial that raised leaves (status failed, its error and
+    identity, no ids) and, unless outcome is None, its outcome by a failure; without an outcome it is dropped."""
+    kept = []
+    for record in records:
+        if record["kind"] == "generation" and record["trial_id"] == trial_id:
+            identity = ("trial_index", "trial_id", "prompt_id", "condition", "seed", "repetition", "is_rerun")
+            record = {**{k: record[k] for k in ("kind", "test", "seq", "wall_time") + identity},
+                      "status": "failed", "error": error}
+        elif record["kind"] == "test_outcome" and record["test"].endswith(f"[{trial_id}]"):
+            if outcome is None:
+                continue
+            record = {**record, "outcome": outcome, "longrepr": f"E   {error}"}
+        kept.append(record)
+    return kept
+
+
+def interrupt_at_generation(records: list[dict], trial_id: str) -> list[dict]:
+    """What Ctrl-C during one generation trial leaves: every record before it, the trial's failed record with
+    a KeyboardInterrupt error and no outcome for it, and nothing after (session_end is appended separately)."""
+    cut = next(i for i, r in enumerate(records) if r["kind"] == "generation" and r["trial_id"] == trial_id)
+    return fail_generation(records[:cut + 1], trial_id, error=INTERRUPT_ERROR, outcome=None)
+
+
+def abandon_finish(directory: Path) -> Path:
+    """What a second Ctrl-C during the final writes leaves: session_end and the report are written, but the
+    manifest is still the start one (status 'started', no file inventory, complete false)."""
+    directory = Path(directory)
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    manifest.pop("files", None)
+    manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, session_end=None,
+                    outcome_counts={}, status="started: this is the manifest written when the run began")
+    write_json_atomic(directory / MANIFEST_FILE, manifest)
+    return directory

@@ -19,6 +19,8 @@ from fixtures_records import (
     BANDWIDTH_BYTES_PER_S,
     CACHE_BYTES_PER_POSITION,
     CLOCK_READS_PER_TRIAL,
+    EOS_ID,
+    INTERRUPT_ERROR,
     FIXTURE_PARAMETERS,
     SKIP_REASON,
     TYPED_COMMAND,
@@ -28,6 +30,8 @@ from fixtures_records import (
     build_rich_run,
     copy_run,
     edit_manifest,
+    fail_generation,
+    interrupt_at_generation,
     rerender,
     rewrite_records,
 )
@@ -190,6 +194,119 @@ def test_repeatability_shows_how_the_rerun_cache_was_fresh(rich_run):
     assert "fresh cache: yes (a new DynamicCache per generate() call)" in rows[0][2]
 
 
+# --- trials that produced nothing: failed, interrupted, never reached -------------------------------------
+
+INTERRUPTED = {"interrupted": True, "signals": ["SIGINT"], "stop_reason": "interrupted by SIGINT", "exit_status": 2,
+               "exit_code_name": "INTERRUPTED"}
+
+
+def repeatability_of(run: Path) -> dict[str, list[str]]:
+    return {row[0]: row for row in table_rows(section(page(run), "Repeatability"))[1:]}
+
+
+@pytest.fixture(scope="module")
+def failed_trials_run(tmp_path_factory) -> Path:
+    """P1's third greedy repetition and its S1 seed 31 failed; the other trials are the rich run's."""
+    def fail_two(records):
+        return fail_generation(fail_generation(records, "P1-G-rep3"), "P1-S1-seed31")
+
+    return build_rich_run(tmp_path_factory.mktemp("report") / "failed-trials", transform=fail_two)
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(tmp_path_factory) -> Path:
+    """Ctrl-C during P2's first greedy repetition: P1's twelve trials ran, nothing after that trial did."""
+    return build_rich_run(tmp_path_factory.mktemp("report") / "interrupted",
+                          transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
+                          session_end=INTERRUPTED)
+
+
+def test_a_failed_greedy_repetition_leaves_identity_undecided_not_false(failed_trials_run):
+    row = repeatability_of(failed_trials_run)["P1"]
+    assert row[1] == "2 of 3 recorded, 1 failed: not decidable"
+    scaffold = section(page(failed_trials_run), "Your conclusions")
+    assert "Greedy repetitions identical: P1 2 of 3 recorded, 1 failed: not decidable, P2 yes." in scaffold
+    assert "24 of 26 trials produced ids (2 failed)" in scaffold
+
+
+def test_recorded_greedy_repetitions_that_differ_are_a_no_even_with_one_failed(tmp_path):
+    def differ(records):
+        second = next(r for r in records if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep2")
+        second["generated_ids"] = second["generated_ids"][:-1] + [second["generated_ids"][-1] % 50 + 1]
+        return fail_generation(records, "P1-G-rep3")
+
+    run = build_rich_run(tmp_path / "differ", transform=differ)
+    assert repeatability_of(run)["P1"][1] == "**no** (2 of 3 recorded, 1 failed)"
+
+
+def test_distinct_continuations_count_only_trials_that_produced_ids(failed_trials_run):
+    row = repeatability_of(failed_trials_run)["P1"]
+    assert row[3] == "S1 2/2 (1 failed), S2 3/3, S3 3/3"
+
+
+def test_a_failed_trial_is_labelled_failed_with_its_outcome(failed_trials_run):
+    rows = {r[1]: r for r in table_rows(section(page(failed_trials_run), "Generation trials"))[1:]}
+    assert rows["`P1-G-rep3`"][2] == "**failed** (failed, F1)"
+
+
+def test_early_eos_means_before_the_last_allowed_token(tmp_path):
+    def eos_as_last_token(records):
+        for record in records:
+            if record["kind"] == "generation" and record["trial_id"] == "P1-S3-seed17":
+                ids = record["generated_ids"][:-1] + [EOS_ID]
+                assert len(ids) == protocol.MAX_NEW_TOKENS
+                record.update(generated_ids=ids, stop_reason="eos", generated_length=len(ids))
+        return records
+
+    run = build_rich_run(tmp_path / "eos16", transform=eos_as_last_token)
+    rows = repeatability_of(run)
+    # the fixture's only early stop per prompt is S2 seed 23 (6 tokens); EOS as token 16 of 16 is not early
+    assert rows["P1"][4] == rows["P2"][4] == "1 of 12"
+    assert f"early EOS (before token {protocol.MAX_NEW_TOKENS}, first runs)" in table_rows(
+        section(page(run), "Repeatability"))[0]
+
+
+def test_early_eos_counts_only_recorded_trials(failed_trials_run):
+    assert repeatability_of(failed_trials_run)["P1"][4] == "1 of 10 (2 failed)"
+
+
+def test_a_prompt_with_no_trial_run_says_not_run_instead_of_counts(interrupted_run):
+    row = repeatability_of(interrupted_run)["P2"]
+    assert row[1] == "0 of 3 recorded, 1 interrupted, 2 not run: not decidable"
+    assert row[2] == "not run"
+    assert row[3] == "S1 not run, S2 not run, S3 not run"
+    assert row[4] == "none recorded (1 interrupted, 11 not run)"
+    assert repeatability_of(interrupted_run)["P1"][2] == "not decidable: first run ok, rerun not run"
+
+
+def test_a_trial_cut_off_by_the_interrupt_is_interrupted_not_failed(interrupted_run):
+    rows = {r[1]: r for r in table_rows(section(page(interrupted_run), "Generation trials"))[1:]}
+    assert rows["`P2-G-rep1`"][2] == f"interrupted ({INTERRUPT_ERROR})"
+    assert rows["`P2-G-rep2`"][2] == "not run (not reached: the run was interrupted (SIGINT))"
+    assert "**failed**" not in section(page(interrupted_run), "Generation trials")
+
+
+def test_records_an_interrupted_run_never_reached_are_explained_by_the_interrupt(interrupted_run):
+    text = page(interrupted_run) + page(interrupted_run, DETAILS_FILE)
+    assert "no record and no outcome explains it" not in text
+    cache = section(page(interrupted_run), "Cache: matched prefixes")
+    assert "No `cache_criterion` record (not reached: the run was interrupted (SIGINT))." in cache
+
+
+def test_records_of_a_run_that_did_not_finish_are_explained_by_that(tmp_path):
+    run = build_rich_run(tmp_path / "killed", transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
+                         session_end=False)
+    assert "No `cache_criterion` record (not reached: the run did not finish)." in page(run)
+    assert "no record and no outcome explains it" not in page(run) + page(run, DETAILS_FILE)
+
+
+def test_checklist_says_how_many_records_are_present_of_how_many(interrupted_run):
+    rows = table_rows(section(page(interrupted_run), "Submission checklist"))[1:]
+    assert "generation: 13 of 26 recorded" in rows[3][2] and "missing generation" not in rows[3][2]
+    assert rows[3][2].startswith("**partial**: ")
+    assert rows[3][2].endswith("; not reached: the run was interrupted (SIGINT)")
+
+
 # --- first-step distribution ---------------------------------------------------------------------------
 
 
@@ -276,6 +393,17 @@ def test_timing_table_lists_every_sample_with_median_and_range_and_lengths(rich_
     assert row[5] == f"{ttft[2] * 1e3:.3f} [{ttft[0] * 1e3:.3f}–{ttft[-1] * 1e3:.3f}]"
 
 
+def test_timing_labels_follow_the_protocols_selection_count(rich_run, monkeypatch):
+    """'t16', '/15' and '16 selections' come from protocol.TIMING_NEW_TOKENS, not from literals."""
+    monkeypatch.setattr(protocol, "TIMING_NEW_TOKENS", 8)
+    pages = report.render_pages(rich_run)
+    timing = section(pages[REPORT_FILE], "Timing")
+    assert "mean post-first interval = (t8 − t1)/7; throughput = 8/(t8 − t0)" in timing
+    assert any(row[3] == "loop (8 selections)" for row in table_rows(timing) if len(row) == 6)
+    assert "t16" not in timing and "16 selections" not in timing
+    assert "selection times t1..t8 (ms from loop start)" in pages[DETAILS_FILE]
+
+
 def test_timing_section_labels_the_stopping_rule(rich_run):
     assert protocol.TIMING_STOPPING_RULE in section(page(rich_run), "Timing")
 
@@ -307,12 +435,50 @@ def test_output_decoding_is_a_phase_beside_tokenization(rich_run):
 def test_limitations_state_the_clock_overhead_and_the_benchmark(rich_run):
     limitations = section(page(rich_run), "Limitations")
     assert f"{CLOCK_READS_PER_TRIAL} clock reads ≈ 0.85 µs of a ≈ " in limitations
-    assert "`benchmarks/overhead.py` result from this machine" in limitations
+    assert ("`benchmarks/overhead.py` result recorded on a machine with this fingerprint (OS, architecture, CPU "
+            "model, CPU count), `benchmarks/results/test-machine.json`") in limitations
+
+
+def test_clock_overhead_share_is_bounded_by_the_shortest_measured_loop(rich_run):
+    records = [json.loads(line) for line in (rich_run / RECORDS_FILE).read_text().splitlines()]
+    overhead = next(r for r in records if r["kind"] == "clock_overhead")
+    shortest = min(r["loop_s"] for r in records if r["kind"] == "timing_trial" and not r["warmup"])
+    share = overhead["per_trial_overhead_ns"] / 1e9 / shortest * 100
+    limitations = section(page(rich_run), "Limitations")
+    assert f"({share:.2g} % of the shortest measured loop, {shortest * 1e3:.1f} ms)" in limitations
+    assert "of the longest" not in limitations
+
+
+def test_clock_reads_come_from_the_record(tmp_path):
+    def reads_20(records):
+        for record in records:
+            if record["kind"] == "clock_overhead":
+                record.update(reads_per_trial=20, per_trial_overhead_ns=20 * record["per_read_ns"])
+        return records
+
+    run = build_rich_run(tmp_path / "reads20", transform=reads_20)
+    assert "20 clock reads ≈ 1.00 µs of a ≈ " in section(page(run), "Limitations")
 
 
 def test_limitations_say_when_no_benchmark_result_is_from_this_machine(tmp_path):
     run = build_rich_run(tmp_path / "no-benchmark", benchmark_found=False)
-    assert "No `benchmarks/overhead.py` result from this machine was found" in section(page(run), "Limitations")
+    limitations = section(page(run), "Limitations")
+    assert ("No `benchmarks/overhead.py` result recorded on a machine with this fingerprint (OS, architecture, CPU "
+            "model, CPU count) was found") in limitations
+
+
+@pytest.mark.parametrize("found", [True, False])
+def test_the_report_never_claims_a_benchmark_result_is_from_this_machine(tmp_path, found):
+    """The reference is chosen by a fingerprint that any VM with the same CPU model shares (the record's own
+    note, quoted when present, is left out here so that only the report's words are checked)."""
+    def without_note(records):
+        for record in records:
+            if record["kind"] == "benchmark_reference":
+                record["note"] = None
+        return records
+
+    run = build_rich_run(tmp_path / "no-note", transform=without_note, benchmark_found=found)
+    assert "this machine" not in section(page(run), "Limitations").split("Timestamps add overhead")[1].split("\n")[0]
 
 
 # --- memory, batching, status facts, checklist ----------------------------------------------------------
@@ -367,6 +533,38 @@ def test_status_counts_artifact_reference_matches_and_absent_files(tmp_path):
     assert "absent at the revision: generation_config.json" in files
     assert "5 matches, 1 absent" in files
     assert "| `generation_config.json` | absent at the revision |" in page(run, DETAILS_FILE)
+
+
+def files_cell(run: Path) -> str:
+    return next(r for r in table_rows(page(run)) if r[0] == "files")[1]
+
+
+def test_a_verified_acquisition_is_labelled_verified(rich_run):
+    assert files_cell(rich_run).startswith("reuse of the project cache, verified; 6 of 6 files present verified")
+
+
+@pytest.mark.parametrize("method, keep_files, expected", [
+    ("download", False, "bounded download, failed: hub unreachable: connection refused; no file was examined"),
+    ("reuse:artifacts_dir", True, "local reuse (`--artifacts`), refused: --artifacts /x failed verification: "
+                                  "model.safetensors: sha256 00 …; 5 of 6 files present verified"),
+])
+def test_a_failed_acquisition_is_labelled_by_its_outcome_never_verified(tmp_path, method, keep_files, expected):
+    error = ("hub unreachable: connection refused" if method == "download" else
+             "--artifacts /x failed verification:\n  model.safetensors: sha256 00\nNothing was loaded.")
+
+    def failed_by(records):
+        for record in records:
+            if record["kind"] == "artifact_acquisition":
+                record.update(acquisition=method, ok=False, error=error)
+                record.pop("status", None)
+        return [r for r in records if keep_files or r["kind"] != "artifact_file"]
+
+    run = build_failed_run_ended(tmp_path / "failed")
+    rewrite_records(run, failed_by)
+    rerender(run)
+    cell = files_cell(run)
+    assert cell == expected
+    assert "verified local reuse" not in cell and not cell.split(";")[0].endswith("verified")
 
 
 def test_blank_predictions_template_is_flagged(rich_run, tmp_path):
@@ -498,6 +696,27 @@ def test_code_span_escapes_pipes_and_backticks():
     assert report.code("a`b") == "``a`b``"
     assert report.code("a|b", in_table=False) == "`a|b`"
     assert report.jstr("x\ny") == '`"x\\ny"`'
+
+
+def test_code_span_in_a_table_writes_line_breaks_visibly():
+    assert report.code("a\nb\r\nc") == "`a\\nb\\r\\nc`"
+    assert report.code("x\u2028y") == "`x\\u2028y`"
+    assert report.code("a\nb", in_table=False) == "`a\nb`"
+
+
+def test_a_newline_in_the_command_or_a_path_never_splits_a_table_row(rich_run, tmp_path):
+    run = copy_run(rich_run, tmp_path / "newline")
+    command = "python -m pytest experiments \\\n  --record-dir 'runs/a\nb'"
+    edit_manifest(run, command=command, command_line=["pytest", "--record-dir", "runs/a\nb"],
+                  git={"commit": "c0ffee\nbad", "dirty": False})
+    pages = report.render_pages(run)
+    status = {row[0]: row[1] for row in table_rows(section(pages[REPORT_FILE], "Run status")) if len(row) == 2}
+    assert status["command"] == "`python -m pytest experiments \\\\n  --record-dir 'runs/a\\nb'`"
+    environment = section(pages[DETAILS_FILE], "Environment")
+    for line in environment.splitlines():
+        if line.startswith("| "):
+            assert line.endswith(" |"), line  # a row that split would leave a line without its closing pipe
+    assert "| git commit | `c0ffee\\nbad` |" in environment
 
 
 def test_manifest_fields_that_change_at_session_end_do_not_change_the_pages(rich_run, tmp_path):

@@ -14,10 +14,12 @@ from inferlab.records import MANIFEST_FILE, PLAN_FILE, REPORT_FILE, write_json_a
 from inferlab.report import verdict as verdicts
 
 from fixtures_records import (
+    abandon_finish,
     build_complete_run,
     build_failed_run_ended,
     build_rich_run,
     edit_manifest,
+    kill_after,
     rerender,
 )
 
@@ -72,6 +74,46 @@ def test_an_interrupted_run_says_so_first_even_with_a_failed_diagnostic(tmp_path
     assert found.kinds[0] == "interrupted" and "diagnostic_failed" in found.kinds
     assert "**The run was interrupted** (interrupted by SIGINT)" in headline(run)
     assert PASSED not in (run / REPORT_FILE).read_text()
+
+
+def test_an_abandoned_finish_is_never_called_passed_after_the_session(tmp_path, capsys):
+    """A second Ctrl-C during the final writes: session_end exists, the manifest is still the start one."""
+    from inferlab.__main__ import main
+
+    run = abandon_finish(build_rich_run(tmp_path / "abandoned"))
+    found = report.verdict_of(run, after_session=True)
+    assert found.kind == "finish_abandoned" and "passed" not in found.kinds
+    assert main(["report", str(run), "--write"]) == 0
+    text = (run / REPORT_FILE).read_text()
+    assert "**The run's final writes were abandoned.**" in headline(run)
+    assert "Nothing in this folder is protected by the manifest's hashes." in headline(run)
+    assert PASSED not in text and "the run finished" not in text
+    assert main(["report", str(run), "--check"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    assert "final writes were abandoned" in capsys.readouterr().out
+
+
+def test_during_the_session_an_unfinalised_manifest_is_expected(tmp_path):
+    """The session renders before its final manifest: the default form must not read that as abandoned."""
+    run = abandon_finish(build_rich_run(tmp_path / "in-session"))
+    assert report.verdict_of(run).kind == "passed"
+    assert report.check_pages(run) == []  # the page the session wrote
+
+
+def test_the_page_a_session_wrote_before_abandoning_its_finish_fails_the_check(tmp_path, capsys):
+    from inferlab.__main__ import main
+
+    run = abandon_finish(build_rich_run(tmp_path / "stale"))
+    assert main(["report", str(run), "--check"]) == 1
+    assert "regenerated text differs" in capsys.readouterr().out
+
+
+def test_a_killed_run_reported_later_says_its_files_are_unprotected(tmp_path):
+    run = kill_after(build_rich_run(tmp_path / "killed"), tests_done=40)
+    found = report.verdict_of(run, after_session=True)
+    assert found.kind == "not_finished" and "finish_abandoned" not in found.kinds
+    assert "Nothing in this folder is protected by the manifest's hashes." in found.headline
 
 
 def test_a_run_stopped_by_maxfail_stopped_early(tmp_path):

@@ -329,9 +329,10 @@ def timing_trials(view: RunView) -> list[str]:
     for planned in protocol.timing_schedule():
         record = records.get(planned.schedule_index)
         number = str(planned.schedule_index + 1)
-        if record is None or record.get("status", "ok") != "ok":
-            rows.append([number, code(planned.test_id), "not run" if record is None else "**failed**",
-                         labels.brief(view.outcome_of_param(planned.test_id))] + [MISSING] * 6)
+        state = tables.trial_state(record, needs_ids=False)
+        if state != "ok":
+            rows.append([number, code(planned.test_id), labels.trial_cell(state, planned.test_id, record)]
+                        + [MISSING] * 7)
             continue
         times = tables.token_times(record)
         rows.append([number, code(planned.test_id), "warmup" if record.get("warmup") else "measured",
@@ -340,7 +341,7 @@ def timing_trials(view: RunView) -> list[str]:
                      jstr(record.get("eos_positions")),
                      code(" ".join(f"{t * 1e3:.2f}" for t in times)) if times else MISSING])
     lines = table(["#", "trial", "role", "prompt len", "prefill ms", "TTFT ms", "post-first ms", "loop ms", "EOS at",
-                   "selection times t1..t16 (ms from loop start)"], rows) + [""]
+                   f"selection times t1..t{protocol.TIMING_NEW_TOKENS} (ms from loop start)"], rows) + [""]
     for kind in ("timing_summary", "loop_vs_generate", "cache_divergence"):
         for record in view.kind(kind):
             lines += record_block(record)

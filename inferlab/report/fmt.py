@@ -11,10 +11,20 @@ MISSING = "(not recorded)"
 DASH = "–"  # between the ends of a range
 
 
+# Every character str.splitlines() breaks at: inside a table cell each would end the row.
+LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def visible_line_breaks(text: str) -> str:
+    """Line breaks written as escapes (\\n, \\r, \\u2028 …) so that the text stays on one line."""
+    return LINE_BREAK.sub(lambda m: {"\n": "\\n", "\r": "\\r"}.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
+
+
 def code(text: str, in_table: bool = True) -> str:
-    """An inline code span (backtick fence widened as needed); pipes escaped when it sits in a table cell."""
+    """An inline code span (backtick fence widened as needed); in a table cell, pipes are escaped and line
+    breaks written visibly (\\n), so a command or path that holds one never splits the row."""
     if in_table:
-        text = text.replace("|", "\\|")
+        text = visible_line_breaks(text.replace("|", "\\|"))
     fence = "`"
     while fence in text:
         fence += "`"

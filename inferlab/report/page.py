@@ -91,15 +91,30 @@ def _offline_cell(view: RunView) -> str:
     return MISSING
 
 
+ACQUISITION_WORDS = {"download": "bounded download", "reuse:artifacts_dir": "local reuse (`--artifacts`)",
+                     "reuse:project_cache": "reuse of the project cache",
+                     "built_offline": "built offline (not a download)"}
+REUSE_METHODS = ("reuse:artifacts_dir", "reuse:project_cache")  # a folder that fails verification is refused
+
+
 def _files_cell(view: RunView) -> str:
+    """How the specimen's files were obtained, labelled by the outcome ('verified' only when it was), and how
+    many files present passed their checks."""
     acquisition = view.first("artifact_acquisition") or {}
     files = view.kind("artifact_file")
     method = acquisition.get("acquisition")
-    words = {"download": "fresh bounded download", "reuse:artifacts_dir": "verified local reuse (`--artifacts`)",
-             "reuse:project_cache": "verified reuse of the project cache",
-             "built_offline": "built offline (not a download)"}.get(method, text_cell(method))
+    words = ACQUISITION_WORDS.get(method, text_cell(method))
+    ok = acquisition.get("ok")
+    if ok is None and acquisition.get("status") in ("ok", "failed"):
+        ok = acquisition["status"] == "ok"
+    if ok is True:
+        words += ", verified"
+    elif ok is False:
+        lines = [line.strip() for line in str(acquisition.get("error") or "").splitlines() if line.strip()]
+        why = " ".join(lines[:2]) + (" …" if len(lines) > 2 else "") if lines else "no error was recorded"
+        words += f", {'refused' if method in REUSE_METHODS else 'failed'}: {text_cell(why)}"
     if not files:
-        return f"{words}; no file was verified"
+        return f"{words}; no file was examined"
     present = [f for f in files if f.get("present") is not False]
     ok = sum(1 for f in present if f.get("ok") is True)
     absent = [f.get("name") for f in files if f.get("absent_at_revision")]
@@ -244,12 +259,11 @@ def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
 def section_repeatability(view: RunView) -> list[str]:
     lines = ["## Repeatability", ""]
     lines += table(["prompt", "greedy repetitions identical", f"{protocol.RERUN_CONDITION} seed "
-                    f"{protocol.RERUN_SEED} rerun identical", "distinct continuations over 3 seeds",
-                    "early EOS (first runs)"], tables.repeatability_rows(view))
-    summaries_recorded = len(view.kind("sampling_summary"))
-    return lines + ["", f"Counted from the generation records ({summaries_recorded} `sampling_summary` records agree "
-                    "with them). Three seeds neither estimate the output distribution nor pick a best temperature, and "
-                    "different seeds may select the same tokens.", ""]
+                    f"{protocol.RERUN_SEED} rerun identical", "distinct continuations / seeds recorded",
+                    f"early EOS (before token {protocol.MAX_NEW_TOKENS}, first runs)"], tables.repeatability_rows(view))
+    return lines + ["", "Counted here from the generation records, comparing only trials that produced ids (a failed, "
+                    "interrupted or missing trial is named, never compared). Three seeds neither estimate the output "
+                    "distribution nor pick a best temperature, and different seeds may select the same tokens.", ""]
 
 
 def section_first_step(view: RunView) -> list[str]:
@@ -341,13 +355,15 @@ def section_cache(view: RunView, labels: tables.Labels, plot_errors: dict) -> li
 
 def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> list[str]:
     recorded = tables.recorded_protocol(view)
+    n = protocol.TIMING_NEW_TOKENS
     lines = ["## Timing", "",
              f"**Stopping rule:** {text_cell(recorded.get('timing_stopping_rule', protocol.TIMING_STOPPING_RULE))}. "
              "These ids are execution samples, not responses.", "",
              "All on `time.perf_counter_ns` from loop start: prefill ends when the next-token logits exist; local TTFT "
              "ends at the first selection (no loading, tokenization, network or queue); mean post-first interval = "
-             f"(t16 − t1)/15; throughput = 16/(t16 − t0) includes the prompt (its reciprocal is not an inter-token "
-             "latency). Warmups are excluded (listed with every timestamp on " + see("Timing trials in full") + ").",
+             f"(t{n} − t1)/{n - 1}; throughput = {n}/(t{n} − t0) includes the prompt (its reciprocal is not an "
+             "inter-token latency). Warmups are excluded (listed with every timestamp on "
+             + see("Timing trials in full") + ").",
              ""]
     rows = tables.timing_rows(view)
     if rows:
@@ -461,8 +477,11 @@ def section_limitations(view: RunView) -> list[str]:
 
 
 def _present(view: RunView, kind: str, at_least: int = 1) -> tuple[bool, str]:
+    """(enough records of a kind, what is missing): 'no cache_summary record', 'generation: 6 of 26 recorded'."""
     count = len(view.kind(kind))
-    return count >= at_least, f"{kind} ×{count}" + ("" if count >= at_least else f" (expected {at_least})")
+    if count >= at_least:
+        return True, kind
+    return False, f"no {kind} record" if count == 0 and at_least == 1 else f"{kind}: {count} of {at_least} recorded"
 
 
 def checklist_rows(view: RunView) -> list[list[str]]:
@@ -476,10 +495,10 @@ def checklist_rows(view: RunView) -> list[list[str]]:
          [(answered, prediction_label), (False, "the revised explanation is yours to write")],
          f"{PREDICTIONS_FILE} (copied before the run; sha256 in manifest.json); your explanation, separately", True),
         ("Experiment source and hash/revision, exact commands, environment lock, hardware/thread record, warnings",
-         [(bool(view.manifest.get("source_sha256")), "source hashes"),
-          (bool(view.manifest.get("command") or view.manifest.get("command_line")), "command"),
-          (bool(view.manifest.get("requirements_lock_sha256")), "lock hash"),
-          (bool(view.manifest.get("platform")), "platform"), _present(view, "thread_controls")],
+         [(bool(view.manifest.get("source_sha256")), "no source hashes"),
+          (bool(view.manifest.get("command") or view.manifest.get("command_line")), "no command"),
+          (bool(view.manifest.get("requirements_lock_sha256")), "no lock hash"),
+          (bool(view.manifest.get("platform")), "no platform"), _present(view, "thread_controls")],
          "manifest.json (source_sha256, git, command, command_line, requirements_lock_sha256, platform, "
          "distributions); records.jsonl (thread_controls; `warnings` in the records)", False),
         ("Checkpoint revision, allowlisted file hashes and sizes, loading options, devices/dtypes, effective "
@@ -498,14 +517,14 @@ def checklist_rows(view: RunView) -> list[list[str]]:
          "records.jsonl (cache_criterion, cache_comparison, cache_inspection, cache_summary); "
          "tensors/cache_logits.safetensors", False),
         ("Timing boundaries, schedule, warmups, all measured samples, declared summaries, unmeasured quantities",
-         [(view.plan is not None, "plan.json"), _present(view, "timing_trial", len(protocol.timing_schedule())),
+         [(view.plan is not None, "no plan.json"), _present(view, "timing_trial", len(protocol.timing_schedule())),
           _present(view, "timing_summary", 4), _present(view, "memory")],
          "plan.json; records.jsonl (timing_trial, timing_summary, phase, memory); the Timing and Memory sections",
          False),
         ("One supported conclusion about selection, one about computation, two limitations",
          [(False, "to be written by the learner")], "yours; the scaffold below", True),
     ]
-    rows = []
+    rows, stop = [], tables.run_stop(view)
     for number, (item, checks, where, learner) in enumerate(items, start=1):
         missing = [label for ok, label in checks if not ok]
         if learner:
@@ -518,7 +537,9 @@ def checklist_rows(view: RunView) -> list[list[str]]:
         elif len(missing) == len(checks):
             status = "**missing**: " + "; ".join(missing)
         else:
-            status = "**partial**: missing " + "; ".join(missing)
+            status = "**partial**: " + "; ".join(missing)
+        if missing and not learner and stop:
+            status += f"; not reached: {stop}"
         rows.append([str(number), text_cell(item), status, text_cell(where)])
     return rows
 
@@ -531,7 +552,7 @@ def section_checklist(view: RunView) -> list[str]:
 
 def section_conclusions(view: RunView) -> list[str]:
     records = tables.generation_by_trial(view)
-    repeat = {row[0]: row for row in tables.repeatability_rows(view)}
+    repeat = tables.repeatability(view)
     comparisons = view.kind("cache_comparison")
     diffs = [r.get("max_abs_diff") for r in comparisons if is_number(r.get("max_abs_diff"))]
     ratios = [r["bound_ratio"] for r in tables.bound_ratios(view) if is_number(r.get("bound_ratio"))]
@@ -545,14 +566,17 @@ def section_conclusions(view: RunView) -> list[str]:
                 f"{spread([tables.post_first_interval(t) for t in on])} vs "
                 f"{spread([tables.post_first_interval(t) for t in off])} ms")
 
-    greedy = ", ".join(f"{p} {repeat[p][1].split(' (')[0]}" for p in repeat) or MISSING
-    distinct = "; ".join(f"{p}: {repeat[p][3]}" for p in repeat) or MISSING
+    greedy = ", ".join(f"{r['prompt_id']} {r['greedy_short']}" for r in repeat) or MISSING
+    distinct = "; ".join(f"{r['prompt_id']}: {r['distinct']}" for r in repeat) or MISSING
+    states = [tables.trial_state(records.get(t.test_id)) for t in protocol.generation_trials()]
+    missing = tables.shortfall(states)
+    produced = f"{states.count('ok')} of {len(states)} trials produced ids" + (f" ({missing})" if missing else "")
     lines = ["## Your conclusions: a scaffold", "",
              "> **These are prompts for you, the learner, not conclusions.** The numbers come from the records "
              "(median [min–max]); the claims are yours to make, check and write in your own words, separately from "
              "your predictions.", "",
              f"**On selection.** Greedy repetitions identical: {greedy}. Distinct continuations over three seeds: "
-             f"{distinct}. {len(records)} trials recorded. Prompt: the raw first-step logits are the same under every "
+             f"{distinct}. {produced}. Prompt: the raw first-step logits are the same under every "
              "condition; what did temperature change, and what did top-p change, in the distribution above? What do "
              "three seeds let you claim?", "",
              f"**On computation.** Max abs diff over {len(comparisons)} prefixes: "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import statistics
 from typing import Any, Optional
 
@@ -32,6 +33,8 @@ from inferlab.report.fmt import (
 )
 from inferlab.report.view import FAILING, RunView, bracket_id, short_test, skip_text
 
+# A trial cut off by Ctrl-C or a signal records its error as "KeyboardInterrupt: SIGINT received".
+INTERRUPTED_ERROR = re.compile(r"^KeyboardInterrupt\b|\bSIG(INT|TERM|HUP|QUIT|KILL)\b")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 PARTS = (  # experiment file prefix -> the protocol part it covers, for "what did not run"
     ("test_10", "Part 2: specimen, files and loading"),
@@ -85,6 +88,21 @@ def conditions_table(view: RunView) -> tuple[list[str], list[list[str]]]:
 # --- outcome labels: a long reason is printed once and referred to by its label -----------------
 
 
+def run_stop(view: RunView) -> Optional[str]:
+    """Why planned work may have left no record: 'the run was interrupted (SIGINT)', 'the run did not finish',
+    'the run stopped early (…)'; None when the session ended on its own."""
+    end = view.session_end
+    if end is None:
+        return "the run did not finish"
+    if end.get("interrupted"):
+        signals = [str(s) for s in end.get("signals") or []]
+        why = ", ".join(dict.fromkeys(signals)) or end.get("stop_reason") or end.get("exit_code_name")
+        return f"the run was interrupted ({why or 'no reason recorded'})"
+    if end.get("stopped_early"):
+        return f"the run stopped early ({end.get('stop_reason') or 'no reason recorded'})"
+    return None
+
+
 class Labels:
     """F1, F2 … for failed tests, R1, R2 … for distinct skip reasons, in record order."""
 
@@ -92,6 +110,7 @@ class Labels:
         self.view = view
         self.failed: dict[int, str] = {}
         self.reasons: dict[str, str] = {}
+        self.stop = run_stop(view)
         for outcome in view.tests_by_outcome().values():
             if outcome.get("outcome") in FAILING:
                 self.failed[id(outcome)] = f"F{len(self.failed) + 1}"
@@ -101,7 +120,7 @@ class Labels:
     def brief(self, outcome: Optional[dict]) -> str:
         """'failed, F1' / 'skipped, R2' / 'no outcome recorded' for a cell that stands in for missing data."""
         if outcome is None:
-            return "no outcome recorded"
+            return f"not reached: {self.stop}" if self.stop else "no outcome recorded"
         state = outcome.get("outcome")
         if state in FAILING:
             return f"{state}, {self.failed.get(id(outcome), '?')}"
@@ -109,14 +128,26 @@ class Labels:
             return f"skipped, {self.reasons.get(skip_text(outcome), '?')}"
         return str(state)
 
+    def trial_cell(self, state: str, test_id: str, record: Optional[dict] = None) -> str:
+        """'not run (…)', 'interrupted (…)' or '**failed** (…)' for a trial that produced nothing."""
+        outcome = self.view.outcome_of_param(test_id)
+        if state == "not run":
+            return f"not run ({self.brief(outcome)})"
+        why = self.brief(outcome) if outcome is not None else text_cell((record or {}).get("error") or MISSING)
+        return f"{'interrupted' if state == 'interrupted' else '**failed**'} ({why})"
+
     def gap(self, *test_names: str) -> str:
         """Why a section has no records: the first non-passing outcome among the named test functions."""
         for nodeid, outcome in self.view.tests_by_outcome().items():
             name = short_test(nodeid).split("[")[0]
             if name in test_names and outcome.get("outcome") != "passed":
                 return self.brief(outcome)
+        if any(short_test(nodeid).split("[")[0] in test_names for nodeid in self.view.tests_by_outcome()):
+            return "no record, although the test passed"
         planned = [e for e in self.view.planned if short_test(e.get("test")).split("[")[0] in test_names]
-        return "not in this run's schedule" if not planned else "no record and no outcome explains it"
+        if not planned:
+            return "not in this run's schedule"
+        return f"not reached: {self.stop}" if self.stop else "no record and no outcome explains it"
 
 
 def failure_rows(view: RunView, labels: Labels) -> list[list[str]]:
@@ -179,6 +210,25 @@ def text_of(record: dict) -> str:
     return jstr(text) if isinstance(text, str) else MISSING
 
 
+def trial_state(record: Optional[dict], needs_ids: bool = True) -> str:
+    """'ok', 'failed', 'interrupted' or 'not run' for one trial's record (None when the trial left none).
+
+    Only an ok record holds what the trial selected; a failed one holds its error, and one whose error
+    is a KeyboardInterrupt or names a signal was cut off by the interruption, not failed by itself.
+    """
+    if record is None:
+        return "not run"
+    if record.get("status", "ok") == "ok" and (not needs_ids or isinstance(record.get("generated_ids"), list)):
+        return "ok"
+    return "interrupted" if INTERRUPTED_ERROR.search(str(record.get("error") or "")) else "failed"
+
+
+def shortfall(states: list[str]) -> str:
+    """'1 failed, 2 not run' for the trials among `states` that produced nothing; '' when all are ok."""
+    counts = collections.Counter(states)
+    return ", ".join(f"{counts[s]} {s}" for s in ("failed", "interrupted", "not run") if counts[s])
+
+
 def trial_rows(view: RunView, labels: Labels) -> list[list[str]]:
     """The 26 trials in protocol order: #, trial, stop reason, length, same ids as, text, ids (abbreviated)."""
     records = generation_by_trial(view)
@@ -187,10 +237,10 @@ def trial_rows(view: RunView, labels: Labels) -> list[list[str]]:
     for trial in protocol.generation_trials():
         number = trial.index + 1
         record = records.get(trial.test_id)
-        if record is None or record.get("status") not in (None, "ok"):
-            why = labels.brief(view.outcome_of_param(trial.test_id))
-            state = "**failed**" if record is not None else "not run"
-            rows.append([str(number), code(trial.test_id), f"{state} ({why})", MISSING, "", MISSING, MISSING])
+        state = trial_state(record)
+        if state != "ok":
+            rows.append([str(number), code(trial.test_id), labels.trial_cell(state, trial.test_id, record), MISSING, "",
+                         MISSING, MISSING])
             continue
         ids = record.get("generated_ids")
         key = json.dumps(ids)
@@ -201,33 +251,79 @@ def trial_rows(view: RunView, labels: Labels) -> list[list[str]]:
     return rows
 
 
-def repeatability_rows(view: RunView) -> list[list[str]]:
-    """Per prompt: greedy identity, the seed rerun (and how its cache was fresh), distinct continuations, early EOS."""
+def _undecided(states: list[str]) -> str:
+    """What stands in for a comparison the recorded trials cannot decide."""
+    if all(s == "not run" for s in states):
+        return "not run"
+    ok = states.count("ok")
+    return f"{ok} of {len(states)} recorded, {shortfall(states)}: not decidable"
+
+
+def repeatability(view: RunView) -> list[dict]:
+    """Per prompt, from the trials that produced ids only: greedy identity, the seed rerun, distinct
+    continuations per sampling condition and early EOS, each saying how many trials it rests on."""
     records = generation_by_trial(view)
-    rows = []
+    max_new = recorded_protocol(view).get("generation_fixed", {}).get("max_new_tokens", protocol.MAX_NEW_TOKENS)
+    found = []
     for prompt_id in protocol.PROMPTS:
         trials = [t for t in protocol.generation_trials() if t.prompt_id == prompt_id]
-        greedy = [records.get(t.test_id) for t in trials if t.condition == "G"]
-        greedy_ids = [json.dumps(r.get("generated_ids")) for r in greedy if r]
-        greedy_cell = (f"{yes_no(len(set(greedy_ids)) == 1)} ({len(greedy_ids)} of {len(greedy)} recorded)"
-                       if greedy_ids else MISSING)
-        first = records.get(f"{prompt_id}-{protocol.RERUN_CONDITION}-seed{protocol.RERUN_SEED}")
-        rerun = records.get(f"{prompt_id}-{protocol.RERUN_CONDITION}-seed{protocol.RERUN_SEED}-rerun")
-        rerun_cell = MISSING
-        if first and rerun:
+        states = {t.test_id: trial_state(records.get(t.test_id)) for t in trials}
+
+        def ok_ids(chosen) -> list[str]:
+            return [json.dumps(records[t.test_id]["generated_ids"]) for t in chosen if states[t.test_id] == "ok"]
+
+        greedy = [t for t in trials if t.condition == "G"]
+        greedy_states = [states[t.test_id] for t in greedy]
+        ids = ok_ids(greedy)
+        if len(ids) == len(greedy) or len(set(ids)) > 1:  # two recorded repetitions that differ decide it
+            missing = shortfall(greedy_states)
+            greedy_short = yes_no(len(set(ids)) == 1)
+            greedy_cell = f"{greedy_short} ({len(ids)} of {len(greedy)} recorded{', ' + missing if missing else ''})"
+        else:
+            greedy_short = greedy_cell = _undecided(greedy_states)
+
+        first_id = f"{prompt_id}-{protocol.RERUN_CONDITION}-seed{protocol.RERUN_SEED}"
+        pair = [states.get(first_id, "not run"), states.get(first_id + "-rerun", "not run")]
+        if pair == ["ok", "ok"]:
+            first, rerun = records[first_id], records[first_id + "-rerun"]
             rerun_cell = yes_no(first.get("generated_ids") == rerun.get("generated_ids"))
             cache = rerun.get("generation_cache")
             if isinstance(cache, dict):
                 rerun_cell += f"; fresh cache: {flag(cache.get('fresh'))} ({text_cell(cache.get('how'))})"
+        elif pair == ["not run", "not run"]:
+            rerun_cell = "not run"
+        else:
+            rerun_cell = f"not decidable: first run {pair[0]}, rerun {pair[1]}"
+
         distinct = []
         for condition in ("S1", "S2", "S3"):
-            runs = [records.get(t.test_id) for t in trials if t.condition == condition and not t.is_rerun]
-            ids = {json.dumps(r.get("generated_ids")) for r in runs if r}
-            distinct.append(f"{condition} {len(ids)}/{len(runs)}")
-        first_runs = [records.get(t.test_id) for t in trials if not t.is_rerun]
-        early = sum(1 for r in first_runs if r and r.get("stop_reason") == "eos")
-        rows.append([prompt_id, greedy_cell, rerun_cell, ", ".join(distinct), f"{early} of {len(first_runs)}"])
-    return rows
+            runs = [t for t in trials if t.condition == condition and not t.is_rerun]
+            run_states = [states[t.test_id] for t in runs]
+            ids = ok_ids(runs)
+            missing = shortfall(run_states)
+            if not ids:
+                distinct.append(f"{condition} " + ("not run" if set(run_states) == {"not run"}
+                                                    else f"none recorded ({missing})"))
+            else:
+                distinct.append(f"{condition} {len(set(ids))}/{len(ids)}" + (f" ({missing})" if missing else ""))
+
+        first_runs = [t for t in trials if not t.is_rerun]
+        first_states = [states[t.test_id] for t in first_runs]
+        completed = [records[t.test_id] for t in first_runs if states[t.test_id] == "ok"]
+        missing = shortfall(first_states)
+        if not completed:
+            early_cell = "not run" if set(first_states) == {"not run"} else f"none recorded ({missing})"
+        else:
+            early = sum(1 for r in completed if summaries.stopped_early_on_eos(r, max_new))
+            early_cell = f"{early} of {len(completed)}" + (f" ({missing})" if missing else "")
+        found.append({"prompt_id": prompt_id, "greedy": greedy_cell, "greedy_short": greedy_short,
+                      "rerun": rerun_cell, "distinct": ", ".join(distinct), "early_eos": early_cell})
+    return found
+
+
+def repeatability_rows(view: RunView) -> list[list[str]]:
+    """Per prompt: greedy identity, the seed rerun (and how its cache was fresh), distinct continuations, early EOS."""
+    return [[r["prompt_id"], r["greedy"], r["rerun"], r["distinct"], r["early_eos"]] for r in repeatability(view)]
 
 
 # --- the first-step distribution ----------------------------------------------------------------
@@ -361,12 +457,14 @@ def throughput(record: dict) -> Optional[float]:
         return None
 
 
-TIMING_METRICS = (
-    ("prefill", lambda r: r.get("prefill_s"), ms),
-    ("local TTFT", lambda r: r.get("ttft_s"), ms),
-    ("mean post-first interval", post_first_interval, ms),
-    ("loop (16 selections)", lambda r: r.get("loop_s"), ms),
-)
+def timing_metrics() -> tuple:
+    """(label, value of a trial, scale) per timing metric; the loop's label counts the protocol's selections."""
+    return (
+        ("prefill", lambda r: r.get("prefill_s"), ms),
+        ("local TTFT", lambda r: r.get("ttft_s"), ms),
+        ("mean post-first interval", post_first_interval, ms),
+        (f"loop ({protocol.TIMING_NEW_TOKENS} selections)", lambda r: r.get("loop_s"), ms),
+    )
 
 
 def condition_label(prompt_id: Any, use_cache: Any) -> str:
@@ -384,7 +482,7 @@ def timing_rows(view: RunView) -> list[list[str]]:
     """Per condition and metric: every measured sample in schedule order, the median and [min–max]."""
     rows = []
     for (prompt_id, use_cache), trials in measured_trials(view).items():
-        for metric, value_of, scale in TIMING_METRICS:
+        for metric, value_of, scale in timing_metrics():
             values = [value_of(t) for t in trials]
             rows.append([condition_label(prompt_id, use_cache), lengths_of(trials, "prompt_length"),
                          lengths_of(trials, "output_length"), metric,
@@ -444,7 +542,7 @@ def roofline_rows(view: RunView) -> tuple[Optional[float], list[list[str]]]:
         step_bytes = None
         if reads["parameter_bytes"] is not None and prompt_lengths:
             n = prompt_lengths[0]
-            # decode step k (1..15) attends over n + k positions; their mean is n + 16/2
+            # decode step k (1..steps) attends over n + k positions; their mean is n + (steps + 1)/2
             mean_positions = n + (steps + 1) / 2
             if use_cache and reads["per_position"] is not None:
                 step_bytes = reads["parameter_bytes"] + reads["embedding_row_bytes"] + reads["per_position"] * mean_positions
@@ -461,7 +559,8 @@ def roofline_rows(view: RunView) -> tuple[Optional[float], list[list[str]]]:
 
 
 def clock_overhead_line(view: RunView) -> Optional[str]:
-    """'16 clock reads ≈ N µs of a ≈ M ms loop' from the clock_overhead record and the measured loops."""
+    """'N clock reads ≈ X µs of a ≈ M ms loop (S % of the shortest measured loop)', N being the record's
+    reads_per_trial; the share is taken of the shortest single measured loop, so it bounds every trial's."""
     record = view.first("clock_overhead")
     if record is None:
         return None
@@ -469,29 +568,38 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
     overhead = record.get("per_trial_overhead_ns")
     if not is_number(overhead) and is_number(record.get("per_read_ns")) and is_number(reads):
         overhead = record["per_read_ns"] * reads
-    loops = [median([t.get("loop_s") for t in trials]) for trials in measured_trials(view).values()]
-    loops = [v for v in loops if v is not None]
+    groups = measured_trials(view).values()
+    loops = [v for v in (median([t.get("loop_s") for t in trials]) for trials in groups) if v is not None]
+    shortest = min((t["loop_s"] for trials in groups for t in trials if is_number(t.get("loop_s"))
+                    and t["loop_s"] > 0), default=None)
     loop = (f"{ms(min(loops), 1)} ms" if len(loops) == 1 or min(loops) == max(loops)
             else f"{ms(min(loops), 1)}{DASH}{ms(max(loops), 1)} ms") if loops else "(no measured loop)"
-    share = f" ({overhead / 1e9 / max(loops) * 100:.2g} % of the longest)" if loops and is_number(overhead) else ""
+    share = (f" ({overhead / 1e9 / shortest * 100:.2g} % of the shortest measured loop, {ms(shortest, 1)} ms)"
+             if shortest and is_number(overhead) else "")
     return (f"{num(reads)} clock reads ≈ {(us(overhead) if is_number(overhead) else MISSING)} µs of a ≈ {loop} "
             f"loop{share}: {text_cell(record.get('clock'))}, {num(record.get('per_read_ns'), 3)} ns per read "
             f"({text_cell(record.get('method'))}).")
 
 
+FINGERPRINT = "a machine with this fingerprint (OS, architecture, CPU model, CPU count)"
+
+
 def benchmark_line(view: RunView) -> str:
-    """Whether a benchmarks/overhead.py result from this machine exists, and what it says."""
+    """Whether a benchmarks/overhead.py result recorded on a machine with this run's fingerprint exists, and what
+    it says. The fingerprint matches any machine (a VM among them) with the same OS, architecture and CPU."""
     record = view.first("benchmark_reference")
     if record is None:
-        return ("Whether `benchmarks/overhead.py` was run on this machine was not recorded; its result is the "
-                "full comparison of the loop with and without timestamps.")
+        return (f"Whether a `benchmarks/overhead.py` result recorded on {FINGERPRINT} exists was not recorded; its "
+                "result is the full comparison of the loop with and without timestamps.")
     if record.get("found") and isinstance(record.get("result"), dict):
         result = record["result"]
         shown = ", ".join(f"{k}={num(v, 4)}" for k, v in result.items() if is_number(v)) or jstr(result)
         note = f" ({text_cell(record.get('note'))})" if record.get("note") else ""
-        return f"`benchmarks/overhead.py` result from this machine, {code(str(record.get('file')), False)}: {shown}{note}."
-    return (f"No `benchmarks/overhead.py` result from this machine was found, so the full overhead comparison is "
-            f"not available for this run: {text_cell(record.get('note') or 'run python -m benchmarks.overhead')}.")
+        return (f"`benchmarks/overhead.py` result recorded on {FINGERPRINT}, "
+                f"{code(str(record.get('file')), False)}: {shown}{note}.")
+    return (f"No `benchmarks/overhead.py` result recorded on {FINGERPRINT} was found, so the full overhead "
+            f"comparison is not available for this run: "
+            f"{text_cell(record.get('note') or 'run python -m benchmarks.overhead')}.")
 
 
 def phase_rows(view: RunView) -> list[list[str]]:

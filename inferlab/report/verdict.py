@@ -16,7 +16,7 @@ from typing import Optional
 from inferlab.report.view import DIAGNOSTIC, FAILING, INTEGRITY, RunView, skip_text
 
 # In order of precedence: the first that applies is the headline, the others follow it as facts.
-KINDS = ("plan_only", "collect_only", "records_damaged", "not_finished", "interrupted", "stopped_early", "partial",
+KINDS = ("plan_only", "collect_only", "records_damaged", "finish_abandoned", "not_finished", "interrupted", "stopped_early", "partial",
          "missing_outcomes", "acquisition_failed", "integrity_failed", "diagnostic_failed", "skipped",
          "unexpected_exit", "passed")
 MEASURED_KINDS = ("input", "generation", "cache_comparison", "timing_trial", "memory", "batching")
@@ -65,8 +65,16 @@ def partial_reasons(view: RunView) -> list[str]:
     return reasons
 
 
-def decide(view: RunView) -> Verdict:
-    """The verdict of one run, from its records, plan and manifest."""
+UNPROTECTED = "Nothing in this folder is protected by the manifest's hashes."
+
+
+def decide(view: RunView, after_session: bool = False) -> Verdict:
+    """The verdict of one run, from its records, plan and manifest.
+
+    after_session: the session is over (the command line renders the report later), so a manifest that was
+    never finalised means the run's final writes were abandoned. The session itself renders the report before
+    it writes the final manifest, so it leaves this False.
+    """
     end = view.session_end
     decisive = view.tests_by_outcome()
     counts = collections.Counter((view.check_kind(o), o.get("outcome")) for o in decisive.values())
@@ -96,11 +104,17 @@ def decide(view: RunView) -> Verdict:
             f"{'; '.join(view.read_problems[:3])}{'; …' if len(view.read_problems) > 3 else ''}). What follows "
             "is rendered from what could be read, so evidence may be missing; `python -m inferlab verify DIR` "
             "checks every file against the manifest's hashes.")
+    unfinalised = after_session and not view.manifest_finalised()
+    if unfinalised and end is not None:
+        statements["finish_abandoned"] = (
+            "**The run's final writes were abandoned.** It has a `session_end` record, but `manifest.json` is still "
+            "the one written when the run started (status \"started\" or no `files` inventory): the session stopped "
+            f"(a second interrupt, or a crash) while writing its final files. {UNPROTECTED} {ran}.")
     if end is None and "plan_only" not in statements:
         statements["not_finished"] = (
             f"**The run did not finish.** It has no `session_end` record: the process was killed or crashed before "
             f"the session ended (or an inferlab older than that record wrote it). {ran}; the results cover only "
-            "those.")
+            "those." + (f" {UNPROTECTED}" if unfinalised else ""))
     if end is not None and end.get("interrupted"):
         why = end.get("stop_reason") or end.get("exit_code_name") or "no reason recorded"
         statements["interrupted"] = f"**The run was interrupted** ({why}). {ran}; the rest did not run."

@@ -3,7 +3,8 @@
 Nothing here raises over a damaged or partial directory: problems are collected in read_problems
 and the pages show them. Only manifest fields that are the same in the manifest written at
 session start and the one rewritten at session end are read, because the session renders the
-report between the two and `report --check` must give the same text afterwards.
+report between the two and `report --check` must give the same text afterwards. The one exception,
+manifest_finalised(), is asked only when the report is made after the session (after_session).
 """
 
 from __future__ import annotations
@@ -32,11 +33,6 @@ def bracket_id(nodeid: Optional[str]) -> Optional[str]:
 def short_test(nodeid: Optional[str]) -> str:
     """The test name with its parameters, without the file."""
     return (nodeid or "(session)").split("::")[-1]
-
-
-def test_file(nodeid: Optional[str]) -> str:
-    """The file part of a node id, lower-cased ('experiments/test_40_cache.py')."""
-    return (nodeid or "").split("::")[0].lower()
 
 
 def skip_text(record: dict) -> str:
@@ -137,6 +133,12 @@ class RunView:
         return [e.get("test") for e in self.planned if e.get("test") not in with_outcome]
 
     # --- run facts ------------------------------------------------------------------------
+
+    def manifest_finalised(self) -> bool:
+        """Whether manifest.json is the one a session writes last: it lists the files with their hashes and its
+        status no longer says 'started'. Meaningful only after the session: the report is rendered before it."""
+        status = str(self.manifest.get("status") or "")
+        return isinstance(self.manifest.get("files"), dict) and not status.startswith("started")
 
     @property
     def synthetic(self) -> bool:
