@@ -93,9 +93,11 @@ def benchmark_reference(path: Path = RESULTS_FILE, fingerprint: Optional[dict] =
     mine = [r for r in results if r.get("machine") == fingerprint]
     if not mine:
         return {"found": False, "file": _display(path), "machine": fingerprint, "result": None,
-                "note": f"{len(results)} result(s) in {_display(path)}, none from this machine; run "
+                "note": f"{len(results)} result(s) in {_display(path)}, none recorded on a machine with this "
+                        f"fingerprint (OS, architecture, CPU model, CPU count); run "
                         f"python -m benchmarks.overhead here for the full overhead comparison"}
     return {"found": True, "file": _display(path), "machine": fingerprint, "result": mine[-1],
-            "note": f"the latest of {len(mine)} result(s) from this machine in {_display(path)}, recorded "
+            "note": f"the latest of {len(mine)} result(s) recorded on a machine with this fingerprint (OS, "
+                    f"architecture, CPU model, CPU count; not necessarily this very machine) in {_display(path)}, recorded "
                     f"{mine[-1].get('recorded_utc', 'at an unrecorded time')}; it may come from other software "
                     f"versions (see result.software)"}

@@ -564,8 +564,8 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
                            file="benchmarks/results/test-machine.json" if benchmark_found else None,
                            machine={"cpu_model": "Test CPU"},
                            result={"overhead_ratio": 1.004, "generate_ratio": 1.178} if benchmark_found else None,
-                           note="latest result from this machine" if benchmark_found
-                           else "no result of benchmarks/overhead.py from this machine"))
+                           note="latest result recorded on a machine with this fingerprint" if benchmark_found
+                           else "no result of benchmarks/overhead.py recorded on a machine with this fingerprint"))
     if bandwidth:
         added.append(_envelope("memory_bandwidth", None, method="numpy copy of a 64 MiB array", threads=1,
                                bytes_per_copy=2 * 64 * 2**20, repeats=5, seconds=[0.0168] * 5,

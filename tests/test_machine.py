@@ -33,7 +33,7 @@ def test_results_from_other_machines_are_not_a_reference(tmp_path):
     machine.append_result(result_for(OTHER_MACHINE, 1.01, "2026-01-01"), path)
     reference = machine.benchmark_reference(path)
     assert reference["found"] is False and reference["result"] is None and reference["file"] == str(path)
-    assert "none from this machine" in reference["note"]
+    assert "none recorded on a machine with this fingerprint" in reference["note"]
 
 
 def test_the_latest_result_from_this_machine_is_the_reference(tmp_path):
@@ -44,7 +44,7 @@ def test_the_latest_result_from_this_machine_is_the_reference(tmp_path):
         machine.append_result(result, path)
     reference = machine.benchmark_reference(path)
     assert reference["found"] is True and reference["result"]["recorded_utc"] == "second"
-    assert "2 result(s) from this machine" in reference["note"]
+    assert "2 result(s) recorded on a machine with this fingerprint" in reference["note"]
 
 
 def test_a_damaged_results_file_is_named_with_its_line(tmp_path):
