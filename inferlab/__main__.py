@@ -1,7 +1,7 @@
 """python -m inferlab verify DIR | compare DIR1 DIR2 | report DIR | check-artifacts DIR: no model, no network.
 
 Exit codes: 0 success; 1 verify or check-artifacts found problems (or report --check found a
-difference); 2 a directory could not be read.
+difference); 2 a directory could not be read, or is not a run's record dir.
 """
 
 from __future__ import annotations
@@ -79,9 +79,21 @@ def folder_kind(record_dir: Path) -> dict:
     return {"plan": manifest.get("mode") == "plan", "finished": "session_end" in kinds}
 
 
+def refuse_non_run(command: str, *record_dirs: Path) -> bool:
+    """Say so, and return True, when a folder is not a run's record dir: no command reads or writes in one."""
+    from inferlab.records import not_a_run_reason
+
+    reasons = [reason for reason in map(not_a_run_reason, record_dirs) if reason]
+    for reason in reasons:
+        print(f"{command}: {reason}; nothing was read or written there", file=sys.stderr)
+    return bool(reasons)
+
+
 def run_verify(record_dir: Path, all_passed: bool) -> int:
     from inferlab.verify import verify
 
+    if refuse_non_run("verify", record_dir):
+        return EXIT_UNREADABLE
     result = verify(record_dir)
     problems = list(result["problems"])
     if all_passed and not result["all_tests_passed"]:
@@ -107,6 +119,8 @@ def run_verify(record_dir: Path, all_passed: bool) -> int:
 def run_compare(dir1: Path, dir2: Path) -> int:
     from inferlab.verify import compare, format_compare
 
+    if refuse_non_run("compare", dir1, dir2):
+        return EXIT_UNREADABLE
     try:
         result = compare(dir1, dir2)
     except (OSError, ValueError) as error:
@@ -119,6 +133,8 @@ def run_compare(dir1: Path, dir2: Path) -> int:
 def run_report(record_dir: Path, check: bool, write: bool) -> int:
     from inferlab import report
 
+    if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
+        return EXIT_UNREADABLE
     kind = folder_kind(record_dir)
     if kind["plan"]:
         print(f"report: {record_dir} is a plan folder (written by --plan): no test ran, so there is no run to report; "

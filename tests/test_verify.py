@@ -227,6 +227,12 @@ def test_compare_of_an_unreadable_dir_exits_2(complete_run, tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["compare", str(complete_run), str(empty)]) == 2
+    assert f"{empty} is not a run's record dir: it has no records.jsonl" in capsys.readouterr().err
+
+
+def test_compare_of_a_run_whose_records_are_gone_exits_2(complete_run, run_copy, capsys):
+    (run_copy / RECORDS_FILE).unlink()
+    assert main(["compare", str(complete_run), str(run_copy)]) == 2
     assert "records.jsonl: missing" in capsys.readouterr().err
 
 
@@ -329,3 +335,42 @@ def test_check_artifacts_accepts_a_valid_copy_and_names_a_bad_file(standin_copy,
     assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == 1
     out = capsys.readouterr().out
     assert "PROBLEM tokenizer_config.json" in out and "is NOT a valid copy" in out
+
+
+# --- a folder that is not a run is refused, never written into ------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [["--write"], ["--check"], []])
+def test_report_refuses_a_folder_that_is_not_a_run_and_leaves_its_report_alone(tmp_path, capsys, mode):
+    folder = tmp_path / "my-notes"
+    folder.mkdir()
+    mine = "# My own report\n\nNothing to do with inferlab.\n"
+    (folder / "report.md").write_text(mine)
+    assert main(["report", str(folder), *mode]) == 2
+    captured = capsys.readouterr()
+    assert f"report: {folder} is not a run's record dir" in captured.err and "planned tests" not in captured.out
+    assert (folder / "report.md").read_text() == mine
+    assert sorted(p.name for p in folder.iterdir()) == ["report.md"]
+
+
+def test_files_named_like_a_runs_are_not_enough_to_be_a_run(tmp_path, capsys):
+    folder = tmp_path / "extension"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"name": "a browser extension", "version": "1"}\n')
+    assert main(["report", "--write", str(folder)]) == 2
+    assert "its manifest.json is not a run's" in capsys.readouterr().err
+    assert not (folder / "report.md").exists()
+
+
+def test_verify_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["verify", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"verify: {tmp_path} is not a run's record dir" in captured.err and captured.out == ""
+
+
+def test_a_killed_run_with_only_its_claim_is_still_a_run(tmp_path, capsys):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "claim.json").write_text('{"pid": 1}\n')
+    assert main(["verify", str(folder)]) == 1  # a run, unfinished: its problems are listed
+    assert "is not a run's record dir" not in capsys.readouterr().err
