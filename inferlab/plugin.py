@@ -38,6 +38,7 @@ from inferlab.records import (
     claim_new_run_dir,
     claim_record_dir,
     file_inventory,
+    rename_with_suffix,
     jsonable,
     sha256_file,
     utc_now,
@@ -48,7 +49,8 @@ HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
                   "--runs-dir is given; no default)",
     "runs_dir": "make a new record dir under this directory, named <UTC time>-<specimen> (and -plan with --plan); "
-                "at the end a suffix says how the run ended: -failed, -partial or -incomplete (default: none)",
+                "at the end a suffix says how the run ended: -failed, -partial, -partial-failed or -incomplete "
+                "(default: none)",
     "specimen": f"specimen to run: a name with a spec in artifacts/<name>.json (default: {protocol.DEFAULT_SPECIMEN}; "
     f"'standin' is the synthetic, non-Pythia checkpoint)",
     "artifacts": "reuse the six specimen files from this directory after verifying them (default: none; "
@@ -101,6 +103,7 @@ class RunState:
     acquisition_error: Optional[str] = None  # the full reason, printed once at the end
     session_end: Optional[dict] = None
     environment: Optional[dict] = None  # as found at the start: the environment the run used
+    rename: Optional[dict] = None  # under --runs-dir: {from, to, suffix, renamed, error} once the name was changed
 
     def records_of(self, kind: str) -> list[dict]:
         return [r for r in self.records if r["kind"] == kind]
@@ -699,27 +702,38 @@ def _session_end(session, run: RunState, exitstatus) -> dict:
     return end
 
 
-def _add_outcome_suffix(run: RunState) -> None:
-    """A run made under --runs-dir gets -failed, -partial or -incomplete in its name when that is how it ended."""
-    end = run.session_end
+def outcome_suffix(end: dict, outcome_counts: dict) -> Optional[str]:
+    """The suffix a run made under --runs-dir gets for how it ended; None for a complete run that passed.
+
+    -incomplete: it did not reach its end; -failed: a test failed or errored; -partial: not the complete
+    protocol; -partial-failed: both, so that `ls runs` tells it from a complete run that failed.
+    """
     if end["plan_only"]:
-        return
+        return None
     if end["interrupted"] or end["stopped_early"] or end["collect_only"] or end["tests_without_outcome"]:
-        suffix = "-incomplete"
-    elif run.outcome_counts.get("failed") or run.outcome_counts.get("error") or end["exit_code_name"] != "OK":
-        suffix = "-failed"
-    elif not end["protocol_complete"]:
-        suffix = "-partial"
-    else:
+        return "-incomplete"
+    failed = bool(outcome_counts.get("failed") or outcome_counts.get("error") or end["exit_code_name"] != "OK")
+    partial = not end["protocol_complete"]
+    if failed and partial:
+        return "-partial-failed"
+    if failed:
+        return "-failed"
+    return "-partial" if partial else None
+
+
+def _add_outcome_suffix(run: RunState) -> None:
+    """Rename a run made under --runs-dir so its name says how it ended; when that fails, say so (manifest, terminal)."""
+    suffix = outcome_suffix(run.session_end, run.outcome_counts)
+    if suffix is None:
         return
-    target = run.record_dir.with_name(run.record_dir.name + suffix)
-    if target.exists():
-        return
+    old_name = run.record_dir.name
     try:
-        os.rename(run.record_dir, target)
-    except OSError:
-        return  # the name stays; the manifest and the terminal give the real one
-    run.record_dir = target
+        run.record_dir = rename_with_suffix(run.record_dir, suffix)
+    except RecordDirError as error:
+        # The old name claims nothing: the manifest and the terminal give the reason and the intended suffix.
+        run.rename = {"from": old_name, "to": None, "suffix": suffix, "renamed": False, "error": str(error)}
+        return
+    run.rename = {"from": old_name, "to": run.record_dir.name, "suffix": suffix, "renamed": True, "error": None}
 
 
 def _write_report(config, run: RunState) -> None:
@@ -764,6 +778,7 @@ def _write_manifest(config, run: RunState, end: Optional[dict]) -> None:
         "started_utc": run.started_utc,
         "ended_utc": utc_now() if end else None,
         "record_dir": str(run.record_dir),
+        "record_dir_rename": run.rename,
         "claim": CLAIM_FILE,
         "specimen": run.specimen,
         "options": {
@@ -807,6 +822,9 @@ def _write_summary(terminalreporter, run: RunState) -> None:
     write = terminalreporter.write_line
     terminalreporter.section("inferlab")
     write(f"record dir: {run.record_dir}")
+    if run.rename and not run.rename["renamed"]:
+        write(f"record dir: NOT renamed to end in {run.rename['suffix']} ({run.rename['error']}); its name does not "
+              f"say how the run ended, its manifest does", red=True)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(run.outcome_counts.items())) or "no experiment tests ran"
     write(f"outcomes: {counts}")
     for line in run.failure_lines:

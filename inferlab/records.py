@@ -156,6 +156,35 @@ def claim_new_run_dir(parent: Path, base_name: str, claim: dict) -> Path:
     raise RecordDirError(f"runs dir {parent}: names {base_name} to {base_name}-999 are all taken")
 
 
+def rename_with_suffix(path: Path, suffix: str) -> Path:
+    """Rename a finished run's dir to its name + suffix, or + suffix-2, -3, ... when that name is taken.
+
+    The new name is claimed with mkdir (atomic) and the run's dir then replaces that empty folder, so a
+    name another run holds is never taken over. Returns the new path; RecordDirError names the reason
+    when no rename was possible (the dir then keeps its old name).
+    """
+    path = Path(path)
+    for number in range(1, 1000):
+        target = path.with_name(path.name + suffix + ("" if number == 1 else f"-{number}"))
+        try:
+            target.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise RecordDirError(f"{target.name} cannot be created: {_os_reason(error, target)}") from None
+        try:
+            os.rename(path, target)
+        except OSError as error:
+            with_reason = _os_reason(error, target)
+            try:
+                target.rmdir()
+            except OSError:
+                pass
+            raise RecordDirError(f"renaming {path.name} to {target.name} failed: {with_reason}") from None
+        return target
+    raise RecordDirError(f"names {path.name}{suffix} to {path.name}{suffix}-999 are all taken")
+
+
 def jsonable(value: Any, on_unserialisable: Optional[Callable[[str], None]] = None) -> Any:
     """Turn a value into strict JSON data: non-finite floats become strings, unknown objects their repr."""
     if value is None or isinstance(value, (bool, int, str)):

@@ -500,9 +500,10 @@ def test_a_new_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite)
     names = sorted(p.name for p in (suite.path / "runs").iterdir())
     import re
 
-    assert [re.sub(r"^\d{8}T\d{6}Z", "<UTC>", n) for n in names] == sorted(
-        ["<UTC>-pythia-14m-partial", "<UTC>-pythia-14m-plan", "<UTC>-pythia-14m-failed"]) or \
-        all(re.match(r"^\d{8}T\d{6}Z-pythia-14m(-\d+)?-(partial|plan|failed)$", n) for n in names), names
+    # A scratch suite is never the complete protocol, so its failed run is -partial-failed, not -failed.
+    assert sorted(re.sub(r"^\d{8}T\d{6}Z", "<UTC>", n) for n in names) == sorted(
+        ["<UTC>-pythia-14m-partial", "<UTC>-pythia-14m-plan", "<UTC>-pythia-14m-partial-failed"]) or \
+        all(re.match(r"^\d{8}T\d{6}Z-pythia-14m(-\d+)?-(partial|plan|partial-failed)$", n) for n in names), names
     for name in names:
         manifest = manifest_of(suite.path / "runs" / name)
         assert manifest["record_dir"].endswith(name) and (suite.path / "runs" / name / "claim.json").is_file()
@@ -515,6 +516,66 @@ def test_two_new_run_dirs_with_the_same_name_in_the_same_second_stay_apart(tmp_p
     second = claim_new_run_dir(tmp_path / "runs", "20250101T000000Z-standin", {"pid": 2})
     assert (first.name, second.name) == ("20250101T000000Z-standin", "20250101T000000Z-standin-2")
     assert json.loads((second / "claim.json").read_text())["pid"] == 2
+
+
+def test_a_second_run_ending_the_same_way_in_the_same_second_gets_a_numbered_honest_name(suite, monkeypatch):
+    from inferlab import plugin
+
+    monkeypatch.setattr(plugin, "_run_dir_name", lambda specimen, plan: "20250101T000000Z-standin")
+    write_experiment(suite, "def test_a():\n    pass\n")
+    for _ in range(2):  # two --co runs in one second: the second used to keep the bare, success-claiming name
+        suite.runpytest("experiments", "--runs-dir", "runs", "--co")
+    names = sorted(p.name for p in (suite.path / "runs").iterdir())
+    assert names == ["20250101T000000Z-standin-incomplete", "20250101T000000Z-standin-incomplete-2"]
+    manifest = manifest_of(suite.path / "runs" / names[1])
+    assert manifest["record_dir_rename"] == {"from": "20250101T000000Z-standin", "to": names[1],
+                                             "suffix": "-incomplete", "renamed": True, "error": None}
+
+
+def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
+    import errno
+
+    from inferlab import records
+
+    rename = os.rename
+
+    def refuse(source, target, **kwargs):  # only for the run's own folder: pytest's cache renames too
+        if Path(target).parent.name == "runs":
+            raise OSError(errno.EACCES, "Permission denied", str(source))
+        return rename(source, target, **kwargs)
+
+    monkeypatch.setattr(records.os, "rename", refuse)
+    write_experiment(suite, "def test_a():\n    assert False\n")
+    result = suite.runpytest("experiments", "--runs-dir", "runs")
+    (run,) = (suite.path / "runs").iterdir()  # the empty folder made for the new name is removed again
+    rename = manifest_of(run)["record_dir_rename"]
+    assert rename["renamed"] is False and rename["to"] is None and rename["suffix"] == "-partial-failed"
+    assert "Permission denied (EACCES)" in rename["error"]
+    result.stdout.fnmatch_lines(["record dir: NOT renamed to end in -partial-failed (*Permission denied*"])
+
+
+def test_the_name_of_a_failed_run_says_whether_it_was_also_partial():
+    from inferlab.plugin import outcome_suffix
+
+    ended = {"plan_only": False, "interrupted": False, "stopped_early": False, "collect_only": False,
+             "tests_without_outcome": [], "exit_code_name": "TESTS_FAILED", "protocol_complete": True}
+    assert outcome_suffix(ended, {"failed": 1}) == "-failed"
+    assert outcome_suffix({**ended, "protocol_complete": False}, {"failed": 1}) == "-partial-failed"
+    assert outcome_suffix({**ended, "protocol_complete": False, "exit_code_name": "OK"}, {"passed": 3}) == "-partial"
+    assert outcome_suffix({**ended, "exit_code_name": "OK"}, {"passed": 3}) is None
+    assert outcome_suffix({**ended, "interrupted": True, "protocol_complete": False}, {"failed": 1}) == "-incomplete"
+
+
+def test_renaming_never_takes_over_a_name_another_run_holds(tmp_path):
+    from inferlab.records import rename_with_suffix
+
+    run = tmp_path / "20250101T000000Z-standin"
+    run.mkdir()
+    (run / "records.jsonl").write_text("")
+    (tmp_path / "20250101T000000Z-standin-failed").mkdir()  # empty: a plain rename would replace it
+    renamed = rename_with_suffix(run, "-failed")
+    assert renamed.name == "20250101T000000Z-standin-failed-2" and (renamed / "records.jsonl").is_file()
+    assert not any((tmp_path / "20250101T000000Z-standin-failed").iterdir()) and not run.exists()
 
 
 @pytest.mark.parametrize("where, reason", [("a_file/run", "a_file is a file, not a directory"),
