@@ -188,6 +188,7 @@ def pytest_configure(config):
         named_by_plugin=runs_dir is not None,
     )
     run.specimen = specimen_spec.as_dict()
+    run.signals.on_abandon = lambda: _abandon_note(run)
     config.stash[RUN_KEY] = run
     if run.signals.install():
         config.pluginmanager.register(_StoppingListener(run.signals), STOPPING_LISTENER)
@@ -199,6 +200,22 @@ def pytest_configure(config):
         run.offline_guard.enter_context(specimen.offline_mode())
     run.predictions = _copy_predictions(predictions, record_dir, config.rootpath)
     _write_manifest(config, run, None)
+
+
+def _abandon_note(run: RunState) -> str:
+    """Where an abandoned run stands, for the one line printed when its final records are abandoned."""
+    try:
+        run.writer.flush()  # a record line already handed to the writer is kept whole
+    except (OSError, ValueError):
+        pass
+    try:
+        final = json.loads((run.record_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("session_end")
+    except (OSError, ValueError, AttributeError):
+        final = None
+    if final is not None:
+        return f"Its final records were already written in {run.record_dir}; only the terminal summary is cut short."
+    return (f"{run.record_dir} keeps the manifest written when the run began (complete: false), so it reads as "
+            f"unfinished; `python -m inferlab verify {run.record_dir}` lists what it holds.")
 
 
 def _run_dir_name(specimen_name: str, plan: bool) -> str:

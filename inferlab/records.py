@@ -282,6 +282,11 @@ class JsonlWriter:
         self._handle.flush()
         os.fsync(self._handle.fileno())
 
+    def flush(self) -> None:
+        """Push any buffered line to the file (a no-op once closed)."""
+        if not self._handle.closed:
+            self._handle.flush()
+
     def close(self) -> None:
         self._handle.close()
 

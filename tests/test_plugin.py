@@ -416,6 +416,58 @@ def test_double_ctrl_c_from_outside_never_reads_as_complete(suite):
     assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_waits", "test_after"]
 
 
+def test_a_ctrl_c_that_abandons_the_final_records_prints_one_line_and_keeps_the_run_unfinished(suite):
+    # The test interrupts itself; then one Ctrl-C arrives while session_end is written (noted), and one
+    # more while the final manifest is written: that one abandons the final records. It used to raise a
+    # KeyboardInterrupt out of whatever ran (a plot, a file write): a traceback of some ninety lines.
+    suite.makeconftest(
+        'pytest_plugins = ["inferlab.plugin"]\n'
+        "import os, signal\n"
+        "def pytest_inferlab_record(config, record):\n"
+        "    if record['kind'] == 'session_end':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "def pytest_inferlab_manifest(config, manifest):\n"
+        "    if manifest['session_end'] is not None:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+    )
+    write_experiment(suite, (
+        "import os, signal\n"
+        "def test_first(record):\n"
+        "    record('before_interrupt')\n"
+        "def test_interrupted():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+    ))
+    done = start_pytest(suite, "experiments", "--record-dir", "run")
+    _, err = done.communicate(timeout=120)
+    assert done.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    abandoned = [line for line in err.splitlines() if "the final records are abandoned" in line]
+    assert len(abandoned) == 1 and "SIGINT received again" in abandoned[0]
+    assert "keeps the manifest written when the run began (complete: false)" in abandoned[0]
+    run = suite.path / "run"
+    manifest = manifest_of(run)
+    assert manifest["complete"] is False and manifest["session_end"] is None  # the start manifest stays
+    end = session_end(run)  # written whole before the abandonment, and it says what happened
+    assert end["interrupted"] is True and end["complete"] is False
+
+
+def test_abandoning_says_where_the_run_stands_and_exits_with_128_plus_the_signal(capsys):
+    from inferlab.interrupts import SignalWatch
+
+    exits = []
+    watch = SignalWatch(exit_process=exits.append)
+    watch.on_abandon = lambda: "where it stands"
+    watch.finishing = True
+    watch._handle(signal.SIGTERM, None)  # noted: the final records go on
+    assert exits == [] and "Send it once more" in capsys.readouterr().err
+    watch._handle(signal.SIGTERM, None)
+    assert exits == [128 + signal.SIGTERM]
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"inferlab: SIGTERM received again: the final records are abandoned, exiting "
+                                        f"with status {128 + signal.SIGTERM}. where it stands"]
+    assert watch.during_finish == ["SIGTERM", "SIGTERM"]
+
+
 def test_sigterm_ends_the_session_with_honest_records(suite):
     write_experiment(suite, (
         "import os, signal\n"
