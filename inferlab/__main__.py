@@ -103,7 +103,9 @@ def run_verify(record_dir: Path, all_passed: bool) -> int:
     for line in problems:
         print(line)
     if problems:
-        print(f"verify: {len(problems)} problem(s) in {record_dir}")
+        unlisted = (f"; not listed: {result['not_listed']} missing record(s) or outcome(s) of tests the run left out "
+                    f"or never reached (said once above)") if result["not_listed"] else ""
+        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
         return EXIT_PROBLEMS
     if result["plan_folder"]:
         print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
