@@ -37,6 +37,7 @@ from inferlab.records import (
     TensorStore,
     claim_new_run_dir,
     claim_record_dir,
+    describe_path,
     file_inventory,
     rename_with_suffix,
     jsonable,
@@ -156,11 +157,7 @@ def pytest_configure(config):
         raise pytest.UsageError("--record-dir and --runs-dir: give one of them, not both")
     # Everything that can be checked without writing is checked first: a refused run writes nothing.
     specimen_spec = _load_specimen_spec(config)
-    predictions = config.getoption("inferlab_predictions")
-    if predictions is not None:
-        predictions = os.path.expanduser(predictions)
-        if not Path(predictions).is_file():
-            raise pytest.UsageError(f"--predictions: file {predictions} does not exist")
+    predictions = _check_paths(config, raw_dir, runs_dir)
     from inferlab import environment
 
     command, command_how = environment.typed_command(getattr(sys, "orig_argv", None), sys.argv,
@@ -200,6 +197,50 @@ def pytest_configure(config):
         run.offline_guard.enter_context(specimen.offline_mode())
     run.predictions = _copy_predictions(predictions, record_dir, config.rootpath)
     _write_manifest(config, run, None)
+
+
+def _check_paths(config, raw_dir: Optional[str], runs_dir: Optional[str]) -> Optional[str]:
+    """Refuse, as usage errors and before anything is written, every path option that cannot work.
+
+    An empty path would mean the current folder; --artifacts must be a directory; the run must not be
+    written into the specimen copy; --predictions must be a regular file. Returns the predictions path.
+    """
+    options = {"--record-dir": raw_dir, "--runs-dir": runs_dir,
+               "--artifacts": config.getoption("inferlab_artifacts"),
+               "--predictions": config.getoption("inferlab_predictions")}
+    wanted = {"--record-dir": "a new directory, e.g. --record-dir runs/first",
+              "--runs-dir": "the folder for new runs, e.g. --runs-dir runs",
+              "--artifacts": "the directory that holds the specimen's files",
+              "--predictions": "your copy of predictions.md"}
+    for option, value in options.items():
+        if value is not None and not value.strip():
+            raise pytest.UsageError(f"{option}: the path is empty ({value!r}), which would mean the current folder; "
+                                    f"name {wanted[option]}")
+    artifacts = options["--artifacts"]
+    if artifacts is not None:
+        where = Path(os.path.expanduser(artifacts))
+        if not where.is_dir():
+            raise pytest.UsageError(f"--artifacts: {where} {describe_path(where)}; expected a directory that holds "
+                                    f"the specimen's files (check it first: python -m inferlab check-artifacts DIR)")
+        for option in ("--record-dir", "--runs-dir"):
+            if options[option] is None:
+                continue
+            target = Path(os.path.expanduser(options[option]))
+            try:
+                inside = target.resolve().is_relative_to(where.resolve())
+            except (OSError, RuntimeError):
+                inside = False  # refused later with its own reason if it cannot be used at all
+            if inside:
+                raise pytest.UsageError(f"{option}: {target} is inside the --artifacts folder {where}: the run would "
+                                        f"be written into the specimen copy; choose a folder outside it")
+    predictions = options["--predictions"]
+    if predictions is None:
+        return None
+    predictions = os.path.expanduser(predictions)
+    if not Path(predictions).is_file():
+        raise pytest.UsageError(f"--predictions: {predictions} {describe_path(predictions)}, not a regular file; "
+                                f"expected your copy of predictions.md")
+    return predictions
 
 
 def _abandon_note(run: RunState) -> str:

@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -40,15 +41,54 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+_FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def describe_path(path) -> str:
+    """What is at `path`, as the rest of a sentence that starts with the path: 'does not exist', 'is a
+    regular file', 'is a dangling symbolic link to X', 'is a FIFO (named pipe)', 'cannot be examined: ...'."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as error:
+        return f"cannot be examined: {os_error_words(error)}"
+    link = ""
+    if stat.S_ISLNK(info.st_mode):
+        target = os.readlink(path)
+        try:
+            info = os.stat(path)
+        except OSError:
+            return f"is a dangling symbolic link to {target} (nothing is there)"
+        link = f"is a symbolic link to {target}, which "
+    kind = next((words for test, words in _FILE_TYPES if test(info.st_mode)), "an unusual file")
+    return f"{link}is {kind}"
+
+
+def os_error_words(error: OSError) -> str:
+    """An OSError in words with its errno name: 'File name too long (ENAMETOOLONG)'."""
+    name = errno.errorcode.get(error.errno, "") if error.errno is not None else ""
+    return f"{error.strerror or error}" + (f" ({name})" if name else "")
+
+
 def check_record_dir(path: Path) -> None:
-    """Refuse a path that is a file or a non-empty directory; an existing run is never overwritten."""
-    if path.exists() and not path.is_dir():
-        raise RecordDirError(f"record dir {path} exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()):
-        raise RecordDirError(
-            f"record dir {path} already exists and is not empty; an earlier run is never "
-            f"overwritten: choose a new directory"
-        )
+    """Refuse a path that is a file or a non-empty directory; an existing run is never overwritten.
+
+    Whatever the OS says while looking (a name too long, no permission) is a RecordDirError naming the path.
+    """
+    try:
+        if path.is_symlink() and not path.exists():
+            raise RecordDirError(f"record dir {path} {describe_path(path)}: choose a new directory")
+        if path.exists() and not path.is_dir():
+            raise RecordDirError(f"record dir {path} {describe_path(path)}, not a directory")
+        if path.is_dir() and any(path.iterdir()):
+            raise RecordDirError(
+                f"record dir {path} already exists and is not empty; an earlier run is never "
+                f"overwritten: choose a new directory"
+            )
+    except OSError as error:
+        raise RecordDirError(f"record dir {path} cannot be used: {_os_reason(error, path)}") from None
 
 
 def not_a_run_reason(path: Path) -> Optional[str]:
@@ -82,14 +122,18 @@ def not_a_run_reason(path: Path) -> Optional[str]:
 
 
 def _os_reason(error: OSError, path: Path) -> str:
-    """Why the OS refused, in words, naming an ancestor that is a file rather than a directory."""
-    for ancestor in path.parents:
-        if ancestor.exists():
-            if not ancestor.is_dir():
-                return f"{ancestor} is a file, not a directory"
-            break
-    name = errno.errorcode.get(error.errno, "")
-    return f"{error.strerror or error}" + (f" ({name})" if name else "")
+    """Why the OS refused, in words: the path itself, or an ancestor, that is not a directory, else the error."""
+    try:
+        if os.path.lexists(path) and not path.is_dir():
+            return f"{path} {describe_path(path)}, not a directory"
+        for ancestor in path.parents:
+            if os.path.lexists(ancestor):
+                if not ancestor.is_dir():
+                    return f"{ancestor} {describe_path(ancestor)}, not a directory"
+                break
+    except OSError:  # the path cannot even be examined (too long, no permission): the error says why
+        pass
+    return os_error_words(error)
 
 
 def claim_record_dir(path: Path, claim: dict) -> Path:

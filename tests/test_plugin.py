@@ -630,7 +630,7 @@ def test_renaming_never_takes_over_a_name_another_run_holds(tmp_path):
     assert not any((tmp_path / "20250101T000000Z-standin-failed").iterdir()) and not run.exists()
 
 
-@pytest.mark.parametrize("where, reason", [("a_file/run", "a_file is a file, not a directory"),
+@pytest.mark.parametrize("where, reason", [("a_file/run", "a_file is a regular file, not a directory"),
                                            ("/proc/inferlab-run", "No such file or directory")])
 def test_a_record_dir_that_cannot_be_made_is_a_usage_error_naming_path_and_reason(suite, where, reason):
     (suite.path / "a_file").write_text("not a directory\n")
@@ -639,6 +639,70 @@ def test_a_record_dir_that_cannot_be_made_is_a_usage_error_naming_path_and_reaso
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines([f"*--record-dir*{where}*cannot be created*{reason}*"])
+
+
+def refused(suite, *args) -> str:
+    """Run with these options, expect a usage error before anything is written; return stderr."""
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest_subprocess("experiments", *args)
+    err = result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + err
+    assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
+    written = [p for name in ("claim.json", "records.jsonl", "manifest.json") for p in suite.path.rglob(name)]
+    assert written == []  # nothing written, not even a claim
+    return err
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_artifacts_that_are_not_a_directory_are_a_usage_error_naming_path_and_what_it_is(suite, kind):
+    where = suite.path / "lab05"
+    if kind == "file":
+        where.write_text("not a folder\n")
+    err = refused(suite, "--record-dir", "run", "--artifacts", str(where))
+    what = "does not exist" if kind == "missing" else "is a regular file"
+    assert f"--artifacts: {where} {what}; expected a directory that holds the specimen's files" in err
+
+
+@pytest.mark.parametrize("option, value", [("--record-dir", "lab05/run"), ("--runs-dir", "lab05")])
+def test_the_run_is_never_written_into_the_artifacts_folder(suite, option, value):
+    (suite.path / "lab05").mkdir()
+    err = refused(suite, option, value, "--artifacts", "lab05")
+    assert f"{option}: {value} is inside the --artifacts folder lab05" in err
+    assert list((suite.path / "lab05").iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--record-dir", "--runs-dir"])
+def test_an_empty_record_path_is_refused_rather_than_taken_as_the_current_folder(suite, option):
+    err = refused(suite, option, "")
+    assert f"{option}: the path is empty ('')" in err
+
+
+def test_a_record_dir_name_too_long_for_the_file_system_is_a_usage_error(suite):
+    err = refused(suite, "--record-dir", "r" * 300)
+    assert "--record-dir: record dir rrrr" in err and "File name too long (ENAMETOOLONG)" in err
+
+
+def test_a_runs_dir_that_is_a_file_says_so(suite):
+    (suite.path / "runs").write_text("a file\n")
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest_subprocess("experiments", "--runs-dir", "runs")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--runs-dir: runs dir runs cannot be created: runs is a regular file, not a "
+                                 "directory*"])
+
+
+def test_a_record_dir_that_is_a_dangling_symbolic_link_says_so(suite):
+    (suite.path / "run").symlink_to(suite.path / "gone")
+    err = refused(suite, "--record-dir", "run")
+    assert f"--record-dir: record dir run is a dangling symbolic link to {suite.path / 'gone'}" in err
+
+
+def test_predictions_that_are_not_a_regular_file_say_what_they_are(suite):
+    os.mkfifo(suite.path / "answers")
+    err = refused(suite, "--record-dir", "run", "--predictions", "answers")
+    assert "--predictions: answers is a FIFO (named pipe), not a regular file" in err
+    err = refused(suite, "--record-dir", "run", "--predictions", "missing.md")
+    assert "--predictions: missing.md does not exist, not a regular file" in err
 
 
 def test_a_read_only_record_dir_is_refused_naming_the_reason(tmp_path, monkeypatch):
