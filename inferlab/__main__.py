@@ -160,6 +160,16 @@ def run_report(record_dir: Path, check: bool, write: bool) -> int:
     return EXIT_OK
 
 
+def artifact_row_line(row: dict) -> str:
+    """One line per specimen file: its size and hash, or, for an optional file that is absent, why that is fine."""
+    state = "ok     " if row["ok"] else "PROBLEM"
+    if not row.get("present") and row["ok"]:
+        return f"{state} {row['name']}: absent (optional): {row.get('absence') or 'no reason recorded'}"
+    if not row.get("present"):
+        return f"{state} {row['name']}: missing"
+    return f"{state} {row['name']}: {row['size']} bytes, sha256 {row['sha256']}"
+
+
 def run_check_artifacts(artifacts_dir: Path, specimen_name) -> int:
     from inferlab import protocol, specimen
 
@@ -171,8 +181,7 @@ def run_check_artifacts(artifacts_dir: Path, specimen_name) -> int:
         return EXIT_UNREADABLE
     result = specimen.verify(artifacts_dir, spec)
     for row in result["files"]:
-        state = "ok     " if row["ok"] else "PROBLEM"
-        print(f"{state} {row['name']}: {row['size']} bytes, sha256 {row['sha256']}")
+        print(artifact_row_line(row))
     for line in result["problems"]:
         print(f"problem: {line}")
     if not result["ok"]:

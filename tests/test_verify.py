@@ -511,3 +511,20 @@ def test_a_plan_that_falls_short_without_saying_so_is_a_problem(run_copy):
     refresh_manifest(run_copy)
     assert any("generation_trials: planned 3" in p and "its partial_reasons do not say so" in p
                for p in problems_of(run_copy))
+
+
+def test_check_artifacts_says_an_absent_optional_file_is_absent_and_why(tmp_path, capsys):
+    from inferlab.specimen.verification import ABSENT_FROM_COPY
+
+    # pythia-14m's spec does not pin generation_config.json either way: absent from a copy, it is fine.
+    assert main(["check-artifacts", str(tmp_path)]) == 1  # the required files are missing
+    lines = capsys.readouterr().out.splitlines()
+    assert f"ok      generation_config.json: absent (optional): {ABSENT_FROM_COPY}" in lines
+    assert "PROBLEM config.json: missing" in lines
+    assert not any("None" in line for line in lines), lines
+
+
+def test_check_artifacts_says_a_missing_pinned_optional_file_is_a_problem(standin_copy, capsys):
+    (standin_copy / "generation_config.json").unlink()  # the stand-in's spec pins it present
+    assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == 1
+    assert "PROBLEM generation_config.json: missing" in capsys.readouterr().out.splitlines()
