@@ -1,17 +1,20 @@
 """python -m inferlab verify DIR | compare DIR1 DIR2 | report DIR | check-artifacts DIR: no model, no network.
 
 Exit codes: 0 success; 1 verify or check-artifacts found problems (or report --check found a
-difference); 2 a directory could not be read, or is not a run's record dir.
+difference); 2 a directory could not be read, or is not a run's record dir; 141 (128 + SIGPIPE) the
+reader of the output went away (`... | head`): the command stops quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE = 0, 1, 2
+EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
 
 
 def _directory(value: str) -> Path:
@@ -205,5 +208,20 @@ def main(argv=None) -> int:
     return run_report(args.record_dir, args.check, args.write)
 
 
+def run_command_line(argv=None) -> int:
+    """main(), with its output flushed; a reader that closed the pipe (`| head`) ends it quietly."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Nothing more can reach the reader; point stdout at /dev/null so that the interpreter's own
+        # flush at exit does not raise (and print) the same error again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_READER_GONE
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line())

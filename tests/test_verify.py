@@ -528,3 +528,18 @@ def test_check_artifacts_says_a_missing_pinned_optional_file_is_a_problem(standi
     (standin_copy / "generation_config.json").unlink()  # the stand-in's spec pins it present
     assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == 1
     assert "PROBLEM generation_config.json: missing" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("command", [["verify"], ["report"], ["compare", "SAME"]])
+def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(complete_run, command):
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `| head` that has already gone: the first write meets a closed pipe
+    args = [str(complete_run) if word == "SAME" else word for word in command] + [str(complete_run)]
+    done = subprocess.run([sys.executable, "-m", "inferlab", *args], stdout=write_end, stderr=subprocess.PIPE,
+                          text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    os.close(write_end)
+    assert done.stderr == "" and done.returncode == 141
