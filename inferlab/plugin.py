@@ -880,6 +880,8 @@ def _write_summary(terminalreporter, run: RunState) -> None:
     write = terminalreporter.write_line
     terminalreporter.section("inferlab")
     write(f"record dir: {run.record_dir}")
+    synthetic = bool((run.specimen or {}).get("synthetic"))
+    write(specimen_line(run.specimen or {}), yellow=synthetic, bold=synthetic)
     if run.rename and not run.rename["renamed"]:
         write(f"record dir: NOT renamed to end in {run.rename['suffix']} ({run.rename['error']}); its name does not "
               f"say how the run ended, its manifest does", red=True)
@@ -910,6 +912,16 @@ def _write_summary(terminalreporter, run: RunState) -> None:
     if run.session_end is not None:
         write(f"inferlab: {run.session_end['status']}", bold=True,
               red=not run.session_end["complete"] and not run.session_end["plan_only"])
+
+
+def specimen_line(specimen: dict) -> str:
+    """One line naming the run's specimen; a synthetic one is said to be synthetic, and not Pythia."""
+    name, repo_id, revision = specimen.get("name"), specimen.get("repo_id"), specimen.get("revision")
+    line = f"specimen: {name} ({repo_id} at revision {revision})"
+    if specimen.get("synthetic"):
+        line += (f"; SYNTHETIC, not Pythia: its weights are constructed, so nothing this run measures describes "
+                 f"{protocol.PINNED_REPO_ID}")
+    return line
 
 
 # --- fixtures ------------------------------------------------------------------------------

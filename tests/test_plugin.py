@@ -792,3 +792,18 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
     check = subprocess.run([sys.executable, "-m", "inferlab", "report", str(run), "--check"],
                            capture_output=True, text=True, cwd=suite.path)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("name, synthetic", [("standin", True), ("pythia-14m", False)])
+def test_the_summary_names_the_specimen_and_says_when_it_is_synthetic(suite, name, synthetic):
+    from inferlab import protocol, specimen
+
+    spec = specimen.load_spec(name)
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest("experiments", "--record-dir", "run", "--specimen", name)
+    line = f"specimen: {name} ({spec.repo_id} at revision {spec.revision})"
+    if synthetic:
+        result.stdout.fnmatch_lines([f"{line}; SYNTHETIC, not Pythia: *{protocol.PINNED_REPO_ID}"])
+    else:
+        result.stdout.fnmatch_lines([line])
+        assert "SYNTHETIC" not in result.stdout.str()
