@@ -219,7 +219,7 @@ def _check_paths(config, raw_dir: Optional[str], runs_dir: Optional[str]) -> Opt
     artifacts = options["--artifacts"]
     if artifacts is not None:
         where = Path(os.path.expanduser(artifacts))
-        if not where.is_dir():
+        if not os.path.isdir(where):  # False, not an error, for a path that cannot be examined
             raise pytest.UsageError(f"--artifacts: {where} {describe_path(where)}; expected a directory that holds "
                                     f"the specimen's files (check it first: python -m inferlab check-artifacts DIR)")
         for option in ("--record-dir", "--runs-dir"):
@@ -237,9 +237,10 @@ def _check_paths(config, raw_dir: Optional[str], runs_dir: Optional[str]) -> Opt
     if predictions is None:
         return None
     predictions = os.path.expanduser(predictions)
-    if not Path(predictions).is_file():
-        raise pytest.UsageError(f"--predictions: {predictions} {describe_path(predictions)}, not a regular file; "
-                                f"expected your copy of predictions.md")
+    if not os.path.isfile(predictions):
+        what = describe_path(predictions)
+        what += ", not a regular file" if what.startswith("is ") else ""
+        raise pytest.UsageError(f"--predictions: {predictions} {what}; expected your copy of predictions.md")
     return predictions
 
 

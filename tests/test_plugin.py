@@ -680,6 +680,10 @@ def test_an_empty_record_path_is_refused_rather_than_taken_as_the_current_folder
 def test_a_record_dir_name_too_long_for_the_file_system_is_a_usage_error(suite):
     err = refused(suite, "--record-dir", "r" * 300)
     assert "--record-dir: record dir rrrr" in err and "File name too long (ENAMETOOLONG)" in err
+    err = refused(suite, "--runs-dir", "r" * 300)
+    assert "--runs-dir: runs dir rrrr" in err and "File name too long (ENAMETOOLONG)" in err
+    err = refused(suite, "--record-dir", "run", "--artifacts", "a" * 300)
+    assert "--artifacts: aaaa" in err and "cannot be examined: File name too long (ENAMETOOLONG)" in err
 
 
 def test_a_runs_dir_that_is_a_file_says_so(suite):
@@ -702,7 +706,9 @@ def test_predictions_that_are_not_a_regular_file_say_what_they_are(suite):
     err = refused(suite, "--record-dir", "run", "--predictions", "answers")
     assert "--predictions: answers is a FIFO (named pipe), not a regular file" in err
     err = refused(suite, "--record-dir", "run", "--predictions", "missing.md")
-    assert "--predictions: missing.md does not exist, not a regular file" in err
+    assert "--predictions: missing.md does not exist; expected your copy of predictions.md" in err
+    err = refused(suite, "--record-dir", "run", "--predictions", "p" * 300)
+    assert "cannot be examined: File name too long (ENAMETOOLONG); expected your copy" in err
 
 
 def test_a_read_only_record_dir_is_refused_naming_the_reason(tmp_path, monkeypatch):
