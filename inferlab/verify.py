@@ -319,9 +319,12 @@ class _Verifier:
         self.end = ends[-1] if ends else None
         self.plan = self._read_json(self.dir / PLAN_FILE, "missing")
         self.schedule = [entry.get("test") for entry in (self.plan or {}).get("schedule") or []
-                         if isinstance(entry, dict)]
+                         if isinstance(entry, dict)] if isinstance(self.plan, dict) else []
         self.with_outcome = {r.get("test") for r in self.of_kind("test_outcome")}
-        self.partial = [str(reason) for reason in (self.plan or {}).get("partial_reasons") or []]
+        plan = self.plan if isinstance(self.plan, dict) else {}
+        # A plan written before partial_reasons existed falls short by what its totals say, nothing more.
+        reasons = plan["partial_reasons"] if "partial_reasons" in plan else protocol.shortfalls(plan.get("totals") or {})
+        self.partial = [str(reason) for reason in reasons or []]
         if self.end is None:
             self.unfinished = "no session_end record: the session never reached its end (it was killed or crashed)"
         elif self.end.get("collect_only"):

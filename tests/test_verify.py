@@ -507,6 +507,7 @@ def test_a_partial_run_still_reports_a_missing_record_of_a_test_that_ran(run_cop
 def test_a_plan_that_falls_short_without_saying_so_is_a_problem(run_copy):
     plan = json.loads((run_copy / "plan.json").read_text())
     plan["totals"]["generation_trials"] = 3
+    plan.update(partial_reasons=[], protocol_complete=True)
     write_json_atomic(run_copy / "plan.json", plan)
     refresh_manifest(run_copy)
     assert any("generation_trials: planned 3" in p and "its partial_reasons do not say so" in p
@@ -543,3 +544,12 @@ def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(complete_run, co
                           text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
     os.close(write_end)
     assert done.stderr == "" and done.returncode == 141
+
+
+def test_a_plan_from_before_partial_reasons_falls_short_by_its_totals(run_copy):
+    plan = json.loads((run_copy / "plan.json").read_text())
+    assert "partial_reasons" not in plan  # the fixture writes the older plan format
+    plan["totals"]["generation_trials"] = 3
+    write_json_atomic(run_copy / "plan.json", plan)
+    refresh_manifest(run_copy)
+    assert problems_of(run_copy)[0].startswith("partial: generation_trials: planned 3")
