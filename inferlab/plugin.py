@@ -39,8 +39,8 @@ from inferlab.records import (
     claim_record_dir,
     describe_path,
     file_inventory,
-    rename_with_suffix,
     jsonable,
+    rename_with_suffix,
     sha256_file,
     utc_now,
     write_json_atomic,
@@ -789,7 +789,7 @@ def _add_outcome_suffix(run: RunState) -> None:
     try:
         run.record_dir = rename_with_suffix(run.record_dir, suffix)
     except RecordDirError as error:
-        # The old name claims nothing: the manifest and the terminal give the reason and the intended suffix.
+        # The folder keeps a name that does not say how the run ended: the manifest and the terminal say so.
         run.rename = {"from": old_name, "to": None, "suffix": suffix, "renamed": False, "error": str(error)}
         return
     run.rename = {"from": old_name, "to": run.record_dir.name, "suffix": suffix, "renamed": True, "error": None}
@@ -881,11 +881,11 @@ def _write_summary(terminalreporter, run: RunState) -> None:
     write = terminalreporter.write_line
     terminalreporter.section("inferlab")
     write(f"record dir: {run.record_dir}")
-    synthetic = bool((run.specimen or {}).get("synthetic"))
-    write(specimen_line(run.specimen or {}), yellow=synthetic, bold=synthetic)
     if run.rename and not run.rename["renamed"]:
         write(f"record dir: NOT renamed to end in {run.rename['suffix']} ({run.rename['error']}); its name does not "
               f"say how the run ended, its manifest does", red=True)
+    synthetic = bool((run.specimen or {}).get("synthetic"))
+    write(specimen_line(run.specimen or {}), yellow=synthetic, bold=synthetic)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(run.outcome_counts.items())) or "no experiment tests ran"
     write(f"outcomes: {counts}")
     for line in run.failure_lines:
