@@ -1,17 +1,20 @@
 """python -m inferlab verify DIR | compare DIR1 DIR2 | report DIR | check-artifacts DIR: no model, no network.
 
 Exit codes: 0 success; 1 verify or check-artifacts found problems (or report --check found a
-difference); 2 a directory could not be read.
+difference); 2 a directory could not be read, or is not a run's record dir; 141 (128 + SIGPIPE) the
+reader of the output went away (`... | head`): the command stops quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE = 0, 1, 2
+EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
 
 
 def _directory(value: str) -> Path:
@@ -79,9 +82,21 @@ def folder_kind(record_dir: Path) -> dict:
     return {"plan": manifest.get("mode") == "plan", "finished": "session_end" in kinds}
 
 
+def refuse_non_run(command: str, *record_dirs: Path) -> bool:
+    """Say so, and return True, when a folder is not a run's record dir: no command reads or writes in one."""
+    from inferlab.records import not_a_run_reason
+
+    reasons = [reason for reason in map(not_a_run_reason, record_dirs) if reason]
+    for reason in reasons:
+        print(f"{command}: {reason}; nothing was read or written there", file=sys.stderr)
+    return bool(reasons)
+
+
 def run_verify(record_dir: Path, all_passed: bool) -> int:
     from inferlab.verify import verify
 
+    if refuse_non_run("verify", record_dir):
+        return EXIT_UNREADABLE
     result = verify(record_dir)
     problems = list(result["problems"])
     if all_passed and not result["all_tests_passed"]:
@@ -91,7 +106,9 @@ def run_verify(record_dir: Path, all_passed: bool) -> int:
     for line in problems:
         print(line)
     if problems:
-        print(f"verify: {len(problems)} problem(s) in {record_dir}")
+        unlisted = (f"; not listed: {result['not_listed']} missing record(s) or outcome(s) of tests the run left out "
+                    f"or never reached (said once above)") if result["not_listed"] else ""
+        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
         return EXIT_PROBLEMS
     if result["plan_folder"]:
         print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
@@ -107,6 +124,8 @@ def run_verify(record_dir: Path, all_passed: bool) -> int:
 def run_compare(dir1: Path, dir2: Path) -> int:
     from inferlab.verify import compare, format_compare
 
+    if refuse_non_run("compare", dir1, dir2):
+        return EXIT_UNREADABLE
     try:
         result = compare(dir1, dir2)
     except (OSError, ValueError) as error:
@@ -119,6 +138,8 @@ def run_compare(dir1: Path, dir2: Path) -> int:
 def run_report(record_dir: Path, check: bool, write: bool) -> int:
     from inferlab import report
 
+    if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
+        return EXIT_UNREADABLE
     kind = folder_kind(record_dir)
     if kind["plan"]:
         print(f"report: {record_dir} is a plan folder (written by --plan): no test ran, so there is no run to report; "
@@ -142,6 +163,16 @@ def run_report(record_dir: Path, check: bool, write: bool) -> int:
     return EXIT_OK
 
 
+def artifact_row_line(row: dict) -> str:
+    """One line per specimen file: its size and hash, or, for an optional file that is absent, why that is fine."""
+    state = "ok     " if row["ok"] else "PROBLEM"
+    if not row.get("present") and row["ok"]:
+        return f"{state} {row['name']}: absent (optional): {row.get('absence') or 'no reason recorded'}"
+    if not row.get("present"):
+        return f"{state} {row['name']}: missing"
+    return f"{state} {row['name']}: {row['size']} bytes, sha256 {row['sha256']}"
+
+
 def run_check_artifacts(artifacts_dir: Path, specimen_name) -> int:
     from inferlab import protocol, specimen
 
@@ -153,8 +184,7 @@ def run_check_artifacts(artifacts_dir: Path, specimen_name) -> int:
         return EXIT_UNREADABLE
     result = specimen.verify(artifacts_dir, spec)
     for row in result["files"]:
-        state = "ok     " if row["ok"] else "PROBLEM"
-        print(f"{state} {row['name']}: {row['size']} bytes, sha256 {row['sha256']}")
+        print(artifact_row_line(row))
     for line in result["problems"]:
         print(f"problem: {line}")
     if not result["ok"]:
@@ -178,5 +208,20 @@ def main(argv=None) -> int:
     return run_report(args.record_dir, args.check, args.write)
 
 
+def run_command_line(argv=None) -> int:
+    """main(), with its output flushed; a reader that closed the pipe (`| head`) ends it quietly."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Nothing more can reach the reader; point stdout at /dev/null so that the interpreter's own
+        # flush at exit does not raise (and print) the same error again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_READER_GONE
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line())

@@ -23,6 +23,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -129,8 +130,27 @@ def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, 
         },
     }
     if everything.returncode == 0:
-        record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        write_record(record_path, record)
     return record
+
+
+def write_record(path: Path, record: dict) -> None:
+    """Write the install record atomically (a temporary sibling, fsynced, then os.replace), so that an
+    interrupted install leaves the previous record or the new one, never a torn file."""
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, indent=2) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it 0600; the record is as readable as any file
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def main(argv=None) -> int:

@@ -37,8 +37,10 @@ from inferlab.records import (
     TensorStore,
     claim_new_run_dir,
     claim_record_dir,
+    describe_path,
     file_inventory,
     jsonable,
+    rename_with_suffix,
     sha256_file,
     utc_now,
     write_json_atomic,
@@ -48,7 +50,8 @@ HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
                   "--runs-dir is given; no default)",
     "runs_dir": "make a new record dir under this directory, named <UTC time>-<specimen> (and -plan with --plan); "
-                "at the end a suffix says how the run ended: -failed, -partial or -incomplete (default: none)",
+                "at the end a suffix says how the run ended: -failed, -partial, -partial-failed or -incomplete "
+                "(default: none)",
     "specimen": f"specimen to run: a name with a spec in artifacts/<name>.json (default: {protocol.DEFAULT_SPECIMEN}; "
     f"'standin' is the synthetic, non-Pythia checkpoint)",
     "artifacts": "reuse the six specimen files from this directory after verifying them (default: none; "
@@ -101,6 +104,7 @@ class RunState:
     acquisition_error: Optional[str] = None  # the full reason, printed once at the end
     session_end: Optional[dict] = None
     environment: Optional[dict] = None  # as found at the start: the environment the run used
+    rename: Optional[dict] = None  # under --runs-dir: {from, to, suffix, renamed, error} once the name was changed
 
     def records_of(self, kind: str) -> list[dict]:
         return [r for r in self.records if r["kind"] == kind]
@@ -153,11 +157,7 @@ def pytest_configure(config):
         raise pytest.UsageError("--record-dir and --runs-dir: give one of them, not both")
     # Everything that can be checked without writing is checked first: a refused run writes nothing.
     specimen_spec = _load_specimen_spec(config)
-    predictions = config.getoption("inferlab_predictions")
-    if predictions is not None:
-        predictions = os.path.expanduser(predictions)
-        if not Path(predictions).is_file():
-            raise pytest.UsageError(f"--predictions: file {predictions} does not exist")
+    predictions = _check_paths(config, raw_dir, runs_dir)
     from inferlab import environment
 
     command, command_how = environment.typed_command(getattr(sys, "orig_argv", None), sys.argv,
@@ -185,6 +185,7 @@ def pytest_configure(config):
         named_by_plugin=runs_dir is not None,
     )
     run.specimen = specimen_spec.as_dict()
+    run.signals.on_abandon = lambda: _abandon_note(run)
     config.stash[RUN_KEY] = run
     if run.signals.install():
         config.pluginmanager.register(_StoppingListener(run.signals), STOPPING_LISTENER)
@@ -196,6 +197,67 @@ def pytest_configure(config):
         run.offline_guard.enter_context(specimen.offline_mode())
     run.predictions = _copy_predictions(predictions, record_dir, config.rootpath)
     _write_manifest(config, run, None)
+
+
+def _check_paths(config, raw_dir: Optional[str], runs_dir: Optional[str]) -> Optional[str]:
+    """Refuse, as usage errors and before anything is written, every path option that cannot work.
+
+    An empty path would mean the current folder; --artifacts must be a directory; the run must not be
+    written into the specimen copy; --predictions must be a regular file. Returns the predictions path.
+    """
+    options = {"--record-dir": raw_dir, "--runs-dir": runs_dir,
+               "--artifacts": config.getoption("inferlab_artifacts"),
+               "--predictions": config.getoption("inferlab_predictions")}
+    wanted = {"--record-dir": "a new directory, e.g. --record-dir runs/first",
+              "--runs-dir": "the folder for new runs, e.g. --runs-dir runs",
+              "--artifacts": "the directory that holds the specimen's files",
+              "--predictions": "your copy of predictions.md"}
+    for option, value in options.items():
+        if value is not None and not value.strip():
+            raise pytest.UsageError(f"{option}: the path is empty ({value!r}), which would mean the current folder; "
+                                    f"name {wanted[option]}")
+    artifacts = options["--artifacts"]
+    if artifacts is not None:
+        where = Path(os.path.expanduser(artifacts))
+        if not os.path.isdir(where):  # False, not an error, for a path that cannot be examined
+            raise pytest.UsageError(f"--artifacts: {where} {describe_path(where)}; expected a directory that holds "
+                                    f"the specimen's files (check it first: python -m inferlab check-artifacts DIR)")
+        for option in ("--record-dir", "--runs-dir"):
+            if options[option] is None:
+                continue
+            target = Path(os.path.expanduser(options[option]))
+            try:
+                inside = target.resolve().is_relative_to(where.resolve())
+            except (OSError, RuntimeError):
+                inside = False  # refused later with its own reason if it cannot be used at all
+            if inside:
+                raise pytest.UsageError(f"{option}: {target} is inside the --artifacts folder {where}: the run would "
+                                        f"be written into the specimen copy; choose a folder outside it")
+    predictions = options["--predictions"]
+    if predictions is None:
+        return None
+    predictions = os.path.expanduser(predictions)
+    if not os.path.isfile(predictions):
+        what = describe_path(predictions)
+        what += ", not a regular file" if what.startswith("is ") else ""
+        raise pytest.UsageError(f"--predictions: {predictions} {what}; expected your copy of predictions.md")
+    return predictions
+
+
+def _abandon_note(run: RunState) -> str:
+    """Where an abandoned run stands, for the one line printed when its final records are abandoned."""
+    try:
+        run.writer.flush()  # a record line already handed to the writer is kept whole
+    except (OSError, ValueError):
+        pass
+    try:
+        final = json.loads((run.record_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("session_end")
+    except (OSError, ValueError, AttributeError):
+        final = None
+    if final is not None:
+        return f"Its final records were already written in {run.record_dir}; only the terminal summary is cut short."
+    return (f"{run.record_dir} keeps the manifest written when the run began (complete: false), so it reads as "
+            f"unfinished; `python -m inferlab verify {run.record_dir}` lists what it holds.")
 
 
 def _run_dir_name(specimen_name: str, plan: bool) -> str:
@@ -699,27 +761,38 @@ def _session_end(session, run: RunState, exitstatus) -> dict:
     return end
 
 
-def _add_outcome_suffix(run: RunState) -> None:
-    """A run made under --runs-dir gets -failed, -partial or -incomplete in its name when that is how it ended."""
-    end = run.session_end
+def outcome_suffix(end: dict, outcome_counts: dict) -> Optional[str]:
+    """The suffix a run made under --runs-dir gets for how it ended; None for a complete run that passed.
+
+    -incomplete: it did not reach its end; -failed: a test failed or errored; -partial: not the complete
+    protocol; -partial-failed: both, so that `ls runs` tells it from a complete run that failed.
+    """
     if end["plan_only"]:
-        return
+        return None
     if end["interrupted"] or end["stopped_early"] or end["collect_only"] or end["tests_without_outcome"]:
-        suffix = "-incomplete"
-    elif run.outcome_counts.get("failed") or run.outcome_counts.get("error") or end["exit_code_name"] != "OK":
-        suffix = "-failed"
-    elif not end["protocol_complete"]:
-        suffix = "-partial"
-    else:
+        return "-incomplete"
+    failed = bool(outcome_counts.get("failed") or outcome_counts.get("error") or end["exit_code_name"] != "OK")
+    partial = not end["protocol_complete"]
+    if failed and partial:
+        return "-partial-failed"
+    if failed:
+        return "-failed"
+    return "-partial" if partial else None
+
+
+def _add_outcome_suffix(run: RunState) -> None:
+    """Rename a run made under --runs-dir so its name says how it ended; when that fails, say so (manifest, terminal)."""
+    suffix = outcome_suffix(run.session_end, run.outcome_counts)
+    if suffix is None:
         return
-    target = run.record_dir.with_name(run.record_dir.name + suffix)
-    if target.exists():
-        return
+    old_name = run.record_dir.name
     try:
-        os.rename(run.record_dir, target)
-    except OSError:
-        return  # the name stays; the manifest and the terminal give the real one
-    run.record_dir = target
+        run.record_dir = rename_with_suffix(run.record_dir, suffix)
+    except RecordDirError as error:
+        # The folder keeps a name that does not say how the run ended: the manifest and the terminal say so.
+        run.rename = {"from": old_name, "to": None, "suffix": suffix, "renamed": False, "error": str(error)}
+        return
+    run.rename = {"from": old_name, "to": run.record_dir.name, "suffix": suffix, "renamed": True, "error": None}
 
 
 def _write_report(config, run: RunState) -> None:
@@ -764,6 +837,7 @@ def _write_manifest(config, run: RunState, end: Optional[dict]) -> None:
         "started_utc": run.started_utc,
         "ended_utc": utc_now() if end else None,
         "record_dir": str(run.record_dir),
+        "record_dir_rename": run.rename,
         "claim": CLAIM_FILE,
         "specimen": run.specimen,
         "options": {
@@ -807,6 +881,11 @@ def _write_summary(terminalreporter, run: RunState) -> None:
     write = terminalreporter.write_line
     terminalreporter.section("inferlab")
     write(f"record dir: {run.record_dir}")
+    if run.rename and not run.rename["renamed"]:
+        write(f"record dir: NOT renamed to end in {run.rename['suffix']} ({run.rename['error']}); its name does not "
+              f"say how the run ended, its manifest does", red=True)
+    synthetic = bool((run.specimen or {}).get("synthetic"))
+    write(specimen_line(run.specimen or {}), yellow=synthetic, bold=synthetic)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(run.outcome_counts.items())) or "no experiment tests ran"
     write(f"outcomes: {counts}")
     for line in run.failure_lines:
@@ -834,6 +913,16 @@ def _write_summary(terminalreporter, run: RunState) -> None:
     if run.session_end is not None:
         write(f"inferlab: {run.session_end['status']}", bold=True,
               red=not run.session_end["complete"] and not run.session_end["plan_only"])
+
+
+def specimen_line(specimen: dict) -> str:
+    """One line naming the run's specimen; a synthetic one is said to be synthetic, and not Pythia."""
+    name, repo_id, revision = specimen.get("name"), specimen.get("repo_id"), specimen.get("revision")
+    line = f"specimen: {name} ({repo_id} at revision {revision})"
+    if specimen.get("synthetic"):
+        line += (f"; SYNTHETIC, not Pythia: its weights are constructed, so nothing this run measures describes "
+                 f"{protocol.PINNED_REPO_ID}")
+    return line
 
 
 # --- fixtures ------------------------------------------------------------------------------

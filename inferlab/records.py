@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -40,26 +41,99 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+_FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def describe_path(path) -> str:
+    """What is at `path`, as the rest of a sentence that starts with the path: 'does not exist', 'is a
+    regular file', 'is a dangling symbolic link to X', 'is a FIFO (named pipe)', 'cannot be examined: ...'."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as error:
+        return f"cannot be examined: {os_error_words(error)}"
+    link = ""
+    if stat.S_ISLNK(info.st_mode):
+        target = os.readlink(path)
+        try:
+            info = os.stat(path)
+        except OSError:
+            return f"is a dangling symbolic link to {target} (nothing is there)"
+        link = f"is a symbolic link to {target}, which "
+    kind = next((words for test, words in _FILE_TYPES if test(info.st_mode)), "an unusual file")
+    return f"{link}is {kind}"
+
+
+def os_error_words(error: OSError) -> str:
+    """An OSError in words with its errno name: 'File name too long (ENAMETOOLONG)'."""
+    name = errno.errorcode.get(error.errno, "") if error.errno is not None else ""
+    return f"{error.strerror or error}" + (f" ({name})" if name else "")
+
+
 def check_record_dir(path: Path) -> None:
-    """Refuse a path that is a file or a non-empty directory; an existing run is never overwritten."""
-    if path.exists() and not path.is_dir():
-        raise RecordDirError(f"record dir {path} exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()):
-        raise RecordDirError(
-            f"record dir {path} already exists and is not empty; an earlier run is never "
-            f"overwritten: choose a new directory"
-        )
+    """Refuse a path that is a file or a non-empty directory; an existing run is never overwritten.
+
+    Whatever the OS says while looking (a name too long, no permission) is a RecordDirError naming the path.
+    """
+    try:
+        if path.is_symlink() and not path.exists():
+            raise RecordDirError(f"record dir {path} {describe_path(path)}: choose a new directory")
+        if path.exists() and not path.is_dir():
+            raise RecordDirError(f"record dir {path} {describe_path(path)}, not a directory")
+        if path.is_dir() and any(path.iterdir()):
+            raise RecordDirError(
+                f"record dir {path} already exists and is not empty; an earlier run is never "
+                f"overwritten: choose a new directory"
+            )
+    except OSError as error:
+        raise RecordDirError(f"record dir {path} cannot be used: {_os_reason(error, path)}") from None
+
+
+def not_a_run_reason(path: Path) -> Optional[str]:
+    """Why `path` is not a run's record dir (None when it is one), read from its files alone.
+
+    A run claims its folder (CLAIM_FILE) and opens RECORDS_FILE and MANIFEST_FILE before any test, so
+    a folder with none of them, or with files of those names that are not a run's, was never a run.
+    """
+    path = Path(path)
+    if (path / CLAIM_FILE).is_file():
+        return None
+    try:
+        with open(path / RECORDS_FILE, encoding="ascii", errors="replace") as handle:
+            first = handle.readline()
+        record = json.loads(first) if first.strip() else None
+        if isinstance(record, dict) and {"kind", "seq"} <= set(record):
+            return None
+    except (OSError, ValueError):
+        pass
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+        if isinstance(manifest, dict) and manifest.get("mode") in ("run", "plan") and "protocol" in manifest:
+            return None
+    except (OSError, ValueError):
+        pass
+    present = [name for name in (RECORDS_FILE, MANIFEST_FILE) if (path / name).exists()]
+    if not present:
+        return f"{path} is not a run's record dir: it has no {RECORDS_FILE}, {MANIFEST_FILE} or {CLAIM_FILE}"
+    return (f"{path} is not a run's record dir: its {' and '.join(present)} "
+            f"{'is' if len(present) == 1 else 'are'} not a run's (no record with kind and seq, no run manifest)")
 
 
 def _os_reason(error: OSError, path: Path) -> str:
-    """Why the OS refused, in words, naming an ancestor that is a file rather than a directory."""
-    for ancestor in path.parents:
-        if ancestor.exists():
-            if not ancestor.is_dir():
-                return f"{ancestor} is a file, not a directory"
-            break
-    name = errno.errorcode.get(error.errno, "")
-    return f"{error.strerror or error}" + (f" ({name})" if name else "")
+    """Why the OS refused, in words: the path itself, or an ancestor, that is not a directory, else the error."""
+    try:
+        if os.path.lexists(path) and not path.is_dir():
+            return f"{path} {describe_path(path)}, not a directory"
+        for ancestor in path.parents:
+            if os.path.lexists(ancestor):
+                if not ancestor.is_dir():
+                    return f"{ancestor} {describe_path(ancestor)}, not a directory"
+                break
+    except OSError:  # the path cannot even be examined (too long, no permission): the error says why
+        pass
+    return os_error_words(error)
 
 
 def claim_record_dir(path: Path, claim: dict) -> Path:
@@ -124,6 +198,35 @@ def claim_new_run_dir(parent: Path, base_name: str, claim: dict) -> Path:
         claim_record_dir(candidate, claim)
         return candidate
     raise RecordDirError(f"runs dir {parent}: names {base_name} to {base_name}-999 are all taken")
+
+
+def rename_with_suffix(path: Path, suffix: str) -> Path:
+    """Rename a finished run's dir to its name + suffix, or + suffix-2, -3, ... when that name is taken.
+
+    The new name is claimed with mkdir (atomic) and the run's dir then replaces that empty folder, so a
+    name another run holds is never taken over. Returns the new path; RecordDirError names the reason
+    when no rename was possible (the dir then keeps its old name).
+    """
+    path = Path(path)
+    for number in range(1, 1000):
+        target = path.with_name(path.name + suffix + ("" if number == 1 else f"-{number}"))
+        try:
+            target.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise RecordDirError(f"{target.name} cannot be created: {_os_reason(error, target)}") from None
+        try:
+            os.rename(path, target)
+        except OSError as error:
+            with_reason = _os_reason(error, target)
+            try:
+                target.rmdir()
+            except OSError:
+                pass
+            raise RecordDirError(f"renaming {path.name} to {target.name} failed: {with_reason}") from None
+        return target
+    raise RecordDirError(f"names {path.name}{suffix} to {path.name}{suffix}-999 are all taken")
 
 
 def jsonable(value: Any, on_unserialisable: Optional[Callable[[str], None]] = None) -> Any:
@@ -222,6 +325,11 @@ class JsonlWriter:
         self._handle.write(dumps(record) + "\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())
+
+    def flush(self) -> None:
+        """Push any buffered line to the file (a no-op once closed)."""
+        if not self._handle.closed:
+            self._handle.flush()
 
     def close(self) -> None:
         self._handle.close()

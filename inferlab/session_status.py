@@ -171,8 +171,11 @@ def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
         head = f"{missing} of {planned} planned tests have no outcome{counts}"
     else:
         head = f"the session reached its end: all {planned} planned tests have an outcome{counts}"
+    # Leaving out the optional extension keeps a run complete, but the line says it is not there.
+    optional = end.get("optional_left_out") or []
+    left_out = ("; the optional extension was left out: " + "; ".join(optional)) if optional else ""
     if end["partial_reasons"]:
-        return f"{head}; PARTIAL, not the complete protocol: " + "; ".join(end["partial_reasons"])
+        return f"{head}; PARTIAL, not the complete protocol: " + "; ".join(end["partial_reasons"]) + left_out
     if end["complete"]:
-        return f"{head}; the plan is the complete protocol"
+        return f"{head}; the plan is the complete protocol" + left_out
     return head

@@ -4,6 +4,11 @@ verify(DIR) re-hashes every file against the manifest and checks that the record
 for the protocol: counts per kind, the schedule, the budgets, the tensor references, and that
 every failure or gap has its evidence (a recorded failed, errored or skipped test with its
 message). compare(DIR1, DIR2) reports; it does not judge.
+
+A run that did not finish (interrupted, stopped early, killed) or that ran only part of the protocol
+(-k, -m, one file) says so once: "unfinished: ..." and "partial: ...". The records such a run could
+never have written (for tests it deselected, or never reached) are then not listed one by one; every
+other problem (a hash, a seq gap, a record that contradicts its outcome) still is.
 """
 
 from __future__ import annotations
@@ -127,6 +132,15 @@ class _Verifier:
         self.manifest: Optional[dict] = None
         self.plan: Optional[dict] = None
         self.files_checked = 0
+        # How the session ended, from the records (set by read_ending): why tests are missing, if known.
+        self.end: Optional[dict] = None  # the last session_end record
+        self.unfinished: Optional[str] = None  # why the session did not reach its end
+        self.partial: list[str] = []  # the plan's reasons for not being the complete protocol
+        self.schedule: list[str] = []  # the planned node ids
+        self.with_outcome: set = set()  # node ids with a test_outcome record
+        self.unreached: set = set()  # planned tests without an outcome, in an unfinished session
+        self.final_records_missing = False  # unfinished, and the manifest is still the one from the start
+        self.suppressed = 0  # missing records and outcomes explained by the ending or the deselection
 
     def problem(self, text: str) -> None:
         self.problems.append(text)
@@ -143,9 +157,9 @@ class _Verifier:
 
     # 1) files against the manifest
     def check_manifest_and_files(self) -> None:
-        path = self.dir / MANIFEST_FILE
-        self.manifest = self._read_json(path, "missing; no file can be checked against it")
         if self.manifest is None:
+            return
+        if self.final_records_missing:  # said once, in the unfinished line
             return
         if self.manifest.get("exit_status") is None:
             self.problem(f"{MANIFEST_FILE}: exit_status is null, expected the session's exit status")
@@ -222,7 +236,8 @@ class _Verifier:
             if outcome not in ("passed", *NON_PASSING):
                 self.problem(f"{RECORDS_FILE} seq {record.get('seq')}: {test} has outcome {outcome!r}, expected one of "
                              f"passed, failed, error, skipped")
-        if self.manifest is not None and isinstance(self.manifest.get("outcome_counts"), dict):
+        if self.manifest is not None and isinstance(self.manifest.get("outcome_counts"), dict) \
+                and not self.final_records_missing:
             counted = dict(collections.Counter(r.get("outcome") for r in outcomes))
             if counted != self.manifest["outcome_counts"]:
                 self.problem(f"{MANIFEST_FILE}: outcome_counts {self.manifest['outcome_counts']} but "
@@ -231,9 +246,18 @@ class _Verifier:
             status = record.get("status")
             if record.get("kind") == "test_outcome" or status not in FAILED_STATUSES:
                 continue
-            if not self._non_passing(record.get("test")):
-                self.problem(f"{RECORDS_FILE} seq {record.get('seq')}: {record.get('kind')} has status {status!r} "
-                             f"but its test {record.get('test')} has no non-passing outcome")
+            if self._non_passing(record.get("test")):
+                continue
+            if record.get("test") in self.unreached:
+                # The session stopped inside this test (a Ctrl-C lands in the trial, which records its failure
+                # and re-raises): the test has no outcome at all, which the ending explains. A passed outcome
+                # would contradict the record, and is reported below.
+                self.notes.append(f"{RECORDS_FILE} seq {record.get('seq')}: {record.get('kind')} status {status!r}: "
+                                  f"its test {record.get('test')} was cut short ({self.unfinished}), so it has no "
+                                  f"outcome")
+                continue
+            self.problem(f"{RECORDS_FILE} seq {record.get('seq')}: {record.get('kind')} has status {status!r} "
+                         f"but its test {record.get('test')} has no non-passing outcome")
 
     def _non_passing(self, nodeid: Optional[str]) -> Optional[dict]:
         if nodeid is None:
@@ -256,33 +280,101 @@ class _Verifier:
                           f"(seq {evidence.get('seq')})")
 
     def require(self, what: str, producers: tuple) -> None:
-        """A gap: a problem unless one of the record's producing tests has a recorded non-passing outcome."""
+        """A gap: a problem unless one of the record's producing tests has a recorded non-passing outcome,
+        or none of them ran because the run left them out or never reached them."""
         evidence = self._non_passing_producer(producers)
-        if evidence is None:
-            self.problem(f"{what}, and none of its producing tests ({', '.join(producers)}) has a failed, error or "
-                         f"skipped outcome")
-        else:
+        if evidence is not None:
             self._explain(what, evidence)
+            return
+        why = self._why_never_run(lambda nodeid: function_name(nodeid) in producers)
+        if why is not None:
+            self._suppress(what, why)
+            return
+        self.problem(f"{what}, and none of its producing tests ({', '.join(producers)}) has a failed, error or "
+                     f"skipped outcome")
+
+    def _why_never_run(self, matches) -> Optional[str]:
+        """Why no test that `matches` (a node id predicate) ran, when the records say why; else None.
+
+        Deselected: none is in the plan, and the plan says it is partial. Not reached: each one is planned
+        and has no outcome, in a session that was interrupted, stopped early or killed.
+        """
+        scheduled = [nodeid for nodeid in self.schedule if matches(nodeid)]
+        if any(nodeid in self.with_outcome for nodeid in scheduled):
+            return None  # one of them ran: a missing record needs its own evidence
+        if scheduled:
+            if self.unfinished and all(nodeid in self.unreached for nodeid in scheduled):
+                return f"not reached ({self.unfinished})"
+            return None
+        return "deselected (partial run)" if self.partial else None
+
+    def _suppress(self, what: str, why: str) -> None:
+        self.suppressed += 1
+        self.notes.append(f"{what}: {why}")
+
+    # 0) how the session ended, read before anything is judged
+    def read_ending(self) -> None:
+        """What the records say about the session's end and the plan: which missing tests are explained."""
+        ends = self.of_kind("session_end")
+        self.end = ends[-1] if ends else None
+        self.plan = self._read_json(self.dir / PLAN_FILE, "missing")
+        self.schedule = [entry.get("test") for entry in (self.plan or {}).get("schedule") or []
+                         if isinstance(entry, dict)] if isinstance(self.plan, dict) else []
+        self.with_outcome = {r.get("test") for r in self.of_kind("test_outcome")}
+        plan = self.plan if isinstance(self.plan, dict) else {}
+        # A plan written before partial_reasons existed falls short by what its totals say, nothing more.
+        reasons = plan["partial_reasons"] if "partial_reasons" in plan else protocol.shortfalls(plan.get("totals") or {})
+        self.partial = [str(reason) for reason in reasons or []]
+        if self.end is None:
+            self.unfinished = "no session_end record: the session never reached its end (it was killed or crashed)"
+        elif self.end.get("collect_only"):
+            self.unfinished = "collect only (--co): no test ran"
+        elif self.end.get("interrupted") or self.end.get("stopped_early"):
+            self.unfinished = str(self.end.get("stop_reason") or "stopped before its end")
+        if self.unfinished:
+            self.unreached = {nodeid for nodeid in self.schedule if nodeid not in self.with_outcome}
+        manifest = self.manifest if isinstance(self.manifest, dict) else None
+        self.final_records_missing = bool(self.unfinished and manifest is not None
+                                          and manifest.get("session_end") is None and "files" not in manifest)
+
+    def report_ending(self) -> None:
+        """The one line for an unfinished run and the one line for a partial plan (both problems), put first."""
+        found_so_far, self.problems = self.problems, []
+        if self.unfinished:
+            line = f"unfinished: {self.unfinished}"
+            if self.schedule and not (self.end or {}).get("collect_only"):
+                first = next((n for n in self.schedule if n in self.unreached), None)
+                line += f"; {len(self.unreached)} of {len(self.schedule)} planned tests have no outcome" + \
+                    (f" (the first: {first})" if first else "")
+            if self.final_records_missing:
+                line += (f"; its manifest is the one written when the run began (complete is "
+                         f"{self.manifest.get('complete')!r}, no file inventory), so no file hash can be checked")
+            self.problem(line)
+        if self.partial:
+            more = len(self.partial) - 1
+            self.problem(f"partial: {self.partial[0]}" + (f" (and {more} more shortfall(s): {PLAN_FILE} "
+                                                            f"partial_reasons)" if more else ""))
+        self.problems += found_so_far
 
     # 4) the plan
     def check_plan(self) -> None:
-        path = self.dir / PLAN_FILE
         if len(self.of_kind("plan")) != 1:
             self.problem(f"{RECORDS_FILE}: {len(self.of_kind('plan'))} plan record(s), expected exactly 1")
-        self.plan = self._read_json(path, "missing")
         if self.plan is None:
             return
         totals = self.plan.get("totals") or {}
         for violation in protocol.cap_violations(totals):
             self.problem(f"{PLAN_FILE}: {violation}")
-        # The totals are rechecked here; the plan's own reasons add the parts, options and paths.
-        reasons = protocol.shortfalls(totals) + list(self.plan.get("partial_reasons") or [])
-        for reason in dict.fromkeys(reasons):
-            self.problem(f"{PLAN_FILE}: not the complete protocol: {reason}")
+        # The totals are rechecked here: a shortfall the plan does not name is a plan that hides one.
+        for reason in protocol.shortfalls(totals):
+            if reason not in self.partial:
+                self.problem(f"{PLAN_FILE}: not the complete protocol: {reason}, and its partial_reasons do not "
+                             f"say so")
         schedule = self.plan.get("schedule") or []
-        ran = {r.get("test") for r in self.of_kind("test_outcome")}
         for entry in schedule:
-            if entry.get("test") not in ran:
+            if entry.get("test") in self.unreached:
+                self.suppressed += 1
+            elif entry.get("test") not in self.with_outcome:
                 self.problem(f"{PLAN_FILE}: planned test {entry.get('test')} has no recorded outcome")
         planned = [bracket_id(e.get("test")) for e in schedule]
         expected_generation = [t.test_id for t in protocol.generation_trials()]
@@ -300,26 +392,27 @@ class _Verifier:
 
     # 4b) how the session ended
     def check_session_end(self) -> None:
+        """The session_end record against the records; how it ended is said once, by report_ending."""
         ends = self.of_kind("session_end")
         if not ends:
-            self.problem(f"{RECORDS_FILE}: no session_end record: the session never reached its end (it was killed "
-                         f"or crashed), so nothing here may be called complete")
             return
         if len(ends) > 1:
             self.problem(f"{RECORDS_FILE}: {len(ends)} session_end records, expected exactly 1")
         end = ends[-1]
         if end.get("plan_only"):
             self.problem(f"{RECORDS_FILE}: session_end says this is a plan, but the records hold test outcomes")
-        if end.get("interrupted") or end.get("stopped_early"):
-            self.problem(f"session_end: the run did not finish: {end.get('stop_reason')}")
-        if end.get("collect_only"):
-            self.problem("session_end: collect only (--co): no test ran")
-        if end.get("exit_code_name") not in ("OK", "TESTS_FAILED"):
+        interrupted_as_said = end.get("interrupted") and end.get("exit_code_name") == "INTERRUPTED"
+        if end.get("exit_code_name") not in ("OK", "TESTS_FAILED") and not interrupted_as_said:
             self.problem(f"session_end: exit status {end.get('exit_status')} ({end.get('exit_code_name')})")
         missing = end.get("tests_without_outcome") or []
-        if missing:
+        if missing and not self.unfinished:
             self.problem(f"session_end: {len(missing)} planned test(s) have no outcome, e.g. {missing[0]}")
-        if self.manifest is not None and self.manifest.get("complete") != end.get("complete"):
+        if self.plan is not None and set(missing) != {n for n in self.schedule if n not in self.with_outcome}:
+            actual = sum(1 for n in self.schedule if n not in self.with_outcome)
+            self.problem(f"session_end: tests_without_outcome lists {len(missing)} test(s), but {PLAN_FILE} and "
+                         f"the test_outcome records leave {actual} planned test(s) without an outcome")
+        if self.manifest is not None and self.manifest.get("complete") != end.get("complete") \
+                and not self.final_records_missing:
             self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r} but session_end says "
                          f"{end.get('complete')!r}")
 
@@ -419,21 +512,26 @@ class _Verifier:
             self.problem(f"{kind} {test_id}: {len(found)} records, expected 1 (no trial is regenerated)")
         elif not found:
             evidence = self._non_passing_param(test_id)
-            if evidence is None:
+            why = None if evidence else self._why_never_run(lambda nodeid: bracket_id(nodeid) == test_id)
+            if evidence is not None:
+                self._explain(f"{kind} {test_id} missing", evidence)
+            elif why is not None:
+                self._suppress(f"{kind} {test_id} missing", why)
+            else:
                 self.problem(f"{kind} {test_id}: no record and no failed, error or skipped outcome "
                              f"for a test with id [{test_id}]")
-            else:
-                self._explain(f"{kind} {test_id} missing", evidence)
 
     def _check_failed_trial(self, kind: str, test_id: str, record: dict) -> None:
         """A trial recorded as failed must carry its error and a failed or errored test outcome."""
         if not record.get("error"):
             self.problem(f"{kind} {test_id}: status {record.get('status')!r} without an error message")
         evidence = self._non_passing_param(test_id)
-        if evidence is None:
-            self.problem(f"{kind} {test_id}: status {record.get('status')!r} but no failed or errored test outcome")
-        else:
+        if evidence is not None:
             self._explain(f"{kind} {test_id} failed", evidence)
+        elif record.get("test") in self.unreached:  # cut short by the ending; see check_outcome_evidence
+            self.notes.append(f"{kind} {test_id} failed: its test was cut short ({self.unfinished})")
+        else:
+            self.problem(f"{kind} {test_id}: status {record.get('status')!r} but no failed or errored test outcome")
 
     # 7) the timing schedule
     def check_timing(self) -> None:
@@ -493,7 +591,7 @@ class _Verifier:
 
     # 9) the report exists and was written without error
     def check_report(self) -> None:
-        if not (self.dir / REPORT_FILE).is_file():
+        if not (self.dir / REPORT_FILE).is_file() and not self.final_records_missing:
             self.problem(f"{REPORT_FILE}: missing (it is written at session end, also after failures)")
         for record in self.of_kind("report_error"):
             self.problem(f"{REPORT_FILE}: the session could not write it (seq {record.get('seq')}): "
@@ -559,13 +657,19 @@ class _Verifier:
                 self.problem(f"{PLAN_FILE}: {violation}")
 
     def run(self) -> dict:
-        self.check_manifest_and_files()
+        self.manifest = self._read_json(self.dir / MANIFEST_FILE, "missing; no file can be checked against it")
         readable = self.check_records_file() or bool(self.records)
         plan_folder = readable and self.is_plan_folder()
         if plan_folder:
+            self.check_manifest_and_files()
             self.check_plan_folder()
             return self.result(plan_folder=True)
-        if self.manifest is not None and self.manifest.get("complete") is not True:
+        if readable:
+            self.read_ending()
+            self.report_ending()
+        self.check_manifest_and_files()
+        explained = self.unfinished or (self.partial and self.end is not None and self.end.get("complete") is False)
+        if self.manifest is not None and self.manifest.get("complete") is not True and not explained:
             self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r}, expected true "
                          f"(the session did not finish, was interrupted, or is not the complete protocol: "
                          f"{self.manifest.get('status', 'no status recorded')})")
@@ -590,6 +694,9 @@ class _Verifier:
             "ok": not self.problems,
             "problems": list(self.problems),
             "explained_gaps": list(self.notes),
+            "unfinished": self.unfinished,
+            "partial": list(self.partial),
+            "not_listed": self.suppressed,
             "records": len(self.records),
             "files_checked": self.files_checked,
             "outcome_counts": dict(sorted(outcomes.items())),

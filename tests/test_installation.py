@@ -139,3 +139,16 @@ def test_the_manifest_says_which_torch_build_is_installed():
     assert build["version"] == importlib.metadata.version("torch")
     assert build["cpu_only"] is (torch.version.cuda is None and getattr(torch.version, "hip", None) is None)
     assert "torch.version.cuda" in build["how_known"]
+
+
+def test_the_install_record_is_replaced_whole_never_rewritten_in_place(tmp_path):
+    path = tmp_path / installation.RECORD_FILE
+    installation.write_record(path, {"torch": {"route": "first"}})
+    with open(path, encoding="utf-8") as reader:  # a reader (the manifest) that opened the old record
+        installation.write_record(path, {"torch": {"route": "second", "note": "x" * 10000}})
+        assert json.loads(reader.read()) == {"torch": {"route": "first"}}  # still whole: a new file took its name
+    assert json.loads(path.read_text(encoding="utf-8"))["torch"]["route"] == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [installation.RECORD_FILE]  # no temporary left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask

@@ -416,6 +416,58 @@ def test_double_ctrl_c_from_outside_never_reads_as_complete(suite):
     assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_waits", "test_after"]
 
 
+def test_a_ctrl_c_that_abandons_the_final_records_prints_one_line_and_keeps_the_run_unfinished(suite):
+    # The test interrupts itself; then one Ctrl-C arrives while session_end is written (noted), and one
+    # more while the final manifest is written: that one abandons the final records. It used to raise a
+    # KeyboardInterrupt out of whatever ran (a plot, a file write): a traceback of some ninety lines.
+    suite.makeconftest(
+        'pytest_plugins = ["inferlab.plugin"]\n'
+        "import os, signal\n"
+        "def pytest_inferlab_record(config, record):\n"
+        "    if record['kind'] == 'session_end':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "def pytest_inferlab_manifest(config, manifest):\n"
+        "    if manifest['session_end'] is not None:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+    )
+    write_experiment(suite, (
+        "import os, signal\n"
+        "def test_first(record):\n"
+        "    record('before_interrupt')\n"
+        "def test_interrupted():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+    ))
+    done = start_pytest(suite, "experiments", "--record-dir", "run")
+    _, err = done.communicate(timeout=120)
+    assert done.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    abandoned = [line for line in err.splitlines() if "the final records are abandoned" in line]
+    assert len(abandoned) == 1 and "SIGINT received again" in abandoned[0]
+    assert "keeps the manifest written when the run began (complete: false)" in abandoned[0]
+    run = suite.path / "run"
+    manifest = manifest_of(run)
+    assert manifest["complete"] is False and manifest["session_end"] is None  # the start manifest stays
+    end = session_end(run)  # written whole before the abandonment, and it says what happened
+    assert end["interrupted"] is True and end["complete"] is False
+
+
+def test_abandoning_says_where_the_run_stands_and_exits_with_128_plus_the_signal(capsys):
+    from inferlab.interrupts import SignalWatch
+
+    exits = []
+    watch = SignalWatch(exit_process=exits.append)
+    watch.on_abandon = lambda: "where it stands"
+    watch.finishing = True
+    watch._handle(signal.SIGTERM, None)  # noted: the final records go on
+    assert exits == [] and "Send it once more" in capsys.readouterr().err
+    watch._handle(signal.SIGTERM, None)
+    assert exits == [128 + signal.SIGTERM]
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"inferlab: SIGTERM received again: the final records are abandoned, exiting "
+                                        f"with status {128 + signal.SIGTERM}. where it stands"]
+    assert watch.during_finish == ["SIGTERM", "SIGTERM"]
+
+
 def test_sigterm_ends_the_session_with_honest_records(suite):
     write_experiment(suite, (
         "import os, signal\n"
@@ -500,9 +552,10 @@ def test_a_new_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite)
     names = sorted(p.name for p in (suite.path / "runs").iterdir())
     import re
 
-    assert [re.sub(r"^\d{8}T\d{6}Z", "<UTC>", n) for n in names] == sorted(
-        ["<UTC>-pythia-14m-partial", "<UTC>-pythia-14m-plan", "<UTC>-pythia-14m-failed"]) or \
-        all(re.match(r"^\d{8}T\d{6}Z-pythia-14m(-\d+)?-(partial|plan|failed)$", n) for n in names), names
+    # A scratch suite is never the complete protocol, so its failed run is -partial-failed, not -failed.
+    assert sorted(re.sub(r"^\d{8}T\d{6}Z", "<UTC>", n) for n in names) == sorted(
+        ["<UTC>-pythia-14m-partial", "<UTC>-pythia-14m-plan", "<UTC>-pythia-14m-partial-failed"]) or \
+        all(re.match(r"^\d{8}T\d{6}Z-pythia-14m(-\d+)?-(partial|plan|partial-failed)$", n) for n in names), names
     for name in names:
         manifest = manifest_of(suite.path / "runs" / name)
         assert manifest["record_dir"].endswith(name) and (suite.path / "runs" / name / "claim.json").is_file()
@@ -517,7 +570,67 @@ def test_two_new_run_dirs_with_the_same_name_in_the_same_second_stay_apart(tmp_p
     assert json.loads((second / "claim.json").read_text())["pid"] == 2
 
 
-@pytest.mark.parametrize("where, reason", [("a_file/run", "a_file is a file, not a directory"),
+def test_a_second_run_ending_the_same_way_in_the_same_second_gets_a_numbered_honest_name(suite, monkeypatch):
+    from inferlab import plugin
+
+    monkeypatch.setattr(plugin, "_run_dir_name", lambda specimen, plan: "20250101T000000Z-standin")
+    write_experiment(suite, "def test_a():\n    pass\n")
+    for _ in range(2):  # two --co runs in one second: the second used to keep the bare, success-claiming name
+        suite.runpytest("experiments", "--runs-dir", "runs", "--co")
+    names = sorted(p.name for p in (suite.path / "runs").iterdir())
+    assert names == ["20250101T000000Z-standin-incomplete", "20250101T000000Z-standin-incomplete-2"]
+    manifest = manifest_of(suite.path / "runs" / names[1])
+    assert manifest["record_dir_rename"] == {"from": "20250101T000000Z-standin", "to": names[1],
+                                             "suffix": "-incomplete", "renamed": True, "error": None}
+
+
+def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
+    import errno
+
+    from inferlab import records
+
+    rename = os.rename
+
+    def refuse(source, target, **kwargs):  # only for the run's own folder: pytest's cache renames too
+        if Path(target).parent.name == "runs":
+            raise OSError(errno.EACCES, "Permission denied", str(source))
+        return rename(source, target, **kwargs)
+
+    monkeypatch.setattr(records.os, "rename", refuse)
+    write_experiment(suite, "def test_a():\n    assert False\n")
+    result = suite.runpytest("experiments", "--runs-dir", "runs")
+    (run,) = (suite.path / "runs").iterdir()  # the empty folder made for the new name is removed again
+    rename = manifest_of(run)["record_dir_rename"]
+    assert rename["renamed"] is False and rename["to"] is None and rename["suffix"] == "-partial-failed"
+    assert "Permission denied (EACCES)" in rename["error"]
+    result.stdout.fnmatch_lines(["record dir: NOT renamed to end in -partial-failed (*Permission denied*"])
+
+
+def test_the_name_of_a_failed_run_says_whether_it_was_also_partial():
+    from inferlab.plugin import outcome_suffix
+
+    ended = {"plan_only": False, "interrupted": False, "stopped_early": False, "collect_only": False,
+             "tests_without_outcome": [], "exit_code_name": "TESTS_FAILED", "protocol_complete": True}
+    assert outcome_suffix(ended, {"failed": 1}) == "-failed"
+    assert outcome_suffix({**ended, "protocol_complete": False}, {"failed": 1}) == "-partial-failed"
+    assert outcome_suffix({**ended, "protocol_complete": False, "exit_code_name": "OK"}, {"passed": 3}) == "-partial"
+    assert outcome_suffix({**ended, "exit_code_name": "OK"}, {"passed": 3}) is None
+    assert outcome_suffix({**ended, "interrupted": True, "protocol_complete": False}, {"failed": 1}) == "-incomplete"
+
+
+def test_renaming_never_takes_over_a_name_another_run_holds(tmp_path):
+    from inferlab.records import rename_with_suffix
+
+    run = tmp_path / "20250101T000000Z-standin"
+    run.mkdir()
+    (run / "records.jsonl").write_text("")
+    (tmp_path / "20250101T000000Z-standin-failed").mkdir()  # empty: a plain rename would replace it
+    renamed = rename_with_suffix(run, "-failed")
+    assert renamed.name == "20250101T000000Z-standin-failed-2" and (renamed / "records.jsonl").is_file()
+    assert not any((tmp_path / "20250101T000000Z-standin-failed").iterdir()) and not run.exists()
+
+
+@pytest.mark.parametrize("where, reason", [("a_file/run", "a_file is a regular file, not a directory"),
                                            ("/proc/inferlab-run", "No such file or directory")])
 def test_a_record_dir_that_cannot_be_made_is_a_usage_error_naming_path_and_reason(suite, where, reason):
     (suite.path / "a_file").write_text("not a directory\n")
@@ -526,6 +639,76 @@ def test_a_record_dir_that_cannot_be_made_is_a_usage_error_naming_path_and_reaso
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines([f"*--record-dir*{where}*cannot be created*{reason}*"])
+
+
+def refused(suite, *args) -> str:
+    """Run with these options, expect a usage error before anything is written; return stderr."""
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest_subprocess("experiments", *args)
+    err = result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + err
+    assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
+    written = [p for name in ("claim.json", "records.jsonl", "manifest.json") for p in suite.path.rglob(name)]
+    assert written == []  # nothing written, not even a claim
+    return err
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_artifacts_that_are_not_a_directory_are_a_usage_error_naming_path_and_what_it_is(suite, kind):
+    where = suite.path / "lab05"
+    if kind == "file":
+        where.write_text("not a folder\n")
+    err = refused(suite, "--record-dir", "run", "--artifacts", str(where))
+    what = "does not exist" if kind == "missing" else "is a regular file"
+    assert f"--artifacts: {where} {what}; expected a directory that holds the specimen's files" in err
+
+
+@pytest.mark.parametrize("option, value", [("--record-dir", "lab05/run"), ("--runs-dir", "lab05")])
+def test_the_run_is_never_written_into_the_artifacts_folder(suite, option, value):
+    (suite.path / "lab05").mkdir()
+    err = refused(suite, option, value, "--artifacts", "lab05")
+    assert f"{option}: {value} is inside the --artifacts folder lab05" in err
+    assert list((suite.path / "lab05").iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--record-dir", "--runs-dir"])
+def test_an_empty_record_path_is_refused_rather_than_taken_as_the_current_folder(suite, option):
+    err = refused(suite, option, "")
+    assert f"{option}: the path is empty ('')" in err
+
+
+def test_a_record_dir_name_too_long_for_the_file_system_is_a_usage_error(suite):
+    err = refused(suite, "--record-dir", "r" * 300)
+    assert "--record-dir: record dir rrrr" in err and "File name too long (ENAMETOOLONG)" in err
+    err = refused(suite, "--runs-dir", "r" * 300)
+    assert "--runs-dir: runs dir rrrr" in err and "File name too long (ENAMETOOLONG)" in err
+    err = refused(suite, "--record-dir", "run", "--artifacts", "a" * 300)
+    assert "--artifacts: aaaa" in err and "cannot be examined: File name too long (ENAMETOOLONG)" in err
+
+
+def test_a_runs_dir_that_is_a_file_says_so(suite):
+    (suite.path / "runs").write_text("a file\n")
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest_subprocess("experiments", "--runs-dir", "runs")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--runs-dir: runs dir runs cannot be created: runs is a regular file, not a "
+                                 "directory*"])
+
+
+def test_a_record_dir_that_is_a_dangling_symbolic_link_says_so(suite):
+    (suite.path / "run").symlink_to(suite.path / "gone")
+    err = refused(suite, "--record-dir", "run")
+    assert f"--record-dir: record dir run is a dangling symbolic link to {suite.path / 'gone'}" in err
+
+
+def test_predictions_that_are_not_a_regular_file_say_what_they_are(suite):
+    os.mkfifo(suite.path / "answers")
+    err = refused(suite, "--record-dir", "run", "--predictions", "answers")
+    assert "--predictions: answers is a FIFO (named pipe), not a regular file" in err
+    err = refused(suite, "--record-dir", "run", "--predictions", "missing.md")
+    assert "--predictions: missing.md does not exist; expected your copy of predictions.md" in err
+    err = refused(suite, "--record-dir", "run", "--predictions", "p" * 300)
+    assert "cannot be examined: File name too long (ENAMETOOLONG); expected your copy" in err
 
 
 def test_a_read_only_record_dir_is_refused_naming_the_reason(tmp_path, monkeypatch):
@@ -615,3 +798,18 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
     check = subprocess.run([sys.executable, "-m", "inferlab", "report", str(run), "--check"],
                            capture_output=True, text=True, cwd=suite.path)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("name, synthetic", [("standin", True), ("pythia-14m", False)])
+def test_the_summary_names_the_specimen_and_says_when_it_is_synthetic(suite, name, synthetic):
+    from inferlab import protocol, specimen
+
+    spec = specimen.load_spec(name)
+    write_experiment(suite, "def test_a():\n    pass\n")
+    result = suite.runpytest("experiments", "--record-dir", "run", "--specimen", name)
+    line = f"specimen: {name} ({spec.repo_id} at revision {spec.revision})"
+    if synthetic:
+        result.stdout.fnmatch_lines([f"{line}; SYNTHETIC, not Pythia: *{protocol.PINNED_REPO_ID}"])
+    else:
+        result.stdout.fnmatch_lines([line])
+        assert "SYNTHETIC" not in result.stdout.str()

@@ -51,3 +51,18 @@ def test_the_status_line_puts_an_unfinished_run_before_its_partial_reasons():
     assert session_status.status_line(end, {"passed": 1}) == (
         "the run did NOT finish (interrupted by SIGINT): 1 of 2 planned tests have no outcome (1 passed); "
         "PARTIAL, not the complete protocol: -k 'x' deselected 3 protocol test(s)")
+
+
+def test_the_status_line_of_a_complete_run_names_the_optional_extension_it_left_out():
+    left_out = "experiments/test_70_batching.py (Part 7: batching): 0 of its 4 tests planned (4 deselected)"
+    end = session_status.session_end_fields(
+        exit_status=0, exit_code_name="OK", signals=[], collect_only=False, plan_only=False, stopped_reason=None,
+        planned=["a"], with_outcome={"a"}, partial_reasons=[], optional_notes=[left_out])
+    assert end["complete"] is True
+    assert session_status.status_line(end, {"passed": 1}) == (
+        "the session reached its end: all 1 planned tests have an outcome (1 passed); the plan is the complete "
+        f"protocol; the optional extension was left out: {left_out}")
+    end = session_status.session_end_fields(
+        exit_status=0, exit_code_name="OK", signals=[], collect_only=False, plan_only=False, stopped_reason=None,
+        planned=["a"], with_outcome={"a"}, partial_reasons=[], optional_notes=[])
+    assert session_status.status_line(end, {"passed": 1}).endswith("; the plan is the complete protocol")

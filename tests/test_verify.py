@@ -17,9 +17,12 @@ from fixtures_records import (
     build_failed_run,
     build_plan_folder,
     copy_run,
+    edit_manifest,
+    generation_nodeid,
     kill_after,
     refresh_manifest,
     rewrite_records,
+    session_end_record,
 )
 
 
@@ -227,6 +230,12 @@ def test_compare_of_an_unreadable_dir_exits_2(complete_run, tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["compare", str(complete_run), str(empty)]) == 2
+    assert f"{empty} is not a run's record dir: it has no records.jsonl" in capsys.readouterr().err
+
+
+def test_compare_of_a_run_whose_records_are_gone_exits_2(complete_run, run_copy, capsys):
+    (run_copy / RECORDS_FILE).unlink()
+    assert main(["compare", str(complete_run), str(run_copy)]) == 2
     assert "records.jsonl: missing" in capsys.readouterr().err
 
 
@@ -262,7 +271,7 @@ def test_an_interrupted_session_end_is_a_problem_even_with_every_file_intact(run
 
     rewrite_records(run_copy, interrupt)
     problems = problems_of(run_copy)
-    assert "session_end: the run did not finish: interrupted by SIGINT" in problems
+    assert "unfinished: interrupted by SIGINT; 0 of 66 planned tests have no outcome" in problems
     assert any("complete is True but session_end says False" in p for p in problems)
 
 
@@ -329,3 +338,218 @@ def test_check_artifacts_accepts_a_valid_copy_and_names_a_bad_file(standin_copy,
     assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == 1
     out = capsys.readouterr().out
     assert "PROBLEM tokenizer_config.json" in out and "is NOT a valid copy" in out
+
+
+# --- a folder that is not a run is refused, never written into ------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [["--write"], ["--check"], []])
+def test_report_refuses_a_folder_that_is_not_a_run_and_leaves_its_report_alone(tmp_path, capsys, mode):
+    folder = tmp_path / "my-notes"
+    folder.mkdir()
+    mine = "# My own report\n\nNothing to do with inferlab.\n"
+    (folder / "report.md").write_text(mine)
+    assert main(["report", str(folder), *mode]) == 2
+    captured = capsys.readouterr()
+    assert f"report: {folder} is not a run's record dir" in captured.err and "planned tests" not in captured.out
+    assert (folder / "report.md").read_text() == mine
+    assert sorted(p.name for p in folder.iterdir()) == ["report.md"]
+
+
+def test_files_named_like_a_runs_are_not_enough_to_be_a_run(tmp_path, capsys):
+    folder = tmp_path / "extension"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"name": "a browser extension", "version": "1"}\n')
+    assert main(["report", "--write", str(folder)]) == 2
+    assert "its manifest.json is not a run's" in capsys.readouterr().err
+    assert not (folder / "report.md").exists()
+
+
+def test_verify_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["verify", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"verify: {tmp_path} is not a run's record dir" in captured.err and captured.out == ""
+
+
+def test_a_killed_run_with_only_its_claim_is_still_a_run(tmp_path, capsys):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "claim.json").write_text('{"pid": 1}\n')
+    assert main(["verify", str(folder)]) == 1  # a run, unfinished: its problems are listed
+    assert "is not a run's record dir" not in capsys.readouterr().err
+
+
+# --- unfinished and partial runs: said once, and only real problems listed (issue: verify's 150 lines) ----
+
+
+def interrupt_after(directory: Path, tests_done: int) -> str:
+    """What a Ctrl-C after `tests_done` outcomes leaves: the next test (a generation trial) recorded its trial as
+    failed with the KeyboardInterrupt and re-raised, so it has no outcome; session_end says interrupted; the
+    final manifest says complete false. Returns the node id of the test that was cut short."""
+    cut_short = {}
+
+    def cut(records):
+        kept, outcomes = [], 0
+        for record in records:
+            if record["kind"] == "session_end":
+                continue
+            if outcomes >= tests_done:
+                break
+            kept.append(record)
+            outcomes += record["kind"] == "test_outcome"
+        done = {r["test"] for r in kept if r["kind"] == "test_outcome"}
+        trial = next(t for t in protocol.generation_trials() if generation_nodeid(t) not in done)
+        cut_short["test"] = generation_nodeid(trial)
+        kept.append({"kind": "generation", "test": cut_short["test"], "seq": 0, "wall_time": "t",
+                     "trial_id": trial.test_id, "prompt_id": trial.prompt_id, "condition": trial.condition,
+                     "seed": trial.seed, "repetition": trial.repetition, "status": "failed",
+                     "error": "KeyboardInterrupt: SIGINT received"})
+        kept.append(session_end_record(kept, interrupted=True, signals=["SIGINT"], stopped_early=True,
+                                       stop_reason="interrupted by SIGINT", complete=False, exit_status=2,
+                                       exit_code_name="INTERRUPTED"))
+        return kept
+
+    rewrite_records(directory, cut)
+    edit_manifest(directory, complete=False, status="the run did NOT finish (interrupted by SIGINT)")
+    return cut_short["test"]
+
+
+def test_an_interrupted_run_says_so_once_and_lists_no_record_it_never_reached(run_copy, capsys):
+    cut_short = interrupt_after(run_copy, tests_done=20)
+    result = verify(run_copy)
+    assert result["problems"] == [
+        f"unfinished: interrupted by SIGINT; 46 of 66 planned tests have no outcome (the first: {cut_short})"]
+    assert result["unfinished"] == "interrupted by SIGINT" and result["not_listed"] > 40
+    # The trial that the Ctrl-C cut short recorded its failure and has no outcome: that is no contradiction.
+    assert any(f"its test {cut_short} was cut short (interrupted by SIGINT)" in note
+               for note in result["explained_gaps"])
+    assert main(["verify", str(run_copy)]) == 1  # not a complete run, but a readable answer
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[1].startswith(f"verify: 1 problem(s) in {run_copy}; not listed: ")
+
+
+def test_an_interrupted_run_still_reports_its_integrity_problems(run_copy):
+    cut_short = interrupt_after(run_copy, tests_done=20)
+
+    def contradict(records):  # a failed trial whose test passed, and a record no test was cut short in
+        trial = next(r for r in records if r["kind"] == "generation" and r["status"] == "ok")
+        trial.update(status="failed", error="RuntimeError: x")
+        return records
+
+    rewrite_records(run_copy, contradict)
+    _flip_last_byte(run_copy / "tensors" / "first_step_logits.safetensors")
+    lines = (run_copy / RECORDS_FILE).read_text().splitlines(keepends=True)
+    del lines[5]
+    (run_copy / RECORDS_FILE).write_text("".join(lines))
+    problems = problems_of(run_copy)
+    assert problems[0].startswith("unfinished: interrupted by SIGINT")
+    assert any("tensors/first_step_logits.safetensors: sha256" in p for p in problems), problems
+    assert any("records.jsonl: seq is not 0.." in p for p in problems), problems
+    assert any("status 'failed' but no failed or errored test outcome" in p for p in problems), problems
+    assert not any(cut_short in p for p in problems[1:]), problems
+
+
+def test_a_killed_run_says_so_once(run_copy):
+    kill_after(run_copy, tests_done=40)
+    (problem,) = problems_of(run_copy)
+    assert problem.startswith("unfinished: no session_end record: the session never reached its end (it was killed "
+                              "or crashed); 26 of 66 planned tests have no outcome (the first: ")
+    assert problem.endswith("its manifest is the one written when the run began (complete is False, no file "
+                            "inventory), so no file hash can be checked")
+
+
+def test_a_killed_run_still_reports_a_damaged_record_line(run_copy):
+    kill_after(run_copy, tests_done=40)
+    with open(run_copy / RECORDS_FILE, "a") as handle:
+        handle.write('{"kind": "generation", "te')  # the line SIGKILL cut in half
+    problems = problems_of(run_copy)
+    assert problems[0].startswith("unfinished: no session_end record")
+    assert any("not a JSON object" in p for p in problems), problems
+
+
+def partial_run(directory: Path, left_out: str) -> None:
+    """Deselect every test whose node id contains `left_out`, as -k 'not ...' would: gone from the plan and
+    the records, and the plan and session_end say why."""
+    plan = json.loads((directory / "plan.json").read_text())
+    plan["schedule"] = [e for e in plan["schedule"] if left_out not in e["test"]]
+    reasons = [f"-k 'not {left_out}' deselected 24 protocol test(s)", "experiments/test_50_timing.py: 3 of 27"]
+    plan.update(partial_reasons=reasons, protocol_complete=False)
+    write_json_atomic(directory / "plan.json", plan)
+
+    def drop(records):
+        kept = [r for r in records if left_out not in (r.get("test") or "") and r["kind"] != "session_end"]
+        kept = [r for r in kept if not (r["kind"] == "timing_summary")]
+        return kept + [session_end_record(kept, protocol_complete=False, partial_reasons=reasons, complete=False,
+                                          tests_without_outcome=[])]
+
+    rewrite_records(directory, drop)
+    edit_manifest(directory, complete=False)
+    refresh_manifest(directory)
+
+
+def test_a_partial_run_says_so_once_and_lists_no_record_of_a_deselected_test(run_copy, capsys):
+    partial_run(run_copy, "test_timing_")
+    result = verify(run_copy)
+    assert result["problems"] == ["partial: -k 'not test_timing_' deselected 24 protocol test(s) (and 1 more "
+                                  "shortfall(s): plan.json partial_reasons)"], result["problems"]
+    assert result["not_listed"] == len(protocol.timing_schedule()) + 4  # each trial, and each summary
+    assert main(["verify", str(run_copy)]) == 1
+
+
+def test_a_partial_run_still_reports_a_missing_record_of_a_test_that_ran(run_copy):
+    partial_run(run_copy, "test_timing_")
+    rewrite_records(run_copy, lambda records: [r for r in records if r["kind"] != "cache_summary"])
+    problems = problems_of(run_copy)
+    assert "no cache_summary record, and none of its producing tests (test_matched_prefix) has a failed, error or " \
+           "skipped outcome" in problems
+
+
+def test_a_plan_that_falls_short_without_saying_so_is_a_problem(run_copy):
+    plan = json.loads((run_copy / "plan.json").read_text())
+    plan["totals"]["generation_trials"] = 3
+    plan.update(partial_reasons=[], protocol_complete=True)
+    write_json_atomic(run_copy / "plan.json", plan)
+    refresh_manifest(run_copy)
+    assert any("generation_trials: planned 3" in p and "its partial_reasons do not say so" in p
+               for p in problems_of(run_copy))
+
+
+def test_check_artifacts_says_an_absent_optional_file_is_absent_and_why(tmp_path, capsys):
+    from inferlab.specimen.verification import ABSENT_FROM_COPY
+
+    # pythia-14m's spec does not pin generation_config.json either way: absent from a copy, it is fine.
+    assert main(["check-artifacts", str(tmp_path)]) == 1  # the required files are missing
+    lines = capsys.readouterr().out.splitlines()
+    assert f"ok      generation_config.json: absent (optional): {ABSENT_FROM_COPY}" in lines
+    assert "PROBLEM config.json: missing" in lines
+    assert not any("None" in line for line in lines), lines
+
+
+def test_check_artifacts_says_a_missing_pinned_optional_file_is_a_problem(standin_copy, capsys):
+    (standin_copy / "generation_config.json").unlink()  # the stand-in's spec pins it present
+    assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == 1
+    assert "PROBLEM generation_config.json: missing" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("command", [["verify"], ["report"], ["compare", "SAME"]])
+def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(complete_run, command):
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `| head` that has already gone: the first write meets a closed pipe
+    args = [str(complete_run) if word == "SAME" else word for word in command] + [str(complete_run)]
+    done = subprocess.run([sys.executable, "-m", "inferlab", *args], stdout=write_end, stderr=subprocess.PIPE,
+                          text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    os.close(write_end)
+    assert done.stderr == "" and done.returncode == 141
+
+
+def test_a_plan_from_before_partial_reasons_falls_short_by_its_totals(run_copy):
+    plan = json.loads((run_copy / "plan.json").read_text())
+    assert "partial_reasons" not in plan  # the fixture writes the older plan format
+    plan["totals"]["generation_trials"] = 3
+    write_json_atomic(run_copy / "plan.json", plan)
+    refresh_manifest(run_copy)
+    assert problems_of(run_copy)[0].startswith("partial: generation_trials: planned 3")
