@@ -905,7 +905,8 @@ def _write_summary(terminalreporter, run: RunState) -> None:
         for line in (run.acquisition_error or acquisition.get("reason") or "(not recorded)").splitlines():
             write(f"  {line}")
         write("Next steps:", bold=True)
-        for number, step in enumerate(guidance.acquisition_next_steps(run.specimen), start=1):
+        failed_path = next((r.get("acquisition") for r in run.records_of("artifact_acquisition")), None)
+        for number, step in enumerate(guidance.acquisition_next_steps(run.specimen, failed_path), start=1):
             write(f"  {number}. {step}")
         write("")
     if (run.record_dir / REPORT_FILE).exists():

@@ -95,6 +95,9 @@ def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_p
     assert all(files[name]["ok"] for name in files if name != "model.safetensors")
     assert outcome(found, "test_model_load")["outcome"] == "skipped"
     assert not [r for r in found if r["kind"] == "model_load"]
+    # the next steps blame the copy, not the checkout, in the terminal and at the head of the report
+    advice = "Your --artifacts copy of the synthetic standin specimen failed verification"
+    assert advice in result.stdout.str() and advice in (project.path / "run" / "report.md").read_text()
 
 
 def test_plan_of_the_real_experiment_matches_the_protocol(project):
