@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # torch comes from PyTorch's CPU wheel index first (no CUDA build); see inferlab/installation.py.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # Empty: each run gets a new folder runs/<UTC time>-<specimen>[-plan], unique even within one second,
-# with -failed, -partial or -incomplete added when that is how it ended. Set RUN_DIR to choose one.
+# with -failed, -partial, -partial-failed or -incomplete added when that is how it ended. Set RUN_DIR to choose one.
 RUN_DIR ?=
 WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),--runs-dir runs)
 ARGS ?=

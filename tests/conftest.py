@@ -115,3 +115,18 @@ def serve():
     for server in servers:
         server.stop()
 
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    """A pytester dir whose conftest registers the plugin, with inferlab importable in subprocesses, and the
+    project's specimen specs; tests write their own throwaway experiments into it."""
+    import os
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("PYTHONPATH", str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    pytester.makeconftest('pytest_plugins = ["inferlab.plugin"]\n')
+    pytester.mkdir("experiments")
+    pytester.mkdir("artifacts")
+    for spec in (root / "artifacts").glob("*.json"):
+        (pytester.path / "artifacts" / spec.name).write_bytes(spec.read_bytes())
+    return pytester

@@ -11,18 +11,6 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def suite(pytester, monkeypatch):
-    """A pytester dir whose conftest registers the plugin, with inferlab importable in subprocesses."""
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    pytester.makeconftest('pytest_plugins = ["inferlab.plugin"]\n')
-    pytester.mkdir("experiments")
-    pytester.mkdir("artifacts")
-    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
-        (pytester.path / "artifacts" / spec.name).write_bytes(spec.read_bytes())
-    return pytester
-
-
 def write_experiment(pytester, source: str, name: str = "test_exp.py") -> None:
     (pytester.path / "experiments" / name).write_text(source)
 

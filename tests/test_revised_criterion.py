@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from inferlab import protocol
@@ -14,8 +11,6 @@ from inferlab.revised_criterion import (
     from_options,
     parse_criterion,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_parse_two_numbers():
@@ -54,15 +49,10 @@ def test_from_options_builds_the_record():
 
 
 @pytest.fixture
-def suite(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    pytester.makeconftest('pytest_plugins = ["inferlab.plugin"]\n')
-    pytester.mkdir("experiments")
-    pytester.mkdir("artifacts")
-    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
-        (pytester.path / "artifacts" / spec.name).write_bytes(spec.read_bytes())
-    (pytester.path / "experiments" / "test_exp.py").write_text("def test_a(record):\n    record('x')\n")
-    return pytester
+def suite(suite):
+    """The plugin's scratch suite (tests/conftest.py) with one experiment that records something."""
+    (suite.path / "experiments" / "test_exp.py").write_text("def test_a(record):\n    record('x')\n")
+    return suite
 
 
 @pytest.mark.parametrize("arguments, message", [
