@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
+from inferlab.summaries import post_first_interval, token_times
 from inferlab.records import write_bytes_atomic
 
 TOKEN_TIMES_PNG = "plot_token_times.png"
@@ -26,26 +27,10 @@ PARTIAL_PREFIX = "PARTIAL RUN"
 DPI = 100
 
 
-def _token_times(record: dict) -> Optional[list]:
-    for name in ("token_times", "token_times_s"):
-        times = record.get(name)
-        if isinstance(times, list) and times and all(isinstance(t, (int, float)) for t in times):
-            return times
-    return None
-
-
 def measured_timing_trials(records: list[dict]) -> list[dict]:
     """Timing-trial records that are not warmups and carry selection times, in record order."""
     return [r for r in records if r.get("kind") == "timing_trial" and r.get("warmup") is False
-            and _token_times(r) is not None]
-
-
-def _post_first_interval(record: dict) -> Optional[float]:
-    value = record.get("mean_post_first_interval_s")
-    if isinstance(value, (int, float)):
-        return value
-    times = _token_times(record)
-    return (times[-1] - times[0]) / (len(times) - 1) if times and len(times) > 1 else None
+            and token_times(r) is not None]
 
 
 def _conditions(trials: list[dict]) -> list[tuple]:
@@ -170,7 +155,7 @@ def draw_token_times(records: list[dict], path: Optional[Path], partial: Optiona
     for axis, prompt_id in zip(axes, prompts):
         series = []
         for record in (r for r in trials if r.get("prompt_id") == prompt_id):
-            times = _token_times(record)
+            times = token_times(record)
             # token 1 is measured from t_start, so it includes the prefill
             steps = [(t - p) * 1e3 for t, p in zip(times, [0.0, *times[:-1]])]
             series.append((record.get("use_cache"), steps))
@@ -204,7 +189,7 @@ def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optio
     conditions = _conditions(trials)
     figure = _figure(11, 4.8)
     axes = figure.subplots(1, 2)
-    metrics = (("local TTFT", lambda r: r.get("ttft_s")), ("mean post-first-token interval", _post_first_interval))
+    metrics = (("local TTFT", lambda r: r.get("ttft_s")), ("mean post-first-token interval", post_first_interval))
     for axis, (title, value_of) in zip(axes, metrics):
         per_condition = []
         for prompt_id, use_cache in conditions:

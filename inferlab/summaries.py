@@ -7,7 +7,7 @@ accepts ints, floats or fractions.Fraction, so the analytic tests can check the 
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from typing import Optional, Sequence
 
 from inferlab import protocol
 
@@ -52,6 +52,30 @@ def throughput_including_prompt(token_times: Sequence, t0=0.0) -> float:
     if elapsed <= 0:
         raise ValueError(f"throughput_including_prompt: expected t_n > t0, got t_n={times[-1]!r}, t0={t0!r}")
     return len(times) / elapsed
+
+
+def token_times(record: dict) -> Optional[list]:
+    """A timing trial record's selection times in seconds from t_start, or None when it has none."""
+    for name in ("token_times", "token_times_s"):
+        times = record.get(name)
+        if isinstance(times, list) and times and all(_is_number(t) for t in times):
+            return times
+    return None
+
+
+def post_first_interval(record: dict) -> Optional[float]:
+    """(t_n - t_1)/(n - 1) of one timing trial record, as recorded or from its token times; None if neither."""
+    if _is_number(record.get("mean_post_first_interval_s")):
+        return record["mean_post_first_interval_s"]
+    times = token_times(record)
+    try:
+        return mean_post_first_interval(times) if times else None
+    except ValueError:
+        return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def median_of_rates(tokens: Sequence, seconds: Sequence) -> float:

@@ -428,24 +428,8 @@ def measured_trials(view: RunView) -> dict[tuple, list[dict]]:
     return {key: sorted(trials, key=lambda r: r.get("schedule_index", 0)) for key, trials in groups.items() if trials}
 
 
-def token_times(record: dict) -> Optional[list]:
-    """A timing trial's selection times in seconds from t_start."""
-    for name in ("token_times", "token_times_s"):
-        times = record.get(name)
-        if isinstance(times, list) and times and all(is_number(t) for t in times):
-            return times
-    return None
-
-
-def post_first_interval(record: dict) -> Optional[float]:
-    """(t_n - t_1)/(n - 1) of one trial, as recorded or from its token times."""
-    if is_number(record.get("mean_post_first_interval_s")):
-        return record["mean_post_first_interval_s"]
-    times = token_times(record)
-    try:
-        return summaries.mean_post_first_interval(times) if times else None
-    except ValueError:
-        return None
+token_times = summaries.token_times
+post_first_interval = summaries.post_first_interval
 
 
 def throughput(record: dict) -> Optional[float]:
