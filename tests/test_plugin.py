@@ -11,6 +11,16 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+# One test records, the next sends the session a Ctrl-C (SIGINT) from inside.
+SELF_INTERRUPTING_EXPERIMENT = (
+    "import os, signal\n"
+    "def test_first(record):\n"
+    "    record('before_interrupt')\n"
+    "def test_interrupted():\n"
+    "    os.kill(os.getpid(), signal.SIGINT)\n"
+)
+
+
 def write_experiment(pytester, source: str, name: str = "test_exp.py") -> None:
     (pytester.path / "experiments" / name).write_text(source)
 
@@ -361,13 +371,7 @@ def test_a_second_ctrl_c_while_pytest_handles_the_first_still_leaves_an_incomple
         "def pytest_keyboard_interrupt(excinfo):\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
     )
-    write_experiment(suite, (
-        "import os, signal\n"
-        "def test_first(record):\n"
-        "    record('before_interrupt')\n"
-        "def test_interrupted():\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-    ))
+    write_experiment(suite, SELF_INTERRUPTING_EXPERIMENT)
     done = start_pytest(suite, "experiments", "--record-dir", "run")
     done.communicate(timeout=120)
     assert done.returncode != 0
@@ -418,13 +422,7 @@ def test_a_ctrl_c_that_abandons_the_final_records_prints_one_line_and_keeps_the_
         "    if manifest['session_end'] is not None:\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
     )
-    write_experiment(suite, (
-        "import os, signal\n"
-        "def test_first(record):\n"
-        "    record('before_interrupt')\n"
-        "def test_interrupted():\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-    ))
+    write_experiment(suite, SELF_INTERRUPTING_EXPERIMENT)
     done = start_pytest(suite, "experiments", "--record-dir", "run")
     _, err = done.communicate(timeout=120)
     assert done.returncode == 128 + signal.SIGINT, err
