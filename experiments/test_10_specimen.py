@@ -6,6 +6,7 @@ from inferlab import protocol
 from inferlab.specimen import ACQUISITION_LABELS
 
 
+@pytest.mark.records("thread_controls")
 @pytest.mark.provides("thread_controls")
 def test_thread_controls(thread_controls, record):
     record("thread_controls", **thread_controls)
@@ -15,6 +16,7 @@ def test_thread_controls(thread_controls, record):
     )
 
 
+@pytest.mark.records("offline_guard")
 def test_network_guard_matches_the_offline_option(pytestconfig, record):
     """With --offline every connection is refused for the whole session, loopback included; without it, none is."""
     import socket
@@ -34,6 +36,7 @@ def test_network_guard_matches_the_offline_option(pytestconfig, record):
     assert outcome.startswith("blocked") == offline, f"--offline={offline}, but the probe was {outcome}"
 
 
+@pytest.mark.records("specimen", "artifact_acquisition", "phase")
 @pytest.mark.provides("acquisition", "artifacts_verified")
 def test_acquisition(specimen_spec, acquisition, record):
     record("specimen", **specimen_spec.as_dict())
@@ -45,6 +48,7 @@ def test_acquisition(specimen_spec, acquisition, record):
     assert acquisition["ok"], f"acquisition ({acquisition['acquisition']}) failed: {acquisition['error']}"
 
 
+@pytest.mark.records("artifact_file")
 @pytest.mark.provides("artifacts_verified")
 @pytest.mark.parametrize("name", protocol.ALLOWLISTED_FILES)
 def test_artifact_file(name, specimen_spec, acquisition, verification, record):
@@ -57,6 +61,7 @@ def test_artifact_file(name, specimen_spec, acquisition, verification, record):
     assert row["ok"], row["problem"]
 
 
+@pytest.mark.records("artifact_directory")
 @pytest.mark.provides("artifacts_verified")
 def test_no_files_besides_the_allowlist(acquisition, verification, record):
     """Every entry of the folder is recorded with its verdict; anything refused (README's rule) fails."""
@@ -70,6 +75,7 @@ def test_no_files_besides_the_allowlist(acquisition, verification, record):
     )
 
 
+@pytest.mark.records("model_load", "phase")
 @pytest.mark.requires("artifacts_verified", "thread_controls")
 @pytest.mark.provides("model_load")
 def test_model_load(loaded_specimen, specimen_spec, record):
@@ -86,6 +92,7 @@ def test_model_load(loaded_specimen, specimen_spec, record):
 
 # Every test that runs or measures the model requires this check: a model off the CPU, not in
 # float32, without eager attention or in training mode stops them, with the violations on record.
+@pytest.mark.records("model_inspection")
 @pytest.mark.requires("model_load")
 @pytest.mark.provides("model_inspection")
 def test_model_inspection(model, acquisition, specimen_spec, record):

@@ -7,6 +7,7 @@ from inferlab import protocol
 ALL_PROMPTS = {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}
 
 
+@pytest.mark.records("input", "phase")
 @pytest.mark.requires("model_load")
 @pytest.mark.provides("inputs")
 @pytest.mark.parametrize("prompt_id", list(ALL_PROMPTS))
@@ -23,6 +24,7 @@ def test_input(prompt_id, encoded_prompts, record):
     assert fields["length"] == len(fields["token_ids"]) == sum(fields["attention_mask"])
 
 
+@pytest.mark.records("eos_ids")
 @pytest.mark.requires("model_load")
 def test_eos_ids_agree_across_the_checkpoint_files(tokenizer, model, acquisition, record):
     """The tokenizer, config.json and (if the checkpoint has one) generation_config.json name one EOS id."""

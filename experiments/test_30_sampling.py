@@ -17,6 +17,7 @@ def trial_param(trial):
 
 # A failed trial is recorded and the matrix goes on; the checks below read whatever trials exist
 # and name any that are missing, rather than being skipped wholesale by one failure.
+@pytest.mark.records("generation", "phase")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [trial_param(t) for t in TRIALS])
 def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store, record):
@@ -72,6 +73,7 @@ def test_no_generation_warnings(inferlab_run):
     assert not warned, f"warnings during generation: {warned}"
 
 
+@pytest.mark.records("first_step_logits_check")
 @pytest.mark.diagnostic
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
@@ -93,6 +95,7 @@ def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, r
     )
 
 
+@pytest.mark.records("processed_scores_check")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_store, record):
@@ -112,6 +115,7 @@ def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_
     assert not same, f"{prompt_id}: processed scores equal raw logits under temperature != 1 for {same}"
 
 
+@pytest.mark.records("sampling_summary")
 @pytest.mark.diagnostic
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))

@@ -16,6 +16,7 @@ def revised_criterion(pytestconfig):
                                           pytestconfig.getoption("inferlab_justification"))
 
 
+@pytest.mark.records("cache_criterion", "cache_criterion_revised")
 @pytest.mark.requires("model_inspection")
 @pytest.mark.provides("cache_criterion")
 def test_cache_criterion_declared(revised_criterion, record):
@@ -27,6 +28,7 @@ def test_cache_criterion_declared(revised_criterion, record):
         record("cache_criterion_revised", **revised_criterion.as_record())
 
 
+@pytest.mark.records("cache_inspection", "cache_comparison", "cache_summary")
 @pytest.mark.requires("model_inspection", "cache_criterion")
 @pytest.mark.provides("cache_comparison")
 @pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)

@@ -13,6 +13,7 @@ def schedule_param(trial):
     return pytest.param(trial, marks=[budget], id=trial.test_id)
 
 
+@pytest.mark.records("timing_trial", "phase")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
 def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, record):
@@ -62,6 +63,7 @@ def _effective_threads():
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
+@pytest.mark.records("clock_overhead", "benchmark_reference")
 def test_timestamp_overhead(record):
     """What the loop's own clock reads cost, from the clock alone (no forward, between trials), and whether
     benchmarks/overhead.py's full comparison has a result from this machine."""
@@ -74,6 +76,7 @@ def test_timestamp_overhead(record):
     assert overhead["reads_per_trial"] == decode_loop.clock_reads_per_trial(protocol.TIMING_NEW_TOKENS)
 
 
+@pytest.mark.records("loop_vs_generate")
 @pytest.mark.diagnostic
 @pytest.mark.requires("model_inspection", "inputs")
 def test_loop_matches_generate(inferlab_run, record):
@@ -86,6 +89,7 @@ def test_loop_matches_generate(inferlab_run, record):
     )
 
 
+@pytest.mark.records("timing_summary")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
@@ -98,6 +102,7 @@ def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
     )
 
 
+@pytest.mark.records("cache_divergence")
 @pytest.mark.diagnostic
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))

@@ -5,6 +5,7 @@ import pytest
 from inferlab import protocol, summaries
 
 
+@pytest.mark.records("memory")
 @pytest.mark.requires("model_inspection")
 def test_parameter_storage(model, record):
     from inferlab import memory
@@ -23,6 +24,7 @@ def test_parameter_storage(model, record):
     )
 
 
+@pytest.mark.records("memory")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.budget(category="memory", forwards=1)
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
@@ -45,6 +47,7 @@ def test_cache_storage_after_prefill(prompt_id, model, encoded_prompts, record):
     assert storage["unique_bytes"] == expected, f"cache bytes: measured {storage['unique_bytes']}, formula {expected}"
 
 
+@pytest.mark.records("memory")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, record):
@@ -64,6 +67,7 @@ def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, reco
     assert storage["unique_bytes"] == expected, f"cache bytes: measured {storage['unique_bytes']}, formula {expected}"
 
 
+@pytest.mark.records("memory")
 @pytest.mark.requires("model_inspection")
 def test_process_memory(thread_controls, record):
     from inferlab import memory
@@ -79,6 +83,7 @@ def test_process_memory(thread_controls, record):
         assert now["peak_rss"]["bytes"] >= now["current_rss"]["bytes"], (now["peak_rss"], now["current_rss"])
 
 
+@pytest.mark.records("memory")
 @pytest.mark.requires("model_inspection")
 def test_unmeasured_categories(inferlab_run, record):
     """The tensors we can count are a fraction of the process: the rest is in categories we do not measure."""
@@ -98,6 +103,7 @@ def test_unmeasured_categories(inferlab_run, record):
     )
 
 
+@pytest.mark.records("memory_bandwidth")
 def test_memory_bandwidth(thread_controls, record):
     """One thread's copy bandwidth, for the decode step's floor (bytes it must read / this rate): no forward,
     outside every timed region. Last in this file, so its large buffers do not lift the RSS figures above."""

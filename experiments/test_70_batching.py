@@ -5,9 +5,10 @@ import pytest
 from inferlab import protocol
 
 BATCH_FILE = "batching_first_step_logits"
-pytestmark = pytest.mark.batching
+pytestmark = [pytest.mark.batching, pytest.mark.optional_extension]
 
 
+@pytest.mark.records("batching")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.provides("batching")
 @pytest.mark.budget(category="batching", calls=4, selections=6 * protocol.MAX_NEW_TOKENS)

@@ -29,6 +29,7 @@ from inferlab.records import (
     MANIFEST_FILE,
     PLAN_FILE,
     PREDICTIONS_FILE,
+    RECORD_SCHEMA,
     RECORDS_FILE,
     REPORT_FILE,
     TENSOR_DIR,
@@ -140,6 +141,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "provides(name): this test establishes the named check for later tests")
     config.addinivalue_line("markers", "requires(*names): skip unless every named check passed earlier")
     config.addinivalue_line("markers", "budget(category, selections=0, forwards=0, calls=0): what the test spends")
+    config.addinivalue_line("markers", "records(*kinds): the record kinds this test writes; the plan carries them, "
+                                       "readers ask the plan which tests produce a kind, and the record fixture "
+                                       "refuses any other kind")
+    config.addinivalue_line("markers", "optional_extension: an optional part of the protocol (on a module): "
+                                       "leaving it out does not make a run partial")
     config.addinivalue_line("markers", "batching: the optional batching extension (deselect with -m 'not batching')")
     config.addinivalue_line("markers", "diagnostic: a protocol diagnostic or observation; its failure is a finding "
                                        "about the computation, kept with its evidence, not a broken harness")
@@ -401,8 +407,15 @@ def plan_entries(items) -> list[dict]:
             "provides": [n for m in item.iter_markers("provides") for n in m.args],
             "timeout_s": _timeout_of(item),
             "check_kind": check_kind(item),
+            "records": declared_records(item),
+            "optional": item.get_closest_marker("optional_extension") is not None,
         })
     return entries
+
+
+def declared_records(item) -> list[str]:
+    """The record kinds a test declares with @pytest.mark.records(...), in order, each once."""
+    return list(dict.fromkeys(kind for marker in item.iter_markers("records") for kind in marker.args))
 
 
 def check_kind(item) -> str:
@@ -458,10 +471,11 @@ def build_plan(items, config, run: RunState) -> dict:
     parts = session_status.part_counts(session_status.experiment_parts(config.rootpath, EXPERIMENTS_DIR),
                                        run.collected or planned, planned)
     shortfalls, optional_notes = session_status.plan_shortfalls(totals, parts, named_tests)
-    core_deselected = [n for n in run.deselected if Path(session_status.file_of(n)).name
-                       not in session_status.OPTIONAL_EXPERIMENT_FILES]
+    optional_files = {part["file"] for part in parts if part["optional"]}
+    core_deselected = [n for n in run.deselected if session_status.file_of(n) not in optional_files]
     partial_reasons = session_status.selection_reasons(selection, len(core_deselected), named_paths) + shortfalls
     return {
+        "schema": RECORD_SCHEMA,
         "mode": "plan" if config.getoption("inferlab_plan") else "run",
         "protocol": protocol.as_dict(),
         "schedule": entries,
@@ -821,6 +835,7 @@ def _write_manifest(config, run: RunState, end: Optional[dict]) -> None:
     started_environment = run.environment
     changed = environment.changes(started_environment, environment.environment_record(root)) if end else []
     manifest = {
+        "schema": RECORD_SCHEMA,
         "mode": "plan" if config.getoption("inferlab_plan") else "run",
         "complete": bool(end and end["complete"]),
         "status": end["status"] if end else STARTED_STATUS,
@@ -940,8 +955,16 @@ def inferlab_run(pytestconfig) -> RunState:
 
 @pytest.fixture
 def record(request, inferlab_run):
-    """record(kind, **fields): emit a record attributed to the current test; returns it."""
+    """record(kind, **fields): emit a record attributed to the current test; returns it.
+
+    A test that declares its kinds with @pytest.mark.records(...) may write only those, so that the plan says
+    truthfully which tests produce which records."""
+    declared = declared_records(request.node) if request.node.get_closest_marker("records") else None
+
     def _record(kind: str, **fields) -> dict:
+        if declared is not None and kind not in declared:
+            raise ValueError(f"{request.node.nodeid}: record kind {kind!r} is not declared on the test; expected one "
+                             f"of {declared} (add it to @pytest.mark.records)")
         return emit(request.config, kind, request.node.nodeid, fields)
 
     return _record

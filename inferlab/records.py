@@ -30,6 +30,9 @@ PLAN_FILE = "plan.json"
 PREDICTIONS_FILE = "predictions.md"
 REPORT_FILE = "report.md"
 TENSOR_DIR = "tensors"
+# The layout of a run's records, named in manifest.json and plan.json. 1: the runs written before a run said
+# which schema it used (no "schema" field); 2: plan entries declare the record kinds each test produces.
+RECORD_SCHEMA = 2
 
 
 class RecordDirError(Exception):

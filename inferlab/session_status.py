@@ -14,8 +14,10 @@ from typing import Iterable, Optional
 
 from inferlab import protocol
 
-# The protocol calls batching an optional extension: leaving it out does not make a run partial.
-OPTIONAL_EXPERIMENT_FILES = ("test_70_batching.py",)
+# The protocol calls batching an optional extension: leaving it out does not make a run partial. An experiment
+# module says it is optional with `pytestmark = [..., pytest.mark.optional_extension]`; this is read from its
+# source, so that a file that was not even collected is still known to be optional.
+OPTIONAL_MARKER = "optional_extension"
 
 
 def file_of(nodeid: str) -> str:
@@ -28,15 +30,25 @@ def experiment_parts(root: Path, experiments_dir: str) -> list[dict]:
     parts = []
     for path in sorted((Path(root) / experiments_dir).glob("test_*.py")):
         try:
-            docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+            module = ast.parse(path.read_text(encoding="utf-8"))
         except (OSError, SyntaxError, ValueError):
-            docstring = ""
+            module = None
+        docstring = (ast.get_docstring(module) or "") if module is not None else ""
         parts.append({
             "file": f"{experiments_dir}/{path.name}",
             "title": docstring.strip().splitlines()[0] if docstring.strip() else path.stem,
-            "optional": path.name in OPTIONAL_EXPERIMENT_FILES,
+            "optional": module is not None and declares_optional(module),
         })
     return parts
+
+
+def declares_optional(module: ast.Module) -> bool:
+    """Whether a module's `pytestmark` assignment names the optional_extension marker."""
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            if any(isinstance(n, ast.Attribute) and n.attr == OPTIONAL_MARKER for n in ast.walk(node.value)):
+                return True
+    return False
 
 
 def part_counts(parts: list[dict], collected: Iterable[str], planned: Iterable[str]) -> list[dict]:

@@ -22,6 +22,7 @@ from inferlab import protocol, report
 from inferlab.records import (
     MANIFEST_FILE,
     PLAN_FILE,
+    RECORD_SCHEMA,
     RECORDS_FILE,
     TENSOR_DIR,
     JsonlWriter,
@@ -81,6 +82,22 @@ def all_nodeids() -> list[tuple[str, dict]]:
     return tests
 
 
+def declared_records() -> dict[str, list[str]]:
+    """Each experiment test function's @pytest.mark.records kinds, read from the experiments' source."""
+    import ast
+
+    found = {}
+    for path in sorted((Path(__file__).resolve().parents[1] / "experiments").glob("test_*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            kinds = [arg.value for decorator in node.decorator_list if isinstance(decorator, ast.Call)
+                     and isinstance(decorator.func, ast.Attribute) and decorator.func.attr == "records"
+                     for arg in decorator.args if isinstance(arg, ast.Constant)]
+            found[node.name] = kinds
+    return found
+
+
 def _plan(tests: list[tuple[str, dict]]) -> dict:
     totals = dict.fromkeys(protocol.CAPS, 0)
     for _, budget in tests:
@@ -98,10 +115,14 @@ def _plan(tests: list[tuple[str, dict]]) -> dict:
             totals["batching_calls"] += budget["calls"]
     totals["core_trials"] = totals["generation_trials"] + totals["timing_warmups"] + totals["timing_measured"]
     totals["core_selections"] = totals["generation_new_tokens"] + totals["timing_selections"]
+    kinds = declared_records()
     return {
+        "schema": RECORD_SCHEMA,
         "protocol": protocol.as_dict(),
         "schedule": [{"index": i, "test": t, "params": {}, "budget": b, "requires": [], "provides": [],
-                      "timeout_s": protocol.TRIAL_LIMIT_S} for i, (t, b) in enumerate(tests)],
+                      "timeout_s": protocol.TRIAL_LIMIT_S, "records": kinds.get(t.split("::")[-1].split("[")[0], []),
+                      "optional": "test_70_batching.py" in t}
+                     for i, (t, b) in enumerate(tests)],
         "totals": totals,
         "caps": dict(protocol.CAPS),
         "cap_violations": protocol.cap_violations(totals),
@@ -149,6 +170,7 @@ class RunBuilder:
 
     def _write_manifest(self, final: bool) -> None:
         manifest = {
+            "schema": RECORD_SCHEMA,
             "complete": final,
             "exit_status": (1 if self.outcomes.get("failed") else 0) if final else None,
             "outcome_counts": dict(self.outcomes) if final else {},

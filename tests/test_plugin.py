@@ -799,3 +799,23 @@ def test_the_summary_names_the_specimen_and_says_when_it_is_synthetic(suite, nam
     else:
         result.stdout.fnmatch_lines([line])
         assert "SYNTHETIC" not in result.stdout.str()
+
+
+def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries_them(suite):
+    write_experiment(suite, (
+        "import pytest\n"
+        "@pytest.mark.records('measurement')\n"
+        "def test_declared(record):\n"
+        "    record('measurement', value=1)\n"
+        "@pytest.mark.records('measurement')\n"
+        "def test_undeclared(record):\n"
+        "    record('surprise', value=2)\n"
+    ))
+    result = suite.runpytest("experiments", "--record-dir", "run")
+    result.assert_outcomes(passed=1, failed=1)
+    records = read_records(suite.path / "run")
+    assert [r["kind"] for r in records if r["kind"] in ("measurement", "surprise")] == ["measurement"]
+    assert "record kind 'surprise' is not declared" in outcomes_by_test(records)["test_undeclared"]["longrepr"]
+    plan = json.loads((suite.path / "run" / "plan.json").read_text())
+    assert plan["schema"] == manifest_of(suite.path / "run")["schema"] == 2
+    assert [entry["records"] for entry in plan["schedule"]] == [["measurement"], ["measurement"]]

@@ -66,3 +66,21 @@ def test_the_status_line_of_a_complete_run_names_the_optional_extension_it_left_
         exit_status=0, exit_code_name="OK", signals=[], collect_only=False, plan_only=False, stopped_reason=None,
         planned=["a"], with_outcome={"a"}, partial_reasons=[], optional_notes=[])
     assert session_status.status_line(end, {"passed": 1}).endswith("; the plan is the complete protocol")
+
+
+def test_an_experiment_module_is_optional_only_when_its_pytestmark_names_the_marker(tmp_path):
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "test_a.py").write_text('"""Part A."""\nimport pytest\npytestmark = pytest.mark.batching\n')
+    (experiments / "test_b.py").write_text('"""Part B."""\nimport pytest\n'
+                                           'pytestmark = [pytest.mark.batching, pytest.mark.optional_extension]\n')
+    (experiments / "test_c.py").write_text('"""Part C."""\nimport pytest\n@pytest.mark.optional_extension\n'
+                                           'def test_x():\n    pass\n')
+    parts = {part["file"]: part for part in session_status.experiment_parts(tmp_path, "experiments")}
+    assert [parts[f"experiments/test_{n}.py"]["optional"] for n in "abc"] == [False, True, False]
+    assert parts["experiments/test_b.py"]["title"] == "Part B."
+
+
+def test_the_project_declares_exactly_the_batching_extension_optional():
+    parts = session_status.experiment_parts(REPO_ROOT, "experiments")
+    assert [part["file"] for part in parts if part["optional"]] == ["experiments/test_70_batching.py"]
