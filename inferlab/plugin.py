@@ -281,7 +281,7 @@ def _load_specimen_spec(config):
         spec = specimen.load_spec(name, config.rootpath / "artifacts")
     except specimen.SpecimenError as error:
         raise pytest.UsageError(f"--specimen {name}: {error}") from None
-    problem = specimen.offline_build_problem(spec)
+    problem = specimen.local_build_problem(spec)
     if problem:
         raise pytest.UsageError(f"--specimen {name}: {problem}")
     return spec
