@@ -21,6 +21,7 @@ from inferlab.specimen.acquire import (
     acquisition_outcome,
     choose_acquisition,
     download,
+    load_runnable_spec,
     local_build_problem,
     local_builder,
     remote_metadata,
@@ -43,7 +44,7 @@ from inferlab.specimen.verification import check_specimen_files, require_verifie
 __all__ = [
     "ACQUISITION_LABELS", "ACQUISITIONS", "DEFAULT_ARTIFACTS_ROOT", "DEFAULT_ENDPOINT", "PROJECT_ROOT",
     "WEIGHT_FILE", "Deadline", "DeadlineExpired", "SpecimenError", "SpecimenSpec", "acquire",
-    "acquisition_outcome", "cache_dir", "check_specimen_files", "choose_acquisition", "download", "load_spec",
-    "local_build_problem", "local_builder", "offline_mode", "remote_metadata", "require_verified", "resolve_endpoint",
+    "acquisition_outcome", "cache_dir", "check_specimen_files", "choose_acquisition", "download", "load_runnable_spec",
+    "load_spec", "local_build_problem", "local_builder", "offline_mode", "remote_metadata", "require_verified", "resolve_endpoint",
     "sha256_file", "spec_problems",
 ]

@@ -29,7 +29,7 @@ from inferlab import protocol
 from inferlab.specimen import hub, lock
 from inferlab.specimen.deadline import Deadline, DeadlineExpired
 from inferlab.specimen.offline import offline_mode
-from inferlab.specimen.spec import SpecimenError, SpecimenSpec, cache_dir
+from inferlab.specimen.spec import SpecimenError, SpecimenSpec, cache_dir, load_spec
 from inferlab.specimen.verification import check_specimen_files, require_verified
 
 ACQUISITIONS = ("reuse:artifacts_dir", "reuse:project_cache", "download", "built_offline")
@@ -194,6 +194,16 @@ def local_build_problem(spec: SpecimenSpec) -> Optional[str]:
         except replica.ReferenceUnavailable as error:
             return str(error)
     return None
+
+
+def load_runnable_spec(name: str, artifacts_root=None) -> SpecimenSpec:
+    """load_spec(), also refused (SpecimenError) when the spec's local build cannot run here: checked before a
+    run writes anything, so that a replica without its reference folder is a usage error."""
+    spec = load_spec(name, artifacts_root)
+    problem = local_build_problem(spec)
+    if problem:
+        raise SpecimenError(problem)
+    return spec
 
 
 def _require_local_builder(spec: SpecimenSpec):
