@@ -21,7 +21,7 @@ OPTIONAL_MARKER = "optional_extension"
 
 
 def file_of(nodeid: str) -> str:
-    """The file part of a node id ('experiments/test_40_cache.py')."""
+    """The file part of a node id: 'experiments/test_x.py' of 'experiments/test_x.py::test_y[P1]'."""
     return nodeid.split("::")[0]
 
 

@@ -5,7 +5,8 @@ The paths, in the order they are tried:
 1. ``reuse:artifacts_dir``  --artifacts DIR, verified; never a fallback to anything else.
 2. ``reuse:project_cache``  artifacts/cache/<name>/<revision>/, verified; a damaged cache is
                             reported with the file that failed and is never repaired silently.
-3. ``built_offline``        a synthetic specimen, built into staging, verified, then published.
+3. ``built_offline``        (the recorded name) a synthetic specimen built here, without a download:
+                            into staging, verified, then published.
 4. ``download``             metadata first (HEAD only; refused before any body if a required file
                             is missing, a size is unknown, over the cap or unlike the pin); then each
                             file the revision has, streamed into staging under the deadline; verified
