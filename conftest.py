@@ -1,2 +1,2 @@
-# Registers the inferlab plugin; all of its options, hooks and fixtures live in inferlab/plugin.py.
+# Registers the inferlab plugin; inferlab/plugin.py wires its options, hooks and fixtures.
 pytest_plugins = ["inferlab.plugin"]

@@ -52,7 +52,7 @@ def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, re
     record("cache_inspection", **result["cache"], eval_mode=result["eval_mode"],
            cache_object_reused=result["cache_object_reused"], warnings=result["warnings"])
     for prefix in result["prefixes"]:
-        record("cache_comparison", **prefix, top2_margin=prefix["top2_margin_uncached"],
+        record("cache_comparison", **prefix,
                tensors={"cached": references[f"cached/{prefix['name']}"],
                         "uncached": references[f"uncached/{prefix['name']}"]},
                **({"revised": revised["per_prefix"][prefix["name"]]} if revised else {}),

@@ -38,7 +38,6 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, re
     text, decode_s = decode_loop.decode_profiling_text(tokenizer, result.generated_ids)
     cache_after = memory.cache_storage(result.cache) if result.cache is not None else None
     record("timing_trial", **{**result.to_record(), **identity}, status="ok", prompt_ids=encoded["record"]["token_ids"],
-           token_times=result.token_times_s,
            profiling_text_not_a_response=text, profiling_pieces=inputs.token_pieces(tokenizer, result.generated_ids),
            decode_s=decode_s, cache_after_loop=cache_after,
            diagnostic_outputs={"output_attentions": False, "output_hidden_states": False, "scores": False},

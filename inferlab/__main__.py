@@ -182,7 +182,7 @@ def run_check_artifacts(artifacts_dir: Path, specimen_name) -> int:
     except specimen.SpecimenError as error:
         print(f"check-artifacts: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
-    result = specimen.verify(artifacts_dir, spec)
+    result = specimen.check_specimen_files(artifacts_dir, spec)
     for row in result["files"]:
         print(artifact_row_line(row))
     for line in result["problems"]:

@@ -22,7 +22,7 @@ from transformers import DynamicCache, GenerationConfig
 
 from inferlab import protocol
 from inferlab.sampling import build_generation_config
-from inferlab.summaries import first_divergence
+from inferlab.summaries import first_divergence, post_first_interval_s
 
 EosIds = Union[int, Iterable[int], None]
 
@@ -67,9 +67,7 @@ class LoopResult:
     @property
     def mean_post_first_interval_s(self) -> Optional[float]:
         """(t_n - t_1) / (n - 1): the mean interval after the first token; None when n == 1."""
-        if self.new_tokens < 2:
-            return None
-        return (self.token_times_ns[-1] - self.token_times_ns[0]) / (self.new_tokens - 1) / 1e9
+        return post_first_interval_s(self.token_times_ns)
 
     def to_record(self) -> dict:
         """JSON-ready fields (the cache object is left out)."""

@@ -1,4 +1,5 @@
-"""Writers for a run's record directory: JSON Lines as they happen, whole files atomically.
+"""Writers for a run's record directory: JSON Lines as they happen, whole files atomically. What goes into
+the files (each record, plan.json, manifest.json, the claim) is made by inferlab.run.writers.
 
 Layout of a record directory:
     claim.json           written first, with O_EXCL: this run owns the directory (who, when, the command)

@@ -21,7 +21,7 @@ OPTIONAL_MARKER = "optional_extension"
 
 
 def file_of(nodeid: str) -> str:
-    """The file part of a node id ('experiments/test_40_cache.py')."""
+    """The file part of a node id: 'experiments/test_x.py' of 'experiments/test_x.py::test_y[P1]'."""
     return nodeid.split("::")[0]
 
 
@@ -191,3 +191,22 @@ def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
     if end["complete"]:
         return f"{head}; the plan is the complete protocol" + left_out
     return head
+
+
+def outcome_suffix(end: dict, outcome_counts: dict) -> Optional[str]:
+    """The suffix a run made under --runs-dir gets for how it ended; None for a complete run that passed.
+
+    -incomplete: it did not reach its end; -failed: a test failed or errored; -partial: not the complete
+    protocol; -partial-failed: both, so that `ls runs` tells it from a complete run that failed.
+    """
+    if end["plan_only"]:
+        return None
+    if end["interrupted"] or end["stopped_early"] or end["collect_only"] or end["tests_without_outcome"]:
+        return "-incomplete"
+    failed = bool(outcome_counts.get("failed") or outcome_counts.get("error") or end["exit_code_name"] != "OK")
+    partial = not end["protocol_complete"]
+    if failed and partial:
+        return "-partial-failed"
+    if failed:
+        return "-failed"
+    return "-partial" if partial else None

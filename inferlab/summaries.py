@@ -38,6 +38,18 @@ def mean_post_first_interval(token_times: Sequence) -> float:
     return (times[-1] - times[0]) / (len(times) - 1)
 
 
+def post_first_interval_s(token_times_ns: Sequence[int]) -> Optional[float]:
+    """(t_n - t_1) / (n - 1) in seconds from the loop's perf_counter_ns stamps t_1..t_n; None when n < 2.
+
+    The one place the mean post-first-token interval of a trial is computed: from the integer stamps, so
+    no rounding of the per-token seconds enters it.
+    """
+    times = list(token_times_ns)
+    if len(times) < 2:
+        return None
+    return mean_post_first_interval(times) / 1e9
+
+
 def throughput_including_prompt(token_times: Sequence, t0=0.0) -> float:
     """n / (t_n - t0): generated tokens per second counted from loop start t0, so prefill is included.
 
@@ -55,23 +67,35 @@ def throughput_including_prompt(token_times: Sequence, t0=0.0) -> float:
 
 
 def token_times(record: dict) -> Optional[list]:
-    """A timing trial record's selection times in seconds from t_start, or None when it has none."""
-    for name in ("token_times", "token_times_s"):
-        times = record.get(name)
-        if isinstance(times, list) and times and all(_is_number(t) for t in times):
-            return times
+    """A timing trial record's selection times in seconds from t_start (`token_times_s`), or None without them."""
+    times = record.get("token_times_s")
+    if isinstance(times, list) and times and all(_is_number(t) for t in times):
+        return times
     return None
 
 
 def post_first_interval(record: dict) -> Optional[float]:
-    """(t_n - t_1)/(n - 1) of one timing trial record, as recorded or from its token times; None if neither."""
+    """(t_n - t_1)/(n - 1) of one timing trial record: as recorded, else from its nanosecond stamps, else from
+    its times in seconds; None when it has none of them."""
     if _is_number(record.get("mean_post_first_interval_s")):
         return record["mean_post_first_interval_s"]
-    times = token_times(record)
     try:
+        stamps = record.get("token_times_ns")
+        if isinstance(stamps, list) and stamps and all(isinstance(t, int) and not isinstance(t, bool) for t in stamps):
+            return post_first_interval_s(stamps)
+        times = token_times(record)
         return mean_post_first_interval(times) if times else None
     except ValueError:
         return None
+
+
+def _trial_interval(trial: dict) -> float:
+    """A completed trial's post-first-token interval; a trial without one is an error, never left out."""
+    interval = post_first_interval(trial)
+    if interval is None:
+        raise ValueError(f"timing_summary: trial {trial.get('schedule_id')}: expected at least 2 non-decreasing "
+                         f"selection times, got {trial.get('token_times_s')!r}")
+    return interval
 
 
 def _is_number(value) -> bool:
@@ -204,10 +228,9 @@ def timing_summary(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
         return summary
     summary["prefill_s"] = median_min_max([t["prefill_s"] for t in measured])
     summary["ttft_s"] = median_min_max([t["ttft_s"] for t in measured])
-    summary["mean_post_first_interval_s"] = median_min_max(
-        [mean_post_first_interval(t["token_times"]) for t in measured])
+    summary["mean_post_first_interval_s"] = median_min_max([_trial_interval(t) for t in measured])
     summary["loop_s"] = median_min_max([t["loop_s"] for t in measured])
-    summary["throughput_tok_s"] = median_min_max([throughput_including_prompt(t["token_times"]) for t in measured])
+    summary["throughput_tok_s"] = median_min_max([throughput_including_prompt(t["token_times_s"]) for t in measured])
     return summary
 
 

@@ -1,10 +1,16 @@
 """Synthetic record directories for the report, verify and compare tests (no model is run).
 
-build_complete_run() writes what a complete stand-in session leaves behind, in the plugin's
-order: the start manifest, plan.json, every record (through JsonlWriter), the tensors
-(through TensorStore), report.md with its plots, then the final manifest whose file
-inventory comes from file_inventory. build_failed_run() writes a run that failed at
-artifact verification, with every dependent test skipped for that reason.
+A run is written through the harness's own lifecycle (inferlab.run.lifecycle) and writers, as a session
+writes it: the claim, the start manifest, plan.json, every record, the tensors (TensorStore), report.md
+with its plots, then the final manifest with its file inventory. Only the values are made up: a ticking
+clock stands in for the wall clock and FixedSurroundings for the machine, so two builds are byte-identical.
+Each plan entry carries the markers its experiment test really has (read from experiments/ source).
+
+build_complete_run() is a complete stand-in session; build_failed_run() a run that failed at artifact
+verification, with every dependent test skipped for that reason. Both keep the older format the report's
+and verify's compatibility tests read: no check_kind on outcomes or plan entries (with_check_kinds() adds
+them), and plan.json without the fields plans gained later (mode, parts, selection, protocol_complete,
+partial_reasons, optional_left_out). RunBuilder(current_format=True) keeps everything the writers make.
 
 The numbers are invented test data in the shapes the experiments record; they are not
 measurements of anything.
@@ -12,26 +18,24 @@ measurements of anything.
 
 from __future__ import annotations
 
+import ast
+import collections
+import contextlib
+import datetime
+import functools
 import json
 import random
 import shutil
+import types
 from pathlib import Path
 from typing import Optional
 
-from inferlab import protocol, report
-from inferlab.records import (
-    MANIFEST_FILE,
-    PLAN_FILE,
-    RECORD_SCHEMA,
-    RECORDS_FILE,
-    TENSOR_DIR,
-    JsonlWriter,
-    TensorStore,
-    file_inventory,
-    write_json_atomic,
-)
-from inferlab import summaries
+from inferlab import protocol, session_status, summaries
+from inferlab.plan import EXPERIMENTS_DIR, TestFacts, selection_of
+from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
+from inferlab.run import lifecycle, writers
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 64  # tiny on purpose: the tests check plumbing, not a real vocabulary
 EOS_ID = 0
 FAILED_ACQUISITION_MESSAGE = (
@@ -50,6 +54,18 @@ SPECIMEN_TESTS = ("experiments/test_10_specimen.py::test_acquisition",
 SAMPLING = "experiments/test_30_sampling.py"
 TIMING = "experiments/test_50_timing.py"
 CACHE = "experiments/test_40_cache.py"
+FIXTURE_START = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
+FIXTURE_ENVIRONMENT = {  # what FixedSurroundings says of the machine, the software and the source
+    "platform": {"python_version": "3.11.2", "python_implementation": "CPython", "os": "Linux",
+                 "machine": "x86_64", "cpu_model": "Test CPU", "logical_cpus": 2},
+    "distributions": {"numpy": "2.0.0", "safetensors": "0.8.0", "tokenizers": "0.22.2", "torch": "2.13.0",
+                      "transformers": "4.57.1"},
+    "requirements_lock_sha256": "ab" * 32,
+    "git": {"commit": "c0ffee" * 6 + "c0ff", "dirty": False},
+    "source_sha256": {"inferlab/report.py": "cd" * 32},
+    "thread_environment": {"OMP_NUM_THREADS": "1"},
+    "deviations_from_reference": ["Python is CPython 3.11.2; the protocol's reference is CPython 3.13.13"],
+}
 
 
 def generation_nodeid(trial) -> str:
@@ -82,163 +98,165 @@ def all_nodeids() -> list[tuple[str, dict]]:
     return tests
 
 
-def declared_records() -> dict[str, list[str]]:
-    """Each experiment test function's @pytest.mark.records kinds, read from the experiments' source."""
-    import ast
+def _marker_args(decorator: ast.expr, name: str) -> Optional[list]:
+    """The constant arguments of `@pytest.mark.<name>(...)` (or [] for a bare `@pytest.mark.<name>`); None if
+    the decorator is another one."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    if not (isinstance(target, ast.Attribute) and target.attr == name):
+        return None
+    args = decorator.args if isinstance(decorator, ast.Call) else []
+    return [arg.value for arg in args if isinstance(arg, ast.Constant)]
 
+
+@functools.lru_cache(maxsize=None)
+def experiment_markers() -> dict[str, dict]:
+    """Each experiment test function's markers, read from the experiments' source: {name: {records, requires,
+    provides, diagnostic, optional}} (optional: its module says pytestmark = [..., optional_extension])."""
     found = {}
-    for path in sorted((Path(__file__).resolve().parents[1] / "experiments").glob("test_*.py")):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for path in sorted((REPO_ROOT / EXPERIMENTS_DIR).glob("test_*.py")):
+        module = ast.parse(path.read_text(encoding="utf-8"))
+        optional = session_status.declares_optional(module)
+        for node in module.body:
             if not isinstance(node, ast.FunctionDef):
                 continue
-            kinds = [arg.value for decorator in node.decorator_list if isinstance(decorator, ast.Call)
-                     and isinstance(decorator.func, ast.Attribute) and decorator.func.attr == "records"
-                     for arg in decorator.args if isinstance(arg, ast.Constant)]
-            found[node.name] = kinds
+            marks = {name: [arg for decorator in node.decorator_list
+                            for arg in (_marker_args(decorator, name) or [])]
+                     for name in ("records", "requires", "provides")}
+            marks["records"] = list(dict.fromkeys(marks["records"]))
+            marks["diagnostic"] = any(_marker_args(d, "diagnostic") is not None for d in node.decorator_list)
+            found[node.name] = {**marks, "optional": optional}
     return found
 
 
-def _plan(tests: list[tuple[str, dict]]) -> dict:
-    totals = dict.fromkeys(protocol.CAPS, 0)
-    for _, budget in tests:
-        budget = budget or {}
-        category = budget.get("category")
-        if category == "generation":
-            totals["generation_trials"] += 1
-            totals["generation_new_tokens"] += budget["selections"]
-        elif category in ("timing_warmup", "timing_measured"):
-            totals["timing_warmups" if category == "timing_warmup" else "timing_measured"] += 1
-            totals["timing_selections"] += budget["selections"]
-        elif category == "cache":
-            totals["cache_forwards"] += budget["forwards"]
-        elif category == "batching":
-            totals["batching_calls"] += budget["calls"]
-    totals["core_trials"] = totals["generation_trials"] + totals["timing_warmups"] + totals["timing_measured"]
-    totals["core_selections"] = totals["generation_new_tokens"] + totals["timing_selections"]
-    kinds = declared_records()
-    return {
-        "schema": RECORD_SCHEMA,
-        "protocol": protocol.as_dict(),
-        "schedule": [{"index": i, "test": t, "params": {}, "budget": b, "requires": [], "provides": [],
-                      "timeout_s": protocol.TRIAL_LIMIT_S, "records": kinds.get(t.split("::")[-1].split("[")[0], []),
-                      "optional": "test_70_batching.py" in t}
-                     for i, (t, b) in enumerate(tests)],
-        "totals": totals,
-        "caps": dict(protocol.CAPS),
-        "cap_violations": protocol.cap_violations(totals),
-        "shortfalls": protocol.shortfalls(totals),
-    }
+def declared_records() -> dict[str, list[str]]:
+    """Each experiment test function's @pytest.mark.records kinds, read from the experiments' source."""
+    return {name: marks["records"] for name, marks in experiment_markers().items()}
+
+
+def function_of(nodeid: Optional[str]) -> str:
+    """The test function a node id names: 'test_input' of '...::test_input[P1]'."""
+    return (nodeid or "").split("::")[-1].split("[")[0]
+
+
+def facts_of(nodeid: str, budget: Optional[dict]) -> TestFacts:
+    """A fixture test's facts: its budget as given, its markers as the experiment declares them."""
+    marks = experiment_markers().get(function_of(nodeid), {})
+    return TestFacts(nodeid=nodeid, budget=budget, requires=tuple(marks.get("requires", ())),
+                     provides=tuple(marks.get("provides", ())), records=tuple(marks.get("records", ())),
+                     timeout_s=protocol.TRIAL_LIMIT_S, diagnostic=bool(marks.get("diagnostic")),
+                     optional=bool(marks.get("optional")))
+
+
+class TickingClock:
+    """A wall clock one second later at every reading, from 2025-01-01T00:00:00Z: two builds read the same times."""
+
+    def __init__(self):
+        self.readings = 0
+
+    def __call__(self) -> str:
+        now = FIXTURE_START + datetime.timedelta(seconds=self.readings)
+        self.readings += 1
+        return now.isoformat()
+
+
+class FixedSurroundings(lifecycle.Surroundings):
+    """The same machine and software every time (FIXTURE_ENVIRONMENT), one torch thread each way."""
+
+    def environment(self) -> dict:
+        return json.loads(json.dumps(FIXTURE_ENVIRONMENT))
+
+    def torch_threads(self, requested: Optional[dict]) -> dict:
+        return {"requested": requested, "effective": {"intra_op": 1, "inter_op": 1}}
+
+    def torch_build(self) -> dict:
+        return {"version": "2.13.0+cpu", "local_label": "cpu", "cpu_only": True,
+                "how_known": "its version carries the +cpu label", "cuda": None, "installed_from": None,
+                "install_route": None, "install_record": None}
+
+
+PLAN_FIELDS_ADDED_LATER = ("mode", "parts", "selection", "protocol_complete", "partial_reasons", "optional_left_out")
+
+
+def _without_check_kind(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k != "check_kind"}
 
 
 class RunBuilder:
-    """Writes one record dir the way the plugin does: records with kind/test/seq/wall_time, then manifest."""
+    """Writes one record dir through the harness's lifecycle, as a session does; the tests give the values.
 
-    def __init__(self, directory: Path, specimen: str, synthetic: bool):
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True)
-        (self.dir / TENSOR_DIR).mkdir()
-        self.writer = JsonlWriter(self.dir / RECORDS_FILE)
-        self.tensors = TensorStore(self.dir / TENSOR_DIR)
-        self.seq = 0
-        self.written: list[dict] = []
-        self.outcomes: dict[str, int] = {}
+    current_format=False writes outcomes and plan.json in their older format (see the module's docstring),
+    as the builds of build_complete_run and build_failed_run have always been.
+    """
+
+    def __init__(self, directory: Path, specimen: str, synthetic: bool, plan_only: bool = False,
+                 current_format: bool = False):
+        directory = Path(directory)
+        if directory.exists():
+            raise FileExistsError(f"{directory}: a fixture run is built into a new directory")
+        argv = ("pytest", "experiments", "--specimen", specimen, "--record-dir", str(directory))
+        argv += ("--plan",) if plan_only else ()
+        invocation = lifecycle.Invocation(
+            argv=argv, command=" ".join(argv), command_how="the fixture's own command", invocation_dir=str(REPO_ROOT),
+            root=REPO_ROOT, mode="plan" if plan_only else "run",
+            specimen={"name": specimen, "synthetic": synthetic,
+                      "repo_id": "inferlab/standin" if synthetic else protocol.PINNED_REPO_ID,
+                      "revision": "685c649b" if synthetic else protocol.PINNED_REVISION},
+            options={"artifacts": None, "offline": True, "plan": plan_only},
+            pytest={"version": "9.2.0", "plugins": {}})
+        self.run = lifecycle.claim_run(invocation, record_dir=directory, pid=4242, hostname="fixture-host",
+                                       clock=TickingClock(), surroundings=FixedSurroundings(REPO_ROOT))
+        if not current_format:
+            self.run.publish = lambda record: self.run.store(
+                _without_check_kind(record) if record["kind"] == "test_outcome" else record)
+        # An --offline session as its manifest tells it; nothing is blocked in the test process itself.
+        self.run.network_guard = contextlib.ExitStack()
+        self.current_format = current_format
         self.specimen = specimen
         self.synthetic = synthetic
-        self.session_end: Optional[dict] = None
-        self._write_manifest(final=False)
+        self.facts: dict[str, TestFacts] = {}
+        self.run.start(None)
+
+    @property
+    def dir(self) -> Path:
+        return self.run.record_dir
+
+    @property
+    def tensors(self):
+        return self.run.tensors
+
+    @property
+    def written(self) -> list[dict]:
+        return self.run.records
 
     def emit(self, kind: str, test: Optional[str], **fields) -> dict:
-        # A fixed wall_time keeps two builds byte-identical, which the compare tests rely on.
-        record = {"kind": kind, "test": test, "seq": self.seq,
-                  "wall_time": f"2025-01-01T00:00:{self.seq % 60:02d}+00:00"}
-        record.update(fields)
-        self.writer.append(record)
-        self.written.append(record)
-        self.seq += 1
-        return record
+        return self.run.emit(kind, test, fields)
 
     def outcome(self, test: str, outcome: str = "passed", phase: str = "call", longrepr=None, skip_reason=None):
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-        return self.emit("test_outcome", test, outcome=outcome, phase=phase, duration=0.01,
-                         longrepr=longrepr, skip_reason=skip_reason)
+        facts = self.facts.get(test) or facts_of(test, None)
+        return self.run.record_outcome(facts, outcome=outcome, phase=phase, duration=0.01, longrepr=longrepr,
+                                       skip_reason=skip_reason)
 
     def write_plan(self, tests) -> None:
-        plan = _plan(tests)
-        write_json_atomic(self.dir / PLAN_FILE, plan)
-        self.emit("plan", None, file=PLAN_FILE, totals=plan["totals"], cap_violations=plan["cap_violations"],
-                  shortfalls=plan["shortfalls"], tests=len(plan["schedule"]))
+        self.facts = {nodeid: facts_of(nodeid, budget) for nodeid, budget in tests}
+        self.run.write_plan(list(self.facts.values()), selection=selection_of(types.SimpleNamespace()),
+                            parts=session_status.experiment_parts(REPO_ROOT, EXPERIMENTS_DIR))
+        if not self.current_format:  # before the report reads it
+            plan = json.loads((self.dir / PLAN_FILE).read_text())
+            plan = {key: value for key, value in plan.items() if key not in PLAN_FIELDS_ADDED_LATER}
+            plan["schedule"] = [_without_check_kind(entry) for entry in plan["schedule"]]
+            write_json_atomic(self.dir / PLAN_FILE, plan)
 
-    def _write_manifest(self, final: bool) -> None:
-        manifest = {
-            "schema": RECORD_SCHEMA,
-            "complete": final,
-            "exit_status": (1 if self.outcomes.get("failed") else 0) if final else None,
-            "outcome_counts": dict(self.outcomes) if final else {},
-            "command_line": ["pytest", "experiments", "--specimen", self.specimen, "--record-dir", str(self.dir)],
-            "started_utc": "2025-01-01T00:00:00+00:00",
-            "ended_utc": "2025-01-01T00:05:00+00:00" if final else None,
-            "record_dir": str(self.dir),
-            "specimen": {"name": self.specimen, "synthetic": self.synthetic,
-                         "repo_id": "inferlab/standin" if self.synthetic else protocol.PINNED_REPO_ID,
-                         "revision": "685c649b" if self.synthetic else protocol.PINNED_REVISION},
-            "options": {"artifacts": None, "offline": True, "plan": False},
-            "predictions": {"supplied": False, "note": "no predictions were supplied (--predictions FILE)"},
-            "torch_threads": {"requested": None, "effective": {"intra_op": 1, "inter_op": 1} if final else None},
-            "platform": {"python_version": "3.11.2", "python_implementation": "CPython", "os": "Linux",
-                         "machine": "x86_64", "cpu_model": "Test CPU", "logical_cpus": 2},
-            "distributions": {"numpy": "2.0.0", "safetensors": "0.8.0", "tokenizers": "0.22.2", "torch": "2.13.0",
-                              "transformers": "4.57.1"},
-            "requirements_lock_sha256": "ab" * 32,
-            "git": {"commit": "c0ffee" * 6 + "c0ff", "dirty": False},
-            "source_sha256": {"inferlab/report.py": "cd" * 32},
-            "thread_environment": {"OMP_NUM_THREADS": "1"},
-            "deviations_from_reference": ["Python is CPython 3.11.2; the protocol's reference is CPython 3.13.13"],
-            "checks": {"specimen": {"status": "passed"}} if final else {},
-            "protocol": protocol.as_dict(),
-        }
-        # Fields the plugin added later (schema 1 and 3 of the agreed record schemas).
-        manifest.update({
-            "mode": "run",
-            "status": self.session_end["status"] if final and self.session_end else "started",
-            "exit_code_name": ("TESTS_FAILED" if self.outcomes.get("failed") else "OK") if final else None,
-            "session_end": self.session_end if final else None,
-            "command": " ".join(manifest["command_line"]),
-            "argv": manifest["command_line"],
-        })
-        if final and self.session_end is not None:
-            manifest["complete"] = self.session_end["complete"]
-        if final:
-            manifest["files"] = file_inventory(self.dir, exclude=(MANIFEST_FILE,))
-        write_json_atomic(self.dir / MANIFEST_FILE, manifest)
-
-    def end_session(self, **overrides) -> dict:
-        """The session_end record (schema 1) of a session that ran its whole plan, unless overridden."""
-        planned = [entry["test"] for entry in json.loads((self.dir / PLAN_FILE).read_text())["schedule"]]
-        with_outcome = {r["test"] for r in self.written if r["kind"] == "test_outcome"}
-        fields = {
-            "exit_status": 1 if self.outcomes.get("failed") else 0,
-            "exit_code_name": "TESTS_FAILED" if self.outcomes.get("failed") else "OK",
-            "interrupted": False, "signals": [], "stopped_early": False, "stop_reason": None,
-            "collect_only": False, "plan_only": False,
-            "tests_planned": len(planned),
-            "tests_with_outcome": sum(1 for t in planned if t in with_outcome),
-            "tests_without_outcome": [t for t in planned if t not in with_outcome],
-            "protocol_complete": True, "partial_reasons": [], "optional_left_out": [],
-        }
-        fields.update(overrides)
-        fields.setdefault("complete", not fields["interrupted"] and not fields["stopped_early"]
-                          and not fields["tests_without_outcome"] and fields["protocol_complete"])
-        fields.setdefault("status", "the session reached its end" if fields["complete"] else "did not finish")
-        self.session_end = fields
-        return self.emit("session_end", None, **fields)
+    def end_session(self) -> dict:
+        """The session_end record of a session that ran to its end (exit status from the outcomes)."""
+        failed = self.run.outcomes.counts.get("failed") or self.run.outcomes.counts.get("error")
+        return self.run.end_session(lifecycle.SessionFacts(
+            exit_status=1 if failed else 0, exit_code_name="TESTS_FAILED" if failed else "OK", interrupted_status=2))
 
     def finish(self) -> Path:
-        """Close the records, write the report (as the plugin does at session end), then the final manifest."""
-        if self.session_end is None:
+        """session_end (unless already written), the report, the closed records, the final manifest."""
+        if self.run.ending.session_end is None:
             self.end_session()
-        self.writer.close()
-        report.write_report(self.dir)
-        self._write_manifest(final=True)
+        self.run.finish()
         return self.dir
 
 
@@ -364,7 +382,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
         margin = float(top[0] - top[1])
         run.emit("cache_comparison", cache_test, prefix_length=length, max_abs_diff=diff, fail_fraction=0.0,
                  bitwise_equal=diff == 0.0, argmax_cached=int(cached.argmax()), argmax_uncached=int(uncached.argmax()),
-                 top2_margin=margin, near_tie=margin < diff * protocol.NEAR_TIE_FACTOR, passed=True,
+                 top2_margin_uncached=margin, near_tie=margin < diff * protocol.NEAR_TIE_FACTOR, passed=True,
                  tensors=references)
     run.emit("cache_inspection", cache_test, cache_type="DynamicCache", layer_count=6,
              unique_bytes=6 * 2 * 4 * 32 * 16 * 4)
@@ -389,7 +407,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
         record = run.emit("timing_trial", timing_nodeid(trial), prompt_id=trial.prompt_id, use_cache=trial.use_cache,
                           warmup=trial.warmup, schedule_index=trial.schedule_index, repetition=trial.repetition,
                           schedule_id=trial.test_id, status="ok", prompt_ids=prompt_ids[trial.prompt_id],
-                          prompt_length=length, generated_ids=ids, output_length=len(ids), token_times=times,
+                          prompt_length=length, generated_ids=ids, output_length=len(ids), token_times_s=times,
                           prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
                           mean_post_first_interval_s=summaries.mean_post_first_interval(times),
                           eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID],
@@ -455,10 +473,6 @@ def rewrite_records(directory: Path, transform) -> None:
     For tests that need a consistent but altered run: the manifest then matches the new files, so only
     the protocol checks (not the hashes) can catch the alteration.
     """
-    import json
-
-    from inferlab.records import dumps
-
     directory = Path(directory)
     records = [json.loads(line) for line in (directory / RECORDS_FILE).read_text().splitlines()]
     records = transform(records)
@@ -470,8 +484,6 @@ def rewrite_records(directory: Path, transform) -> None:
 
 def refresh_manifest(directory: Path, records: Optional[list] = None) -> None:
     """Recompute the manifest's file inventory (and outcome counts, given the records) after an edit."""
-    import json
-
     directory = Path(directory)
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     if records is not None:
@@ -486,9 +498,6 @@ def refresh_manifest(directory: Path, records: Optional[list] = None) -> None:
 
 # --- records other tracks add (session_end, run-level measurements, new fields), for the report tests ----
 
-DIAGNOSTIC_TESTS = ("test_first_step_logits_do_not_depend_on_selection", "test_greedy_repetitions_identical",
-                    "test_same_seed_rerun_identical", "test_cache_prefix_agrees", "test_loop_matches_generate",
-                    "test_cache_divergence")
 TYPED_COMMAND = "python -m pytest experiments --specimen standin --record-dir runs/first"
 CLOCK_READS_PER_TRIAL = 17
 BANDWIDTH_BYTES_PER_S = 8.0e9
@@ -501,28 +510,35 @@ CACHE_BYTES_PER_POSITION = 6144
 
 
 def _envelope(kind: str, test: Optional[str], **fields) -> dict:
-    return {"kind": kind, "test": test, "seq": 0, "wall_time": "2025-01-01T00:09:00+00:00", **fields}
+    """A record made by the harness's writer, for splicing into a run's records (rewrite_records renumbers seq)."""
+    return writers.make_record(kind, test, 0, "2025-01-01T00:09:00+00:00", fields)
 
 
 def with_check_kinds(records: list[dict]) -> list[dict]:
     """Give every test_outcome its check_kind, as the plugin records it."""
     for record in records:
         if record["kind"] == "test_outcome" and "check_kind" not in record:
-            name = (record["test"] or "").split("::")[-1].split("[")[0]
-            record["check_kind"] = "diagnostic" if name in DIAGNOSTIC_TESTS else "integrity"
+            record["check_kind"] = facts_of(record["test"] or "", None).check_kind
     return records
 
 
 def session_end_record(records: list[dict], **overrides) -> dict:
-    """A session_end record (schema 1) consistent with the outcomes in `records`; overrides replace fields."""
-    tested = list(dict.fromkeys(r["test"] for r in records if r["kind"] == "test_outcome"))
-    planned = [t for t, _ in all_nodeids()]
-    failed = any(r["kind"] == "test_outcome" and r["outcome"] in ("failed", "error") for r in records)
-    fields = {"exit_status": 1 if failed else 0, "exit_code_name": "TESTS_FAILED" if failed else "OK",
-              "interrupted": False, "stopped_early": False, "stop_reason": None, "collect_only": False,
-              "tests_planned": len(planned), "tests_with_outcome": len(tested),
-              "tests_without_outcome": [t for t in planned if t not in tested], "protocol_complete": True,
-              "partial_reasons": []}
+    """A session_end record consistent with the outcomes in `records`, made by the harness's writer.
+
+    Overrides that are the writer's inputs (exit_status, exit_code_name, signals, stop_reason, collect_only,
+    partial_reasons) go through it, so what follows from them (interrupted, stopped_early, complete, status)
+    does too; every override then replaces its field as given.
+    """
+    outcomes = [r for r in records if r["kind"] == "test_outcome"]
+    counts = collections.Counter(r["outcome"] for r in outcomes)
+    failed = bool(counts.get("failed") or counts.get("error"))
+    fields = writers.make_session_end(
+        exit_status=overrides.get("exit_status", 1 if failed else 0),
+        exit_code_name=overrides.get("exit_code_name", "TESTS_FAILED" if failed else "OK"),
+        signals=overrides.get("signals", []), collect_only=overrides.get("collect_only", False), plan_only=False,
+        stopped_reason=overrides.get("stop_reason"), planned=[t for t, _ in all_nodeids()],
+        with_outcome={r["test"] for r in outcomes}, partial_reasons=overrides.get("partial_reasons", []),
+        optional_notes=[], outcome_counts=counts)
     fields.update(overrides)
     return _envelope("session_end", None, **fields)
 
@@ -609,6 +625,8 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
 
 def rerender(directory: Path) -> Path:
     """Write the report again from the (edited) records and refresh the manifest's inventory, as a session would."""
+    from inferlab import report
+
     refresh_manifest(directory)
     report.write_report(directory)
     refresh_manifest(directory)
@@ -617,8 +635,6 @@ def rerender(directory: Path) -> Path:
 
 def edit_manifest(directory: Path, **fields) -> None:
     """Set top-level manifest fields (for example predictions or command)."""
-    import json
-
     manifest = json.loads((Path(directory) / MANIFEST_FILE).read_text())
     manifest.update(fields)
     write_json_atomic(Path(directory) / MANIFEST_FILE, manifest)
@@ -658,19 +674,10 @@ def build_failed_run_ended(directory: Path) -> Path:
 
 
 def build_plan_folder(directory: Path) -> Path:
-    """What --plan leaves: the start manifest, plan.json, a plan record and a plan_only session_end; no report."""
-    run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False)
+    """What --plan leaves: the claim, the manifests, plan.json, a plan record and a plan_only session_end; no report."""
+    run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False, plan_only=True)
     run.write_plan(all_nodeids())
-    planned = [t for t, _ in all_nodeids()]
-    run.end_session(exit_status=0, exit_code_name="OK", plan_only=True, tests_with_outcome=0,
-                    tests_without_outcome=planned, complete=False, status="a PLAN only")
-    run.writer.close()
-    run._write_manifest(final=True)
-    manifest = json.loads((run.dir / MANIFEST_FILE).read_text())
-    manifest.update(mode="plan", complete=False, exit_status=0, exit_code_name="OK")
-    manifest["options"]["plan"] = True
-    write_json_atomic(run.dir / MANIFEST_FILE, manifest)
-    return run.dir
+    return run.finish()
 
 
 def kill_after(directory: Path, tests_done: int) -> Path:
@@ -692,7 +699,7 @@ def kill_after(directory: Path, tests_done: int) -> Path:
     for name in ("files", "session_end"):
         manifest.pop(name, None)
     manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, outcome_counts={},
-                    status="started")
+                    status=writers.STARTED_STATUS)
     write_json_atomic(directory / MANIFEST_FILE, manifest)
     return directory
 
@@ -734,6 +741,6 @@ def abandon_finish(directory: Path) -> Path:
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     manifest.pop("files", None)
     manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, session_end=None,
-                    outcome_counts={}, status="started: this is the manifest written when the run began")
+                    outcome_counts={}, status=writers.STARTED_STATUS)
     write_json_atomic(directory / MANIFEST_FILE, manifest)
     return directory

@@ -115,4 +115,4 @@ def test_a_variant_pin_is_refused_for_the_base_bytes(project, tmp_path, base_p1)
     spec = specimen.load_spec("standin-eos1", project.path / "artifacts")
     base = standin.build(tmp_path / "base")
     assert base["files"]["model.safetensors"]["sha256"] != spec.expected["model.safetensors"]["sha256"]
-    assert not specimen.verify(tmp_path / "base", spec)["ok"]
+    assert not specimen.check_specimen_files(tmp_path / "base", spec)["ok"]

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+RECORDS_X = "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x')\n"
 
 
 # One test records, the next sends the session a Ctrl-C (SIGINT) from inside.
 SELF_INTERRUPTING_EXPERIMENT = (
-    "import os, signal\n"
+    "import os, signal, pytest\n"
+    "@pytest.mark.records('before_interrupt')\n"
     "def test_first(record):\n"
     "    record('before_interrupt')\n"
     "def test_interrupted():\n"
@@ -46,6 +48,8 @@ def manifest_of(record_dir: Path) -> dict:
 
 def test_failing_test_is_recorded_with_its_longrepr(suite):
     write_experiment(suite, (
+        "import pytest\n"
+        "@pytest.mark.records('measurement')\n"
         "def test_measures(record):\n"
         "    record('measurement', value=3)\n"
         "    assert 3 == 4, 'measured 3, expected 4'\n"
@@ -71,7 +75,7 @@ def test_failing_test_is_recorded_with_its_longrepr(suite):
 
 
 def test_existing_nonempty_record_dir_is_refused_and_untouched(suite):
-    write_experiment(suite, "def test_a(record):\n    record('x')\n")
+    write_experiment(suite, RECORDS_X)
     old_run = suite.mkdir("run")
     (old_run / "records.jsonl").write_text("earlier evidence\n")
     before = {p.name: p.read_bytes() for p in old_run.iterdir()}
@@ -90,12 +94,15 @@ def test_experiments_without_record_dir_are_refused(suite):
 
 def test_sigint_mid_session_leaves_valid_records_and_incomplete_manifest(suite):
     write_experiment(suite, (
-        "import os, signal\n"
+        "import os, signal, pytest\n"
+        "@pytest.mark.records('before_interrupt')\n"
         "def test_first(record):\n"
         "    record('before_interrupt', value=1)\n"
+        "@pytest.mark.records('about_to_interrupt')\n"
         "def test_interrupted(record):\n"
         "    record('about_to_interrupt')\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "@pytest.mark.records('unreachable')\n"
         "def test_never_reached(record):\n"
         "    record('unreachable')\n"
     ))
@@ -119,6 +126,7 @@ def test_timeout_is_a_recorded_failure_and_the_session_goes_on(suite):
         "@pytest.mark.timeout(1, method='signal')\n"
         "def test_too_slow():\n"
         "    time.sleep(10)\n"
+        "@pytest.mark.records('still_running')\n"
         "def test_next(record):\n"
         "    record('still_running')\n"
     ))
@@ -146,6 +154,7 @@ def test_dependent_test_is_skipped_naming_its_prerequisite(suite):
         "def test_verify():\n"
         "    pytest.fail('model.safetensors: expected sha256 aaa, got bbb')\n"
         "@pytest.mark.requires('artifacts_verified')\n"
+        "@pytest.mark.records('should_not_exist')\n"
         "def test_uses_model(record):\n"
         "    record('should_not_exist')\n"
         "@pytest.mark.requires('never_provided')\n"
@@ -204,7 +213,7 @@ def test_record_hook_can_be_extended_from_a_conftest(suite):
         "def pytest_inferlab_manifest(config, manifest):\n"
         "    manifest['section'] = 'B'\n"
     )
-    write_experiment(suite, "def test_a(record):\n    record('x', value=1)\n")
+    write_experiment(suite, "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x', value=1)\n")
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1)
     assert all(r["course"] == "lab12" for r in read_records(suite.path / "run"))
     assert json.loads((suite.path / "run" / "manifest.json").read_text())["section"] == "B"
@@ -227,7 +236,8 @@ def test_manifest_holds_the_environment(suite):
 
 
 def test_non_finite_values_stay_strict_json(suite):
-    write_experiment(suite, "def test_a(record):\n    record('x', value=float('nan'), text='a\\nb\\t\\u00e9')\n")
+    write_experiment(suite, "import pytest\n@pytest.mark.records('x')\n"
+                            "def test_a(record):\n    record('x', value=float('nan'), text='a\\nb\\t\\u00e9')\n")
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1)
     raw = (suite.path / "run" / "records.jsonl").read_text(encoding="ascii")
     record = next(r for r in read_records(suite.path / "run") if r["kind"] == "x")
@@ -250,8 +260,10 @@ def test_the_session_limit_counts_from_setup_and_later_tests_are_recorded_as_not
     write_experiment(suite, (
         "import pytest\n"
         f"@pytest.mark.provides({protocol.SETUP_DONE_CHECK!r})\n"
+        "@pytest.mark.records('setup_ran')\n"
         "def test_setup(record):\n"
         "    record('setup_ran')\n"
+        "@pytest.mark.records('should_not_exist')\n"
         "def test_after(record):\n"
         "    record('should_not_exist')\n"
     ))
@@ -383,7 +395,8 @@ def test_a_second_ctrl_c_while_pytest_handles_the_first_still_leaves_an_incomple
 
 def test_double_ctrl_c_from_outside_never_reads_as_complete(suite):
     write_experiment(suite, (
-        "import time\n"
+        "import time, pytest\n"
+        "@pytest.mark.records('waiting')\n"
         "def test_waits(record):\n"
         "    record('waiting')\n"
         "    time.sleep(120)\n"
@@ -456,7 +469,8 @@ def test_abandoning_says_where_the_run_stands_and_exits_with_128_plus_the_signal
 
 def test_sigterm_ends_the_session_with_honest_records(suite):
     write_experiment(suite, (
-        "import os, signal\n"
+        "import os, signal, pytest\n"
+        "@pytest.mark.records('before')\n"
         "def test_terminated(record):\n"
         "    record('before')\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -499,7 +513,8 @@ def test_collect_only_is_never_complete(suite):
 def test_two_runs_into_one_new_dir_one_is_refused_before_it_writes(suite, tmp_path):
     go = tmp_path / "go"
     write_experiment(suite, (
-        "import os, pathlib, time\n"
+        "import os, pathlib, time, pytest\n"
+        "@pytest.mark.records('holding')\n"
         "def test_holds(record):\n"
         "    record('holding', pid=os.getpid())\n"
         "    go = pathlib.Path(os.environ['INFERLAB_TEST_GO'])\n"
@@ -557,9 +572,9 @@ def test_two_new_run_dirs_with_the_same_name_in_the_same_second_stay_apart(tmp_p
 
 
 def test_a_second_run_ending_the_same_way_in_the_same_second_gets_a_numbered_honest_name(suite, monkeypatch):
-    from inferlab import plugin
+    from inferlab.run import options
 
-    monkeypatch.setattr(plugin, "_run_dir_name", lambda specimen, plan: "20250101T000000Z-standin")
+    monkeypatch.setattr(options, "run_dir_name", lambda specimen, plan: "20250101T000000Z-standin")
     write_experiment(suite, "def test_a():\n    pass\n")
     for _ in range(2):  # two --co runs in one second: the second used to keep the bare, success-claiming name
         suite.runpytest("experiments", "--runs-dir", "runs", "--co")
@@ -593,7 +608,7 @@ def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
 
 
 def test_the_name_of_a_failed_run_says_whether_it_was_also_partial():
-    from inferlab.plugin import outcome_suffix
+    from inferlab.session_status import outcome_suffix
 
     ended = {"plan_only": False, "interrupted": False, "stopped_early": False, "collect_only": False,
              "tests_without_outcome": [], "exit_code_name": "TESTS_FAILED", "protocol_complete": True}
@@ -713,7 +728,7 @@ def test_a_read_only_record_dir_is_refused_naming_the_reason(tmp_path, monkeypat
 def test_tilde_in_record_dir_is_the_home_directory(suite, monkeypatch):
     home = suite.mkdir("home")
     monkeypatch.setenv("HOME", str(home))
-    write_experiment(suite, "def test_a(record):\n    record('x')\n")
+    write_experiment(suite, RECORDS_X)
     suite.runpytest_subprocess("experiments", "--record-dir=~/myrun").assert_outcomes(passed=1)
     assert (home / "myrun" / "records.jsonl").is_file() and not (suite.path / "~").exists()
 
@@ -752,7 +767,7 @@ def test_manifest_records_the_command_as_typed_beside_argv(suite):
 
     assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args])
     assert manifest["argv"][1:] == ["-p", "no:cacheprovider", *args]
-    assert manifest["argv"][0].endswith("__main__.py") and manifest["command_line"] == manifest["argv"]
+    assert manifest["argv"][0].endswith("__main__.py") and "command_line" not in manifest  # one name: argv
 
 
 def test_pytest_help_does_not_show_pytesters_options():
@@ -819,3 +834,13 @@ def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries
     plan = json.loads((suite.path / "run" / "plan.json").read_text())
     assert plan["schema"] == manifest_of(suite.path / "run")["schema"] == 2
     assert [entry["records"] for entry in plan["schedule"]] == [["measurement"], ["measurement"]]
+
+
+def test_a_test_that_declares_no_record_kinds_may_write_none(suite):
+    write_experiment(suite, "def test_silent(record):\n    record('measurement', value=1)\n")
+    result = suite.runpytest("experiments", "--record-dir", "run")
+    result.assert_outcomes(failed=1)
+    records = read_records(suite.path / "run")
+    assert "measurement" not in [r["kind"] for r in records]
+    longrepr = outcomes_by_test(records)["test_silent"]["longrepr"]
+    assert "record kind 'measurement' is not declared on the test, which declares no record kinds" in longrepr

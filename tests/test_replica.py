@@ -127,7 +127,7 @@ def test_command_line_refuses_a_non_empty_directory(tmp_path):
 def test_revision_is_sha1_of_its_recipe_and_differs_from_the_standins():
     spec = specimen.load_spec("replica")
     assert spec.revision == replica.revision() != standin.revision()
-    assert specimen.offline_builder(spec) is replica
+    assert specimen.local_builder(spec) is replica
 
 
 def test_replica_without_its_reference_is_a_usage_error(pytester, monkeypatch, tmp_path):

@@ -51,7 +51,8 @@ def test_from_options_builds_the_record():
 @pytest.fixture
 def suite(suite):
     """The plugin's scratch suite (tests/conftest.py) with one experiment that records something."""
-    (suite.path / "experiments" / "test_exp.py").write_text("def test_a(record):\n    record('x')\n")
+    (suite.path / "experiments" / "test_exp.py").write_text(
+        "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x')\n")
     return suite
 
 

@@ -34,7 +34,7 @@ def entry_of(report: dict, path: str) -> dict:
 def test_a_fifo_in_place_of_an_allowlisted_file_is_refused_without_hanging(standin_copy, standin_spec):
     (standin_copy / "tokenizer.json").unlink()
     os.mkfifo(standin_copy / "tokenizer.json")
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     row = row_of(report, "tokenizer.json")
     assert not report["ok"] and row["present"] and "a fifo, not a regular file" in row["problem"]
     assert entry_of(report, "tokenizer.json")["type"] == "fifo"
@@ -43,7 +43,7 @@ def test_a_fifo_in_place_of_an_allowlisted_file_is_refused_without_hanging(stand
 @pytest.mark.timeout(HANG_GUARD_S)
 def test_a_fifo_beside_the_specimen_is_refused_and_recorded(standin_copy, standin_spec):
     os.mkfifo(standin_copy / "pipe")
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     assert report["extra_files"] == ["pipe"] and entry_of(report, "pipe")["verdict"] == "refused"
 
 
@@ -51,7 +51,7 @@ def test_a_fifo_beside_the_specimen_is_refused_and_recorded(standin_copy, standi
 def test_a_symlink_to_a_device_is_refused_without_reading_it(standin_copy, standin_spec):
     (standin_copy / WEIGHTS).unlink()
     (standin_copy / WEIGHTS).symlink_to("/dev/zero")  # reading it would never end
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     assert "a symlink to a char_device" in row_of(report, WEIGHTS)["problem"]
     assert entry_of(report, WEIGHTS)["target"] == "/dev/zero"
 
@@ -62,14 +62,14 @@ def test_a_device_node_is_refused(standin_copy, standin_spec):
         os.mknod(standin_copy / "device", 0o600 | 0o020000, os.makedev(1, 5))  # a char device like /dev/zero
     except (PermissionError, OSError) as error:
         pytest.skip(f"cannot create a device node here: {error}")
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     assert entry_of(report, "device")["type"] == "char_device" and report["extra_files"] == ["device"]
 
 
 def test_a_socket_file_is_refused(standin_copy, standin_spec):
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(str(standin_copy / "sock"))
-        report = specimen.verify(standin_copy, standin_spec)
+        report = specimen.check_specimen_files(standin_copy, standin_spec)
     assert entry_of(report, "sock")["type"] == "socket" and not report["ok"]
 
 
@@ -96,7 +96,7 @@ def test_a_hub_cache_snapshot_of_symlinks_to_blobs_is_accepted(standin_dir, stan
     for path in standin_dir.iterdir():
         shutil.copyfile(path, blobs / f"blob-{path.name}")
         (snapshot / path.name).symlink_to(Path("..", "..", "blobs", f"blob-{path.name}"))
-    report = specimen.verify(snapshot, standin_spec)
+    report = specimen.check_specimen_files(snapshot, standin_spec)
     assert report["ok"], report["problems"]
     assert row_of(report, WEIGHTS)["link_target"] == f"../../blobs/blob-{WEIGHTS}"
 
@@ -106,7 +106,7 @@ def test_a_symlinked_folder_is_refused_and_recorded_not_followed(standin_copy, s
     code.mkdir()
     (code / "modeling_evil.py").write_text("import os\n")
     (standin_copy / "extras").symlink_to(code)
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     extras = entry_of(report, "extras")
     assert (extras["type"], extras["target_type"], extras["verdict"]) == ("symlink", "directory", "refused")
     assert report["extra_files"] == ["extras"] and not any("modeling_evil" in e["path"] for e in report["entries"])
@@ -115,7 +115,7 @@ def test_a_symlinked_folder_is_refused_and_recorded_not_followed(standin_copy, s
 def test_a_dangling_symlink_is_refused(standin_copy, standin_spec):
     (standin_copy / "generation_config.json").unlink()
     (standin_copy / "generation_config.json").symlink_to("nowhere.json")
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     assert "a symlink to nothing" in row_of(report, "generation_config.json")["problem"]
 
 
@@ -152,7 +152,7 @@ def test_each_extra_entry_gets_the_documented_verdict(standin_copy, standin_spec
     path = standin_copy / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x")
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     assert entry_of(report, relative)["verdict"] == EXTRA_ENTRIES[relative]
     assert report["ok"] is (EXTRA_ENTRIES[relative] != "refused")
     assert (relative in report["extra_files"]) is (EXTRA_ENTRIES[relative] == "refused")
@@ -161,7 +161,7 @@ def test_each_extra_entry_gets_the_documented_verdict(standin_copy, standin_spec
 def test_every_entry_seen_is_recorded_with_its_verdict(standin_copy, standin_spec):
     (standin_copy / "README.md").write_text("card\n")
     (standin_copy / "empty").mkdir()
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     recorded = {entry["path"]: entry["verdict"] for entry in report["entries"]}
     assert recorded == {**{name: "allowlisted" for name in protocol.ALLOWLISTED_FILES},
                         "README.md": "inert", "empty": "directory"}
@@ -183,7 +183,7 @@ def test_a_huge_folder_is_not_walked_whole(standin_copy, standin_spec):
     crowd.mkdir()
     for index in range(entries.MAX_ENTRIES + 5):
         (crowd / f"f{index:05d}").touch()
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     assert len(report["entries"]) == entries.MAX_ENTRIES and not report["ok"]
     assert any(f"more than {entries.MAX_ENTRIES} entries" in problem for problem in report["problems"])
 
@@ -203,7 +203,7 @@ def test_a_file_that_changes_while_it_is_hashed_is_refused(standin_copy, standin
             yield chunk
 
     monkeypatch.setattr(files, "_chunks", appending_chunks)
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     problem = row_of(report, "tokenizer.json")["problem"]
     assert "changed while being read" in problem and "size 835500 -> 835501 bytes" in problem
 

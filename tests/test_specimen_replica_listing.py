@@ -82,7 +82,7 @@ def test_a_small_file_unlike_the_published_copy_is_recorded_differs_never_refuse
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").unlink()  # a real file in place of the symlink
     (copy / "config.json").write_text(json.dumps({**config, "use_cache": False}))
-    report = specimen.verify(copy, replica_listing_spec)
+    report = specimen.check_specimen_files(copy, replica_listing_spec)
     found = {row["name"]: row for row in report["files"]}
     assert report["ok"] and found["config.json"]["reference"]["status"] == "differs"
     assert found["tokenizer.json"]["reference"] == {
@@ -93,7 +93,7 @@ def test_a_small_file_unlike_the_published_copy_is_recorded_differs_never_refuse
 def test_a_missing_required_file_shows_reference_absent(replica_listing, replica_listing_spec, tmp_path):
     copy = Path(shutil.copytree(replica_listing["five"], tmp_path / "copy", symlinks=True))
     (copy / "tokenizer_config.json").unlink()
-    report = specimen.verify(copy, replica_listing_spec)
+    report = specimen.check_specimen_files(copy, replica_listing_spec)
     row = next(r for r in report["files"] if r["name"] == "tokenizer_config.json")
     assert not report["ok"] and row["reference"]["status"] == "absent"
 
@@ -176,7 +176,7 @@ def test_the_older_generation_is_about_53_mb_like_the_published_one(tmp_path, re
 
 def test_the_published_layout_with_other_values_is_named(replica_listing):
     spec = specimen.load_spec("pythia-14m")  # the real pin: the listing's filler weights fail it
-    report = specimen.verify(replica_listing["six"], spec)
+    report = specimen.check_specimen_files(replica_listing["six"], spec)
     row = next(r for r in report["files"] if r["name"] == WEIGHTS)
     assert row["diagnosis"]["case"] == "same_layout_other_values"
     assert row["diagnosis"]["evidence"]["header_sha256"] == spec.reference["weight_header"]["sha256"]

@@ -137,18 +137,19 @@ def test_an_optional_file_pinned_absent_is_accepted_when_missing_and_refused_whe
     data["expected"]["generation_config.json"] = {"absent": True}
     (tmp_path / "absent.json").write_text(json.dumps(data))
     spec = specimen.load_spec("absent", tmp_path)
-    present = specimen.verify(standin_copy, spec)
+    present = specimen.check_specimen_files(standin_copy, spec)
     row = next(r for r in present["files"] if r["name"] == "generation_config.json")
     assert not row["ok"] and "pins it absent" in row["problem"] and row["expected_absent"] is True
     (standin_copy / "generation_config.json").unlink()
-    missing = specimen.verify(standin_copy, spec)
+    missing = specimen.check_specimen_files(standin_copy, spec)
     row = next(r for r in missing["files"] if r["name"] == "generation_config.json")
     assert missing["ok"] and (row["ok"], row["present"], row["absent_at_revision"]) == (True, False, True)
 
 
 def test_an_optional_file_pinned_present_is_refused_when_missing(standin_copy, standin_spec):
     (standin_copy / "generation_config.json").unlink()
-    row = next(r for r in specimen.verify(standin_copy, standin_spec)["files"] if r["name"] == "generation_config.json")
+    rows = specimen.check_specimen_files(standin_copy, standin_spec)["files"]
+    row = next(r for r in rows if r["name"] == "generation_config.json")
     assert not row["ok"] and "pins it present" in row["problem"] and row["absent_at_revision"] is False
 
 
@@ -234,21 +235,21 @@ def test_remote_code_request_is_refused_even_when_config_is_unpinned(standin_cop
     unpinned = dict(standin_spec.expected, **{"config.json": {"size": None, "sha256": None}})
     spec = dataclasses.replace(standin_spec, expected=unpinned)
     ask_for_remote_code(standin_copy)
-    problems = specimen.verify(standin_copy, spec)["problems"]
+    problems = specimen.check_specimen_files(standin_copy, spec)["problems"]
     assert len(problems) == 1 and "config.json" in problems[0] and "auto_map" in problems[0]
 
 
 def test_flipped_byte_message_gives_expected_and_actual_hashes(standin_copy, standin_spec):
     flip_byte(standin_copy)
     actual = specimen.sha256_file(standin_copy / PINS_FILE)
-    row = next(r for r in specimen.verify(standin_copy, standin_spec)["files"] if r["name"] == PINS_FILE)
+    row = next(r for r in specimen.check_specimen_files(standin_copy, standin_spec)["files"] if r["name"] == PINS_FILE)
     assert (row["ok"], row["sha256"]) == (False, actual)
     assert standin_spec.expected[PINS_FILE]["sha256"] in row["problem"] and actual in row["problem"]
 
 
 def test_unpinned_files_are_hashed_and_recorded(standin_dir):
     spec = specimen.load_spec("pythia-14m")
-    rows = {r["name"]: r for r in specimen.verify(standin_dir, spec)["files"]}
+    rows = {r["name"]: r for r in specimen.check_specimen_files(standin_dir, spec)["files"]}
     assert rows["config.json"]["sha256"] == specimen.sha256_file(standin_dir / "config.json")
     assert rows["config.json"]["expected_sha256"] is None and rows["config.json"]["ok"]
 
@@ -292,7 +293,7 @@ def test_hub_download_metadata_is_not_an_extra_file(standin_copy, standin_spec):
     (metadata / "model.safetensors.metadata").write_text("commit\netag\n")
     (metadata / "model.safetensors.lock").write_text("")
     (standin_copy / ".cache" / "huggingface" / ".gitignore").write_text("*\n")
-    report = specimen.verify(standin_copy, standin_spec)
+    report = specimen.check_specimen_files(standin_copy, standin_spec)
     verdicts = {entry["path"]: entry["verdict"] for entry in report["entries"]}
     assert report["ok"] and verdicts[".cache/huggingface/download/model.safetensors.metadata"] == "hub_bookkeeping"
     assert verdicts[".cache/huggingface/.gitignore"] == "hub_bookkeeping" and verdicts[".cache"] == "directory"

@@ -15,3 +15,18 @@ def test_an_eos_as_the_last_allowed_token_is_not_an_early_stop():
 
     summary = sampling_summary([trial("a", 4, 0), trial("b", protocol.MAX_NEW_TOKENS, 0)], "P1")
     assert summary["per_condition"]["S1"]["early_eos"] == 1 and summary["early_eos_total"] == 1
+
+
+def test_the_post_first_interval_comes_from_the_nanosecond_stamps_when_a_record_has_them():
+    from inferlab.summaries import post_first_interval, post_first_interval_s, token_times
+
+    stamps = [1_000_000_007, 1_000_100_011, 1_000_200_013]  # perf_counter_ns values, t_1..t_3
+    assert post_first_interval_s(stamps) == (stamps[-1] - stamps[0]) / 2 / 1e9
+    assert post_first_interval_s(stamps[:1]) is None
+    seconds = [(t - 1_000_000_000) / 1e9 for t in stamps]
+    record = {"token_times_ns": stamps, "token_times_s": seconds}
+    assert post_first_interval(record) == post_first_interval_s(stamps)
+    assert post_first_interval({"token_times_s": seconds}) == (seconds[-1] - seconds[0]) / 2
+    assert post_first_interval({**record, "mean_post_first_interval_s": 0.5}) == 0.5  # as recorded, first
+    # One name per field: the times in seconds are read from token_times_s only.
+    assert token_times(record) == seconds and token_times({"token_times": seconds}) is None

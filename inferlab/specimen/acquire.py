@@ -5,7 +5,8 @@ The paths, in the order they are tried:
 1. ``reuse:artifacts_dir``  --artifacts DIR, verified; never a fallback to anything else.
 2. ``reuse:project_cache``  artifacts/cache/<name>/<revision>/, verified; a damaged cache is
                             reported with the file that failed and is never repaired silently.
-3. ``built_offline``        a synthetic specimen, built into staging, verified, then published.
+3. ``built_offline``        (the recorded name) a synthetic specimen built here, without a download:
+                            into staging, verified, then published.
 4. ``download``             metadata first (HEAD only; refused before any body if a required file
                             is missing, a size is unknown, over the cap or unlike the pin); then each
                             file the revision has, streamed into staging under the deadline; verified
@@ -29,8 +30,8 @@ from inferlab import protocol
 from inferlab.specimen import hub, lock
 from inferlab.specimen.deadline import Deadline, DeadlineExpired
 from inferlab.specimen.offline import offline_mode
-from inferlab.specimen.spec import SpecimenError, SpecimenSpec, cache_dir
-from inferlab.specimen.verification import require_verified, verify
+from inferlab.specimen.spec import SpecimenError, SpecimenSpec, cache_dir, load_spec
+from inferlab.specimen.verification import check_specimen_files, require_verified
 
 ACQUISITIONS = ("reuse:artifacts_dir", "reuse:project_cache", "download", "built_offline")
 # What each path is, in words, once it has succeeded (a failed path is described by its error instead).
@@ -172,8 +173,8 @@ def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str] = None,
     return remote
 
 
-def offline_builder(spec: SpecimenSpec):
-    """The module that builds a synthetic spec offline (inferlab.standin or inferlab.replica), or None.
+def local_builder(spec: SpecimenSpec):
+    """The module that builds a synthetic spec here, without a download (inferlab.standin or inferlab.replica), or None.
 
     A builder is recognised by its revision (sha1 of its recipe), so a spec pins exactly one recipe.
     """
@@ -184,11 +185,11 @@ def offline_builder(spec: SpecimenSpec):
     return {module.revision(): module for module in (standin, replica)}.get(spec.revision)
 
 
-def offline_build_problem(spec: SpecimenSpec) -> Optional[str]:
-    """Why this spec's offline builder cannot run here (the replica without its reference folder), or None."""
+def local_build_problem(spec: SpecimenSpec) -> Optional[str]:
+    """Why this spec's local builder cannot run here (the replica without its reference folder), or None."""
     from inferlab import replica
 
-    if offline_builder(spec) is replica:
+    if local_builder(spec) is replica:
         try:
             replica.require_reference()
         except replica.ReferenceUnavailable as error:
@@ -196,24 +197,34 @@ def offline_build_problem(spec: SpecimenSpec) -> Optional[str]:
     return None
 
 
-def _offline_builder(spec: SpecimenSpec):
+def load_runnable_spec(name: str, artifacts_root=None) -> SpecimenSpec:
+    """load_spec(), also refused (SpecimenError) when the spec's local build cannot run here: checked before a
+    run writes anything, so that a replica without its reference folder is a usage error."""
+    spec = load_spec(name, artifacts_root)
+    problem = local_build_problem(spec)
+    if problem:
+        raise SpecimenError(problem)
+    return spec
+
+
+def _require_local_builder(spec: SpecimenSpec):
     from inferlab import replica, standin
 
-    builder = offline_builder(spec)
+    builder = local_builder(spec)
     if builder is None:
         raise SpecimenError(
             f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can build offline "
             f"(the stand-in's is {standin.revision()}, sha1 of {standin.RECIPE!r}; the replica's is "
             f"{replica.revision()}, sha1 of {replica.RECIPE!r})")
-    problem = offline_build_problem(spec)
+    problem = local_build_problem(spec)
     if problem:
         raise SpecimenError(problem)
     return builder.build
 
 
-def _build_offline(spec: SpecimenSpec, target: Path) -> None:
+def _build_locally(spec: SpecimenSpec, target: Path) -> None:
     """Build a synthetic specimen in staging, verify it there, and move it into target."""
-    build = _offline_builder(spec)
+    build = _require_local_builder(spec)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = _staging_dir(target)
     shutil.rmtree(staging, ignore_errors=True)
@@ -251,7 +262,7 @@ def choose_acquisition(spec: SpecimenSpec, artifacts_dir=None, cache_root=None) 
     return ("built_offline" if spec.synthetic else "download"), directory
 
 
-ABSENT_PINNED_ONLY = None  # an offline build: only the spec's own pin can say a file is absent at the revision
+ABSENT_PINNED_ONLY = None  # a local build: only the spec's own pin can say a file is absent at the revision
 ABSENT_IN_HUB_LISTING = "the hub's listing at the pinned commit has no such file (HTTP 404 EntryNotFound)"
 ABSENT_IN_PROJECT_CACHE = ("missing from the project cache, which inferlab fills only with a set verified against "
                            "the hub's listing at the pinned commit (or builds offline)")
@@ -263,7 +274,7 @@ def _absence_known_from(acquisition: str) -> Optional[str]:
 
 
 def _verified(directory: Path, spec: SpecimenSpec, acquisition: str) -> dict:
-    report = verify(directory, spec, _absence_known_from(acquisition))
+    report = check_specimen_files(directory, spec, _absence_known_from(acquisition))
     if report["ok"]:
         return report
     problems = "\n  ".join(report["problems"])
@@ -319,7 +330,7 @@ def _fill_cache(spec, directory: Path, offline: bool, endpoint, deadline: Deadli
     if _has_entries(directory):
         return "reuse:project_cache"
     if spec.synthetic:
-        _build_offline(spec, directory)
+        _build_locally(spec, directory)
         return "built_offline"
     if offline:
         error = SpecimenError(
@@ -347,7 +358,7 @@ def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None,
         method, directory = choose_acquisition(spec, artifacts_dir, cache_root)
         verification = getattr(error, "verification", None)
         if verification is None and directory.is_dir():
-            verification = verify(directory, spec, _absence_known_from(method))
+            verification = check_specimen_files(directory, spec, _absence_known_from(method))
         return {"ok": False, "specimen": spec.name, "acquisition": getattr(error, "acquisition", None) or method,
                 "offline": offline, "directory": str(directory) if directory.is_dir() else None,
                 "error": str(error) or type(error).__name__, "deadline_s": seconds,

@@ -46,7 +46,7 @@ class SpecimenError(Exception):
     """A specimen spec, download or directory failed a check; the message names file, expected and actual.
 
     Acquisition attaches what it learned before failing, for the record: ``acquisition`` (the path
-    taken), ``verification`` (a verify() report) and ``remote`` (the hub metadata), each or None.
+    taken), ``verification`` (a check_specimen_files() report) and ``remote`` (the hub metadata), each or None.
     """
 
     acquisition: Optional[str] = None

@@ -119,7 +119,7 @@ def _diagnose_weight(row: dict, path: Path, spec: SpecimenSpec) -> None:
     row["problem"] += f"; this looks like {row['diagnosis']['summary']}. {row['diagnosis']['advice']}"
 
 
-def verify(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
+def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
     """Check a folder against a spec; never raises for what it finds, never opens a non-regular file.
 
     Returns {directory, ok, files, entries, extra_files, bundle_bytes, problems}: one row per
@@ -185,8 +185,8 @@ def verify(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = No
 
 
 def require_verified(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
-    """verify(), raising SpecimenError listing every problem unless the directory passed."""
-    report = verify(directory, spec, absence_known_from)
+    """check_specimen_files(), raising SpecimenError listing every problem unless the directory passed."""
+    report = check_specimen_files(directory, spec, absence_known_from)
     if not report["ok"]:
         error = SpecimenError(
             f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  "

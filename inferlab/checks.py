@@ -1,0 +1,80 @@
+"""The prerequisite ledger: which named checks passed, failed or did not run, by which test and why, and the
+session limit that counts from the moment setup is done.
+
+A test `provides` checks and `requires` others (its markers). A test whose prerequisite did not pass is
+not started; its skip names the first failure of the chain (the root cause), not every link. Plain data in,
+plain data out: the plugin turns a refusal into pytest.skip.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Optional
+
+from inferlab import protocol
+
+
+def first_line(text: Optional[str]) -> str:
+    """The message of a failure's text: its first `E   ...` line (pytest puts them near the end), else its last line."""
+    if not text:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    messages = [line.strip()[1:].strip() for line in lines if line.lstrip().startswith("E ")]
+    return messages[0] if messages else lines[-1]
+
+
+class CheckLedger:
+    """Each check's status ({status, by, reason, root_cause}), and the session limit's clock."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic):
+        self.checks: dict = {}  # check name -> {"status", "by", "reason", "root_cause"}
+        self.setup_done_monotonic: Optional[float] = None  # when protocol.SETUP_DONE_CHECK passed
+        self.session_limit_skips = 0
+        self._root_causes: dict = {}  # node id -> why it was not started (for the checks it provides)
+        self._monotonic = monotonic
+
+    def refusal(self, nodeid: str, requires: Iterable[str]) -> Optional[str]:
+        """Why this test must not start (the session limit is past, or a prerequisite did not pass), or None."""
+        if self.setup_done_monotonic is not None:
+            elapsed = self._monotonic() - self.setup_done_monotonic
+            if elapsed > protocol.SESSION_LIMIT_S:
+                self.session_limit_skips += 1
+                return (f"not run: the session limit of {protocol.SESSION_LIMIT_S} s after setup was reached "
+                        f"({elapsed:.0f} s since '{protocol.SETUP_DONE_CHECK}' passed) before this test started")
+        for name in requires:
+            check = self.checks.get(name)
+            if check is None:
+                cause = f"prerequisite '{name}' has not run"
+            elif check["status"] != "passed":
+                cause = check["root_cause"]
+            else:
+                continue
+            self._root_causes[nodeid] = cause
+            if check is not None and check["status"] == "did not run":
+                return f"not run: prerequisite '{name}' did not run, because {cause}"
+            return f"not run: {cause}"
+        return None
+
+    def update(self, nodeid: str, provides: Iterable[str], outcome: str, phase: str, reason: str) -> None:
+        """Record what one test's outcome means for the checks it provides; one failed provider fails a check
+        for good. reason: the skip reason, or the failure's message."""
+        for name in provides:
+            previous = self.checks.get(name)
+            if previous is not None and previous["status"] != "passed":
+                continue
+            if outcome == "passed":
+                if phase == "call":
+                    self.checks[name] = {"status": "passed", "by": nodeid, "reason": None, "root_cause": None}
+                    if name == protocol.SETUP_DONE_CHECK and self.setup_done_monotonic is None:
+                        self.setup_done_monotonic = self._monotonic()
+                continue
+            status = "did not run" if outcome == "skipped" else outcome
+            # A provider skipped for its own missing prerequisite passes that root cause on, so a
+            # chain of dependents names the first failure instead of nesting every link.
+            root_cause = self._root_causes.get(nodeid) or f"prerequisite '{name}' {status} in {nodeid}: {reason}"
+            self.checks[name] = {"status": status, "by": nodeid, "reason": reason, "root_cause": root_cause}
+
+    def status_of(self, name: str) -> Optional[str]:
+        """passed, failed, error, did not run, or None when no test has provided the check yet."""
+        check = self.checks.get(name)
+        return check["status"] if check else None

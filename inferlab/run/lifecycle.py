@@ -1,0 +1,387 @@
+"""A run's lifecycle, from claiming its record dir to its final manifest (the pytest-benchmark `session.py` split).
+
+    claim_run()        refuse a used folder, claim it (claim.json, O_EXCL), open records.jsonl and tensors/
+    Run.start()        copy the predictions, write the start manifest (complete false)
+    Run.emit()         one record through the record hook (the default one appends and fsyncs it)
+    Run.write_plan()   plan.json and its plan record
+    Run.record_outcome()  a test's outcome: its record, the counts, the prerequisite ledger
+    Run.end_session()  the session_end record; Run.finish(): report, close, rename, final manifest
+
+No pytest here: the plugin hands in plain data (node ids, markers as TestFacts, exit codes) and the hooks as
+callables. The wall clock and what the manifest says of the machine are injected, so a test writes a
+deterministic run through this same code.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from inferlab import session_status
+from inferlab.checks import CheckLedger, first_line
+from inferlab.interrupts import SignalWatch
+from inferlab.plan import Schedule, TestFacts
+from inferlab.plan import entry as plan_entry
+from inferlab.records import (
+    MANIFEST_FILE,
+    PLAN_FILE,
+    PREDICTIONS_FILE,
+    RECORDS_FILE,
+    TENSOR_DIR,
+    JsonlWriter,
+    TensorStore,
+    claim_new_run_dir,
+    claim_record_dir,
+    file_inventory,
+    rename_with_suffix,
+    RecordDirError,
+    sha256_file,
+    utc_now,
+    write_json_atomic,
+)
+from inferlab.run import options, writers
+
+NO_PREDICTIONS = {"supplied": False, "note": "no predictions were supplied (--predictions FILE)"}
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How the session was started: fixed from the first write to the last."""
+
+    argv: tuple  # sys.argv, as the manifest's `argv`
+    command: str  # the command as the learner typed it
+    command_how: str  # how `command` was reconstructed
+    invocation_dir: str
+    root: Path  # the project root: its source is hashed, its predictions template read
+    mode: str  # "run", or "plan" with --plan
+    specimen: dict  # the spec as data, "synthetic" included
+    options: dict = field(default_factory=dict)  # artifacts, offline, plan
+    pytest: dict = field(default_factory=dict)  # {version, plugins}
+    named_by_plugin: bool = False  # made under --runs-dir: its name may gain a suffix at the end
+
+
+class Surroundings:
+    """What the manifest says of the process and the machine, asked when it is written."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def environment(self) -> dict:
+        """Platform, distributions, lock and source hashes (environment.environment_record)."""
+        from inferlab import environment
+
+        return environment.environment_record(self.root)
+
+    def torch_threads(self, requested: Optional[dict]) -> dict:
+        """Requested and effective torch thread counts."""
+        from inferlab import environment
+
+        return environment.torch_threads(requested)
+
+    def torch_build(self) -> dict:
+        """Which torch build is installed."""
+        from inferlab import environment
+
+        return environment.torch_build()
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What pytest says of how the session ended, as plain data."""
+
+    exit_status: int
+    exit_code_name: str  # pytest.ExitCode's name, or "exit status N"
+    interrupted_status: int  # the exit status an interrupted session ends with
+    should_stop: object = False
+    should_fail: object = False
+    tests_failed: int = 0
+    collect_only: bool = False
+
+
+class RecordLog:
+    """records.jsonl and the records of this session in memory, in write order, with their next seq."""
+
+    def __init__(self, path: Path):
+        self.writer = JsonlWriter(path)
+        self.records: list[dict] = []
+        self.next_seq = 0  # the seq of the next record made
+
+    def store(self, record: dict) -> None:
+        """Append one record to the file (flushed, fsynced) and keep it."""
+        self.writer.append(record)
+        self.records.append(record)
+
+    def records_of(self, kind: str) -> list[dict]:
+        """This session's records of one kind, in write order."""
+        return [r for r in self.records if r["kind"] == kind]
+
+    @property
+    def acquisition_error(self) -> Optional[str]:
+        """The full reason acquisition failed, printed once at the end; None when it did not fail."""
+        errors = [str(r["error"]) for r in self.records_of("artifact_acquisition") if r.get("error")]
+        return errors[-1] if errors else None
+
+
+@dataclass
+class Outcomes:
+    """How many tests ended each way, and one line per failure for the terminal."""
+
+    counts: collections.Counter = field(default_factory=collections.Counter)
+    failure_lines: list = field(default_factory=list)
+
+
+@dataclass
+class Ending:
+    """How the session ended, once it has: the session_end fields and the folder's rename."""
+
+    session_end: Optional[dict] = None
+    rename: Optional[dict] = None  # under --runs-dir: {from, to, suffix, renamed, error}
+
+
+def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
+              pid: int, hostname: str, clock: Callable[[], str] = utc_now,
+              surroundings: Optional[Surroundings] = None) -> "Run":
+    """Claim a new record dir (record_dir, or a new folder under runs_dir) and open the run's files in it.
+
+    The claim is the run's first write; RecordDirError says why a folder cannot be used.
+    """
+    claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command)
+    if runs_dir is not None:
+        name = options.run_dir_name(invocation.specimen["name"], invocation.mode == "plan")
+        record_dir = claim_new_run_dir(Path(runs_dir), name, claim)
+    else:
+        record_dir = Path(record_dir)
+        claim_record_dir(record_dir, claim)
+    (record_dir / TENSOR_DIR).mkdir(exist_ok=True)
+    return Run(record_dir, invocation, clock=clock, surroundings=surroundings or Surroundings(invocation.root))
+
+
+class Run:
+    """Everything one session writes or remembers, each part with one job."""
+
+    def __init__(self, record_dir: Path, invocation: Invocation, *, clock: Callable[[], str] = utc_now,
+                 surroundings: Optional[Surroundings] = None, monotonic: Callable[[], float] = time.monotonic):
+        self.record_dir = Path(record_dir)
+        self.invocation = invocation
+        self.clock = clock
+        self.surroundings = surroundings or Surroundings(invocation.root)
+        self.log = RecordLog(self.record_dir / RECORDS_FILE)
+        self.tensors = TensorStore(self.record_dir / TENSOR_DIR)
+        self.ledger = CheckLedger(monotonic)
+        self.schedule = Schedule()
+        self.outcomes = Outcomes()
+        self.signals = SignalWatch()
+        self.signals.on_abandon = self.abandon_note
+        self.ending = Ending()
+        self.started_utc = clock()
+        self.environment: Optional[dict] = None  # as found at the start: the environment the run used
+        self.predictions: Optional[dict] = None
+        self.thread_request: Optional[dict] = None  # set by the thread controls, before any torch computation
+        self.network_guard: Optional[contextlib.ExitStack] = None  # held open for the session with --offline
+        self.publish: Callable[[dict], None] = self.store  # the record hook; its default implementation is store
+        self.on_manifest: Callable[[dict], None] = lambda manifest: None  # the manifest hook
+
+    # --- records ---------------------------------------------------------------------------------
+
+    @property
+    def records(self) -> list[dict]:
+        """This session's records so far, in write order."""
+        return self.log.records
+
+    def records_of(self, kind: str) -> list[dict]:
+        """This session's records of one kind, in write order."""
+        return self.log.records_of(kind)
+
+    def emit(self, kind: str, test: Optional[str], fields: dict) -> dict:
+        """Make a record (envelope + fields) and hand it to the record hook; returns it."""
+        record = writers.make_record(kind, test, self.log.next_seq, self.clock(), fields)
+        self.log.next_seq += 1
+        self.publish(record)
+        return record
+
+    def emit_declared(self, facts: TestFacts, kind: str, fields: dict) -> dict:
+        """A record a test writes: refused (ValueError) unless the test declares its kind (@pytest.mark.records),
+        so that the plan says truthfully which tests produce which records."""
+        refused = writers.undeclared_kind(facts.nodeid, kind, facts.records)
+        if refused is not None:
+            raise ValueError(refused)
+        return self.emit(kind, facts.nodeid, fields)
+
+    def store(self, record: dict) -> None:
+        """The record hook's default: append the record to records.jsonl and keep it."""
+        self.log.store(record)
+
+    # --- start ---------------------------------------------------------------------------------
+
+    def start(self, predictions_source: Optional[str] = None) -> None:
+        """Copy the learner's predictions (before any model computation) and write the start manifest."""
+        self.predictions = self._copy_predictions(predictions_source)
+        self.write_manifest(None)
+
+    def block_network(self) -> None:
+        """--offline: hub offline flags on and every connection refused, for the whole session."""
+        from inferlab import specimen
+
+        self.network_guard = contextlib.ExitStack()
+        self.network_guard.enter_context(specimen.offline_mode())
+
+    def _copy_predictions(self, source: Optional[str]) -> dict:
+        """Copy the predictions into the record dir; say so when there are none, and when the file is still
+        the blank template (the run goes on either way)."""
+        from inferlab import predictions
+
+        if source is None:
+            return dict(NO_PREDICTIONS)
+        source_path = Path(source)
+        target = self.record_dir / PREDICTIONS_FILE
+        shutil.copyfile(source_path, target)
+        text = target.read_text(encoding="utf-8", errors="replace")
+        modified = datetime.datetime.fromtimestamp(source_path.stat().st_mtime, datetime.timezone.utc)
+        return {
+            "supplied": True,
+            "source": str(source_path.resolve()),
+            "copied_to": PREDICTIONS_FILE,
+            "sha256": sha256_file(target),
+            "source_mtime_utc": modified.isoformat(),
+            "copied_at_utc": self.clock(),
+            **predictions.template_status(text, predictions.read_template(self.invocation.root)),
+        }
+
+    # --- the schedule and the tests --------------------------------------------------------------
+
+    def write_plan(self, tests: list[TestFacts], *, parts: list[dict], selection: dict,
+                   named_paths: list[str] = (), named_tests: bool = False) -> dict:
+        """plan.json for these tests (in run order), then its plan record; returns the plan.
+
+        parts: the experiment files on disk (session_status.experiment_parts); selection: the options that
+        shrank the schedule (plan.selection_of); named_paths: experiment paths named instead of the folder.
+        """
+        written = writers.make_plan(
+            mode=self.invocation.mode, entries=[plan_entry(index, facts) for index, facts in enumerate(tests)],
+            parts=parts, collected=self.schedule.collected, deselected=self.schedule.deselected,
+            selection=selection, named_paths=list(named_paths), named_tests=named_tests)
+        self.schedule.adopt(written)
+        write_json_atomic(self.record_dir / PLAN_FILE, written)
+        self.emit("plan", None, writers.make_plan_record(written))
+        return written
+
+    def record_outcome(self, facts: TestFacts, *, outcome: str, phase: str, duration: float,
+                       longrepr: Optional[str], skip_reason: Optional[str]) -> dict:
+        """One test's outcome: its test_outcome record, the counts, a failure line, the checks it provides."""
+        self.outcomes.counts[outcome] += 1
+        record = self.emit("test_outcome", facts.nodeid, writers.make_test_outcome(
+            outcome=outcome, phase=phase, duration=duration, longrepr=longrepr, skip_reason=skip_reason,
+            check_kind=facts.check_kind))
+        if outcome in ("failed", "error"):
+            self.outcomes.failure_lines.append(
+                f"{outcome.upper()} {facts.nodeid} (full text: {RECORDS_FILE} seq {record['seq']})")
+        reason = skip_reason if outcome == "skipped" else first_line(longrepr)
+        self.ledger.update(facts.nodeid, facts.provides, outcome, phase, reason)
+        return record
+
+    # --- the end -------------------------------------------------------------------------------
+
+    def end_session(self, facts: SessionFacts) -> dict:
+        """The session_end record (written before the report, which reads it): how the session ended."""
+        signals = list(self.signals.received)
+        code_name = "INTERRUPTED" if signals else facts.exit_code_name
+        reason = session_status.stop_reason(
+            exit_code_name=code_name, signals=signals, should_stop=facts.should_stop,
+            should_fail=facts.should_fail, tests_failed=facts.tests_failed,
+            session_limit_skips=self.ledger.session_limit_skips)
+        end = writers.make_session_end(
+            exit_status=facts.interrupted_status if signals else facts.exit_status, exit_code_name=code_name,
+            signals=signals, collect_only=facts.collect_only, plan_only=self.invocation.mode == "plan",
+            stopped_reason=reason, planned=self.schedule.planned,
+            with_outcome={r["test"] for r in self.records_of("test_outcome")},
+            partial_reasons=self.schedule.partial_reasons(),
+            optional_notes=self.schedule.status.get("optional_left_out", []),
+            outcome_counts=self.outcomes.counts)
+        self.ending.session_end = end
+        self.emit("session_end", None, end)
+        return end
+
+    def finish(self) -> None:
+        """After session_end: the report (not for a plan), close the records, rename, the final manifest."""
+        end = self.ending.session_end
+        if self.invocation.mode != "plan":
+            self._write_report()
+        self.log.writer.close()
+        if self.invocation.named_by_plugin:
+            self._add_outcome_suffix(end)
+        self.write_manifest(end)
+
+    def _write_report(self) -> None:
+        """The report is evidence too: a failure to write it is recorded, not raised over the outcome."""
+        try:
+            from inferlab import report
+
+            report.write_report(self.record_dir)
+        except Exception as error:  # the run's records must survive a broken report
+            self.emit("report_error", None, {"error": f"{type(error).__name__}: {error}"})
+
+    def _add_outcome_suffix(self, end: dict) -> None:
+        """Rename a run made under --runs-dir so its name says how it ended; when that fails, say so."""
+        suffix = session_status.outcome_suffix(end, self.outcomes.counts)
+        if suffix is None:
+            return
+        old_name = self.record_dir.name
+        try:
+            self.record_dir = rename_with_suffix(self.record_dir, suffix)
+        except RecordDirError as error:
+            # The folder keeps a name that does not say how the run ended: the manifest and the terminal say so.
+            self.ending.rename = writers.make_rename(old_name=old_name, new_name=None, suffix=suffix, error=str(error))
+            return
+        self.ending.rename = writers.make_rename(old_name=old_name, new_name=self.record_dir.name, suffix=suffix,
+                                                 error=None)
+
+    def write_manifest(self, end: Optional[dict]) -> None:
+        """manifest.json: at the start with complete false; at the end with how the session ended and every file."""
+        # The environment is recorded as it was at the start, when the code that ran was read; anything found
+        # different at the end (a source file edited mid-run, a package installed) is listed, not swapped in.
+        if self.environment is None:
+            self.environment = self.surroundings.environment()
+        from inferlab import environment
+
+        changed = environment.changes(self.environment, self.surroundings.environment()) if end else []
+        manifest = writers.make_manifest(
+            invocation=self.invocation, started_utc=self.started_utc, ended_utc=self.clock() if end else None,
+            end=end, signals_during_finish=self.signals.during_finish, outcome_counts=self.outcomes.counts,
+            record_dir=str(self.record_dir), rename=self.ending.rename, predictions=self.predictions,
+            network_blocked=self.network_guard is not None,
+            torch_threads=self.surroundings.torch_threads(self.thread_request),
+            torch_build=self.surroundings.torch_build(), environment=self.environment,
+            environment_changed=changed, checks=self.ledger.checks)
+        self.on_manifest(manifest)
+        if end is not None:
+            manifest["files"] = file_inventory(self.record_dir, exclude=(MANIFEST_FILE,))
+        write_json_atomic(self.record_dir / MANIFEST_FILE, manifest)
+
+    def abandon_note(self) -> str:
+        """Where an abandoned run stands, for the one line printed when its final records are abandoned."""
+        try:
+            self.log.writer.flush()  # a record line already handed to the writer is kept whole
+        except (OSError, ValueError):
+            pass
+        try:
+            final = json.loads((self.record_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("session_end")
+        except (OSError, ValueError, AttributeError):
+            final = None
+        if final is not None:
+            return (f"Its final records were already written in {self.record_dir}; only the terminal summary is "
+                    f"cut short.")
+        return (f"{self.record_dir} keeps the manifest written when the run began (complete: false), so it reads as "
+                f"unfinished; `python -m inferlab verify {self.record_dir}` lists what it holds.")
+
+    def close(self) -> None:
+        """Release what the session held: the network block, the signal handlers."""
+        if self.network_guard is not None:
+            self.network_guard.close()
+        self.signals.restore()

@@ -1,0 +1,118 @@
+"""The options of a run and the markers of its tests, as data; the path options checked before anything is
+written; the name of a new run's folder.
+
+The plugin adds OPTIONS to one option group and MARKERS to the markers; each help text says its default.
+A refused path is a PathOptionError naming the option, the path, what is there and what was expected;
+the plugin turns it into a usage error. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import Optional
+
+from inferlab import protocol, revised_criterion
+from inferlab.records import describe_path
+
+HELP = {
+    "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
+                  "--runs-dir is given; no default)",
+    "runs_dir": "make a new record dir under this directory, named <UTC time>-<specimen> (and -plan with --plan); "
+                "at the end a suffix says how the run ended: -failed, -partial, -partial-failed or -incomplete "
+                "(default: none)",
+    "specimen": f"specimen to run: a name with a spec in artifacts/<name>.json (default: {protocol.DEFAULT_SPECIMEN}; "
+    f"'standin' is the synthetic, non-Pythia checkpoint)",
+    "artifacts": "reuse the six specimen files from this directory after verifying them (default: none; "
+    "the project cache under artifacts/cache/ is tried, then a bounded download)",
+    "offline": "never open a network connection; missing files are an error (default: off)",
+    "plan": "write plan.json and print the ordered schedule without loading a model (default: off)",
+    "predictions": "copy this predictions file into the record dir before any model computation (default: none)",
+    "revised_cache_criterion": "also judge the cache comparison under this justified revised criterion ATOL,RTOL "
+    f"(e.g. 1e-4,1e-3), recorded beside the declared {protocol.CACHE_TOLERANCE.describe()}, which keeps its "
+    "verdict; needs --justification (default: none, the declared criterion only)",
+    "justification": "why the revised cache criterion is justified; recorded with it (default: none; "
+    "required with --revised-cache-criterion)",
+}
+# pytest's addoption settings per flag; every dest starts with inferlab_.
+OPTIONS = {
+    "--record-dir": {"dest": "inferlab_record_dir", "metavar": "DIR", "default": None, "help": HELP["record_dir"]},
+    "--runs-dir": {"dest": "inferlab_runs_dir", "metavar": "DIR", "default": None, "help": HELP["runs_dir"]},
+    "--specimen": {"dest": "inferlab_specimen", "metavar": "NAME", "default": protocol.DEFAULT_SPECIMEN,
+                   "help": HELP["specimen"]},
+    "--artifacts": {"dest": "inferlab_artifacts", "metavar": "DIR", "default": None, "help": HELP["artifacts"]},
+    "--offline": {"dest": "inferlab_offline", "action": "store_true", "default": False, "help": HELP["offline"]},
+    "--plan": {"dest": "inferlab_plan", "action": "store_true", "default": False, "help": HELP["plan"]},
+    "--predictions": {"dest": "inferlab_predictions", "metavar": "FILE", "default": None,
+                      "help": HELP["predictions"]},
+    "--revised-cache-criterion": {"dest": "inferlab_revised_cache_criterion", "metavar": "ATOL,RTOL", "default": None,
+                                  "type": revised_criterion.parse_criterion, "help": HELP["revised_cache_criterion"]},
+    "--justification": {"dest": "inferlab_justification", "metavar": "TEXT", "default": None,
+                        "help": HELP["justification"]},
+}
+MARKERS = (
+    "provides(name): this test establishes the named check for later tests",
+    "requires(*names): skip unless every named check passed earlier",
+    "budget(category, selections=0, forwards=0, calls=0): what the test spends",
+    "records(*kinds): the record kinds this test writes; the plan carries them, readers ask the plan which tests "
+    "produce a kind, and the record fixture refuses any other kind",
+    "optional_extension: an optional part of the protocol (on a module): leaving it out does not make a run partial",
+    "batching: the optional batching extension (deselect with -m 'not batching')",
+    "diagnostic: a protocol diagnostic or observation; its failure is a finding about the computation, kept with "
+    "its evidence, not a broken harness",
+)
+
+WANTED = {"--record-dir": "a new directory, e.g. --record-dir runs/first",
+          "--runs-dir": "the folder for new runs, e.g. --runs-dir runs",
+          "--artifacts": "the directory that holds the specimen's files",
+          "--predictions": "your copy of predictions.md"}
+
+
+class PathOptionError(ValueError):
+    """A path option that cannot work; the message names the option, the path and the reason."""
+
+
+def check_paths(options: dict) -> Optional[str]:
+    """Refuse every path option that cannot work; returns the predictions path (None without one).
+
+    options maps --record-dir, --runs-dir, --artifacts and --predictions to their values (None when not
+    given). An empty path would mean the current folder; --artifacts must be a directory; the run must not
+    be written into the specimen copy; --predictions must be a regular file.
+    """
+    for option, value in options.items():
+        if value is not None and not value.strip():
+            raise PathOptionError(f"{option}: the path is empty ({value!r}), which would mean the current folder; "
+                                  f"name {WANTED[option]}")
+    artifacts = options.get("--artifacts")
+    if artifacts is not None:
+        where = Path(os.path.expanduser(artifacts))
+        if not os.path.isdir(where):  # False, not an error, for a path that cannot be examined
+            raise PathOptionError(f"--artifacts: {where} {describe_path(where)}; expected a directory that holds "
+                                  f"the specimen's files (check it first: python -m inferlab check-artifacts DIR)")
+        for option in ("--record-dir", "--runs-dir"):
+            if options.get(option) is None:
+                continue
+            target = Path(os.path.expanduser(options[option]))
+            try:
+                inside = target.resolve().is_relative_to(where.resolve())
+            except (OSError, RuntimeError):
+                inside = False  # refused later with its own reason if it cannot be used at all
+            if inside:
+                raise PathOptionError(f"{option}: {target} is inside the --artifacts folder {where}: the run would "
+                                      f"be written into the specimen copy; choose a folder outside it")
+    predictions = options.get("--predictions")
+    if predictions is None:
+        return None
+    predictions = os.path.expanduser(predictions)
+    if not os.path.isfile(predictions):
+        what = describe_path(predictions)
+        what += ", not a regular file" if what.startswith("is ") else ""
+        raise PathOptionError(f"--predictions: {predictions} {what}; expected your copy of predictions.md")
+    return predictions
+
+
+def run_dir_name(specimen_name: str, plan: bool) -> str:
+    """<UTC time>-<specimen>, and -plan for a plan: `ls runs` tells specimens and plans apart."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{specimen_name}" + ("-plan" if plan else "")
