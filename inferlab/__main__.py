@@ -68,6 +68,7 @@ def refuse_non_run(command: str, *record_dirs: Path) -> bool:
 
 
 def run_verify(record_dir: Path, all_passed: bool) -> int:
+    """`verify DIR`: one line per problem, then the verdict line; the exit code."""
     from inferlab.verify import verify_run
 
     if refuse_non_run("verify", record_dir):
@@ -97,6 +98,7 @@ def run_verify(record_dir: Path, all_passed: bool) -> int:
 
 
 def run_compare(dir1: Path, dir2: Path) -> int:
+    """`compare DIR1 DIR2`: the comparison as text; exit 0 unless a directory cannot be read."""
     from inferlab.compare import compare, format_compare
 
     if refuse_non_run("compare", dir1, dir2):
@@ -111,6 +113,7 @@ def run_compare(dir1: Path, dir2: Path) -> int:
 
 
 def run_report(record_dir: Path, check: bool, write: bool) -> int:
+    """`report DIR` (print), `--write` or `--check`; the exit code."""
     from inferlab import report
 
     if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
@@ -153,6 +156,7 @@ def artifact_row_line(row: dict) -> str:
 
 
 def run_check_artifacts(artifacts_dir: Path, specimen_name) -> int:
+    """`check-artifacts DIR`: each specimen file against its pins; the exit code."""
     from inferlab import protocol, specimen
 
     name = specimen_name or protocol.DEFAULT_SPECIMEN

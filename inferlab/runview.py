@@ -398,7 +398,10 @@ class RunView:
         from inferlab import protocol
 
         plan = self.plan or {}
-        reasons = plan["partial_reasons"] if "partial_reasons" in plan else protocol.shortfalls(plan.get("totals") or {})
+        if "partial_reasons" in plan:
+            reasons = plan["partial_reasons"]
+        else:
+            reasons = protocol.shortfalls(plan.get("totals") or {})
         return [str(reason) for reason in reasons or []]
 
     # --- which tests produce what, and why a record is missing --------------------------------------

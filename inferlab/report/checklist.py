@@ -89,12 +89,14 @@ def checklist_rows(view: RunView) -> list[list[str]]:
 
 
 def section_checklist(view: RunView) -> list[str]:
+    """The submission checklist's table."""
     return ["## Submission checklist", ""] + table(["#", "item", "status", "satisfied by"], checklist_rows(view)) + [
         "", "A clear failure report with its evidence is preferable to invented timings or a silently changed "
         "checkpoint.", ""]
 
 
 def section_conclusions(view: RunView) -> list[str]:
+    """The conclusions scaffold: the numbers a claim rests on, and prompts for the learner."""
     records = tables.generation_by_trial(view)
     repeat = tables.repeatability(view)
     comparisons = view.kind("cache_comparison")

@@ -90,6 +90,7 @@ def absent(view: RunView, what: str, *also: str) -> list[str]:
 
 
 def environment(view: RunView) -> list[str]:
+    """Python, OS, CPU, key versions, lock, git, command, options, threads."""
     manifest = view.manifest
     platform = manifest.get("platform") if isinstance(manifest.get("platform"), dict) else {}
     distributions = manifest.get("distributions") if isinstance(manifest.get("distributions"), dict) else {}
@@ -123,6 +124,7 @@ def environment(view: RunView) -> list[str]:
 
 
 def artifacts(view: RunView) -> list[str]:
+    """The specimen, its acquisition and every allowlisted file with its hashes."""
     lines = []
     for record in view.kind("specimen"):
         lines += record_block(record, skip=("expected",))
@@ -154,6 +156,7 @@ def artifacts(view: RunView) -> list[str]:
 
 
 def model(view: RunView) -> list[str]:
+    """How the model was loaded and what it is: config and named parameters."""
     lines = []
     for record in view.kind("model_load"):
         lines += record_block(record)
@@ -176,6 +179,7 @@ def model(view: RunView) -> list[str]:
 
 
 def inputs(view: RunView) -> list[str]:
+    """Each prompt as the model received it."""
     lines = ["Strings are JSON-escaped; a token id with no token has the piece `null`.", ""]
     records = {r.get("prompt_id"): r for r in view.kind("input")}
     if not records:
@@ -202,6 +206,7 @@ def config_differences(passed: Any, effective: Any) -> str:
 
 
 def generation_configs(view: RunView) -> list[str]:
+    """The generation configs passed and used, grouped by condition."""
     records = view.kind("generation")
     if not records:
         return absent(view, "generation")
@@ -230,6 +235,7 @@ def generation_configs(view: RunView) -> list[str]:
 
 
 def generation_trials(view: RunView) -> list[str]:
+    """Every generation trial's ids, text, EOS positions and cache freshness."""
     records = view.kind("generation")
     if not records:
         return absent(view, "generation")
@@ -246,6 +252,7 @@ def generation_trials(view: RunView) -> list[str]:
 
 
 def first_step(view: RunView) -> list[str]:
+    """The saved first-step logits and their checks across conditions."""
     lines = []
     rows = [[code(str(r.get("trial_id"))), code(str(r["first_step_logits"].get("file"))),
              code(str(r["first_step_logits"].get("key"))), jstr(r["first_step_logits"].get("shape")),
@@ -279,6 +286,7 @@ def first_step(view: RunView) -> list[str]:
 
 
 def cache(view: RunView) -> list[str]:
+    """The cache test's records: criterion, summary, alignment inputs and any revised evaluation."""
     lines = []
     for kind in ("cache_criterion", "cache_criterion_revised", "cache_summary", "cache_inspection"):
         for record in view.kind(kind):
@@ -321,6 +329,7 @@ def cache(view: RunView) -> list[str]:
 
 
 def timing_trials(view: RunView) -> list[str]:
+    """Every timing trial with every selection time, and the timing records."""
     records = {r.get("schedule_index"): r for r in view.kind("timing_trial")}
     if not records:
         return absent(view, "timing_trial")
@@ -349,6 +358,7 @@ def timing_trials(view: RunView) -> list[str]:
 
 
 def memory(view: RunView) -> list[str]:
+    """Every memory record."""
     records = view.kind("memory")
     if not records:
         return absent(view, "memory")
@@ -359,6 +369,7 @@ def memory(view: RunView) -> list[str]:
 
 
 def batching(view: RunView) -> list[str]:
+    """The batching calls and their records."""
     records = view.kind("batching")
     if not records:
         return absent(view, "batching")
@@ -377,6 +388,7 @@ def batching(view: RunView) -> list[str]:
 
 
 def run_level(view: RunView) -> list[str]:
+    """The run-level records and the plan's totals."""
     lines = []
     for kind in ("session_end", "plan", "offline_guard", "memory_bandwidth", "clock_overhead", "benchmark_reference"):
         records = view.kind(kind)
@@ -391,6 +403,7 @@ def run_level(view: RunView) -> list[str]:
 
 
 def outcomes(view: RunView) -> list[str]:
+    """Outcomes per protocol part, each failure's message and longrepr, each skip's reason."""
     decisive = view.tests_by_outcome()
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for nodeid, outcome in decisive.items():
@@ -416,6 +429,7 @@ def outcomes(view: RunView) -> list[str]:
 
 
 def warnings(view: RunView) -> list[str]:
+    """Every record that captured a warning or log message."""
     found = measures.warnings_by_record(view)
     if not found:
         return ["No record captured a warning or log message.", ""]

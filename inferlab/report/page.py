@@ -216,6 +216,7 @@ def failed_page(view: RunView, verdict: Verdict) -> list[str]:
 
 
 def section_details_index() -> list[str]:
+    """The closing links to every section of the detail page."""
     return ["## Everything else", "",
             "The detail page holds the records behind every section: "
             + ", ".join(see(name) for name in details_page.SECTIONS) + ".", ""]

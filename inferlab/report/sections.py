@@ -41,6 +41,7 @@ RSS_WARNING = (
 
 
 def section_conditions(view: RunView) -> list[str]:
+    """The conditions table and what every trial shares."""
     header, rows = tables.conditions_table(view)
     fixed = tables.recorded_protocol(view).get("generation_fixed") or protocol.GENERATION_FIXED
     return ["## Conditions", ""] + table(header, rows) + [
@@ -51,6 +52,7 @@ def section_conditions(view: RunView) -> list[str]:
 
 
 def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
+    """Every generation trial in protocol order."""
     count = len(protocol.generation_trials())
     lines = ["## Generation trials", "",
              f"All {count} trials in protocol order. Text is the decoded continuation with special tokens hidden, "
@@ -63,6 +65,7 @@ def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
 
 
 def section_repeatability(view: RunView) -> list[str]:
+    """Greedy identity, the seed rerun, distinct continuations and early EOS, per prompt."""
     lines = ["## Repeatability", ""]
     lines += table(["prompt", "greedy repetitions identical", f"{protocol.RERUN_CONDITION} seed "
                     f"{protocol.RERUN_SEED} rerun identical", "distinct continuations / seeds recorded",
@@ -73,6 +76,7 @@ def section_repeatability(view: RunView) -> list[str]:
 
 
 def section_first_step(view: RunView) -> list[str]:
+    """The first-step distribution computed from the saved raw logits."""
     import math
 
     lines = ["## First-step distribution", "",
@@ -119,6 +123,7 @@ def _plots(view: RunView, section: str, plot_errors: dict) -> list[str]:
 
 
 def section_cache(view: RunView, labels: tables.Labels, plot_errors: dict) -> list[str]:
+    """The declared (and any revised) criterion, the matched-prefix table and its plot."""
     lines = ["## Cache: matched prefixes", ""]
     criterion = view.first("cache_criterion")
     rule = (criterion or {}).get("rule") or (criterion or {}).get("criterion") or protocol.CACHE_TOLERANCE.describe()
@@ -160,6 +165,7 @@ def section_cache(view: RunView, labels: tables.Labels, plot_errors: dict) -> li
 
 
 def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> list[str]:
+    """The timing table, the decode floor, phases, loop against generate, divergence, plots."""
     recorded = tables.recorded_protocol(view)
     n = protocol.TIMING_NEW_TOKENS
     lines = ["## Timing", "",
@@ -198,6 +204,7 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
 
 
 def section_roofline(view: RunView) -> list[str]:
+    """The floor of one decode step: bytes it must read over the measured bandwidth."""
     bandwidth, rows = measures.roofline_rows(view)
     if not rows:
         return []
@@ -219,6 +226,7 @@ def section_roofline(view: RunView) -> list[str]:
 
 
 def section_memory(view: RunView, labels: tables.Labels) -> list[str]:
+    """Tensor payloads with their formula checks, per-prefix cache bytes, RSS and what is unmeasured."""
     lines = ["## Memory", "",
              "Tensor payloads counted exactly (unique storage, shared storage counted once); they are not process "
              "memory.", ""]
@@ -244,6 +252,7 @@ def section_memory(view: RunView, labels: tables.Labels) -> list[str]:
 
 
 def section_batching(view: RunView, labels: tables.Labels) -> list[str]:
+    """Each request alone against its row of the padded batch."""
     lines = ["## Batching (optional extension)", ""]
     rows = measures.batching_rows(view)
     if not rows and view.kind("batching"):
@@ -262,6 +271,7 @@ def section_batching(view: RunView, labels: tables.Labels) -> list[str]:
 
 
 def section_limitations(view: RunView) -> list[str]:
+    """What this run cannot show, with its own clock overhead and benchmark."""
     inputs = {r.get("prompt_id"): r.get("length") for r in view.kind("input")}
     lengths = ", ".join(f"{p} {n}" for p, n in inputs.items() if n is not None) or MISSING
     clock = measures.clock_overhead_line(view)

@@ -156,7 +156,8 @@ def skip_rows(view: RunView, labels: Labels) -> list[list[str]]:
         if outcome.get("outcome") == "skipped":
             groups[skip_text(outcome)].append(outcome.get("test"))
     return [[labels.reasons.get(reason, "?"), text_cell(reason), str(len(tests)),
-             text_cell(", ".join(dict.fromkeys(view.part_label(t) for t in tests)))] for reason, tests in groups.items()]
+             text_cell(", ".join(dict.fromkeys(view.part_label(t) for t in tests)))]
+            for reason, tests in groups.items()]
 
 
 def not_run_by_part(view: RunView) -> list[list[str]]:

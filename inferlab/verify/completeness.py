@@ -144,12 +144,18 @@ def check_generation(checker: Checker) -> None:
         if isinstance(config, dict) and config.get("max_new_tokens") not in (None, protocol.MAX_NEW_TOKENS):
             checker.problem(f"generation {test_id}: max_new_tokens {config.get('max_new_tokens')}, "
                             f"expected {protocol.MAX_NEW_TOKENS}")
-    if order != sorted(order):
-        checker.problem(f"generation records are not in protocol order: trial indices {order}")
-    for trial in trials:
-        one_record_per_trial(checker, "generation", trial.test_id, seen[trial.index])
+    one_record_each(checker, "generation", "protocol order: trial indices", order,
+                    [(t.test_id, seen[t.index]) for t in trials])
     if new_tokens > protocol.CAPS["generation_new_tokens"]:
         checker.problem(f"generation: {new_tokens} new tokens in all, cap {protocol.CAPS['generation_new_tokens']}")
+
+
+def one_record_each(checker: Checker, kind: str, order_words: str, order: list, trials: list[tuple]) -> None:
+    """The records of a kind in order, and exactly one per planned trial ((test id, records found) each)."""
+    if order != sorted(order):
+        checker.problem(f"{kind} records are not in {order_words} {order}")
+    for test_id, found in trials:
+        one_record_per_trial(checker, kind, test_id, found)
 
 
 def one_record_per_trial(checker: Checker, kind: str, test_id: str, found: list) -> None:
@@ -219,10 +225,8 @@ def check_timing(checker: Checker) -> None:
         elif any(not isinstance(t, (int, float)) for t in times) or any(b < a for a, b in zip(times, times[1:])) \
                 or times[0] < 0:
             checker.problem(f"timing_trial {planned.test_id}: token times are not non-negative and non-decreasing")
-    if order != sorted(order):
-        checker.problem(f"timing_trial records are not in schedule order: schedule indices {order}")
-    for planned in schedule:
-        one_record_per_trial(checker, "timing_trial", planned.test_id, seen[planned.schedule_index])
+    one_record_each(checker, "timing_trial", "schedule order: schedule indices", order,
+                    [(t.test_id, seen[t.schedule_index]) for t in schedule])
     if selections > protocol.CAPS["timing_selections"]:
         checker.problem(f"timing: {selections} selections in all, cap {protocol.CAPS['timing_selections']}")
 
