@@ -238,7 +238,11 @@ class RunView:
         schedule = (self.plan or {}).get("schedule")
         self.planned: list[dict] = [e for e in schedule if isinstance(e, dict)] if isinstance(schedule, list) else []
         self.schedule: list = [e.get("test") for e in self.planned]
-        self.with_outcome: set = {r.get("test") for r in self.outcomes}
+        self._outcomes_of: dict = collections.defaultdict(list)  # node id -> its outcome records, in order
+        for outcome in self.outcomes:
+            self._outcomes_of[outcome.get("test")].append(outcome)
+        self.with_outcome: set = set(self._outcomes_of)
+        self._decisive: Optional[dict] = None
         self._entry = {e.get("test"): e for e in self.planned}
         parts = (self.plan or {}).get("parts")
         self._parts = {p.get("file"): p for p in parts if isinstance(p, dict)} if isinstance(parts, list) else {}
@@ -313,7 +317,7 @@ class RunView:
 
     def decisive_outcome(self, nodeid: Optional[str]) -> Optional[dict]:
         """The outcome of one node id that decides it: a non-passing one (setup or teardown) wins."""
-        matches = [r for r in self.outcomes if r.get("test") == nodeid]
+        matches = self._outcomes_of.get(nodeid, [])
         failing = [r for r in matches if r.get("outcome") != "passed"]
         return (failing or matches or [None])[0]
 
@@ -325,9 +329,10 @@ class RunView:
         return (failing or outcomes or [None])[0]
 
     def tests_by_outcome(self) -> dict[str, dict]:
-        """Each node id with an outcome -> its decisive outcome record, in first-seen order."""
-        return {nodeid: self.decisive_outcome(nodeid)
-                for nodeid in dict.fromkeys(r.get("test") for r in self.outcomes)}
+        """Each node id with an outcome -> its decisive outcome record, in first-seen order (do not change it)."""
+        if self._decisive is None:
+            self._decisive = {nodeid: self.decisive_outcome(nodeid) for nodeid in self._outcomes_of}
+        return self._decisive
 
     def planned_without_outcome(self) -> list[str]:
         """Planned node ids that have no test_outcome record."""
