@@ -1,19 +1,20 @@
 """python -m inferlab verify DIR | compare DIR1 DIR2 | report DIR | check-artifacts DIR: no model, no network.
 
 Exit codes: 0 success; 1 verify or check-artifacts found problems (or report --check found a
-difference); 2 a directory could not be read, or is not a run's record dir; 141 (128 + SIGPIPE) the
-reader of the output went away (`... | head`): the command stops quietly.
+difference); 2 a directory could not be read, or is not a run's record dir; 3 report --check met
+pages that another report renderer version wrote, so it did not compare their text (verify still
+checks them against the manifest's hashes); 141 (128 + SIGPIPE) the reader of the output went away
+(`... | head`): the command stops quietly.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE = 0, 1, 2
+EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_OTHER_RENDERER = 0, 1, 2, 3
 EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
 
 
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode = report.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",
                       help="compare with DIR/report.md and DIR/report-details.md instead of printing; exit 1 if "
-                           "either differs")
+                           "either differs, 3 if another report renderer version wrote them (not compared)")
     mode.add_argument("--write", action="store_true",
                       help="rewrite DIR/report.md, DIR/report-details.md and the plots in place (the manifest's "
                            "hashes are not updated, so verify reports any file that changed)")
@@ -56,35 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def folder_kind(record_dir: Path) -> dict:
-    """{plan, finished}: whether DIR is a plan folder, and whether its session wrote a session_end record."""
-    from inferlab.records import MANIFEST_FILE, RECORDS_FILE
-
-    manifest = _read_json(record_dir / MANIFEST_FILE)
-    manifest = manifest if isinstance(manifest, dict) else {}
-    kinds = []
-    try:
-        with open(record_dir / RECORDS_FILE, encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                try:
-                    kinds.append(json.loads(line).get("kind"))
-                except (ValueError, AttributeError):
-                    continue
-    except OSError:
-        pass
-    return {"plan": manifest.get("mode") == "plan", "finished": "session_end" in kinds}
-
-
 def refuse_non_run(command: str, *record_dirs: Path) -> bool:
     """Say so, and return True, when a folder is not a run's record dir: no command reads or writes in one."""
-    from inferlab.records import not_a_run_reason
+    from inferlab.runview import not_a_run_reason
 
     reasons = [reason for reason in map(not_a_run_reason, record_dirs) if reason]
     for reason in reasons:
@@ -93,11 +68,12 @@ def refuse_non_run(command: str, *record_dirs: Path) -> bool:
 
 
 def run_verify(record_dir: Path, all_passed: bool) -> int:
-    from inferlab.verify import verify
+    """`verify DIR`: one line per problem, then the verdict line; the exit code."""
+    from inferlab.verify import verify_run
 
     if refuse_non_run("verify", record_dir):
         return EXIT_UNREADABLE
-    result = verify(record_dir)
+    result = verify_run(record_dir)
     problems = list(result["problems"])
     if all_passed and not result["all_tests_passed"]:
         problems.append(f"not every test passed: {result['outcome_counts']}")
@@ -122,7 +98,8 @@ def run_verify(record_dir: Path, all_passed: bool) -> int:
 
 
 def run_compare(dir1: Path, dir2: Path) -> int:
-    from inferlab.verify import compare, format_compare
+    """`compare DIR1 DIR2`: the comparison as text; exit 0 unless a directory cannot be read."""
+    from inferlab.compare import compare, format_compare
 
     if refuse_non_run("compare", dir1, dir2):
         return EXIT_UNREADABLE
@@ -136,28 +113,33 @@ def run_compare(dir1: Path, dir2: Path) -> int:
 
 
 def run_report(record_dir: Path, check: bool, write: bool) -> int:
+    """`report DIR` (print), `--write` or `--check`; the exit code."""
     from inferlab import report
 
     if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
         return EXIT_UNREADABLE
-    kind = folder_kind(record_dir)
-    if kind["plan"]:
+    from inferlab.runview import RunView
+
+    view = RunView.read(record_dir)
+    if view.is_plan_folder:
         print(f"report: {record_dir} is a plan folder (written by --plan): no test ran, so there is no run to report; "
               f"its schedule is in plan.json", file=sys.stderr)
         return EXIT_OK
-    if not kind["finished"]:
+    if view.session_end is None:
         print(f"report: {record_dir} has no session_end record: its session never reached its end (it was killed or "
               f"crashed). The report shows the records that exist; the run is not complete.", file=sys.stderr)
     if write:
-        print(report.write_report(record_dir, after_session=True))
+        print(report.write_report(view, after_session=True))
         return EXIT_OK
     if not check:
-        sys.stdout.write(report.render_report(record_dir, after_session=True))
+        sys.stdout.write(report.render_report(view, after_session=True))
         return EXIT_OK
-    problems = report.check_pages(record_dir, after_session=True)
-    for line in problems:
+    checked = report.check(view, after_session=True)
+    for line in checked.lines:
         print(f"report: {line}")
-    if problems:
+    if checked.status == "other_renderer":
+        return EXIT_OTHER_RENDERER
+    if checked.status == "differs":
         return EXIT_PROBLEMS
     print(f"report: regenerated text is identical to {', '.join(report.PAGES)} in {record_dir}")
     return EXIT_OK
@@ -174,6 +156,7 @@ def artifact_row_line(row: dict) -> str:
 
 
 def run_check_artifacts(artifacts_dir: Path, specimen_name) -> int:
+    """`check-artifacts DIR`: each specimen file against its pins; the exit code."""
     from inferlab import protocol, specimen
 
     name = specimen_name or protocol.DEFAULT_SPECIMEN

@@ -95,36 +95,6 @@ def check_record_dir(path: Path) -> None:
         raise RecordDirError(f"record dir {path} cannot be used: {_os_reason(error, path)}") from None
 
 
-def not_a_run_reason(path: Path) -> Optional[str]:
-    """Why `path` is not a run's record dir (None when it is one), read from its files alone.
-
-    A run claims its folder (CLAIM_FILE) and opens RECORDS_FILE and MANIFEST_FILE before any test, so
-    a folder with none of them, or with files of those names that are not a run's, was never a run.
-    """
-    path = Path(path)
-    if (path / CLAIM_FILE).is_file():
-        return None
-    try:
-        with open(path / RECORDS_FILE, encoding="ascii", errors="replace") as handle:
-            first = handle.readline()
-        record = json.loads(first) if first.strip() else None
-        if isinstance(record, dict) and {"kind", "seq"} <= set(record):
-            return None
-    except (OSError, ValueError):
-        pass
-    try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
-        if isinstance(manifest, dict) and manifest.get("mode") in ("run", "plan") and "protocol" in manifest:
-            return None
-    except (OSError, ValueError):
-        pass
-    present = [name for name in (RECORDS_FILE, MANIFEST_FILE) if (path / name).exists()]
-    if not present:
-        return f"{path} is not a run's record dir: it has no {RECORDS_FILE}, {MANIFEST_FILE} or {CLAIM_FILE}"
-    return (f"{path} is not a run's record dir: its {' and '.join(present)} "
-            f"{'is' if len(present) == 1 else 'are'} not a run's (no record with kind and seq, no run manifest)")
-
-
 def _os_reason(error: OSError, path: Path) -> str:
     """Why the OS refused, in words: the path itself, or an ancestor, that is not a directory, else the error."""
     try:
@@ -337,19 +307,6 @@ class JsonlWriter:
 
     def close(self) -> None:
         self._handle.close()
-
-
-def read_records(directory: Path) -> list[dict]:
-    """All records of a run, in write order; a malformed line raises with its line number."""
-    records = []
-    path = Path(directory) / RECORDS_FILE
-    with open(path, encoding="ascii") as handle:
-        for number, line in enumerate(handle, start=1):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: not a JSON object ({error})") from None
-    return records
 
 
 class TensorStore:

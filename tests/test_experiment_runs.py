@@ -114,9 +114,9 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     assert ids == [trial.test_id for trial in protocol.generation_trials()]
     assert [r["kind"] for r in records(project.path / "run")] == ["plan", "session_end"]
     result.stdout.fnmatch_lines(["*test_generation_trial[[]P1-S2-seed23[]]*"])
-    from inferlab import verify
+    from inferlab.verify import verify_run
 
-    checked = verify.verify(project.path / "run")  # a plan folder says it is one, and verify knows it
+    checked = verify_run(project.path / "run")  # a plan folder says it is one, and verify knows it
     assert checked["problems"] == [] and checked["plan_folder"] is True
     manifest = json.loads((project.path / "run" / "manifest.json").read_text())
     assert manifest["mode"] == "plan" and manifest["complete"] is False and not (project.path / "run" / "report.md").exists()
@@ -215,13 +215,13 @@ def test_stand_in_uncached_logits_agree_with_an_independent_recomputation(projec
 
 
 def test_two_stand_in_runs_compare_with_every_generated_id_equal(project):
-    from inferlab import verify
+    from inferlab.compare import compare
 
     selection = ["-k", "test_10_specimen or test_20_inputs or test_generation_trial"]
     for name in ("first", "second"):
         result = project.runpytest_subprocess("experiments", "--record-dir", name, "--specimen", "standin", *selection)
         assert result.ret == pytest.ExitCode.OK
-    comparison = verify.compare(project.path / "first", project.path / "second")
+    comparison = compare(project.path / "first", project.path / "second")
     rows = comparison["generation"]
     assert len(rows) == len(protocol.generation_trials())
     assert all(row["equal"] for row in rows), [row for row in rows if not row["equal"]]

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
 
 from inferlab import plots, report
 from inferlab.records import RECORDS_FILE, REPORT_FILE
-from inferlab.report import tables
+from inferlab.report import measures
 from inferlab.report.verdict import decide, partial_note
-from inferlab.report.view import RunView
+from inferlab.runview import RunView
 
 from fixtures_records import build_rich_run, copy_run
 
@@ -27,14 +26,14 @@ def rich_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def records(rich_run) -> list[dict]:
-    return [json.loads(line) for line in (rich_run / RECORDS_FILE).read_text().splitlines()]
+    return RunView.read(rich_run).records  # in the current schema: one name per field
 
 
 def with_outlier(records: list[dict], factor: float = 200.0) -> tuple[list[dict], float]:
     """A copy of the records where one measured trial's timings are `factor` times longer; returns its TTFT in ms."""
     changed = copy.deepcopy(records)
     trial = next(r for r in changed if r["kind"] == "timing_trial" and not r["warmup"] and r["prompt_id"] == "P1")
-    trial["token_times"] = [t * factor for t in trial["token_times"]]
+    trial["token_times_s"] = [t * factor for t in trial["token_times_s"]]
     trial["ttft_s"] *= factor
     trial["mean_post_first_interval_s"] *= factor
     return changed, trial["ttft_s"] * 1e3
@@ -56,9 +55,9 @@ def test_plots_are_written_linked_and_byte_identical_when_redrawn(rich_run, reco
     for png in pngs:
         assert png.read_bytes().startswith(PNG_SIGNATURE)
         assert f"]({png.name})" in text
-    view = RunView(rich_run)
+    view = RunView.read(rich_run)
     results = plots.write_plots(tmp_path, records, partial=partial_note(decide(view), view),
-                                bound_ratios=tables.bound_ratios(view))
+                                bound_ratios=measures.bound_ratios(view))
     assert all(r["written"] for r in results)
     for result in results:
         assert (tmp_path / result["file"]).read_bytes() == (rich_run / result["file"]).read_bytes()
@@ -81,7 +80,7 @@ def test_token_times_clip_an_outlier_and_start_at_zero(records):
     p1_axis = figure.axes[0]
     assert p1_axis.get_ylim()[0] == 0
     longest = max(t for r in changed if r["kind"] == "timing_trial" and not r["warmup"] and r["prompt_id"] == "P1"
-                  for t in r["token_times"])
+                  for t in r["token_times_s"])
     assert p1_axis.get_ylim()[1] < longest * 1e3 / 10
     assert any("values above the clipped axis" in t for t in texts(figure))
 
@@ -101,7 +100,7 @@ def test_clip_limit_ignores_ordinary_noise_and_catches_one_outlier():
 
 @pytest.mark.parametrize("name", ["token_times", "ttft_interval", "cache_max_abs_diff"])
 def test_legends_sit_outside_every_axes(rich_run, records, name):
-    extra = {"bound_ratios": tables.bound_ratios(RunView(rich_run))} if name == "cache_max_abs_diff" else {}
+    extra = {"bound_ratios": measures.bound_ratios(RunView.read(rich_run))} if name == "cache_max_abs_diff" else {}
     figure = plots.DRAWERS[name](records, None, **extra)
     renderer = figure.canvas.get_renderer()
     figure.draw(renderer)
@@ -115,7 +114,7 @@ def test_legends_sit_outside_every_axes(rich_run, records, name):
 
 
 def test_cache_plot_shows_the_error_as_a_fraction_of_each_elements_bound(rich_run, records):
-    ratios = tables.bound_ratios(RunView(rich_run))
+    ratios = measures.bound_ratios(RunView.read(rich_run))
     figure = plots.draw_cache_diff(records, None, bound_ratios=ratios)
     ratio_axis = figure.axes[1]
     assert "bound" in ratio_axis.get_title()

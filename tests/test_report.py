@@ -13,7 +13,7 @@ from inferlab import guidance, protocol, report
 from inferlab.__main__ import main
 from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
 from inferlab.report import details, logits, tables
-from inferlab.report.view import RunView
+from inferlab.runview import RunView
 
 from fixtures_records import (
     BANDWIDTH_BYTES_PER_S,
@@ -498,11 +498,10 @@ def test_rss_baseline_includes_the_libraries_and_subtraction_is_warned_against()
                        now={"current_rss": {"bytes": 4 * 10**8, "meaning": "current", "tool": "/proc/self/status",
                                             "source_field": "VmRSS"}},
                        baseline_point="before the model was loaded")
-    view = RunView(Path("/nonexistent"))
-    view.by_kind["memory"] = [record]
-    from inferlab.report import page as learner_page
+    view = RunView.from_data([record])
+    from inferlab.report import sections
 
-    text = "\n".join(learner_page.section_memory(view, tables.Labels(view)))
+    text = "\n".join(sections.section_memory(view, tables.Labels(view)))
     assert "already includes them" in text
     assert 'Do not subtract these RSS values to get "model + cache"' in text
     assert "200,000,000 B" in text and "400,000,000 B" in text
@@ -625,7 +624,7 @@ def test_failed_run_page_is_short_and_heads_with_the_reason_and_next_steps(faile
     assert text.index("## What happened") < text.index("## What to do next") < text.index("## What did not run")
     assert "test_acquisition" in section(text, "What happened")
     next_steps = section(text, "What to do next")
-    for step in guidance.acquisition_next_steps(RunView(failed_run).specimen_spec()):
+    for step in guidance.acquisition_next_steps(RunView.read(failed_run).specimen_spec()):
         assert f"- {step}" in next_steps
     assert report.MISSING not in text
 
@@ -707,7 +706,7 @@ def test_code_span_in_a_table_writes_line_breaks_visibly():
 def test_a_newline_in_the_command_or_a_path_never_splits_a_table_row(rich_run, tmp_path):
     run = copy_run(rich_run, tmp_path / "newline")
     command = "python -m pytest experiments \\\n  --record-dir 'runs/a\nb'"
-    edit_manifest(run, command=command, command_line=["pytest", "--record-dir", "runs/a\nb"],
+    edit_manifest(run, command=command, argv=["pytest", "--record-dir", "runs/a\nb"],
                   git={"commit": "c0ffee\nbad", "dirty": False})
     pages = report.render_pages(run)
     status = {row[0]: row[1] for row in table_rows(section(pages[REPORT_FILE], "Run status")) if len(row) == 2}

@@ -251,9 +251,9 @@ def test_check_kind_falls_back_to_the_plan_then_to_integrity(tmp_path):
         if entry["test"].endswith("test_greedy_repetitions_identical"):
             entry["check_kind"] = "diagnostic"
     write_json_atomic(run / PLAN_FILE, plan)
-    from inferlab.report.view import RunView
+    from inferlab.runview import RunView
 
-    view = RunView(run)
+    view = RunView.read(run)
     kinds = {o["test"].split("::")[-1]: view.check_kind(o) for o in view.outcomes}
     assert kinds["test_greedy_repetitions_identical"] == "diagnostic"
     assert kinds["test_loop_matches_generate"] == "integrity"

@@ -10,7 +10,8 @@ import pytest
 from inferlab import protocol
 from inferlab.__main__ import main
 from inferlab.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
-from inferlab.verify import compare, format_compare, verify
+from inferlab.compare import compare, format_compare
+from inferlab.verify import verify_run
 
 from fixtures_records import (
     build_complete_run,
@@ -47,14 +48,14 @@ def run_copy(complete_run, tmp_path) -> Path:
 
 
 def problems_of(directory: Path) -> list[str]:
-    return verify(directory)["problems"]
+    return verify_run(directory)["problems"]
 
 
 # --- verify ----------------------------------------------------------------------------------
 
 
 def test_complete_synthetic_run_verifies(complete_run, capsys):
-    result = verify(complete_run)
+    result = verify_run(complete_run)
     assert result["problems"] == []
     assert result["all_tests_passed"] and result["explained_gaps"] == []
     assert main(["verify", str(complete_run)]) == 0
@@ -110,7 +111,7 @@ def test_incomplete_manifest_is_a_problem(run_copy):
 
 
 def test_failed_run_with_its_evidence_verifies_but_is_not_all_passed(failed_run, capsys):
-    result = verify(failed_run)
+    result = verify_run(failed_run)
     assert result["problems"] == [], result["problems"]
     assert not result["all_tests_passed"]
     assert any(g.startswith("generation P1-G-rep1 missing: explained by") for g in result["explained_gaps"])
@@ -290,7 +291,7 @@ def test_a_killed_run_verifies_as_unfinished_and_its_report_can_still_be_written
 
 def test_a_plan_folder_is_recognised_and_never_passes_all_passed(tmp_path, capsys):
     folder = build_plan_folder(tmp_path / "plan")
-    result = verify(folder)
+    result = verify_run(folder)
     assert result["problems"] == [] and result["plan_folder"] is True
     assert main(["verify", str(folder)]) == 0
     assert "a PLAN folder" in capsys.readouterr().out
@@ -416,7 +417,7 @@ def interrupt_after(directory: Path, tests_done: int) -> str:
 
 def test_an_interrupted_run_says_so_once_and_lists_no_record_it_never_reached(run_copy, capsys):
     cut_short = interrupt_after(run_copy, tests_done=20)
-    result = verify(run_copy)
+    result = verify_run(run_copy)
     assert result["problems"] == [
         f"unfinished: interrupted by SIGINT; 46 of 66 planned tests have no outcome (the first: {cut_short})"]
     assert result["unfinished"] == "interrupted by SIGINT" and result["not_listed"] > 40
@@ -489,7 +490,7 @@ def partial_run(directory: Path, left_out: str) -> None:
 
 def test_a_partial_run_says_so_once_and_lists_no_record_of_a_deselected_test(run_copy, capsys):
     partial_run(run_copy, "test_timing_")
-    result = verify(run_copy)
+    result = verify_run(run_copy)
     assert result["problems"] == ["partial: -k 'not test_timing_' deselected 24 protocol test(s) (and 1 more "
                                   "shortfall(s): plan.json partial_reasons)"], result["problems"]
     assert result["not_listed"] == len(protocol.timing_schedule()) + 4  # each trial, and each summary

@@ -12,7 +12,7 @@ import json
 from typing import Any, Callable
 
 from inferlab import protocol
-from inferlab.report import tables
+from inferlab.report import measures, tables
 from inferlab.report.fmt import (
     MISSING,
     code,
@@ -28,7 +28,7 @@ from inferlab.report.fmt import (
     text_cell,
     yes_no,
 )
-from inferlab.report.view import BASE_FIELDS, RunView, short_test
+from inferlab.runview import ENVELOPE_FIELDS, RunView, short_test
 
 DETAILS_FILE = "report-details.md"
 LONG_VALUE_CHARS = 200
@@ -61,7 +61,7 @@ def value_cell(value: Any, seq: Any = None) -> str:
 def field_table(record: dict, skip: tuple = ()) -> list[str]:
     """Every field of a record but the envelope, one row each."""
     rows = [[code(name), value_cell(value, record.get("seq"))] for name, value in record.items()
-            if name not in BASE_FIELDS and name not in skip]
+            if name not in ENVELOPE_FIELDS and name not in skip]
     return table(["field", "value"], rows) if rows else ["(no fields)"]
 
 
@@ -81,15 +81,16 @@ def json_block(value: Any) -> list[str]:
     return ["```json", json.dumps(value, ensure_ascii=True, indent=1), "```"]
 
 
-def absent(view: RunView, what: str, *tests: str) -> list[str]:
-    """'No X record (why).'"""
-    return [f"No {what} record ({tables.Labels(view).gap(*tests)}).", ""]
+def absent(view: RunView, what: str, *also: str) -> list[str]:
+    """'No X record (why).': why, from the tests that write X (or any of the kinds `also`)."""
+    return [f"No {what} record ({tables.Labels(view).gap(what, *also)}).", ""]
 
 
 # --- sections -------------------------------------------------------------------------------
 
 
 def environment(view: RunView) -> list[str]:
+    """Python, OS, CPU, key versions, lock, git, command, options, threads."""
     manifest = view.manifest
     platform = manifest.get("platform") if isinstance(manifest.get("platform"), dict) else {}
     distributions = manifest.get("distributions") if isinstance(manifest.get("distributions"), dict) else {}
@@ -108,7 +109,7 @@ def environment(view: RunView) -> list[str]:
         ["git commit", code(str(git.get("commit"))) + (" (dirty)" if git.get("dirty") else "")],
         ["source files hashed", f"{len(manifest.get('source_sha256') or {})} (manifest.json `source_sha256`)"],
         ["command", (code(command) + f" ({source})") if command else MISSING],
-        ["sys.argv", jstr(manifest.get("command_line", MISSING))],
+        ["sys.argv", jstr(manifest.get("argv", MISSING))],
         ["options", jstr(manifest.get("options", MISSING))],
         ["thread environment", jstr(manifest.get("thread_environment", MISSING))],
         ["started (UTC)", text_cell(manifest.get("started_utc"))],
@@ -123,6 +124,7 @@ def environment(view: RunView) -> list[str]:
 
 
 def artifacts(view: RunView) -> list[str]:
+    """The specimen, its acquisition and every allowlisted file with its hashes."""
     lines = []
     for record in view.kind("specimen"):
         lines += record_block(record, skip=("expected",))
@@ -130,7 +132,7 @@ def artifacts(view: RunView) -> list[str]:
         lines += record_block(record)
     files = {r.get("name"): r for r in view.kind("artifact_file")}
     if not files:
-        return lines + absent(view, "artifact_file", "test_artifact_file")
+        return lines + absent(view, "artifact_file")
     rows = []
     for name in list(protocol.ALLOWLISTED_FILES) + sorted(n for n in files if n not in protocol.ALLOWLISTED_FILES):
         record = files.get(name)
@@ -154,12 +156,13 @@ def artifacts(view: RunView) -> list[str]:
 
 
 def model(view: RunView) -> list[str]:
+    """How the model was loaded and what it is: config and named parameters."""
     lines = []
     for record in view.kind("model_load"):
         lines += record_block(record)
     inspection = view.first("model_inspection")
     if inspection is None:
-        return lines + absent(view, "model_inspection", "test_model_inspection", "test_model_load")
+        return lines + absent(view, "model_inspection", "model_load")
     lines += record_block(inspection, skip=("config", "parameters"))
     config = inspection.get("config") if isinstance(inspection.get("config"), dict) else {}
     if config:
@@ -176,17 +179,18 @@ def model(view: RunView) -> list[str]:
 
 
 def inputs(view: RunView) -> list[str]:
+    """Each prompt as the model received it."""
     lines = ["Strings are JSON-escaped; a token id with no token has the piece `null`.", ""]
     records = {r.get("prompt_id"): r for r in view.kind("input")}
     if not records:
-        return lines + absent(view, "input", "test_input")
+        return lines + absent(view, "input")
     shown = ("source", "serialized", "serialized_matches_source", "length", "token_ids", "token_pieces",
              "attention_mask")
     for prompt_id, record in records.items():
         rows = [[code(name), jstr(record.get(name)) if name != "serialized_matches_source"
                  else yes_no(record.get(name))] for name in shown]
         rows += [[code(k), value_cell(v, record.get("seq"))] for k, v in record.items()
-                 if k not in shown and k not in BASE_FIELDS]
+                 if k not in shown and k not in ENVELOPE_FIELDS]
         lines += [f"### {prompt_id}", ""] + table(["field", "value"], rows) + [""]
     return lines
 
@@ -202,9 +206,10 @@ def config_differences(passed: Any, effective: Any) -> str:
 
 
 def generation_configs(view: RunView) -> list[str]:
+    """The generation configs passed and used, grouped by condition."""
     records = view.kind("generation")
     if not records:
-        return absent(view, "generation", "test_generation_trial")
+        return absent(view, "generation")
     lines = ["`generation_config` is what each trial passed (it replays the trial); `generation_config_effective` is "
              "the copy `generate()` prepared and used, shown as its differences from the passed one (both are complete "
              "in each `generation` record). Trials that share a config are listed together.", ""]
@@ -230,9 +235,10 @@ def generation_configs(view: RunView) -> list[str]:
 
 
 def generation_trials(view: RunView) -> list[str]:
+    """Every generation trial's ids, text, EOS positions and cache freshness."""
     records = view.kind("generation")
     if not records:
-        return absent(view, "generation", "test_generation_trial")
+        return absent(view, "generation")
     rows = []
     for number, record in enumerate(records, start=1):
         cache = record.get("generation_cache")
@@ -246,6 +252,7 @@ def generation_trials(view: RunView) -> list[str]:
 
 
 def first_step(view: RunView) -> list[str]:
+    """The saved first-step logits and their checks across conditions."""
     lines = []
     rows = [[code(str(r.get("trial_id"))), code(str(r["first_step_logits"].get("file"))),
              code(str(r["first_step_logits"].get("key"))), jstr(r["first_step_logits"].get("shape")),
@@ -275,17 +282,18 @@ def first_step(view: RunView) -> list[str]:
     if rows:
         lines += ["Processed scores (after the processors) against the raw logits of the same step:", ""]
         lines += table(["prompt", "condition", "temperature", "max abs diff", "bitwise equal"], rows) + [""]
-    return lines or absent(view, "first_step_logits_check", "test_first_step_logits_do_not_depend_on_selection")
+    return lines or absent(view, "first_step_logits_check")
 
 
 def cache(view: RunView) -> list[str]:
+    """The cache test's records: criterion, summary, alignment inputs and any revised evaluation."""
     lines = []
     for kind in ("cache_criterion", "cache_criterion_revised", "cache_summary", "cache_inspection"):
         for record in view.kind(kind):
             lines += record_block(record)
     comparisons = view.kind("cache_comparison")
     if not comparisons:
-        return lines + absent(view, "cache_comparison", "test_matched_prefix")
+        return lines + absent(view, "cache_comparison")
     rows = []
     for number, record in enumerate(comparisons, start=1):
         checks = record.get("checks") if isinstance(record.get("checks"), dict) else {}
@@ -321,9 +329,10 @@ def cache(view: RunView) -> list[str]:
 
 
 def timing_trials(view: RunView) -> list[str]:
+    """Every timing trial with every selection time, and the timing records."""
     records = {r.get("schedule_index"): r for r in view.kind("timing_trial")}
     if not records:
-        return absent(view, "timing_trial", "test_timing_trial")
+        return absent(view, "timing_trial")
     labels = tables.Labels(view)
     rows = []
     for planned in protocol.timing_schedule():
@@ -334,10 +343,10 @@ def timing_trials(view: RunView) -> list[str]:
             rows.append([number, code(planned.test_id), labels.trial_cell(state, planned.test_id, record)]
                         + [MISSING] * 7)
             continue
-        times = tables.token_times(record)
+        times = measures.token_times(record)
         rows.append([number, code(planned.test_id), "warmup" if record.get("warmup") else "measured",
                      num(record.get("prompt_length")), ms(record.get("prefill_s")), ms(record.get("ttft_s")),
-                     ms(tables.post_first_interval(record)), ms(record.get("loop_s")),
+                     ms(measures.post_first_interval(record)), ms(record.get("loop_s")),
                      jstr(record.get("eos_positions")),
                      code(" ".join(f"{t * 1e3:.2f}" for t in times)) if times else MISSING])
     lines = table(["#", "trial", "role", "prompt len", "prefill ms", "TTFT ms", "post-first ms", "loop ms", "EOS at",
@@ -349,9 +358,10 @@ def timing_trials(view: RunView) -> list[str]:
 
 
 def memory(view: RunView) -> list[str]:
+    """Every memory record."""
     records = view.kind("memory")
     if not records:
-        return absent(view, "memory", "test_parameter_storage")
+        return absent(view, "memory")
     lines = []
     for record in records:
         lines += record_block(record, skip=("per_layer",))
@@ -359,9 +369,10 @@ def memory(view: RunView) -> list[str]:
 
 
 def batching(view: RunView) -> list[str]:
+    """The batching calls and their records."""
     records = view.kind("batching")
     if not records:
-        return absent(view, "batching", "test_batching_calls")
+        return absent(view, "batching")
     calls = [r for r in records if r.get("record_type") == "call"]
     rows = [[str(i), text_cell(r.get("call_type")), jstr(r.get("request_ids")), jstr(r.get("row_to_request")),
              jstr(r.get("attention_mask")), jstr(r.get("prefill_position_ids_observed")), ms(r.get("elapsed_s"))]
@@ -377,6 +388,7 @@ def batching(view: RunView) -> list[str]:
 
 
 def run_level(view: RunView) -> list[str]:
+    """The run-level records and the plan's totals."""
     lines = []
     for kind in ("session_end", "plan", "offline_guard", "memory_bandwidth", "clock_overhead", "benchmark_reference"):
         records = view.kind(kind)
@@ -391,10 +403,11 @@ def run_level(view: RunView) -> list[str]:
 
 
 def outcomes(view: RunView) -> list[str]:
+    """Outcomes per protocol part, each failure's message and longrepr, each skip's reason."""
     decisive = view.tests_by_outcome()
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for nodeid, outcome in decisive.items():
-        counts[tables.part_of(nodeid)][f"{view.check_kind(outcome)} {outcome.get('outcome')}"] += 1
+        counts[view.part_label(nodeid)][f"{view.check_kind(outcome)} {outcome.get('outcome')}"] += 1
     lines = table(["protocol part", "outcomes"],
                   [[part, ", ".join(f"{n} {k}" for k, n in sorted(c.items()))] for part, c in counts.items()]) + [""]
     for nodeid, outcome in decisive.items():
@@ -416,7 +429,8 @@ def outcomes(view: RunView) -> list[str]:
 
 
 def warnings(view: RunView) -> list[str]:
-    found = tables.warnings_by_record(view)
+    """Every record that captured a warning or log message."""
+    found = measures.warnings_by_record(view)
     if not found:
         return ["No record captured a warning or log message.", ""]
     rows = [[str(r.get("seq")), text_cell(r.get("kind")), code(short_test(r.get("test"))),
@@ -438,7 +452,7 @@ def render(view: RunView) -> str:
     lines = ["# inferlab run details", "",
              "The records behind [report.md](report.md), section by section. `records.jsonl` seq numbers point to the "
              "full records.", ""]
-    for problem in view.read_problems:
+    for problem in view.read_problems + view.tensor_read_problems():
         lines.append(f"- reading problem: {text_cell(problem)}")
     for section in SECTIONS:
         lines += [f"## {section}", ""]

@@ -159,3 +159,8 @@ def slug(heading: str) -> str:
 def bullet_list(items: Iterable[str]) -> list[str]:
     """'- item' lines."""
     return [f"- {item}" for item in items]
+
+
+def skip_text(record: dict) -> str:
+    """A skipped test's reason, from skip_reason or else its longrepr's last line."""
+    return record.get("skip_reason") or first_message(record.get("longrepr")) or "(no reason recorded)"

@@ -13,13 +13,15 @@ import collections
 from dataclasses import dataclass, field
 from typing import Optional
 
-from inferlab.report.view import DIAGNOSTIC, FAILING, INTEGRITY, RunView, skip_text
+from inferlab.report.fmt import skip_text
+from inferlab.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView
 
 # In order of precedence: the first that applies is the headline, the others follow it as facts.
 KINDS = ("plan_only", "collect_only", "records_damaged", "finish_abandoned", "not_finished", "interrupted", "stopped_early", "partial",
          "missing_outcomes", "acquisition_failed", "integrity_failed", "diagnostic_failed", "skipped",
          "unexpected_exit", "passed")
 MEASURED_KINDS = ("input", "generation", "cache_comparison", "timing_trial", "memory", "batching")
+ACQUISITION_KIND = "artifact_acquisition"  # its producer's failure is the headline's subject, not a second finding
 
 
 @dataclass
@@ -47,12 +49,18 @@ def acquisition_failure(view: RunView) -> Optional[str]:
     for record in view.kind("artifact_acquisition"):
         if record.get("ok") is False or record.get("status") == "failed":
             return str(record.get("error") or "no error message was recorded")
-    for nodeid, outcome in view.tests_by_outcome().items():
-        if (nodeid or "").endswith("::test_acquisition") and outcome.get("outcome") in FAILING:
-            from inferlab.report.fmt import message_lines
+    failed = acquisition_test_failures(view)
+    if failed:
+        from inferlab.report.fmt import message_lines
 
-            return " ".join(message_lines(outcome.get("longrepr"))) or "no message was recorded"
+        return " ".join(message_lines(failed[0].get("longrepr"))) or "no message was recorded"
     return None
+
+
+def acquisition_test_failures(view: RunView) -> list[dict]:
+    """The failing decisive outcomes of the tests that record the acquisition (the plan says which)."""
+    producers = set(view.producers(ACQUISITION_KIND))
+    return [o for nodeid, o in view.tests_by_outcome().items() if nodeid in producers and o.get("outcome") in FAILING]
 
 
 def partial_reasons(view: RunView) -> list[str]:
@@ -86,13 +94,12 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
         not_reached += [t for t in end["tests_without_outcome"] if t not in not_reached]
     planned = len(view.planned) or (end or {}).get("tests_planned") or len(decisive)
     ran = f"{len(decisive)} of {planned} planned tests have an outcome"
-    options = view.manifest.get("options") if isinstance(view.manifest.get("options"), dict) else {}
     acquisition = acquisition_failure(view)
     reasons = partial_reasons(view)
     exit_status = (end or {}).get("exit_status")
 
     statements: dict[str, str] = {}
-    if options.get("plan") is True:
+    if view.is_plan_folder:
         statements["plan_only"] = ("This folder is a plan (`--plan`), not a run: `plan.json` lists the schedule. "
                                    "No test ran, so there is no verdict.")
     if end is not None and end.get("collect_only"):
@@ -104,7 +111,7 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
             f"{'; '.join(view.read_problems[:3])}{'; …' if len(view.read_problems) > 3 else ''}). What follows "
             "is rendered from what could be read, so evidence may be missing; `python -m inferlab verify DIR` "
             "checks every file against the manifest's hashes.")
-    unfinalised = after_session and not view.manifest_finalised()
+    unfinalised = after_session and not view.final_manifest_written
     if unfinalised and end is not None:
         statements["finish_abandoned"] = (
             "**The run's final writes were abandoned.** It has a `session_end` record, but `manifest.json` is still "
@@ -130,8 +137,8 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
     if acquisition is not None:
         statements["acquisition_failed"] = "**The specimen could not be acquired, so nothing was measured.**"
     # the acquisition's own failure is already the headline's subject; other integrity failures are not
-    integrity = [o for o in failing[INTEGRITY]
-                 if acquisition is None or not str(o.get("test")).endswith("::test_acquisition")]
+    subject = {id(o) for o in acquisition_test_failures(view)} if acquisition is not None else set()
+    integrity = [o for o in failing[INTEGRITY] if id(o) not in subject]
     if integrity:
         statements["integrity_failed"] = (
             f"**{_plural(len(integrity), 'harness-integrity check')} failed**: the files, controls, plan "

@@ -1,0 +1,243 @@
+"""Compare two finished record directories from their files alone (no model, no torch): `python -m inferlab
+compare`. It reports and does not judge: exact-id agreement per generation and timing trial, the max abs
+difference of every saved tensor, the ratio of the timing medians, and every difference of artifact hashes
+and environment. Each run is read through its view (inferlab.runview).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+from pathlib import Path
+from typing import Any, Union
+
+from inferlab import protocol
+from inferlab.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.runview import RunView, TensorFileError
+from inferlab.summaries import first_divergence
+from inferlab.verify.completeness import timing_combinations
+
+
+def load_for_compare(record_dir: Path) -> RunView:
+    """A run's view for compare; ValueError naming the file when its records or manifest cannot be read whole."""
+    record_dir = Path(record_dir)
+    if not (record_dir / RECORDS_FILE).is_file():
+        raise ValueError(f"{record_dir / RECORDS_FILE}: missing")
+    view = RunView.read(record_dir)
+    for problem in view.problems_of(RECORDS_FILE):
+        if problem.lost or problem.code == "not_ascii":
+            line = "" if problem.line is None else f":{problem.line}"
+            raise ValueError(f"{record_dir / RECORDS_FILE}{line}: {problem.what}")
+    for problem in view.problems_of(MANIFEST_FILE):
+        if problem.code != "missing":  # a run without a manifest is compared without its environment
+            raise ValueError(f"{record_dir / MANIFEST_FILE}: {problem.what}")
+    return view
+
+
+def _id_agreement(rows_a: dict, rows_b: dict, order: list) -> list[dict]:
+    result = []
+    for key, label in order:
+        a, b = rows_a.get(key), rows_b.get(key)
+        ids_a = a.get("generated_ids") if a else None
+        ids_b = b.get("generated_ids") if b else None
+        if a is None or b is None or ids_a is None or ids_b is None:
+            status = "missing in " + " and ".join(n for n, r in (("DIR1", ids_a), ("DIR2", ids_b)) if r is None)
+            result.append({"trial": label, "equal": None, "first_difference": None, "status": status})
+            continue
+        difference = first_divergence(ids_a, ids_b)
+        result.append({"trial": label, "equal": difference is None, "first_difference": difference,
+                       "status": "equal" if difference is None else f"differ from index {difference}"})
+    return result
+
+
+def _tensor_agreement(view_a: RunView, view_b: RunView) -> list[dict]:
+    import numpy
+
+    rows = []
+    for relative in sorted(set(view_a.tensor_files()) | set(view_b.tensor_files())):
+        loaded, unreadable = [], []
+        for name, view in (("DIR1", view_a), ("DIR2", view_b)):
+            try:
+                loaded.append(view.tensor_file(relative))
+            except TensorFileError as error:  # reported as a row, not raised: compare reports
+                loaded.append({})
+                if error.code != "missing":
+                    unreadable.append(f"{name}: {error.reason}")
+        if unreadable:
+            rows.append({"file": relative, "key": "*", "max_abs_diff": None, "bitwise_equal": None,
+                         "status": "unreadable in " + "; ".join(unreadable)})
+        a, b = loaded
+        for key in sorted(set(a) | set(b)):
+            row = {"file": relative, "key": key, "max_abs_diff": None, "bitwise_equal": None}
+            if key not in a or key not in b:
+                row["status"] = "missing in " + ("DIR1" if key not in a else "DIR2")
+            elif a[key].shape != b[key].shape:
+                row["status"] = f"shapes differ {list(a[key].shape)} vs {list(b[key].shape)}"
+            else:
+                x, y = a[key].astype(numpy.float64), b[key].astype(numpy.float64)
+                with numpy.errstate(invalid="ignore"):
+                    # equal values (the same infinity included, e.g. a filtered -inf score) differ by 0
+                    diff = numpy.where(x == y, 0.0, numpy.abs(x - y))
+                row["max_abs_diff"] = float(numpy.nanmax(diff)) if diff.size and not numpy.isnan(diff).all() else \
+                    (0.0 if not diff.size else float("nan"))
+                row["nan_entries"] = int(numpy.isnan(diff).sum())
+                row["bitwise_equal"] = a[key].tobytes() == b[key].tobytes()
+                row["status"] = "bitwise equal" if row["bitwise_equal"] else "differ"
+                if row["nan_entries"]:
+                    row["status"] += f" ({row['nan_entries']} NaN entries left out of the max)"
+            rows.append(row)
+    return rows
+
+
+TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
+
+
+def _timing_medians(records: list[dict]) -> dict:
+    """Per (prompt, use_cache): the median of each metric over the measured (non-warmup) trials."""
+    from inferlab.summaries import median_min_max, post_first_interval
+
+    values: dict = collections.defaultdict(lambda: collections.defaultdict(list))
+    for record in records:
+        if record.get("kind") != "timing_trial" or record.get("warmup"):
+            continue
+        key = (record.get("prompt_id"), record.get("use_cache"))
+        for metric in TIMING_METRICS:
+            value = record.get(metric)
+            if value is None and metric == "mean_post_first_interval_s":
+                value = post_first_interval(record)
+            if isinstance(value, (int, float)):
+                values[key][metric].append(value)
+    return {key: {m: median_min_max(v)["median"] for m, v in metrics.items() if v} for key, metrics in values.items()}
+
+
+def _environment_differences(manifest_a: dict, manifest_b: dict) -> list[dict]:
+    rows = []
+
+    def add(section, name, a, b):
+        if a != b:
+            rows.append({"section": section, "name": name, "dir1": a, "dir2": b})
+
+    for section in ("platform", "distributions", "thread_environment", "git"):
+        a, b = manifest_a.get(section) or {}, manifest_b.get(section) or {}
+        for name in sorted(set(a) | set(b)):
+            add(section, name, a.get(name), b.get(name))
+    for name in ("specimen", "requirements_lock_sha256", "deviations_from_reference"):
+        add("manifest", name, manifest_a.get(name), manifest_b.get(name))
+    return rows
+
+
+def _artifact_rows(records: list[dict]) -> dict:
+    """name -> the last artifact_file record's {sha256, size} (what the run verified, or found wrong)."""
+    return {r.get("name"): {"sha256": r.get("sha256"), "size": r.get("size")}
+            for r in records if r.get("kind") == "artifact_file"}
+
+
+def _artifact_differences(records_a: list[dict], records_b: list[dict]) -> list[dict]:
+    """Every artifact file of either run, with its hash and size in each and whether they are the same."""
+    a, b = _artifact_rows(records_a), _artifact_rows(records_b)
+    names = list(dict.fromkeys([*protocol.ALLOWLISTED_FILES, *sorted(n for n in {*a, *b} if n is not None)]))
+    rows = []
+    for name in names:
+        x, y = a.get(name), b.get(name)
+        if x is None and y is None:
+            status = "no artifact_file record in either dir"
+        elif x is None or y is None:
+            status = "missing in " + ("DIR1" if x is None else "DIR2")
+        elif x == y:
+            status = "equal"
+        else:
+            status = "differ"
+        rows.append({"file": name, "dir1": x, "dir2": y, "equal": status == "equal", "status": status})
+    methods = [next((r.get("acquisition") for r in reversed(records) if r.get("kind") == "artifact_acquisition"),
+                    None) for records in (records_a, records_b)]
+    if methods[0] != methods[1]:
+        rows.append({"file": "(acquisition)", "dir1": methods[0], "dir2": methods[1], "equal": False,
+                     "status": "differ"})
+    return rows
+
+
+def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
+    """Compare two record dirs: {generation, timing_ids, tensors, timing_ratios, environment} rows (reports only)."""
+    a = dir_a if isinstance(dir_a, RunView) else load_for_compare(Path(dir_a))
+    b = dir_b if isinstance(dir_b, RunView) else load_for_compare(Path(dir_b))
+
+    def generation_rows(run: RunView):
+        return {(r.get("prompt_id"), r.get("condition"), r.get("seed"), r.get("repetition")): r
+                for r in run.kind("generation")}
+
+    def timing_rows(run: RunView):
+        return {r.get("schedule_index"): r for r in run.kind("timing_trial")}
+
+    generation_order = [((t.prompt_id, t.condition, t.seed, t.repetition), t.test_id)
+                        for t in protocol.generation_trials()]
+    timing_order = [(t.schedule_index, t.test_id) for t in protocol.timing_schedule()]
+    medians_a, medians_b = _timing_medians(a.records), _timing_medians(b.records)
+    ratios = []
+    for prompt_id, use_cache in timing_combinations():
+        key = (prompt_id, use_cache)
+        for metric in TIMING_METRICS:
+            x, y = medians_a.get(key, {}).get(metric), medians_b.get(key, {}).get(metric)
+            ratio = y / x if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x > 0 else None
+            ratios.append({"prompt_id": prompt_id, "use_cache": use_cache, "metric": metric,
+                           "median_dir1": x, "median_dir2": y, "ratio_dir2_over_dir1": ratio})
+    return {
+        "dir1": str(a.directory),
+        "dir2": str(b.directory),
+        "generation": _id_agreement(generation_rows(a), generation_rows(b), generation_order),
+        "timing_ids": _id_agreement(timing_rows(a), timing_rows(b), timing_order),
+        "tensors": _tensor_agreement(a, b),
+        "timing_ratios": ratios,
+        "artifacts": _artifact_differences(a.records, b.records),
+        "environment": _environment_differences(a.manifest, b.manifest),
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}" if math.isfinite(value) else repr(value)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def format_compare(result: dict) -> str:
+    """A readable plain-text rendering of compare()'s result."""
+    lines = [f"compare: DIR1 = {result['dir1']}", f"         DIR2 = {result['dir2']}", ""]
+    for title, rows in (("generation trials (exact generated ids)", result["generation"]),
+                        ("timing trials (exact generated ids)", result["timing_ids"])):
+        equal = sum(1 for r in rows if r["equal"])
+        lines.append(f"{title}: {equal} of {len(rows)} equal")
+        width = max((len(r["trial"]) for r in rows), default=5)
+        lines += [f"  {r['trial']:<{width}}  {r['status']}" for r in rows]
+        lines.append("")
+    lines.append("tensors (max abs diff per key)")
+    if not result["tensors"]:
+        lines.append("  no tensor files in either dir")
+    for row in result["tensors"]:
+        lines.append(f"  {row['file']}[{row['key']}]  max_abs_diff={_fmt(row['max_abs_diff'])}  {row['status']}")
+    lines += ["", "timing: per-condition medians of the measured trials, ratio DIR2/DIR1"]
+    for row in result["timing_ratios"]:
+        cache = "cache_on " if row["use_cache"] else "cache_off"
+        lines.append(f"  {row['prompt_id']:<5} {cache} {row['metric']:<27} dir1={_fmt(row['median_dir1'])} s  "
+                     f"dir2={_fmt(row['median_dir2'])} s  ratio={_fmt(row['ratio_dir2_over_dir1'])}")
+    artifacts = result.get("artifacts") or []
+    equal = sum(1 for row in artifacts if row["equal"])
+    lines += ["", f"artifacts (sha256 and size of every file each run verified): {equal} of {len(artifacts)} equal"]
+    for row in artifacts:
+        if row["equal"]:
+            lines.append(f"  {row['file']}  equal  sha256={row['dir1']['sha256']}")
+            continue
+        lines.append(f"  {row['file']}  {row['status']}")
+        if row["status"] == "differ":
+            lines.append(f"    dir1: {_fmt(row['dir1'])}")
+            lines.append(f"    dir2: {_fmt(row['dir2'])}")
+    lines += ["", "environment differences"]
+    if not result["environment"]:
+        lines.append("  none (platform, distributions, thread environment, git, specimen, lock and deviations agree)")
+    for row in result["environment"]:
+        lines.append(f"  {row['section']}.{row['name']}: dir1={_fmt(row['dir1'])}  dir2={_fmt(row['dir2'])}")
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,405 @@
+"""The report's tables of what was measured: the cache comparison, timing and its floor, phases, memory, batching
+and captured warnings, each a pure function of one run's view (inferlab.runview.RunView).
+
+Every function returns plain data or Markdown cells; the pages arrange them with their prose. A missing
+record gives a placeholder cell, never an error.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from typing import Any, Optional
+
+from inferlab import protocol, summaries
+from inferlab.report import logits as logit_math
+from inferlab.report.fmt import (
+    DASH,
+    MISSING,
+    code,
+    flag,
+    is_number,
+    jstr,
+    ms,
+    nbytes,
+    num,
+    spread,
+    text_cell,
+    us,
+    yes_no,
+)
+from inferlab.runview import RunView
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+# --- cache --------------------------------------------------------------------------------------
+
+
+def cache_rows(view: RunView) -> tuple[list[str], list[list[str]], bool]:
+    """One row per compared prefix; the revised criterion's columns only when a revised evaluation exists."""
+    criterion = view.first("cache_criterion") or {}
+    atol = criterion.get("atol", protocol.CACHE_TOLERANCE.atol)
+    rtol = criterion.get("rtol", protocol.CACHE_TOLERANCE.rtol)
+    comparisons = view.kind("cache_comparison")
+    revised = any(isinstance(r.get("revised"), dict) for r in comparisons)
+    header = ["#", "prefix length (fed)", "max abs diff", "max error / bound", "fail fraction", "bitwise equal",
+              "argmax cached / uncached", "top-2 margin", "near tie", "passed (declared)"]
+    if revised:
+        header += ["passed (revised)", "fail fraction (revised)"]
+    rows = []
+    for number, record in enumerate(comparisons, start=1):
+        tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
+        cached, uncached = view.tensor(tensors.get("cached")), view.tensor(tensors.get("uncached"))
+        ratio = None if cached is None or uncached is None else logit_math.bound_ratio(cached, uncached, atol, rtol)
+        argmax = f"{num(record.get('argmax_cached'))} / {num(record.get('argmax_uncached'))}"
+        if record.get("argmax_cached") != record.get("argmax_uncached"):
+            argmax = f"**{argmax} differ**"
+        fed = record.get("fed_continuation_tokens")
+        row = [str(number), num(record.get("prefix_length")) + (f" ({fed})" if is_number(fed) else ""),
+               num(record.get("max_abs_diff"), 3), num(ratio, 3), num(record.get("fail_fraction"), 3),
+               flag(record.get("bitwise_equal")), argmax,
+               num(record.get("top2_margin_uncached"), 4),
+               flag(record.get("near_tie"), alarm=True), yes_no(record.get("passed"))]
+        if revised:
+            second = record.get("revised") if isinstance(record.get("revised"), dict) else {}
+            row += [yes_no(second.get("passed")), num(second.get("fail_fraction"), 3)]
+        rows.append(row)
+    return header, rows, revised
+
+
+def bound_ratios(view: RunView) -> list[dict]:
+    """Per prefix: length, max abs diff, max error as a fraction of its per-element bound (for the plot)."""
+    criterion = view.first("cache_criterion") or {}
+    atol = criterion.get("atol", protocol.CACHE_TOLERANCE.atol)
+    rtol = criterion.get("rtol", protocol.CACHE_TOLERANCE.rtol)
+    found = []
+    for record in view.kind("cache_comparison"):
+        if not isinstance(record.get("prefix_length"), int):
+            continue
+        tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
+        cached, uncached = view.tensor(tensors.get("cached")), view.tensor(tensors.get("uncached"))
+        found.append({"prefix_length": record["prefix_length"], "max_abs_diff": record.get("max_abs_diff"),
+                      "passed": record.get("passed"),
+                      "bound_ratio": None if cached is None or uncached is None
+                      else logit_math.bound_ratio(cached, uncached, atol, rtol)})
+    return found
+
+
+# --- timing -------------------------------------------------------------------------------------
+
+
+def measured_trials(view: RunView) -> dict[tuple, list[dict]]:
+    """Completed measured timing trials grouped by (prompt_id, use_cache), in schedule order."""
+    order = list(dict.fromkeys((t.prompt_id, t.use_cache) for t in protocol.timing_schedule()))
+    groups: dict[tuple, list[dict]] = {key: [] for key in order}
+    for record in view.kind("timing_trial"):
+        if record.get("warmup") is False and record.get("status", "ok") == "ok":
+            groups.setdefault((record.get("prompt_id"), record.get("use_cache")), []).append(record)
+    return {key: sorted(trials, key=lambda r: r.get("schedule_index", 0)) for key, trials in groups.items() if trials}
+
+
+token_times = summaries.token_times
+post_first_interval = summaries.post_first_interval
+
+
+def throughput(record: dict) -> Optional[float]:
+    """n/(t_n - t0): includes prompt processing."""
+    times = token_times(record)
+    try:
+        return summaries.throughput_including_prompt(times) if times else None
+    except ValueError:
+        return None
+
+
+def timing_metrics() -> tuple:
+    """(label, value of a trial, scale) per timing metric; the loop's label counts the protocol's selections."""
+    return (
+        ("prefill", lambda r: r.get("prefill_s"), ms),
+        ("local TTFT", lambda r: r.get("ttft_s"), ms),
+        ("mean post-first interval", post_first_interval, ms),
+        (f"loop ({protocol.TIMING_NEW_TOKENS} selections)", lambda r: r.get("loop_s"), ms),
+    )
+
+
+def condition_label(prompt_id: Any, use_cache: Any) -> str:
+    """'P1, cache on'."""
+    return f"{prompt_id}, cache {'on' if use_cache else 'off'}"
+
+
+def lengths_of(trials: list[dict], field_name: str) -> str:
+    """The distinct values of a length field over trials ('8', or '8/9' if they differ)."""
+    values = sorted({t.get(field_name) for t in trials if t.get(field_name) is not None}, key=str)
+    return "/".join(num(v) for v in values) or MISSING
+
+
+def timing_rows(view: RunView) -> list[list[str]]:
+    """Per condition and metric: every measured sample in schedule order, the median and [min–max]."""
+    rows = []
+    for (prompt_id, use_cache), trials in measured_trials(view).items():
+        for metric, value_of, scale in timing_metrics():
+            values = [value_of(t) for t in trials]
+            rows.append([condition_label(prompt_id, use_cache), lengths_of(trials, "prompt_length"),
+                         lengths_of(trials, "output_length"), metric,
+                         ", ".join(scale(v) if is_number(v) else MISSING for v in values), spread(values, scale)])
+    return rows
+
+
+def median(values: list) -> Optional[float]:
+    """The median of the numbers among values, or None."""
+    numbers = [v for v in values if is_number(v)]
+    return statistics.median(numbers) if numbers else None
+
+
+def decode_bytes(view: RunView) -> dict:
+    """What one decode step must read: parameter bytes it touches and cache bytes per position, with sources."""
+    inspection = view.first("model_inspection") or {}
+    parameters = inspection.get("parameters")
+    found: dict = {"parameter_bytes": None, "per_position": None}
+    if isinstance(parameters, list) and parameters:
+        total, embedding_row = 0, 0
+        for entry in parameters:
+            if not isinstance(entry, dict) or not is_number(entry.get("numel")):
+                return found
+            size = DTYPE_BYTES.get(str(entry.get("dtype")).replace("torch.", ""), 4)
+            shape = entry.get("shape") if isinstance(entry.get("shape"), list) else []
+            if "embed_in" in str(entry.get("name")) and len(shape) == 2:
+                embedding_row = shape[1] * size  # a step reads only its token's row of the input embedding
+                continue
+            total += int(entry["numel"]) * size
+        found["parameter_bytes"] = total
+        found["embedding_row_bytes"] = embedding_row
+    for record in view.kind("memory"):
+        if record.get("measure") == "cache_storage" and is_number(record.get("unique_bytes")) \
+                and is_number(record.get("logical_length")) and record["logical_length"] > 0:
+            found["per_position"] = record["unique_bytes"] / record["logical_length"]
+            break
+    else:
+        for record in view.kind("cache_comparison"):
+            length, size = record.get("cache_seq_length_after_forward"), record.get("cache_unique_bytes_after_forward")
+            if is_number(length) and is_number(size) and length > 0:
+                found["per_position"] = size / length
+                break
+    return found
+
+
+def roofline_rows(view: RunView) -> tuple[Optional[float], list[list[str]]]:
+    """(bandwidth in B/s or None, rows): per condition the measured interval beside bytes-per-step / bandwidth."""
+    bandwidth_record = view.first("memory_bandwidth") or {}
+    bandwidth = bandwidth_record.get("bytes_per_s_median")
+    bandwidth = bandwidth if is_number(bandwidth) and bandwidth > 0 else None
+    reads = decode_bytes(view)
+    steps = protocol.TIMING_NEW_TOKENS - 1
+    rows = []
+    for (prompt_id, use_cache), trials in measured_trials(view).items():
+        intervals = [post_first_interval(t) for t in trials]
+        prompt_lengths = [t.get("prompt_length") for t in trials if is_number(t.get("prompt_length"))]
+        step_bytes = None
+        if reads["parameter_bytes"] is not None and prompt_lengths:
+            n = prompt_lengths[0]
+            # decode step k (1..steps) attends over n + k positions; their mean is n + (steps + 1)/2
+            mean_positions = n + (steps + 1) / 2
+            if use_cache and reads["per_position"] is not None:
+                step_bytes = reads["parameter_bytes"] + reads["embedding_row_bytes"] + reads["per_position"] * mean_positions
+            elif not use_cache:
+                step_bytes = reads["parameter_bytes"] + reads["embedding_row_bytes"] * mean_positions
+        floor = step_bytes / bandwidth if step_bytes is not None and bandwidth else None
+        measured = median(intervals)
+        ratio = measured / floor if floor and measured else None
+        rows.append([condition_label(prompt_id, use_cache), spread(intervals),
+                     nbytes(round(step_bytes)) if step_bytes is not None else MISSING,
+                     ms(floor) if floor is not None else "no bandwidth recorded" if step_bytes else MISSING,
+                     f"{ratio:.1f}x" if ratio else "-"])
+    return bandwidth, rows
+
+
+def clock_overhead_line(view: RunView) -> Optional[str]:
+    """'N clock reads ≈ X µs of a ≈ M ms loop (S % of the shortest measured loop)', N being the record's
+    reads_per_trial; the share is taken of the shortest single measured loop, so it bounds every trial's."""
+    record = view.first("clock_overhead")
+    if record is None:
+        return None
+    reads = record.get("reads_per_trial")
+    overhead = record.get("per_trial_overhead_ns")
+    if not is_number(overhead) and is_number(record.get("per_read_ns")) and is_number(reads):
+        overhead = record["per_read_ns"] * reads
+    groups = measured_trials(view).values()
+    loops = [v for v in (median([t.get("loop_s") for t in trials]) for trials in groups) if v is not None]
+    shortest = min((t["loop_s"] for trials in groups for t in trials if is_number(t.get("loop_s"))
+                    and t["loop_s"] > 0), default=None)
+    loop = (f"{ms(min(loops), 1)} ms" if len(loops) == 1 or min(loops) == max(loops)
+            else f"{ms(min(loops), 1)}{DASH}{ms(max(loops), 1)} ms") if loops else "(no measured loop)"
+    share = (f" ({overhead / 1e9 / shortest * 100:.2g} % of the shortest measured loop, {ms(shortest, 1)} ms)"
+             if shortest and is_number(overhead) else "")
+    return (f"{num(reads)} clock reads ≈ {(us(overhead) if is_number(overhead) else MISSING)} µs of a ≈ {loop} "
+            f"loop{share}: {text_cell(record.get('clock'))}, {num(record.get('per_read_ns'), 3)} ns per read "
+            f"({text_cell(record.get('method'))}).")
+
+
+FINGERPRINT = "a machine with this fingerprint (OS, architecture, CPU model, CPU count)"
+
+
+def benchmark_line(view: RunView) -> str:
+    """Whether a benchmarks/overhead.py result recorded on a machine with this run's fingerprint exists, and what
+    it says. The fingerprint matches any machine (a VM among them) with the same OS, architecture and CPU."""
+    record = view.first("benchmark_reference")
+    if record is None:
+        return (f"Whether a `benchmarks/overhead.py` result recorded on {FINGERPRINT} exists was not recorded; its "
+                "result is the full comparison of the loop with and without timestamps.")
+    if record.get("found") and isinstance(record.get("result"), dict):
+        result = record["result"]
+        shown = ", ".join(f"{k}={num(v, 4)}" for k, v in result.items() if is_number(v)) or jstr(result)
+        note = f" ({text_cell(record.get('note'))})" if record.get("note") else ""
+        return (f"`benchmarks/overhead.py` result recorded on {FINGERPRINT}, "
+                f"{code(str(record.get('file')), False)}: {shown}{note}.")
+    return (f"No `benchmarks/overhead.py` result recorded on {FINGERPRINT} was found, so the full overhead "
+            f"comparison is not available for this run: "
+            f"{text_cell(record.get('note') or 'run python -m benchmarks.overhead')}.")
+
+
+def phase_rows(view: RunView) -> list[list[str]]:
+    """The separately timed phases: acquisition, load, tokenization, output decoding per source."""
+    rows = []
+    grouped: dict[tuple, list[dict]] = collections.defaultdict(list)
+    for record in view.kind("phase"):
+        name = record.get("name")
+        grouped[(name, record.get("source") if name == "output_decoding" else None)].append(record)
+    for (name, source), records in grouped.items():
+        values = [r.get("elapsed_s") for r in records]
+        if name == "tokenization":
+            value = ", ".join(f"{r.get('prompt_id')} {ms(r.get('elapsed_s'))}" for r in records)
+        elif len(values) == 1:
+            value = ms(values[0])
+        else:
+            value = f"{spread(values)}, n={len(values)}"
+        rows.append([text_cell(f"{name} ({source})" if source else name), value, text_cell(records[0].get("label"))])
+    if not any(name == "output_decoding" for name, _ in grouped):
+        for kind, source in (("generation", "generation"), ("timing_trial", "timing")):
+            values = [r.get("decode_s") for r in view.kind(kind) if is_number(r.get("decode_s"))]
+            if values:
+                rows.append([f"output_decoding ({source})", f"{spread(values)}, n={len(values)}",
+                             "no output_decoding phase record in this run; from the records' `decode_s` fields"])
+    return rows
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+def memory_rows(view: RunView) -> list[list[str]]:
+    """Tensor payloads with their formula check: parameters, the checkpoint file, the cache at each point."""
+    parameters, caches = [], []
+    for record in view.kind("memory"):
+        measure = record.get("measure")
+        if measure == "parameter_storage":
+            expected = record.get("analytic_bytes_fp32", record.get("expected_bytes"))
+            dtypes = ", ".join(map(str, record.get("dtypes") or []))
+            parameters.append(["parameters (unique storage)", nbytes(record.get("unique_bytes")),
+                               _matches(record.get("unique_bytes"), expected),
+                               f"{num(record.get('parameter_count'))} parameters {text_cell(dtypes)}".rstrip()])
+        elif measure == "cache_storage":
+            length = record.get("logical_length")
+            per = (record["unique_bytes"] / length) if is_number(record.get("unique_bytes")) and is_number(length) \
+                and length else None
+            caches.append([f"KV cache {text_cell(record.get('point'))}", nbytes(record.get("unique_bytes")),
+                           _matches(record.get("unique_bytes"), record.get("expected_bytes")),
+                           f"{num(length)} positions, {num(per)} B each"])
+    inspection = view.first("model_inspection") or {}
+    checkpoint = []
+    if is_number(inspection.get("checkpoint_file_bytes")):
+        checkpoint.append(["checkpoint file on disk", nbytes(inspection["checkpoint_file_bytes"]), "-",
+                           "file bytes, not loaded memory (its dtype may differ from float32)"])
+    return parameters + checkpoint + caches
+
+
+def _matches(measured: Any, expected: Any) -> str:
+    if not is_number(expected):
+        return MISSING
+    return "= formula" if measured == expected else f"**differs** (formula {nbytes(expected)})"
+
+
+def per_prefix_cache_bytes(view: RunView) -> str:
+    """'8: 49,152 · 9: 55,296 …' from the cache test's comparisons (bytes held after each cached forward)."""
+    pairs = [f"{num(r.get('cache_seq_length_after_forward', r.get('prefix_length')))}: "
+             f"{nbytes(r.get('cache_unique_bytes_after_forward'))}"
+             for r in view.kind("cache_comparison") if is_number(r.get("cache_unique_bytes_after_forward"))]
+    return " · ".join(pairs)
+
+
+def rss_rows(view: RunView) -> list[list[str]]:
+    """Process RSS per point: current and lifetime peak with their source; the baseline has the libraries in it."""
+    rows = []
+    for record in view.kind("memory"):
+        if record.get("measure") != "process_rss":
+            continue
+        for point, label in (("baseline", "baseline: " + str(record.get("baseline_point") or "before the model")),
+                             ("now", "after the experiment's tensors were counted"), (None, "at this record")):
+            value = record if point is None else record.get(point)
+            value = value if isinstance(value, dict) else {}
+            entries = [value.get(name) if isinstance(value.get(name), dict) else None
+                       for name in ("current_rss", "peak_rss")]
+            if not any(entries):
+                continue
+            source = next(e for e in entries if e)
+            rows.append([text_cell(label)] + [nbytes(e.get("bytes")) if e else MISSING for e in entries] +
+                        [text_cell(f"{source.get('tool', MISSING)} "
+                                   + " / ".join(str(e.get("source_field", "")) for e in entries if e))])
+    return rows
+
+
+def unmeasured(view: RunView) -> list[str]:
+    """The memory categories the counts leave out, with why."""
+    found = []
+    for record in view.kind("memory"):
+        categories = record.get("categories") if record.get("measure") == "unmeasured" else record.get(
+            "unmeasured_categories")
+        if isinstance(categories, dict):
+            found += [f"{k}: {v}" for k, v in categories.items()]
+        elif isinstance(categories, list):
+            found += [str(c) for c in categories]
+    return list(dict.fromkeys(found))
+
+
+# --- batching -----------------------------------------------------------------------------------
+
+
+def batching_rows(view: RunView) -> list[list[str]]:
+    """Singleton against batch, per request and batch order: padding, first-step agreement, generated ids."""
+    calls = {r.get("call_index"): r for r in view.kind("batching") if r.get("record_type") == "call"}
+    rows = []
+    for record in view.kind("batching"):
+        if record.get("record_type") != "summary" or not isinstance(record.get("comparisons"), list):
+            continue
+        for comparison in record["comparisons"]:
+            if not isinstance(comparison, dict):
+                continue
+            batch = calls.get(comparison.get("batch_call_index")) or {}
+            requests = batch.get("request_ids")
+            if not isinstance(requests, list) and isinstance(batch.get("row_to_request"), dict):
+                requests = [batch["row_to_request"][row] for row in sorted(batch["row_to_request"], key=str)]
+            order = "[" + ", ".join(map(str, requests or [])) + "]"
+            divergence = comparison.get("first_divergence")
+            ids = yes_no(comparison.get("generated_ids_identical"))
+            if divergence is not None:
+                ids += f" (first differ at token {divergence + 1})" if isinstance(divergence, int) else ""
+            rows.append([text_cell(comparison.get("request_id")), f"{order}, row {num(comparison.get('row'))}",
+                         num(comparison.get("padding_columns")), num(comparison.get("first_step_max_abs_diff"), 3),
+                         yes_no(comparison.get("first_step_argmax_agree")),
+                         yes_no(comparison.get("unpadded_prompt_matches_singleton")), ids])
+    return rows
+
+
+# --- warnings -----------------------------------------------------------------------------------
+
+
+def warnings_by_record(view: RunView) -> list[tuple[dict, list[str]]]:
+    """Every record that captured warnings or log messages, with them."""
+    found = []
+    for record in view.records:
+        messages = []
+        for name in ("warnings", "log_messages", "config_warnings"):
+            value = record.get(name)
+            if isinstance(value, list):
+                messages += [str(m) for m in value if m]
+        if messages:
+            found.append((record, messages))
+    return found

@@ -1,0 +1,294 @@
+"""report.md's sections of a run that measured something: conditions, trials, repeatability, the first-step
+distribution, cache, timing and its floor, memory, batching and limitations. Their tables come from
+tables.py and measures.py; page.py puts them in order.
+"""
+
+from __future__ import annotations
+
+from inferlab import protocol
+from inferlab.report import measures, tables
+from inferlab.report.details import link as details_page_link
+from inferlab.report.fmt import (
+    DASH,
+    MISSING,
+    bullet_list,
+    code,
+    jstr,
+    nbytes,
+    num,
+    table,
+    text_cell,
+    yes_no,
+)
+from inferlab.runview import RunView
+
+see = details_page_link
+
+GAP_SENTENCE = (
+    "At this size the gap is mostly fixed cost per step that does not grow with the bytes read: Python and "
+    "PyTorch dispatch of the step's few hundred small operations, and arithmetic that one thread does not overlap "
+    "with memory traffic; the floor assumes every byte streams at the measured copy bandwidth and nothing else "
+    "takes time."
+)
+RSS_WARNING = (
+    "Do not subtract these RSS values to get \"model + cache\": the difference also holds allocator retention, "
+    "loading copies, library pages first touched later and Python objects, and a peak never falls."
+)
+
+
+
+# --- the full page ----------------------------------------------------------------------------------
+
+
+def section_conditions(view: RunView) -> list[str]:
+    """The conditions table and what every trial shares."""
+    header, rows = tables.conditions_table(view)
+    fixed = tables.recorded_protocol(view).get("generation_fixed") or protocol.GENERATION_FIXED
+    return ["## Conditions", ""] + table(header, rows) + [
+        "", "*Inactive*: greedy passes no sampling argument. Every trial: "
+        + ", ".join(f"`{k}={v}`" for k, v in fixed.items()) + ", normal EOS stopping, plain text with "
+        "`add_special_tokens=False`. The complete configs each trial passed and used: " + see("Generation configs")
+        + ".", ""]
+
+
+def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
+    """Every generation trial in protocol order."""
+    count = len(protocol.generation_trials())
+    lines = ["## Generation trials", "",
+             f"All {count} trials in protocol order. Text is the decoded continuation with special tokens hidden, "
+             "as a JSON string (so spaces, newlines and an empty result are visible); *same ids as* names the first "
+             "trial that selected identical ids; ids are abbreviated (every id: " + see("Generation trials in full")
+             + ")." + (" The text is made up by construction (a synthetic specimen)." if view.synthetic else
+                       " Do not read truthfulness or quality into it."), ""]
+    lines += table(["#", "trial", "stop", "tokens", "same ids as", "text", "ids"], tables.trial_rows(view, labels))
+    return lines + [""]
+
+
+def section_repeatability(view: RunView) -> list[str]:
+    """Greedy identity, the seed rerun, distinct continuations and early EOS, per prompt."""
+    lines = ["## Repeatability", ""]
+    lines += table(["prompt", "greedy repetitions identical", f"{protocol.RERUN_CONDITION} seed "
+                    f"{protocol.RERUN_SEED} rerun identical", "distinct continuations / seeds recorded",
+                    f"early EOS (before token {protocol.MAX_NEW_TOKENS}, first runs)"], tables.repeatability_rows(view))
+    return lines + ["", "Counted here from the generation records, comparing only trials that produced ids (a failed, "
+                    "interrupted or missing trial is named, never compared). Three seeds neither estimate the output "
+                    "distribution nor pick a best temperature, and different seeds may select the same tokens.", ""]
+
+
+def section_first_step(view: RunView) -> list[str]:
+    """The first-step distribution computed from the saved raw logits."""
+    import math
+
+    lines = ["## First-step distribution", "",
+             "What the selection settings acted on: the raw first-step logits the run saved "
+             "(`tensors/first_step_logits.safetensors`, G's trial per prompt), turned into probabilities here in "
+             "float64. Top-p keeps the smallest set of most probable ids whose mass exceeds p.", ""]
+    distribution = tables.first_step_distribution(view)
+    rows, vocab = [], None
+    for row in distribution:
+        same = (f"{yes_no(row['equal_across_conditions'])} (max diff {num(row.get('max_diff_across_conditions'), 3)})"
+                if "equal_across_conditions" in row else MISSING)
+        if not row.get("usable"):
+            rows.append([row["prompt_id"], same, f"not available: {text_cell(row.get('reason'))}"] + [MISSING] * 4)
+            continue
+        vocab = row["vocab"]
+        rows.append([row["prompt_id"], same, f"{row[1.0]['entropy']:.2f}", f"{row[0.5]['entropy']:.2f}",
+                     f"{row['top1_id']}: {row[1.0]['top1_p']:.3g} / {row[0.5]['top1_p']:.3g}",
+                     f"{row['top_p_kept']:,} of {row['vocab']:,}", num(row.get("eos_p"), 3)])
+    top_p = distribution[0]["top_p"] if distribution else 0.8
+    lines += table(["prompt", "raw logits equal for G/S1/S2/S3", "entropy T=1 (nats)", "entropy T=0.5",
+                    "top-1 id: p at T=1 / T=0.5", f"ids top-p {top_p:g} keeps (T=1)", "P(EOS) at T=1"], rows)
+    if vocab:
+        lines += ["", f"A uniform distribution over {vocab:,} ids has entropy ln {vocab} = {math.log(vocab):.2f} nats. "
+                  "Tensor references and the processed scores: " + see("First-step logits") + "."]
+    return lines + [""]
+
+
+def _plot(spec: dict, plot_errors: dict) -> list[str]:
+    if not spec["available"]:
+        return [f"Plot not drawn ({spec['title']}): {spec['reason']}.", ""]
+    if plot_errors.get(spec["name"]):
+        return [f"Plot could not be drawn ({spec['title']}): {text_cell(plot_errors[spec['name']])}.", ""]
+    return [f"![{spec['title']}]({spec['file']})", ""]
+
+
+def _plots(view: RunView, section: str, plot_errors: dict) -> list[str]:
+    from inferlab import plots
+
+    lines = []
+    for spec in plots.plot_specs(view.records):
+        if spec["section"] == section:
+            lines += _plot(spec, plot_errors)
+    return lines
+
+
+def section_cache(view: RunView, labels: tables.Labels, plot_errors: dict) -> list[str]:
+    """The declared (and any revised) criterion, the matched-prefix table and its plot."""
+    lines = ["## Cache: matched prefixes", ""]
+    criterion = view.first("cache_criterion")
+    rule = (criterion or {}).get("rule") or (criterion or {}).get("criterion") or protocol.CACHE_TOLERANCE.describe()
+    lines.append(f"Declared criterion (seq {criterion.get('seq')}, before any error was computed): "
+                 f"{code(str(rule), False)}." if criterion else
+                 f"No `cache_criterion` record ({labels.gap('cache_criterion')}).")
+    revised = view.first("cache_criterion_revised")
+    summary = view.first("cache_summary") or {}
+    if revised:
+        evaluation = summary.get("revised_evaluation") if isinstance(summary.get("revised_evaluation"), dict) else {}
+        lines += ["", f"**Revised criterion, declared after the errors were seen** (seq {revised.get('seq')}): "
+                  f"{code(str(revised.get('rule')), False)}; justification: {text_cell(revised.get('justification'))}. "
+                  f"Under it every prefix is within tolerance: {yes_no(evaluation.get('all_within_tolerance'))}. It "
+                  "is a second, labelled evaluation: the declared criterion keeps its own verdict (column *passed "
+                  "(declared)*)."]
+    if summary.get("available") is False:
+        lines += ["", f"Comparison unavailable: {text_cell(summary.get('reason'))}.", ""]
+    elif summary:
+        reuse = ("cache reuse exercised" if summary.get("cache_reuse_exercised")
+                 else "**prefill only: cache reuse not exercised**")
+        keep = summary.get("prefill_logits_to_keep")
+        keep_text = f"; prefill logits shapes {jstr(keep, False)}" if keep is not None else ""
+        lines += ["", f"Fixed continuation: the first {num(summary.get('m'))} ids of "
+                  f"{code(str(summary.get('reference_trial', MISSING)), False)} (stopped by "
+                  f"{text_cell(summary.get('reference_stop_reason'))}); {reuse}; "
+                  f"{num(summary.get('forward_count'))} forwards counted (expected "
+                  f"{num(summary.get('forward_count_expected'))}){keep_text}."]
+    header, rows, _ = measures.cache_rows(view)
+    lines += [""]
+    if rows:
+        lines += table(header, rows)
+        lines += ["", f"*max error / bound* is the largest |a−b| / (atol + rtol·|b|) over the vocabulary, from the saved "
+                  "logit vectors: below 1 every element passes. A prefix is *near a tie* when its top-two margin is "
+                  f"below {protocol.NEAR_TIE_FACTOR:g}× its max abs diff, where rounding could flip the argmax. "
+                  "Alignment inputs, cache shapes and every field: " + see("Cache comparison in full") + "."]
+    else:
+        lines.append(f"No `cache_comparison` record ({labels.gap('cache_comparison')}).")
+    return lines + [""] + _plots(view, "cache", plot_errors)
+
+
+def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> list[str]:
+    """The timing table, the decode floor, phases, loop against generate, divergence, plots."""
+    recorded = tables.recorded_protocol(view)
+    n = protocol.TIMING_NEW_TOKENS
+    lines = ["## Timing", "",
+             f"**Stopping rule:** {text_cell(recorded.get('timing_stopping_rule', protocol.TIMING_STOPPING_RULE))}. "
+             "These ids are execution samples, not responses.", "",
+             "All on `time.perf_counter_ns` from loop start: prefill ends when the next-token logits exist; local TTFT "
+             "ends at the first selection (no loading, tokenization, network or queue); mean post-first interval = "
+             f"(t{n} − t1)/{n - 1}; throughput = {n}/(t{n} − t0) includes the prompt (its reciprocal is not an "
+             "inter-token latency). Warmups are excluded (listed with every timestamp on "
+             + see("Timing trials in full") + ").",
+             ""]
+    rows = measures.timing_rows(view)
+    if rows:
+        lines += table(["condition", "prompt len", "output len", "metric (ms unless noted)",
+                        "samples in schedule order", f"median [min{DASH}max]"], rows)
+    else:
+        lines.append(f"No measured timing trial ({labels.gap('timing_trial')}).")
+    lines += [""]
+    lines += section_roofline(view)
+    phases = measures.phase_rows(view)
+    if phases:
+        lines += ["Phases timed apart from the loop (ms):", ""]
+        lines += table(["phase", "elapsed ms", "boundary"], phases) + [""]
+    check = view.first("loop_vs_generate")
+    if check:
+        lines.append(f"- Loop against `generate()` for {text_cell(check.get('prompt_id'))} (greedy, cache on): equal "
+                     f"over {num(check.get('compared_length'))} ids: {yes_no(check.get('equal'))}"
+                     + (f", first difference at token {check['first_difference'] + 1}"
+                        if isinstance(check.get("first_difference"), int) else "") + ".")
+    for record in view.kind("cache_divergence"):
+        lines.append(f"- Free-running cache on vs off, {text_cell(record.get('prompt_id'))}: "
+                     + (f"**diverged**, first at token {record['first_divergence'] + 1}; these timings then no longer "
+                        "compare identical prefixes" if isinstance(record.get("first_divergence"), int)
+                        else f"identical ids in all {num(record.get('pairs_compared'))} measured pairs") + ".")
+    return lines + [""] + _plots(view, "timing", plot_errors)
+
+
+def section_roofline(view: RunView) -> list[str]:
+    """The floor of one decode step: bytes it must read over the measured bandwidth."""
+    bandwidth, rows = measures.roofline_rows(view)
+    if not rows:
+        return []
+    lines = ["### A floor for one decode step", ""]
+    record = view.first("memory_bandwidth") or {}
+    if bandwidth is None:
+        lines += ["No memory bandwidth was recorded in this run (`memory_bandwidth`), so no floor can be shown; the "
+                  "bytes each step must read are listed alone.", ""]
+    else:
+        lines += [f"Bandwidth of one thread on this machine: {bandwidth / 1e9:.2f} GB/s (median of "
+                  f"{num(record.get('repeats'))} copies of {nbytes(record.get('bytes_per_copy'))}, "
+                  f"{text_cell(record.get('method'))}, measured outside every timed region). The floor is the bytes "
+                  "one decode step must read — every weight it touches (all but the input embedding, of which it reads "
+                  "one row) plus, with the cache, the cached keys and values at that step — divided by that bandwidth. "
+                  "**It is a floor for this machine, not a prediction.** " + GAP_SENTENCE, ""]
+    lines += table(["condition", f"mean post-first interval ms, median [min{DASH}max]", "bytes read per step (mean)",
+                    "floor ms", "measured / floor"], rows)
+    return lines + [""]
+
+
+def section_memory(view: RunView, labels: tables.Labels) -> list[str]:
+    """Tensor payloads with their formula checks, per-prefix cache bytes, RSS and what is unmeasured."""
+    lines = ["## Memory", "",
+             "Tensor payloads counted exactly (unique storage, shared storage counted once); they are not process "
+             "memory.", ""]
+    rows = measures.memory_rows(view)
+    if rows:
+        lines += table(["what", "bytes", "check", "note"], rows)
+    else:
+        lines.append(f"No memory record ({labels.gap('memory')}).")
+    per_prefix = measures.per_prefix_cache_bytes(view)
+    if per_prefix:
+        lines += ["", f"KV cache held after each cached forward of the cache test, by length: {per_prefix}."]
+    rss = measures.rss_rows(view)
+    if rss:
+        lines += ["", "Process memory (RSS), process-wide. The baseline was taken before the model was loaded, in a "
+                  "process that had already imported the interpreter's and the experiment's libraries (torch among "
+                  "them), so it already includes them:", ""]
+        lines += table(["point", "current", "lifetime peak (cannot be reset)", "source"], rss)
+        lines += ["", f"**{RSS_WARNING}**"]
+    categories = measures.unmeasured(view)
+    if categories:
+        lines += ["", "Not measured:", ""] + bullet_list(text_cell(c) for c in categories)
+    return lines + [""]
+
+
+def section_batching(view: RunView, labels: tables.Labels) -> list[str]:
+    """Each request alone against its row of the padded batch."""
+    lines = ["## Batching (optional extension)", ""]
+    rows = measures.batching_rows(view)
+    if not rows and view.kind("batching"):
+        return lines + ["The batching records hold no singleton-against-batch comparison: "
+                        + see("Batching details") + ".", ""]
+    if not rows:
+        return lines + [f"Not run ({labels.gap('batching')}).", ""]
+    summary = next((r for r in view.kind("batching") if r.get("record_type") == "summary"), {})
+    lines += [f"Each request alone against its row of a left-padded two-row batch, in both orders "
+              f"({num(summary.get('generate_calls'))} `generate()` calls, pad id {num(summary.get('pad_token_id'))}). "
+              "A correctness demonstration, not a throughput benchmark.", ""]
+    lines += table(["request", "batch order, row", "padding columns", "first-step max abs diff",
+                    "first-step argmax agrees", "unpadded prompt matches", "generated ids identical"], rows)
+    return lines + ["", "Why rounding differs in a batch, the calls, masks and positions: " + see("Batching details") +
+                    ".", ""]
+
+
+def section_limitations(view: RunView) -> list[str]:
+    """What this run cannot show, with its own clock overhead and benchmark."""
+    inputs = {r.get("prompt_id"): r.get("length") for r in view.kind("input")}
+    lengths = ", ".join(f"{p} {n}" for p, n in inputs.items() if n is not None) or MISSING
+    clock = measures.clock_overhead_line(view)
+    items = []
+    if view.synthetic:
+        items.append("The specimen is synthetic: nothing here describes Pythia or any trained model.")
+    items += [
+        "Timestamps add overhead, identical for both cache paths and not subtracted: " +
+        (clock if clock else "its size was not measured in this run (no `clock_overhead` record).") + " " +
+        measures.benchmark_line(view),
+        f"A tiny CPU test: one small model, batch 1, {protocol.INTRA_OP_THREADS} thread, prompts of {lengths} tokens. "
+        "Nothing follows for larger models, GPUs, long contexts or concurrent serving.",
+        "Three seeds per condition neither estimate the output distribution nor pick a best temperature.",
+        "The cache tolerance is a diagnostic for this backend and dtype, not a universal guarantee.",
+        "RSS is process-wide; a lifetime peak cannot be reset and isolates no cache increment.",
+        "The profiling loop keeps selecting after EOS; those ids are not responses.",
+    ]
+    return ["## Limitations", ""] + bullet_list(items) + [""]
+
+

@@ -1,0 +1,164 @@
+"""The Checker: one line per problem while walking one run's view, in the order verify states them.
+
+It holds what the checks share (the view, the problems and explained gaps found so far, how the session
+ended) and the rules for a gap: a missing record is a problem unless one of the tests that write it has
+a recorded non-passing outcome, or none of them ran because the run left them out or never reached them.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+from inferlab.records import MANIFEST_FILE, PLAN_FILE
+from inferlab.runview import Missing, Problem, RunView, function_name
+
+
+class Checker:
+    """Collects one line per problem, and one per explained gap, while the check modules walk a run."""
+
+    def __init__(self, view: RunView):
+        self.view = view
+        self.records = view.records
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+        self.files_checked = 0
+        self.suppressed = 0  # missing records and outcomes explained by the ending or the deselection
+        # How the session ended (set by ending.read_ending once the records could be read).
+        self.end: Optional[dict] = None
+        self.unfinished: Optional[str] = None
+        self.partial: list[str] = []
+        self.unreached: set = set()
+        self.final_records_missing = False  # unfinished, and the manifest is still the one from the start
+        self.manifest: Optional[dict] = view.manifest if view.manifest_found else None
+        self.plan: Optional[dict] = None  # set once verify has stated plan.json's reading problems
+        self.unknown_producer: list[str] = []  # gaps no test is known to fill (a schema-1 plan): one line for all
+        self._unknown_line: Optional[int] = None
+
+    # --- recording ------------------------------------------------------------------------------------
+
+    def problem(self, text: str) -> None:
+        """One problem line."""
+        self.problems.append(text)
+
+    def where(self, file: str):
+        """How a line names a whole file: its path under the record dir."""
+        return self.view.directory / file if self.view.directory is not None else file
+
+    def reading_problem(self, problem: Problem) -> None:
+        """A problem met reading manifest.json, plan.json or records.jsonl, as verify states it."""
+        if problem.file == MANIFEST_FILE and problem.code == "missing":
+            self.problem(f"{self.where(MANIFEST_FILE)}: missing; no file can be checked against it")
+        elif problem.line is None and (problem.file in (MANIFEST_FILE, PLAN_FILE) or problem.code == "unreadable"):
+            self.problem(f"{self.where(problem.file)}: {problem.what}")
+        else:
+            self.problem(str(problem))
+
+    def explain(self, what: str, evidence: Optional[dict]) -> None:
+        """A gap with its evidence: the outcome of the test that should have written it."""
+        if evidence is None:
+            return
+        self.notes.append(f"{what}: explained by {evidence.get('test')} {evidence.get('outcome')} "
+                          f"(seq {evidence.get('seq')})")
+
+    def suppress(self, what: str, why: str) -> None:
+        """A gap the ending or the deselection explains: noted, counted, not listed as a problem."""
+        self.suppressed += 1
+        self.notes.append(f"{what}: {why}")
+
+    def of_kind(self, kind: str) -> list[dict]:
+        """The records of one kind."""
+        return self.view.kind(kind)
+
+    # --- gaps -----------------------------------------------------------------------------------------
+
+    def require(self, what: str, *kinds: str) -> None:
+        """A missing record of one of the kinds: explained, left out, or a problem (see the module's rule)."""
+        missing = self.view.why_missing(*kinds)
+        if self.settle(what, missing):
+            return
+        if missing.reason == "no_known_producer":
+            if self._unknown_line is None:
+                self._unknown_line = len(self.problems)
+                self.problem("")  # stated in full once every such gap is known, by result()
+            self.unknown_producer.append(what)
+        elif not missing.producers:
+            self.problem(f"{what}, and no planned test declares that it writes it")
+        else:
+            names = ", ".join(dict.fromkeys(function_name(p) for p in missing.producers))
+            self.problem(f"{what}, and none of its producing tests ({names}) has a failed, error or skipped outcome")
+
+    def settle(self, what: str, missing: Missing) -> bool:
+        """Note a gap that evidence, the ending or the deselection explains; False when nothing does."""
+        if missing.reason == "evidence":
+            self.explain(what, missing.evidence)
+        elif missing.reason == "not_reached":
+            self.suppress(what, f"not reached ({self.unfinished})")
+        elif missing.reason == "deselected":
+            self.suppress(what, "deselected (partial run)")
+        else:
+            return False
+        return True
+
+    # --- the whole walk -------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        """Every check, in the order verify states them; returns the result."""
+        from inferlab.verify import completeness, ending, files
+
+        view = self.view
+        for problem in view.problems_of(MANIFEST_FILE):
+            self.reading_problem(problem)
+        readable = files.check_records_file(self)
+        if readable and view.is_plan_folder:
+            files.check_manifest_and_files(self)
+            ending.check_plan_folder(self)
+            return self.result(plan_folder=True)
+        if readable:
+            ending.read_ending(self)
+            ending.report_ending(self)
+        files.check_manifest_and_files(self)
+        explained = self.unfinished or (self.partial and self.end is not None and self.end.get("complete") is False)
+        if self.manifest is not None and self.manifest.get("complete") is not True and not explained:
+            self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r}, expected true "
+                         f"(the session did not finish, was interrupted, or is not the complete protocol: "
+                         f"{self.manifest.get('status', 'no status recorded')})")
+        if readable:
+            completeness.check_outcome_evidence(self)
+            ending.check_plan(self)
+            ending.check_session_end(self)
+            completeness.check_kinds(self)
+            completeness.check_generation(self)
+            completeness.check_timing(self)
+            completeness.check_budgets(self)
+            files.check_report(self)
+            files.check_tensors(self)
+        return self.result(plan_folder=False)
+
+    def result(self, plan_folder: bool) -> dict:
+        """What verify found, as plain data."""
+        if self._unknown_line is not None:
+            gaps = self.unknown_producer
+            self.problems[self._unknown_line] = (
+                f"no known producer: {len(gaps)} gap(s) that no test of this run is known to fill, because "
+                f"{PLAN_FILE} (schema {self.view.schema}) declares no record kinds and no record of these kinds was "
+                f"written, so no outcome can explain them: " + "; ".join(gaps))
+        outcomes = collections.Counter(r.get("outcome") for r in self.of_kind("test_outcome"))
+        return {
+            "record_dir": str(self.view.directory) if self.view.directory is not None else None,
+            "plan_folder": plan_folder,
+            "planned_tests": len((self.plan or {}).get("schedule") or []),
+            "ok": not self.problems,
+            "problems": list(self.problems),
+            "explained_gaps": list(self.notes),
+            "unfinished": self.unfinished,
+            "partial": list(self.partial),
+            "not_listed": self.suppressed,
+            "records": len(self.records),
+            "files_checked": self.files_checked,
+            "outcome_counts": dict(sorted(outcomes.items())),
+            "all_tests_passed": bool(outcomes) and set(outcomes) == {"passed"},
+            "schema": self.view.schema,
+            "notes": list(self.view.notes),
+        }
+

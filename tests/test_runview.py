@@ -1,0 +1,232 @@
+"""inferlab.runview and inferlab.schema: one reader of a run, built from data in memory or read from disk once,
+and the run written by inferlab before runs named their schema (tests/fixtures/schema1-run)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy
+import pytest
+
+from inferlab import report, schema
+from inferlab.__main__ import main
+from inferlab.compare import compare
+from inferlab.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
+from inferlab.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
+from inferlab.verify import verify_run
+
+SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
+CACHE = "experiments/test_40_cache.py"
+
+
+def record(kind: str, test, seq: int = 0, **fields) -> dict:
+    return {"kind": kind, "test": test, "seq": seq, "wall_time": "2025-01-01T00:00:00+00:00", **fields}
+
+
+def outcome(test: str, state: str = "passed", **fields) -> dict:
+    return record("test_outcome", test, outcome=state, **fields)
+
+
+def plan_of(*entries: tuple, **fields) -> dict:
+    """A schema-2 plan of the complete protocol (unless fields say otherwise): entries are (node id, [kinds])."""
+    return {"schema": 2, "schedule": [{"index": i, "test": t, "records": list(kinds)} for i, (t, kinds) in
+                                      enumerate(entries)], "partial_reasons": [], **fields}
+
+
+# --- reading: every problem met, nothing raised ---------------------------------------------------------------
+
+
+def test_each_line_that_is_not_a_record_is_a_problem_with_its_line_number():
+    raw = (json.dumps(record("a", None)) + "\n{not json\n[1, 2]\n" + json.dumps({"kind": "b"}) + "\n").encode()
+    records, problems = parse_records(raw)
+    assert [r["kind"] for r in records] == ["a", "b"]  # a record without its envelope is still read
+    assert [(p.line, p.code, p.lost) for p in problems] == [(2, "not_json", True), (3, "not_object", True),
+                                                              (4, "missing_fields", False)]
+    assert str(problems[1]) == "records.jsonl:3: a list, expected a JSON object"
+    assert str(problems[2]) == "records.jsonl:4: missing field(s) test, seq, wall_time"
+
+
+def test_non_ascii_records_are_read_and_named():
+    records, problems = parse_records(json.dumps(record("a", None)).encode() + b"\xc3\xa9\n")
+    assert problems[0].code == "not_ascii" and problems[0].lost is False
+    assert str(problems[0]).startswith("records.jsonl: not ASCII as written ('ascii' codec can't decode")
+
+
+def test_a_folder_with_nothing_is_read_with_a_problem_per_missing_file(tmp_path):
+    view = RunView.read(tmp_path)
+    assert [p.file for p in view.problems] == [RECORDS_FILE, MANIFEST_FILE, "plan.json"]
+    assert view.records == [] and view.manifest == {} and view.plan is None and view.ending == "killed"
+
+
+def test_a_manifest_that_is_not_an_object_is_a_problem_not_a_crash(tmp_path):
+    (tmp_path / RECORDS_FILE).write_text("")
+    (tmp_path / MANIFEST_FILE).write_text("[1]\n")
+    view = RunView.read(tmp_path)
+    assert "manifest.json: a list, expected a JSON object" in [str(p) for p in view.problems]
+    assert not view.manifest_found
+    assert any("a list, expected a JSON object" in p for p in verify_run(tmp_path)["problems"])
+
+
+# --- schema: which layout, and the upgrade in one place -------------------------------------------------------
+
+
+def test_the_schema_is_what_manifest_and_plan_name_and_one_without_any():
+    assert schema.schema_of({"schema": 2}, {"schema": 2}) == (2, [])
+    assert schema.schema_of({}, None) == (1, [])
+    found, problems = schema.schema_of({"schema": 1}, {"schema": 2})
+    assert found == 2 and "name different schemas" in problems[0]
+    found, problems = schema.schema_of({"schema": schema.CURRENT + 1}, None)
+    assert found == schema.CURRENT + 1 and "newer than this inferlab reads" in problems[0]
+
+
+def test_old_field_names_are_read_under_the_current_ones_and_never_twice():
+    old = [record("timing_trial", "t", token_times=[0.1, 0.2]),
+           record("cache_comparison", "c", top2_margin=0.5, top2_margin_uncached=0.5),
+           record("cache_comparison", "c", top2_margin=0.7)]
+    view = RunView.from_data(old, {"command_line": ["pytest", "x"]}, None)
+    trial, both, only_old = view.records
+    assert trial["token_times_s"] == [0.1, 0.2] and "token_times" not in trial
+    assert both["top2_margin_uncached"] == 0.5 and "top2_margin" not in both
+    assert only_old["top2_margin_uncached"] == 0.7
+    assert view.manifest["argv"] == ["pytest", "x"] and "command_line" not in view.manifest
+    assert old[0]["token_times"] == [0.1, 0.2]  # what was read is left as it was
+
+
+def test_a_schema_1_plan_infers_each_tests_kinds_from_what_it_wrote_and_says_so():
+    plan = {"schedule": [{"test": "e.py::test_in[P1]"}, {"test": "e.py::test_in[P2]"}, {"test": "e.py::test_load"}]}
+    records = [record("input", "e.py::test_in[P1]"), outcome("e.py::test_in[P1]"),
+               outcome("e.py::test_in[P2]", "failed", longrepr="E   x"), outcome("e.py::test_load", "skipped")]
+    view = RunView.from_data(records, {}, plan)
+    assert view.schema == 1 and view.producers_inferred and schema.INFERRED_NOTE in view.notes
+    assert view.producers("input") == ["e.py::test_in[P1]", "e.py::test_in[P2]"]  # every parametrization
+    assert view.why_missing("input").reason == "evidence"
+    # nobody wrote model_load, so no outcome can explain its absence (the skip of test_load is not evidence)
+    missing = view.why_missing("model_load")
+    assert missing.reason == "no_known_producer" and missing.producers == []
+
+
+# --- which test produces a kind, and why a record is missing: ask the plan ------------------------------------
+
+
+def test_why_a_record_is_missing_follows_the_plans_producers():
+    plan = plan_of(("a.py::test_x", ["x"]), ("a.py::test_y", ["y"]), ("a.py::test_z", ["z"]))
+    records = [outcome("a.py::test_x", "skipped", skip_reason="no"), outcome("a.py::test_y")]
+    view = RunView.from_data(records, {}, plan)
+    assert view.why_missing("x").reason == "evidence" and view.why_missing("x").evidence["outcome"] == "skipped"
+    assert view.why_missing("y").reason == "ran"  # it passed and wrote nothing: nothing explains the gap
+    assert view.why_missing("z").reason == "not_reached"  # no session_end: the run was killed before test_z
+    assert view.why_missing("w").reason == "not_planned"
+    partial = RunView.from_data(records, {}, {**plan, "partial_reasons": ["-k deselected 3"]})
+    assert partial.why_missing("w").reason == "deselected"
+    ended = RunView.from_data(records + [record("session_end", None)], {}, plan)
+    assert ended.why_missing("z").reason == "planned_not_run"
+
+
+@pytest.mark.parametrize("end, ending", [
+    (None, "killed"), ({}, "finished"), ({"interrupted": True, "stop_reason": "SIGINT"}, "interrupted"),
+    ({"stopped_early": True}, "stopped_early"), ({"collect_only": True}, "collect_only"),
+    ({"plan_only": True}, "plan"),
+])
+def test_how_the_session_ended(end, ending):
+    records = [] if end is None else [record("session_end", None, **end)]
+    view = RunView.from_data(records, {}, plan_of())
+    assert view.ending == ending
+    assert (view.unfinished is None) == (ending in ("finished", "plan"))
+
+
+@pytest.mark.parametrize("manifest, records", [
+    ({"mode": "plan"}, []), ({"options": {"plan": True}}, []), ({}, [record("plan", None, mode="plan")]),
+])
+def test_a_plan_folder_is_known_by_its_manifest_or_its_records(manifest, records):
+    assert RunView.from_data(records, manifest, plan_of()).is_plan_folder
+    assert not RunView.from_data([], {"mode": "run"}, plan_of()).is_plan_folder
+
+
+def test_a_part_is_labelled_by_its_plan_entry_then_as_reports_always_labelled_it():
+    plan = plan_of(parts=[{"file": "experiments/test_80_new.py", "title": "Part 8: a new part."},
+                          {"file": "experiments/test_90_x.py", "title": "T", "label": "Part 9: labelled"},
+                          {"file": "experiments/test_60_memory.py", "title": "Part 6: a long docstring title."}])
+    view = RunView.from_data([], {}, plan)
+    assert view.part_label("experiments/test_80_new.py::test_a") == "Part 8: a new part."
+    assert view.part_label("experiments/test_90_x.py::test_b[1]") == "Part 9: labelled"
+    assert view.part_label("experiments/test_60_memory.py::test_c") == "Part 6: memory"
+    assert view.part_label("elsewhere/check.py::test_d") == "check.py" and view.part_label(None) == "(session)"
+
+
+# --- tensors: read when asked, checked against the record -----------------------------------------------------
+
+
+def test_a_tensor_is_checked_against_its_records_shape_and_sha256():
+    array = numpy.arange(4, dtype=numpy.float32)
+    good = {"file": "tensors/t.safetensors", "key": "k", "shape": [4], "sha256": tensor_sha256(array)}
+    view = RunView.from_data([record("x", None, logits=good)], {}, plan_of(), {"tensors/t.safetensors": {"k": array}})
+    assert view.check_tensor(good).ok and view.verified_tensor(good) is array
+    edited = {**good, "sha256": "00" * 32}
+    assert view.check_tensor(edited).sha256 == good["sha256"] and view.verified_tensor(edited) is None
+    assert view.tensor(edited) is array  # what the file holds, for a page that shows it
+    assert view.check_tensor({**good, "shape": [2, 2]}).shape == [4]
+    assert view.check_tensor({**good, "key": "other"}).key_missing
+    assert view.check_tensor({**good, "file": "tensors/gone.safetensors"}).file_error.code == "missing"
+
+
+def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
+    (tmp_path / "secret.safetensors").write_bytes(b"not for a record to point at")
+    reference = {"file": "../secret.safetensors", "key": "k", "sha256": "00"}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / RECORDS_FILE).write_text(json.dumps(record("x", None, logits=reference)) + "\n")
+    view = RunView.read(tmp_path / "run")
+    assert view.check_tensor(reference).file_error.code == "outside" and view.tensor(reference) is None
+    assert any("is not in tensors/" in p for p in verify_run(view)["problems"])
+
+
+# --- the run written before runs named their schema -----------------------------------------------------------
+
+
+def test_the_schema_1_run_reads_in_the_current_shape():
+    view = RunView.read(SCHEMA1_RUN)
+    assert view.schema == 1 and not view.problems and view.producers_inferred
+    trial = view.first("timing_trial")
+    assert "token_times_s" in trial and "token_times" not in trial
+    comparison = view.first("cache_comparison")
+    assert "top2_margin_uncached" in comparison and "top2_margin" not in comparison
+    assert view.manifest["argv"] and "command_line" not in view.manifest
+    assert view.producers("cache_comparison") == [f"{CACHE}::test_matched_prefix"]
+    assert view.ending == "finished" and view.renderer_version == 1
+
+
+def test_the_schema_1_run_verifies_as_the_inferlab_that_wrote_it_said(capsys):
+    result = verify_run(SCHEMA1_RUN)
+    assert result["problems"] == [] and result["all_tests_passed"] and result["schema"] == 1
+    assert main(["verify", str(SCHEMA1_RUN)]) == 0
+    assert capsys.readouterr().out == "verify: OK (279 records, 12 files)\n"  # what 492887e's verify printed
+
+
+def test_the_schema_1_runs_pages_regenerate_identically(capsys):
+    assert main(["report", str(SCHEMA1_RUN), "--check"]) == 0
+    assert "regenerated text is identical" in capsys.readouterr().out
+
+
+def test_the_schema_1_run_compares_equal_with_itself():
+    result = compare(SCHEMA1_RUN, SCHEMA1_RUN)
+    assert all(row["equal"] for row in result["generation"] + result["timing_ids"])
+    assert result["tensors"] and all(row["bitwise_equal"] for row in result["tensors"])
+    assert all(row["ratio_dir2_over_dir1"] == 1.0 for row in result["timing_ratios"])
+
+
+# --- pages another renderer version wrote ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [report.RENDERER_VERSION + 1, 0])
+def test_report_check_says_plainly_when_another_renderer_version_wrote_the_pages(tmp_path, capsys, version):
+    run = Path(shutil.copytree(SCHEMA1_RUN, tmp_path / "run"))
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    manifest[RENDERER_VERSION_FIELD] = version
+    write_json_atomic(run / MANIFEST_FILE, manifest)
+    (run / "report.md").write_text("# a page of another renderer\n")
+    assert main(["report", str(run), "--check"]) == 3
+    out = capsys.readouterr().out
+    assert f"rendered by report renderer version {version}" in out and "not compared" in out
+    assert "differs" not in out and "is identical" not in out
+    assert report.check(run).status == "other_renderer"
