@@ -34,6 +34,9 @@ TENSOR_DIR = "tensors"
 # The layout of a run's records, named in manifest.json and plan.json. 1: the runs written before a run said
 # which schema it used (no "schema" field); 2: plan entries declare the record kinds each test produces.
 RECORD_SCHEMA = 2
+# The version of the text the report renderer (inferlab.report) writes, named in manifest.json as
+# report_renderer_version; a run that names none was rendered by version 1. Raise it with any change of the pages.
+REPORT_RENDERER_VERSION = 1
 
 
 class RecordDirError(Exception):

@@ -14,9 +14,6 @@ from inferlab.verify import verify_run
 from fixtures_records import build_rich_run, copy_run, refresh_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
-# A module the writer half of issue 21 (branch i21-writer, commit b7a77e4) cleans: strict, so that once the
-# branches are merged this mark fails the suite and is taken away.
-WRITER_PENDING = {"inferlab/session_status.py": "its file_of docstring names an experiment file (i21-writer)"}
 
 
 def experiment_names() -> set[str]:
@@ -33,8 +30,7 @@ def library_modules() -> list:
     modules = []
     for path in sorted((ROOT / "inferlab").rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
-        marks = [pytest.mark.xfail(reason=WRITER_PENDING[relative], strict=True)] if relative in WRITER_PENDING else []
-        modules.append(pytest.param(relative, marks=marks, id=relative))
+        modules.append(pytest.param(relative, id=relative))
     return modules
 
 

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Optional, Union
 
 from inferlab import plots
-from inferlab.records import REPORT_FILE, write_text_atomic
+from inferlab.records import REPORT_FILE, REPORT_RENDERER_VERSION, write_text_atomic
 from inferlab.report import details, measures, page
 from inferlab.report.fmt import MISSING, code, jstr
 from inferlab.report.verdict import Verdict, decide, partial_note
 from inferlab.runview import RunView
 
-RENDERER_VERSION = 1
+RENDERER_VERSION = REPORT_RENDERER_VERSION
 DETAILS_FILE = details.DETAILS_FILE
 SYNTHETIC_BANNER = page.SYNTHETIC_BANNER
 PAGES = (REPORT_FILE, DETAILS_FILE)

@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 
 from inferlab import protocol, session_status
 from inferlab.plan import core_deselected, plan_totals
-from inferlab.records import CLAIM_FILE, PLAN_FILE, RECORD_SCHEMA, jsonable
+from inferlab.records import CLAIM_FILE, PLAN_FILE, RECORD_SCHEMA, REPORT_RENDERER_VERSION, jsonable
 
 RESERVED_FIELDS = frozenset({"kind", "test", "seq", "wall_time"})
 STARTED_STATUS = ("started: this is the manifest written when the run began; if it still says so, the session "
@@ -130,6 +130,7 @@ def make_manifest(*, invocation, started_utc: str, ended_utc: Optional[str], end
     record taken at the start (environment.environment_record), whose fields are the manifest's own."""
     return {
         "schema": RECORD_SCHEMA,
+        "report_renderer_version": REPORT_RENDERER_VERSION,
         "mode": invocation.mode,
         "complete": bool(end and end["complete"]),
         "status": end["status"] if end else STARTED_STATUS,
