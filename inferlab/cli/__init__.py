@@ -1,0 +1,86 @@
+"""The command line: one module per subcommand, each with NAME, HELP, add_arguments(parser) and run(args).
+
+Readers of a finished run (verify, report, compare, ...) never load a model and never open the network.
+Exit codes: 0 success; 1 problems found (verify, check-artifacts) or report --check found a difference;
+2 a usage error, a directory that could not be read, or one that is not a run's record dir; 3 report --check
+met pages that another report renderer version wrote, so it did not compare their text (verify still checks
+them against the manifest's hashes); 141 (128 + SIGPIPE) the reader of the output went away (`... | head`):
+the command stops quietly. A subcommand may document further codes in its own help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_OTHER_RENDERER = 0, 1, 2, 3
+EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
+PROG = "python -m inferlab"
+DESCRIPTION = "Check, report and compare inferlab runs from their files alone (no model, no network)."
+EXIT_CODES = """exit status:
+  0    success
+  1    problems found (verify, check-artifacts), or report --check found a difference
+  2    a usage error, a folder that cannot be read, or one that is not a run's record dir
+  3    report --check met pages another report renderer version wrote (not compared)
+  141  the reader of the output went away (... | head)"""
+# The subcommands in the order --help lists them: modules of this package.
+COMMANDS = ("verify", "report", "compare", "check_artifacts")
+
+
+def directory(value: str) -> Path:
+    """An argparse type: an existing directory, else a usage error naming the value."""
+    path = Path(value)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is not a directory")
+    return path
+
+
+def refuse_non_run(command: str, *record_dirs: Path) -> bool:
+    """Say so, and return True, when a folder is not a run's record dir: no command reads or writes in one."""
+    from inferlab.runview import not_a_run_reason
+
+    reasons = [reason for reason in map(not_a_run_reason, record_dirs) if reason]
+    for reason in reasons:
+        print(f"{command}: {reason}; nothing was read or written there", file=sys.stderr)
+    return bool(reasons)
+
+
+def command_modules() -> list:
+    """The subcommand modules, in COMMANDS order."""
+    return [importlib.import_module(f"inferlab.cli.{name}") for name in COMMANDS]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser with every subcommand of COMMANDS."""
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for module in command_modules():
+        sub = commands.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Parse the command line and run one subcommand; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+def run_command_line(argv=None) -> int:
+    """main(), with its output flushed; a reader that closed the pipe (`| head`) ends it quietly."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Nothing more can reach the reader; point stdout at /dev/null so that the interpreter's own
+        # flush at exit does not raise (and print) the same error again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_READER_GONE

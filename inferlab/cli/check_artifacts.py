@@ -1,0 +1,54 @@
+"""`check-artifacts DIR`: a folder of specimen files against the specimen's pins, before a run uses it."""
+
+from __future__ import annotations
+
+import sys
+
+from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory
+
+NAME = "check-artifacts"
+HELP = "check a directory of specimen files (for --artifacts) against the specimen's pinned hashes, before a run"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("artifacts_dir", type=directory, metavar="DIR")
+    parser.add_argument("--specimen", default=None, metavar="NAME",
+                        help="the specimen spec in artifacts/NAME.json (default: pythia-14m)")
+
+
+def run(args) -> int:
+    return run_check_artifacts(args.artifacts_dir, args.specimen)
+
+
+def artifact_row_line(row: dict) -> str:
+    """One line per specimen file: its size and hash, or, for an optional file that is absent, why that is fine."""
+    state = "ok     " if row["ok"] else "PROBLEM"
+    if not row.get("present") and row["ok"]:
+        return f"{state} {row['name']}: absent (optional): {row.get('absence') or 'no reason recorded'}"
+    if not row.get("present"):
+        return f"{state} {row['name']}: missing"
+    return f"{state} {row['name']}: {row['size']} bytes, sha256 {row['sha256']}"
+
+
+def run_check_artifacts(artifacts_dir, specimen_name) -> int:
+    """`check-artifacts DIR`: each specimen file against its pins; the exit code."""
+    from inferlab import protocol, specimen
+
+    name = specimen_name or protocol.DEFAULT_SPECIMEN
+    try:
+        spec = specimen.load_spec(name)
+    except specimen.SpecimenError as error:
+        print(f"check-artifacts: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    result = specimen.check_specimen_files(artifacts_dir, spec)
+    for row in result["files"]:
+        print(artifact_row_line(row))
+    for line in result["problems"]:
+        print(f"problem: {line}")
+    if not result["ok"]:
+        print(f"check-artifacts: {artifacts_dir} is NOT a valid copy of {spec.repo_id} at {spec.revision} "
+              f"({len(result['problems'])} problem(s)); --artifacts would refuse it")
+        return EXIT_PROBLEMS
+    print(f"check-artifacts: {artifacts_dir} is a valid copy of {spec.repo_id} at {spec.revision}: use "
+          f"--artifacts {artifacts_dir}")
+    return EXIT_OK

@@ -1,0 +1,58 @@
+"""`report DIR`: regenerate the report's pages from the records alone (print, --check or --write)."""
+
+from __future__ import annotations
+
+import sys
+
+from inferlab.cli import EXIT_OK, EXIT_OTHER_RENDERER, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
+
+NAME = "report"
+HELP = "regenerate report.md's text from the records alone and print it (report-details.md too with --check and --write)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("record_dir", type=directory, metavar="DIR")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="compare with DIR/report.md and DIR/report-details.md instead of printing; exit 1 if "
+                           "either differs, 3 if another report renderer version wrote them (not compared)")
+    mode.add_argument("--write", action="store_true",
+                      help="rewrite DIR/report.md, DIR/report-details.md and the plots in place (the manifest's "
+                           "hashes are not updated, so verify reports any file that changed)")
+
+
+def run(args) -> int:
+    return run_report(args.record_dir, args.check, args.write)
+
+
+def run_report(record_dir, check: bool, write: bool) -> int:
+    """`report DIR` (print), `--write` or `--check`; the exit code."""
+    from inferlab import report
+
+    if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
+        return EXIT_UNREADABLE
+    from inferlab.runview import RunView
+
+    view = RunView.read(record_dir)
+    if view.is_plan_folder:
+        print(f"report: {record_dir} is a plan folder (written by --plan): no test ran, so there is no run to report; "
+              f"its schedule is in plan.json", file=sys.stderr)
+        return EXIT_OK
+    if view.session_end is None:
+        print(f"report: {record_dir} has no session_end record: its session never reached its end (it was killed or "
+              f"crashed). The report shows the records that exist; the run is not complete.", file=sys.stderr)
+    if write:
+        print(report.write_report(view, after_session=True))
+        return EXIT_OK
+    if not check:
+        sys.stdout.write(report.render_report(view, after_session=True))
+        return EXIT_OK
+    checked = report.check(view, after_session=True)
+    for line in checked.lines:
+        print(f"report: {line}")
+    if checked.status == "other_renderer":
+        return EXIT_OTHER_RENDERER
+    if checked.status == "differs":
+        return EXIT_PROBLEMS
+    print(f"report: regenerated text is identical to {', '.join(report.PAGES)} in {record_dir}")
+    return EXIT_OK

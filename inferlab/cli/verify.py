@@ -1,0 +1,49 @@
+"""`verify DIR`: re-hash every file against the manifest and check the records are complete for the protocol."""
+
+from __future__ import annotations
+
+from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
+
+NAME = "verify"
+HELP = "re-hash every file against the manifest and check the records are complete for the protocol; one line per problem"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("record_dir", type=directory, metavar="DIR")
+    parser.add_argument("--all-passed", action="store_true",
+                        help="also count every failed, errored or skipped test as a problem (default: a gap with "
+                             "recorded evidence is not a problem)")
+
+
+def run(args) -> int:
+    return run_verify(args.record_dir, args.all_passed)
+
+
+def run_verify(record_dir, all_passed: bool) -> int:
+    """`verify DIR`: one line per problem, then the verdict line; the exit code."""
+    from inferlab.verify import verify_run
+
+    if refuse_non_run("verify", record_dir):
+        return EXIT_UNREADABLE
+    result = verify_run(record_dir)
+    problems = list(result["problems"])
+    if all_passed and not result["all_tests_passed"]:
+        problems.append(f"not every test passed: {result['outcome_counts']}")
+    if all_passed and result["plan_folder"]:
+        problems.append("a plan folder: no test ran, so no test passed")
+    for line in problems:
+        print(line)
+    if problems:
+        unlisted = (f"; not listed: {result['not_listed']} missing record(s) or outcome(s) of tests the run left out "
+                    f"or never reached (said once above)") if result["not_listed"] else ""
+        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
+        return EXIT_PROBLEMS
+    if result["plan_folder"]:
+        print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
+              f"no test ran and nothing was measured")
+        return EXIT_OK
+    gaps = len(result["explained_gaps"])
+    tail = "" if result["all_tests_passed"] else (
+        f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
+    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}")
+    return EXIT_OK
