@@ -180,6 +180,21 @@ def _read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Pro
     return data, None
 
 
+def _read_ledger(directory: Path) -> tuple[list[dict], list[Problem]]:
+    """The addenda ledger's entries and problems; a run with nothing attached has no ledger, which is no problem."""
+    from inferlab.addenda import LEDGER_FILE, parse_ledger
+
+    path = directory / LEDGER_FILE
+    if not path.exists():
+        return [], []
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        return [], [Problem(LEDGER_FILE, f"not readable ({error})")]
+    entries, problems = parse_ledger(raw)
+    return entries, [Problem(LEDGER_FILE, what, line=line or None, code="ledger") for line, what in problems]
+
+
 def not_a_run_reason(path: Path) -> Optional[str]:
     """Why `path` is not a run's record dir (None when it is one), from its first record and manifest alone.
 
@@ -218,8 +233,14 @@ class RunView:
     every reader asks (ending, plan folder, producers of a kind, why a record is missing)."""
 
     def __init__(self, records: list[dict], manifest: Optional[dict], plan: Optional[dict], *,
-                 directory: Optional[Path] = None, problems: Iterable[Problem] = (), tensors: Optional[dict] = None):
+                 directory: Optional[Path] = None, problems: Iterable[Problem] = (), tensors: Optional[dict] = None,
+                 addenda: Iterable[dict] = (), addenda_problems: Iterable[Problem] = ()):
         self.directory = Path(directory) if directory is not None else None
+        # Material attached after the session (inferlab.addenda): its ledger's entries in order, and what was
+        # wrong with the ledger. Kept apart from the session's own problems: the session's pages do not depend
+        # on what was attached later.
+        self.addenda: list[dict] = list(addenda)
+        self.addenda_problems: list[Problem] = list(addenda_problems)
         upgraded = schemas.upgrade(list(records), manifest, plan)
         self.schema: int = upgraded.schema
         self.schema_problems: list[str] = upgraded.problems
@@ -269,16 +290,18 @@ class RunView:
         problems += [problem] if problem else []
         plan, problem = _read_json(directory, PLAN_FILE)
         problems += [problem] if problem else []
-        return cls(records, manifest, plan, directory=directory, problems=problems)
+        entries, ledger_problems = _read_ledger(directory)
+        return cls(records, manifest, plan, directory=directory, problems=problems, addenda=entries,
+                   addenda_problems=ledger_problems)
 
     @classmethod
     def from_data(cls, records: list[dict], manifest: Optional[dict] = None, plan: Optional[dict] = None,
-                  tensors: Optional[dict] = None) -> "RunView":
-        """A view of data in memory: tensors maps a file ('tensors/x.safetensors') to {key: numpy array}.
-        A manifest or plan given as None counts as a missing file."""
+                  tensors: Optional[dict] = None, addenda: Iterable[dict] = ()) -> "RunView":
+        """A view of data in memory: tensors maps a file ('tensors/x.safetensors') to {key: numpy array};
+        addenda are ledger entries. A manifest or plan given as None counts as a missing file."""
         problems = [Problem(name, "missing", code="missing") for name, data in ((MANIFEST_FILE, manifest),
                                                                                (PLAN_FILE, plan)) if data is None]
-        return cls(records, manifest, plan, problems=problems, tensors=dict(tensors or {}))
+        return cls(records, manifest, plan, problems=problems, tensors=dict(tensors or {}), addenda=addenda)
 
     # --- problems --------------------------------------------------------------------------------
 
