@@ -104,7 +104,7 @@ def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, 
         if cpu.returncode != 0:
             print(f"inferlab: PyTorch's CPU wheel index ({cpu_index}) gave no {requirement} for this machine "
                   f"(unreachable, or no such wheel); torch now comes from your default package index. On Linux "
-                  f"x86_64 that is a CUDA build of several GB (see README, 'CPU-only torch').", flush=True)
+                  f"x86_64 that is a CUDA build of several GB (see docs/environment.md, 'CPU-only torch').", flush=True)
         # 2) the whole lock, from the default index.
         everything = pip_install([*quiet_args, "-r", str(lock)], lock_report)
         sys.stdout.write(everything.stdout)

@@ -119,7 +119,7 @@ def test_a_dangling_symlink_is_refused(standin_copy, standin_spec):
     assert "a symlink to nothing" in row_of(report, "generation_config.json")["problem"]
 
 
-# --- the extra-file rule, exactly as the README states it --------------------------------------------------
+# --- the extra-file rule, exactly as docs/specimens.md states it -------------------------------------------
 
 EXTRA_ENTRIES = {
     # relative path: expected verdict
