@@ -1,9 +1,12 @@
 # Two commands for a learner: `make run` and `make test`.
-# Both create .venv from requirements.lock when it is missing or the lock changed.
+# Both create .venv from requirements.lock when it is missing or the lock (or the project's description)
+# changed, and install the project itself into it, editable: .venv/bin/inferlab is its command.
+# `make` alone does only that.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.lock-installed
 PY := $(VENV)/bin/python
+INFERLAB := $(VENV)/bin/inferlab
 # torch comes from PyTorch's CPU wheel index first (no CUDA build); see inferlab/installation.py.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # Empty: each run gets a new folder runs/<UTC time>-<specimen>[-plan], unique even within one second,
@@ -16,11 +19,11 @@ REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 # The same folder for the replica builder, as an absolute path (tests run some commands from other folders).
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))
 
-.PHONY: run test plan lock clean-venv
+.PHONY: run test plan docs lock clean-venv
 
-$(STAMP): requirements.lock inferlab/installation.py
+$(STAMP): requirements.lock requirements.in pyproject.toml inferlab/installation.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m inferlab.installation --lock requirements.lock --cpu-index $(TORCH_CPU_INDEX)
+	$(PY) -m inferlab.installation --lock requirements.lock --cpu-index $(TORCH_CPU_INDEX) --editable .
 	cp requirements.lock $(STAMP)
 
 # The experiment itself. Pass options through ARGS, e.g.
@@ -40,17 +43,21 @@ test: $(STAMP)
 	mkdir -p runs
 	dir=$$(mktemp -d runs/$$(date -u +%Y%m%dT%H%M%SZ)-standin-selftest-XXXXXX) && \
 	  $(PY) -m pytest experiments --specimen standin --record-dir $$dir && \
-	  $(PY) -m inferlab verify $$dir && \
-	  $(PY) -m inferlab report $$dir --check
+	  $(INFERLAB) verify $$dir && \
+	  $(INFERLAB) report $$dir --check
 	@if [ -f "$(REFERENCE)/model.safetensors.header" ]; then \
 	  dir=$$(mktemp -d runs/$$(date -u +%Y%m%dT%H%M%SZ)-replica-selftest-XXXXXX) && \
 	  $(PY) -m pytest experiments --specimen replica --record-dir $$dir && \
-	  $(PY) -m inferlab verify $$dir && \
-	  $(PY) -m inferlab report $$dir --check; \
+	  $(INFERLAB) verify $$dir && \
+	  $(INFERLAB) report $$dir --check; \
 	else \
 	  echo "make test: replica run skipped: pythia-14m's published small files are not in $(REFERENCE)"; \
 	  echo "  (they sit beside the project on the course's CI machines; a learner's clone does without them)"; \
 	fi
+
+# Rewrite docs/options.md's generated part from the option definitions (a harness test fails when it is stale).
+docs: $(STAMP)
+	$(PY) -m inferlab.docgen
 
 # Re-pin after a deliberate upgrade: keeps the header, and pins torch without the +cpu local tag
 # so that the same line resolves to the platform's build elsewhere.

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Optional
 
 from inferlab import protocol
+from inferlab.cli import spelled
 
-CHECK_COMMAND = "python -m inferlab check-artifacts DIR"
+CHECK_COMMAND = spelled("check-artifacts DIR")
 
 
 def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] = None) -> list[str]:
@@ -25,7 +26,7 @@ def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] 
         return [
             f"Your --artifacts copy of the synthetic {name} specimen failed verification: the error above names "
             f"the file. Leave --artifacts out and inferlab builds a verified {name} itself, or build a fresh copy "
-            f"with `python -m inferlab.{builder} NEWDIR` (NEWDIR new or empty).",
+            f"with `{spelled(f'-m inferlab.{builder} NEWDIR', 'python')}` (NEWDIR new or empty).",
             "Every run needs a new record dir; `make run` makes one under runs/ for you.",
         ]
     if specimen.get("synthetic"):

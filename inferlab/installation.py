@@ -1,14 +1,17 @@
 """Install requirements.lock into this Python environment, with a CPU-only build of torch wherever one exists.
 
-    .venv/bin/python -m inferlab.installation --lock requirements.lock
+    .venv/bin/python -m inferlab.installation --lock requirements.lock --editable .
 
-Run it with the virtual environment's own Python (the Makefile does). Two steps:
+Run it with the virtual environment's own Python (the Makefile does). Two steps, and a third with --editable:
 
 1) torch alone (--no-deps), from PyTorch's CPU wheel index, with a short timeout and no retries.
    pip still consults any extra index or find-links the machine's pip configuration names.
 2) the whole lock, from the default package index, so every other package comes at its pinned
    version. When step 1 installed torch, the lock's `torch==X` line is already satisfied (a local
    label such as +cpu does not break `==X`).
+3) with --editable DIR, the project itself (pyproject.toml), editable and with --no-deps: the lock already
+   holds its dependencies at their pinned versions, so this adds only the `inferlab` distribution and its
+   console script. That distribution (PROJECT_DISTRIBUTION) is the one installed package the lock does not pin.
 
 When the CPU index cannot be reached, step 2 installs torch from the default index instead, and
 one line says so. What happened, and the URL the torch wheel came from (from pip's installation
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+PROJECT_DISTRIBUTION = "inferlab"  # this project's own package: installed editable, never a pin of the lock
 RECORD_FILE = "inferlab-install.json"
 TIMEOUT_S = 10
 
@@ -77,8 +81,10 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, quiet: bool = True) -> dict:
-    """Install the lock into this environment (CPU torch first); returns the record it also writes."""
+def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, quiet: bool = True,
+            editable: Optional[Path] = None) -> dict:
+    """Install the lock into this environment (CPU torch first), then the project at `editable` (if given);
+    returns the record it also writes."""
     lock = Path(lock)
     lock_text = lock.read_text(encoding="utf-8")
     requirement = torch_requirement(lock_text)
@@ -98,12 +104,19 @@ def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, 
         if cpu.returncode != 0:
             print(f"inferlab: PyTorch's CPU wheel index ({cpu_index}) gave no {requirement} for this machine "
                   f"(unreachable, or no such wheel); torch now comes from your default package index. On Linux "
-                  f"x86_64 that is a CUDA build of several GB (see README, 'CPU-only torch').", flush=True)
+                  f"x86_64 that is a CUDA build of several GB (see docs/environment.md, 'CPU-only torch').", flush=True)
         # 2) the whole lock, from the default index.
         everything = pip_install([*quiet_args, "-r", str(lock)], lock_report)
         sys.stdout.write(everything.stdout)
         sys.stderr.write(everything.stderr)
         from_cpu, from_default = installed_from_report(cpu_report), installed_from_report(lock_report)
+        project = None
+        if editable is not None and everything.returncode == 0:
+            # 3) the project, editable, nothing else: --no-deps, because the lock brought every dependency.
+            project = pip_install([*quiet_args, "--no-deps", "--editable", str(editable)],
+                                  Path(scratch) / "project.json")
+            sys.stdout.write(project.stdout)
+            sys.stderr.write(project.stderr)
     # The route names the step; download_url names the source (the CPU index, or a local source that
     # the machine's pip configuration adds, such as find-links).
     if cpu.returncode == 0 and from_cpu is not None:
@@ -118,6 +131,9 @@ def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, 
         "lock": str(lock),
         "lock_sha256": hashlib.sha256(lock_text.encode("utf-8")).hexdigest(),
         "lock_install_returncode": everything.returncode,
+        "project": None if project is None else {
+            "distribution": PROJECT_DISTRIBUTION, "editable": str(Path(editable).resolve()),
+            "returncode": project.returncode, "output_tail": _tail(project.stdout + project.stderr)},
         "torch": {
             "requirement": requirement,
             "route": route,
@@ -129,9 +145,14 @@ def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, 
                                   "output_tail": _tail(cpu.stdout + cpu.stderr)},
         },
     }
-    if everything.returncode == 0:
+    if install_returncode(record) == 0:
         write_record(record_path, record)
     return record
+
+
+def install_returncode(record: dict) -> int:
+    """The installer's exit status: pip's for the lock, else pip's for the project (0 when both succeeded)."""
+    return record["lock_install_returncode"] or (record["project"] or {}).get("returncode") or 0
 
 
 def write_record(path: Path, record: dict) -> None:
@@ -155,17 +176,28 @@ def write_record(path: Path, record: dict) -> None:
 
 def main(argv=None) -> int:
     """Command line: install the lock; exit with pip's status for the lock."""
-    parser = argparse.ArgumentParser(prog="python -m inferlab.installation", description=__doc__.splitlines()[0])
+    # Spelled as the Makefile runs it; not through inferlab.cli.spelled, so the installer needs no other module.
+    parser = argparse.ArgumentParser(prog=".venv/bin/python -m inferlab.installation",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--lock", type=Path, default=Path("requirements.lock"), help="the lock file")
     parser.add_argument("--cpu-index", default=CPU_INDEX, help=f"PyTorch's CPU wheel index (default {CPU_INDEX})")
     parser.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds pip waits for the CPU index")
+    parser.add_argument("--editable", type=Path, default=None, metavar="DIR",
+                        help="then install the project in DIR (its pyproject.toml) editable, without dependencies")
     parser.add_argument("--verbose", action="store_true", help="show pip's own output")
     args = parser.parse_args(argv)
-    record = install(args.lock, args.cpu_index, args.timeout, quiet=not args.verbose)
+    record = install(args.lock, args.cpu_index, args.timeout, quiet=not args.verbose, editable=args.editable)
     torch = record["torch"]
     source = f" from {torch['download_url']}" if torch["download_url"] else ""
     print(f"inferlab: torch {torch['installed_version']} ({torch['route'].replace('_', ' ')}){source}")
-    return record["lock_install_returncode"]
+    project = record["project"]
+    if project is not None and project["returncode"] == 0:
+        print(f"inferlab: the project is installed editable from {project['editable']}: "
+              f"{Path(sys.prefix) / 'bin' / 'inferlab'} is its command")
+    elif project is not None:
+        print(f"inferlab: installing the project from {project['editable']} failed (pip exit "
+              f"{project['returncode']}):\n{project['output_tail']}", file=sys.stderr)
+    return install_returncode(record)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ ALLOWLISTED_FILES = (
     "model.safetensors",
 )
 # The experiment runs without these; every other allowlisted file is required. The pinned revision
-# of pythia-14m probably has no generation_config.json (see the README's acquisition section).
+# of pythia-14m probably has no generation_config.json (see docs/specimens.md).
 OPTIONAL_FILES = ("generation_config.json",)
 BUNDLE_CAP_BYTES = 35_000_000
 # One total limit for getting the specimen: lock wait, connection, metadata and every body.

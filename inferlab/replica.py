@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from inferlab import recipe
+from inferlab.cli import spelled
 from inferlab.records import sha256_file
 from inferlab.standin import BuildRefused, check_target, command_line, write_files
 
@@ -139,8 +140,8 @@ def build(directory, reference: Path | None = None, variant: recipe.Variant = re
 
 def main(argv=None) -> int:
     """Command line: build the replica into a new or empty DIR and print the file sizes and hashes as JSON."""
-    return command_line("python -m inferlab.replica", "the five files", build, (BuildRefused, ReferenceUnavailable),
-                        argv)
+    return command_line(spelled("-m inferlab.replica", "python"), "the five files", build,
+                        (BuildRefused, ReferenceUnavailable), argv)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from inferlab import protocol, recipe
+from inferlab.cli import spelled
 from inferlab.records import write_bytes_atomic
 
 # Bump the version suffix whenever any built byte changes; the revision follows it.
@@ -273,7 +274,7 @@ def command_line(prog: str, what: str, build_into, refusals: tuple, argv=None) -
 
 def main(argv=None) -> int:
     """Command line: build the stand-in into a new or empty DIR and print the file sizes and hashes as JSON."""
-    return command_line("python -m inferlab.standin", "the six files", build, (BuildRefused,), argv)
+    return command_line(spelled("-m inferlab.standin", "python"), "the six files", build, (BuildRefused,), argv)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,6 @@ def test_a_valid_copy_is_described_as_the_verification_accepts_it():
 
 def test_a_refused_copy_of_a_synthetic_specimen_points_at_the_copy_not_the_harness():
     steps = guidance.acquisition_next_steps(specimen.load_spec("standin").as_dict(), "reuse:artifacts_dir")
-    assert "--artifacts copy" in steps[0] and "python -m inferlab.standin NEWDIR" in steps[0]
+    assert "--artifacts copy" in steps[0] and "`.venv/bin/python -m inferlab.standin NEWDIR`" in steps[0]
     built = guidance.acquisition_next_steps(specimen.load_spec("standin").as_dict(), "built_offline")
     assert "make test" in built[0]

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from inferlab import installation
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SCHEMA1_RUN = REPO_ROOT / "tests" / "fixtures" / "schema1-run"
 BOOTSTRAP = {"pip", "setuptools", "wheel"}  # what `python -m venv` brings; not part of the lab's lock
 
 
@@ -120,7 +122,8 @@ def test_the_lock_pins_exactly_what_is_installed():
     installed = {dist.metadata["Name"].lower().replace("_", "-"): dist.version
                  for dist in importlib.metadata.distributions() if dist.metadata["Name"]}
     installed = {name: version.split("+")[0] if name == "torch" else version
-                 for name, version in installed.items() if name not in BOOTSTRAP}
+                 for name, version in installed.items()
+                 if name not in BOOTSTRAP and name != installation.PROJECT_DISTRIBUTION}  # the project, editable
     assert installed == pins
 
 
@@ -152,3 +155,75 @@ def test_the_install_record_is_replaced_whole_never_rewritten_in_place(tmp_path)
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+# --- the project itself: installed editable, with its command ---------------------------------------------------
+
+
+def project_distribution() -> importlib.metadata.Distribution:
+    """The project as this environment installed it: its dist-info in site-packages (the editable build also
+    leaves an inferlab.egg-info in the checkout, git-ignored, which the checkout folder on sys.path would find)."""
+    found = [dist for dist in importlib.metadata.distributions(path=[sysconfig.get_paths()["purelib"]])
+             if dist.metadata["Name"] == installation.PROJECT_DISTRIBUTION]
+    if len(found) != 1:
+        pytest.fail(f"{sys.prefix} has {len(found)} {installation.PROJECT_DISTRIBUTION} distributions, not 1: run `make` in the "
+                    f"project folder, which installs the project editable (inferlab/installation.py --editable)")
+    return found[0]
+
+
+def installed_command() -> Path:
+    script = Path(sys.executable).parent / "inferlab"
+    assert script.is_file(), f"expected the console script {script} (pyproject.toml [project.scripts]); run `make`"
+    return script
+
+
+def test_the_project_is_installed_editable_from_the_checkout_its_environment_belongs_to():
+    dist = project_distribution()
+    direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
+    assert direct_url.get("dir_info", {}).get("editable") is True, direct_url
+    checkout = Path(direct_url["url"].removeprefix("file://"))
+    assert checkout.resolve() == Path(sys.prefix).resolve().parent, (checkout, sys.prefix)
+    import inferlab
+
+    assert Path(inferlab.__file__).resolve().parent == checkout.resolve() / "inferlab"
+
+
+def test_its_one_entry_point_is_the_command_and_the_plugin_is_registered_once(request):
+    """pytest.ini registers the plugin; an entry point in the pytest11 group as well would load it a second time."""
+    points = {(point.group, point.name): point.value for point in project_distribution().entry_points}
+    assert points == {("console_scripts", "inferlab"): "inferlab.cli:run_command_line"}
+    assert not [point for point in importlib.metadata.entry_points(group="pytest11") if "inferlab" in point.value]
+    registered = [plugin for plugin in request.config.pluginmanager.get_plugins()
+                  if getattr(plugin, "__name__", None) == "inferlab.plugin"]
+    assert len(registered) == 1
+
+
+def test_its_dependencies_are_requirements_in_and_the_lock_satisfies_every_one():
+    from packaging.requirements import Requirement
+
+    declared = [line.split("#", 1)[0].strip() for line in (REPO_ROOT / "requirements.in").read_text().splitlines()]
+    declared = [line for line in declared if line]
+    requires = project_distribution().requires or []
+    assert [str(Requirement(line)) for line in requires] == [str(Requirement(line)) for line in declared]
+    pins = dict(line.split("==") for line in (REPO_ROOT / "requirements.lock").read_text().splitlines()
+                if line and not line.startswith("#"))
+    pins = {name.lower().replace("_", "-"): version for name, version in pins.items()}
+    for line in declared:
+        requirement = Requirement(line)
+        pinned = pins.get(requirement.name.lower().replace("_", "-"))
+        assert pinned is not None and requirement.specifier.contains(pinned), (line, pinned)
+
+
+def test_the_installed_command_lists_every_subcommand_and_verifies_a_run_from_the_root_folder():
+    from inferlab import cli
+
+    script = installed_command()
+    shown = subprocess.run([str(script), "--help"], capture_output=True, text=True, cwd="/", timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"usage: {cli.PROG} ")
+    missing = [module.NAME for module in cli.command_modules() if module.NAME not in shown.stdout]
+    assert not missing, f"inferlab --help lists no {missing}"
+    verified = subprocess.run([str(script), "verify", str(SCHEMA1_RUN)], capture_output=True, text=True, cwd="/",
+                              timeout=120)
+    assert (verified.returncode, verified.stdout.splitlines()[-1:]) == (0, ["verify: OK (279 records, 12 files)"]), \
+        verified.stderr

@@ -119,7 +119,7 @@ def test_a_dangling_symlink_is_refused(standin_copy, standin_spec):
     assert "a symlink to nothing" in row_of(report, "generation_config.json")["problem"]
 
 
-# --- the extra-file rule, exactly as the README states it --------------------------------------------------
+# --- the extra-file rule, exactly as docs/specimens.md states it -------------------------------------------
 
 EXTRA_ENTRIES = {
     # relative path: expected verdict
@@ -168,14 +168,14 @@ def test_every_entry_seen_is_recorded_with_its_verdict(standin_copy, standin_spe
     assert all(entry["reason"] for entry in report["entries"])
 
 
-def test_the_readme_states_the_rule_the_code_applies():
-    readme = (REPO_ROOT / "README.md").read_text()
+def test_the_specimens_page_states_the_rule_the_code_applies():
+    page = (REPO_ROOT / "docs" / "specimens.md").read_text()
     for inert in entries.INERT_FILES + entries.DESKTOP_BOOKKEEPING:
-        assert f"`{inert}`" in readme
+        assert f"`{inert}`" in page
     for patterns in entries.REFUSED_PATTERNS.values():
         for pattern in patterns:
-            assert f"`{pattern}`" in readme, pattern
-    assert "`.cache/huggingface/`" in readme and f"{entries.MAX_ENTRIES:,}" in readme
+            assert f"`{pattern}`" in page, pattern
+    assert "`.cache/huggingface/`" in page and f"{entries.MAX_ENTRIES:,}" in page
 
 
 def test_a_huge_folder_is_not_walked_whole(standin_copy, standin_spec):

@@ -18,7 +18,8 @@ from pathlib import Path
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_OTHER_RENDERER = 0, 1, 2, 3
 EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
-PROG = "python -m inferlab"
+PROG = "inferlab"  # the console script `make` installs (pyproject.toml); `python -m inferlab` is the same parser
+VENV_BIN = ".venv/bin"  # where `make` puts the environment's programs, relative to the project folder
 DESCRIPTION = "Check, report and compare inferlab runs from their files alone (no model, no network)."
 EXIT_CODES = """exit status:
   0    success
@@ -28,6 +29,16 @@ EXIT_CODES = """exit status:
   141  the reader of the output went away (... | head)"""
 # The subcommands in the order --help lists them: modules of this package.
 COMMANDS = ("verify", "report", "compare", "check_artifacts")
+
+
+def spelled(args: str, program: str = PROG) -> str:
+    """A command as the terminal, the guidance, the report and the errors print it: `spelled("verify DIR")` is
+    `.venv/bin/inferlab verify DIR`, and `spelled("-m inferlab.standin DIR", "python")` the environment's Python.
+
+    Typed as printed in the project folder it runs this project's environment whatever is first on PATH, with no
+    step before it; the text is the same on every machine, so a report rendered again elsewhere is identical.
+    """
+    return f"{VENV_BIN}/{program} {args}"
 
 
 def directory(value: str) -> Path:

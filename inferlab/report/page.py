@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from inferlab import guidance
+from inferlab.cli import spelled
 from inferlab.records import PREDICTIONS_FILE, RECORDS_FILE
 from inferlab.report import details as details_page
 from inferlab.report import checklist, measures, sections, tables
@@ -210,7 +211,7 @@ def failed_page(view: RunView, verdict: Verdict) -> list[str]:
     lines += run_table(view)
     recorded = sorted({str(r.get("kind")) for r in view.records} - {"test_outcome"})
     lines += [f"Records of kinds {', '.join(f'`{k}`' for k in recorded) or '(none)'}; the environment and the "
-              f"specimen spec: {see('Environment')}, {see('Artifacts')}. `python -m inferlab verify DIR` checks that "
+              f"specimen spec: {see('Environment')}, {see('Artifacts')}. `{spelled('verify DIR')}` checks that "
               "this failure has its evidence.", ""]
     return lines
 
@@ -227,7 +228,7 @@ def render(view: RunView, verdict: Verdict, plot_errors: Optional[dict] = None) 
     plot_errors = dict(plot_errors or {})
     labels = tables.Labels(view)
     lines = ["# inferlab run report", ""] + _banner(view)
-    lines += [f"Rendered from this directory's records alone (`python -m inferlab report DIR` rebuilds it; `verify` "
+    lines += [f"Rendered from this directory's records alone (`{spelled('report DIR')}` rebuilds it; `verify` "
               f"re-checks it). Full records behind each section: [{DETAILS_FILE}]({DETAILS_FILE}).", ""]
     parts: list[tuple[str, Callable[[], list[str]]]]
     if verdict.kind == "plan_only":

@@ -13,6 +13,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Optional
 
+from inferlab.cli import spelled
 from inferlab.report.fmt import skip_text
 from inferlab.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView
 
@@ -109,7 +110,7 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
         statements["records_damaged"] = (
             f"**The run's files could not all be read** ({_plural(len(view.read_problems), 'problem')}: "
             f"{'; '.join(view.read_problems[:3])}{'; …' if len(view.read_problems) > 3 else ''}). What follows "
-            "is rendered from what could be read, so evidence may be missing; `python -m inferlab verify DIR` "
+            f"is rendered from what could be read, so evidence may be missing; `{spelled('verify DIR')}` "
             "checks every file against the manifest's hashes.")
     unfinalised = after_session and not view.final_manifest_written
     if unfinalised and end is not None:

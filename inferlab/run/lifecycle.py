@@ -26,6 +26,7 @@ from typing import Callable, Optional
 
 from inferlab import session_status
 from inferlab.checks import CheckLedger, first_line
+from inferlab.cli import spelled
 from inferlab.interrupts import SignalWatch
 from inferlab.plan import Schedule, TestFacts
 from inferlab.plan import entry as plan_entry
@@ -378,7 +379,7 @@ class Run:
             return (f"Its final records were already written in {self.record_dir}; only the terminal summary is "
                     f"cut short.")
         return (f"{self.record_dir} keeps the manifest written when the run began (complete: false), so it reads as "
-                f"unfinished; `python -m inferlab verify {self.record_dir}` lists what it holds.")
+                f"unfinished; `{spelled(f'verify {self.record_dir}')}` lists what it holds.")
 
     def close(self) -> None:
         """Release what the session held: the network block, the signal handlers."""

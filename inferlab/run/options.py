@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol, revised_criterion
+from inferlab.cli import spelled
 from inferlab.records import describe_path
 
 HELP = {
@@ -89,7 +90,7 @@ def check_paths(options: dict) -> Optional[str]:
         where = Path(os.path.expanduser(artifacts))
         if not os.path.isdir(where):  # False, not an error, for a path that cannot be examined
             raise PathOptionError(f"--artifacts: {where} {describe_path(where)}; expected a directory that holds "
-                                  f"the specimen's files (check it first: python -m inferlab check-artifacts DIR)")
+                                  f"the specimen's files (check it first: {spelled('check-artifacts DIR')})")
         for option in ("--record-dir", "--runs-dir"):
             if options.get(option) is None:
                 continue

@@ -1,6 +1,6 @@
 """What may sit in a specimen folder: every entry is listed from its metadata alone and given a verdict.
 
-Nothing here opens a file. The rule, entry by entry (the README's acquisition section says the same):
+Nothing here opens a file. The rule, entry by entry (docs/specimens.md says the same):
 
 - An allowlisted name at the top level is the specimen file itself ("allowlisted").
 - README.md and .gitattributes at the top level are inert documentation ("inert"); the hub lists both.

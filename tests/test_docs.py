@@ -1,0 +1,123 @@
+"""The README fits a learner's time and follows the lab's order; every reference page says who it is for and
+every link resolves; docs/options.md holds every option exactly as `pytest --help` shows it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferlab import docgen
+from inferlab.run import options
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+README = REPO_ROOT / "README.md"
+DOCS = REPO_ROOT / "docs"
+MAX_LINES, MAX_WORDS = 180, 1800  # about ten minutes of reading, a sixth of the lab's 60 to 90 minutes
+# Pages that other parts of the project write (docs/grading.md: grading, issue 24; docs/trust.md: what a check
+# can prove, issue 25). A link to one is allowed while it is absent; once it exists it must resolve like any.
+WRITTEN_ELSEWHERE = {"grading.md", "trust.md"}
+
+
+def test_the_readme_fits_a_learners_reading_time():
+    text = README.read_text(encoding="utf-8")
+    lines, words = len(text.splitlines()), len(text.split())
+    assert lines <= MAX_LINES, f"README.md has {lines} lines, over {MAX_LINES}: move reference material to docs/"
+    assert words <= MAX_WORDS, f"README.md has {words} words, over {MAX_WORDS}: move reference material to docs/"
+
+
+def test_the_readme_asks_for_predictions_before_the_first_run():
+    text = README.read_text(encoding="utf-8")
+    copy = text.find("cp predictions.md my_predictions.md")
+    first_run = text.find("make run")
+    assert 0 <= copy < first_run, "the predictions must be copied before the first `make run` the README shows"
+    assert "--predictions my_predictions.md" in text[first_run:].splitlines()[0], \
+        "the first `make run` must pass the predictions"
+
+
+def test_the_readme_walks_the_lab_in_its_order():
+    text = README.read_text(encoding="utf-8")
+    steps = ["cp predictions.md my_predictions.md", 'make run ARGS="--specimen standin --predictions', "--artifacts",
+             "report.md", "cp explanation.md my_explanation.md", "inferlab attach RUN_DIR my_explanation.md",
+             "inferlab revise RUN_DIR --cache-criterion ATOL,RTOL --justification TEXT", "inferlab verify RUN_DIR",
+             "inferlab grade RUN_DIR", "inferlab pack RUN_DIR -o submission.tar.gz", "make test",
+             "## When the first run fails", "## How to read the report", "## What the tool cannot tell you",
+             "docs/README.md"]
+    at = [text.find(step) for step in steps]
+    assert -1 not in at, f"README.md lacks {[s for s, i in zip(steps, at) if i < 0]}"
+    assert at == sorted(at), f"README.md has them out of the lab's order: {[s for _, s in sorted(zip(at, steps))]}"
+    assert ". .venv/bin/activate" in text and "No module named 'torch'" in text  # the environment, and without it
+
+
+def markdown_pages() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda page: page.name)
+def test_every_reference_page_starts_with_who_it_is_for(page):
+    paragraphs = page.read_text(encoding="utf-8").split("\n\n")
+    assert paragraphs[0].startswith("# ") and paragraphs[1].startswith("**For:**"), \
+        f"{page.relative_to(REPO_ROOT)}: expected a title, then a paragraph starting '**For:**'"
+
+
+def test_every_link_between_the_pages_resolves_and_the_index_lists_every_page():
+    broken = []
+    for page in markdown_pages():
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            resolved = (page.parent / target).resolve()
+            if not resolved.exists() and not (resolved.parent == DOCS and resolved.name in WRITTEN_ELSEWHERE):
+                broken.append(f"{page.relative_to(REPO_ROOT)} -> {target}")
+    assert not broken, f"links to nothing: {broken}"
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    unlisted = [p.name for p in DOCS.glob("*.md") if p.name != "README.md" and f"]({p.name})" not in index]
+    assert not unlisted, f"docs/README.md does not list {unlisted}"
+
+
+# --- docs/options.md: generated from the definitions, checked against pytest --help -----------------------------
+
+
+def test_the_options_page_is_what_docgen_writes():
+    text = docgen.OPTIONS_PAGE.read_text(encoding="utf-8")
+    assert docgen.updated_page(text) == text, "docs/options.md is stale: run `make docs` and commit the page"
+    assert docgen.main(["--check"]) == 0
+
+
+def test_docgen_refuses_a_page_without_its_markers_and_finds_a_stale_one(tmp_path, capsys):
+    page = tmp_path / "options.md"
+    page.write_text("# Options\n\nno markers\n")
+    assert docgen.main(["--check", "--page", str(page)]) == 2 and "missing: BEGIN and END" in capsys.readouterr().err
+    page.write_text(f"# Options\n\n{docgen.BEGIN}\n- `--gone`: an option that no longer exists\n{docgen.END}\n")
+    assert docgen.main(["--check", "--page", str(page)]) == 1 and "is stale" in capsys.readouterr().err
+    assert docgen.main(["--page", str(page)]) == 0 and docgen.main(["--check", "--page", str(page)]) == 0
+    assert "--gone" not in page.read_text() and "`--record-dir=DIR`" in page.read_text()
+
+
+def pytest_help_group() -> dict[str, tuple[str, str]]:
+    """{option: (as shown, e.g. --record-dir=DIR; its help text, whitespace collapsed)} for the inferlab group of
+    `pytest --help`."""
+    shown = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=REPO_ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    group = shown.stdout.split("\ninferlab experiment:\n", 1)[1].split("\n\n", 1)[0]
+    found, current = {}, None
+    for line in group.splitlines():
+        match = re.match(r"^  ((--[\w-]+)(?:=\S+)?)\s*(.*)$", line)
+        if match:
+            current = match.group(2)
+            found[current] = [match.group(1), match.group(3)]
+        elif current:
+            found[current][1] += " " + line.strip()
+    return {flag: (spelling, " ".join(text.split())) for flag, (spelling, text) in found.items()}
+
+
+def test_every_option_pytest_help_shows_is_on_the_options_page_with_the_same_text():
+    shown = pytest_help_group()
+    assert set(shown) == set(options.OPTIONS), "the inferlab group of pytest --help is not OPTIONS"
+    page = " ".join(docgen.OPTIONS_PAGE.read_text(encoding="utf-8").split())
+    missing = [spelling for spelling, text in shown.values() if f"`{spelling}`: {text}" not in page]
+    assert not missing, f"docs/options.md lacks, or has another text for, {missing}: run `make docs`"

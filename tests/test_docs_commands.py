@@ -1,0 +1,89 @@
+"""Every command the terminal, the guidance, the report and the errors print works when typed as printed in the
+project folder: all of them are spelled by inferlab.cli.spelled, and the ones a report prints run."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fixtures_records import build_failed_run
+from inferlab import cli, guidance, protocol, specimen
+from inferlab.records import REPORT_FILE
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+UNSPELLED = re.compile(r"(?<!\.venv/bin/)python3? -m inferlab")
+
+
+def printed_strings(path: Path):
+    """(line, text) of every string constant of a module that is not a docstring (f-strings' parts included)."""
+    module = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = set()
+    for node in ast.walk(module):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(module):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def test_no_text_the_library_prints_names_a_python_the_reader_may_not_have():
+    """`python -m inferlab ...` runs whichever python is first on PATH (a system one has no torch and, outside
+    the project folder, no inferlab): every printed command goes through cli.spelled instead."""
+    found = [f"{path.relative_to(REPO_ROOT)}:{line}: {text!r}"
+             for path in sorted((REPO_ROOT / "inferlab").rglob("*.py")) for line, text in printed_strings(path)
+             if UNSPELLED.search(text)]
+    assert not found, "printed without inferlab.cli.spelled:\n" + "\n".join(found)
+
+
+def test_a_command_is_spelled_with_the_environments_own_programs():
+    assert cli.spelled("verify DIR") == ".venv/bin/inferlab verify DIR"
+    assert cli.spelled("-m inferlab.standin NEWDIR", "python") == ".venv/bin/python -m inferlab.standin NEWDIR"
+    assert cli.build_parser().prog == cli.PROG == "inferlab"
+
+
+def printed_commands(tmp_path) -> tuple[Path, set[str]]:
+    """A failed run (its report prints the next steps and the checks), and every `.venv/bin/...` command its
+    report and the guidance for each kind of specimen print."""
+    run = build_failed_run(tmp_path / "run")
+    texts = [(run / REPORT_FILE).read_text(encoding="utf-8")]
+    for name, failed_path in ((protocol.DEFAULT_SPECIMEN, None), ("standin", "reuse:artifacts_dir"),
+                              ("replica", "reuse:artifacts_dir")):
+        texts += guidance.acquisition_next_steps(specimen.load_spec(name).as_dict(), failed_path)
+    return run, {command for text in texts for command in re.findall(r"`(\.venv/bin/[^`]+)`", text)}
+
+
+def test_every_command_a_report_and_the_guidance_print_runs_typed_as_printed(tmp_path):
+    run, commands = printed_commands(tmp_path)
+    assert {"verify", "report", "check-artifacts", "inferlab.standin", "inferlab.replica"} <= {
+        shlex.split(c)[1] if c.startswith(".venv/bin/inferlab") else shlex.split(c)[2] for c in commands}, commands
+    assert (REPO_ROOT / cli.VENV_BIN / "inferlab").is_file(), "no .venv/bin/inferlab: run `make` (it installs it)"
+    empty, occupied = tmp_path / "empty", tmp_path / "occupied"
+    empty.mkdir()
+    occupied.mkdir()
+    (occupied / "something").write_text("x")
+    for command in sorted(commands):
+        # DIR: the run, or (for check-artifacts) a folder that is no specimen copy; NEWDIR: a folder the builder
+        # refuses at once, so the command runs without building anything.
+        target = empty if " check-artifacts " in command else run
+        typed = command.replace("NEWDIR", str(occupied)).replace(" DIR", f" {target}")
+        done = subprocess.run(typed, shell=True, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        said = done.stdout + done.stderr
+        assert done.returncode not in (126, 127) and "No module named" not in said and "usage:" not in said, \
+            f"{command!r} typed as {typed!r} in {REPO_ROOT} did not run: exit {done.returncode}\n{said[-2000:]}"
+        if " verify " in command or " report " in command:
+            assert done.returncode == 0, said[-2000:]
+
+
+@pytest.mark.parametrize("builder", ["standin", "replica"])
+def test_the_builders_name_themselves_as_they_are_typed(builder, capsys):
+    module = __import__(f"inferlab.{builder}", fromlist=["main"])
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    assert capsys.readouterr().out.startswith(f"usage: {cli.spelled(f'-m inferlab.{builder}', 'python')} ")
