@@ -20,11 +20,12 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from inferlab import addenda, environment, predictions
+from inferlab import addenda, environment, predictions, summaries
 from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
 from inferlab.verify import verify_run
 
-from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, refresh_manifest
+from fixtures_records import REPO_ROOT, _envelope, build_rich_run, copy_run, edit_manifest, refresh_manifest, \
+    rewrite_records
 
 TEMPLATE = (REPO_ROOT / addenda.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
 PREDICTIONS_TEMPLATE = (REPO_ROOT / predictions.TEMPLATE_FILE).read_text(encoding="utf-8")
@@ -106,7 +107,7 @@ def add_tokenization_phases(records: list[dict]) -> list[dict]:
 def build_honest_run(directory: Path, synthetic: bool = True, seed: int = 0) -> Path:
     """A complete run with every record the checklist asks for and this checkout's source hashes, but no
     predictions and nothing attached (give_predictions and attach_file add those)."""
-    from fixtures_records import build_complete_run, new_evidence_records, rerender, rewrite_records, \
+    from fixtures_records import build_complete_run, new_evidence_records, rerender, \
         session_end_record, TYPED_COMMAND
 
     if synthetic and seed == 0:
@@ -148,3 +149,28 @@ def change_one_character(run_dir: Path) -> None:
     text = path.read_text()
     index = text.index('"generated_ids": [') + len('"generated_ids": [')
     path.write_text(text[:index] + ("1" if text[index] != "1" else "2") + text[index + 1:])
+
+
+def rerun_elsewhere(source: Path, target: Path) -> Path:
+    """Another honest run of the same specimen on a slower machine: the same ids and logits (the arithmetic is the
+    same), every timing 1.37 times longer, its summaries recomputed from its trials, another CPU in the manifest."""
+    run = copy_run(source, target)
+
+    def slower(records):
+        trials = [r for r in records if r["kind"] == "timing_trial"]
+        for trial in trials:
+            for name in ("prefill_s", "ttft_s", "loop_s", "mean_post_first_interval_s"):
+                trial[name] *= 1.37
+            trial["token_times_s"] = [t * 1.37 for t in trial["token_times_s"]]
+        for record in records:
+            if record["kind"] == "timing_summary":
+                fresh = summaries.timing_summary(trials, record["prompt_id"], record["use_cache"])
+                record.update(fresh)
+        return records
+
+    rewrite_records(run, slower)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    edit_manifest(run, platform={**manifest["platform"], "cpu_model": "Another CPU"},
+                  started_utc="2026-11-30T10:00:00+00:00")
+    refresh_manifest(run)
+    return run

@@ -95,7 +95,7 @@ def run(args) -> int:
         sys.stdout.write(output)
     elif classes:
         written = write_class_page(grades, args.out)
-        sys.stdout.write(output)
+        sys.stdout.write(formats.summary(grades) if args.format == "text" else output)
         print(f"grade: class page {written[0]}", file=sys.stderr)
     else:
         write_text_atomic(args.out, output)

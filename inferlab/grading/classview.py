@@ -41,31 +41,37 @@ def ratio_points(grades: list[RunGrade]) -> list[tuple[int, str, int, float]]:
 
 
 def draw_spread(grades: list[RunGrade], path: Optional[Path]):
-    """The plot: one point per submission per timing prompt, x its prompt length, y the ratio (1 = no change)."""
+    """The plot: per timing prompt (labelled with the token lengths the runs found), one point per submission at
+    its cache-on/cache-off decode interval ratio (1 = the cache changed nothing)."""
     from inferlab.plots import _figure, _save
 
     points = ratio_points(grades)
-    figure = _figure(7.5, 4.8)
+    figure = _figure(7.5, 5.0)
     axis = figure.subplots()
     prompts = list(protocol.TIMING_PROMPTS)
+    labels = []
     for index, prompt_id in enumerate(prompts):
         chosen = [p for p in points if p[1] == prompt_id]
-        # a fixed spread around each length keeps overlapping submissions apart, and the picture deterministic
-        offsets = [(i - (len(chosen) - 1) / 2) * 0.4 for i in range(len(chosen))]
-        xs = [p[2] + o for p, o in zip(chosen, offsets)]
-        axis.scatter(xs, [p[3] for p in chosen], s=28, zorder=3, color=f"C{index}",
-                     label=f"{prompt_id}: one point per submission")
+        # a fixed spread across the column keeps submissions apart and the picture deterministic
+        width = 0.5 / max(len(chosen) - 1, 1)
+        xs = [index + (i - (len(chosen) - 1) / 2) * width for i in range(len(chosen))]
+        axis.scatter(xs, [p[3] for p in chosen], s=30, zorder=3, color=f"C{index}")
         for x, point in zip(xs, chosen):
-            axis.annotate(str(point[0]), (x, point[3]), textcoords="offset points", xytext=(4, 3), fontsize="x-small")
+            axis.annotate(str(point[0]), (x, point[3]), textcoords="offset points", xytext=(3, 4),
+                          fontsize="x-small")
+        lengths = "/".join(str(n) for n in sorted({p[2] for p in chosen})) or "-"
+        labels.append(f"{prompt_id}\n{lengths} tokens\n{len(chosen)} submissions")
     axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="1 = the cache changed nothing")
+    axis.set_xticks(range(len(prompts)))
+    axis.set_xticklabels(labels)
+    axis.set_xlim(-0.6, len(prompts) - 0.4)
     axis.set_ylim(bottom=0)
-    axis.set_xlabel("prompt length (tokens, as each run tokenized it)")
-    axis.set_ylabel("median decode interval, cache on / cache off")
-    axis.grid(True, alpha=0.3)
+    axis.set_ylabel("median decode interval, cache on / cache off\n(axis from 0)")
+    axis.grid(True, axis="y", alpha=0.3)
     axis.legend(loc="best", fontsize="small")
     machines = len({p[0] for p in points})
-    figure.suptitle(f"The same protocol on {machines} machines: decode-step interval with the cache over without "
-                    "(below 1: faster with the cache)", fontsize="medium")
+    figure.suptitle(f"The same protocol on {machines} machines: each point one submission (its number in the "
+                    "table)\nbelow 1: each decode step was faster with the cache on that machine", fontsize="medium")
     if path is not None:
         _save(figure, path)
     return figure

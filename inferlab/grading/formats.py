@@ -95,13 +95,30 @@ def text_page(grade: RunGrade) -> str:
 def text(grades: list[RunGrade]) -> str:
     """Every run's page, and a closing line when there are several."""
     pages = "\n".join(text_page(g) for g in grades)
-    if len(grades) > 1:
-        counts = {}
-        for grade in grades:
-            counts[grade.verdict] = counts.get(grade.verdict, 0) + 1
-        pages += (f"\ngrade: {len(grades)} runs: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-                  + f"; exit {worst(g.exit_status for g in grades)} (the worst)\n")
-    return pages
+    return pages + (f"\n{closing_line(grades)}\n" if len(grades) > 1 else "")
+
+
+def closing_line(grades: list[RunGrade]) -> str:
+    """'grade: 3 runs: 2 failed, 1 passed; exit 1 (the worst)'."""
+    counts: dict = {}
+    for grade in grades:
+        counts[grade.verdict] = counts.get(grade.verdict, 0) + 1
+    return (f"grade: {len(grades)} runs: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+            + f"; exit {worst(g.exit_status for g in grades)} (the worst)")
+
+
+def summary(grades: list[RunGrade]) -> str:
+    """One line per run (for a class): its verdict, score, and the items to fix; then the closing line."""
+    lines = []
+    for number, grade in enumerate(grades, start=1):
+        if grade.error is not None:
+            lines.append(f"{number:3}. {grade.label}: NOT A RUN (exit 2): {grade.error}")
+            continue
+        failing = ", ".join(str(i.number) for i in grade.items if i.status == FAIL) or "none"
+        problems = f"; {len(grade.integrity_problems)} integrity problem(s)" if grade.integrity_problems else ""
+        lines.append(f"{number:3}. {grade.label}: {grade.verdict} (exit {grade.exit_status}), "
+                     f"{_points(grade.score)}/{_points(grade.max_score)}; items to fix: {failing}{problems}")
+    return "\n".join(lines + [closing_line(grades)]) + "\n"
 
 
 def run_data(grade: RunGrade) -> dict:
