@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest

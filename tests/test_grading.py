@@ -270,6 +270,19 @@ def test_a_failed_harness_integrity_test_fails_the_item_its_records_belong_to(ru
     assert "the cached path was fed a stale cache" in grade.item(5).checks[-1].detail
 
 
+def test_a_skipped_check_that_left_nothing_missing_does_not_fail_its_item(run_copy):
+    """As a cache prefix beyond an early EOS is 'not applicable': the skip is recorded, no record is missing."""
+    def skip(records):
+        for record in records:
+            if record["kind"] == "test_outcome" and record["test"].endswith("::test_thread_controls"):
+                record.update(outcome="skipped", skip_reason="not applicable: a test of this test suite")
+        return records
+
+    rewrite_records(run_copy, skip)
+    check = grade_of(run_copy).item(2).checks[-1]
+    assert check.name == "integrity_tests" and check.status == "pass" and "1 skipped" in check.detail
+
+
 def test_an_explanation_without_its_conclusions_fails_item_7_and_names_the_gaps(run_copy):
     text = answered_explanation(skip=("A conclusion about selection", "A conclusion about computation",
                                       "Limitation 1", "Limitation 2"))
@@ -318,6 +331,14 @@ def test_a_folder_that_is_not_a_run_exits_2(tmp_path, capsys, make):
         (target / "notes.txt").write_text("hello")
     assert main(["grade", str(target)]) == 2
     assert "NOT A RUN (exit 2)" in capsys.readouterr().out
+
+
+def test_a_plan_folder_is_not_a_run_to_grade(tmp_path, capsys):
+    from fixtures_records import build_plan_folder
+
+    plan = build_plan_folder(tmp_path / "plan")
+    assert main(["grade", str(plan)]) == 2
+    assert "a plan folder (--plan): no test ran" in capsys.readouterr().out
 
 
 def test_the_csv_over_two_runs_has_two_rows_and_the_exit_status_is_the_worse(honest, run_copy, tmp_path):

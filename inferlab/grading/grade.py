@@ -240,6 +240,8 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
             if reason:
                 return refused(source, f"{source}: its folder {unpacked.run_dir.name}/ is not a run", rubric)
             view = RunView.read(unpacked.run_dir)
+            if view.is_plan_folder:
+                return refused(source, f"{source}: its folder is a plan (--plan): nothing to grade", rubric)
             extra = submission_problems(unpacked.submission, view) if unpacked.submission is not None else []
             grade = grade_view(view, rubric, reference, source=str(source), label=source.name,
                                extra_integrity=extra, rename=(str(unpacked.temp_dir), str(source)),
@@ -257,7 +259,10 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
     reason = not_a_run_reason(source)
     if reason:
         return refused(source, reason, rubric)
-    return grade_view(RunView.read(source), rubric, reference, source=str(source), reference_file=reference_file)
+    view = RunView.read(source)
+    if view.is_plan_folder:
+        return refused(source, f"{source} is a plan folder (--plan): no test ran, so there is nothing to grade", rubric)
+    return grade_view(view, rubric, reference, source=str(source), reference_file=reference_file)
 
 
 def submissions_in(folder: Path) -> Optional[list[Path]]:

@@ -31,7 +31,7 @@ from inferlab.grading.evidence import (
 )
 from inferlab.records import PLAN_FILE, PREDICTIONS_FILE
 from inferlab.report.fmt import message_lines
-from inferlab.runview import DIAGNOSTIC, NOT_PASSING, RunView, file_of, short_test
+from inferlab.runview import DIAGNOSTIC, FAILING, RunView, file_of, short_test
 
 # The record kinds each item rests on: a harness-integrity test that writes one of them and did not pass fails
 # that item. Kinds that only protocol diagnostics write (first_step_logits_check, sampling_summary,
@@ -76,16 +76,22 @@ def item_of_kinds(kinds: set) -> list[int]:
 
 
 def integrity_tests_check(view: RunView, number: int, kinds_of: dict[str, set]) -> Check:
-    """Every harness-integrity test behind the item passed (a failed, errored or skipped one fails it)."""
+    """No harness-integrity test behind the item failed or errored. A skipped one does not fail it by itself: a
+    skip that left a record missing fails the check of that record, with the skip as its evidence, and a skip
+    that left nothing missing (a prefix beyond an early EOS is not applicable) is no failure."""
     behind = [nodeid for nodeid, kinds in kinds_of.items() if number in item_of_kinds(kinds)]
-    bad = [outcome for outcome in (view.decisive_outcome(n) for n in behind)
-           if outcome is not None and outcome.get("outcome") in NOT_PASSING and view.check_kind(outcome) != DIAGNOSTIC]
+    outcomes = [o for o in (view.decisive_outcome(n) for n in behind)
+                if o is not None and view.check_kind(o) != DIAGNOSTIC]
+    bad = [o for o in outcomes if o.get("outcome") in FAILING]
     if not bad:
-        ran = [n for n in behind if n in view.with_outcome]
-        return passed("integrity_tests", f"every harness-integrity test behind this item passed ({len(ran)})")
+        skipped = [o for o in outcomes if o.get("outcome") == "skipped"]
+        ran = len(outcomes) - len(skipped)
+        return passed("integrity_tests", f"every harness-integrity test behind this item that ran passed ({ran})"
+                      + (f"; {len(skipped)} skipped, each with its recorded reason" if skipped else ""),
+                      records=skipped)
     first = bad[0]
-    message = " ".join(message_lines(first.get("skip_reason") or first.get("longrepr")))[:300]
-    return failed("integrity_tests", f"{len(bad)} harness-integrity test(s) behind this item did not pass; the first: "
+    message = " ".join(message_lines(first.get("longrepr")))[:300]
+    return failed("integrity_tests", f"{len(bad)} harness-integrity test(s) behind this item failed; the first: "
                   f"{short_test(first.get('test'))} {first.get('outcome')}" + (f": {message}" if message else ""),
                   "read the failing test's message in records.jsonl (or report.md), fix its cause and run again",
                   records=bad)
@@ -460,7 +466,7 @@ def diagnostic_failures(view: RunView) -> list[dict]:
 
 
 def unattributed_failures(view: RunView, kinds_of: dict) -> list[dict]:
-    """Harness-integrity tests that did not pass and stand behind no item (the optional extension's)."""
+    """Harness-integrity tests that failed and stand behind no item (the optional extension's)."""
     return [o for nodeid, o in view.tests_by_outcome().items()
-            if o.get("outcome") in NOT_PASSING and view.check_kind(o) != DIAGNOSTIC
+            if o.get("outcome") in FAILING and view.check_kind(o) != DIAGNOSTIC
             and not item_of_kinds(kinds_of.get(nodeid, set()))]
