@@ -234,7 +234,7 @@ def item_2(view: RunView, sections, kinds_of) -> list[Check]:
         manifest_evidence("platform")]) if all(v not in (None, "") for v in machine) else failed(
         "machine", f"the machine record is incomplete: {platform or 'none'}", RERUN,
         extra=[manifest_evidence("platform")])
-    threads = kinds_present(view, "threads", "the thread controls", "thread_controls") or _all_records(
+    threads = _all_records(
         view, "threads", "effective thread settings", "thread_controls",
         lambda r: isinstance(r.get("effective"), dict), RERUN)
     loads = view.kind("model_load")
@@ -268,7 +268,7 @@ def observed(inspection: dict, what: str) -> list:
 def item_3(view: RunView, sections, kinds_of) -> list[Check]:
     """Checkpoint revision, allowlisted file hashes and sizes, loading options, devices and dtypes, the full
     effective generation configuration."""
-    specimen = kinds_present(view, "revision", "the specimen record", "specimen") or _all_records(
+    specimen = _all_records(
         view, "revision", "the checkpoint's repository and revision", "specimen",
         lambda r: bool(r.get("revision")) and bool(r.get("repo_id")), RERUN)
     files = {r.get("name"): r for r in view.kind("artifact_file")}
@@ -290,10 +290,10 @@ def item_3(view: RunView, sections, kinds_of) -> list[Check]:
         else:
             artifacts = passed("artifact_files", f"hash and size of each of the {len(files)} allowlisted files, each "
                                "as pinned", list(files.values()))
-    options = kinds_present(view, "loading_options", "the loading record", "model_load") or _all_records(
+    options = _all_records(
         view, "loading_options", "the loading options", "model_load", lambda r: isinstance(r.get("options"), dict),
         RERUN)
-    inspection = kinds_present(view, "devices_dtypes", "the model inspection", "model_inspection") or _all_records(
+    inspection = _all_records(
         view, "devices_dtypes", "the observed devices and dtypes", "model_inspection",
         lambda r: bool(observed(r, "device")) and bool(observed(r, "dtype")), RERUN)
     config = _all_records(view, "generation_config", "the effective generation configuration", "generation",
