@@ -358,6 +358,13 @@ def item_4(view: RunView, sections, kinds_of) -> list[Check]:
     return [input_check, trial_check, seeds, stopping]
 
 
+def cache_reference_trial() -> str:
+    """The trial id whose continuation the matched-prefix comparison feeds (protocol.CACHE_REFERENCE_TRIAL)."""
+    prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
+    return next(t.test_id for t in protocol.generation_trials()
+                if (t.prompt_id, t.condition, t.repetition) == (prompt_id, condition, repetition) and not t.is_rerun)
+
+
 def item_5(view: RunView, sections, kinds_of) -> list[Check]:
     """The matched-prefix cache comparison: the declared tolerance, every prefix, the summary, cache shapes."""
     criterion = kinds_present(view, "tolerance", "the declared criterion", "cache_criterion")
@@ -368,7 +375,8 @@ def item_5(view: RunView, sections, kinds_of) -> list[Check]:
     comparisons = view.kind("cache_comparison")
     if summary is not None and summary.get("available") is False:
         prefixes = failed("prefixes", f"the comparison was unavailable: {summary.get('reason') or summary.get('notes')}",
-                          "the reference greedy trial (P1-G-rep1) must succeed; fix its failure and run again",
+                          f"the greedy trial the comparison follows ({cache_reference_trial()}) must succeed; fix its "
+                          "failure and run again",
                           records=[summary])
     elif not comparisons:
         prefixes = missing_check(view, "prefixes", "the per-prefix comparisons", "cache_comparison")
