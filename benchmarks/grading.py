@@ -10,7 +10,8 @@ run read and verified, its items checked, the class page and its plot drawn. The
 
 Nothing is written into tracked files unless --record-to FILE is given (a JSON line with this machine's
 fingerprint is appended to it). The last line is exactly:  grading_seconds=<s> runs=<n> per_run=<s>
-Exit status 0 within the target, 1 over it, 2 when the source run or grade itself failed.
+Exit status 0 within the target (or with fewer than 40 runs, which it does not judge), 1 over it, 2 when the
+source run or grade itself failed.
 """
 
 from __future__ import annotations
@@ -74,16 +75,18 @@ def main(argv=None) -> int:
               f"{done.stderr[-2000:]}", file=sys.stderr)
         return 2
     per_run = seconds / args.runs
-    scaled = per_run * TARGET_RUNS
-    print(f"graded {args.runs} runs of {size / 1e6:.1f} MB each in {seconds:.2f} s (grade exit {done.returncode}); "
-          f"{per_run:.3f} s per run, so {scaled:.1f} s for {TARGET_RUNS} (target {TARGET_S:g} s)")
+    judged = args.runs >= TARGET_RUNS  # fewer runs measure mostly the process start and the class plot
+    verdict = (f"{'within' if seconds * TARGET_RUNS / args.runs <= TARGET_S else 'OVER'} the target of "
+               f"{TARGET_S:g} s for {TARGET_RUNS}" if judged else f"fewer than {TARGET_RUNS} runs: not judged")
+    print(f"graded {args.runs} runs of {size / 1e6:.1f} MB each in {seconds:.2f} s end to end (grade exit "
+          f"{done.returncode}), {per_run:.3f} s per run; {verdict}")
     if args.record_to is not None:
         from inferlab import machine
 
         machine.append_result({"benchmark": "grading", "runs": args.runs, "seconds": seconds, "per_run_s": per_run,
                                "run_bytes": size, "machine": machine.machine_fingerprint()}, args.record_to)
     print(f"grading_seconds={seconds:.3f} runs={args.runs} per_run={per_run:.4f}")
-    return 0 if scaled <= TARGET_S else 1
+    return 1 if judged and seconds * TARGET_RUNS / args.runs > TARGET_S else 0
 
 
 if __name__ == "__main__":
