@@ -244,17 +244,22 @@ def test_a_failed_acquisition_fails_the_dependent_items_with_its_evidence(tmp_pa
     assert "skipped" in trials.detail and "records.jsonl seq" in trials.fix
 
 
-def fail_outcome(records: list[dict], test_suffix: str, longrepr: str) -> list[dict]:
-    for record in records:
-        if record["kind"] == "test_outcome" and record["test"].endswith(test_suffix):
-            record.update(outcome="failed", longrepr=longrepr)
-    return [r for r in records if r["kind"] != "session_end"] + [
-        session_end_record([r for r in records if r["kind"] != "session_end"])]
+def set_outcome(test_suffix: str, **fields):
+    """A records transform: the outcome of the test whose node id ends with `test_suffix` gets `fields`, and
+    session_end is written again to agree with the outcomes."""
+    def change(records: list[dict]) -> list[dict]:
+        for record in records:
+            if record["kind"] == "test_outcome" and record["test"].endswith(test_suffix):
+                record.update(fields)
+        kept = [r for r in records if r["kind"] != "session_end"]
+        return kept + [session_end_record(kept)]
+
+    return change
 
 
 def test_a_failed_protocol_diagnostic_is_a_finding_never_a_failed_item(run_copy, honest):
-    rewrite_records(run_copy, lambda records: fail_outcome(
-        records, "::test_greedy_repetitions_identical", "E   AssertionError: P2 greedy repetitions differ at 3"))
+    rewrite_records(run_copy, set_outcome("::test_greedy_repetitions_identical", outcome="failed",
+                                          longrepr="E   AssertionError: P2 greedy repetitions differ at 3"))
     grade, before = grade_of(run_copy), grade_of(honest)
     assert statuses(grade) == statuses(before) and grade.exit_status == before.exit_status
     (finding,) = [f for f in grade.findings if f["kind"] == "diagnostic_failed"]
@@ -263,8 +268,8 @@ def test_a_failed_protocol_diagnostic_is_a_finding_never_a_failed_item(run_copy,
 
 
 def test_a_failed_harness_integrity_test_fails_the_item_its_records_belong_to(run_copy):
-    rewrite_records(run_copy, lambda records: fail_outcome(
-        records, "::test_matched_prefix", "E   Failed: the cached path was fed a stale cache"))
+    rewrite_records(run_copy, set_outcome("::test_matched_prefix", outcome="failed",
+                                          longrepr="E   Failed: the cached path was fed a stale cache"))
     grade = grade_of(run_copy)
     assert failing_checks(grade, 5) == ["integrity_tests"] and statuses(grade)[4] == "pass"
     assert "the cached path was fed a stale cache" in grade.item(5).checks[-1].detail
@@ -272,13 +277,8 @@ def test_a_failed_harness_integrity_test_fails_the_item_its_records_belong_to(ru
 
 def test_a_skipped_check_that_left_nothing_missing_does_not_fail_its_item(run_copy):
     """As a cache prefix beyond an early EOS is 'not applicable': the skip is recorded, no record is missing."""
-    def skip(records):
-        for record in records:
-            if record["kind"] == "test_outcome" and record["test"].endswith("::test_thread_controls"):
-                record.update(outcome="skipped", skip_reason="not applicable: a test of this test suite")
-        return records
-
-    rewrite_records(run_copy, skip)
+    rewrite_records(run_copy, set_outcome("::test_thread_controls", outcome="skipped",
+                                          skip_reason="not applicable: a test of this test suite"))
     check = grade_of(run_copy).item(2).checks[-1]
     assert check.name == "integrity_tests" and check.status == "pass" and "1 skipped" in check.detail
 
