@@ -1,0 +1,16 @@
+"""Grading finished runs for a course: readers of a run (through inferlab.runview) that never load a model and
+never write into a run folder.
+
+    rubric.py     the points per checklist item (a TOML file; default_rubric.toml ships beside it)
+    evidence.py   a check, its status (pass, fail, manual) and its evidence (file, record kind, seq)
+    items.py      the lab's seven submission checklist items as concrete checks over a RunView
+    grade.py      one run graded: items, integrity (verify's problems), findings, score, exit status
+    measures.py   the few measurements a class table shows (cache error, TTFT medians, decode ratio)
+    formats.py    text, json, junit, gradescope and csv output
+    reference.py  the instructor's reference from a trusted run, and a run compared with it
+    pack.py       a run and its addenda as one .tar.gz with submission.json
+    archive.py    reading such an archive safely (every entry checked before anything is written)
+    classview.py  the class page: every submission's items, and one plot across the class's machines
+
+The command line is inferlab/cli/grade.py, reference.py and pack.py; docs/grading.md is the user's page.
+"""

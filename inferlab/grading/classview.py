@@ -1,0 +1,141 @@
+"""The class page: every submission's items in one table, and one plot of how the same protocol's measurement
+spreads across the class's machines (the decode-step interval with the cache over the one without, per
+prompt length, one point per submission).
+
+write_class_page(grades, folder) writes class.md and its plot into `folder`, which is never a run folder.
+The page is drawn from the grades alone, so it shows what grade found and nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Optional
+
+from inferlab import protocol
+from inferlab.grading.evidence import FAIL
+from inferlab.grading.grade import RunGrade, worst
+from inferlab.grading.rubric import ITEM_NUMBERS
+from inferlab.records import write_text_atomic
+
+CLASS_PAGE = "class.md"
+SPREAD_PLOT = "class_decode_interval_ratio.png"
+STATUS_CELL = {"pass": "pass", "manual": "manual", "fail": "**fail**"}
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def ratio_points(grades: list[RunGrade]) -> list[tuple[int, str, int, float]]:
+    """(submission number, timing prompt, its token length, cache-on/cache-off decode interval ratio) for every
+    submission that measured it."""
+    points = []
+    for number, grade in enumerate(grades, start=1):
+        lengths = grade.facts.get("prompt_lengths") or {}
+        for prompt_id in protocol.TIMING_PROMPTS:
+            ratio = grade.measurements.get(f"decode_interval_ratio_on_off_{prompt_id}")
+            if isinstance(ratio, float) and isinstance(lengths.get(prompt_id), int):
+                points.append((number, prompt_id, lengths[prompt_id], ratio))
+    return points
+
+
+def draw_spread(grades: list[RunGrade], path: Optional[Path]):
+    """The plot: per timing prompt (labelled with the token lengths the runs found), one point per submission at
+    its cache-on/cache-off decode interval ratio (1 = the cache changed nothing)."""
+    from inferlab.plots import _figure, _save
+
+    points = ratio_points(grades)
+    figure = _figure(7.5, 5.0)
+    axis = figure.subplots()
+    prompts = list(protocol.TIMING_PROMPTS)
+    labels = []
+    for index, prompt_id in enumerate(prompts):
+        chosen = [p for p in points if p[1] == prompt_id]
+        # a fixed spread across the column keeps submissions apart and the picture deterministic
+        width = 0.5 / max(len(chosen) - 1, 1)
+        xs = [index + (i - (len(chosen) - 1) / 2) * width for i in range(len(chosen))]
+        axis.scatter(xs, [p[3] for p in chosen], s=30, zorder=3, color=f"C{index}")
+        for x, point in zip(xs, chosen):
+            axis.annotate(str(point[0]), (x, point[3]), textcoords="offset points", xytext=(3, 4),
+                          fontsize="x-small")
+        lengths = "/".join(str(n) for n in sorted({p[2] for p in chosen})) or "-"
+        labels.append(f"{prompt_id}\n{lengths} tokens\n{len(chosen)} submissions")
+    axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="1 = the cache changed nothing")
+    axis.set_xticks(range(len(prompts)))
+    axis.set_xticklabels(labels)
+    axis.set_xlim(-0.6, len(prompts) - 0.4)
+    axis.set_ylim(bottom=0)
+    axis.set_ylabel("median decode interval, cache on / cache off\n(axis from 0)")
+    axis.grid(True, axis="y", alpha=0.3)
+    axis.legend(loc="best", fontsize="small")
+    machines = len({p[0] for p in points})
+    figure.suptitle(f"The same protocol on {machines} machines: each point one submission (its number in the "
+                    "table)\nbelow 1: each decode step was faster with the cache on that machine", fontsize="medium")
+    if path is not None:
+        _save(figure, path)
+    return figure
+
+
+def class_lines(grades: list[RunGrade], plot_written: bool, now: Optional[str] = None) -> list[str]:
+    """class.md's lines."""
+    now = now or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    rubric = grades[0].rubric.describe() if grades and grades[0].rubric else {}
+    lines = [f"# Class grades: {len(grades)} submissions", "",
+             f"Graded {now} with the rubric {rubric.get('name')} ({rubric.get('file')}); exit status "
+             f"{worst(g.exit_status for g in grades)} (the worst of the submissions). Items: pass, manual (written "
+             "work there, for a person to grade), **fail**. Integrity: what `verify` (and a reference, when given) "
+             "found; a submission with an integrity problem earns no automatic points.", ""]
+    header = ["#", "submission", "verdict", "specimen", "complete", "integrity"] + [str(n) for n in ITEM_NUMBERS] + [
+        "score"] + [f"ratio {p}" for p in protocol.TIMING_PROMPTS]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for number, grade in enumerate(grades, start=1):
+        facts = grade.facts
+        statuses = {i.number: STATUS_CELL.get(i.status, i.status) for i in grade.items}
+        integrity = "not a run" if grade.error else (
+            f"**{len(grade.integrity_problems)} problem(s)**" if grade.integrity_problems else "ok")
+        specimen = f"{facts.get('specimen')}" + (" (synthetic)" if facts.get("synthetic") else "")
+        ratios = [grade.measurements.get(f"decode_interval_ratio_on_off_{p}") for p in protocol.TIMING_PROMPTS]
+        row = [str(number), _cell(grade.label), grade.verdict, _cell(specimen) if not grade.error else "-",
+               ("yes" if facts.get("complete") else "no") if not grade.error else "-", integrity]
+        row += [statuses.get(n, "-") for n in ITEM_NUMBERS]
+        row += [f"{grade.score:g}/{grade.max_score:g}" if not grade.error else "-"]
+        row += [f"{r:.3f}" if isinstance(r, float) else "-" for r in ratios]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "## How one measurement spreads across the class's machines", ""]
+    if plot_written:
+        lines += [f"![decode interval ratio per submission]({SPREAD_PLOT})", "",
+                  "Each point is one submission: the median post-first-token interval with the cache divided by the "
+                  "one without, for each timing prompt at the length that run tokenized it to. The protocol is the "
+                  "same everywhere; the spread is the machines (and their load). Below 1 the cache made each decode "
+                  "step faster. Stand-in runs measure the same arithmetic on constructed weights."]
+    else:
+        lines += ["No submission measured the timing trials, so there is nothing to plot."]
+    lines += ["", "## What each submission has to fix", ""]
+    for number, grade in enumerate(grades, start=1):
+        if grade.error:
+            lines.append(f"- {number}. {_cell(grade.label)}: not a run: {_cell(grade.error)}")
+            continue
+        failing = [f"item {i.number} ({'; '.join(c.name for c in i.checks if c.status == FAIL)})"
+                   for i in grade.items if i.status == FAIL]
+        problems = grade.integrity_problems
+        text = "; ".join(failing) or "nothing"
+        if problems:
+            text += f"; integrity: {_cell(problems[0])}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                                                           else "")
+        lines.append(f"- {number}. {_cell(grade.label)}: {text}")
+    return lines + [""]
+
+
+def write_class_page(grades: list[RunGrade], folder: Path) -> list[Path]:
+    """Write class.md (and its plot, when any submission measured timing) into `folder`; returns the files."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    plot_written = bool(ratio_points(grades))
+    if plot_written:
+        draw_spread(grades, folder / SPREAD_PLOT)
+        written.append(folder / SPREAD_PLOT)
+    write_text_atomic(folder / CLASS_PAGE, "\n".join(class_lines(grades, plot_written)))
+    written.insert(0, folder / CLASS_PAGE)
+    return written

@@ -1,0 +1,283 @@
+"""Grading one run (a record folder or a submission archive): the seven checklist items with their checks and
+points, the run's integrity apart from them, the findings, and the exit status.
+
+Integrity is what `verify` finds (inferlab.verify.verify_run, called, never restated), a submission.json
+that disagrees with the run beside it, and whatever the run contradicts in an instructor's reference
+(inferlab.grading.reference). verify's one line for a partial or unfinished run is not an integrity problem:
+it is why items fail (a partial run fails the items it lacks). A failed protocol diagnostic is a finding
+shown with its evidence, never a failed item.
+
+Exit status of one run: 0 every required item passes (manual items do not block), 1 an item fails, 2 the
+source is not a run (or an archive was refused), 3 an integrity problem. Over several runs, the worst.
+Grading reads files only: no model is loaded and nothing is written into a run folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from inferlab.grading import items as checklist
+from inferlab.grading.evidence import FAIL, MANUAL, PASS, Check, Evidence
+from inferlab.grading.measures import key_measurements, prompt_lengths
+from inferlab.grading.rubric import Rubric, RubricItem
+from inferlab.records import RECORDS_FILE
+from inferlab.report.fmt import message_lines
+from inferlab.runview import RunView, not_a_run_reason, short_test
+
+GRADE_FORMAT = "inferlab-grade"
+GRADE_SCHEMA = 1
+EXIT_PASSED, EXIT_ITEM_FAILED, EXIT_NOT_A_RUN, EXIT_INTEGRITY = 0, 1, 2, 3
+
+
+@dataclass
+class ItemGrade:
+    """One checklist item's verdict: its status, points and the checks behind it."""
+
+    rubric: RubricItem
+    status: str
+    checks: list[Check]
+
+    @property
+    def number(self) -> int:
+        return self.rubric.number
+
+    @property
+    def points(self) -> float:
+        """The automatic points earned: all of them unless the item fails."""
+        return self.rubric.points if self.status in (PASS, MANUAL) else 0.0
+
+    @property
+    def to_fix(self) -> list[str]:
+        """What to do, one line per check that fails or asks for more."""
+        return [f"{c.name}: {c.fix}" for c in self.checks if c.fix and c.status in (FAIL, MANUAL)]
+
+    def message(self) -> str:
+        """One line a learner can act on: the failing checks' findings and fixes."""
+        failing = [c for c in self.checks if c.status == FAIL]
+        return "; ".join(f"{c.detail}. To fix: {c.fix}" if c.fix else c.detail for c in failing)
+
+    def as_dict(self) -> dict:
+        """Plain data (the JSON format's item)."""
+        return {"number": self.number, "title": self.rubric.title, "status": self.status,
+                "required": self.rubric.required, "points": self.points, "max_points": self.rubric.points,
+                "manual_points": self.rubric.manual_points, "checks": [c.as_dict() for c in self.checks],
+                "to_fix": self.to_fix}
+
+
+@dataclass
+class RunGrade:
+    """Everything grade says about one source: items, integrity, findings, measurements, score, exit status."""
+
+    source: str
+    label: str
+    error: Optional[str] = None  # why the source is not a run, or was refused: exit 2
+    items: list[ItemGrade] = field(default_factory=list)
+    integrity: list[str] = field(default_factory=list)
+    completeness: list[str] = field(default_factory=list)
+    reference: Optional[dict] = None
+    findings: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+    measurements: dict = field(default_factory=dict)
+    rubric: Optional[Rubric] = None
+
+    @property
+    def integrity_problems(self) -> list[str]:
+        """verify's problems, then the reference's contradictions."""
+        return list(self.integrity) + list((self.reference or {}).get("contradictions") or [])
+
+    @property
+    def exit_status(self) -> int:
+        if self.error is not None:
+            return EXIT_NOT_A_RUN
+        if self.integrity_problems:
+            return EXIT_INTEGRITY
+        if any(i.status == FAIL and i.rubric.required for i in self.items):
+            return EXIT_ITEM_FAILED
+        return EXIT_PASSED
+
+    @property
+    def max_score(self) -> float:
+        return self.rubric.max_score if self.rubric else 0.0
+
+    @property
+    def score(self) -> float:
+        """The automatic points; 0 when the rubric says an integrity problem forfeits them."""
+        if self.error is not None or (self.integrity_problems and self.rubric and
+                                      self.rubric.zero_score_on_integrity_problem):
+            return 0.0
+        return sum(i.points for i in self.items)
+
+    @property
+    def verdict(self) -> str:
+        """A word for the run: passed, failed, not_a_run or integrity."""
+        return {EXIT_PASSED: "passed", EXIT_ITEM_FAILED: "failed", EXIT_NOT_A_RUN: "not_a_run",
+                EXIT_INTEGRITY: "integrity"}[self.exit_status]
+
+    def item(self, number: int) -> Optional[ItemGrade]:
+        """One item by its number."""
+        return next((i for i in self.items if i.number == number), None)
+
+
+# --- what verify says, split --------------------------------------------------------------------------
+
+
+def split_verify(result: dict) -> tuple[list[str], list[str]]:
+    """(integrity problems, completeness lines) of verify's result: its one line for an unfinished run and its
+    one line for a partial plan say why items fail, every other line is an integrity problem."""
+    integrity, completeness = [], []
+    for line in result.get("problems") or []:
+        unfinished = result.get("unfinished") and line.startswith("unfinished: ") and result["unfinished"] in line
+        partial = result.get("partial") and line.startswith("partial: ") and str(result["partial"][0]) in line
+        (completeness if (unfinished or partial) and len(completeness) < 2 else integrity).append(line)
+    return integrity, completeness
+
+
+def findings_of(view: RunView, kinds_of: dict) -> list[dict]:
+    """What the run found or declared that a grader should see, none of it an item failure."""
+    found = []
+    for outcome in checklist.diagnostic_failures(view):
+        message = " ".join(message_lines(outcome.get("longrepr")))[:400]
+        found.append({"kind": "diagnostic_failed",
+                      "what": f"protocol diagnostic {short_test(outcome.get('test'))} failed" +
+                              (f": {message}" if message else ""),
+                      "meaning": "a finding about the computation, kept with its evidence; explain it in the "
+                                 "write-up. It costs no points.",
+                      "evidence": [Evidence(RECORDS_FILE, "test_outcome", outcome.get("seq")).as_dict()]})
+    for outcome in checklist.unattributed_failures(view, kinds_of):
+        found.append({"kind": "check_outside_items",
+                      "what": f"{short_test(outcome.get('test'))} {outcome.get('outcome')} (a harness check of a "
+                              "part no checklist item asks for, such as the optional batching extension)",
+                      "meaning": "shown for the grader; it costs no points.",
+                      "evidence": [Evidence(RECORDS_FILE, "test_outcome", outcome.get("seq")).as_dict()]})
+    for record in view.kind("cache_criterion_revised"):
+        found.append({"kind": "revised_criterion", "what": f"a revised cache criterion was declared: "
+                      f"{record.get('rule')} ({record.get('justification')})",
+                      "meaning": "kept apart from the declared one, which still decides the diagnostic.",
+                      "evidence": [Evidence(RECORDS_FILE, "cache_criterion_revised", record.get("seq")).as_dict()]})
+    for entry in view.addenda:
+        if isinstance(entry, dict) and entry.get("kind") not in (checklist.EXPLANATION_KIND, None):
+            found.append({"kind": f"addendum_{entry.get('kind')}", "what": f"attached after the run: "
+                          f"{entry.get('file')} ({entry.get('kind')}, {entry.get('tool')})",
+                          "meaning": "material written after the session, kept beside it.",
+                          "evidence": [Evidence("addenda.jsonl", entry.get("kind"), entry.get("seq")).as_dict()]})
+    git = view.manifest.get("git") if isinstance(view.manifest.get("git"), dict) else {}
+    if git.get("dirty"):
+        found.append({"kind": "source_changed", "what": f"the source had uncommitted changes (git.dirty) against "
+                      f"commit {git.get('commit')}", "meaning": "the manifest's source hashes say what ran.",
+                      "evidence": [Evidence("manifest.json", field="git").as_dict()]})
+    return found
+
+
+def run_facts(view: RunView, completeness: list[str]) -> dict:
+    """Which run this is: its id, specimen, whether it is synthetic and complete, its schema."""
+    git = view.manifest.get("git") if isinstance(view.manifest.get("git"), dict) else {}
+    return {"run_id": view.directory.name if view.directory is not None else None,
+            "specimen": view.specimen_spec().get("name"), "synthetic": view.synthetic,
+            "complete": view.manifest.get("complete") is True and not completeness,
+            "schema": view.schema, "started_utc": view.manifest.get("started_utc"),
+            "git_commit": git.get("commit"), "ending": view.ending, "prompt_lengths": prompt_lengths(view)}
+
+
+def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, source: str = "",
+               label: Optional[str] = None, extra_integrity: Iterable[str] = (),
+               rename: Optional[tuple[str, str]] = None, reference_file: Optional[str] = None) -> RunGrade:
+    """Grade one run's view against a rubric (and a reference); rename replaces a temporary folder's path by
+    the archive's name in every line shown."""
+    from inferlab.grading.reference import compare_reference
+    from inferlab.verify import verify_run
+
+    integrity, completeness = split_verify(verify_run(view))
+    if rename:
+        integrity = [line.replace(*rename) for line in integrity]
+        completeness = [line.replace(*rename) for line in completeness]
+    kinds_of = checklist.test_kinds(view)
+    items = []
+    for number, rubric_item in rubric.items.items():
+        checks = checklist.item_checks(view, number, rubric_item.sections, kinds_of)
+        items.append(ItemGrade(rubric_item, checklist.item_status(checks), checks))
+    notes = [f"the run was written in schema {view.schema} and read through the schema upgrade: {note}"
+             for note in view.notes]
+    if view.synthetic:
+        notes.append(f"SYNTHETIC specimen ({view.specimen_spec().get('name')}): not Pythia; its outputs say nothing "
+                     "about the real model")
+    compared = None
+    if reference is not None:
+        compared = compare_reference(view, reference).as_dict()
+        compared["file"] = reference_file
+    return RunGrade(source=source or str(view.directory), label=label or (view.directory.name if view.directory
+                                                                          else source),
+                    items=items, integrity=integrity + list(extra_integrity), completeness=completeness,
+                    reference=compared, findings=findings_of(view, kinds_of), notes=notes,
+                    facts=run_facts(view, completeness), measurements=key_measurements(view), rubric=rubric)
+
+
+def refused(source: Path, why: str, rubric: Rubric) -> RunGrade:
+    """The grade of a source that is not a run, or was refused (exit 2)."""
+    return RunGrade(source=str(source), label=Path(source).name, error=why, rubric=rubric)
+
+
+def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
+                 reference_file: Optional[str] = None) -> RunGrade:
+    """Grade a record folder or a submission archive (unpacked into a temporary folder, removed afterwards)."""
+    import tarfile
+
+    from inferlab.grading.archive import UnsafeArchive, is_archive, unpack
+    from inferlab.grading.pack import submission_problems
+
+    source = Path(source)
+    if is_archive(source):
+        try:
+            unpacked = unpack(source)
+        except UnsafeArchive as error:
+            return refused(source, f"refused: {error}; nothing was extracted outside a temporary folder", rubric)
+        except (OSError, tarfile.TarError, EOFError) as error:
+            return refused(source, f"{source}: not a readable archive ({error})", rubric)
+        try:
+            reason = not_a_run_reason(unpacked.run_dir)
+            if reason:
+                return refused(source, f"{source}: its folder {unpacked.run_dir.name}/ is not a run", rubric)
+            view = RunView.read(unpacked.run_dir)
+            if view.is_plan_folder:
+                return refused(source, f"{source}: its folder is a plan (--plan): nothing to grade", rubric)
+            extra = submission_problems(unpacked.submission, view) if unpacked.submission is not None else []
+            grade = grade_view(view, rubric, reference, source=str(source), label=source.name,
+                               extra_integrity=extra, rename=(str(unpacked.temp_dir), str(source)),
+                               reference_file=reference_file)
+            grade.facts["archive"] = str(source)
+            grade.notes += unpacked.notes + ([] if unpacked.submission is not None else
+                                             ["the archive holds no submission.json (it was not made by pack)"])
+            return grade
+        finally:
+            unpacked.remove()
+    if not source.exists():
+        return refused(source, f"{source}: no such file or folder", rubric)
+    if not source.is_dir():
+        return refused(source, f"{source}: neither a run folder nor a submission archive (.tar.gz)", rubric)
+    reason = not_a_run_reason(source)
+    if reason:
+        return refused(source, reason, rubric)
+    view = RunView.read(source)
+    if view.is_plan_folder:
+        return refused(source, f"{source} is a plan folder (--plan): no test ran, so there is nothing to grade", rubric)
+    return grade_view(view, rubric, reference, source=str(source), reference_file=reference_file)
+
+
+def submissions_in(folder: Path) -> Optional[list[Path]]:
+    """The submissions of a class folder (each subfolder or archive one learner), sorted; None when `folder` is
+    a run itself or holds no subfolder or archive."""
+    from inferlab.grading.archive import ARCHIVE_SUFFIXES
+
+    folder = Path(folder)
+    if not folder.is_dir() or not_a_run_reason(folder) is None:
+        return None
+    found = sorted(p for p in folder.iterdir() if not p.name.startswith(".") and (
+        p.is_dir() or (p.is_file() and p.name.endswith(ARCHIVE_SUFFIXES))))
+    return found or None
+
+
+def worst(statuses: Iterable[int]) -> int:
+    """The worst exit status of several runs (integrity 3 > not a run 2 > an item failed 1 > passed 0)."""
+    return max(statuses, default=EXIT_PASSED)

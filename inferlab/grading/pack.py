@@ -1,0 +1,138 @@
+"""`inferlab pack`: one run folder, with what was attached to it afterwards, as one .tar.gz to submit.
+
+The archive holds the run folder as it is (records, tensors, manifest, plan, report, predictions, and the
+addenda ledger with its files) and, beside it, a small submission.json: which run it is, the commit it was
+made from, the SHA-256 of its manifest, the manifest's file inventory and the addenda's hashes. `grade`
+reads the archive directly (inferlab.grading.archive) and checks submission.json against the run inside.
+
+The archive is reproducible: entries in sorted order, no owner names, times set to zero, gzip without a
+time stamp, so packing the same folder twice gives the same bytes. Nothing is written into the run folder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+
+from inferlab.grading.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES, SUBMISSION_FILE
+from inferlab.records import MANIFEST_FILE, sha256_file
+from inferlab.runview import RunView
+
+SUBMISSION_FORMAT = "inferlab-submission"
+SUBMISSION_SCHEMA = 1
+
+
+class PackError(ValueError):
+    """A run folder that cannot be packed, or a target that must not be written; the message says why."""
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    """Every file of the run folder, sorted; PackError on a link or anything that is not a plain file."""
+    found = []
+    for path in sorted(run_dir.rglob("*")):
+        if path.is_symlink():
+            raise PackError(f"{path}: a symbolic link; a run folder holds plain files only")
+        if path.is_file():
+            found.append(path)
+        elif not path.is_dir():
+            raise PackError(f"{path}: not a plain file")
+    return found
+
+
+def submission_data(view: RunView) -> dict:
+    """submission.json's content for one run: which run, its commit, its manifest's hash and inventory, the
+    addenda's hashes."""
+    run_dir = view.directory
+    manifest_path = run_dir / MANIFEST_FILE
+    git = view.manifest.get("git") if isinstance(view.manifest.get("git"), dict) else {}
+    specimen = view.specimen_spec()
+    return {
+        "format": SUBMISSION_FORMAT, "schema": SUBMISSION_SCHEMA, "tool": "inferlab pack",
+        "run": run_dir.name,
+        "specimen": specimen.get("name"), "synthetic": view.synthetic,
+        "git_commit": git.get("commit"), "git_dirty": git.get("dirty"),
+        "started_utc": view.manifest.get("started_utc"),
+        "manifest_sha256": sha256_file(manifest_path) if manifest_path.is_file() else None,
+        "inventory": view.manifest.get("files") if isinstance(view.manifest.get("files"), dict) else None,
+        "addenda": [{"seq": e.get("seq"), "kind": e.get("kind"), "file": e.get("file"), "size": e.get("size"),
+                     "sha256": e.get("sha256")} for e in view.addenda if isinstance(e, dict)],
+    }
+
+
+def submission_problems(submission: dict, view: RunView) -> list[str]:
+    """Where submission.json disagrees with the run it came with: each an integrity problem."""
+    if submission.get("format") != SUBMISSION_FORMAT:
+        return [f"{SUBMISSION_FILE}: format {submission.get('format')!r}, expected {SUBMISSION_FORMAT!r}"]
+    found = submission_data(view)
+    problems = []
+    for name in ("run", "manifest_sha256", "inventory", "addenda"):
+        if submission.get(name) != found[name]:
+            problems.append(f"{SUBMISSION_FILE}: {name} does not match the run in the archive (the run changed "
+                            "after it was packed, or submission.json was edited)")
+    return problems
+
+
+def _info(name: str, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = size, 0, 0, 0, "", ""
+    info.type, info.mode = (tarfile.DIRTYPE, 0o755) if directory else (tarfile.REGTYPE, 0o644)
+    return info
+
+
+def archive_bytes(view: RunView) -> bytes:
+    """The .tar.gz of a run folder and its submission.json, as bytes; PackError beyond the archive limits."""
+    run_dir = view.directory
+    files = run_files(run_dir)
+    total = sum(p.stat().st_size for p in files)
+    folders = sorted({p.parent for p in files if p.parent != run_dir} | {run_dir})
+    if len(files) + len(folders) + 1 > MAX_ENTRIES or total > MAX_UNPACKED_BYTES:
+        raise PackError(f"{run_dir}: {len(files)} files, {total} bytes: beyond what grade accepts "
+                        f"({MAX_ENTRIES} entries, {MAX_UNPACKED_BYTES} bytes)")
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as zipped:
+        with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            submission = json.dumps(submission_data(view), indent=2, sort_keys=True).encode("utf-8") + b"\n"
+            tar.addfile(_info(SUBMISSION_FILE, len(submission)), io.BytesIO(submission))
+            for folder in folders:
+                tar.addfile(_info((Path(run_dir.name) / folder.relative_to(run_dir)).as_posix(), directory=True))
+            for path in files:
+                with open(path, "rb") as handle:
+                    name = (Path(run_dir.name) / path.relative_to(run_dir)).as_posix()
+                    tar.addfile(_info(name, path.stat().st_size), handle)
+    return raw.getvalue()
+
+
+def pack_run(view: RunView, target: Path) -> dict:
+    """Write the archive of a run to `target` (a new file outside the run folder); returns what was packed."""
+    target = Path(target)
+    run_dir = view.directory.resolve()
+    if target.resolve() == run_dir or run_dir in target.resolve().parents:
+        raise PackError(f"{target}: inside the run folder {run_dir}; nothing is written into a run folder")
+    if target.exists():
+        raise PackError(f"{target}: already exists; choose a new file name")
+    data = archive_bytes(view)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp_name, target)  # fails if the target appeared meanwhile: never replaces a file
+        except FileExistsError:
+            raise PackError(f"{target}: already exists; choose a new file name") from None
+        except OSError:  # a file system without hard links
+            if target.exists():
+                raise PackError(f"{target}: already exists; choose a new file name") from None
+            os.replace(temp_name, target)
+    finally:
+        Path(temp_name).unlink(missing_ok=True)
+    return {"archive": str(target), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+            "run": run_dir.name, "files": len(run_files(run_dir)), "addenda": len(view.addenda)}

@@ -1,0 +1,176 @@
+"""Runs for the grading tests, built in memory with the harness's writers (tests/fixtures_records.py), and the
+written work a learner adds: predictions and an attached explanation.
+
+`attach` does not exist on this branch yet (issue 23 builds it), so attach_file() writes the addenda ledger
+and its file exactly as /work/plan/ADDENDA-CONTRACT.md (and inferlab.addenda's docstring) describe: the file
+under addenda/, one ledger line with its size, SHA-256, the manifest's SHA-256 and the structure check of
+inferlab.addenda.structure_of. When the real attach is merged these tests read what it writes through the
+same reader (RunView.addenda).
+
+A fixture run's manifest says no predictions were supplied (its builder starts the session without them);
+give_predictions() does what the session start does for --predictions (copy the file, record its hash and the
+template check in the manifest) and refreshes the inventory, so the run stays self-consistent.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional
+
+from inferlab import addenda, environment, predictions, summaries
+from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
+from inferlab.verify import verify_run
+
+from fixtures_records import REPO_ROOT, _envelope, build_rich_run, copy_run, edit_manifest, refresh_manifest, \
+    rewrite_records
+
+TEMPLATE = (REPO_ROOT / addenda.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
+PREDICTIONS_TEMPLATE = (REPO_ROOT / predictions.TEMPLATE_FILE).read_text(encoding="utf-8")
+
+
+def answered_predictions() -> str:
+    """The predictions template with every answer field filled in."""
+    lines = []
+    for line in PREDICTIONS_TEMPLATE.splitlines():
+        match = predictions.FIELD.match(line)
+        lines.append(f"{match.group(1)}: my answer, written before the run" if match else line)
+    return "\n".join(lines) + "\n"
+
+
+def answered_explanation(skip: tuple[str, ...] = ()) -> str:
+    """The explanation template with text of its own under every answer heading, except the headings in
+    `skip` (left with the template's guidance only)."""
+    out, current = [], None  # current: the heading above, None under the page's title
+    for line in TEMPLATE.splitlines():
+        match = addenda.HEADING.match(line)
+        if match:
+            current = match.group(2).strip() if len(match.group(1)) > 1 else None
+            out.append(line)
+        elif line.strip() and current is not None and current not in skip:
+            out.append(f"My own words on {current}, resting on records.jsonl seq 40 and 139.")
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def give_predictions(run_dir: Path, text: str) -> Path:
+    """Put a predictions file into a built run as the session start would have (see the module docstring)."""
+    target = Path(run_dir) / PREDICTIONS_FILE
+    target.write_text(text, encoding="utf-8")
+    manifest = json.loads((Path(run_dir) / MANIFEST_FILE).read_text())
+    status = predictions.template_status(text, PREDICTIONS_TEMPLATE)
+    edit_manifest(run_dir, predictions={"supplied": True, "source": str(target), "copied_to": PREDICTIONS_FILE,
+                                        "sha256": sha256_file(target), "source_mtime_utc": manifest["started_utc"],
+                                        "copied_at_utc": manifest["started_utc"], **status})
+    refresh_manifest(run_dir)
+    return run_dir
+
+
+def attach_file(run_dir: Path, text: str, kind: str = "explanation", name: str = "my_explanation.md",
+                structure: Optional[dict] = "check") -> dict:
+    """Attach a file to a finished run as the addenda contract says attach does; returns its ledger entry."""
+    run_dir = Path(run_dir)
+    ledger = run_dir / addenda.LEDGER_FILE
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+    stored = name if not (run_dir / addenda.ADDENDA_DIR / name).exists() else \
+        f"{Path(name).stem}.{len(entries) + 1}{Path(name).suffix}"
+    (run_dir / addenda.ADDENDA_DIR).mkdir(exist_ok=True)
+    data = text.encode("utf-8")
+    (run_dir / addenda.ADDENDA_DIR / stored).write_bytes(data)
+    if structure == "check":
+        structure = addenda.structure_of(text, TEMPLATE) if kind == "explanation" else None
+    entry = {"schema": addenda.LEDGER_SCHEMA, "seq": len(entries), "kind": kind,
+             "file": f"{addenda.ADDENDA_DIR}/{stored}", "original_name": name, "size": len(data),
+             "sha256": hashlib.sha256(data).hexdigest(),
+             "attached_utc": datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc).isoformat(),
+             "manifest_sha256": sha256_file(run_dir / MANIFEST_FILE), "structure": structure,
+             "tool": "inferlab attach"}
+    with open(ledger, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry) + "\n")
+    return entry
+
+
+def add_tokenization_phases(records: list[dict]) -> list[dict]:
+    """A tokenization phase record after each input record, as the experiment's input test writes it."""
+    out = []
+    for record in records:
+        out.append(record)
+        if record["kind"] == "input":
+            out.append(_envelope("phase", record["test"], name="tokenization", prompt_id=record["prompt_id"],
+                                 elapsed_s=1e-4, label="the tokenizer call alone"))
+    return out
+
+
+def build_honest_run(directory: Path, synthetic: bool = True, seed: int = 0) -> Path:
+    """A complete run with every record the checklist asks for and this checkout's source hashes, but no
+    predictions and nothing attached (give_predictions and attach_file add those)."""
+    from fixtures_records import build_complete_run, new_evidence_records, rerender, \
+        session_end_record, TYPED_COMMAND
+
+    if synthetic and seed == 0:
+        build_rich_run(directory, transform=add_tokenization_phases)
+    else:  # build_rich_run's steps, with the specimen and the seed chosen
+        build_complete_run(directory, synthetic=synthetic, seed=seed)
+        edit_manifest(directory, command=TYPED_COMMAND)
+
+        def change(records):
+            records = new_evidence_records([r for r in records if r["kind"] != "session_end"])
+            records = add_tokenization_phases(records)
+            return records + [session_end_record(records)]
+
+        rewrite_records(directory, change)
+        rerender(directory)
+    edit_manifest(directory, source_sha256=environment.source_hashes(REPO_ROOT))
+    refresh_manifest(directory)
+    return Path(directory)
+
+
+def submit_ready(directory: Path) -> Path:
+    """An honest run with answered predictions and an attached, answered explanation."""
+    give_predictions(directory, answered_predictions())
+    attach_file(directory, answered_explanation())
+    return directory
+
+
+def verify_reads_addenda(run_dir: Path) -> bool:
+    """Whether this checkout's verify knows the addenda layout (issue 23): a run with a ledger that the contract
+    allows then verifies clean. Before that merge verify lists addenda.jsonl as a file the manifest does not
+    list, so the tests that need a clean run with an attached explanation skip, saying so."""
+    return not any(line.startswith((addenda.LEDGER_FILE, addenda.ADDENDA_DIR + "/"))
+                   for line in verify_run(run_dir)["problems"])
+
+
+def change_one_character(run_dir: Path) -> None:
+    """Change one digit of the first generated id in records.jsonl (the manifest is left as it was)."""
+    path = Path(run_dir) / RECORDS_FILE
+    text = path.read_text()
+    index = text.index('"generated_ids": [') + len('"generated_ids": [')
+    path.write_text(text[:index] + ("1" if text[index] != "1" else "2") + text[index + 1:])
+
+
+def rerun_elsewhere(source: Path, target: Path) -> Path:
+    """Another honest run of the same specimen on a slower machine: the same ids and logits (the arithmetic is the
+    same), every timing 1.37 times longer, its summaries recomputed from its trials, another CPU in the manifest."""
+    run = copy_run(source, target)
+
+    def slower(records):
+        trials = [r for r in records if r["kind"] == "timing_trial"]
+        for trial in trials:
+            for name in ("prefill_s", "ttft_s", "loop_s", "mean_post_first_interval_s"):
+                trial[name] *= 1.37
+            trial["token_times_s"] = [t * 1.37 for t in trial["token_times_s"]]
+        for record in records:
+            if record["kind"] == "timing_summary":
+                fresh = summaries.timing_summary(trials, record["prompt_id"], record["use_cache"])
+                record.update(fresh)
+        return records
+
+    rewrite_records(run, slower)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    edit_manifest(run, platform={**manifest["platform"], "cpu_model": "Another CPU"},
+                  started_utc="2026-11-30T10:00:00+00:00")
+    refresh_manifest(run)
+    return run

@@ -1,0 +1,166 @@
+"""`pack` writes one reproducible archive of a run and its addenda; `grade` reads such archives directly, and
+refuses an unsafe one (absolute paths, '..', links, devices, too many entries or bytes) without extracting
+anything outside a temporary folder."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from inferlab.__main__ import main
+from inferlab.grading import archive
+from inferlab.grading.grade import grade_source
+from inferlab.grading.rubric import load_rubric
+
+from fixtures_records import copy_run
+from grading_helpers import answered_explanation, attach_file, build_honest_run, give_predictions, \
+    answered_predictions
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    run = build_honest_run(tmp_path_factory.mktemp("archive") / "run-2026")
+    give_predictions(run, answered_predictions())
+    attach_file(run, answered_explanation())
+    return run
+
+
+@pytest.fixture(scope="module")
+def packed(run, tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("archive") / "submission.tar.gz"
+    assert main(["pack", str(run), "-o", str(target)]) in (0, 1)  # 1 only while verify lists the addenda (#23)
+    return target
+
+
+@pytest.fixture
+def private_temp(tmp_path, monkeypatch) -> Path:
+    """Where grade's temporary folders go during one test, to see that nothing is left and nothing else written."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_pack_holds_the_run_its_addenda_and_a_submission_json(packed, run):
+    with tarfile.open(packed) as tar:
+        names = tar.getnames()
+        submission = json.loads(tar.extractfile("submission.json").read())
+    assert names[0] == "submission.json" and f"{run.name}/records.jsonl" in names
+    assert f"{run.name}/addenda.jsonl" in names and f"{run.name}/addenda/my_explanation.md" in names
+    assert f"{run.name}/predictions.md" in names and any(n.startswith(f"{run.name}/tensors/") for n in names)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert submission["run"] == run.name and submission["inventory"] == manifest["files"]
+    assert submission["git_commit"] == manifest["git"]["commit"] and len(submission["addenda"]) == 1
+
+
+def test_packing_twice_gives_the_same_bytes_and_never_overwrites(run, packed, tmp_path, capsys):
+    again = tmp_path / "again.tar.gz"
+    main(["pack", str(run), "-o", str(again)])
+    assert again.read_bytes() == packed.read_bytes()
+    assert main(["pack", str(run), "-o", str(again)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["pack", str(run), "-o", str(run / "inside.tar.gz")]) == 2
+    assert not (run / "inside.tar.gz").exists()
+    assert main(["pack", str(tmp_path), "-o", str(tmp_path / "x.tar.gz")]) == 2
+
+
+def test_grade_reads_the_archive_as_it_reads_the_folder(packed, run, private_temp):
+    from_archive = grade_source(packed, load_rubric())
+    from_folder = grade_source(run, load_rubric())
+    assert [(i.number, i.status) for i in from_archive.items] == [(i.number, i.status) for i in from_folder.items]
+    assert from_archive.facts["run_id"] == run.name and from_archive.facts["archive"] == str(packed)
+    assert from_archive.exit_status == from_folder.exit_status
+    assert not any(str(private_temp) in line for line in from_archive.integrity_problems)
+    assert list(private_temp.iterdir()) == []  # the temporary folder is gone
+
+
+def test_an_archive_whose_run_changed_after_packing_is_an_integrity_problem(packed, tmp_path):
+    with tarfile.open(packed) as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
+    edited = tmp_path / "edited.tar.gz"
+    with tarfile.open(edited, "w:gz") as tar:
+        for member, data in members:
+            if member.name == "submission.json":
+                submission = json.loads(data)
+                submission["manifest_sha256"] = "0" * 64
+                data = json.dumps(submission).encode()
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+    grade = grade_source(edited, load_rubric())
+    assert grade.exit_status == 3
+    assert any("submission.json: manifest_sha256 does not match" in p for p in grade.integrity_problems)
+
+
+def archive_with(path: Path, *entries) -> Path:
+    """A .tar.gz of (TarInfo, bytes or None) entries, written as given."""
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in entries:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def entry(name: str, kind=tarfile.REGTYPE, data: bytes = b"x", link: str = "") -> tuple:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info, data if kind == tarfile.REGTYPE else None
+
+
+@pytest.mark.parametrize("entries, message", [
+    ([entry("run/records.jsonl"), entry("../outside.txt")], "a '..' part"),
+    ([entry("run/records.jsonl"), entry("/tmp/inferlab-absolute.txt")], "an absolute path"),
+    ([entry("run/records.jsonl"), entry("run/link", tarfile.SYMTYPE, link="/etc/passwd")], "a symbolic link"),
+    ([entry("run/records.jsonl"), entry("run/hard", tarfile.LNKTYPE, link="run/records.jsonl")], "a hard link"),
+    ([entry("run/records.jsonl"), entry("run/dev", tarfile.CHRTYPE)], "a device"),
+    ([entry("run/records.jsonl"), entry("run/fifo", tarfile.FIFOTYPE)], "a FIFO"),
+    ([entry("run/records.jsonl"), entry("run/records.jsonl")], "appears twice"),
+    ([entry("run/a"), entry("run/a/b")], "below an entry that is a file"),
+    ([entry("one/records.jsonl"), entry("two/records.jsonl")], "expected one run folder"),
+])
+def test_an_unsafe_archive_is_refused_and_nothing_is_extracted(tmp_path, private_temp, capsys, entries, message):
+    bad = archive_with(tmp_path / "bad.tar.gz", *entries)
+    assert main(["grade", str(bad)]) == 2
+    out = capsys.readouterr().out
+    assert "NOT A RUN (exit 2)" in out and message in out and "nothing was extracted" in out
+    assert list(private_temp.iterdir()) == [] and not (tmp_path / "outside.txt").exists()
+    assert not Path("/tmp/inferlab-absolute.txt").exists()
+
+
+def test_too_many_entries_are_refused_before_any_is_written(tmp_path, private_temp, capsys):
+    bad = archive_with(tmp_path / "many.tar.gz", *[entry(f"run/f{i}") for i in range(archive.MAX_ENTRIES + 1)])
+    assert main(["grade", str(bad)]) == 2
+    assert f"more than {archive.MAX_ENTRIES} entries" in capsys.readouterr().out
+    assert list(private_temp.iterdir()) == []
+
+
+def test_too_many_bytes_unpacked_are_refused(tmp_path, private_temp, monkeypatch, capsys):
+    monkeypatch.setattr(archive, "MAX_UNPACKED_BYTES", 1024 * 1024)  # the rule at 1 MB instead of 100 MB
+    bad = archive_with(tmp_path / "big.tar.gz", entry("run/a", data=b"0" * 600_000), entry("run/b", data=b"0" * 600_000))
+    assert main(["grade", str(bad)]) == 2
+    assert "MB unpacked" in capsys.readouterr().out and list(private_temp.iterdir()) == []
+
+
+def test_an_archive_that_is_not_one_is_not_a_run(tmp_path, capsys):
+    bad = tmp_path / "broken.tar.gz"
+    bad.write_bytes(b"not gzip at all")
+    assert main(["grade", str(bad)]) == 2
+    assert "not a readable archive" in capsys.readouterr().out
+
+
+def test_an_archive_of_a_folder_that_is_not_a_run_is_not_a_run(tmp_path, private_temp, capsys):
+    bad = archive_with(tmp_path / "notes.tar.gz", entry("notes/readme.txt"))
+    assert main(["grade", str(bad)]) == 2
+    assert "is not a run" in capsys.readouterr().out and list(private_temp.iterdir()) == []
+
+
+def test_pack_refuses_a_link_in_the_run_folder(run, tmp_path, capsys):
+    linked = copy_run(run, tmp_path / "linked")
+    (linked / "extra").symlink_to("/etc/hostname")
+    assert main(["pack", str(linked), "-o", str(tmp_path / "linked.tar.gz")]) == 2
+    assert "a symbolic link" in capsys.readouterr().err and not (tmp_path / "linked.tar.gz").exists()
