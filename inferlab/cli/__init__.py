@@ -25,7 +25,8 @@ EXIT_CODES = """exit status:
   0    success
   1    problems found (verify, check-artifacts), or report --check found a difference
   2    a usage error, a folder that cannot be read, or one that is not a run's record dir
-  3    report --check met pages another report renderer version wrote (not compared)
+  3    an integrity problem (grade: verify found one, or the reference contradicts the run);
+       report --check: the pages were written by another report renderer version (not compared)
   141  the reader of the output went away (... | head)"""
 # The subcommands in the order --help lists them: modules of this package.
 COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack")

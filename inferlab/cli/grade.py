@@ -30,7 +30,7 @@ def add_arguments(parser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN")
     parser.add_argument("--reference", type=Path, metavar="REF.json",
-                        help="an instructor's reference (python -m inferlab reference): what the run contradicts in it "
+                        help="an instructor's reference (made by the reference subcommand): what the run contradicts in it "
                              "is an integrity problem")
     parser.add_argument("--rubric", type=Path, metavar="FILE",
                         help="the points per item (TOML; default: the rubric that ships with inferlab, see "

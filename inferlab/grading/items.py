@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from inferlab import protocol
+from inferlab.cli import spelled
 from inferlab.grading.evidence import (
     FAIL,
     MANUAL,
@@ -47,7 +48,7 @@ ITEM_KINDS = {
 PHASE_BOUNDARIES = ("artifact_acquisition", "model_and_tokenizer_load", "tokenization", "output_decoding")
 EXPERIMENT_SOURCES = ("inferlab/", "experiments/", "conftest.py", "pytest.ini")
 EXPLANATION_KIND = "explanation"
-ATTACH_HINT = "python -m inferlab attach RUN_DIR my_explanation.md"
+ATTACH_HINT = spelled("attach RUN_DIR my_explanation.md")
 
 
 # --- which tests stand behind an item ----------------------------------------------------------------
@@ -285,7 +286,7 @@ def item_3(view: RunView, sections, kinds_of) -> list[Check]:
                     ([f"no hash or size for {', '.join(unhashed)}"] if unhashed else []) + \
                     [f"{r.get('name')}: {r.get('problem') or 'does not match its pin'}" for r in wrong]
             artifacts = failed("artifact_files", "the allowlisted files: " + "; ".join(parts),
-                               "use the pinned files (check them with python -m inferlab check-artifacts DIR) and "
+                               f"use the pinned files (check them with {spelled('check-artifacts DIR')}) and "
                                "run again", records=wrong or list(files.values()))
         else:
             artifacts = passed("artifact_files", f"hash and size of each of the {len(files)} allowlisted files, each "

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from inferlab.cli import spelled
 from inferlab.deterministic import describe, deterministic_outputs
 from inferlab.records import MANIFEST_FILE
 from inferlab.runview import RunView
@@ -108,7 +109,7 @@ def load_reference(path: Path) -> dict:
     if not isinstance(data, dict) or data.get("format") != REFERENCE_FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ReferenceError(f"{path}: not an inferlab reference (format {found!r}, expected {REFERENCE_FORMAT!r}; "
-                             "make one with python -m inferlab reference RUN_DIR -o REF.json)")
+                             f"make one with {spelled('reference RUN_DIR -o REF.json')})")
     if data.get("schema") != REFERENCE_SCHEMA:
         raise ReferenceError(f"{path}: reference schema {data.get('schema')!r}; this inferlab reads schema "
                              f"{REFERENCE_SCHEMA}")
