@@ -484,7 +484,8 @@ def partial_run(directory: Path, left_out: str) -> None:
         kept = [r for r in records if left_out not in (r.get("test") or "") and r["kind"] != "session_end"]
         kept = [r for r in kept if not (r["kind"] == "timing_summary")]
         # the checks that read the timing trials ran on what was left of them, as they would in such a session
-        trials, generations = [r for r in kept if r["kind"] == "timing_trial"], [r for r in kept if r["kind"] == "generation"]
+        trials = [r for r in kept if r["kind"] == "timing_trial"]
+        generations = [r for r in kept if r["kind"] == "generation"]
         for record in kept:
             if record["kind"] == "cache_divergence":
                 record.update(summaries.cache_divergence(trials, record["prompt_id"]))

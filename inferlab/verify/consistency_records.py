@@ -104,7 +104,8 @@ def _memory(recheck: Recheck) -> None:
         measure = record.get("measure")
         if measure == "parameter_storage":
             count = sizes.gpt_neox_parameter_count(config)
-            recheck.expect(record, "analytic_parameter_count", count, "the recorded config (sizes.gpt_neox_parameter_count)")
+            recheck.expect(record, "analytic_parameter_count", count,
+                           "the recorded config (sizes.gpt_neox_parameter_count)")
             recheck.expect(record, "analytic_bytes_fp32", count * FLOAT32_BYTES, "the parameter count x 4 bytes")
             recheck.expect(record, "parameter_count", inspection.get("parameter_count"), "model_inspection")
             recheck.expect(record, "unique_bytes", inspection.get("unique_parameter_storage_bytes"), "model_inspection")
@@ -167,12 +168,14 @@ def _clock_and_bandwidth(recheck: Recheck) -> None:
     for record in recheck.view.kind("memory_bandwidth"):
         copied, seconds = record.get("bytes_per_copy"), record.get("seconds")
         if isinstance(copied, int):
-            recheck.expect(record, "bytes_moved_per_copy", 2 * copied, "2 x bytes_per_copy (each copy reads and writes)")
+            recheck.expect(record, "bytes_moved_per_copy", 2 * copied,
+                           "2 x bytes_per_copy (each copy reads and writes)")
         if isinstance(seconds, list) and seconds and all(isinstance(s, (int, float)) for s in seconds):
             recheck.expect(record, "repeats", len(seconds), "len(seconds)")
             median = statistics.median(seconds)
             if isinstance(copied, int) and median > 0:
-                recheck.expect(record, "bytes_per_s_median", 2 * copied / median, "2 x bytes_per_copy / median(seconds)")
+                recheck.expect(record, "bytes_per_s_median", 2 * copied / median,
+                               "2 x bytes_per_copy / median(seconds)")
 
 
 # --- batching ----------------------------------------------------------------------------------------
@@ -204,7 +207,8 @@ def _batching(recheck: Recheck) -> None:
         if all(isinstance(r.get("first_step_max_abs_diff"), (int, float)) for r in rows):
             expected["first_step_max_abs_diff"] = max(r["first_step_max_abs_diff"] for r in rows)
         if calls and all("prefill_positions_match_rule" in c for c in calls.values()):
-            expected["all_prefill_positions_match_rule"] = all(c["prefill_positions_match_rule"] for c in calls.values())
+            expected["all_prefill_positions_match_rule"] = all(c["prefill_positions_match_rule"]
+                                                               for c in calls.values())
         recheck.expect_fields(summary, expected, "its row comparisons and calls")
 
 

@@ -37,8 +37,8 @@ def check(recheck: Recheck) -> None:
         unstamped += not _trial(recheck, record)
     if unstamped:
         recheck.not_checked("timing trials' seconds against their nanosecond stamps",
-                            f"{unstamped} completed trial(s) record no t_start_ns, t_prefill_done_ns and token_times_ns "
-                            f"(their seconds were checked against each other only)")
+                            f"{unstamped} completed trial(s) record no t_start_ns, t_prefill_done_ns and "
+                            f"token_times_ns (their seconds were checked against each other only)")
     _clock_order(recheck)
     _durations(recheck)
     _summaries(recheck)
@@ -51,7 +51,8 @@ def _trial(recheck: Recheck, record: dict) -> bool:
     if found is not None:
         start, prefill_done, tokens = found
         source = "the trial's nanosecond stamps"
-        recheck.expect(record, "prefill_s", (prefill_done - start) / NS_PER_S, f"{source} (t_prefill_done_ns - t_start_ns)")
+        recheck.expect(record, "prefill_s", (prefill_done - start) / NS_PER_S,
+                       f"{source} (t_prefill_done_ns - t_start_ns)")
         recheck.expect(record, "ttft_s", (tokens[0] - start) / NS_PER_S, f"{source} (token_times_ns[0] - t_start_ns)")
         recheck.expect(record, "loop_s", (tokens[-1] - start) / NS_PER_S, f"{source} (token_times_ns[-1] - t_start_ns)")
         recheck.expect(record, "token_times_s", [(t - start) / NS_PER_S for t in tokens],
