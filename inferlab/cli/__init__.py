@@ -1,6 +1,7 @@
 """The command line: one module per subcommand, each with NAME, HELP, add_arguments(parser) and run(args).
 
-Readers of a finished run (verify, report, compare, ...) never load a model and never open the network.
+Readers of a finished run (verify, report, compare, ...) never load a model and never open the network; replay is
+the one exception: it loads the grader's own verified copy of the specimen to redo the run's computations.
 Exit codes: 0 success; 1 problems found (verify, check-artifacts) or report --check found a difference;
 2 a usage error, a directory that could not be read, or one that is not a run's record dir; 3 report --check
 met pages that another report renderer version wrote, so it did not compare their text (verify still checks
@@ -19,7 +20,8 @@ from pathlib import Path
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_OTHER_RENDERER = 0, 1, 2, 3
 EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
 PROG = "python -m inferlab"
-DESCRIPTION = "Check, report and compare inferlab runs from their files alone (no model, no network)."
+DESCRIPTION = ("Check, report and compare inferlab runs from their files alone (no model, no network), or replay one "
+               "on your own copy of the specimen.")
 EXIT_CODES = """exit status:
   0    success
   1    problems found (verify, check-artifacts), or report --check found a difference
