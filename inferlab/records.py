@@ -31,6 +31,9 @@ PLAN_FILE = "plan.json"
 PREDICTIONS_FILE = "predictions.md"
 REPORT_FILE = "report.md"
 TENSOR_DIR = "tensors"
+# The record envelope's monotonic stamp: time.perf_counter_ns() when a live session made the record, the clock the
+# timing loop's own stamps read. Runs written before records had it lack it: a reader says that is not checkable.
+STAMP_FIELD = "perf_counter_ns"
 # The layout of a run's records, named in manifest.json and plan.json. 1: the runs written before a run said
 # which schema it used (no "schema" field); 2: plan entries declare the record kinds each test produces.
 RECORD_SCHEMA = 2

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from inferlab import schema as schemas
-from inferlab.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR
+from inferlab.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, STAMP_FIELD, TENSOR_DIR
 
-ENVELOPE_FIELDS = ("kind", "test", "seq", "wall_time")  # every record has them
+REQUIRED_ENVELOPE_FIELDS = ("kind", "test", "seq", "wall_time")  # every record has them
+ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
 NOT_PASSING = ("failed", "error", "skipped")
 FAILING = ("failed", "error")  # a record whose status says so needs a failing outcome of its test
 INTEGRITY, DIAGNOSTIC = "integrity", "diagnostic"
@@ -159,7 +160,7 @@ def parse_records(raw: bytes) -> tuple[list[dict], list[Problem]]:
             problems.append(Problem(RECORDS_FILE, f"a {type(record).__name__}, expected a JSON object", line=number,
                                     code="not_object"))
             continue
-        absent = [name for name in ENVELOPE_FIELDS if name not in record]
+        absent = [name for name in REQUIRED_ENVELOPE_FIELDS if name not in record]
         if absent:
             problems.append(Problem(RECORDS_FILE, f"missing field(s) {', '.join(absent)}", line=number,
                                     code="missing_fields", lost=False))

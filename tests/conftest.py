@@ -130,3 +130,24 @@ def suite(pytester, monkeypatch):
     for spec in (root / "artifacts").glob("*.json"):
         (pytester.path / "artifacts" / spec.name).write_bytes(spec.read_bytes())
     return pytester
+
+
+# --- one real stand-in run for the whole session (trust: consistency on real tensors, replay) ---------------
+
+
+@pytest.fixture(scope="session")
+def standin_run(standin_dir, tmp_path_factory):
+    """One complete experiment run on the session's built stand-in (--artifacts, so the project cache is left
+    alone), made once in a fresh process: its record dir. Shared, so never modify it (copy it first)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    run_dir = tmp_path_factory.mktemp("standin-run") / "run"
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "experiments", "--specimen",
+                           "standin", "--artifacts", str(standin_dir), "--record-dir", str(run_dir)],
+                          cwd=root, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return run_dir

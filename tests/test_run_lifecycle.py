@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from fixtures_records import REPO_ROOT, FixedSurroundings, TickingClock
+from fixtures_records import REPO_ROOT, FixedSurroundings, TickingClock, TickingStamp
 from inferlab import session_status
 from inferlab.plan import EXPERIMENTS_DIR, TestFacts, selection_of
 from inferlab.run import lifecycle, writers
@@ -28,7 +28,7 @@ def small_run(directory, outcome: str = "passed") -> lifecycle.Run:
                                       command_how="given", invocation_dir=str(REPO_ROOT), root=REPO_ROOT,
                                       mode="run", specimen={"name": "standin", "synthetic": True})
     run = lifecycle.claim_run(invocation, record_dir=directory, pid=1, hostname="here", clock=TickingClock(),
-                              surroundings=FixedSurroundings(REPO_ROOT))
+                              surroundings=FixedSurroundings(REPO_ROOT), stamp=TickingStamp())
     run.start(None)
     first = TestFacts("experiments/test_a.py::test_first", provides=("ready",), records=("value",))
     second = TestFacts("experiments/test_a.py::test_second", requires=("ready",))

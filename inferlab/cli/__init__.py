@@ -1,6 +1,7 @@
 """The command line: one module per subcommand, each with NAME, HELP, add_arguments(parser) and run(args).
 
-Readers of a finished run (verify, report, compare, ...) never load a model and never open the network.
+Readers of a finished run (verify, report, compare, ...) never load a model and never open the network; replay is
+the one exception: it loads the grader's own verified copy of the specimen to redo the run's computations.
 Exit codes: 0 success; 1 problems found (verify, check-artifacts) or report --check found a difference;
 2 a usage error, a directory that could not be read, or one that is not a run's record dir; 3 report --check
 met pages that another report renderer version wrote, so it did not compare their text (verify still checks
@@ -20,7 +21,8 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_OTHER_RENDERER = 0, 1, 2, 3
 EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
 PROG = "inferlab"  # the console script `make` installs (pyproject.toml); `python -m inferlab` is the same parser
 VENV_BIN = ".venv/bin"  # where `make` puts the environment's programs, relative to the project folder
-DESCRIPTION = "Check, report and compare inferlab runs from their files alone (no model, no network)."
+DESCRIPTION = ("Check, grade, report and compare inferlab runs from their files alone (no model, no network), or "
+               "replay one on your own copy of the specimen.")
 EXIT_CODES = """exit status:
   0    success
   1    problems found (verify, check-artifacts), or report --check found a difference
@@ -29,7 +31,7 @@ EXIT_CODES = """exit status:
        report --check: the pages were written by another report renderer version (not compared)
   141  the reader of the output went away (... | head)"""
 # The subcommands in the order --help lists them: modules of this package.
-COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack")
+COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack", "replay")
 
 
 def spelled(args: str, program: str = PROG) -> str:

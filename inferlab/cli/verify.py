@@ -37,6 +37,7 @@ def run_verify(record_dir, all_passed: bool) -> int:
         unlisted = (f"; not listed: {result['not_listed']} missing record(s) or outcome(s) of tests the run left out "
                     f"or never reached (said once above)") if result["not_listed"] else ""
         print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
+        print_not_checked(result)
         return EXIT_PROBLEMS
     if result["plan_folder"]:
         print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
@@ -46,4 +47,11 @@ def run_verify(record_dir, all_passed: bool) -> int:
     tail = "" if result["all_tests_passed"] else (
         f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
     print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}")
+    print_not_checked(result)
     return EXIT_OK
+
+
+def print_not_checked(result: dict) -> None:
+    """The consistency checks the run's files did not allow, one line each: never passed in silence."""
+    for line in result.get("not_checked", []):
+        print(f"not checked: {line}")

@@ -148,7 +148,8 @@ class Ending:
 
 def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
               pid: int, hostname: str, clock: Callable[[], str] = utc_now,
-              surroundings: Optional[Surroundings] = None) -> "Run":
+              surroundings: Optional[Surroundings] = None,
+              stamp: Callable[[], int] = time.perf_counter_ns) -> "Run":
     """Claim a new record dir (record_dir, or a new folder under runs_dir) and open the run's files in it.
 
     The claim is the run's first write; RecordDirError says why a folder cannot be used.
@@ -161,17 +162,20 @@ def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs
         record_dir = Path(record_dir)
         claim_record_dir(record_dir, claim)
     (record_dir / TENSOR_DIR).mkdir(exist_ok=True)
-    return Run(record_dir, invocation, clock=clock, surroundings=surroundings or Surroundings(invocation.root))
+    return Run(record_dir, invocation, clock=clock, surroundings=surroundings or Surroundings(invocation.root),
+               stamp=stamp)
 
 
 class Run:
     """Everything one session writes or remembers, each part with one job."""
 
     def __init__(self, record_dir: Path, invocation: Invocation, *, clock: Callable[[], str] = utc_now,
-                 surroundings: Optional[Surroundings] = None, monotonic: Callable[[], float] = time.monotonic):
+                 surroundings: Optional[Surroundings] = None, monotonic: Callable[[], float] = time.monotonic,
+                 stamp: Callable[[], int] = time.perf_counter_ns):
         self.record_dir = Path(record_dir)
         self.invocation = invocation
         self.clock = clock
+        self.stamp = stamp  # each record's perf_counter_ns: the clock of the timing loop's own stamps
         self.surroundings = surroundings or Surroundings(invocation.root)
         self.log = RecordLog(self.record_dir / RECORDS_FILE)
         self.tensors = TensorStore(self.record_dir / TENSOR_DIR)
@@ -202,7 +206,7 @@ class Run:
 
     def emit(self, kind: str, test: Optional[str], fields: dict) -> dict:
         """Make a record (envelope + fields) and hand it to the record hook; returns it."""
-        record = writers.make_record(kind, test, self.log.next_seq, self.clock(), fields)
+        record = writers.make_record(kind, test, self.log.next_seq, self.clock(), fields, self.stamp())
         self.log.next_seq += 1
         self.publish(record)
         return record

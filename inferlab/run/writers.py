@@ -1,6 +1,7 @@
 """The one writer of a run's documents: pure functions that return plain dicts (the pytest-json-report habit).
 
-make_record      the envelope every record has: kind, test, seq, wall_time, then its fields as strict JSON data
+make_record      the envelope every record has: kind, test, seq, wall_time (and, from a live session,
+                 perf_counter_ns), then its fields as strict JSON data
 make_claim       claim.json, the first file a run writes into its folder
 make_test_outcome, make_plan_record, make_session_end   the harness's own record kinds
 make_plan        plan.json
@@ -17,16 +18,18 @@ from typing import Iterable, Optional
 
 from inferlab import protocol, session_status
 from inferlab.plan import core_deselected, plan_totals
-from inferlab.records import CLAIM_FILE, PLAN_FILE, RECORD_SCHEMA, REPORT_RENDERER_VERSION, jsonable
+from inferlab.records import CLAIM_FILE, PLAN_FILE, RECORD_SCHEMA, REPORT_RENDERER_VERSION, STAMP_FIELD, jsonable
 
-RESERVED_FIELDS = frozenset({"kind", "test", "seq", "wall_time"})
+RESERVED_FIELDS = frozenset({"kind", "test", "seq", "wall_time", STAMP_FIELD})
 STARTED_STATUS = ("started: this is the manifest written when the run began; if it still says so, the session "
                   "never reached its end (killed, or crashed)")
 HARNESS_KINDS = frozenset({"plan", "test_outcome", "session_end", "report_error"})  # written by the harness itself
 
 
-def make_record(kind: str, test: Optional[str], seq: int, wall_time: str, fields: dict) -> dict:
-    """A record: the envelope (kind, test, seq, wall_time) and its fields as strict JSON data.
+def make_record(kind: str, test: Optional[str], seq: int, wall_time: str, fields: dict,
+                perf_counter_ns: Optional[int] = None) -> dict:
+    """A record: the envelope (kind, test, seq, wall_time, and perf_counter_ns when given) and its fields as
+    strict JSON data.
 
     A field that is not JSON data is kept as its repr and named in `serialisation_warnings`; a field
     that would overwrite the envelope is refused (ValueError).
@@ -36,6 +39,8 @@ def make_record(kind: str, test: Optional[str], seq: int, wall_time: str, fields
         raise ValueError(f"record {kind!r}: fields {sorted(clashing)} are reserved for the record envelope")
     warnings_seen = []
     record = {"kind": kind, "test": test, "seq": seq, "wall_time": wall_time}
+    if perf_counter_ns is not None:
+        record[STAMP_FIELD] = perf_counter_ns
     record.update(jsonable(fields, warnings_seen.append))
     if warnings_seen:
         record["serialisation_warnings"] = warnings_seen

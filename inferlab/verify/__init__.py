@@ -11,8 +11,9 @@ never have written (for tests it deselected, or never reached) are then not list
 other problem (a hash, a seq gap, a record that contradicts its outcome) still is.
 
 The checks live in small modules over one Checker (checker.py): the files and the records file
-(files.py), how the session ended and the plan (ending.py), and the protocol's completeness
-(completeness.py).
+(files.py), how the session ended and the plan (ending.py), the protocol's completeness
+(completeness.py), and the consistency of every derived number with its source and of the recorded protocol
+with this checkout's (consistency*.py; what the files do not allow to check is listed in `not_checked`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = ["Checker", "verify_run"]
 
 def verify_run(run: Union[Path, str, RunView]) -> dict:
     """Check a record dir (or a view of one): {ok, problems: [one line each], explained_gaps, records,
-    files_checked, outcome_counts, all_tests_passed, plan_folder, unfinished, partial, not_listed, schema, notes}."""
+    files_checked, outcome_counts, all_tests_passed, plan_folder, unfinished, partial, not_listed, schema, notes,
+    not_checked}."""
     view = run if isinstance(run, RunView) else RunView.read(Path(run))
     return Checker(view).run()

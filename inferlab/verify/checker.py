@@ -22,6 +22,7 @@ class Checker:
         self.records = view.records
         self.problems: list[str] = []
         self.notes: list[str] = []
+        self.not_checked: list[str] = []  # consistency checks the run's files do not allow, one line each
         self.files_checked = 0
         self.suppressed = 0  # missing records and outcomes explained by the ending or the deselection
         # How the session ended (set by ending.read_ending once the records could be read).
@@ -104,7 +105,7 @@ class Checker:
 
     def run(self) -> dict:
         """Every check, in the order verify states them; returns the result."""
-        from inferlab.verify import completeness, ending, files
+        from inferlab.verify import completeness, consistency, ending, files
 
         view = self.view
         for problem in view.problems_of(MANIFEST_FILE):
@@ -133,6 +134,7 @@ class Checker:
             completeness.check_budgets(self)
             files.check_report(self)
             files.check_tensors(self)
+            consistency.check_consistency(self)
         return self.result(plan_folder=False)
 
     def result(self, plan_folder: bool) -> dict:
@@ -151,6 +153,7 @@ class Checker:
             "ok": not self.problems,
             "problems": list(self.problems),
             "explained_gaps": list(self.notes),
+            "not_checked": list(self.not_checked),
             "unfinished": self.unfinished,
             "partial": list(self.partial),
             "not_listed": self.suppressed,

@@ -1,0 +1,46 @@
+"""`replay RUN_DIR (--artifacts DIR | --specimen NAME)`: every deterministic computation of a run, done again on
+the grader's own verified copy of the specimen with plain transformers calls, and compared with the records."""
+
+from __future__ import annotations
+
+import sys
+
+from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
+
+NAME = "replay"
+HELP = ("re-execute a run's deterministic computations (prompt ids, the 26 generations with their seeds, first-step "
+        "logits, matched prefixes, timing ids, batching) on your own verified copy of the specimen and compare "
+        "them with the records; loads the model (the one command that does), writes nothing into the run; exit 0 "
+        "when every part agrees, 1 when one does not, 2 when it cannot replay")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("record_dir", type=directory, metavar="RUN_DIR")
+    copy = parser.add_mutually_exclusive_group(required=True)
+    copy.add_argument("--artifacts", metavar="DIR",
+                      help="your own copy of the run's specimen, verified against its pins before anything is loaded")
+    copy.add_argument("--specimen", metavar="NAME",
+                      help="a specimen of this checkout's artifacts/ (the stand-in is built or reused in the project "
+                           "cache)")
+
+
+def run(args) -> int:
+    from inferlab.replay import ReplayError, format_part, replay_run
+
+    if refuse_non_run("replay", args.record_dir):
+        return EXIT_UNREADABLE
+    try:
+        result = replay_run(args.record_dir, specimen=args.specimen, artifacts=args.artifacts)
+    except ReplayError as error:
+        print(f"replay: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    print(f"replay of {args.record_dir} on {result['specimen']} ({result['acquisition']}: {result['directory']})")
+    for part in result["parts"]:
+        for line in format_part(part):
+            print(line)
+    counted = [p for p in result["parts"] if p.compared or p.differences]
+    disagreeing = [p.name for p in counted if not p.agrees]
+    verdict = (f"all {len(counted)} compared parts agree" if result["agree"] else
+               f"{len(disagreeing)} of {len(counted)} compared parts disagree: {', '.join(disagreeing)}")
+    print(f"replay: {verdict} ({result['elapsed_s']:.1f} s)")
+    return EXIT_OK if result["agree"] else EXIT_PROBLEMS

@@ -1,0 +1,416 @@
+"""Replay: every deterministic computation a run recorded, done again on the grader's own verified copy of the
+specimen, and compared with the records.
+
+What is redone: the prompts' token ids, the 26 generation trials (greedy, and seeded sampling with every random
+generator reset as the experiment resets it), the raw first-step logits, the matched-prefix comparison, the
+timing trials' ids (one loop per prompt and cache setting: the 6 trials of a combination are the same
+computation) and the batching calls. Ids must agree exactly; logits within the protocol's declared tolerance,
+|a-b| <= atol + rtol*|b| with b the replayed value. Seeded sampling ids are compared only where the torch that
+drew them is the installed one (another torch may draw other numbers from the same seed); elsewhere they are
+listed, not counted.
+
+The computations are written here with plain transformers calls (from_pretrained under the protocol's controls,
+model.generate, and the model's forward), never through inferlab.sampling, decode_loop, cache_check or batching:
+a fault in the experiment's own code path cannot agree with itself. The specimen is acquired and verified by
+inferlab.specimen (a stand-in is built or reused in the project cache; --artifacts DIR is verified against the
+pins). Nothing is written into the run. The work is bounded by the protocol's own counts (26 + 4 generate calls,
+2 + 2m + 4 x 16 forwards) and stops at the protocol's session limit.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy
+
+from inferlab import protocol
+from inferlab.deterministic import deterministic_outputs, describe
+from inferlab.runview import RunView, not_a_run_reason
+
+LIMIT_S = protocol.SESSION_LIMIT_S  # a replay is bounded like the experiment's session
+SHOWN_DIFFERENCES = 8  # per part; the count says how many more
+
+
+class ReplayError(Exception):
+    """The replay cannot start: not a run, an unknown specimen, or a copy that fails verification."""
+
+
+@dataclass
+class Part:
+    """One computation replayed: how many recorded outputs were compared, each disagreement, and what was not
+    compared (with why)."""
+
+    name: str
+    compared: int = 0
+    differences: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        """Whether every compared output agreed (a part that compared nothing agrees with nothing: False)."""
+        return not self.differences and self.compared > 0
+
+    def check(self, what: str, recorded, replayed) -> bool:
+        """One exact comparison; a difference names what and both values."""
+        self.compared += 1
+        if recorded != replayed:
+            self.differences.append(f"{what}: recorded {describe(recorded)}, replayed {describe(replayed)}")
+            return False
+        return True
+
+    def close(self, what: str, recorded, replayed) -> None:
+        """One comparison within the declared tolerance (b = the replayed value), of numbers or arrays."""
+        self.compared += 1
+        if recorded is None:
+            self.differences.append(f"{what}: the run's saved tensor is missing or not as its record says")
+            return
+        a, b = numpy.asarray(recorded, dtype=numpy.float64), numpy.asarray(replayed, dtype=numpy.float64)
+        tolerance = protocol.CACHE_TOLERANCE
+        if a.shape != b.shape:
+            self.differences.append(f"{what}: recorded shape {list(a.shape)}, replayed {list(b.shape)}")
+            return
+        diff = numpy.abs(a - b)
+        if not bool((diff <= tolerance.atol + tolerance.rtol * numpy.abs(b)).all()):
+            self.differences.append(f"{what}: max |recorded - replayed| {float(diff.max()):.3g} exceeds "
+                                    f"{tolerance.describe('the replayed value')}")
+
+
+def _greedy_config(tokens: dict, **overrides):
+    """The protocol's complete greedy GenerationConfig, from scratch (nothing from the checkpoint is merged)."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(**protocol.GENERATION_FIXED, **protocol.CONDITIONS["G"].generate_kwargs(), **tokens,
+                            **overrides)
+
+
+class Replay:
+    """The grader's model and tokenizer, the run's view and outputs, and the parts as they are replayed."""
+
+    def __init__(self, view: RunView, model, tokenizer, started: float):
+        self.view = view
+        self.outputs = deterministic_outputs(view)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.started = started
+        self.parts: list[Part] = []
+        eos = tokenizer.eos_token_id
+        # The pad id is the checkpoint's own, else its EOS id: the vocabulary is never extended.
+        self.tokens = {"eos_token_id": eos, "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                       else eos, "bos_token_id": tokenizer.bos_token_id}
+        self.prompt_ids: dict[str, list[int]] = {}
+        self.greedy: dict[str, list[int]] = {}  # trial id -> the replayed ids of every greedy trial
+
+    # --- the bound ------------------------------------------------------------------------------------
+
+    def within_limit(self, part: Part) -> bool:
+        """False (and said in the part) once the replay has run for the protocol's session limit."""
+        if time.monotonic() - self.started <= LIMIT_S:
+            return True
+        part.differences.append(f"stopped: the replay ran past the protocol's session limit of {LIMIT_S} s")
+        return False
+
+    def saved(self, reference):
+        """A tensor the run saved, only if it matches its record's SHA-256 (else None: a difference)."""
+        return self.view.verified_tensor(reference) if isinstance(reference, dict) else None
+
+    # --- the parts ------------------------------------------------------------------------------------
+
+    def inputs(self) -> Part:
+        """The prompts tokenized without special tokens, as the protocol tokenizes them."""
+        part = Part("inputs")
+        recorded = self.outputs["prompts"]
+        for prompt_id, text in {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}.items():
+            ids = self.tokenizer(text, add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]
+            self.prompt_ids[prompt_id] = [int(i) for i in ids]
+            if prompt_id in recorded:
+                part.check(f"{prompt_id} token ids", recorded[prompt_id], self.prompt_ids[prompt_id])
+            else:
+                part.notes.append(f"{prompt_id}: no input record")
+        return part
+
+    def prompt_tensor(self, prompt_id: str):
+        """A prompt's replayed ids as a batch of one."""
+        import torch
+
+        return torch.tensor([self.prompt_ids[prompt_id]], dtype=torch.long)  # (1, T)
+
+    def generation(self) -> tuple[Part, Part]:
+        """The 26 trials: model.generate with the protocol's config, each sampling trial after every generator
+        the experiment seeds (torch, Python's random, NumPy's) is reset with its seed."""
+        import torch
+        from transformers import GenerationConfig
+
+        greedy, sampled = Part("generation (greedy)"), Part("generation (seeded sampling)")
+        recorded, absent = self.outputs["generation"], self.outputs["absent"]["generation"]
+        installed = importlib.metadata.version("torch")
+        same_torch = installed == self.outputs.get("torch_version")
+        if not same_torch:
+            sampled.notes.append(f"not counted: the run's torch is {self.outputs.get('torch_version')}, this one "
+                                 f"{installed}; the same seed may draw other numbers")
+        for trial in protocol.generation_trials():
+            condition = protocol.CONDITIONS[trial.condition]
+            part = sampled if condition.do_sample else greedy
+            if not self.within_limit(part):
+                return greedy, sampled
+            config = GenerationConfig(**protocol.GENERATION_FIXED, **condition.generate_kwargs(), **self.tokens)
+            input_ids = self.prompt_tensor(trial.prompt_id)  # (1, T)
+            if condition.do_sample:
+                torch.manual_seed(trial.seed)
+                random.seed(trial.seed)
+                numpy.random.seed(trial.seed)
+            output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                         generation_config=config, use_model_defaults=False)  # (1, T + n)
+            ids = output[0, input_ids.shape[1]:].tolist()
+            if not condition.do_sample:
+                self.greedy[trial.test_id] = ids
+            if trial.test_id not in recorded:
+                part.notes.append(f"{trial.test_id}: not in the run ({absent.get(trial.test_id, 'no record')})")
+            elif condition.do_sample and not same_torch:
+                agreed = recorded[trial.test_id]["ids"] == ids
+                part.notes.append(f"{trial.test_id}: {'the same ids' if agreed else 'other ids'} (not counted)")
+            else:
+                part.check(f"{trial.test_id} ids", recorded[trial.test_id]["ids"], ids)
+        return greedy, sampled
+
+    def first_step(self) -> Part:
+        """The raw first-step logits of each prompt (one plain forward over the prompt) against every saved
+        tensor of that prompt: selection acts after the forward, so every condition saved the same vector."""
+        part = Part("first-step logits")
+        saved = [r for r in self.view.kind("generation") if isinstance(r.get("first_step_logits"), dict)
+                 and r.get("status", "ok") == "ok"]
+        for prompt_id in protocol.PROMPTS:
+            mine = [r for r in saved if r.get("prompt_id") == prompt_id]
+            if not mine or not self.within_limit(part):
+                continue
+            logits = self.model(input_ids=self.prompt_tensor(prompt_id)).logits[0, -1].float().numpy()  # (vocab,)
+            for record in mine:
+                recorded = self.saved(record["first_step_logits"])
+                what = f"{prompt_id}/{record.get('condition')}"
+                part.close(f"{what} raw logits", recorded, logits)
+                if recorded is not None:
+                    part.check(f"{what} argmax", int(numpy.argmax(recorded)), int(numpy.argmax(logits)))
+        if not saved:
+            part.notes.append("the run saved no first-step logits")
+        return part
+
+    def matched_prefix(self) -> Part:
+        """Prompt plus the first k ids of the replayed reference trial, k = 0..m-1: the last position's logits
+        without a cache (a full forward) and with one (a prefill, then one fed id at a time)."""
+        import torch
+        from transformers import DynamicCache
+
+        part = Part("matched prefix")
+        cache = self.outputs.get("cache")
+        comparisons = self.view.kind("cache_comparison")
+        prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
+        reference = next((t.test_id for t in protocol.generation_trials()
+                          if (t.prompt_id, t.condition, t.repetition) == (prompt_id, condition, repetition)), None)
+        if not cache or not comparisons or reference not in self.greedy:
+            part.notes.append("the run holds no matched-prefix comparison")
+            return part
+        continuation = self.greedy[reference][:protocol.CACHE_MAX_TARGET_TOKENS]
+        part.check("continuation (the reference trial's first ids)", cache.get("continuation"), continuation)
+        prompt = self.prompt_ids[prompt_id]
+        past = DynamicCache(config=self.model.config)
+        for k, record in enumerate(comparisons[:len(continuation)]):
+            if not self.within_limit(part):
+                break
+            prefix = prompt + continuation[:k]
+            uncached = self.model(input_ids=torch.tensor([prefix]), use_cache=False).logits[0, -1]  # (vocab,)
+            fed = prefix if k == 0 else continuation[k - 1:k]
+            output = self.model(input_ids=torch.tensor([fed]), past_key_values=past, use_cache=True)
+            past = output.past_key_values
+            cached = output.logits[0, -1]  # (vocab,)
+            what = f"prefix length {len(prefix)}"
+            part.check(f"{what} prefix length", record.get("prefix_length"), len(prefix))
+            part.check(f"{what} argmax uncached", record.get("argmax_uncached"), int(uncached.argmax()))
+            part.check(f"{what} argmax cached", record.get("argmax_cached"), int(cached.argmax()))
+            top = torch.topk(uncached.double(), 2).values
+            part.close(f"{what} top-two margin (uncached)", record.get("top2_margin_uncached"), float(top[0] - top[1]))
+            tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
+            for name, mine in (("uncached", uncached), ("cached", cached)):
+                part.close(f"{what} {name} logits", self.saved(tensors.get(name)), mine.float().numpy())
+        return part
+
+    def timing(self) -> Part:
+        """Each (prompt, cache on or off) of the timing schedule: exactly 16 greedy selections, EOS not a stop,
+        one forward each (cache on: one new id into the cache; cache off: the whole sequence again), against the
+        ids of every recorded trial of that combination."""
+        import torch
+        from transformers import DynamicCache
+
+        part = Part("timing trials' ids")
+        recorded, absent = self.outputs["timing"], self.outputs["absent"]["timing"]
+        combinations = list(dict.fromkeys((t.prompt_id, t.use_cache) for t in protocol.timing_schedule()))
+        for prompt_id, use_cache in combinations:
+            if not self.within_limit(part):
+                break
+            sequence = list(self.prompt_ids[prompt_id])
+            past = DynamicCache(config=self.model.config) if use_cache else None
+            fed = sequence
+            for _ in range(protocol.TIMING_NEW_TOKENS):
+                output = self.model(input_ids=torch.tensor([fed]), past_key_values=past, use_cache=use_cache,
+                                    logits_to_keep=protocol.LOGITS_TO_KEEP)
+                past = output.past_key_values if use_cache else None
+                sequence.append(int(output.logits[0, -1].argmax()))
+                fed = sequence[-1:] if use_cache else sequence
+            ids = sequence[len(self.prompt_ids[prompt_id]):]
+            for trial in protocol.timing_schedule():
+                if (trial.prompt_id, trial.use_cache) != (prompt_id, use_cache):
+                    continue
+                if trial.test_id in recorded:
+                    part.check(f"{trial.test_id} ids", recorded[trial.test_id]["ids"], ids)
+                else:
+                    part.notes.append(f"{trial.test_id}: not in the run ({absent.get(trial.test_id, 'no record')})")
+        return part
+
+    def batching(self) -> Part:
+        """Each recorded batching call: its requests' prompts left-padded with the pad id, one greedy
+        model.generate, its raw ids per row and its first step's logits."""
+        import torch
+
+        part = Part("batching")
+        calls = [r for r in self.view.kind("batching") if r.get("record_type") == "call"]
+        if not calls:
+            part.notes.append("the run holds no batching call (the optional extension was left out or did not run)")
+            return part
+        config = _greedy_config(self.tokens, output_logits=True, return_dict_in_generate=True)
+        pad = self.tokens["pad_token_id"]
+        for call in calls:
+            requests = call.get("request_ids")
+            if not isinstance(requests, list) or not all(r in self.prompt_ids for r in requests):
+                part.differences.append(f"call {call.get('call_index')}: requests {requests!r} are not the protocol's")
+                continue
+            if not self.within_limit(part):
+                break
+            rows = [self.prompt_ids[r] for r in requests]
+            width = max(map(len, rows))
+            input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])  # (B, T_max), left-padded
+            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])  # (B, T_max)
+            output = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
+                                         use_model_defaults=False)
+            where = f"call {call.get('call_index')} {requests}"
+            part.check(f"{where} raw ids", call.get("generated_ids_raw"), output.sequences[:, width:].tolist())
+            part.close(f"{where} first-step logits", self.saved(call.get("first_step_logits")),
+                       output.logits[0].float().numpy())  # (B, vocab)
+        return part
+
+    def run(self) -> list[Part]:
+        """Every part, in the protocol's order."""
+        import torch
+
+        with torch.inference_mode():
+            self.parts = [self.inputs(), *self.generation(), self.first_step(), self.matched_prefix(), self.timing(),
+                          self.batching()]
+        return self.parts
+
+
+# --- the grader's copy ---------------------------------------------------------------------------------
+
+
+def grader_spec(view: RunView, specimen: Optional[str]):
+    """The spec the grader's copy is verified against: --specimen NAME's, else this checkout's spec of the run's
+    specimen, else the pins the run recorded (a specimen this checkout does not know); with a line saying which."""
+    import dataclasses
+
+    from inferlab.specimen import SpecimenError, SpecimenSpec, load_runnable_spec, load_spec, spec_problems
+
+    recorded = view.specimen_spec()
+    name = specimen or recorded.get("name")
+    try:
+        if specimen is not None:
+            return load_runnable_spec(specimen), f"--specimen {specimen} (this checkout's artifacts/{specimen}.json)"
+        return load_spec(name), f"this checkout's artifacts/{name}.json (the run's specimen)"
+    except SpecimenError as error:
+        if specimen is not None:
+            raise ReplayError(str(error)) from error
+    fields = {f.name for f in dataclasses.fields(SpecimenSpec)}
+    try:
+        spec = SpecimenSpec(**{key: (tuple(value) if isinstance(value, list) and key in ("files", "optional_files")
+                                     else value) for key, value in recorded.items() if key in fields})
+    except TypeError as error:
+        raise ReplayError(f"the run's specimen {name!r} is not in this checkout, and the run's record of its pins "
+                          f"is incomplete ({error})") from error
+    problems = spec_problems(spec)
+    if problems:
+        raise ReplayError(f"the run's specimen {name!r} is not in this checkout, and its recorded pins are not a "
+                          f"valid spec: {'; '.join(problems)}")
+    return spec, f"the pins the run recorded for {name!r} (this checkout has no artifacts/{name}.json)"
+
+
+def specimen_part(view: RunView, spec, verification: dict, how: str) -> Part:
+    """The run's specimen against the grader's copy: its name, revision and pinned file hashes."""
+    part = Part("specimen")
+    part.notes.append(f"verified against {how}")
+    recorded = view.specimen_spec()
+    part.check("specimen name", recorded.get("name"), spec.name)
+    part.check("revision", recorded.get("revision"), spec.revision)
+    copy = {row["name"]: row.get("sha256") for row in verification.get("files", []) if row.get("present")}
+    for record in view.kind("artifact_file"):
+        if record.get("name") in copy:
+            part.check(f"{record['name']} sha256", record.get("sha256"), copy[record["name"]])
+    return part
+
+
+def load_model(directory: Path, verification: dict):
+    """The model and tokenizer from the verified copy, under the protocol's controls, with plain transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from inferlab.loading import verified_copy
+
+    torch.set_num_threads(protocol.INTRA_OP_THREADS)
+    try:
+        torch.set_num_interop_threads(protocol.INTER_OP_THREADS)
+    except RuntimeError:  # already set in this process (only once is allowed); the intra-op count decides here
+        pass
+    with verified_copy(directory, verification) as private:  # each file re-hashed as it is copied, then loaded
+        model = AutoModelForCausalLM.from_pretrained(
+            private, dtype=getattr(torch, protocol.TORCH_DTYPE), attn_implementation=protocol.ATTN_IMPLEMENTATION,
+            trust_remote_code=False, use_safetensors=True, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(private, local_files_only=True, trust_remote_code=False)
+    return model.eval(), tokenizer
+
+
+def replay_run(run_dir, *, specimen: Optional[str] = None, artifacts: Optional[str] = None) -> dict:
+    """Replay a run on the grader's copy: {parts: [Part], agree, elapsed_s, acquisition, directory}.
+
+    Raises ReplayError when it cannot start (not a run, an unknown specimen, a copy that fails verification)."""
+    from inferlab.specimen import SpecimenError, acquire
+
+    started = time.monotonic()
+    reason = not_a_run_reason(Path(run_dir))
+    if reason:
+        raise ReplayError(reason)
+    view = RunView.read(Path(run_dir))
+    spec, how = grader_spec(view, specimen)
+    try:
+        acquired = acquire(spec, artifacts_dir=artifacts)
+    except SpecimenError as error:
+        raise ReplayError(f"the grader's copy could not be acquired and verified: {error}") from error
+    model, tokenizer = load_model(Path(acquired["directory"]), acquired["verification"])
+    parts = [specimen_part(view, spec, acquired["verification"], how)]
+    parts += Replay(view, model, tokenizer, started).run()
+    counted = [p for p in parts if p.compared or p.differences]
+    return {"parts": parts, "agree": bool(counted) and all(p.agrees for p in counted),
+            "elapsed_s": time.monotonic() - started, "acquisition": acquired["acquisition"],
+            "directory": acquired["directory"], "specimen": spec.name}
+
+
+def format_part(part: Part) -> list[str]:
+    """A part's verdict line, then its differences (the first few) and its notes."""
+    if part.differences:
+        head = f"{part.name}: DISAGREES ({len(part.differences)} of {part.compared} differ)"
+    elif part.compared:
+        head = f"{part.name}: agrees ({part.compared} of {part.compared})"
+    else:
+        head = f"{part.name}: nothing to compare"
+    lines = [head] + [f"  {line}" for line in part.differences[:SHOWN_DIFFERENCES]]
+    if len(part.differences) > SHOWN_DIFFERENCES:
+        lines.append(f"  ... and {len(part.differences) - SHOWN_DIFFERENCES} more")
+    return lines + [f"  note: {note}" for note in part.notes]

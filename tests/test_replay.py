@@ -1,0 +1,103 @@
+"""replay: a run's deterministic computations redone on the grader's own verified copy of the specimen, with
+plain transformers calls, and compared with the records (issue 25 item 3; docs/trust.md).
+
+The session's one real stand-in run (conftest.standin_run) is replayed once through the command line; the
+forged copy reuses one loaded model and replays only the parts its edits touch."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+
+import pytest
+
+from inferlab import protocol, specimen
+from inferlab.__main__ import main
+from inferlab.records import MANIFEST_FILE, file_inventory
+from inferlab.replay import Replay, load_model
+from inferlab.runview import RunView
+
+from forging import find, forge
+
+
+@pytest.fixture(scope="module")
+def honest(standin_run, standin_dir):
+    """`replay RUN --artifacts DIR` of the honest run: (exit status, output lines, the run's files before, after)."""
+    before = file_inventory(standin_run)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["replay", str(standin_run), "--artifacts", str(standin_dir)])
+    return status, out.getvalue().splitlines(), before, file_inventory(standin_run)
+
+
+def test_an_honest_run_replays_in_full_and_every_part_agrees(honest, standin_run):
+    status, lines, _, _ = honest
+    records = [json.loads(line) for line in (standin_run / "records.jsonl").read_text().splitlines()]
+    prefixes = sum(1 for r in records if r["kind"] == "cache_comparison")
+    calls = sum(1 for r in records if r["kind"] == "batching" and r["record_type"] == "call")
+    greedy = sum(1 for t in protocol.generation_trials() if not protocol.CONDITIONS[t.condition].do_sample)
+    expected = {
+        "specimen": 2 + len(protocol.ALLOWLISTED_FILES),  # name, revision, each file's hash
+        "inputs": len({**protocol.PROMPTS, **protocol.TIMING_PROMPTS}),
+        "generation (greedy)": greedy,
+        "generation (seeded sampling)": len(protocol.generation_trials()) - greedy,
+        "first-step logits": 2 * 2 * len(protocol.CONDITIONS),  # per prompt and condition: the vector, its argmax
+        "matched prefix": 1 + 6 * prefixes,  # the continuation; per prefix its length, 2 argmaxes, margin, 2 vectors
+        "timing trials' ids": len(protocol.timing_schedule()),
+        "batching": 2 * calls,  # per call its raw ids and its first step's logits
+    }
+    for part, count in expected.items():
+        assert f"{part}: agrees ({count} of {count})" in lines, (part, lines)
+    assert status == 0 and lines[-1].startswith(f"replay: all {len(expected)} compared parts agree")
+
+
+def test_replay_writes_nothing_into_the_run(honest):
+    _, _, before, after = honest
+    assert after == before
+
+
+@pytest.fixture(scope="module")
+def grader_model(standin_dir):
+    """The grader's model and tokenizer, loaded once as replay loads them."""
+    verification = specimen.check_specimen_files(standin_dir, specimen.load_spec("standin"))
+    return load_model(standin_dir, verification)
+
+
+def test_a_run_whose_ids_were_edited_disagrees_and_names_each_trial(standin_run, grader_model, tmp_path):
+    """Greedy and timing ids edited (and re-hashed); the run also says another torch drew its seeded ids, so
+    those are listed, not counted."""
+    def edit(records):
+        find(records, "generation", trial_id="P1-G-rep2")["generated_ids"][4] += 1
+        find(records, "timing_trial", schedule_id="P1x8-cache_on-rep2")["generated_ids"][9] += 1
+
+    run = forge(standin_run, tmp_path / "edited", edit)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    manifest["distributions"]["torch"] = "2.0.0"
+    (run / MANIFEST_FILE).write_text(json.dumps(manifest))
+    import torch
+
+    model, tokenizer = grader_model
+    replay = Replay(RunView.read(run), model, tokenizer, time.monotonic())
+    with torch.inference_mode():
+        parts = {p.name: p for p in (replay.inputs(), *replay.generation(), replay.timing())}
+    assert parts["inputs"].agrees
+    for name, trial in (("generation (greedy)", "P1-G-rep2"), ("timing trials' ids", "P1x8-cache_on-rep2")):
+        assert not parts[name].agrees and len(parts[name].differences) == 1, parts[name]
+        assert parts[name].differences[0].startswith(f"{trial} ids: recorded "), parts[name].differences
+        assert ", replayed " in parts[name].differences[0]
+    sampled = parts["generation (seeded sampling)"]
+    assert sampled.compared == 0 and not sampled.differences and "the run's torch is 2.0.0" in sampled.notes[0]
+    assert sum(note.endswith("the same ids (not counted)") for note in sampled.notes) == 20
+
+
+def test_replay_refuses_what_is_not_a_run_or_a_copy_that_fails_verification(standin_run, tmp_path, capsys):
+    assert main(["replay", str(tmp_path), "--specimen", "standin"]) == 2
+    assert "is not a run's record dir" in capsys.readouterr().err
+    (tmp_path / "copy").mkdir()
+    assert main(["replay", str(standin_run), "--artifacts", str(tmp_path / "copy")]) == 2
+    assert "failed verification" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        main(["replay", str(standin_run), "--artifacts", str(tmp_path), "--specimen", "standin"])
+    assert usage.value.code == 2
