@@ -300,11 +300,19 @@ def _fake_text(ids: list[int]) -> str:
     return "".join({0: "", 5: " |", 7: "\n"}.get(i, f" w{i}") for i in ids)
 
 
-def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -> Path:
-    """A complete protocol run's record dir (26 generations, 24 timing trials, cache, memory, batching)."""
+def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed: Optional[int] = None) -> Path:
+    """A complete protocol run's record dir (26 generations, 24 timing trials, cache, memory, batching).
+
+    timing_seed: another honest run of the same computation on another machine: the same ids and logits, the
+    timings drawn anew (None: drawn with the ids, as every earlier build)."""
     import torch
 
     rng = random.Random(seed)
+    timing_rng = random.Random(timing_seed) if timing_seed is not None else None
+
+    def timing_noise() -> float:
+        draw = rng.random()  # drawn either way, so that the ids drawn after it stay the same
+        return timing_rng.random() if timing_rng is not None else draw
     run = RunBuilder(directory, "standin" if synthetic else protocol.DEFAULT_SPECIMEN, synthetic)
     tests = all_nodeids()
     run.write_plan(tests)
@@ -409,12 +417,12 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0) -
     trials = []
     for trial in protocol.timing_schedule():
         length = len(prompt_ids[trial.prompt_id])
-        prefill = 0.002 * (1 + length / 40) + rng.random() * 1e-4
+        prefill = 0.002 * (1 + length / 40) + timing_noise() * 1e-4
         step = 0.001 if trial.use_cache else 0.001 * (1 + length / 40)
         times, now = [], prefill + 2e-5
         for _ in range(protocol.TIMING_NEW_TOKENS):
             times.append(now)
-            now += step + rng.random() * 1e-4
+            now += step + timing_noise() * 1e-4
         ids = greedy["P1"] if trial.prompt_id == "P1" else [rng.randrange(0, 3) for _ in range(16)]
         if not trial.use_cache and trial.prompt_id == "P1x8":
             ids = ids[:10] + [1] * 6  # cache on and off diverge at index 10
@@ -657,13 +665,14 @@ def edit_manifest(directory: Path, **fields) -> None:
     write_json_atomic(Path(directory) / MANIFEST_FILE, manifest)
 
 
-def build_rich_run(directory: Path, session_end: Optional[dict] = None, transform=None, **evidence) -> Path:
+def build_rich_run(directory: Path, session_end: Optional[dict] = None, transform=None,
+                   timing_seed: Optional[int] = None, **evidence) -> Path:
     """A complete run with every newer record and field, a session_end (overridable) and its report.
 
     transform(records) may alter the records before session_end is appended (to make a run partial,
     failed or interrupted); session_end holds overrides of the session_end fields.
     """
-    build_complete_run(directory)
+    build_complete_run(directory, timing_seed=timing_seed)
     edit_manifest(directory, command=TYPED_COMMAND)
 
     def change(records):

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from inferlab import addenda, environment, predictions, summaries
+from inferlab import addenda, environment, predictions
 from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
 from inferlab.verify import verify_run
 
@@ -104,16 +104,16 @@ def add_tokenization_phases(records: list[dict]) -> list[dict]:
     return out
 
 
-def build_honest_run(directory: Path, synthetic: bool = True, seed: int = 0) -> Path:
+def build_honest_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed=None) -> Path:
     """A complete run with every record the checklist asks for and this checkout's source hashes, but no
     predictions and nothing attached (give_predictions and attach_file add those)."""
     from fixtures_records import build_complete_run, new_evidence_records, rerender, \
         session_end_record, TYPED_COMMAND
 
     if synthetic and seed == 0:
-        build_rich_run(directory, transform=add_tokenization_phases)
+        build_rich_run(directory, transform=add_tokenization_phases, timing_seed=timing_seed)
     else:  # build_rich_run's steps, with the specimen and the seed chosen
-        build_complete_run(directory, synthetic=synthetic, seed=seed)
+        build_complete_run(directory, synthetic=synthetic, seed=seed, timing_seed=timing_seed)
         edit_manifest(directory, command=TYPED_COMMAND)
 
         def change(records):
@@ -152,23 +152,10 @@ def change_one_character(run_dir: Path) -> None:
 
 
 def rerun_elsewhere(source: Path, target: Path) -> Path:
-    """Another honest run of the same specimen on a slower machine: the same ids and logits (the arithmetic is the
-    same), every timing 1.37 times longer, its summaries recomputed from its trials, another CPU in the manifest."""
-    run = copy_run(source, target)
-
-    def slower(records):
-        trials = [r for r in records if r["kind"] == "timing_trial"]
-        for trial in trials:
-            for name in ("prefill_s", "ttft_s", "loop_s", "mean_post_first_interval_s"):
-                trial[name] *= 1.37
-            trial["token_times_s"] = [t * 1.37 for t in trial["token_times_s"]]
-        for record in records:
-            if record["kind"] == "timing_summary":
-                fresh = summaries.timing_summary(trials, record["prompt_id"], record["use_cache"])
-                record.update(fresh)
-        return records
-
-    rewrite_records(run, slower)
+    """Another honest run of the same specimen (built as `source` was, by build_honest_run) on another machine:
+    the same ids and logits (the arithmetic is the same), timings of its own, another CPU in the manifest.
+    (Scaling source's timings instead would be a forgery, and verify's consistency checks catch it.)"""
+    run = build_honest_run(target, timing_seed=1370)
     manifest = json.loads((run / MANIFEST_FILE).read_text())
     edit_manifest(run, platform={**manifest["platform"], "cpu_model": "Another CPU"},
                   started_utc="2026-11-30T10:00:00+00:00")

@@ -15,6 +15,7 @@ from inferlab import protocol
 from inferlab.__main__ import main
 from inferlab.grading import formats
 from inferlab.grading.grade import grade_source
+from inferlab.plan import plan_totals
 from inferlab.grading.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
 from inferlab.records import RECORDS_FILE, write_json_atomic
 
@@ -195,7 +196,7 @@ def partial_sampling_run(directory: Path) -> Path:
     dropped = sum(1 for e in plan["schedule"] if keep not in e["test"])
     plan["schedule"] = [e for e in plan["schedule"] if keep in e["test"]]
     reasons = [f"-k 'sampling' deselected {dropped} protocol test(s)"]
-    plan["totals"]["timing_warmups"] = plan["totals"]["timing_measured"] = 0
+    plan["totals"] = plan_totals(plan["schedule"])  # as the plan of such a selection counts them
     plan.update(partial_reasons=reasons + protocol.shortfalls(plan["totals"]), protocol_complete=False)
     write_json_atomic(directory / "plan.json", plan)
 
