@@ -27,7 +27,7 @@ EXIT_CODES = """exit status:
   3    report --check met pages another report renderer version wrote (not compared)
   141  the reader of the output went away (... | head)"""
 # The subcommands in the order --help lists them: modules of this package.
-COMMANDS = ("verify", "report", "compare", "check_artifacts")
+COMMANDS = ("verify", "report", "compare", "check_artifacts", "attach", "revise")
 
 
 def directory(value: str) -> Path:

@@ -22,6 +22,7 @@ def run(args) -> int:
 def run_verify(record_dir, all_passed: bool) -> int:
     """`verify DIR`: one line per problem, then the verdict line; the exit code."""
     from inferlab.verify import verify_run
+    from inferlab.verify.addenda import described
 
     if refuse_non_run("verify", record_dir):
         return EXIT_UNREADABLE
@@ -38,12 +39,13 @@ def run_verify(record_dir, all_passed: bool) -> int:
                     f"or never reached (said once above)") if result["not_listed"] else ""
         print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
         return EXIT_PROBLEMS
+    attached = f"; {described(result['addenda'])}" if result["addenda"] else ""
     if result["plan_folder"]:
         print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
-              f"no test ran and nothing was measured")
+              f"no test ran and nothing was measured{attached}")
         return EXIT_OK
     gaps = len(result["explained_gaps"])
     tail = "" if result["all_tests_passed"] else (
         f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
-    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}")
+    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}{attached}")
     return EXIT_OK

@@ -121,6 +121,10 @@ def section_conclusions(view: RunView) -> list[str]:
              "> **These are prompts for you, the learner, not conclusions.** The numbers come from the records "
              "(median [min–max]); the claims are yours to make, check and write in your own words, separately from "
              "your predictions.", "",
+             "Write them in a copy of explanation.md and keep it with this run: `python -m inferlab attach DIR FILE` "
+             "(a revised cache criterion: `python -m inferlab revise DIR --cache-criterion ATOL,RTOL --justification "
+             "TEXT`); `python -m inferlab report DIR --after` then prints the after-run page, your predictions beside "
+             "your explanation, which is not kept in this folder.", "",
              f"**On selection.** Greedy repetitions identical: {greedy}. Distinct continuations over three seeds: "
              f"{distinct}. {produced}. Prompt: the raw first-step logits are the same under every "
              "condition; what did temperature change, and what did top-p change, in the distribution above? What do "
