@@ -77,8 +77,9 @@ def verdict_lines(document: dict) -> list[str]:
         return {True: "passed", False: "FAILED"}.get(value, "not recorded")
 
     declared, revised = document["declared"], document["revised"]
-    lines = [f"{NAME}: the saved logits of {len(document['prefixes'])} prefix(es), each matching its recorded SHA-256, "
-             f"judged again",
+    count = len(document["prefixes"])
+    lines = [f"{NAME}: the saved logits of {count} {'prefix' if count == 1 else 'prefixes'}, each matching its "
+             f"recorded SHA-256, judged again",
              f"  declared ({declared['recorded_in']}, as recorded): {declared['rule']}",
              f"  revised (yours, with your justification):  {revised['rule']}",
              f"  {'prefix length':>13}  {'declared':>12}  {'revised':>8}  revised fail fraction"]
