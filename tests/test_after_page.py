@@ -115,3 +115,19 @@ def test_report_md_says_where_the_after_run_page_comes_from_and_attaching_leaves
     capsys.readouterr()
     assert main(["report", str(run), "--check"]) == 0  # the addenda are not the session's pages' input
     assert "regenerated text is identical" in capsys.readouterr().out
+
+
+def test_a_ledger_entry_pointing_outside_addenda_is_never_read(run, tmp_path, capsys):
+    import json
+
+    secret = tmp_path / "secret.md"
+    secret.write_text("## 1. Will repeated greedy runs\nnot for this page\n")
+    (run / "addenda").mkdir()
+    (run / "addenda/link.md").symlink_to(secret)
+    base = {"schema": 1, "kind": "explanation", "original_name": "x.md", "size": 1, "sha256": "0" * 64,
+            "attached_utc": "2025-01-02T00:00:00+00:00", "manifest_sha256": "0" * 64, "structure": None,
+            "tool": "inferlab attach"}
+    lines = [{**base, "seq": 0, "file": f"../../{secret.name}"}, {**base, "seq": 1, "file": "addenda/link.md"}]
+    (run / "addenda.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    page = after(run, capsys)
+    assert "not for this page" not in page and "**What `verify` says of the addenda:**" in page

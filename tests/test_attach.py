@@ -221,6 +221,15 @@ def test_a_damaged_ledger_is_not_appended_to(run, explanation, capsys):
     assert f"{run / addenda.LEDGER_FILE} is damaged (line 2" in err
 
 
+def test_a_session_inventory_that_lists_addenda_is_not_added_to(run, explanation, capsys):
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["files"]["addenda.jsonl"] = {"size": 0, "sha256": "0" * 64}  # attached while the session ran
+    edit_manifest(run, files=manifest["files"])
+    err = refused(["attach", str(run), str(explanation)], run, capsys, 1)
+    assert "the session's inventory in manifest.json lists addenda.jsonl" in err
+    assert "adding to it would change a file the session wrote" in err
+
+
 def test_a_bad_kind_and_the_kind_only_revise_writes_are_usage_errors(run, explanation, capsys):
     before = tree(run)
     for kind, words in (("Notes!", "expected a lower-case word"), ("revised_criterion", "written by `revise")):

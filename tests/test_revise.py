@@ -15,20 +15,10 @@ from inferlab.revised_criterion import RevisedCriterion, evaluate, judge
 from inferlab.runview import RunView
 from inferlab.verify import verify_run
 
-from fixtures_records import build_complete_run, build_failed_run, copy_run
-from test_attach import SCHEMA1_RUN, answered_explanation, ledger, tree
+from fixtures_records import build_failed_run, copy_run
+from test_attach import SCHEMA1_RUN, answered_explanation, built, ledger, run, tree  # noqa: F401 (fixtures)
 
 JUSTIFICATION = "the one-token path sums in another order; errors near 1e-6 are rounding, not a cache fault"
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    return build_complete_run(tmp_path_factory.mktemp("revise") / "built")
-
-
-@pytest.fixture
-def run(built, tmp_path) -> Path:
-    return copy_run(built, tmp_path / "run")
 
 
 @pytest.fixture

@@ -19,7 +19,14 @@ import json
 import re
 from typing import Optional
 
-from inferlab.addenda import EXPLANATION_KIND, REVISED_KIND, entry_findings, sections, sha256_of_file
+from inferlab.addenda import (
+    EXPLANATION_KIND,
+    REVISED_KIND,
+    entry_findings,
+    sections,
+    sha256_of_file,
+    stored_path_error,
+)
 from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE
 from inferlab.report.fmt import MISSING, code, table, text_cell, yes_no
 from inferlab.report.page import SYNTHETIC_BANNER
@@ -44,6 +51,14 @@ def _read(view: RunView, relative: str) -> Optional[str]:
         return (view.directory / relative).read_text(encoding="utf-8", errors="replace")
     except (OSError, TypeError):
         return None
+
+
+def _addendum_text(view: RunView, entry: Optional[dict]) -> Optional[str]:
+    """An addendum's text, only from a regular file directly under addenda/ (never through a link or '..')."""
+    if entry is None or view.directory is None or stored_path_error(entry.get("file")) is not None:
+        return None
+    path = view.directory / entry["file"]
+    return _read(view, entry["file"]) if path.is_file() and not path.is_symlink() else None
 
 
 def _numbered(text: Optional[str]) -> dict[int, tuple[str, list[str]]]:
@@ -92,6 +107,7 @@ class AfterPage:
     # --- the page ---------------------------------------------------------------------------------
 
     def render(self) -> str:
+        """The whole page as Markdown."""
         view = self.view
         name = view.directory.name if view.directory is not None else "(a run)"
         lines = [f"# Before and after the run: {name}", "",
@@ -106,6 +122,7 @@ class AfterPage:
         return "\n".join(lines).rstrip("\n") + "\n"
 
     def facts(self) -> list[str]:
+        """The run in four rows: where, how its session ended, its manifest now, how many addenda."""
         view = self.view
         how = "finished" if view.ending == "finished" else f"**{view.ending}**: {text_cell(view.unfinished)}"
         rows = [["record dir", code(str(view.directory))], ["how the session ended", how],
@@ -114,10 +131,12 @@ class AfterPage:
         return table(["", ""], rows) + [""]
 
     def latest(self, kind: str) -> Optional[dict]:
+        """The last ledger entry of a kind (the newest version), or None."""
         entries = [entry for entry in self.view.addenda if entry.get("kind") == kind]
         return entries[-1] if entries else None
 
     def predictions_and_explanation(self) -> list[str]:
+        """Where the predictions and the latest explanation come from, then the two side by side."""
         view = self.view
         predictions = view.manifest.get("predictions") if isinstance(view.manifest.get("predictions"), dict) else {}
         lines = ["## Predictions (before the run) beside the explanation (after it)", ""]
@@ -136,7 +155,7 @@ class AfterPage:
             lines.append("**Written before the run:** no predictions were supplied (`--predictions FILE`), so there "
                          "is nothing from before the run to set beside the explanation.")
         entry = self.latest(EXPLANATION_KIND)
-        explained_text = _read(view, entry["file"]) if entry and isinstance(entry.get("file"), str) else None
+        explained_text = _addendum_text(view, entry)
         if entry is None:
             lines += ["", "**Written after the run:** no explanation is attached yet. Fill in a copy of "
                       "explanation.md and keep it with the run: `python -m inferlab attach DIR FILE`.", ""]
@@ -151,6 +170,7 @@ class AfterPage:
         return lines
 
     def questions(self, predicted_text, explained_text, entry) -> list[str]:
+        """Each numbered question: predicted before, revisited after; then the explanation's other sections."""
         predicted, explained = _numbered(predicted_text), _numbered(explained_text)
         lines = []
         for number in sorted(set(predicted) | set(explained)):
@@ -179,12 +199,13 @@ class AfterPage:
         for entry in self.view.addenda:
             if entry.get("kind") == REVISED_KIND and not self.findings.get(entry.get("seq")):
                 try:
-                    kept.append((entry, json.loads(_read(self.view, entry["file"]) or "")))
+                    kept.append((entry, json.loads(_addendum_text(self.view, entry) or "")))
                 except ValueError:
                     continue
         return kept
 
     def criteria(self) -> list[str]:
+        """The declared criterion beside every revised one, and their verdicts per prefix."""
         from inferlab.revise import declared_verdict
 
         view = self.view
@@ -230,6 +251,7 @@ class AfterPage:
     # --- every addendum ------------------------------------------------------------------------
 
     def every_addendum(self) -> list[str]:
+        """Every ledger entry with its state now, and what verify says of the addenda."""
         from inferlab.verify.addenda import addenda_problems
 
         lines = ["## Every addendum (added after the session)", ""]
