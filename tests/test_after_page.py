@@ -56,7 +56,8 @@ def test_the_page_sets_each_prediction_beside_its_revisit_and_labels_both(run, t
     digest = sha256_file(run / PREDICTIONS_FILE)
     assert (f"**Written before the run:** `predictions.md`, copied into the run folder at 2025-01-01T00:00:00+00:00, "
             f"before any model computation") in page and f"`{digest[:16]}`…, the copy matches it" in page
-    assert "**Written after the run:** the latest explanation, `addenda/explanation.md`" in page and "now: intact" in page
+    assert "**Written after the run:** the latest explanation, `addenda/explanation.md`" in page
+    assert "now: intact" in page
     question = page[page.index("### 1. Will repeated greedy runs"):page.index("### 2.")]
     assert question.index("*Predicted before the run*") < question.index(f"> {PREDICTED}")
     assert question.index(f"> {PREDICTED}") < question.index("*Revisited after the run* (addenda/explanation.md)")
@@ -65,7 +66,8 @@ def test_the_page_sets_each_prediction_beside_its_revisit_and_labels_both(run, t
     criteria = page[page.index("## The cache criterion"):page.index("## Every addendum")]
     assert "| declared | `\\|a-b\\| <= 1e-05 + 0.0001*\\|b\\| (b = uncached reference)`" in criteria
     assert "| revised after the run (seq 1) | `\\|a-b\\| <= 0 + 0*\\|b\\|" in criteria
-    assert "exactness, for the record" in criteria and "| prefix length | declared (as recorded) | revised after" in criteria
+    assert "exactness, for the record" in criteria
+    assert "| prefix length | declared (as recorded) | revised after" in criteria
     first, second = [r["prefix_length"] for r in RunView.read(run).kind("cache_comparison")][:2]
     assert f"| {first} | yes | yes |" in criteria and f"| {second} | yes | **no** |" in criteria  # bitwise, then not
     assert "| 0 | explanation | `addenda/explanation.md`" in page and "| 1 | revised_criterion |" in page

@@ -51,7 +51,8 @@ def run_revise(record_dir: Path, criterion, justification: str) -> int:
 
     if not justification.strip():
         print(f"{NAME}: --justification {justification!r}: expected a sentence saying why "
-              f"{criterion.tolerance.describe()} is justified, actual a blank text; nothing was written", file=sys.stderr)
+              f"{criterion.tolerance.describe()} is justified, actual a blank text; nothing was written",
+              file=sys.stderr)
         return EXIT_UNREADABLE
     revised = RevisedCriterion(tolerance=criterion.tolerance, justification=justification.strip())
     try:

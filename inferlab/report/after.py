@@ -27,7 +27,7 @@ from inferlab.addenda import (
     sha256_of_file,
     stored_path_error,
 )
-from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE
+from inferlab.records import PREDICTIONS_FILE
 from inferlab.report.fmt import MISSING, code, table, text_cell, yes_no
 from inferlab.report.page import SYNTHETIC_BANNER
 from inferlab.runview import RunView
@@ -89,8 +89,9 @@ class AfterPage:
 
     def __init__(self, view: RunView):
         self.view = view
-        self.manifest_now = (sha256_of_file(view.directory / MANIFEST_FILE)
-                             if view.directory is not None and (view.directory / MANIFEST_FILE).is_file() else None)
+        from inferlab.verify.addenda import manifest_sha256
+
+        self.manifest_now = manifest_sha256(view)
         self.findings = {entry.get("seq"): entry_findings(view.directory, entry, self.manifest_now)
                          for entry in view.addenda} if view.directory is not None else {}
 
@@ -176,7 +177,8 @@ class AfterPage:
         for number in sorted(set(predicted) | set(explained)):
             heading = (predicted.get(number) or explained.get(number))[0]
             lines += [f"### {text_cell(heading)}", "", f"*Predicted before the run* ({PREDICTIONS_FILE}):", ""]
-            lines += _quote(predicted[number][1]) if number in predicted else ["*(no such question in the predictions)*"]
+            lines += (_quote(predicted[number][1]) if number in predicted
+                      else ["*(no such question in the predictions)*"])
             lines += ["", f"*Revisited after the run* ({entry['file'] if entry else 'no explanation attached'}):", ""]
             lines += _quote(explained[number][1]) if number in explained else ["*(not revisited in the explanation)*"]
             lines.append("")
@@ -186,7 +188,8 @@ class AfterPage:
                 if level > 1 and not NUMBERED.match(heading) and heading.lower() != "predictions revisited"]
         lines += ["## Conclusions and limitations (written after the run)", ""]
         if not sections(explained_text):
-            lines += ["The explanation has no Markdown headings; as attached:", ""] + _quote(explained_text.splitlines())
+            lines += ["The explanation has no Markdown headings; as attached:", ""]
+            lines += _quote(explained_text.splitlines())
         for _, heading, body in rest:
             lines += [f"### {text_cell(heading)}", ""] + (_quote(body) if any(l.strip() for l in body) else []) + [""]
         return lines
@@ -221,7 +224,8 @@ class AfterPage:
         columns = [("declared (as recorded)", {r.get("prefix_length"): declared_verdict(r) for r in comparisons})]
         during = view.first("cache_criterion_revised")
         if during:
-            evaluation = summary.get("revised_evaluation") if isinstance(summary.get("revised_evaluation"), dict) else {}
+            evaluation = summary.get("revised_evaluation")
+            evaluation = evaluation if isinstance(evaluation, dict) else {}
             rows.append(["revised during the run", code(str(during.get("rule"))),
                          f"--revised-cache-criterion, recorded by the session (cache_criterion_revised seq "
                          f"{during.get('seq')})", text_cell(during.get("justification")),
