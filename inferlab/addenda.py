@@ -9,7 +9,13 @@ A ledger line (LEDGER_SCHEMA 1) holds at least: schema, seq (0, 1, 2 ... in ledg
 ('explanation', 'revised_criterion', or another), file ('addenda/<stored name>'), original_name, size,
 sha256, attached_utc, manifest_sha256 (of manifest.json when it was attached, which binds it to this run),
 structure (None, or the structure check of an explanation) and tool (the command that wrote it).
-The one reader (RunView) reads the ledger; verify checks every entry against its file.
+Since inferlab attach and revise exist it also holds run_finished (whether the session had reached its end
+and written its final manifest when the addendum was attached) and run_state (that in words: "finished",
+or why not). A line is written once, whole, by inferlab.addenda_store (the one writer of addenda); the one
+reader (RunView) reads the ledger; verify (inferlab.verify.addenda) checks every entry against its file.
+
+Nothing here proves who wrote an addendum or when beyond what the files say: the ledger binds an addendum
+to the manifest it was attached beside, and its size and SHA-256 show whether it changed since.
 """
 
 from __future__ import annotations
@@ -19,13 +25,73 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from inferlab.records import MANIFEST_FILE, sha256_file
+
 LEDGER_FILE = "addenda.jsonl"
 ADDENDA_DIR = "addenda"
 LEDGER_SCHEMA = 1
 EXPLANATION_TEMPLATE = "explanation.md"  # at the repository root, beside predictions.md
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # where this checkout's explanation.md is
 ENTRY_FIELDS = ("schema", "seq", "kind", "file", "original_name", "size", "sha256", "attached_utc",
                 "manifest_sha256", "structure", "tool")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+EXPLANATION_KIND, REVISED_KIND = "explanation", "revised_criterion"
+
+
+def is_addenda_path(relative: str) -> bool:
+    """Whether a path under the run folder belongs to the addenda (the ledger, or a file under addenda/)."""
+    return relative == LEDGER_FILE or relative.startswith(ADDENDA_DIR + "/")
+
+
+def sha256_of_file(path: Path) -> Optional[str]:
+    """SHA-256 of a file's bytes, or None when it cannot be read."""
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def stored_path_error(file) -> Optional[str]:
+    """Why an entry's `file` is not a path under addenda/ (None when it is one): absolute, '..', or elsewhere."""
+    if not isinstance(file, str) or not file:
+        return f"file {file!r}, expected 'addenda/<stored name>'"
+    parts = file.split("/")
+    if len(parts) != 2 or parts[0] != ADDENDA_DIR or parts[1] in ("", ".", "..") or "\\" in file:
+        return f"file {file!r}, expected 'addenda/<stored name>' (one file directly under {ADDENDA_DIR}/)"
+    return None
+
+
+def entry_findings(directory: Path, entry: dict, manifest_sha256: Optional[str]) -> list[str]:
+    """What is wrong with one ledger entry against the run folder now: its file missing, or of another size or
+    SHA-256 than the entry says, or the entry bound to another manifest than the run's (manifest_sha256, None
+    when the run has no manifest.json). Each line names the file; an empty list means the addendum is intact."""
+    seq = entry.get("seq")
+    where = f"{LEDGER_FILE} seq {seq}"
+    error = stored_path_error(entry.get("file"))
+    if error is not None:
+        return [f"{where}: {error}"]
+    file = entry["file"]
+    path = Path(directory) / file
+    findings = []
+    if path.is_symlink() or not path.is_file():
+        findings.append(f"{file}: missing (or not a regular file); {where} lists it (removed after it was attached?)")
+    else:
+        size = path.stat().st_size
+        if size != entry.get("size"):
+            findings.append(f"{file}: size {size} bytes, {where} says {entry.get('size')} (changed after it was "
+                            f"attached)")
+        digest = sha256_of_file(path)
+        if digest != entry.get("sha256"):
+            findings.append(f"{file}: sha256 {digest}, {where} says {entry.get('sha256')} (edited after it was "
+                            f"attached)")
+    if manifest_sha256 is None:
+        findings.append(f"{file}: {where} binds it to manifest.json sha256 {entry.get('manifest_sha256')}, and the "
+                        f"run has no {MANIFEST_FILE} now")
+    elif entry.get("manifest_sha256") != manifest_sha256:
+        findings.append(f"{file}: {where} binds it to manifest.json sha256 {entry.get('manifest_sha256')}, and this "
+                        f"run's {MANIFEST_FILE} is {manifest_sha256} now (attached to another run, or the manifest "
+                        f"changed since)")
+    return findings
 
 
 def parse_ledger(raw: bytes) -> tuple[list[dict], list[tuple[int, str]]]:
@@ -94,7 +160,7 @@ def structure_of(text: str, template_text: Optional[str]) -> dict:
             "headings_missing": missing, "empty_sections": empty}
 
 
-def read_template(root: Path) -> Optional[str]:
+def read_template(root: Path = PROJECT_ROOT) -> Optional[str]:
     """The explanation template's text, or None when the repository has none."""
     try:
         return (Path(root) / EXPLANATION_TEMPLATE).read_text(encoding="utf-8")

@@ -319,17 +319,11 @@ def evaluate_revised(result: dict, tensors: dict[str, torch.Tensor], revised) ->
     """The same stored logits judged under a revised criterion (inferlab.revised_criterion.RevisedCriterion).
 
     Returns {"per_prefix": {name: {atol, rtol, passed, fail_count, fail_fraction}}, "summary": {atol, rtol,
-    rule, justification, all_within_tolerance, failing_prefix_lengths}}. No forward is made, and the declared
-    evaluation in `result` is left exactly as it is.
+    rule, justification, label, all_within_tolerance, failing_prefix_lengths}}: revised_criterion.evaluate,
+    which `inferlab revise` also uses on the saved tensors. No forward is made, and the declared evaluation in
+    `result` is left exactly as it is.
     """
-    tolerance = revised.tolerance
-    per_prefix, failing = {}, []
-    for prefix in result["prefixes"]:
-        name = prefix["name"]
-        stats = compare_vectors(tensors[f"cached/{name}"], tensors[f"uncached/{name}"], tolerance)
-        per_prefix[name] = {"atol": tolerance.atol, "rtol": tolerance.rtol, "passed": stats["passed"],
-                            "fail_count": stats["fail_count"], "fail_fraction": stats["fail_fraction"]}
-        if not stats["passed"]:
-            failing.append(prefix["prefix_length"])
-    summary = {**revised.as_record(), "all_within_tolerance": not failing, "failing_prefix_lengths": failing}
-    return {"per_prefix": per_prefix, "summary": summary}
+    from inferlab.revised_criterion import evaluate
+
+    return evaluate(((p["name"], p["prefix_length"], tensors[f"cached/{p['name']}"].detach().cpu().numpy(),
+                      tensors[f"uncached/{p['name']}"].detach().cpu().numpy()) for p in result["prefixes"]), revised)

@@ -3,9 +3,14 @@
 The protocol declares |a-b| <= 1e-5 + 1e-4*|b| before any error is seen and never relaxes it. A learner
 who has found, and can justify, a reason for another bound may name it with
 ``--revised-cache-criterion ATOL,RTOL --justification TEXT``. The run then records a second, labelled
-evaluation under it; the declared criterion and its verdict stay exactly as they are.
+evaluation under it; the declared criterion and its verdict stay exactly as they are. After the run,
+``inferlab revise RUN_DIR --cache-criterion ATOL,RTOL --justification TEXT`` (inferlab.revise) judges the
+saved tensors again and keeps the result as an addendum.
 
-This module has no torch import: the plugin uses it while parsing options.
+Both go through the same two functions: judge() (one prefix's logits under a tolerance, in numpy float64,
+the arithmetic of cache_check.compare_vectors) and evaluate() (the shape recorded: a revised verdict per
+prefix, and a summary). This module has no torch import: the plugin uses it while parsing options, and
+revise runs without torch.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 from inferlab.protocol import Tolerance
 
@@ -90,3 +95,35 @@ def from_options(criterion: Optional[CriterionOption], justification: Optional[s
     if criterion is None:
         return None
     return RevisedCriterion(tolerance=criterion.tolerance, justification=justification.strip())
+
+
+def judge(cached, uncached, tolerance: Tolerance) -> dict:
+    """One prefix's cached logits against the uncached reference under |a-b| <= atol + rtol*|b| (numpy arrays
+    or anything numpy reads; both (vocab,)): {atol, rtol, passed, fail_count, fail_fraction}. Float64, NaN
+    counts as failing, and passed needs every value finite: as cache_check.compare_vectors decides it."""
+    import numpy
+
+    a = numpy.asarray(cached, dtype=numpy.float64).reshape(-1)  # (vocab,)
+    b = numpy.asarray(uncached, dtype=numpy.float64).reshape(-1)  # (vocab,)
+    if a.shape != b.shape:
+        raise ValueError(f"judge: shapes differ, cached {a.shape} vs uncached reference {b.shape}")
+    with numpy.errstate(invalid="ignore"):  # inf - inf is NaN, and NaN fails
+        failing = ~(numpy.abs(a - b) <= tolerance.atol + tolerance.rtol * numpy.abs(b))
+    fail_count, numel = int(failing.sum()), int(a.size)
+    finite = bool(numpy.isfinite(a).all() and numpy.isfinite(b).all())
+    return {"atol": tolerance.atol, "rtol": tolerance.rtol, "passed": finite and fail_count == 0,
+            "fail_count": fail_count, "fail_fraction": fail_count / numel if numel else 0.0}
+
+
+def evaluate(prefixes: Iterable[tuple], revised: RevisedCriterion) -> dict:
+    """The stored logits of every compared prefix judged under a revised criterion: prefixes are (name,
+    prefix_length, cached, uncached) in order. Returns {"per_prefix": {name: judge(...)}, "summary": {atol,
+    rtol, rule, justification, label, all_within_tolerance, failing_prefix_lengths}}, the shape both the run
+    (cache_comparison.revised, cache_summary.revised_evaluation) and `inferlab revise` record."""
+    per_prefix, failing = {}, []
+    for name, prefix_length, cached, uncached in prefixes:
+        per_prefix[name] = judge(cached, uncached, revised.tolerance)
+        if not per_prefix[name]["passed"]:
+            failing.append(prefix_length)
+    summary = {**revised.as_record(), "all_within_tolerance": not failing, "failing_prefix_lengths": failing}
+    return {"per_prefix": per_prefix, "summary": summary}

@@ -21,17 +21,19 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_OTHER_RENDERER = 0, 1, 2, 3
 EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
 PROG = "inferlab"  # the console script `make` installs (pyproject.toml); `python -m inferlab` is the same parser
 VENV_BIN = ".venv/bin"  # where `make` puts the environment's programs, relative to the project folder
-DESCRIPTION = ("Check, grade, report and compare inferlab runs from their files alone (no model, no network), or "
+DESCRIPTION = ("Check, grade, report and compare inferlab runs and keep what you write after one, from their files alone "
+               "(no model, no network), or "
                "replay one on your own copy of the specimen.")
 EXIT_CODES = """exit status:
   0    success
-  1    problems found (verify, check-artifacts), or report --check found a difference
+  1    problems found (verify, check-artifacts), an item failed (grade), attach or revise refused the
+       content (nothing written), replay disagreed, or report --check found a difference
   2    a usage error, a folder that cannot be read, or one that is not a run's record dir
   3    an integrity problem (grade: verify found one, or the reference contradicts the run);
        report --check: the pages were written by another report renderer version (not compared)
   141  the reader of the output went away (... | head)"""
 # The subcommands in the order --help lists them: modules of this package.
-COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack", "replay")
+COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack", "replay", "attach", "revise")
 
 
 def spelled(args: str, program: str = PROG) -> str:

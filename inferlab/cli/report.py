@@ -19,14 +19,19 @@ def add_arguments(parser) -> None:
     mode.add_argument("--write", action="store_true",
                       help="rewrite DIR/report.md, DIR/report-details.md and the plots in place (the manifest's "
                            "hashes are not updated, so verify reports any file that changed)")
+    mode.add_argument("--after", action="store_true",
+                      help="print the after-run page instead: your predictions (written before the run) beside the "
+                           "explanation attached after it, and any revised cache criterion beside the declared one, "
+                           "from the records and the addenda; it is never written into DIR")
 
 
 def run(args) -> int:
-    return run_report(args.record_dir, args.check, args.write)
+    return run_report(args.record_dir, args.check, args.write, args.after)
 
 
-def run_report(record_dir, check: bool, write: bool) -> int:
-    """`report DIR` (print), `--write` or `--check`; the exit code."""
+def run_report(record_dir, check: bool, write: bool, after: bool = False) -> int:
+    """`report DIR` (print), `--write`, `--check` or `--after` (the after-run page, inferlab.report.after); the
+    exit code."""
     from inferlab import report
 
     if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
@@ -41,6 +46,11 @@ def run_report(record_dir, check: bool, write: bool) -> int:
     if view.session_end is None:
         print(f"report: {record_dir} has no session_end record: its session never reached its end (it was killed or "
               f"crashed). The report shows the records that exist; the run is not complete.", file=sys.stderr)
+    if after:
+        from inferlab.report import after as after_page
+
+        sys.stdout.write(after_page.render(view))
+        return EXIT_OK
     if write:
         print(report.write_report(view, after_session=True))
         return EXIT_OK

@@ -22,6 +22,7 @@ def run(args) -> int:
 def run_verify(record_dir, all_passed: bool) -> int:
     """`verify DIR`: one line per problem, then the verdict line; the exit code."""
     from inferlab.verify import verify_run
+    from inferlab.verify.addenda import described
 
     if refuse_non_run("verify", record_dir):
         return EXIT_UNREADABLE
@@ -39,14 +40,15 @@ def run_verify(record_dir, all_passed: bool) -> int:
         print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
         print_not_checked(result)
         return EXIT_PROBLEMS
+    attached = f"; {described(result['addenda'])}" if result["addenda"] else ""
     if result["plan_folder"]:
         print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
-              f"no test ran and nothing was measured")
+              f"no test ran and nothing was measured{attached}")
         return EXIT_OK
     gaps = len(result["explained_gaps"])
     tail = "" if result["all_tests_passed"] else (
         f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
-    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}")
+    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}{attached}")
     print_not_checked(result)
     return EXIT_OK
 

@@ -5,6 +5,7 @@ scaffold for the learner's conclusions, from one run's view.
 from __future__ import annotations
 
 from inferlab import protocol
+from inferlab.cli import spelled
 from inferlab.records import PREDICTIONS_FILE
 from inferlab.report import measures, tables
 from inferlab.report.fmt import (
@@ -121,6 +122,10 @@ def section_conclusions(view: RunView) -> list[str]:
              "> **These are prompts for you, the learner, not conclusions.** The numbers come from the records "
              "(median [min–max]); the claims are yours to make, check and write in your own words, separately from "
              "your predictions.", "",
+             f"Write them in a copy of explanation.md and keep it with this run: `{spelled('attach DIR FILE')}` "
+             f"(a revised cache criterion: `{spelled('revise DIR --cache-criterion ATOL,RTOL --justification TEXT')}`); "
+             f"`{spelled('report DIR --after')}` then prints the after-run page, your predictions beside your "
+             "explanation, which is not kept in this folder.", "",
              f"**On selection.** Greedy repetitions identical: {greedy}. Distinct continuations over three seeds: "
              f"{distinct}. {produced}. Prompt: the raw first-step logits are the same under every "
              "condition; what did temperature change, and what did top-p change, in the distribution above? What do "

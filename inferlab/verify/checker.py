@@ -105,7 +105,7 @@ class Checker:
 
     def run(self) -> dict:
         """Every check, in the order verify states them; returns the result."""
-        from inferlab.verify import completeness, consistency, ending, files
+        from inferlab.verify import addenda, completeness, consistency, ending, files
 
         view = self.view
         for problem in view.problems_of(MANIFEST_FILE):
@@ -113,12 +113,14 @@ class Checker:
         readable = files.check_records_file(self)
         if readable and view.is_plan_folder:
             files.check_manifest_and_files(self)
+            addenda.check_addenda(self)
             ending.check_plan_folder(self)
             return self.result(plan_folder=True)
         if readable:
             ending.read_ending(self)
             ending.report_ending(self)
         files.check_manifest_and_files(self)
+        addenda.check_addenda(self)
         explained = self.unfinished or (self.partial and self.end is not None and self.end.get("complete") is False)
         if self.manifest is not None and self.manifest.get("complete") is not True and not explained:
             self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r}, expected true "
@@ -162,6 +164,7 @@ class Checker:
             "outcome_counts": dict(sorted(outcomes.items())),
             "all_tests_passed": bool(outcomes) and set(outcomes) == {"passed"},
             "schema": self.view.schema,
+            "addenda": len(self.view.addenda),  # entries of addenda.jsonl (inferlab.verify.addenda checks them)
             "notes": list(self.view.notes),
         }
 

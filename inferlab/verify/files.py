@@ -4,6 +4,7 @@ the SHA-256 and shape its record holds."""
 
 from __future__ import annotations
 
+from inferlab.addenda import is_addenda_path
 from inferlab.records import MANIFEST_FILE, RECORDS_FILE, REPORT_FILE, TENSOR_DIR, sha256_file
 from inferlab.runview import tensor_references
 from inferlab.verify.checker import Checker
@@ -56,7 +57,7 @@ def check_manifest_and_files(checker: Checker) -> None:
             checker.problem(f"{relative}: sha256 {digest}, manifest says {expected.get('sha256')} (file changed)")
     present = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
     for relative in present:
-        if relative != MANIFEST_FILE and relative not in listed:
+        if relative != MANIFEST_FILE and relative not in listed and not is_addenda_path(relative):  # verify.addenda
             checker.problem(f"{relative}: present but not listed in the manifest (added after the session)")
 
 

@@ -1,0 +1,243 @@
+"""The one writer of a run's addenda (inferlab.addenda has the format): check what is to be kept and where,
+then copy it under addenda/ and append its ledger line, one writer at a time.
+
+Before anything is written: read_text_file() takes the learner's file (a regular UTF-8 text file of at most
+MAX_BYTES, read once, so the bytes hashed are the bytes kept) and check_run() the run folder (a run's record
+dir with a manifest.json, not a plan folder; an unfinished run is allowed and labelled). Either raises
+Refused naming the path, what was expected and what was found.
+
+store() then holds an exclusive flock on the run folder itself (so no lock file is left in it; two attaches
+or revises at once wait for each other) while it
+  1. reads the ledger (a damaged ledger is refused: appending to it would make it worse) and manifest.json's
+     SHA-256, which binds the addendum to the run as it is now;
+  2. chooses a stored name that no file and no entry has used (explanation.md, explanation.2.md, ...);
+  3. writes the copy through a temporary sibling, fsynced, and os.replace()s it into place;
+  4. appends the ledger line with one write to the ledger opened O_APPEND, fsynced.
+If a step fails the copy is removed and the ledger cut back to its length before: nothing partial is left.
+No file the session wrote is ever opened for writing. (flock is POSIX; the harness runs on Linux.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from inferlab.addenda import (
+    ADDENDA_DIR,
+    LEDGER_FILE,
+    LEDGER_SCHEMA,
+    is_addenda_path,
+    parse_ledger,
+)
+from inferlab.records import MANIFEST_FILE, describe_path, dumps, sha256_bytes, sha256_file, utc_now, write_bytes_atomic
+from inferlab.runview import RunView, not_a_run_reason
+
+MAX_BYTES = 1 << 20  # 1 MiB: an addendum is text a person wrote, not data
+EXPECTED_FILE = f"a regular UTF-8 text file of at most {MAX_BYTES} bytes (1 MiB)"
+NAME_LIMIT = 100  # characters of a stored name
+MAX_VERSIONS = 999
+
+
+class Refused(Exception):
+    """Nothing was written: the message names the path, what was expected and what was found. usage=True when
+    the command line named something that cannot be used as named (exit 2), else the content or the run's
+    state is what cannot be kept (exit 1)."""
+
+    def __init__(self, message: str, usage: bool = False):
+        super().__init__(message)
+        self.usage = usage
+
+
+@dataclass
+class RunState:
+    """A run folder an addendum may be kept in: its view, and whether its session had finished."""
+
+    directory: Path
+    view: RunView
+    finished: bool
+    state: str  # "finished", or why not, in words
+
+
+def read_text_file(path: Path, role: str = "FILE") -> bytes:
+    """The bytes of a regular UTF-8 text file of at most MAX_BYTES, read once; Refused otherwise (a missing
+    path, a folder, a FIFO or another special file are usage errors; an empty, binary or larger file is refused)."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except OSError:
+        raise Refused(f"{role} {path} {describe_path(path)}; expected {EXPECTED_FILE}", usage=True) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise Refused(f"{role} {path} {describe_path(path)}; expected {EXPECTED_FILE}", usage=True)
+    if info.st_size > MAX_BYTES:
+        raise Refused(f"{role} {path} is {info.st_size} bytes; expected {EXPECTED_FILE}")
+    try:
+        # O_NONBLOCK: should the path have become a FIFO since stat(), opening it does not wait for a writer.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise Refused(f"{role} {path} changed while it was opened and is no longer a regular file; expected "
+                              f"{EXPECTED_FILE}", usage=True)
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as error:
+        raise Refused(f"{role} {path} cannot be read ({error.strerror or error}); expected {EXPECTED_FILE}",
+                      usage=True) from None
+    if len(data) > MAX_BYTES:
+        raise Refused(f"{role} {path} holds more than {MAX_BYTES} bytes (it grew while it was read); expected "
+                      f"{EXPECTED_FILE}")
+    if not data:
+        raise Refused(f"{role} {path} is empty (0 bytes); expected the text you wrote, {EXPECTED_FILE}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise Refused(f"{role} {path} is binary (a NUL byte at offset {nul}); expected {EXPECTED_FILE}")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise Refused(f"{role} {path} is not UTF-8 text (byte {error.start}: {error.reason}); expected "
+                      f"{EXPECTED_FILE}") from None
+    return data
+
+
+def check_run(directory: Path) -> RunState:
+    """The run folder an addendum is to be kept in, or Refused: not a folder or not a run's record dir (usage),
+    a plan folder, no manifest.json to bind to, or a session inventory that already lists addenda."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise Refused(f"RUN_DIR {directory} {describe_path(directory)}; expected a run's record dir", usage=True)
+    reason = not_a_run_reason(directory)
+    if reason:
+        raise Refused(f"{reason}; expected the folder a run wrote (`pytest experiments --record-dir DIR`)", usage=True)
+    view = RunView.read(directory)
+    if view.is_plan_folder:
+        raise Refused(f"{directory} is a plan folder (written by --plan): no test ran, so nothing there can be "
+                      f"explained or re-evaluated; expected a run's record dir")
+    if not (directory / MANIFEST_FILE).is_file():
+        raise Refused(f"{directory} has no {MANIFEST_FILE}: an addendum is bound to its run by the manifest's "
+                      f"SHA-256, so there is nothing to bind it to")
+    inventory = view.manifest.get("files") if isinstance(view.manifest.get("files"), dict) else {}
+    listed = sorted(name for name in inventory if is_addenda_path(name))
+    if listed:
+        raise Refused(f"{directory}: the session's inventory in {MANIFEST_FILE} lists {', '.join(listed[:3])} (was "
+                      f"something attached while the session ran?); adding to it would change a file the session "
+                      f"wrote")
+    if view.unfinished:
+        return RunState(directory, view, False, f"unfinished: {view.unfinished}")
+    if not view.final_manifest_written:
+        return RunState(directory, view, False, f"unfinished: the session's final writes were abandoned "
+                                                f"({MANIFEST_FILE} is still the one written at its start)")
+    return RunState(directory, view, True, "finished")
+
+
+def stored_name(original_name: str) -> str:
+    """A safe name under addenda/ for a file of this name: letters, digits, '.', '_' and '-' only, no leading
+    dot (temporary files start with one), at most NAME_LIMIT characters."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(original_name).name).lstrip("._-") or "addendum"
+    if len(safe) > NAME_LIMIT:
+        suffix = Path(safe).suffix[:12]
+        safe = safe[:NAME_LIMIT - len(suffix)] + suffix
+    return safe
+
+
+def name_versions(name: str):
+    """The stored names to try, in order: explanation.md, explanation.2.md, explanation.3.md, ..."""
+    stem, suffix = Path(name).stem, Path(name).suffix
+    yield name
+    for number in range(2, MAX_VERSIONS + 1):
+        yield f"{stem}.{number}{suffix}"
+
+
+@contextlib.contextmanager
+def locked(directory: Path, on_wait: Optional[Callable[[], None]] = None):
+    """Hold an exclusive flock on the run folder itself (released when the descriptor closes): one writer of
+    addenda at a time, and no lock file left behind. on_wait is called once if another writer holds it."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _ledger_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _append_whole(path: Path, line: bytes) -> None:
+    """Append one line with O_APPEND, fsynced; on failure cut the ledger back to its length before (and remove
+    it if this call created it)."""
+    existed = path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    before = os.fstat(fd).st_size
+    try:
+        written = 0
+        while written < len(line):  # one write() normally; a short write is completed, never left torn
+            written += os.write(fd, line[written:])
+        os.fsync(fd)
+    except BaseException:
+        os.ftruncate(fd, before)
+        if not existed:
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _fsync_directory(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot fsync a directory; the files themselves were fsynced
+        pass
+
+
+def store(run: RunState, data: bytes, original_name: str, kind: str, tool: str, structure: Optional[dict] = None,
+          on_wait: Optional[Callable[[], None]] = None, clock: Callable[[], str] = utc_now) -> dict:
+    """Keep `data` as an addendum of `run` (see the module's docstring); returns its ledger entry.
+    Refused when the ledger is damaged; an OSError is raised as it is met, after undoing what was written."""
+    directory = run.directory
+    with locked(directory, on_wait) as directory_fd:
+        ledger = directory / LEDGER_FILE
+        entries, problems = parse_ledger(_ledger_bytes(ledger))
+        if problems:
+            line, what = problems[0]
+            raise Refused(f"{ledger} is damaged (line {line}: {what}; {len(problems)} problem(s)); expected one "
+                          f"complete JSON entry per line. Nothing was added to it: `verify` names every problem")
+        used = {entry.get("file") for entry in entries}
+        folder = directory / ADDENDA_DIR
+        name = next((n for n in name_versions(stored_name(original_name))
+                     if f"{ADDENDA_DIR}/{n}" not in used and not os.path.lexists(folder / n)), None)
+        if name is None:
+            raise Refused(f"{folder}: {MAX_VERSIONS} versions of {stored_name(original_name)} are kept already")
+        entry = {"schema": LEDGER_SCHEMA, "seq": len(entries), "kind": kind, "file": f"{ADDENDA_DIR}/{name}",
+                 "original_name": original_name, "size": len(data), "sha256": sha256_bytes(data),
+                 "attached_utc": clock(), "manifest_sha256": sha256_file(directory / MANIFEST_FILE),
+                 "structure": structure, "tool": tool, "run_finished": run.finished, "run_state": run.state}
+        line = (dumps(entry) + "\n").encode("ascii")
+        made_folder = not folder.exists()
+        try:
+            write_bytes_atomic(folder / name, data)
+            folder_fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            try:
+                _fsync_directory(folder_fd)
+            finally:
+                os.close(folder_fd)
+            _append_whole(ledger, line)
+            _fsync_directory(directory_fd)
+        except BaseException:
+            (folder / name).unlink(missing_ok=True)
+            if made_folder:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
+    return entry

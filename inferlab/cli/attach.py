@@ -1,0 +1,145 @@
+"""`attach RUN_DIR FILE [--kind KIND]`: keep a file written after the run (by default the learner's explanation)
+beside the run's records, as an addendum (inferlab.addenda_store); nothing the session wrote changes."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, spelled
+
+NAME = "attach"
+HELP = ("keep a file you wrote after the run (by default your explanation, a filled-in copy of explanation.md) in "
+        "RUN_DIR/addenda/, with its size, SHA-256 and time in RUN_DIR/addenda.jsonl; no file the session wrote changes")
+EXIT_REFUSED = EXIT_PROBLEMS
+EXIT_CODES = """exit status:
+  0  attached: the copy and its ledger line are written (a structure warning does not change this)
+  1  refused, nothing written: FILE is empty, binary, not UTF-8 or over 1 MiB; RUN_DIR holds a plan,
+     has no manifest.json, or its addenda ledger is damaged
+  2  usage, nothing written: FILE is missing, a folder, a FIFO or another special file; RUN_DIR is not
+     a run's record dir; a bad --kind; RUN_DIR cannot be written
+
+Attaching again keeps every version (explanation.md, explanation.2.md, ...). An unfinished run is
+allowed, and the ledger and this output say it was unfinished. `verify RUN_DIR` checks every addendum."""
+TOOL = "inferlab attach"
+KIND = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def kind(value: str) -> str:
+    """An argparse type: a lower-case word, and not the kind only `revise` writes."""
+    from inferlab.addenda import REVISED_KIND
+
+    if not KIND.match(value):
+        raise argparse.ArgumentTypeError(f"expected a lower-case word (a-z, 0-9, _; at most 40 characters, for "
+                                         f"example explanation or notes), actual {value!r}")
+    if value == REVISED_KIND:
+        raise argparse.ArgumentTypeError(f"expected another kind than {value!r}: a revised criterion is written by "
+                                         f"`revise RUN_DIR --cache-criterion ATOL,RTOL --justification TEXT`, from "
+                                         f"the run's own tensors")
+    return value
+
+
+def add_arguments(parser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXIT_CODES
+    parser.add_argument("record_dir", type=Path, metavar="RUN_DIR")
+    parser.add_argument("file", type=Path, metavar="FILE")
+    parser.add_argument("--kind", type=kind, default="explanation",
+                        help="what the file is (default: explanation, whose headings are checked against "
+                             "explanation.md: a warning, never a refusal)")
+
+
+def run(args) -> int:
+    return run_attach(args.record_dir, args.file, args.kind)
+
+
+def waiting(command: str, directory: Path):
+    """The on_wait of addenda_store.store: one line saying why the command waits."""
+    return lambda: print(f"{command}: waiting for another attach or revise in {directory} to finish", file=sys.stderr,
+                         flush=True)
+
+
+def refused(command: str, error) -> int:
+    """Say why nothing was written; the exit code (2 for a usage error, else 1)."""
+    print(f"{command}: {error}; nothing was written", file=sys.stderr)
+    return EXIT_UNREADABLE if getattr(error, "usage", False) else EXIT_REFUSED
+
+
+def cannot_write(command: str, directory: Path, error: OSError) -> int:
+    """An OSError met while writing (after undoing what was written): the exit code 2."""
+    from inferlab.records import os_error_words
+
+    print(f"{command}: {directory} could not be written ({os_error_words(error)}); nothing was kept",
+          file=sys.stderr)
+    return EXIT_UNREADABLE
+
+
+def state_lines(command: str, state, entry: dict) -> list[str]:
+    """What every successful attach or revise says: where it was kept, bound to what, and the run's state."""
+    lines = [f"{command}: kept {state.directory / entry['file']} ({entry['size']} bytes, sha256 "
+             f"{entry['sha256'][:16]}..., addenda.jsonl seq {entry['seq']}), bound to this run's manifest.json "
+             f"(sha256 {entry['manifest_sha256'][:16]}...)"]
+    if not state.finished:
+        lines.append(f"{command}: the run is {state.state}; the ledger labels this addendum so")
+    return lines
+
+
+def after_hint(command: str, directory: Path) -> str:
+    """Where the kept addendum is shown beside what the session recorded."""
+    where = shlex.quote(str(directory))
+    return (f"{command}: `{spelled(f'report {where} --after')}` shows it beside what the session recorded; "
+            f"`{spelled(f'verify {where}')}` checks it")
+
+
+def run_attach(record_dir: Path, file: Path, kind_name: str) -> int:
+    """`attach RUN_DIR FILE`: check both, keep the copy and its ledger line, say what was kept; the exit code."""
+    from inferlab import addenda, addenda_store
+
+    try:
+        state = addenda_store.check_run(record_dir)
+        data = addenda_store.read_text_file(file)
+        structure = None
+        if kind_name == addenda.EXPLANATION_KIND:
+            structure = addenda.structure_of(data.decode("utf-8"), addenda.read_template())
+        entry = addenda_store.store(state, data, str(file), kind_name, TOOL, structure,
+                                    on_wait=waiting(NAME, record_dir))
+    except addenda_store.Refused as error:
+        return refused(NAME, error)
+    except OSError as error:
+        return cannot_write(NAME, record_dir, error)
+    for line in state_lines(NAME, state, entry):
+        print(line)
+    if structure is not None:
+        print(structure_line(structure), file=sys.stderr if structure.get("ok") is False else sys.stdout)
+    inside = _inside(file, record_dir)
+    if inside is not None and not addenda.is_addenda_path(inside):
+        print(f"{NAME}: {file} itself is inside the run folder, where verify calls it added after the session; the "
+              f"kept copy is {entry['file']}, so move {file} out of {record_dir}", file=sys.stderr)
+    print(after_hint(NAME, record_dir))
+    return EXIT_OK
+
+
+def structure_line(structure: dict) -> str:
+    """The structure check in one line: a warning when headings are missing or sections empty."""
+    template = structure.get("template")
+    if structure.get("ok") is None:
+        return f"{NAME}: {structure.get('note')}"
+    if structure.get("ok"):
+        return (f"{NAME}: the explanation has every heading of {template}, each with text of its own (its form only: "
+                f"whether the content is right is for a person to judge)")
+    missing, empty = structure.get("headings_missing") or [], structure.get("empty_sections") or []
+    parts = ([f"missing heading(s): {'; '.join(missing)}"] if missing else []) + (
+        [f"section(s) with nothing but the template's guidance: {'; '.join(empty)}"] if empty else [])
+    return (f"{NAME}: warning: the explanation does not have {template}'s structure: {'. '.join(parts)}. It was kept "
+            f"as it is and the check is recorded with it; attach it again once it is complete (every version is kept)")
+
+
+def _inside(file: Path, directory: Path):
+    """FILE's path relative to the run folder when it is inside it, else None."""
+    try:
+        return Path(file).resolve().relative_to(Path(directory).resolve()).as_posix()
+    except (ValueError, OSError):
+        return None
