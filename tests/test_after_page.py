@@ -87,7 +87,7 @@ def test_a_changed_explanation_is_labelled_and_verify_s_words_are_shown(run, tmp
 
 def test_without_an_explanation_the_page_says_how_to_attach_one(run, capsys):
     page = after(run, capsys)
-    assert "no explanation is attached yet" in page and "`python -m inferlab attach DIR FILE`" in page
+    assert "no explanation is attached yet" in page and "`.venv/bin/inferlab attach DIR FILE`" in page
     assert "> " + PREDICTED in page and "*(not revisited in the explanation)*" in page
     assert "Nothing has been attached to this run." in page
 
@@ -110,7 +110,7 @@ def test_a_plan_folder_has_no_after_run_page(tmp_path, capsys):
 
 def test_report_md_says_where_the_after_run_page_comes_from_and_attaching_leaves_it_checkable(run, tmp_path, capsys):
     text = report.render_report(run)
-    assert "`python -m inferlab attach DIR FILE`" in text and "`python -m inferlab report DIR --after`" in text
+    assert "`.venv/bin/inferlab attach DIR FILE`" in text and "`.venv/bin/inferlab report DIR --after`" in text
     explanation = tmp_path / "explanation.md"
     explanation.write_text(answered_explanation())
     assert main(["attach", str(run), str(explanation)]) == 0

@@ -20,7 +20,8 @@ def run(args) -> int:
 
 
 def run_verify(record_dir, all_passed: bool) -> int:
-    """`verify DIR`: one line per problem, then the verdict line; the exit code."""
+    """`verify DIR`: one line per problem, one per check the files did not allow, then the verdict line; the exit
+    code."""
     from inferlab.verify import verify_run
     from inferlab.verify.addenda import described
 
@@ -34,11 +35,11 @@ def run_verify(record_dir, all_passed: bool) -> int:
         problems.append("a plan folder: no test ran, so no test passed")
     for line in problems:
         print(line)
+    print_not_checked(result)  # before the verdict, so that the verdict is always the last line
     if problems:
         unlisted = (f"; not listed: {result['not_listed']} missing record(s) or outcome(s) of tests the run left out "
                     f"or never reached (said once above)") if result["not_listed"] else ""
         print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
-        print_not_checked(result)
         return EXIT_PROBLEMS
     attached = f"; {described(result['addenda'])}" if result["addenda"] else ""
     if result["plan_folder"]:
@@ -49,7 +50,6 @@ def run_verify(record_dir, all_passed: bool) -> int:
     tail = "" if result["all_tests_passed"] else (
         f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
     print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}{attached}")
-    print_not_checked(result)
     return EXIT_OK
 
 
