@@ -80,12 +80,12 @@ def plan_totals(entries: list[dict]) -> dict:
             totals["cache_forwards"] += budget.get("forwards", 0)
         elif category == "batching":
             totals["batching_calls"] += budget.get("calls", 0)
-        elif category == "memory":
-            totals["memory_forwards"] += budget.get("forwards", 0)
+        elif category is not None:
+            # Any other spending is a forward the protocol's budget has no room for (no practice runs).
+            totals["other_forwards"] += budget.get("forwards", 0) + budget.get("calls", 0) + budget.get("selections", 0)
     totals["core_trials"] = totals["generation_trials"] + totals["timing_warmups"] + totals["timing_measured"]
     totals["core_selections"] = totals["generation_new_tokens"] + totals["timing_selections"]
-    # memory_forwards has no cap in the protocol: it is listed so that no forward goes uncounted.
-    return {name: totals.get(name, 0) for name in (*protocol.CAPS, "memory_forwards")}
+    return {name: totals.get(name, 0) for name in protocol.CAPS}
 
 
 def named_experiment_paths(args: Iterable[str], invocation_dir: Path, experiments_root: Path) -> tuple[list[str], bool]:

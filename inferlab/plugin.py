@@ -280,6 +280,9 @@ def pytest_unconfigure(config):
     run = get_run(config)
     if run is None:
         return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:  # after pytest's own counts, so that it is the last line
+        terminal.write_last_line(reporter.write_line, run)
     run.close()
     listener = config.pluginmanager.get_plugin(STOPPING_LISTENER)
     if listener is not None:
@@ -288,7 +291,7 @@ def pytest_unconfigure(config):
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """The inferlab summary comes last, after pytest's short summary, so its final line ends the output."""
+    """The inferlab summary comes after pytest's short summary; its status line ends the output (pytest_unconfigure)."""
     result = yield
     run = get_run(config)
     if run is not None:
@@ -376,10 +379,18 @@ def verification(acquisition):
 
 @pytest.fixture(scope="session")
 def loaded_specimen(acquisition, specimen_spec, thread_controls):
-    """The model and tokenizer, loaded once from the verified directory with the protocol's controls."""
-    from inferlab import loading
+    """The model and tokenizer, loaded once from the verified directory with the protocol's controls, and the
+    watch on every forward of the model (inferlab.forward_mode)."""
+    from inferlab import forward_mode, loading
 
-    return loading.load_specimen(acquisition["directory"], specimen_spec)
+    loaded = loading.load_specimen(acquisition["directory"], specimen_spec)
+    return {**loaded, "forward_watch": forward_mode.ForwardWatch(loaded["model"])}
+
+
+@pytest.fixture
+def forward_window(loaded_specimen):
+    """The forwards of this test, from its start: window.summary() says whether each kept the controls."""
+    return loaded_specimen["forward_watch"].window()
 
 
 @pytest.fixture(scope="session")

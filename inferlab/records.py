@@ -36,7 +36,7 @@ TENSOR_DIR = "tensors"
 RECORD_SCHEMA = 2
 # The version of the text the report renderer (inferlab.report) writes, named in manifest.json as
 # report_renderer_version; a run that names none was rendered by version 1. Raise it with any change of the pages.
-REPORT_RENDERER_VERSION = 1
+REPORT_RENDERER_VERSION = 2
 
 
 class RecordDirError(Exception):

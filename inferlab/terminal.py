@@ -66,8 +66,19 @@ def write_summary(write: Callable[..., None], run) -> None:
         write("")
     if (run.record_dir / REPORT_FILE).exists():
         write(f"report: {run.record_dir / REPORT_FILE}")
-    if end is not None:
-        write(f"inferlab: {end['status']}", bold=True, red=not end["complete"] and not end["plan_only"])
+
+
+def write_last_line(write: Callable[..., None], run) -> None:
+    """The session's last line, after pytest's own counts: what the run is, and whether a failure is the
+    harness's (red) or a finding of the protocol that ran (yellow)."""
+    from inferlab import session_status
+
+    end = run.ending.session_end
+    if end is None:
+        return
+    kind = session_status.failure_kind(end, run.outcomes.counts)
+    harness = (not end["complete"] and not end["plan_only"]) or kind == "harness"
+    write(f"inferlab: {end['status']}", bold=True, red=harness, yellow=kind == "findings" and not harness)
 
 
 def skip_reason(longrepr, text: Optional[str]) -> str:

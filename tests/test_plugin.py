@@ -575,14 +575,14 @@ def test_a_second_run_ending_the_same_way_in_the_same_second_gets_a_numbered_hon
     from inferlab.run import options
 
     monkeypatch.setattr(options, "run_dir_name", lambda specimen, plan: "20250101T000000Z-standin")
-    write_experiment(suite, "def test_a():\n    pass\n")
-    for _ in range(2):  # two --co runs in one second: the second used to keep the bare, success-claiming name
-        suite.runpytest("experiments", "--runs-dir", "runs", "--co")
+    write_experiment(suite, "def test_a():\n    assert False\n")
+    for _ in range(2):  # two failed runs in one second: the second used to keep the bare, success-claiming name
+        suite.runpytest("experiments", "--runs-dir", "runs")
     names = sorted(p.name for p in (suite.path / "runs").iterdir())
-    assert names == ["20250101T000000Z-standin-incomplete", "20250101T000000Z-standin-incomplete-2"]
+    assert names == ["20250101T000000Z-standin-partial-failed", "20250101T000000Z-standin-partial-failed-2"]
     manifest = manifest_of(suite.path / "runs" / names[1])
     assert manifest["record_dir_rename"] == {"from": "20250101T000000Z-standin", "to": names[1],
-                                             "suffix": "-incomplete", "renamed": True, "error": None}
+                                             "suffix": "-partial-failed", "renamed": True, "error": None}
 
 
 def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
@@ -617,6 +617,53 @@ def test_the_name_of_a_failed_run_says_whether_it_was_also_partial():
     assert outcome_suffix({**ended, "protocol_complete": False, "exit_code_name": "OK"}, {"passed": 3}) == "-partial"
     assert outcome_suffix({**ended, "exit_code_name": "OK"}, {"passed": 3}) is None
     assert outcome_suffix({**ended, "interrupted": True, "protocol_complete": False}, {"failed": 1}) == "-incomplete"
+
+
+def test_the_name_tells_a_finding_of_the_protocol_from_a_failed_harness():
+    """Issue 26 A7: a failed protocol diagnostic is a finding (-findings); a failed integrity check is not."""
+    from inferlab.session_status import outcome_suffix
+
+    ended = {"plan_only": False, "interrupted": False, "stopped_early": False, "collect_only": False,
+             "tests_without_outcome": [], "exit_code_name": "TESTS_FAILED", "protocol_complete": True}
+    findings = {**ended, "failures_by_check_kind": {"integrity": 0, "diagnostic": 2}}
+    assert outcome_suffix(findings, {"failed": 2, "passed": 9}) == "-findings"
+    assert outcome_suffix({**findings, "protocol_complete": False}, {"failed": 2}) == "-partial-findings"
+    harness = {**ended, "failures_by_check_kind": {"integrity": 1, "diagnostic": 1}}
+    assert outcome_suffix(harness, {"failed": 1, "error": 1}) == "-failed"
+    assert outcome_suffix({**harness, "protocol_complete": False}, {"failed": 2}) == "-partial-failed"
+    assert outcome_suffix(ended, {"failed": 1}) == "-failed"  # an older session_end: every failure the harness's
+
+
+def test_a_failed_diagnostic_run_says_the_protocol_found_something_in_its_name_last_line_and_verify(suite):
+    write_experiment(suite, (
+        "import pytest\n"
+        "def test_integrity():\n    pass\n"
+        "@pytest.mark.diagnostic\n"
+        "def test_finding():\n    assert 1 == 2, 'observed 1, the diagnostic expects 2'\n"
+    ))
+    result = suite.runpytest("experiments", "--runs-dir", "runs")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # pytest's exit status stays honest
+    (run,) = (suite.path / "runs").iterdir()
+    assert run.name.endswith("-pythia-14m-partial-findings"), run.name
+    end = session_end(run)
+    assert end["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
+    last = [line for line in result.outlines if line.strip()][-1]
+    assert last.startswith("inferlab: ") and "the protocol ran and found 1 finding(s)" in last
+    assert "no harness-integrity check failed" in last and "HARNESS FAILED" not in last
+    from inferlab.__main__ import main
+    from inferlab.verify import verify_run
+
+    assert verify_run(run)["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
+    renamed = run.with_name(run.name.replace("-partial-findings", "-whatever"))
+    run.rename(renamed)  # verify reads the records, not the folder's name
+    assert verify_run(renamed)["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
+
+
+def test_a_failed_integrity_check_says_the_harness_failed_on_the_last_line(suite):
+    write_experiment(suite, "def test_integrity():\n    assert False, 'the harness broke'\n")
+    result = suite.runpytest("experiments", "--record-dir", "run")
+    last = [line for line in result.outlines if line.strip()][-1]
+    assert last.startswith("inferlab: ") and "the HARNESS FAILED: 1 harness-integrity check(s)" in last
 
 
 def test_renaming_never_takes_over_a_name_another_run_holds(tmp_path):

@@ -34,9 +34,10 @@ def run_verify(record_dir, all_passed: bool) -> int:
     for line in problems:
         print(line)
     if problems:
-        unlisted = (f"; not listed: {result['not_listed']} missing record(s) or outcome(s) of tests the run left out "
-                    f"or never reached (said once above)") if result["not_listed"] else ""
-        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
+        unlisted = (f"; not listed: {result['not_listed_outcomes']} missing test outcome(s) and "
+                    f"{result['not_listed_records']} missing record(s) of the tests the run left out or never reached "
+                    f"(said once above)") if result["not_listed"] else ""
+        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}{findings_clause(result)}")
         return EXIT_PROBLEMS
     if result["plan_folder"]:
         print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
@@ -45,5 +46,18 @@ def run_verify(record_dir, all_passed: bool) -> int:
     gaps = len(result["explained_gaps"])
     tail = "" if result["all_tests_passed"] else (
         f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
-    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}")
+    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}{findings_clause(result)}")
     return EXIT_OK
+
+
+def findings_clause(result: dict) -> str:
+    """What the failed tests were, from their recorded check kinds: the harness failed, or the protocol ran and
+    found something (failed protocol diagnostics only); empty when no test failed."""
+    failing = result.get("failures_by_check_kind") or {}
+    if failing.get("integrity"):
+        return (f"; the harness failed: {failing['integrity']} harness-integrity check(s) failed or errored"
+                + (f" (and {failing['diagnostic']} protocol diagnostic(s))" if failing.get("diagnostic") else ""))
+    if failing.get("diagnostic"):
+        return (f"; the protocol ran and found {failing['diagnostic']} finding(s) (failed protocol diagnostics, "
+                f"kept with their evidence); no harness-integrity check failed")
+    return ""

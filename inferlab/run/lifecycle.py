@@ -135,6 +135,7 @@ class Outcomes:
 
     counts: collections.Counter = field(default_factory=collections.Counter)
     failure_lines: list = field(default_factory=list)
+    failed_by_check_kind: collections.Counter = field(default_factory=collections.Counter)  # integrity, diagnostic
 
 
 @dataclass
@@ -280,6 +281,7 @@ class Run:
             outcome=outcome, phase=phase, duration=duration, longrepr=longrepr, skip_reason=skip_reason,
             check_kind=facts.check_kind))
         if outcome in ("failed", "error"):
+            self.outcomes.failed_by_check_kind[facts.check_kind] += 1
             self.outcomes.failure_lines.append(
                 f"{outcome.upper()} {facts.nodeid} (full text: {RECORDS_FILE} seq {record['seq']})")
         reason = skip_reason if outcome == "skipped" else first_line(longrepr)
@@ -303,7 +305,7 @@ class Run:
             with_outcome={r["test"] for r in self.records_of("test_outcome")},
             partial_reasons=self.schedule.partial_reasons(),
             optional_notes=self.schedule.status.get("optional_left_out", []),
-            outcome_counts=self.outcomes.counts)
+            outcome_counts=self.outcomes.counts, failures_by_check_kind=dict(self.outcomes.failed_by_check_kind))
         self.ending.session_end = end
         self.emit("session_end", None, end)
         return end

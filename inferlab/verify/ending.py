@@ -68,6 +68,7 @@ def check_plan(checker: Checker) -> None:
     for entry in view.planned:
         if entry.get("test") in checker.unreached:
             checker.suppressed += 1
+            checker.suppressed_outcomes += 1
         elif entry.get("test") not in view.with_outcome:
             checker.problem(f"{PLAN_FILE}: planned test {entry.get('test')} has no recorded outcome")
     planned = [bracket_id(e.get("test")) for e in view.planned]
