@@ -109,6 +109,7 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     assert (totals["generation_trials"], totals["generation_new_tokens"]) == (26, 416)
     assert (totals["timing_warmups"], totals["timing_measured"], totals["timing_selections"]) == (4, 20, 384)
     assert totals["cache_forwards"] <= 16 and (totals["core_trials"], totals["core_selections"]) == (50, 800)
+    assert totals["other_forwards"] == 0 and "memory_forwards" not in totals  # issue 26 A3
     ids = [entry["test"].split("[")[-1].rstrip("]") for entry in plan["schedule"]
            if "test_generation_trial" in entry["test"]]
     assert ids == [trial.test_id for trial in protocol.generation_trials()]
@@ -309,3 +310,23 @@ def test_last_failed_after_a_failed_run_is_partial_and_never_complete(project, m
     manifest = json.loads((project.path / "again" / "manifest.json").read_text())
     assert manifest["complete"] is False and "PARTIAL" in manifest["status"]
     again.stdout.fnmatch_lines(["inferlab: *PARTIAL, not the complete protocol: --lf*"])
+
+
+def test_no_experiment_spends_forwards_outside_the_protocols_budget():
+    """Issue 26 A3: the budget is the trials, the cache test's 16 forwards and the batching calls; anything else
+    (such as an extra prefill to weigh a cache) is a cap violation, and the experiments declare none."""
+    import ast
+
+    from inferlab import plan
+
+    categories = set()
+    for path in (REPO_ROOT / "experiments").glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "budget":
+                categories |= {ast.unparse(k.value) for k in node.keywords if k.arg == "category"}
+    # test_50_timing names its category with a variable that is either timing category
+    assert categories == {"'generation'", "category", "'cache'", "'batching'"}
+    extra = {"index": 0, "test": "x", "budget": {"category": "memory", "forwards": 2}}
+    totals = plan.plan_totals([extra])
+    assert totals["other_forwards"] == 2 and "memory_forwards" not in totals
+    assert protocol.cap_violations(totals) == ["other_forwards: planned 2, protocol allows at most 0"]

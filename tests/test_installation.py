@@ -19,6 +19,7 @@ from inferlab import installation
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BOOTSTRAP = {"pip", "setuptools", "wheel"}  # what `python -m venv` brings; not part of the lab's lock
+PROJECT = "inferlab"  # the project's own (editable) install: not pinned by the lock it installs from
 
 
 def fake_wheel(folder: Path, version: str) -> Path:
@@ -120,7 +121,7 @@ def test_the_lock_pins_exactly_what_is_installed():
     installed = {dist.metadata["Name"].lower().replace("_", "-"): dist.version
                  for dist in importlib.metadata.distributions() if dist.metadata["Name"]}
     installed = {name: version.split("+")[0] if name == "torch" else version
-                 for name, version in installed.items() if name not in BOOTSTRAP}
+                 for name, version in installed.items() if name not in BOOTSTRAP and name != PROJECT}
     assert installed == pins
 
 
@@ -152,3 +153,55 @@ def test_the_install_record_is_replaced_whole_never_rewritten_in_place(tmp_path)
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+# --- the lock is checked at the start of a run (issue 26, A5) --------------------------------------------------
+
+LOCK = "# made for a test\n# python: 3.11.7\nnumpy==2.4.6\ntorch==2.13.0\nHuggingface_Hub==0.36.2\nmissing-one==1.0\n"
+
+
+def test_the_lock_names_the_python_it_was_made_with_as_data():
+    locked = installation.read_lock(LOCK)
+    assert locked["python"] == "3.11.7"
+    assert locked["pins"]["huggingface-hub"] == ("Huggingface_Hub", "0.36.2") and len(locked["pins"]) == 4
+    assert installation.read_lock((REPO_ROOT / "requirements.lock").read_text())["python"] == "3.11.7"
+    with pytest.raises(ValueError, match=r"line 2: expected NAME==VERSION, actual 'numpy>=2'"):
+        installation.read_lock("# x\nnumpy>=2\n")
+
+
+def test_every_difference_from_the_lock_is_named_with_both_versions(tmp_path):
+    from inferlab import environment
+
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(LOCK)
+    installed = {"numpy": "2.0.0", "torch": "2.13.0+cpu", "huggingface-hub": "0.36.2", "extra-one": "3.1",
+                 "pip": "23.2.1", "setuptools": "84.2.1", "inferlab": "0.1.0"}
+    check = environment.lock_check(lock, installed, "3.12.1")
+    assert check["differences"] == [
+        {"name": "extra-one", "locked": None, "installed": "3.1"},
+        {"name": "missing-one", "locked": "1.0", "installed": None},
+        {"name": "numpy", "locked": "2.4.6", "installed": "2.0.0"},
+        {"name": "python", "locked": "3.11.7", "installed": "3.12.1"}]  # torch's +cpu, pip and inferlab are none
+    assert (check["pins"], check["python_locked"], check["python_running"]) == (4, "3.11.7", "3.12.1")
+    assert environment.lock_check(tmp_path / "absent.lock", installed, "3.12.1")["found"] is False
+
+
+def test_this_environment_matches_its_lock_and_the_manifest_says_so():
+    from inferlab import environment
+
+    check = environment.environment_record(REPO_ROOT)["lock_check"]
+    assert check["found"] and check["differences"] == [], check["differences"]
+
+
+def test_writing_the_lock_pins_this_environment_and_its_python(tmp_path):
+    import platform
+
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("# a comment kept\n# python: 2.7.0\nold==1\n")
+    installation.write_lock(lock)
+    text = lock.read_text()
+    assert text.startswith("# a comment kept\n# python: " + platform.python_version() + "\n")
+    pins = installation.read_lock(text)["pins"]
+    assert "old" not in pins and "inferlab" not in pins and "pip" not in pins
+    assert pins["torch"][1] == importlib.metadata.version("torch").split("+")[0]
+    assert installation.read_lock((REPO_ROOT / "requirements.lock").read_text())["pins"] == pins

@@ -731,3 +731,42 @@ def test_runs_of_spaces_stay_countable_in_the_report(text, shown):
     from inferlab.report.fmt import visible_json
 
     assert visible_json(text) == shown and json.loads(shown) == text
+
+
+# --- issue 26: what the cache table and the checklist say ------------------------------------------------------
+
+
+def test_the_cache_table_explains_its_columns_and_the_near_tie_rule_of_the_criterion(rich_run):
+    """A2 and B10: near a tie is judged by what the declared criterion allows; '(fed)' is explained."""
+    cache = section(page(rich_run), "Cache: matched prefixes")
+    assert "*prefix length (fed)*: the tokens of the compared prefix, and in brackets how many" in cache
+    assert "what the declared criterion lets those two uncached logits move together" in cache
+    assert "10×" not in cache and "tie allowance" in cache
+    header = next(line for line in cache.splitlines() if line.startswith("| # | prefix length (fed)"))
+    assert "| top-2 margin | tie allowance | near tie |" in header
+
+
+def test_an_older_runs_near_ties_are_described_by_the_rule_they_were_made_under():
+    from inferlab.report import sections
+
+    old = RunView.from_data([{"kind": "cache_comparison", "test": None, "seq": 0, "wall_time": "x", "near_tie": False}],
+                            {}, None)
+    assert "a top-two margin below 10× the observed max abs diff" in sections.near_tie_sentence(old)
+
+
+def test_the_checklist_names_the_manifest_field_runs_write(rich_run):
+    checklist = section(page(rich_run), "Submission checklist")
+    assert "command, argv, requirements_lock_sha256" in checklist and "command_line" not in checklist
+
+
+def test_the_run_table_names_every_difference_from_the_lock(rich_run, tmp_path):
+    """A5: the manifest's lock check, shown; an older run that never checked says so."""
+    row = next(r for r in table_rows(page(rich_run)) if r[0] == "environment lock")
+    assert row[1] == ("**2 difference(s) from `requirements.lock`**: numpy locked 2.4.6, installed 2.0.0; python "
+                      "locked 3.11.7, installed 3.11.2")
+    older = copy_run(rich_run, tmp_path / "older")
+    manifest = json.loads((older / MANIFEST_FILE).read_text())
+    del manifest["lock_check"]
+    write_json_atomic(older / MANIFEST_FILE, manifest)
+    row = next(r for r in table_rows(report.render_report(older)) if r[0] == "environment lock")
+    assert row[1].startswith("not checked")

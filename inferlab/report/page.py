@@ -114,6 +114,24 @@ def _files_cell(view: RunView) -> str:
     return cell
 
 
+def _lock_cell(view: RunView) -> str:
+    """The installed distributions against requirements.lock at the start of the run: every difference."""
+    check = view.manifest.get("lock_check")
+    if not isinstance(check, dict):
+        return "not checked (the inferlab that wrote this run did not compare the lock)"
+    if check.get("error"):
+        return f"**could not be read**: {text_cell(check['error'])}"
+    if not check.get("found"):
+        return f"**no {text_cell(check.get('file'))}** beside the experiment, so nothing was compared"
+    differences = [d for d in check.get("differences") or [] if isinstance(d, dict)]
+    python = f"Python {text_cell(check.get('python_running'))}"
+    if not differences:
+        return f"matches {code(str(check.get('file')))}: {num(check.get('pins'))} pins, {python}"
+    shown = "; ".join(f"{text_cell(d.get('name'))} locked {text_cell(d.get('locked') or 'not pinned')}, "
+                      f"installed {text_cell(d.get('installed') or 'missing')}" for d in differences)
+    return f"**{len(differences)} difference(s) from {code(str(check.get('file')))}**: {shown}"
+
+
 def _warnings_cell(view: RunView) -> str:
     found = measures.warnings_by_record(view)
     if not found:
@@ -142,6 +160,7 @@ def run_table(view: RunView) -> list[str]:
                                f"{specimen.get('revision', MISSING)}") + (" (**synthetic**)" if view.synthetic else "")],
         ["files", _files_cell(view)],
         ["offline", _offline_cell(view)],
+        ["environment lock", _lock_cell(view)],
         ["command", (code(command) + ("" if source == "as typed" else f" ({source})")) if command else MISSING],
         ["predictions", _predictions_cell(view)],
         ["session end", (f"{text_cell(end.get('exit_code_name'))} (exit status {num(end.get('exit_status'))})"
