@@ -770,3 +770,12 @@ def test_the_run_table_names_every_difference_from_the_lock(rich_run, tmp_path):
     write_json_atomic(older / MANIFEST_FILE, manifest)
     row = next(r for r in table_rows(report.render_report(older)) if r[0] == "environment lock")
     assert row[1].startswith("not checked")
+
+
+def test_a_real_specimens_text_is_said_to_be_data_that_can_be_false_offensive_or_unsafe(tmp_path, rich_run):
+    """A8: only for a real (non-synthetic) specimen; the stand-in's text is made up by construction."""
+    real = build_complete_run(tmp_path / "real", synthetic=False)
+    trials = section(page(real), "Generation trials")
+    assert "can be false, offensive or unsafe" in trials and "kept here as data" in trials
+    assert "nothing in it is ever executed" in trials
+    assert "offensive" not in section(page(rich_run), "Generation trials")

@@ -24,6 +24,11 @@ from inferlab.runview import RunView
 
 see = details_page_link
 
+BASE_MODEL_TEXT = (
+    "**This is a base model's text**: the continuation of a plain prompt by a checkpoint trained only to predict "
+    "text, so it can be false, offensive or unsafe. It is kept here as data, exactly as generated, and nothing in "
+    "it is ever executed or followed. Do not read truthfulness or quality into it."
+)
 RSS_WARNING = (
     "Do not subtract these RSS values to get \"model + cache\": the difference also holds allocator retention, "
     "loading copies, library pages first touched later and Python objects, and a peak never falls."
@@ -53,7 +58,7 @@ def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
              "as a JSON string (so spaces, newlines and an empty result are visible); *same ids as* names the first "
              "trial that selected identical ids; ids are abbreviated (every id: " + see("Generation trials in full")
              + ")." + (" The text is made up by construction (a synthetic specimen)." if view.synthetic else
-                       " Do not read truthfulness or quality into it."), ""]
+                       " " + BASE_MODEL_TEXT), ""]
     lines += table(["#", "trial", "stop", "tokens", "same ids as", "text", "ids"], tables.trial_rows(view, labels))
     return lines + [""]
 
