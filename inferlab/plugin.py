@@ -55,11 +55,16 @@ def pytest_configure(config):
     if raw_dir is not None and runs_dir is not None:
         raise pytest.UsageError("--record-dir and --runs-dir: give one of them, not both")
     # Everything that can be checked without writing is checked first: a refused run writes nothing.
+    refusal = options.trial_bound_refusal(sys.platform, hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer"),
+                                          config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN))
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
     invocation = _invocation(config, _load_specimen_spec(config))
     with _usage_error():
         predictions = options.check_paths({"--record-dir": raw_dir, "--runs-dir": runs_dir,
                                          "--artifacts": config.getoption("inferlab_artifacts"),
-                                         "--predictions": config.getoption("inferlab_predictions")})
+                                         "--predictions": config.getoption("inferlab_predictions")},
+                                        cache_root=config.rootpath / "artifacts" / "cache")
     with _usage_error("--runs-dir: " if runs_dir is not None else "--record-dir: "):
         run = lifecycle.claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
                                   record_dir=raw_dir and Path(os.path.expanduser(raw_dir)),
@@ -162,10 +167,6 @@ def pytest_collection_modifyitems(session, config, items):
         raise pytest.UsageError("--record-dir DIR (or --runs-dir DIR) is required to run the experiments (use a new "
                                 "directory, e.g. runs/first)")
     run.schedule.collected = [item.nodeid for item in experiments]
-    if not (hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer")):
-        raise pytest.UsageError(f"this platform ({sys.platform}) has no POSIX interval timers, so the "
-                                f"{protocol.TRIAL_LIMIT_S} s per-trial limit cannot be enforced; the experiments "
-                                f"refuse to run unbounded")
     for item in experiments:
         if item.get_closest_marker("timeout") is None:
             # func_only: the limit is for the trial itself, not the session fixtures (download, load)

@@ -306,6 +306,13 @@ def test_platform_without_interval_timers_refuses_to_run(suite, monkeypatch):
     result.stderr.fnmatch_lines(["*no POSIX interval timers*refuse to run unbounded*"])
 
 
+def test_a_run_without_the_timeout_plugin_is_refused_before_anything_is_written(suite):
+    """Issue 26 B2: -p no:timeout would remove the per-trial bound silently; the run is refused instead."""
+    err = refused(suite, "--record-dir", "run", "-p", "no:timeout")
+    assert "the pytest-timeout plugin is not loaded (for example by -p no:timeout)" in err
+    assert "refuse to run unbounded" in err and not (suite.path / "run").exists()
+
+
 def test_a_chain_of_dependents_names_the_first_failure(suite):
     write_experiment(suite, (
         "import pytest\n"
@@ -699,6 +706,31 @@ def refused(suite, *args) -> str:
     written = [p for name in ("claim.json", "records.jsonl", "manifest.json") for p in suite.path.rglob(name)]
     assert written == []  # nothing written, not even a claim
     return err
+
+
+def test_a_record_dir_inside_the_project_cache_is_refused_before_anything_is_written(suite):
+    """Issue 26 B1: a run written into artifacts/cache would break the cache for this run and every later one."""
+    cached = suite.path / "artifacts" / "cache" / "standin" / "e65bb29c"
+    cached.mkdir(parents=True)
+    err = refused(suite, "--specimen", "standin", "--record-dir", "artifacts/cache/standin/e65bb29c/myrun")
+    assert ("--record-dir: artifacts/cache/standin/e65bb29c/myrun is inside the project's specimen cache" in err
+            and "fail verification for this run and every later one" in err)
+    assert sorted(p.name for p in cached.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--record-dir", "--runs-dir"])
+def test_no_run_is_written_into_any_folder_that_holds_a_specimen(tmp_path, option):
+    from inferlab.run import options
+
+    copy = tmp_path / "lab05-copy"
+    copy.mkdir()
+    (copy / "config.json").write_text("{}")
+    (copy / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(options.PathOptionError, match=f"{option}: .* is inside {copy}, which holds a specimen's files"):
+        options.check_paths({option: str(copy / "deeper" / "run")})
+    with pytest.raises(options.PathOptionError, match="inside the project's specimen cache"):
+        options.check_paths({option: str(tmp_path / "cache" / "x")}, cache_root=tmp_path / "cache")
+    assert options.check_paths({option: str(tmp_path / "runs" / "first")}, cache_root=tmp_path / "cache") is None
 
 
 @pytest.mark.parametrize("kind", ["missing", "file"])

@@ -73,34 +73,67 @@ class PathOptionError(ValueError):
     """A path option that cannot work; the message names the option, the path and the reason."""
 
 
-def check_paths(options: dict) -> Optional[str]:
+SPECIMEN_MARKERS = ("config.json", "model.safetensors")  # a folder holding both is a specimen's copy
+
+
+def _inside(target: Path, folder: Path) -> bool:
+    try:
+        return target.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False  # refused later with its own reason if it cannot be used at all
+
+
+def specimen_folder_around(target: Path) -> Optional[Path]:
+    """The nearest folder at or above target that holds a specimen's files (config.json and model.safetensors)."""
+    try:
+        resolved = target.resolve()
+    except (OSError, RuntimeError):
+        return None
+    for folder in (resolved, *resolved.parents):
+        if all(os.path.isfile(folder / name) for name in SPECIMEN_MARKERS):
+            return folder
+    return None
+
+
+def refuse_inside_specimen_files(option: str, target: Path, artifacts: Optional[Path], cache_root: Optional[Path]):
+    """A run written into a specimen's files breaks them: inside --artifacts, inside the project cache (which then
+    fails verification for this run and every later one), or inside any folder that holds a specimen."""
+    if artifacts is not None and _inside(target, artifacts):
+        raise PathOptionError(f"{option}: {target} is inside the --artifacts folder {artifacts}: the run would "
+                              f"be written into the specimen copy; choose a folder outside it")
+    if cache_root is not None and _inside(target, cache_root):
+        raise PathOptionError(f"{option}: {target} is inside the project's specimen cache {cache_root}: the run "
+                              f"would be written into the cache, which would then fail verification for this run "
+                              f"and every later one; choose a folder outside it, e.g. {WANTED[option]}")
+    folder = specimen_folder_around(target)
+    if folder is not None:
+        raise PathOptionError(f"{option}: {target} is inside {folder}, which holds a specimen's files "
+                              f"({', '.join(SPECIMEN_MARKERS)}): the run would be written into them; choose a "
+                              f"folder outside it, e.g. {WANTED[option]}")
+
+
+def check_paths(options: dict, cache_root: Optional[Path] = None) -> Optional[str]:
     """Refuse every path option that cannot work; returns the predictions path (None without one).
 
     options maps --record-dir, --runs-dir, --artifacts and --predictions to their values (None when not
     given). An empty path would mean the current folder; --artifacts must be a directory; the run must not
-    be written into the specimen copy; --predictions must be a regular file.
+    be written into the specimen copy, the project cache (cache_root) or any folder holding a specimen;
+    --predictions must be a regular file.
     """
     for option, value in options.items():
         if value is not None and not value.strip():
             raise PathOptionError(f"{option}: the path is empty ({value!r}), which would mean the current folder; "
                                   f"name {WANTED[option]}")
     artifacts = options.get("--artifacts")
+    where = None
     if artifacts is not None:
         where = Path(os.path.expanduser(artifacts))
         if not os.path.isdir(where):  # False, not an error, for a path that cannot be examined
             raise PathOptionError(f"--artifacts: {where} {describe_path(where)}; expected a directory that holds "
                                   f"the specimen's files (check it first: python -m inferlab check-artifacts DIR)")
-        for option in ("--record-dir", "--runs-dir"):
-            if options.get(option) is None:
-                continue
-            target = Path(os.path.expanduser(options[option]))
-            try:
-                inside = target.resolve().is_relative_to(where.resolve())
-            except (OSError, RuntimeError):
-                inside = False  # refused later with its own reason if it cannot be used at all
-            if inside:
-                raise PathOptionError(f"{option}: {target} is inside the --artifacts folder {where}: the run would "
-                                      f"be written into the specimen copy; choose a folder outside it")
+    for option in ("--record-dir", "--runs-dir"):
+        if options.get(option) is not None:
+            refuse_inside_specimen_files(option, Path(os.path.expanduser(options[option])), where, cache_root)
     predictions = options.get("--predictions")
     if predictions is None:
         return None
@@ -110,6 +143,25 @@ def check_paths(options: dict) -> Optional[str]:
         what += ", not a regular file" if what.startswith("is ") else ""
         raise PathOptionError(f"--predictions: {predictions} {what}; expected your copy of predictions.md")
     return predictions
+
+
+TIMEOUT_PLUGIN = "timeout"  # pytest-timeout's plugin name, as -p no:timeout names it
+
+
+def trial_bound_refusal(platform: str, has_interval_timers: bool, has_timeout_plugin: bool) -> Optional[str]:
+    """Why the per-trial limit cannot be enforced, so that the experiments must not run; None when it can.
+
+    The limit is pytest-timeout's signal method: it needs POSIX interval timers and the plugin itself (which
+    `-p no:timeout` removes). A run without the bound is never called the complete protocol: it is refused.
+    """
+    if not has_interval_timers:
+        return (f"this platform ({platform}) has no POSIX interval timers, so the {protocol.TRIAL_LIMIT_S} s "
+                f"per-trial limit cannot be enforced; the experiments refuse to run unbounded")
+    if not has_timeout_plugin:
+        return (f"the pytest-timeout plugin is not loaded (for example by -p no:{TIMEOUT_PLUGIN}), so the "
+                f"{protocol.TRIAL_LIMIT_S} s per-trial limit cannot be enforced; the experiments refuse to run "
+                f"unbounded (leave out -p no:{TIMEOUT_PLUGIN}; pytest-timeout is pinned in requirements.lock)")
+    return None
 
 
 def run_dir_name(specimen_name: str, plan: bool) -> str:
