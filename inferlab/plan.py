@@ -133,6 +133,7 @@ class Schedule:
     planned: list = field(default_factory=list)  # node ids after selection: the plan
     status: dict = field(default_factory=dict)  # protocol_complete, partial_reasons, optional_left_out
     plan: Optional[dict] = None  # plan.json as written
+    declared: list = field(default_factory=list)  # every experiment test on disk: provides, requires
 
     def adopt(self, plan: dict) -> None:
         """Remember a written plan: what it planned and how it judged itself."""

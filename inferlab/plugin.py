@@ -219,9 +219,9 @@ def pytest_runtest_setup(item):
     run = get_run(item.config)
     if run is None or not is_experiment(item):
         return
-    refusal = run.ledger.refusal(item.nodeid, facts_of(item).requires)
-    if refusal is not None:
-        pytest.skip(refusal)
+    refusal = run.refusal(facts_of(item))
+    if refusal is not None:  # reported at the test, not at this hook
+        raise pytest.skip.Exception(refusal, _use_item_location=True)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -42,6 +42,33 @@ def experiment_parts(root: Path, experiments_dir: str) -> list[dict]:
     return parts
 
 
+def _marker_names(decorators: list, marker: str) -> list[str]:
+    """The string arguments of every `@pytest.mark.<marker>(...)` among a function's decorators."""
+    names = []
+    for decorator in decorators:
+        if isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute) \
+                and decorator.func.attr == marker:
+            names += [arg.value for arg in decorator.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+    return names
+
+
+def experiment_checks(root: Path, experiments_dir: str) -> list[dict]:
+    """Every experiment test function on disk with the checks it provides and requires, read from its source
+    ({file, function, provides, requires}), so that a test that was deselected or never collected is known too."""
+    found = []
+    for path in sorted((Path(root) / experiments_dir).glob("test_*.py")):
+        try:
+            module = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in module.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+                found.append({"file": f"{experiments_dir}/{path.name}", "function": node.name,
+                              "provides": _marker_names(node.decorator_list, "provides"),
+                              "requires": _marker_names(node.decorator_list, "requires")})
+    return found
+
+
 def declares_optional(module: ast.Module) -> bool:
     """Whether a module's `pytestmark` assignment names the optional_extension marker."""
     for node in module.body:

@@ -330,3 +330,25 @@ def test_no_experiment_spends_forwards_outside_the_protocols_budget():
     totals = plan.plan_totals([extra])
     assert totals["other_forwards"] == 2 and "memory_forwards" not in totals
     assert protocol.cap_violations(totals) == ["other_forwards: planned 2, protocol allows at most 0"]
+
+
+def test_a_selection_without_its_prerequisites_says_which_tests_to_add_and_points_at_the_test(project):
+    """Issue 26 B3: `-k cache` used to skip everything with "prerequisite 'model_inspection' has not run",
+    located in inferlab/plugin.py."""
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin", "-k", "cache",
+                                          "-rs")
+    found = records(project.path / "run")
+    skipped = outcome(found, "test_cache_criterion_declared")
+    reason = skipped["skip_reason"]
+    assert skipped["outcome"] == "skipped" and "prerequisite 'model_inspection' has not run" in reason
+    assert "-k 'cache' deselected them" in reason and "test_model_inspection" in reason
+    assert "-k 'cache or test_thread_controls or test_acquisition or test_artifact_file or " in reason
+    out = result.stdout.str()
+    assert "inferlab/plugin.py" not in out and "experiments/test_40_cache.py:" in out
+
+
+def test_one_file_alone_is_told_which_files_to_name_too(project):
+    project.runpytest_subprocess("experiments/test_40_cache.py", "--record-dir", "run", "--specimen", "standin")
+    reason = outcome(records(project.path / "run"), "test_cache_criterion_declared")["skip_reason"]
+    assert "the command named only experiments/test_40_cache.py" in reason
+    assert "to include them: name experiments/test_10_specimen.py too" in reason

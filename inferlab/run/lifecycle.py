@@ -27,7 +27,7 @@ from typing import Callable, Optional
 from inferlab import session_status
 from inferlab.checks import CheckLedger, first_line
 from inferlab.interrupts import SignalWatch
-from inferlab.plan import Schedule, TestFacts
+from inferlab.plan import EXPERIMENTS_DIR, Schedule, TestFacts
 from inferlab.plan import entry as plan_entry
 from inferlab.records import (
     MANIFEST_FILE,
@@ -269,9 +269,20 @@ class Run:
             parts=parts, collected=self.schedule.collected, deselected=self.schedule.deselected,
             selection=selection, named_paths=list(named_paths), named_tests=named_tests)
         self.schedule.adopt(written)
+        self.schedule.declared = session_status.experiment_checks(self.invocation.root, EXPERIMENTS_DIR)
         write_json_atomic(self.record_dir / PLAN_FILE, written)
         self.emit("plan", None, writers.make_plan_record(written))
         return written
+
+    def refusal(self, facts: TestFacts) -> Optional[str]:
+        """Why this test must not start (checks.CheckLedger.refusal), naming any prerequisite test that is not in
+        this session's schedule and how to include it."""
+        from inferlab.checks import absent_prerequisite
+
+        selection = (self.schedule.plan or {}).get("selection") or {}
+        not_run = [name for name in facts.requires if self.ledger.status_of(name) is None]
+        return self.ledger.refusal(facts.nodeid, facts.requires, absent=lambda name: absent_prerequisite(
+            name, self.schedule.declared, self.schedule.planned, selection, also=not_run))
 
     def record_outcome(self, facts: TestFacts, *, outcome: str, phase: str, duration: float,
                        longrepr: Optional[str], skip_reason: Optional[str]) -> dict:
