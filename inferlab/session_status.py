@@ -247,6 +247,9 @@ def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
     optional = end.get("optional_left_out") or []
     left_out = ("; the optional extension was left out: " + "; ".join(optional)) if optional else ""
     head += failure_clause(end, outcome_counts or {}) if not (end["plan_only"] or end["collect_only"]) else ""
+    if end.get("environment_changed_during_run"):
+        head += ("; the ENVIRONMENT CHANGED during the run (" + "; ".join(end["environment_changed_during_run"]) +
+                 "), so what the manifest recorded at its start may not be what ran")
     if end["partial_reasons"]:
         return f"{head}; PARTIAL, not the complete protocol: " + "; ".join(end["partial_reasons"]) + left_out
     if end["complete"]:

@@ -40,6 +40,9 @@ def write_summary(write: Callable[..., None], run) -> None:
     specimen = run.invocation.specimen or {}
     synthetic = bool(specimen.get("synthetic"))
     write(specimen_line(specimen), yellow=synthetic, bold=synthetic)
+    for line in run.ending.environment_changed:
+        write(f"environment: CHANGED during the run: {line} (the manifest keeps what was found at the start)",
+              red=True)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(run.outcomes.counts.items())) or "no experiment tests ran"
     write(f"outcomes: {counts}")
     for line in run.outcomes.failure_lines:

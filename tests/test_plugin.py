@@ -878,6 +878,15 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
     check = subprocess.run([sys.executable, "-m", "inferlab", "report", str(run), "--check"],
                            capture_output=True, text=True, cwd=suite.path)
     assert check.returncode == 0, check.stdout + check.stderr
+    # Issue 26 B4: the terminal, report.md and verify say so too, not only the manifest.
+    result.stdout.fnmatch_lines(["environment: CHANGED during the run: source_sha256: experiments/test_exp.py*"])
+    last = [line for line in result.outlines if line.strip()][-1]
+    assert "the ENVIRONMENT CHANGED during the run (source_sha256: experiments/test_exp.py)" in last
+    text = (run / "report.md").read_text()
+    assert "**The environment changed during the run** (source_sha256: experiments/test_exp.py)" in text
+    verified = subprocess.run([sys.executable, "-m", "inferlab", "verify", str(run)], capture_output=True, text=True,
+                              cwd=suite.path)
+    assert verified.returncode == 1 and "session_end: the environment changed during the run" in verified.stdout
 
 
 @pytest.mark.parametrize("name, synthetic", [("standin", True), ("pythia-14m", False)])

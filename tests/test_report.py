@@ -779,3 +779,15 @@ def test_a_real_specimens_text_is_said_to_be_data_that_can_be_false_offensive_or
     assert "can be false, offensive or unsafe" in trials and "kept here as data" in trials
     assert "nothing in it is ever executed" in trials
     assert "offensive" not in section(page(rich_run), "Generation trials")
+
+
+def test_a_run_whose_environment_changed_is_never_called_passed(tmp_path):
+    """B4: the session_end names what changed; the verdict says so before any 'every planned test passed'."""
+    run = build_rich_run(tmp_path / "edited", session_end={"environment_changed_during_run": [
+        "source_sha256: inferlab/cache_check.py"]})
+    status = section(page(run), "Run status")
+    assert "**Verdict:** **The environment changed during the run** (source_sha256: inferlab/cache_check.py)" in status
+    assert "Every planned test passed" not in status
+    from inferlab.verify import verify_run
+
+    assert any(p.startswith("session_end: the environment changed during the run") for p in verify_run(run)["problems"])

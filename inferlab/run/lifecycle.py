@@ -144,6 +144,7 @@ class Ending:
 
     session_end: Optional[dict] = None
     rename: Optional[dict] = None  # under --runs-dir: {from, to, suffix, renamed, error}
+    environment_changed: list = field(default_factory=list)  # what differs from the start's environment record
 
 
 def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
@@ -305,6 +306,8 @@ class Run:
         """The session_end record (written before the report, which reads it): how the session ended."""
         signals = list(self.signals.received)
         code_name = "INTERRUPTED" if signals else facts.exit_code_name
+        # Before the report and the terminal, which say so: a source file edited or a package installed mid-run.
+        self.ending.environment_changed = self.environment_changes()
         reason = session_status.stop_reason(
             exit_code_name=code_name, signals=signals, should_stop=facts.should_stop,
             should_fail=facts.should_fail, tests_failed=facts.tests_failed,
@@ -316,7 +319,8 @@ class Run:
             with_outcome={r["test"] for r in self.records_of("test_outcome")},
             partial_reasons=self.schedule.partial_reasons(),
             optional_notes=self.schedule.status.get("optional_left_out", []),
-            outcome_counts=self.outcomes.counts, failures_by_check_kind=dict(self.outcomes.failed_by_check_kind))
+            outcome_counts=self.outcomes.counts, failures_by_check_kind=dict(self.outcomes.failed_by_check_kind),
+            environment_changed=self.ending.environment_changed)
         self.ending.session_end = end
         self.emit("session_end", None, end)
         return end
@@ -361,9 +365,8 @@ class Run:
         # different at the end (a source file edited mid-run, a package installed) is listed, not swapped in.
         if self.environment is None:
             self.environment = self.surroundings.environment()
-        from inferlab import environment
-
-        changed = environment.changes(self.environment, self.surroundings.environment()) if end else []
+        changed = (self.ending.environment_changed if self.ending.session_end is not None
+                   else self.environment_changes()) if end else []
         manifest = writers.make_manifest(
             invocation=self.invocation, started_utc=self.started_utc, ended_utc=self.clock() if end else None,
             end=end, signals_during_finish=self.signals.during_finish, outcome_counts=self.outcomes.counts,
@@ -376,6 +379,14 @@ class Run:
         if end is not None:
             manifest["files"] = file_inventory(self.record_dir, exclude=(MANIFEST_FILE,))
         write_json_atomic(self.record_dir / MANIFEST_FILE, manifest)
+
+    def environment_changes(self) -> list[str]:
+        """What differs now from the environment recorded at the start, one line per changed field."""
+        from inferlab import environment
+
+        if self.environment is None:
+            return []
+        return environment.changes(self.environment, self.surroundings.environment())
 
     def abandon_note(self) -> str:
         """Where an abandoned run stands, for the one line printed when its final records are abandoned."""

@@ -106,13 +106,15 @@ def make_plan_record(plan: dict) -> dict:
 def make_session_end(*, exit_status: int, exit_code_name: str, signals: list[str], collect_only: bool,
                      plan_only: bool, stopped_reason: Optional[str], planned: list[str], with_outcome: set,
                      partial_reasons: list[str], optional_notes: list[str], outcome_counts: dict,
-                     failures_by_check_kind: Optional[dict] = None) -> dict:
+                     failures_by_check_kind: Optional[dict] = None,
+                     environment_changed: Iterable[str] = ()) -> dict:
     """The session_end record's fields: how the session ended, whether that is the complete protocol, which kind
     of check failed, and the one line that says so (session_status.session_end_fields and status_line)."""
     end = session_status.session_end_fields(
         exit_status=exit_status, exit_code_name=exit_code_name, signals=signals, collect_only=collect_only,
         plan_only=plan_only, stopped_reason=stopped_reason, planned=planned, with_outcome=with_outcome,
         partial_reasons=partial_reasons, optional_notes=optional_notes, failures_by_check_kind=failures_by_check_kind)
+    end["environment_changed_during_run"] = list(environment_changed)  # what the report and verify say too
     end["status"] = session_status.status_line(end, dict(outcome_counts))
     return end
 
