@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
+from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_missing_dependencies, refuse_non_run
 
 NAME = "verify"
 HELP = "re-hash every file against the manifest and check the records are complete for the protocol; one line per problem"
@@ -23,7 +23,7 @@ def run_verify(record_dir, all_passed: bool) -> int:
     """`verify DIR`: one line per problem, then the verdict line; the exit code."""
     from inferlab.verify import verify_run
 
-    if refuse_non_run("verify", record_dir):
+    if refuse_non_run("verify", record_dir) or refuse_missing_dependencies("verify", [record_dir]):
         return EXIT_UNREADABLE
     result = verify_run(record_dir)
     problems = list(result["problems"])
