@@ -95,6 +95,7 @@ def _files_cell(view: RunView) -> str:
     elif ok is False:
         lines = [line.strip() for line in str(acquisition.get("error") or "").splitlines() if line.strip()]
         why = " ".join(lines[:2]) + (" …" if len(lines) > 2 else "") if lines else "no error was recorded"
+        why = why.rstrip(".")  # the cell goes on after it with '; 
         words += f", {'refused' if method in REUSE_METHODS else 'failed'}: {text_cell(why)}"
     if not files:
         return f"{words}; no file was examined"
