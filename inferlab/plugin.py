@@ -49,6 +49,9 @@ def pytest_configure(config):
     with _usage_error():  # the two options go together; checked before anything is written
         revised_criterion.check_options(config.getoption("inferlab_revised_cache_criterion"),
                                         config.getoption("inferlab_justification"))
+    # HF_HUB_OFFLINE=1 is --offline, for the whole session (acquisition and the network block read the option)
+    config.option.inferlab_offline, offline_from = options.offline_setting(config.getoption("inferlab_offline"),
+                                                                           os.environ)
     raw_dir, runs_dir = config.getoption("inferlab_record_dir"), config.getoption("inferlab_runs_dir")
     if raw_dir is None and runs_dir is None:
         return
@@ -59,7 +62,7 @@ def pytest_configure(config):
                                           config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN))
     if refusal is not None:
         raise pytest.UsageError(refusal)
-    invocation = _invocation(config, _load_specimen_spec(config))
+    invocation = _invocation(config, _load_specimen_spec(config), offline_from)
     with _usage_error():
         predictions = options.check_paths({"--record-dir": raw_dir, "--runs-dir": runs_dir,
                                          "--artifacts": config.getoption("inferlab_artifacts"),
@@ -91,7 +94,7 @@ def _usage_error(prefix: str = ""):
         raise pytest.UsageError(f"{prefix}{error}") from None
 
 
-def _invocation(config, specimen_spec) -> lifecycle.Invocation:
+def _invocation(config, specimen_spec, offline_from=None) -> lifecycle.Invocation:
     """How this session was started, as plain data."""
     from inferlab import environment
 
@@ -103,7 +106,7 @@ def _invocation(config, specimen_spec) -> lifecycle.Invocation:
         invocation_dir=str(config.invocation_params.dir), root=config.rootpath,
         mode="plan" if config.getoption("inferlab_plan") else "run", specimen=specimen_spec.as_dict(),
         options={"artifacts": config.getoption("inferlab_artifacts"), "offline": config.getoption("inferlab_offline"),
-                 "plan": config.getoption("inferlab_plan")},
+                 "offline_from": offline_from, "plan": config.getoption("inferlab_plan")},
         pytest={"version": pytest.__version__, "plugins": plugins},
         named_by_plugin=config.getoption("inferlab_runs_dir") is not None)
 

@@ -352,3 +352,27 @@ def test_one_file_alone_is_told_which_files_to_name_too(project):
     reason = outcome(records(project.path / "run"), "test_cache_criterion_declared")["skip_reason"]
     assert "the command named only experiments/test_40_cache.py" in reason
     assert "to include them: name experiments/test_10_specimen.py too" in reason
+
+
+@pytest.mark.parametrize("value", ["1", "true"])
+def test_the_hubs_offline_variable_is_honoured_as_offline_and_recorded_so(project, monkeypatch, value):
+    """Issue 26 B7: HF_HUB_OFFLINE=1 used to be ignored: the run still connected."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "-k", "test_network_guard")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    manifest = json.loads((project.path / "run" / "manifest.json").read_text())
+    assert manifest["options"]["offline"] is True and manifest["options"]["offline_from"] == f"HF_HUB_OFFLINE={value}"
+    assert manifest["options"]["network_blocked_for_session"] is True
+    guard = next(r for r in records(project.path / "run") if r["kind"] == "offline_guard")
+    assert guard["offline"] is True and guard["outcome"].startswith("blocked")
+
+
+def test_the_offline_variable_is_read_as_huggingface_hub_reads_it():
+    from huggingface_hub.constants import _is_true
+
+    from inferlab.run import options
+
+    for value in ("1", "0", "true", "TRUE", "yes", "on", "no", "", "2", "false"):
+        assert options.offline_setting(False, {"HF_HUB_OFFLINE": value})[0] is _is_true(value), value
+    assert options.offline_setting(False, {"TRANSFORMERS_OFFLINE": "1"}) == (True, "TRANSFORMERS_OFFLINE=1")
+    assert options.offline_setting(True, {}) == (True, "--offline") and options.offline_setting(False, {}) == (False, None)

@@ -67,8 +67,9 @@ def _offline_cell(view: RunView) -> str:
     probe = f"; probe: {text_cell(guard.get('outcome'))}" if guard else ""
     if options.get("offline"):
         blocked = options.get("network_blocked_for_session")
-        return ("**yes**: every network connection refused for the whole session" if blocked is not False
-                else "**yes** (`--offline`), but the session-wide block is not recorded") + probe
+        by = f" ({code(str(options['offline_from']))})" if options.get("offline_from") else ""
+        return (f"**yes**{by}: every network connection refused for the whole session" if blocked is not False
+                else f"**yes**{by or ' (`--offline`)'}, but the session-wide block is not recorded") + probe
     if options.get("offline") is False:
         return "no: network connections were allowed" + probe
     return MISSING

@@ -26,7 +26,8 @@ HELP = {
     f"'standin' is the synthetic, non-Pythia checkpoint)",
     "artifacts": "reuse the six specimen files from this directory after verifying them (default: none; "
     "the project cache under artifacts/cache/ is tried, then a bounded download)",
-    "offline": "never open a network connection; missing files are an error (default: off)",
+    "offline": "never open a network connection; missing files are an error (default: off; HF_HUB_OFFLINE=1 in the "
+               "environment also turns it on, and the records say which did)",
     "plan": "write plan.json and print the ordered schedule without loading a model (default: off)",
     "predictions": "copy this predictions file into the record dir before any model computation (default: none)",
     "revised_cache_criterion": "also judge the cache comparison under this justified revised criterion ATOL,RTOL "
@@ -143,6 +144,22 @@ def check_paths(options: dict, cache_root: Optional[Path] = None) -> Optional[st
         what += ", not a regular file" if what.startswith("is ") else ""
         raise PathOptionError(f"--predictions: {predictions} {what}; expected your copy of predictions.md")
     return predictions
+
+
+# huggingface_hub reads HF_HUB_OFFLINE (or else TRANSFORMERS_OFFLINE) as true when it is one of these, in any case.
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+TRUE_WORDS = ("1", "ON", "YES", "TRUE")
+
+
+def offline_setting(option: bool, environ) -> tuple[bool, Optional[str]]:
+    """(offline, what made it so): --offline, or the hub's own offline variable as huggingface_hub reads it, so
+    that HF_HUB_OFFLINE=1 means the same as --offline; (False, None) when neither asks for it."""
+    if option:
+        return True, "--offline"
+    name = next((n for n in OFFLINE_VARIABLES if environ.get(n)), None)
+    if name is not None and environ[name].upper() in TRUE_WORDS:
+        return True, f"{name}={environ[name]}"
+    return False, None
 
 
 TIMEOUT_PLUGIN = "timeout"  # pytest-timeout's plugin name, as -p no:timeout names it

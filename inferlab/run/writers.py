@@ -155,6 +155,7 @@ def make_manifest(*, invocation, started_utc: str, ended_utc: Optional[str], end
         "options": {
             "artifacts": invocation.options.get("artifacts"),
             "offline": invocation.options.get("offline"),
+            "offline_from": invocation.options.get("offline_from"),  # --offline, or HF_HUB_OFFLINE=1
             "network_blocked_for_session": network_blocked,
             "plan": invocation.options.get("plan"),
         },
