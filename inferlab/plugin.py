@@ -68,6 +68,8 @@ def pytest_configure(config):
                                          "--artifacts": config.getoption("inferlab_artifacts"),
                                          "--predictions": config.getoption("inferlab_predictions")},
                                         cache_root=config.rootpath / "artifacts" / "cache")
+    if config.option.collectonly:  # --co lists the tests and runs none: no run folder is made for it
+        return
     with _usage_error("--runs-dir: " if runs_dir is not None else "--record-dir: "):
         run = lifecycle.claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
                                   record_dir=raw_dir and Path(os.path.expanduser(raw_dir)),
@@ -166,6 +168,8 @@ def pytest_collection_modifyitems(session, config, items):
     if not experiments:
         return
     run = get_run(config)
+    if run is None and config.option.collectonly:
+        return
     if run is None:
         raise pytest.UsageError("--record-dir DIR (or --runs-dir DIR) is required to run the experiments (use a new "
                                 "directory, e.g. runs/first)")

@@ -506,12 +506,24 @@ def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite
     result.stdout.fnmatch_lines(["inferlab: the run did NOT finish (-x/--maxfail after 1 failure(s))*"])
 
 
-def test_collect_only_is_never_complete(suite):
+@pytest.mark.parametrize("where", [("--record-dir", "run"), ("--runs-dir", "runs"), ()])
+def test_collect_only_lists_the_tests_and_writes_no_run_folder(suite, where):
+    """Issue 26 B8: --co used to leave an -incomplete run folder with a report in it."""
     write_experiment(suite, "def test_a():\n    pass\n")
-    suite.runpytest("experiments", "--record-dir", "run", "--co")
-    end = session_end(suite.path / "run")
+    result = suite.runpytest("experiments", *where, "--co")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*test_a*"])
+    assert not (suite.path / "run").exists() and not (suite.path / "runs").exists()
+
+
+def test_a_collect_only_session_end_is_never_complete():
+    """What an older inferlab recorded for --co (and verify and the report still read) is never complete."""
+    from inferlab import session_status
+
+    end = session_status.session_end_fields(
+        exit_status=0, exit_code_name="OK", signals=[], collect_only=True, plan_only=False, stopped_reason=None,
+        planned=["a"], with_outcome=set(), partial_reasons=[], optional_notes=[])
     assert end["collect_only"] is True and end["complete"] is False and end["tests_with_outcome"] == 0
-    assert manifest_of(suite.path / "run")["complete"] is False
 
 
 # --- claiming the record dir (issue 15.4, 15.5, 15.12) ---------------------------------------------
