@@ -40,6 +40,20 @@ class TestFacts:
         return "diagnostic" if self.diagnostic else "integrity"
 
 
+def facts_from_markers(nodeid: str, params: dict, markers) -> TestFacts:
+    """A test's facts from its parametrize values and its markers: markers(name) gives the test's markers of
+    that name (closest first), each with .args and .kwargs, as pytest's item.iter_markers does."""
+    def args(name: str) -> tuple:
+        return tuple(arg for marker in markers(name) for arg in marker.args)
+
+    budget, timeout = next(iter(markers("budget")), None), next(iter(markers("timeout")), None)
+    return TestFacts(
+        nodeid=nodeid, params={name: plain_param(value) for name, value in params.items()},
+        budget=dict(budget.kwargs) if budget else None, requires=args("requires"), provides=args("provides"),
+        records=tuple(dict.fromkeys(args("records"))), timeout_s=timeout.args[0] if timeout and timeout.args else None,
+        diagnostic=bool(list(markers("diagnostic"))), optional=bool(list(markers("optional_extension"))))
+
+
 def plain_param(value):
     """A parametrize value as JSON data: a dataclass (a trial) as its fields and test id, anything else its repr."""
     if hasattr(value, "__dataclass_fields__"):
@@ -116,6 +130,23 @@ def selection_of(option, last_failed_plugin=None) -> dict:
                             and getattr(last_failed_plugin, "lastfailed", None)),
         "stepwise": bool(getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False)),
     }
+
+
+LAST_FAILED_SPECIMEN_KEY = "inferlab/last_failed_specimen"  # in pytest's cache, beside its own cache/lastfailed
+
+
+def last_failed_refusal(option, last_failed_plugin, cache, specimen: str) -> Optional[str]:
+    """Why --lf must not run now: pytest keeps one last-failed list for the folder, and the run that wrote it
+    used another specimen (recorded under LAST_FAILED_SPECIMEN_KEY); None when --lf selects nothing or the
+    specimens agree. cache is pytest's config.cache (None with -p no:cacheprovider)."""
+    if cache is None or not selection_of(option, last_failed_plugin)["last_failed"]:
+        return None
+    recorded = cache.get(LAST_FAILED_SPECIMEN_KEY, None)
+    if recorded in (None, specimen):
+        return None
+    return (f"--lf: the last-failed list was written by a run of specimen {recorded!r}, and this run is of "
+            f"{specimen!r}: its failures are not this specimen's. Rerun with --specimen {recorded} --lf, or run "
+            f"{specimen!r} without --lf (pytest --cache-clear empties the list)")
 
 
 def core_deselected(deselected: Iterable[str], parts: list[dict]) -> list[str]:

@@ -58,11 +58,13 @@ def pytest_configure(config):
     if raw_dir is not None and runs_dir is not None:
         raise pytest.UsageError("--record-dir and --runs-dir: give one of them, not both")
     # Everything that can be checked without writing is checked first: a refused run writes nothing.
+    invocation = lifecycle.invocation_of(config, _load_specimen_spec(config).as_dict(), offline_from, pytest.__version__)
     refusal = options.trial_bound_refusal(sys.platform, hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer"),
-                                          config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN))
+                                          config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN)) or \
+        plan.last_failed_refusal(config.option, config.pluginmanager.get_plugin("lfplugin"),
+                                 getattr(config, "cache", None), invocation.specimen["name"])
     if refusal is not None:
         raise pytest.UsageError(refusal)
-    invocation = _invocation(config, _load_specimen_spec(config), offline_from)
     with _usage_error():
         predictions = options.check_paths({"--record-dir": raw_dir, "--runs-dir": runs_dir,
                                          "--artifacts": config.getoption("inferlab_artifacts"),
@@ -94,23 +96,6 @@ def _usage_error(prefix: str = ""):
     except (options.PathOptionError, RecordDirError, revised_criterion.RevisedCriterionError,
             specimen.SpecimenError) as error:
         raise pytest.UsageError(f"{prefix}{error}") from None
-
-
-def _invocation(config, specimen_spec, offline_from=None) -> lifecycle.Invocation:
-    """How this session was started, as plain data."""
-    from inferlab import environment
-
-    command, command_how = environment.typed_command(getattr(sys, "orig_argv", None), sys.argv,
-                                                     config.invocation_params.args, config.invocation_params.dir)
-    plugins = {dist.project_name: dist.version for _, dist in config.pluginmanager.list_plugin_distinfo()}
-    return lifecycle.Invocation(
-        argv=tuple(sys.argv), command=command, command_how=command_how,
-        invocation_dir=str(config.invocation_params.dir), root=config.rootpath,
-        mode="plan" if config.getoption("inferlab_plan") else "run", specimen=specimen_spec.as_dict(),
-        options={"artifacts": config.getoption("inferlab_artifacts"), "offline": config.getoption("inferlab_offline"),
-                 "offline_from": offline_from, "plan": config.getoption("inferlab_plan")},
-        pytest={"version": pytest.__version__, "plugins": plugins},
-        named_by_plugin=config.getoption("inferlab_runs_dir") is not None)
 
 
 def _load_specimen_spec(config):
@@ -147,18 +132,8 @@ def facts_of(item) -> TestFacts:
     """What an experiment test declares with its markers and parameters, as plain data (read once per item)."""
     facts = item.stash.get(FACTS_KEY, None)
     if facts is None:
-        budget, timeout = item.get_closest_marker("budget"), item.get_closest_marker("timeout")
         params = getattr(getattr(item, "callspec", None), "params", {})
-        facts = TestFacts(
-            nodeid=item.nodeid, params={name: plan.plain_param(value) for name, value in params.items()},
-            budget=dict(budget.kwargs) if budget else None,
-            requires=tuple(n for m in item.iter_markers("requires") for n in m.args),
-            provides=tuple(n for m in item.iter_markers("provides") for n in m.args),
-            records=tuple(dict.fromkeys(kind for m in item.iter_markers("records") for kind in m.args)),
-            timeout_s=timeout.args[0] if timeout and timeout.args else None,
-            diagnostic=item.get_closest_marker("diagnostic") is not None,
-            optional=item.get_closest_marker("optional_extension") is not None)
-        item.stash[FACTS_KEY] = facts
+        facts = item.stash[FACTS_KEY] = plan.facts_from_markers(item.nodeid, params, item.iter_markers)
     return facts
 
 
@@ -239,13 +214,9 @@ def pytest_runtest_makereport(item, call):
         return report
     if report.when == "call" or report.failed or report.skipped:
         facts = facts_of(item)
-        outcome = "skipped" if report.skipped else ("failed" if report.when == "call" else "error") \
-            if report.failed else "passed"
-        longrepr = None if report.longrepr is None else \
-            (report.longreprtext if hasattr(report, "longreprtext") else str(report.longrepr))
+        outcome, longrepr, skip_reason = terminal.outcome_of(report)
         record = run.record_outcome(facts, outcome=outcome, phase=report.when, duration=report.duration,
-                                    longrepr=longrepr, skip_reason=terminal.skip_reason(report.longrepr, longrepr)
-                                    if report.skipped else None)
+                                    longrepr=longrepr, skip_reason=skip_reason)
         # The records keep every text in full; only what pytest prints is shortened.
         shorter = terminal.shortened_longrepr(report.longrepr, outcome, facts.provides, run, record["seq"])
         if shorter is not None:
@@ -281,6 +252,8 @@ def pytest_sessionfinish(session, exitstatus):
     if end["interrupted"]:
         # pytest may not know: a second Ctrl-C inside its own interrupt handling used to leave exit status 0.
         session.exitstatus = pytest.ExitCode.INTERRUPTED
+    if getattr(session.config, "cache", None) is not None and run.invocation.mode == "run":
+        session.config.cache.set(plan.LAST_FAILED_SPECIMEN_KEY, run.invocation.specimen["name"])  # for --lf
     run.finish()
 
 

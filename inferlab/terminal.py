@@ -84,6 +84,16 @@ def write_last_line(write: Callable[..., None], run) -> None:
     write(f"inferlab: {end['status']}", bold=True, red=harness, yellow=kind == "findings" and not harness)
 
 
+def outcome_of(report) -> tuple[str, Optional[str], Optional[str]]:
+    """(outcome, full text, skip reason) of one pytest report: passed, failed (in the call), error (in setup or
+    teardown) or skipped; the text is the longrepr in full."""
+    outcome = "skipped" if report.skipped else ("failed" if report.when == "call" else "error") \
+        if report.failed else "passed"
+    text = None if report.longrepr is None else \
+        (report.longreprtext if hasattr(report, "longreprtext") else str(report.longrepr))
+    return outcome, text, skip_reason(report.longrepr, text) if report.skipped else None
+
+
 def skip_reason(longrepr, text: Optional[str]) -> str:
     """A skipped test's reason: from pytest's (path, lineno, reason) form, else the message of its text."""
     if isinstance(longrepr, tuple) and len(longrepr) == 3:

@@ -944,3 +944,16 @@ def test_a_test_that_declares_no_record_kinds_may_write_none(suite):
     assert "measurement" not in [r["kind"] for r in records]
     longrepr = outcomes_by_test(records)["test_silent"]["longrepr"]
     assert "record kind 'measurement' is not declared on the test, which declares no record kinds" in longrepr
+
+
+def test_last_failed_of_another_specimen_is_refused_and_of_the_same_one_runs(suite):
+    """Issue 26 B10: pytest keeps one last-failed list per folder; a stand-in's failures are not the replica's."""
+    write_experiment(suite, "def test_a():\n    assert False\ndef test_b():\n    pass\n")
+    suite.runpytest("experiments", "--runs-dir", "runs").assert_outcomes(passed=1, failed=1)
+    mixed = suite.runpytest("experiments", "--runs-dir", "runs", "--specimen", "standin", "--lf")
+    assert mixed.ret == pytest.ExitCode.USAGE_ERROR
+    mixed.stderr.fnmatch_lines(["*--lf: the last-failed list was written by a run of specimen 'pythia-14m', and "
+                                "this run is of 'standin'*"])
+    assert len(list((suite.path / "runs").iterdir())) == 1  # the refused run wrote nothing
+    again = suite.runpytest("experiments", "--runs-dir", "runs", "--lf")
+    again.assert_outcomes(failed=1)

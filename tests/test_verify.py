@@ -427,6 +427,10 @@ def test_an_interrupted_run_says_so_once_and_lists_no_record_it_never_reached(ru
     assert main(["verify", str(run_copy)]) == 1  # not a complete run, but a readable answer
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and out[1].startswith(f"verify: 1 problem(s) in {run_copy}; not listed: ")
+    # Issue 26 B10: the outcomes it does not list are counted as the line above counts the tests (46 of 66).
+    assert result["not_listed_outcomes"] == 46 and result["not_listed"] == 46 + result["not_listed_records"]
+    assert (f"not listed: 46 missing test outcome(s) and {result['not_listed_records']} missing record(s) of the "
+            f"tests the run left out or never reached") in out[1]
 
 
 def test_an_interrupted_run_still_reports_its_integrity_problems(run_copy):

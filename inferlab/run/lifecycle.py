@@ -67,6 +67,26 @@ class Invocation:
     named_by_plugin: bool = False  # made under --runs-dir: its name may gain a suffix at the end
 
 
+def invocation_of(config, specimen: dict, offline_from: Optional[str], pytest_version: str) -> Invocation:
+    """How this session was started, as plain data, from pytest's config (its invocation parameters, options
+    and plugins; read, never kept), the specimen spec and what made the session offline."""
+    import sys
+
+    from inferlab import environment
+
+    command, command_how = environment.typed_command(getattr(sys, "orig_argv", None), sys.argv,
+                                                     config.invocation_params.args, config.invocation_params.dir)
+    plugins = {dist.project_name: dist.version for _, dist in config.pluginmanager.list_plugin_distinfo()}
+    return Invocation(
+        argv=tuple(sys.argv), command=command, command_how=command_how,
+        invocation_dir=str(config.invocation_params.dir), root=config.rootpath,
+        mode="plan" if config.getoption("inferlab_plan") else "run", specimen=specimen,
+        options={"artifacts": config.getoption("inferlab_artifacts"), "offline": config.getoption("inferlab_offline"),
+                 "offline_from": offline_from, "plan": config.getoption("inferlab_plan")},
+        pytest={"version": pytest_version, "plugins": plugins},
+        named_by_plugin=config.getoption("inferlab_runs_dir") is not None)
+
+
 class Surroundings:
     """What the manifest says of the process and the machine, asked when it is written."""
 
