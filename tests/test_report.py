@@ -812,3 +812,21 @@ def test_a_python_without_the_readers_modules_is_a_usage_error_and_writes_nothin
         assert f"cannot import {missing}" in err and "judged nothing and wrote nothing" in err
         assert "the interpreter that made the run: /home/learner/lab/.venv/bin/python" in err
     assert {name: (run / name).read_bytes() for name in before} == before
+
+
+def test_the_run_table_says_what_the_watch_inside_every_forward_saw(tmp_path):
+    """A4: the records' forward_mode, summed; a violation is named."""
+    def watched(records, broken=0):
+        for record in records:
+            if record["kind"] in ("generation", "timing_trial"):
+                record["forward_mode"] = {"forwards": 16, "violation_count": 0, "violations": []}
+        records[[r["kind"] for r in records].index("generation")]["forward_mode"]["violation_count"] = broken
+        return records
+
+    clean = build_rich_run(tmp_path / "clean", transform=watched)
+    row = next(r for r in table_rows(page(clean)) if r[0] == "every forward")
+    assert row[1] == ("800 forwards in 50 records, each seen from inside it: all under `torch.inference_mode()`, none "
+                      "in training mode")
+    broken = build_rich_run(tmp_path / "broken", transform=lambda records: watched(records, broken=3))
+    row = next(r for r in table_rows(page(broken)) if r[0] == "every forward")
+    assert row[1].startswith("**3 of 800 forwards broke the controls**")

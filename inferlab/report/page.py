@@ -134,6 +134,20 @@ def _lock_cell(view: RunView) -> str:
     return f"**{len(differences)} difference(s) from {code(str(check.get('file')))}**: {shown}"
 
 
+def _forwards_cell(view: RunView) -> str:
+    """What the watch inside every forward saw (inferlab.forward_mode): inference mode on, the model not training."""
+    modes = [r["forward_mode"] for r in view.records if isinstance(r.get("forward_mode"), dict)]
+    if not modes:
+        return "not observed (no record of this run carries `forward_mode`)"
+    forwards = sum(m.get("forwards") or 0 for m in modes)
+    broken = sum(m.get("violation_count") or 0 for m in modes)
+    if broken:
+        return (f"**{broken} of {forwards} forwards broke the controls** (outside `torch.inference_mode()` or in "
+                f"training mode); each record's `forward_mode` names them")
+    return (f"{forwards} forwards in {len(modes)} records, each seen from inside it: all under "
+            f"`torch.inference_mode()`, none in training mode")
+
+
 def _warnings_cell(view: RunView) -> str:
     found = measures.warnings_by_record(view)
     if not found:
@@ -163,6 +177,7 @@ def run_table(view: RunView) -> list[str]:
         ["files", _files_cell(view)],
         ["offline", _offline_cell(view)],
         ["environment lock", _lock_cell(view)],
+        ["every forward", _forwards_cell(view)],
         ["command", (code(command) + ("" if source == "as typed" else f" ({source})")) if command else MISSING],
         ["predictions", _predictions_cell(view)],
         ["session end", (f"{text_cell(end.get('exit_code_name'))} (exit status {num(end.get('exit_status'))})"

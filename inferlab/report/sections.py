@@ -314,6 +314,9 @@ def section_limitations(view: RunView) -> list[str]:
         "The cache tolerance is a diagnostic for this backend and dtype, not a universal guarantee.",
         "RSS is process-wide; a lifetime peak cannot be reset and isolates no cache increment.",
         "The profiling loop keeps selecting after EOS; those ids are not responses.",
+        "Every forward runs one small hook that checks inference mode and the model's training flag (the "
+        "`forward_mode` of each record); it is inside the timed loop too, identical for both cache paths, and not "
+        "subtracted.",
     ]
     return ["## Limitations", ""] + bullet_list(items) + [""]
 

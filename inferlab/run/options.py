@@ -20,8 +20,9 @@ HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
                   "--runs-dir is given; no default)",
     "runs_dir": "make a new record dir under this directory, named <UTC time>-<specimen> (and -plan with --plan); "
-                "at the end a suffix says how the run ended: -failed, -partial, -partial-failed or -incomplete "
-                "(default: none)",
+                "at the end a suffix says how the run ended: -failed (the harness failed), -findings (only protocol "
+                "diagnostics failed: the protocol ran and found something), -partial, -partial-failed, "
+                "-partial-findings or -incomplete (default: none)",
     "specimen": f"specimen to run: a name with a spec in artifacts/<name>.json (default: {protocol.DEFAULT_SPECIMEN}; "
     f"'standin' is the synthetic, non-Pythia checkpoint)",
     "artifacts": "reuse the six specimen files from this directory after verifying them (default: none; "
