@@ -261,7 +261,10 @@ def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(pr
         [f"{n}. {step}" for n, step in enumerate(steps, start=1)]
     assert lines.index("Next steps:") > next(i for i, line in enumerate(lines) if error in line)
     planned = len(json.loads((project.path / "run" / "plan.json").read_text())["schedule"])
-    assert result.stdout.lines[-2].startswith(f"inferlab: the session reached its end: all {planned} planned tests")
+    # the status line comes after pytest's own counts: the last line of the output (issue 26 A7)
+    assert result.stdout.lines[-2].startswith("=") and "1 failed" in result.stdout.lines[-2]
+    assert result.stdout.lines[-1].startswith(f"inferlab: the session reached its end: all {planned} planned tests")
+    assert "the HARNESS FAILED: 1 harness-integrity check(s)" in result.stdout.lines[-1]
 
 
 def plan_of(project, *args) -> tuple[dict, object]:
