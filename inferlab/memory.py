@@ -242,7 +242,7 @@ def weight_read_time(model: torch.nn.Module, passes: int = WEIGHT_READ_PASSES, c
         "warmup_s": warmup_ns / 1e9,
         "caches": caches,
         "fits_in_largest_cache": fits,
-        "note": ("when the weights fit in a cache level, a pass that follows another may be served from that cache "
+        "note": ("When the weights fit in a cache level, a pass that follows another may be served from that cache "
                  "rather than from main memory; this is a time for these reads on this machine, not a bound on "
                  "a decode step"),
     }

@@ -756,7 +756,7 @@ def test_an_older_runs_near_ties_are_described_by_the_rule_they_were_made_under(
 
 def test_the_checklist_names_the_manifest_field_runs_write(rich_run):
     checklist = section(page(rich_run), "Submission checklist")
-    assert "command, argv, requirements_lock_sha256" in checklist and "command_line" not in checklist
+    assert "command, argv, requirements_lock_sha256, lock_check" in checklist and "command_line" not in checklist
 
 
 def test_the_run_table_names_every_difference_from_the_lock(rich_run, tmp_path):
