@@ -10,7 +10,8 @@ INFERLAB := $(VENV)/bin/inferlab
 # torch comes from PyTorch's CPU wheel index first (no CUDA build); see inferlab/installation.py.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # Empty: each run gets a new folder runs/<UTC time>-<specimen>[-plan], unique even within one second,
-# with -failed, -partial, -partial-failed or -incomplete added when that is how it ended. Set RUN_DIR to choose one.
+# with -failed, -findings, -partial, -partial-failed, -partial-findings or -incomplete added when that is how it
+# ended. Set RUN_DIR to choose one.
 RUN_DIR ?=
 WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),--runs-dir runs)
 ARGS ?=
@@ -62,8 +63,7 @@ docs: $(STAMP)
 # Re-pin after a deliberate upgrade: keeps the header, and pins torch without the +cpu local tag
 # so that the same line resolves to the platform's build elsewhere.
 lock:
-	{ grep '^#' requirements.lock; $(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.lock.new
-	mv requirements.lock.new requirements.lock
+	$(PY) -m inferlab.installation --lock requirements.lock --write-lock
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,6 +1,6 @@
 """Cost of the timing instrumentation: instrumented loop vs the bare same-forwards loop vs generate().
 
-Usage (from the repository root):  python -m benchmarks.overhead [--rounds N] [--results FILE]
+Usage (from the repository root):  python -m benchmarks.overhead [--rounds N] [--record-to FILE]
 
 In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then over N interleaved
 rounds (the order rotates each round) time one complete 16-selection greedy run of
@@ -8,9 +8,10 @@ rounds (the order rotates each round) time one complete 16-selection greedy run 
   (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
   (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
 each measured from outside with perf_counter_ns and divided by the number of selections.
-The model is the synthetic stand-in (pythia-14m's architecture), built offline. The result is appended,
-with this machine's fingerprint, to benchmarks/results.jsonl (inferlab.machine), where an experiment run
-on the same machine finds it. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
+The model is the synthetic stand-in (pythia-14m's architecture), built offline. The result, with this
+machine's fingerprint, the date and the commit it ran, is appended to runs/benchmarks/overhead.jsonl (untracked),
+or to the file --record-to names (benchmarks/results.jsonl to add it to the tracked record). No experiment run
+reads it. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
 """
 
 from __future__ import annotations
@@ -46,12 +47,20 @@ def load_model(workdir: Path):
     return loaded["model"], ids, tokenizer.eos_token_id, "stand-in (inferlab.standin), P1 tokenized"
 
 
-def main(argv=None) -> int:
-    """Run the benchmark and print medians, then the ratio line last."""
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's command line: --rounds, --record-to."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help=f"interleaved rounds (default 15, at least {MIN_ROUNDS})")
-    parser.add_argument("--results", type=Path, default=machine.RESULTS_FILE,
-                        help=f"append the result to this JSON Lines file (default: {machine.RESULTS_FILE})")
+    parser.add_argument("--record-to", dest="results", type=Path, default=machine.RESULTS_FILE, metavar="FILE",
+                        help=f"append the result to this JSON Lines file (default: {machine.RESULTS_FILE}, which git "
+                             f"ignores; pass {machine.TRACKED_RESULTS_FILE.relative_to(machine.PROJECT_ROOT)} to add it "
+                             f"to the tracked record)")
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the benchmark and print medians, then the ratio line last."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.rounds < MIN_ROUNDS:
         parser.error(f"--rounds {args.rounds}: at least {MIN_ROUNDS} required")
@@ -119,9 +128,12 @@ def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tok
     import transformers
 
     medians = {name: statistics.median(values) for name, values in per_token_ns.items()}
+    from inferlab.environment import git_state
+
     return {
         "benchmark": "benchmarks/overhead.py",
         "recorded_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "git": git_state(machine.PROJECT_ROOT),
         "machine": machine.machine_fingerprint(),
         "software": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},

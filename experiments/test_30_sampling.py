@@ -20,8 +20,8 @@ def trial_param(trial):
 @pytest.mark.records("generation", "phase")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [trial_param(t) for t in TRIALS])
-def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store, record):
-    from inferlab import sampling
+def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store, forward_window, record):
+    from inferlab import forward_mode, sampling
 
     encoded = encoded_prompts[trial.prompt_id]
     identity = {"trial_index": trial.index, "trial_id": trial.test_id, "prompt_id": trial.prompt_id,
@@ -34,7 +34,8 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
             eos_token_id=encoded["record"]["eos_token_id"], pad_token_id=encoded["record"]["pad_token_id"],
         )
     except BaseException as error:  # a trial timeout arrives as pytest's Failed, a BaseException
-        record("generation", **identity, status="failed", error=f"{type(error).__name__}: {error}")
+        record("generation", **identity, status="failed", error=f"{type(error).__name__}: {error}",
+               forward_mode=forward_window.summary())
         raise
     first_step = first_step_scores = None
     if trial.keeps_first_step_logits:
@@ -42,13 +43,16 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
         first_step = tensor_store.put(FIRST_STEP_FILE, key, logits)
         first_step_scores = tensor_store.put(FIRST_STEP_SCORES_FILE, key, scores)
     assert (fields["condition"], fields["seed"]) == (trial.condition, trial.seed)
-    record("generation", **{**fields, **identity}, first_step_logits=first_step, first_step_scores=first_step_scores)
+    mode = forward_window.summary()
+    record("generation", **{**fields, **identity}, first_step_logits=first_step, first_step_scores=first_step_scores,
+           forward_mode=mode)
     record("phase", name="output_decoding", trial_id=trial.test_id, source="generation",
            elapsed_s=fields["decode_s"], label=sampling.OUTPUT_DECODING_LABEL)
     assert fields["generated_length"] <= protocol.MAX_NEW_TOKENS, (
         f"generated {fields['generated_length']} tokens, budget {protocol.MAX_NEW_TOKENS}"
     )
     assert fields["generation_cache"]["fresh"], f"not a fresh generation cache: {fields['generation_cache']['how']}"
+    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
 
 
 @pytest.mark.requires("model_inspection", "inputs")

@@ -23,7 +23,7 @@ def test_cache_criterion_declared(revised_criterion, record):
     """The criterion is on record before any cached/uncached error is computed; a revised one, if any, beside it."""
     record("cache_criterion", atol=protocol.CACHE_TOLERANCE.atol, rtol=protocol.CACHE_TOLERANCE.rtol,
            rule=protocol.CACHE_TOLERANCE.describe(), reference="uncached path",
-           declared_before_errors=True, near_tie_factor=protocol.NEAR_TIE_FACTOR)
+           declared_before_errors=True, near_tie_rule=protocol.NEAR_TIE_RULE)
     if revised_criterion is not None:
         record("cache_criterion_revised", **revised_criterion.as_record())
 
@@ -32,8 +32,8 @@ def test_cache_criterion_declared(revised_criterion, record):
 @pytest.mark.requires("model_inspection", "cache_criterion")
 @pytest.mark.provides("cache_comparison")
 @pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)
-def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, record):
-    from inferlab import cache_check
+def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, forward_window, record):
+    from inferlab import cache_check, forward_mode
 
     prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
     reference = next((r for r in inferlab_run.records_of("generation")
@@ -46,6 +46,7 @@ def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, re
 
     continuation = reference["generated_ids"][: protocol.CACHE_MAX_TARGET_TOKENS]
     result, tensors = cache_check.run_matched_prefix(model, reference["prompt_ids"], continuation)
+    mode = forward_window.summary()
     # A justified revised criterion judges the same stored logits a second time; the declared verdict stays.
     revised = cache_check.evaluate_revised(result, tensors, revised_criterion) if revised_criterion else None
     references = {name: tensor_store.put(CACHE_FILE, name, tensor) for name, tensor in tensors.items()}
@@ -65,11 +66,12 @@ def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, re
                                 "max_abs_diff": max((p["max_abs_diff"] or 0.0) for p in result["prefixes"])},
            token_agreement={"all_argmax_equal": result["all_argmax_equal"],
                             "near_tie_prefixes": [p["prefix_length"] for p in result["prefixes"] if p["near_tie"]]},
-           **({"revised_evaluation": revised["summary"]} if revised else {}))
+           forward_mode=mode, **({"revised_evaluation": revised["summary"]} if revised else {}))
     assert result["forward_count"] == result["forward_count_expected"], (
         f"forwards: counted {result['forward_count']}, expected 2m = {result['forward_count_expected']}"
     )
     assert result["eval_mode"], "model.training: expected False, actual True"
+    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
     wrong_shape = {path: check for path, check in result["prefill_logits_to_keep"].items() if not check["ok"]}
     assert not wrong_shape, f"prefill logits against logits_to_keep={protocol.LOGITS_TO_KEEP}: {wrong_shape}"
 

@@ -16,8 +16,8 @@ def schedule_param(trial):
 @pytest.mark.records("timing_trial", "phase")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
-def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, record):
-    from inferlab import decode_loop, inputs, memory
+def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, forward_window, record):
+    from inferlab import decode_loop, forward_mode, inputs, memory
     from inferlab.messages import capture_messages
 
     encoded = encoded_prompts[trial.prompt_id]
@@ -32,9 +32,10 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, re
                                                  use_cache=trial.use_cache, eos_token_id=eos_id)
     except BaseException as error:  # a trial timeout arrives as pytest's Failed, a BaseException
         record("timing_trial", **identity, status="failed", error=f"{type(error).__name__}: {error}",
-               warnings=messages)
+               warnings=messages, forward_mode=forward_window.summary())
         raise
     # Everything below is outside the timed region.
+    mode = forward_window.summary()
     text, decode_s = decode_loop.decode_profiling_text(tokenizer, result.generated_ids)
     cache_after = memory.cache_storage(result.cache) if result.cache is not None else None
     record("timing_trial", **{**result.to_record(), **identity}, status="ok", prompt_ids=encoded["record"]["token_ids"],
@@ -43,7 +44,7 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, re
            diagnostic_outputs={"output_attentions": False, "output_hidden_states": False, "scores": False},
            threads=inferlab_run.thread_request and {"requested": inferlab_run.thread_request,
                                                    "effective": _effective_threads()},
-           warnings=messages)
+           warnings=messages, forward_mode=mode)
     record("phase", name="output_decoding", trial_id=trial.test_id, source="timing", elapsed_s=decode_s,
            label=decode_loop.PROFILING_DECODING_LABEL)
     assert len(result.generated_ids) == protocol.TIMING_NEW_TOKENS, (
@@ -54,6 +55,7 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, re
     assert result.last_logits_shape[1] == protocol.LOGITS_TO_KEEP, (
         f"logits_to_keep={protocol.LOGITS_TO_KEEP}: expected 1 position, the forward returned {result.last_logits_shape}"
     )
+    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
 
 
 def _effective_threads():
@@ -62,17 +64,30 @@ def _effective_threads():
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
-@pytest.mark.records("clock_overhead", "benchmark_reference")
+@pytest.mark.records("clock_overhead")
 def test_timestamp_overhead(record):
-    """What the loop's own clock reads cost, from the clock alone (no forward, between trials), and whether
-    benchmarks/overhead.py's full comparison has a result from this machine."""
-    from inferlab import decode_loop, machine
+    """What the loop's own clock reads cost, measured in this run from the clock alone (no forward, between
+    trials). benchmarks/overhead.py's fuller comparison is another machine's and another run's, so it is not quoted."""
+    from inferlab import decode_loop
 
     overhead = decode_loop.clock_overhead()
     record("clock_overhead", **overhead)
-    record("benchmark_reference", **machine.benchmark_reference())
     assert overhead["elapsed_ns"] > 0, f"{overhead['reads']} clock reads took {overhead['elapsed_ns']} ns"
     assert overhead["reads_per_trial"] == decode_loop.clock_reads_per_trial(protocol.TIMING_NEW_TOKENS)
+
+
+@pytest.mark.records("weight_read")
+@pytest.mark.requires("model_inspection")
+def test_decode_step_weight_read(model, record):
+    """How long reading the decode step's own weight tensors once takes, in the session's thread setting and
+    outside every timed region (no forward), beside this machine's cache sizes and whether the weights fit."""
+    from inferlab import machine, memory
+
+    read = memory.weight_read_time(model, caches=machine.cache_sizes())
+    record("weight_read", **read)
+    assert read["threads"] == {"intra_op": protocol.INTRA_OP_THREADS, "inter_op": protocol.INTER_OP_THREADS}, (
+        f"threads: expected the session's {protocol.INTRA_OP_THREADS}/{protocol.INTER_OP_THREADS}, actual {read['threads']}")
+    assert all(s > 0 for s in read["seconds"]), f"a pass took no measurable time: {read['seconds']}"
 
 
 @pytest.mark.records("loop_vs_generate")

@@ -25,26 +25,27 @@ def test_parameter_storage(model, record):
 
 
 @pytest.mark.records("memory")
-@pytest.mark.requires("model_inspection", "inputs")
-@pytest.mark.budget(category="memory", forwards=1)
-@pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
-def test_cache_storage_after_prefill(prompt_id, model, encoded_prompts, record):
-    """One untimed prefill per timing prompt, only to weigh its cache; no token is selected."""
+@pytest.mark.requires("model_inspection", "cache_comparison")
+def test_cache_storage_at_each_prefix(model, inferlab_run, record):
+    """The cache the cache test's cached path built, weighed after each of its forwards (outside every timed
+    region): the bytes at every prefix length, with no forward of its own."""
     from inferlab import memory
-    from inferlab.messages import capture_messages
 
-    encoded = encoded_prompts[prompt_id]
-    with capture_messages() as messages:
-        cache = memory.prefill_cache(model, encoded["input_ids"], encoded["attention_mask"])
-    storage = memory.cache_storage(cache)
-    expected = memory.expected_kv_cache_bytes(model.config, storage["logical_length"])
-    record("memory", measure="cache_storage", point=f"after prefill of {prompt_id}", prompt_id=prompt_id,
-           prompt_length=encoded["record"]["length"], **storage, expected_bytes=expected,
+    comparisons = inferlab_run.records_of("cache_comparison")
+    per_prefix = [{"prefix_length": r["prefix_length"], "logical_length": r["cache_seq_length_after_forward"],
+                   "unique_bytes": r["cache_unique_bytes_after_forward"], "source_seq": r["seq"],
+                   "expected_bytes": memory.expected_kv_cache_bytes(model.config, r["cache_seq_length_after_forward"])}
+                  for r in comparisons]
+    assert per_prefix, "the cache test recorded no cache_comparison to weigh"
+    prompt_id = protocol.CACHE_REFERENCE_TRIAL[0]
+    prefill = per_prefix[0]
+    record("memory", measure="cache_storage", point=f"after the cache test's prefill of {prompt_id}",
+           prompt_id=prompt_id, prompt_length=prefill["prefix_length"], unique_bytes=prefill["unique_bytes"],
+           logical_length=prefill["logical_length"], expected_bytes=prefill["expected_bytes"], per_prefix=per_prefix,
            formula="2 x layers x heads x head_dim x tokens x 4 bytes",
-           note="an extra, recorded prefill forward made only for this measurement, outside every timed region",
-           warnings=messages)
-    assert storage["logical_length"] == encoded["record"]["length"]
-    assert storage["unique_bytes"] == expected, f"cache bytes: measured {storage['unique_bytes']}, formula {expected}"
+           note="weighed by the cache test after each cached forward; no forward was made for this record")
+    wrong = [p for p in per_prefix if p["unique_bytes"] != p["expected_bytes"] or p["logical_length"] != p["prefix_length"]]
+    assert not wrong, f"cache bytes or length differ from the formula at prefix lengths {wrong}"
 
 
 @pytest.mark.records("memory")
@@ -102,14 +103,3 @@ def test_unmeasured_categories(inferlab_run, record):
         f"process RSS {process_bytes} B is not above the counted tensor payload {counted_bytes} B"
     )
 
-
-@pytest.mark.records("memory_bandwidth")
-def test_memory_bandwidth(thread_controls, record):
-    """One thread's copy bandwidth, for the decode step's floor (bytes it must read / this rate): no forward,
-    outside every timed region. Last in this file, so its large buffers do not lift the RSS figures above."""
-    from inferlab import memory
-
-    bandwidth = memory.memory_bandwidth()
-    record("memory_bandwidth", **bandwidth)
-    assert bandwidth["threads"] == 1, f"threads: expected 1 for one thread's bandwidth, actual {bandwidth['threads']}"
-    assert all(s > 0 for s in bandwidth["seconds"]), f"a copy took no measurable time: {bandwidth['seconds']}"

@@ -12,10 +12,11 @@ pytestmark = [pytest.mark.batching, pytest.mark.optional_extension]
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.provides("batching")
 @pytest.mark.budget(category="batching", calls=4, selections=6 * protocol.MAX_NEW_TOKENS)
-def test_batching_calls(model, tokenizer, tensor_store, record):
-    from inferlab import batching
+def test_batching_calls(model, tokenizer, tensor_store, forward_window, record):
+    from inferlab import batching, forward_mode
 
     result, tensors = batching.run_batching(model, tokenizer, dict(protocol.PROMPTS))
+    mode = forward_window.summary()
     common = {key: value for key, value in result.items() if key not in ("calls", "comparisons", "summary")}
     for call in result["calls"]:
         index = call["call_index"]
@@ -23,7 +24,9 @@ def test_batching_calls(model, tokenizer, tensor_store, record):
         first_step = tensor_store.put(BATCH_FILE, f"call{index}", tensors[f"call{index}_step_logits"][:, 0, :])
         record("batching", record_type="call", **call, first_step_logits=first_step,
                singletons_note="singletons are fresh calls of this extension, not reused from the core trials")
-    record("batching", record_type="summary", **common, comparisons=result["comparisons"], **result["summary"])
+    record("batching", record_type="summary", **common, comparisons=result["comparisons"], **result["summary"],
+           forward_mode=mode)
+    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
     assert result["summary"]["generate_calls"] <= protocol.BATCHING_MAX_CALLS
     assert result["summary"]["all_row_mappings_verified"], "a batch row's unpadded prompt differs from its request's"
 

@@ -52,10 +52,25 @@ def compare_vectors(a: torch.Tensor, b: torch.Tensor, tolerance: Tolerance,
     }
 
 
+def top_two(logits: torch.Tensor) -> tuple[float, float]:
+    """The largest and second-largest logit of a (vocab,) vector."""
+    top = torch.topk(logits.detach().double(), 2).values
+    return float(top[0]), float(top[1])
+
+
 def top2_margin(logits: torch.Tensor) -> float:
     """Largest minus second-largest logit of a (vocab,) vector."""
-    top = torch.topk(logits.detach().double(), 2).values
-    return float(top[0] - top[1])
+    first, second = top_two(logits)
+    return first - second
+
+
+def near_tie(logits: torch.Tensor, tolerance: Tolerance) -> dict:
+    """Whether the criterion would accept an argmax flip on this (vocab,) reference vector (protocol.NEAR_TIE_RULE):
+    {top1, top2, margin, allowance, near_tie}. A non-finite margin counts as near a tie."""
+    first, second = top_two(logits)
+    margin, allowance = first - second, tolerance.tie_allowance(first, second)
+    return {"top1": _finite_or_none(first), "top2": _finite_or_none(second), "margin": _finite_or_none(margin),
+            "allowance": _finite_or_none(allowance), "near_tie": not margin > allowance}
 
 
 def cached_step_inputs(past_length: int, new_length: int) -> dict:
@@ -239,8 +254,7 @@ def run_matched_prefix(
         name = f"prefix_{len(prefix_u):02d}"
         tensors[f"cached/{name}"], tensors[f"uncached/{name}"] = logits_c, logits_u
         stats = compare_vectors(logits_c, logits_u, tolerance)
-        margin = top2_margin(logits_u)
-        max_abs = stats["max_abs_diff"]
+        tie = near_tie(logits_u, tolerance)
         fed_inputs = {"uncached": fed_uncached[k] if k < len(fed_uncached) else None,
                       "cached": fed_cached[k] if k < len(fed_cached) else None}
         alignment = fed_alignment(fed_inputs, len(prefix_u), k)
@@ -272,9 +286,11 @@ def run_matched_prefix(
                 "argmax_cached": int(logits_c.argmax()),
                 "argmax_uncached": int(logits_u.argmax()),
                 "argmax_equal": int(logits_c.argmax()) == int(logits_u.argmax()),
-                "top2_margin_uncached": margin,
-                # Close to a tie a tiny numerical difference can flip the argmax.
-                "near_tie": max_abs is None or margin < max_abs * protocol.NEAR_TIE_FACTOR,
+                "top2_margin_uncached": tie["margin"],
+                "top2_uncached": [tie["top1"], tie["top2"]],
+                # Within the allowance, two logits that each pass the criterion could swap the argmax.
+                "near_tie_allowance": tie["allowance"],
+                "near_tie": tie["near_tie"],
                 "checks": checks,
                 "passed": all(checks.values()),
             }
@@ -292,7 +308,7 @@ def run_matched_prefix(
         "criterion": tolerance.describe(),
         "atol": tolerance.atol,
         "rtol": tolerance.rtol,
-        "near_tie_factor": protocol.NEAR_TIE_FACTOR,
+        "near_tie_rule": protocol.NEAR_TIE_RULE,
         "logits_to_keep": logits_to_keep,
         "prefill_logits_to_keep": prefill_logits,
         "forward_count": len(fed),

@@ -33,8 +33,11 @@ class CheckLedger:
         self._root_causes: dict = {}  # node id -> why it was not started (for the checks it provides)
         self._monotonic = monotonic
 
-    def refusal(self, nodeid: str, requires: Iterable[str]) -> Optional[str]:
-        """Why this test must not start (the session limit is past, or a prerequisite did not pass), or None."""
+    def refusal(self, nodeid: str, requires: Iterable[str],
+                absent: Optional[Callable[[str], str]] = None) -> Optional[str]:
+        """Why this test must not start (the session limit is past, or a prerequisite did not pass), or None.
+
+        absent(name) says why a check that no test has provided yet is missing (absent_prerequisite)."""
         if self.setup_done_monotonic is not None:
             elapsed = self._monotonic() - self.setup_done_monotonic
             if elapsed > protocol.SESSION_LIMIT_S:
@@ -44,7 +47,7 @@ class CheckLedger:
         for name in requires:
             check = self.checks.get(name)
             if check is None:
-                cause = f"prerequisite '{name}' has not run"
+                cause = absent(name) if absent is not None else f"prerequisite '{name}' has not run"
             elif check["status"] != "passed":
                 cause = check["root_cause"]
             else:
@@ -78,3 +81,48 @@ class CheckLedger:
         """passed, failed, error, did not run, or None when no test has provided the check yet."""
         check = self.checks.get(name)
         return check["status"] if check else None
+
+
+def function_of(nodeid: str) -> str:
+    """The test function of a node id: 'test_y' of 'experiments/test_x.py::test_y[P1]'."""
+    return nodeid.split("::")[-1].split("[")[0]
+
+
+def prerequisite_tests(names: Iterable[str], declared: list[dict]) -> list[dict]:
+    """The test functions some checks need: those that provide them, then what they require in turn, in file
+    order, without repeats. declared: every experiment test function with its provides and requires
+    (session_status.experiment_checks)."""
+    chain, wanted, seen = [], list(names), set()
+    while wanted:
+        check = wanted.pop(0)
+        if check in seen:
+            continue
+        seen.add(check)
+        for test in declared:
+            if check in test["provides"] and test not in chain:
+                chain.append(test)
+                wanted += test["requires"]
+    return sorted(chain, key=declared.index)
+
+
+def absent_prerequisite(name: str, declared: list[dict], planned: Iterable[str], selection: dict,
+                        also: Iterable[str] = ()) -> str:
+    """Why a required check has not run: which tests that provide it (or that they need) are not in this
+    session's schedule, what left them out, and how to include them. selection: the plan's selection; also:
+    the test's other required checks that have not run either, whose tests are named too."""
+    planned_functions = {function_of(nodeid) for nodeid in planned}
+    missing = [test for test in prerequisite_tests([name, *also], declared)
+               if test["function"] not in planned_functions]
+    if not missing:
+        return f"prerequisite '{name}' has not run"
+    names = list(dict.fromkeys(test["function"] for test in missing))
+    files = list(dict.fromkeys(test["file"] for test in missing))
+    keyword, named = selection.get("keyword"), selection.get("named_paths") or []
+    if keyword:
+        why, how = f"-k {keyword!r} deselected them", f"-k '{keyword} or {' or '.join(names)}'"
+    elif named:
+        why, how = f"the command named only {' '.join(named)}", f"name {' '.join(files)} too"
+    else:
+        why, how = "the command's selection left them out", "run the whole experiments folder"
+    return (f"prerequisite '{name}' has not run: the tests it needs are not in this session's schedule "
+            f"({', '.join(names)}; {why}); to include them: {how}")

@@ -111,6 +111,17 @@ def _timing_medians(records: list[dict]) -> dict:
     return {key: {m: median_min_max(v)["median"] for m, v in metrics.items() if v} for key, metrics in values.items()}
 
 
+def field_differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted field path, value in a, value in b) for every leaf where two JSON values differ; a dict is
+    compared field by field, anything else whole."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        found = []
+        for name in sorted(set(a) | set(b), key=str):
+            found += field_differences(a.get(name), b.get(name), f"{path}.{name}" if path else str(name))
+        return found
+    return [] if a == b else [(path, a, b)]
+
+
 def _environment_differences(manifest_a: dict, manifest_b: dict) -> list[dict]:
     rows = []
 
@@ -122,9 +133,24 @@ def _environment_differences(manifest_a: dict, manifest_b: dict) -> list[dict]:
         a, b = manifest_a.get(section) or {}, manifest_b.get(section) or {}
         for name in sorted(set(a) | set(b)):
             add(section, name, a.get(name), b.get(name))
-    for name in ("specimen", "requirements_lock_sha256", "deviations_from_reference"):
+    # The specimen spec is a large nested object: only the fields that differ are listed, each on its own row.
+    for name, a, b in field_differences(manifest_a.get("specimen"), manifest_b.get("specimen")):
+        add("specimen", name or "(whole)", a, b)
+    for name in ("requirements_lock_sha256", "deviations_from_reference"):
         add("manifest", name, manifest_a.get(name), manifest_b.get(name))
     return rows
+
+
+def run_state(view: RunView) -> str:
+    """One phrase for how a run ended, so that a comparison with an unfinished or partial run says so."""
+    end = view.session_end
+    if end is None:
+        return "UNFINISHED: no session_end record (the session was killed or crashed); only what it recorded is compared"
+    if end.get("interrupted") or end.get("stopped_early"):
+        return f"did NOT finish ({end.get('stop_reason') or 'no reason recorded'}); only what it recorded is compared"
+    if end.get("partial_reasons") or end.get("protocol_complete") is False:
+        return "PARTIAL, not the complete protocol: " + "; ".join(map(str, end.get("partial_reasons") or []))
+    return "finished, the complete protocol"
 
 
 def _artifact_rows(records: list[dict]) -> dict:
@@ -149,12 +175,14 @@ def _artifact_differences(records_a: list[dict], records_b: list[dict]) -> list[
         else:
             status = "differ"
         rows.append({"file": name, "dir1": x, "dir2": y, "equal": status == "equal", "status": status})
+    return rows
+
+
+def _acquisition(records_a: list[dict], records_b: list[dict]) -> dict:
+    """How each run got its files (reuse, a build, a download): not an artifact, so not counted with them."""
     methods = [next((r.get("acquisition") for r in reversed(records) if r.get("kind") == "artifact_acquisition"),
                     None) for records in (records_a, records_b)]
-    if methods[0] != methods[1]:
-        rows.append({"file": "(acquisition)", "dir1": methods[0], "dir2": methods[1], "equal": False,
-                     "status": "differ"})
-    return rows
+    return {"dir1": methods[0], "dir2": methods[1], "equal": methods[0] == methods[1]}
 
 
 def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
@@ -184,13 +212,18 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
     return {
         "dir1": str(a.directory),
         "dir2": str(b.directory),
+        "runs": {"dir1": run_state(a), "dir2": run_state(b)},
         "generation": _id_agreement(generation_rows(a), generation_rows(b), generation_order),
         "timing_ids": _id_agreement(timing_rows(a), timing_rows(b), timing_order),
         "tensors": _tensor_agreement(a, b),
         "timing_ratios": ratios,
         "artifacts": _artifact_differences(a.records, b.records),
+        "acquisition": _acquisition(a.records, b.records),
         "environment": _environment_differences(a.manifest, b.manifest),
     }
+
+
+SHOWN_CHARS = 100  # a value longer than this is cut in the text (compare()'s result keeps it whole)
 
 
 def _fmt(value: Any) -> str:
@@ -198,14 +231,15 @@ def _fmt(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.6g}" if math.isfinite(value) else repr(value)
-    if isinstance(value, str):
-        return value
-    return json.dumps(value)
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}… ({len(text)} chars)"
 
 
 def format_compare(result: dict) -> str:
     """A readable plain-text rendering of compare()'s result."""
-    lines = [f"compare: DIR1 = {result['dir1']}", f"         DIR2 = {result['dir2']}", ""]
+    runs = result.get("runs") or {}
+    lines = [f"compare: DIR1 = {result['dir1']}" + (f"  ({runs['dir1']})" if runs.get("dir1") else ""),
+             f"         DIR2 = {result['dir2']}" + (f"  ({runs['dir2']})" if runs.get("dir2") else ""), ""]
     for title, rows in (("generation trials (exact generated ids)", result["generation"]),
                         ("timing trials (exact generated ids)", result["timing_ids"])):
         equal = sum(1 for r in rows if r["equal"])
@@ -218,7 +252,8 @@ def format_compare(result: dict) -> str:
         lines.append("  no tensor files in either dir")
     for row in result["tensors"]:
         lines.append(f"  {row['file']}[{row['key']}]  max_abs_diff={_fmt(row['max_abs_diff'])}  {row['status']}")
-    lines += ["", "timing: per-condition medians of the measured trials, ratio DIR2/DIR1"]
+    lines += ["", "timing: per-condition medians of the measured trials, ratio DIR2/DIR1 (two runs of the same code "
+              "differ by chance, more so on a shared machine: a ratio away from 1 is no finding by itself)"]
     for row in result["timing_ratios"]:
         cache = "cache_on " if row["use_cache"] else "cache_off"
         lines.append(f"  {row['prompt_id']:<5} {cache} {row['metric']:<27} dir1={_fmt(row['median_dir1'])} s  "
@@ -234,6 +269,10 @@ def format_compare(result: dict) -> str:
         if row["status"] == "differ":
             lines.append(f"    dir1: {_fmt(row['dir1'])}")
             lines.append(f"    dir2: {_fmt(row['dir2'])}")
+    acquisition = result.get("acquisition")
+    if acquisition:
+        lines.append(f"acquisition (how each run got its files; not an artifact): dir1={_fmt(acquisition['dir1'])}  "
+                     f"dir2={_fmt(acquisition['dir2'])}" + ("" if acquisition["equal"] else "  differ"))
     lines += ["", "environment differences"]
     if not result["environment"]:
         lines.append("  none (platform, distributions, thread environment, git, specimen, lock and deviations agree)")

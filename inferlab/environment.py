@@ -212,14 +212,52 @@ def _relative(path: str, base: Path) -> str:
         return path
 
 
+LOCK_FILE = "requirements.lock"
+
+
+def lock_check(lock: Path, distributions: dict, python_version: str) -> dict:
+    """The installed distributions against the lock, and this Python against the one the lock was made with.
+
+    differences: one {name, locked, installed} per distribution that is pinned and not installed at that
+    version, installed and not pinned (locked None), or pinned and missing (installed None); and one for
+    python when the lock names another. pip, setuptools and wheel (the venv's own) and the project's own
+    distribution are not compared. torch's local label (+cpu) is not a difference: the lock leaves it out so
+    that one line resolves to each platform's build.
+    """
+    from inferlab import installation
+
+    if not lock.is_file():
+        return {"file": lock.name, "found": False, "differences": [], "python_locked": None,
+                "python_running": python_version, "pins": 0}
+    try:
+        locked = installation.read_lock(lock.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        return {"file": lock.name, "found": True, "error": f"{lock.name}: {error}", "differences": [],
+                "python_locked": None, "python_running": python_version, "pins": 0}
+    installed = {installation.normalized_name(name): (name, version) for name, version in distributions.items()
+                 if installation.normalized_name(name) not in installation.NOT_LOCKED}
+    differences = []
+    for key in sorted(set(locked["pins"]) | set(installed)):
+        pin, have = locked["pins"].get(key), installed.get(key)
+        public = have[1].split("+", 1)[0] if have and key == "torch" else have and have[1]
+        if pin is None or have is None or pin[1] != public:
+            differences.append({"name": (pin or have)[0], "locked": pin and pin[1], "installed": have and have[1]})
+    if locked["python"] != python_version:
+        differences.append({"name": "python", "locked": locked["python"], "installed": python_version})
+    return {"file": lock.name, "found": True, "pins": len(locked["pins"]), "python_locked": locked["python"],
+            "python_running": python_version, "differences": differences,
+            "not_compared": sorted(installation.NOT_LOCKED)}
+
+
 def environment_record(root: Path) -> dict:
     """Everything the manifest records about the environment (torch threads are added by the caller)."""
     distributions = installed_distributions()
-    lock = root / "requirements.lock"
+    lock = root / LOCK_FILE
     return {
         "platform": platform_record(),
         "distributions": distributions,
         "requirements_lock_sha256": sha256_file(lock) if lock.is_file() else None,
+        "lock_check": lock_check(lock, distributions, platform.python_version()),
         "git": git_state(root),
         "source_sha256": source_hashes(root),
         "thread_environment": thread_environment(),

@@ -19,14 +19,15 @@ def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] 
 
     acquisition is the path that failed (the artifact_acquisition record's `acquisition`), when known.
     """
+    from inferlab.specimen.verification import builder_module
+
     specimen = specimen or {}
     name = specimen.get("name", protocol.DEFAULT_SPECIMEN)
     if specimen.get("synthetic") and acquisition == "reuse:artifacts_dir":
-        builder = "replica" if name.startswith("replica") else "standin"
         return [
             f"Your --artifacts copy of the synthetic {name} specimen failed verification: the error above names "
             f"the file. Leave --artifacts out and inferlab builds a verified {name} itself, or build a fresh copy "
-            f"with `{spelled(f'-m inferlab.{builder} NEWDIR', 'python')}` (NEWDIR new or empty).",
+            f"with `{spelled(f'-m {builder_module(name, True)} NEWDIR', 'python')}` (NEWDIR new or empty).",
             "Every run needs a new record dir; `make run` makes one under runs/ for you.",
         ]
     if specimen.get("synthetic"):
@@ -45,12 +46,18 @@ def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] 
     pin = (f"{weight['size']:,} bytes with SHA-256 {weight['sha256']}" if weight.get("sha256") and weight.get("size")
            else "its pinned size and SHA-256")
     check = CHECK_COMMAND if name == protocol.DEFAULT_SPECIMEN else f"{CHECK_COMMAND} --specimen {name}"
+    valid = (f"A valid copy is a directory holding {repo} at revision {revision}, for example your Lab 05 download: "
+             f"the required files ({', '.join(required)}), {' and '.join(optional)} only if that revision has it (it "
+             f"very probably has none), and no other file but a README.md or .gitattributes. Its model.safetensors "
+             f"must be {pin}.")
+    if acquisition == "reuse:artifacts_dir":  # the copy was given: it is the copy that must change
+        first = (f"Your --artifacts copy failed verification: the error above names each file that differs, is "
+                 f"missing or is extra. Replace those files (or pass --artifacts with another copy). {valid}")
+    else:
+        first = (f"Use a verified copy of the files: add --artifacts DIR (with make: make run ARGS=\"--artifacts DIR "
+                 f"--offline\"). {valid}")
     return [
-        f"Use a verified copy of the files: add --artifacts DIR (with make: make run ARGS=\"--artifacts DIR "
-        f"--offline\"). A valid copy is a directory holding {repo} at revision {revision}, for example your Lab 05 "
-        f"download: the required files ({', '.join(required)}), {' and '.join(optional)} only if that revision "
-        f"has it (it very probably has none), and no other file but a README.md or .gitattributes. Its "
-        f"model.safetensors must be {pin}.",
+        first,
         f"Check a copy before you run: `{check}` hashes every file against artifacts/{name}.json and names any "
         f"that differs, is missing or is extra (the weight file alone: `sha256sum DIR/model.safetensors`, on "
         f"macOS `shasum -a 256`). A machine that reaches the hub gets a verified copy with one `make run`: it "

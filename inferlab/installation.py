@@ -27,6 +27,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,9 +35,13 @@ from pathlib import Path
 from typing import Optional
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-PROJECT_DISTRIBUTION = "inferlab"  # this project's own package: installed editable, never a pin of the lock
 RECORD_FILE = "inferlab-install.json"
 TIMEOUT_S = 10
+# The lock's header line that names the Python it was made with, as data: "# python: 3.11.7".
+PYTHON_HEADER = "# python:"
+BOOTSTRAP = ("pip", "setuptools", "wheel")  # what `python -m venv` brings; never pinned in the lock
+PROJECT_DISTRIBUTION = "inferlab"  # the project itself (installed editable): never pinned, never a difference
+NOT_LOCKED = (*BOOTSTRAP, PROJECT_DISTRIBUTION)
 
 
 def torch_requirement(lock_text: str) -> str:
@@ -46,6 +51,51 @@ def torch_requirement(lock_text: str) -> str:
         if line.lower().startswith("torch=="):
             return line
     raise ValueError("the lock has no 'torch==VERSION' line")
+
+
+def normalized_name(name: str) -> str:
+    """A distribution's name as the package index compares names (PEP 503): 'Huggingface_Hub' -> 'huggingface-hub'."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_lock(text: str) -> dict:
+    """The lock as data: {"pins": {normalized name: (name, version)}, "python": the version its header names or
+    None}. ValueError names the line of a requirement that is not NAME==VERSION."""
+    pins, python = {}, None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if raw.startswith(PYTHON_HEADER):
+            python = raw[len(PYTHON_HEADER):].strip() or None
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, separator, version = line.partition("==")
+        if not separator or not name.strip() or not version.strip():
+            raise ValueError(f"line {number}: expected NAME==VERSION, actual {line!r}")
+        pins[normalized_name(name.strip())] = (name.strip(), version.strip())
+    return {"pins": pins, "python": python}
+
+
+def lock_text(frozen: list[str], python_version: str, comments: list[str]) -> str:
+    """A lock's text: its comment lines (any old python line replaced), the python line, then the frozen pins
+    in pip's order, torch without the +cpu local label so that the same line resolves to each platform's build."""
+    kept = [line for line in comments if line.startswith("#") and not line.startswith(PYTHON_HEADER)]
+    pins = [re.sub(r"^(torch==[^+\s]+)\+cpu$", r"\1", line.strip()) for line in frozen if line.strip()
+            and not line.startswith("#")]
+    return "\n".join([*kept, f"{PYTHON_HEADER} {python_version}", *pins]) + "\n"
+
+
+def write_lock(lock: Path) -> Path:
+    """Re-pin the lock from this environment (pip freeze, editable installs such as the project itself left out),
+    with the running Python's version as its python line; replaced atomically."""
+    import platform
+
+    lock = Path(lock)
+    comments = lock.read_text(encoding="utf-8").splitlines() if lock.is_file() else []
+    frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    frozen = [line for line in frozen if normalized_name(line.split("==")[0]) not in NOT_LOCKED]
+    write_text_atomic(lock, lock_text(frozen, platform.python_version(), comments))
+    return lock
 
 
 def installed_from_report(report_path: Path, name: str = "torch") -> Optional[dict]:
@@ -158,11 +208,16 @@ def install_returncode(record: dict) -> int:
 def write_record(path: Path, record: dict) -> None:
     """Write the install record atomically (a temporary sibling, fsynced, then os.replace), so that an
     interrupted install leaves the previous record or the new one, never a torn file."""
+    write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace a file whole: a temporary sibling, fsynced, then os.replace (as readable as any file)."""
     path = Path(path)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, indent=2) + "\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         umask = os.umask(0)
@@ -185,7 +240,13 @@ def main(argv=None) -> int:
     parser.add_argument("--editable", type=Path, default=None, metavar="DIR",
                         help="then install the project in DIR (its pyproject.toml) editable, without dependencies")
     parser.add_argument("--verbose", action="store_true", help="show pip's own output")
+    parser.add_argument("--write-lock", action="store_true",
+                        help="instead of installing, re-pin --lock from this environment (pip freeze, editable "
+                             "installs left out) with this Python's version as its '# python:' line")
     args = parser.parse_args(argv)
+    if args.write_lock:
+        print(f"inferlab: wrote {write_lock(args.lock)}")
+        return 0
     record = install(args.lock, args.cpu_index, args.timeout, quiet=not args.verbose, editable=args.editable)
     torch = record["torch"]
     source = f" from {torch['download_url']}" if torch["download_url"] else ""

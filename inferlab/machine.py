@@ -1,8 +1,9 @@
-"""This machine's fingerprint, and the benchmark results (benchmarks/overhead.py) recorded under it.
+"""This machine: its fingerprint and its CPU caches; and where benchmark results (benchmarks/overhead.py) go.
 
-benchmarks/overhead.py appends one JSON line per run to benchmarks/results.jsonl with the fingerprint
-of the machine it ran on. An experiment run looks there for the latest result from its own machine, so
-the report can quote it, or say plainly that this machine has none.
+A benchmark writes its result outside every tracked file unless asked: by default it appends to
+runs/benchmarks/overhead.jsonl (runs/ is git-ignored); `--record-to FILE` names another file, such as the
+tracked benchmarks/results.jsonl. No experiment run reads these results: another run's figure, matched by a
+CPU fingerprint, says nothing certain about this run, so a run's report quotes only what the run measured.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from pathlib import Path
 from typing import Optional
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_FILE = PROJECT_ROOT / "benchmarks" / "results.jsonl"
+RESULTS_FILE = PROJECT_ROOT / "runs" / "benchmarks" / "overhead.jsonl"  # untracked: the default destination
+TRACKED_RESULTS_FILE = PROJECT_ROOT / "benchmarks" / "results.jsonl"  # only with --record-to
 CPUINFO = Path("/proc/cpuinfo")
+CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
 def _cpu_model() -> str:
@@ -70,34 +74,38 @@ def read_results(path: Path = RESULTS_FILE) -> list[dict]:
     return results
 
 
-def _display(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(PROJECT_ROOT).as_posix()
-    except ValueError:
-        return str(path)
+def _size_bytes(text: str) -> Optional[int]:
+    """'32K' -> 32768, '32768K', '1M', '512' (bytes); None for anything else."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = (text[:-1], text[-1]) if text[-1:] in SIZE_UNITS and text[-1:] else (text, "")
+    return int(number) * SIZE_UNITS[unit] if number.isdigit() else None
 
 
-def benchmark_reference(path: Path = RESULTS_FILE, fingerprint: Optional[dict] = None) -> dict:
-    """The benchmark_reference record's fields: {found, file, machine, result, note}.
+def _sysfs_field(path: Path) -> str:
+    """One sysfs attribute's text, stripped; empty when the file does not exist."""
+    return path.read_text(encoding="ascii").strip() if path.is_file() else ""
 
-    result is the latest result whose machine equals this machine's fingerprint; file is null when the
-    results file does not exist.
+
+def cache_sizes(directory: Path = CPU_CACHE_DIR) -> dict:
+    """The CPU caches one core sees, as the kernel lists them (Linux sysfs): {source, levels, largest_bytes, note}.
+
+    levels: [{level, type, bytes, size, shared_cpu_list}] in the kernel's order; largest_bytes the biggest
+    data or unified level. Elsewhere, or when the folder cannot be read, levels is empty and largest_bytes
+    "unknown".
     """
-    path = Path(path)
-    fingerprint = machine_fingerprint() if fingerprint is None else fingerprint
-    if not path.is_file():
-        return {"found": False, "file": None, "machine": fingerprint, "result": None,
-                "note": f"no benchmark results file ({_display(path)}): benchmarks/overhead.py has not been run "
-                        f"here, so no full overhead comparison exists for this machine"}
-    results = read_results(path)
-    mine = [r for r in results if r.get("machine") == fingerprint]
-    if not mine:
-        return {"found": False, "file": _display(path), "machine": fingerprint, "result": None,
-                "note": f"{len(results)} result(s) in {_display(path)}, none recorded on a machine with this "
-                        f"fingerprint (OS, architecture, CPU model, CPU count); run "
-                        f"python -m benchmarks.overhead here for the full overhead comparison"}
-    return {"found": True, "file": _display(path), "machine": fingerprint, "result": mine[-1],
-            "note": f"the latest of {len(mine)} result(s) recorded on a machine with this fingerprint (OS, "
-                    f"architecture, CPU model, CPU count; not necessarily this very machine) in {_display(path)}, recorded "
-                    f"{mine[-1].get('recorded_utc', 'at an unrecorded time')}; it may come from other software "
-                    f"versions (see result.software)"}
+    directory, levels = Path(directory), []
+    try:
+        for index in sorted(directory.glob("index*")):
+            fields = {name: _sysfs_field(index / name) for name in ("level", "type", "size", "shared_cpu_list")}
+            levels.append({"level": int(fields["level"]) if fields["level"].isdigit() else fields["level"] or None,
+                           "type": fields["type"] or None, "bytes": _size_bytes(fields["size"]),
+                           "size": fields["size"] or None, "shared_cpu_list": fields["shared_cpu_list"] or None})
+    except (OSError, ValueError) as error:
+        return {"source": str(directory), "levels": [], "largest_bytes": "unknown",
+                "note": f"the cache sizes could not be read: {error}"}
+    data = [entry["bytes"] for entry in levels if entry["type"] != "Instruction" and isinstance(entry["bytes"], int)]
+    if not data:
+        return {"source": str(directory), "levels": levels, "largest_bytes": "unknown",
+                "note": f"{directory} lists no cache size on this machine, so the cache sizes are unknown"}
+    return {"source": str(directory), "levels": levels, "largest_bytes": max(data),
+            "note": "as the kernel lists them for cpu0; a level may be shared with other cores (shared_cpu_list)"}

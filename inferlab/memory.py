@@ -153,67 +153,74 @@ def process_memory() -> dict:
     return result
 
 
-@torch.inference_mode()
-def prefill_cache(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-    """One prefill forward into a fresh DynamicCache, for weighing the cache; returns the cache."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True,
-                logits_to_keep=1)  # input_ids (1, T)
-    return out.past_key_values
-
-
-BANDWIDTH_BYTES_PER_COPY = 128 * 1024 * 1024  # far beyond the KV cache (< 1 MB here) and any CPU cache level
-BANDWIDTH_REPEATS = 5
-BANDWIDTH_METHOD = (
-    "torch Tensor.copy_ of a {size:g} MiB float32 tensor into a preallocated one, on 1 intra-op thread, "
-    "{repeats} timed copies after one untimed warmup copy (it touches the destination's pages first); "
-    "time.perf_counter_ns around each copy. Each copy reads and writes bytes_per_copy, so "
-    "bytes_per_s_median = 2 x bytes_per_copy / median seconds (the STREAM 'copy' convention)"
+WEIGHT_READ_PASSES = 5
+WEIGHT_READ_METHOD = (
+    "one pass = Tensor.sum() of each weight tensor a decode step reads, so every element is read once; "
+    "{passes} timed passes after one untimed warmup pass, time.perf_counter_ns around each whole pass; in the "
+    "session's own thread setting, under torch.inference_mode(), outside every timed region, with no model forward"
 )
 
 
-def memory_bandwidth(bytes_per_copy: int = BANDWIDTH_BYTES_PER_COPY, repeats: int = BANDWIDTH_REPEATS) -> dict:
-    """One thread's memory bandwidth from copying a large tensor: the memory_bandwidth record's fields.
+def decode_step_weights(model: torch.nn.Module) -> tuple[list[torch.Tensor], dict]:
+    """The parameter tensors one decode step reads whole, each storage once, and what was left out.
 
-    No model is involved. torch's intra-op thread count is set to 1 for the copies and restored after.
+    A step reads every parameter but the input embedding, of which it reads only the rows of the tokens fed
+    (one row, with the cache); a tied output projection reads the embedding whole, so it then stays in.
+    Returns (tensors, {tensor_count, bytes, left_out: [{name, bytes, why}]}).
+    """
+    embedding = model.get_input_embeddings().weight
+    output = model.get_output_embeddings()
+    tied = output is not None and output.weight.untyped_storage().data_ptr() == embedding.untyped_storage().data_ptr()
+    seen, tensors, left_out = set(), [], []
+    for name, parameter in model.named_parameters():
+        key = parameter.untyped_storage().data_ptr()
+        if key in seen:
+            continue
+        seen.add(key)
+        if parameter is embedding and not tied:
+            left_out.append({"name": name, "bytes": parameter.numel() * parameter.element_size(),
+                             "why": "the input embedding: a step reads only the rows of the tokens it is fed"})
+            continue
+        tensors.append(parameter.detach())
+    return tensors, {"tensor_count": len(tensors), "bytes": unique_storage_bytes(tensors), "left_out": left_out}
+
+
+@torch.inference_mode()
+def weight_read_time(model: torch.nn.Module, passes: int = WEIGHT_READ_PASSES, caches: dict = None) -> dict:
+    """How long one pass reading the decode step's own weight tensors takes: the weight_read record's fields.
+
+    No forward is made and the thread setting is left as the session set it (recorded). caches is this
+    machine's cache description (inferlab.machine.cache_sizes()); the record says whether the weights fit in
+    its largest level, and says "unknown" when the sizes are not known.
     """
     import statistics
     import time
 
-    if bytes_per_copy < 4 or repeats < 1:
-        raise ValueError(f"memory_bandwidth: expected bytes_per_copy >= 4 and repeats >= 1, "
-                         f"got {bytes_per_copy} and {repeats}")
-    elements = bytes_per_copy // 4
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        source = torch.ones(elements, dtype=torch.float32)  # (elements,)
-        target = torch.empty_like(source)
+    if passes < 1:
+        raise ValueError(f"weight_read_time: expected passes >= 1, got {passes}")
+    tensors, read = decode_step_weights(model)
+
+    def one_pass() -> int:
         start = time.perf_counter_ns()
-        target.copy_(source)  # warmup
-        warmup_s = (time.perf_counter_ns() - start) / 1e9
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter_ns()
-            target.copy_(source)
-            seconds.append((time.perf_counter_ns() - start) / 1e9)
-        threads = torch.get_num_threads()
-    finally:
-        torch.set_num_threads(previous_threads)
-    copied = elements * 4
-    median = statistics.median(seconds)
+        for tensor in tensors:
+            tensor.sum()  # reads every element once; the scalar is discarded
+        return time.perf_counter_ns() - start
+
+    warmup_ns = one_pass()
+    seconds = [one_pass() / 1e9 for _ in range(passes)]
+    largest = (caches or {}).get("largest_bytes")
+    fits = "unknown" if not isinstance(largest, int) else read["bytes"] <= largest
     return {
-        "method": BANDWIDTH_METHOD.format(size=copied / 2**20, repeats=repeats),
-        "threads": threads,
-        "bytes_per_copy": copied,
-        "bytes_moved_per_copy": 2 * copied,
-        "repeats": repeats,
+        "method": WEIGHT_READ_METHOD.format(passes=passes),
+        "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
+        **read,
+        "passes": passes,
         "seconds": seconds,
-        "warmup_seconds": warmup_s,
-        "bytes_per_s_median": 2 * copied / median if median > 0 else None,
-        "note": ("a machine property measured outside every timed region with no model forward; a decode step "
-                 "must read at least its parameters and cache, so bytes read / this rate is a floor for this "
-                 "machine, not a prediction"),
+        "median_s": statistics.median(seconds),
+        "warmup_s": warmup_ns / 1e9,
+        "caches": caches,
+        "fits_in_largest_cache": fits,
+        "note": ("When the weights fit in a cache level, a pass that follows another may be served from that cache "
+                 "rather than from main memory; this is a time for these reads on this machine, not a bound on "
+                 "a decode step"),
     }

@@ -40,6 +40,20 @@ class TestFacts:
         return "diagnostic" if self.diagnostic else "integrity"
 
 
+def facts_from_markers(nodeid: str, params: dict, markers) -> TestFacts:
+    """A test's facts from its parametrize values and its markers: markers(name) gives the test's markers of
+    that name (closest first), each with .args and .kwargs, as pytest's item.iter_markers does."""
+    def args(name: str) -> tuple:
+        return tuple(arg for marker in markers(name) for arg in marker.args)
+
+    budget, timeout = next(iter(markers("budget")), None), next(iter(markers("timeout")), None)
+    return TestFacts(
+        nodeid=nodeid, params={name: plain_param(value) for name, value in params.items()},
+        budget=dict(budget.kwargs) if budget else None, requires=args("requires"), provides=args("provides"),
+        records=tuple(dict.fromkeys(args("records"))), timeout_s=timeout.args[0] if timeout and timeout.args else None,
+        diagnostic=bool(list(markers("diagnostic"))), optional=bool(list(markers("optional_extension"))))
+
+
 def plain_param(value):
     """A parametrize value as JSON data: a dataclass (a trial) as its fields and test id, anything else its repr."""
     if hasattr(value, "__dataclass_fields__"):
@@ -80,12 +94,12 @@ def plan_totals(entries: list[dict]) -> dict:
             totals["cache_forwards"] += budget.get("forwards", 0)
         elif category == "batching":
             totals["batching_calls"] += budget.get("calls", 0)
-        elif category == "memory":
-            totals["memory_forwards"] += budget.get("forwards", 0)
+        elif category is not None:
+            # Any other spending is a forward the protocol's budget has no room for (no practice runs).
+            totals["other_forwards"] += budget.get("forwards", 0) + budget.get("calls", 0) + budget.get("selections", 0)
     totals["core_trials"] = totals["generation_trials"] + totals["timing_warmups"] + totals["timing_measured"]
     totals["core_selections"] = totals["generation_new_tokens"] + totals["timing_selections"]
-    # memory_forwards has no cap in the protocol: it is listed so that no forward goes uncounted.
-    return {name: totals.get(name, 0) for name in (*protocol.CAPS, "memory_forwards")}
+    return {name: totals.get(name, 0) for name in protocol.CAPS}
 
 
 def named_experiment_paths(args: Iterable[str], invocation_dir: Path, experiments_root: Path) -> tuple[list[str], bool]:
@@ -118,6 +132,23 @@ def selection_of(option, last_failed_plugin=None) -> dict:
     }
 
 
+LAST_FAILED_SPECIMEN_KEY = "inferlab/last_failed_specimen"  # in pytest's cache, beside its own cache/lastfailed
+
+
+def last_failed_refusal(option, last_failed_plugin, cache, specimen: str) -> Optional[str]:
+    """Why --lf must not run now: pytest keeps one last-failed list for the folder, and the run that wrote it
+    used another specimen (recorded under LAST_FAILED_SPECIMEN_KEY); None when --lf selects nothing or the
+    specimens agree. cache is pytest's config.cache (None with -p no:cacheprovider)."""
+    if cache is None or not selection_of(option, last_failed_plugin)["last_failed"]:
+        return None
+    recorded = cache.get(LAST_FAILED_SPECIMEN_KEY, None)
+    if recorded in (None, specimen):
+        return None
+    return (f"--lf: the last-failed list was written by a run of specimen {recorded!r}, and this run is of "
+            f"{specimen!r}: its failures are not this specimen's. Rerun with --specimen {recorded} --lf, or run "
+            f"{specimen!r} without --lf (pytest --cache-clear empties the list)")
+
+
 def core_deselected(deselected: Iterable[str], parts: list[dict]) -> list[str]:
     """The deselected node ids outside the optional parts: each one makes the run partial."""
     optional_files = {part["file"] for part in parts if part["optional"]}
@@ -133,6 +164,7 @@ class Schedule:
     planned: list = field(default_factory=list)  # node ids after selection: the plan
     status: dict = field(default_factory=dict)  # protocol_complete, partial_reasons, optional_left_out
     plan: Optional[dict] = None  # plan.json as written
+    declared: list = field(default_factory=list)  # every experiment test on disk: provides, requires
 
     def adopt(self, plan: dict) -> None:
         """Remember a written plan: what it planned and how it judged itself."""

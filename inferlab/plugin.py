@@ -49,17 +49,29 @@ def pytest_configure(config):
     with _usage_error():  # the two options go together; checked before anything is written
         revised_criterion.check_options(config.getoption("inferlab_revised_cache_criterion"),
                                         config.getoption("inferlab_justification"))
+    # HF_HUB_OFFLINE=1 is --offline, for the whole session (acquisition and the network block read the option)
+    config.option.inferlab_offline, offline_from = options.offline_setting(config.getoption("inferlab_offline"),
+                                                                           os.environ)
     raw_dir, runs_dir = config.getoption("inferlab_record_dir"), config.getoption("inferlab_runs_dir")
     if raw_dir is None and runs_dir is None:
         return
     if raw_dir is not None and runs_dir is not None:
         raise pytest.UsageError("--record-dir and --runs-dir: give one of them, not both")
     # Everything that can be checked without writing is checked first: a refused run writes nothing.
-    invocation = _invocation(config, _load_specimen_spec(config))
+    invocation = lifecycle.invocation_of(config, _load_specimen_spec(config).as_dict(), offline_from, pytest.__version__)
+    refusal = options.trial_bound_refusal(sys.platform, hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer"),
+                                          config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN)) or \
+        plan.last_failed_refusal(config.option, config.pluginmanager.get_plugin("lfplugin"),
+                                 getattr(config, "cache", None), invocation.specimen["name"])
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
     with _usage_error():
         predictions = options.check_paths({"--record-dir": raw_dir, "--runs-dir": runs_dir,
                                          "--artifacts": config.getoption("inferlab_artifacts"),
-                                         "--predictions": config.getoption("inferlab_predictions")})
+                                         "--predictions": config.getoption("inferlab_predictions")},
+                                        cache_root=config.rootpath / "artifacts" / "cache")
+    if config.option.collectonly:  # --co lists the tests and runs none: no run folder is made for it
+        return
     with _usage_error("--runs-dir: " if runs_dir is not None else "--record-dir: "):
         run = lifecycle.claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
                                   record_dir=raw_dir and Path(os.path.expanduser(raw_dir)),
@@ -84,23 +96,6 @@ def _usage_error(prefix: str = ""):
     except (options.PathOptionError, RecordDirError, revised_criterion.RevisedCriterionError,
             specimen.SpecimenError) as error:
         raise pytest.UsageError(f"{prefix}{error}") from None
-
-
-def _invocation(config, specimen_spec) -> lifecycle.Invocation:
-    """How this session was started, as plain data."""
-    from inferlab import environment
-
-    command, command_how = environment.typed_command(getattr(sys, "orig_argv", None), sys.argv,
-                                                     config.invocation_params.args, config.invocation_params.dir)
-    plugins = {dist.project_name: dist.version for _, dist in config.pluginmanager.list_plugin_distinfo()}
-    return lifecycle.Invocation(
-        argv=tuple(sys.argv), command=command, command_how=command_how,
-        invocation_dir=str(config.invocation_params.dir), root=config.rootpath,
-        mode="plan" if config.getoption("inferlab_plan") else "run", specimen=specimen_spec.as_dict(),
-        options={"artifacts": config.getoption("inferlab_artifacts"), "offline": config.getoption("inferlab_offline"),
-                 "plan": config.getoption("inferlab_plan")},
-        pytest={"version": pytest.__version__, "plugins": plugins},
-        named_by_plugin=config.getoption("inferlab_runs_dir") is not None)
 
 
 def _load_specimen_spec(config):
@@ -137,18 +132,8 @@ def facts_of(item) -> TestFacts:
     """What an experiment test declares with its markers and parameters, as plain data (read once per item)."""
     facts = item.stash.get(FACTS_KEY, None)
     if facts is None:
-        budget, timeout = item.get_closest_marker("budget"), item.get_closest_marker("timeout")
         params = getattr(getattr(item, "callspec", None), "params", {})
-        facts = TestFacts(
-            nodeid=item.nodeid, params={name: plan.plain_param(value) for name, value in params.items()},
-            budget=dict(budget.kwargs) if budget else None,
-            requires=tuple(n for m in item.iter_markers("requires") for n in m.args),
-            provides=tuple(n for m in item.iter_markers("provides") for n in m.args),
-            records=tuple(dict.fromkeys(kind for m in item.iter_markers("records") for kind in m.args)),
-            timeout_s=timeout.args[0] if timeout and timeout.args else None,
-            diagnostic=item.get_closest_marker("diagnostic") is not None,
-            optional=item.get_closest_marker("optional_extension") is not None)
-        item.stash[FACTS_KEY] = facts
+        facts = item.stash[FACTS_KEY] = plan.facts_from_markers(item.nodeid, params, item.iter_markers)
     return facts
 
 
@@ -158,14 +143,12 @@ def pytest_collection_modifyitems(session, config, items):
     if not experiments:
         return
     run = get_run(config)
+    if run is None and config.option.collectonly:
+        return
     if run is None:
         raise pytest.UsageError("--record-dir DIR (or --runs-dir DIR) is required to run the experiments (use a new "
                                 "directory, e.g. runs/first)")
     run.schedule.collected = [item.nodeid for item in experiments]
-    if not (hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer")):
-        raise pytest.UsageError(f"this platform ({sys.platform}) has no POSIX interval timers, so the "
-                                f"{protocol.TRIAL_LIMIT_S} s per-trial limit cannot be enforced; the experiments "
-                                f"refuse to run unbounded")
     for item in experiments:
         if item.get_closest_marker("timeout") is None:
             # func_only: the limit is for the trial itself, not the session fixtures (download, load)
@@ -218,9 +201,9 @@ def pytest_runtest_setup(item):
     run = get_run(item.config)
     if run is None or not is_experiment(item):
         return
-    refusal = run.ledger.refusal(item.nodeid, facts_of(item).requires)
-    if refusal is not None:
-        pytest.skip(refusal)
+    refusal = run.refusal(facts_of(item))
+    if refusal is not None:  # reported at the test, not at this hook
+        raise pytest.skip.Exception(refusal, _use_item_location=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -231,13 +214,9 @@ def pytest_runtest_makereport(item, call):
         return report
     if report.when == "call" or report.failed or report.skipped:
         facts = facts_of(item)
-        outcome = "skipped" if report.skipped else ("failed" if report.when == "call" else "error") \
-            if report.failed else "passed"
-        longrepr = None if report.longrepr is None else \
-            (report.longreprtext if hasattr(report, "longreprtext") else str(report.longrepr))
+        outcome, longrepr, skip_reason = terminal.outcome_of(report)
         record = run.record_outcome(facts, outcome=outcome, phase=report.when, duration=report.duration,
-                                    longrepr=longrepr, skip_reason=terminal.skip_reason(report.longrepr, longrepr)
-                                    if report.skipped else None)
+                                    longrepr=longrepr, skip_reason=skip_reason)
         # The records keep every text in full; only what pytest prints is shortened.
         shorter = terminal.shortened_longrepr(report.longrepr, outcome, facts.provides, run, record["seq"])
         if shorter is not None:
@@ -273,6 +252,8 @@ def pytest_sessionfinish(session, exitstatus):
     if end["interrupted"]:
         # pytest may not know: a second Ctrl-C inside its own interrupt handling used to leave exit status 0.
         session.exitstatus = pytest.ExitCode.INTERRUPTED
+    if getattr(session.config, "cache", None) is not None and run.invocation.mode == "run":
+        session.config.cache.set(plan.LAST_FAILED_SPECIMEN_KEY, run.invocation.specimen["name"])  # for --lf
     run.finish()
 
 
@@ -280,6 +261,9 @@ def pytest_unconfigure(config):
     run = get_run(config)
     if run is None:
         return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:  # after pytest's own counts, so that it is the last line
+        terminal.write_last_line(reporter.write_line, run)
     run.close()
     listener = config.pluginmanager.get_plugin(STOPPING_LISTENER)
     if listener is not None:
@@ -288,7 +272,7 @@ def pytest_unconfigure(config):
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """The inferlab summary comes last, after pytest's short summary, so its final line ends the output."""
+    """The inferlab summary comes after pytest's short summary; its status line ends the output (pytest_unconfigure)."""
     result = yield
     run = get_run(config)
     if run is not None:
@@ -376,10 +360,18 @@ def verification(acquisition):
 
 @pytest.fixture(scope="session")
 def loaded_specimen(acquisition, specimen_spec, thread_controls):
-    """The model and tokenizer, loaded once from the verified directory with the protocol's controls."""
-    from inferlab import loading
+    """The model and tokenizer, loaded once from the verified directory with the protocol's controls, and the
+    watch on every forward of the model (inferlab.forward_mode)."""
+    from inferlab import forward_mode, loading
 
-    return loading.load_specimen(acquisition["directory"], specimen_spec)
+    loaded = loading.load_specimen(acquisition["directory"], specimen_spec)
+    return {**loaded, "forward_watch": forward_mode.ForwardWatch(loaded["model"])}
+
+
+@pytest.fixture
+def forward_window(loaded_specimen):
+    """The forwards of this test, from its start: window.summary() says whether each kept the controls."""
+    return loaded_specimen["forward_watch"].window()
 
 
 @pytest.fixture(scope="session")

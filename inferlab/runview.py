@@ -540,9 +540,11 @@ class RunView:
             return None, TensorFileError(file, "outside", f"not in {TENSOR_DIR}/")
         if not path.is_file():
             return None, TensorFileError(file, "missing", "missing")
-        try:
-            from safetensors.numpy import load_file
+        # A Python without safetensors or numpy cannot judge any tensor file: that is not damage, so it is raised
+        # (ImportError) rather than reported as an unreadable file.
+        from safetensors.numpy import load_file
 
+        try:
             return load_file(str(path)), None
         except Exception as error:  # any damaged file is a TensorFileError naming it, never a crash
             return None, TensorFileError(file, "unreadable", f"{type(error).__name__}: {error}")

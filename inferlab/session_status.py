@@ -42,6 +42,33 @@ def experiment_parts(root: Path, experiments_dir: str) -> list[dict]:
     return parts
 
 
+def _marker_names(decorators: list, marker: str) -> list[str]:
+    """The string arguments of every `@pytest.mark.<marker>(...)` among a function's decorators."""
+    names = []
+    for decorator in decorators:
+        if isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute) \
+                and decorator.func.attr == marker:
+            names += [arg.value for arg in decorator.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+    return names
+
+
+def experiment_checks(root: Path, experiments_dir: str) -> list[dict]:
+    """Every experiment test function on disk with the checks it provides and requires, read from its source
+    ({file, function, provides, requires}), so that a test that was deselected or never collected is known too."""
+    found = []
+    for path in sorted((Path(root) / experiments_dir).glob("test_*.py")):
+        try:
+            module = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in module.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+                found.append({"file": f"{experiments_dir}/{path.name}", "function": node.name,
+                              "provides": _marker_names(node.decorator_list, "provides"),
+                              "requires": _marker_names(node.decorator_list, "requires")})
+    return found
+
+
 def declares_optional(module: ast.Module) -> bool:
     """Whether a module's `pytestmark` assignment names the optional_extension marker."""
     for node in module.body:
@@ -134,8 +161,10 @@ def stop_reason(*, exit_code_name: str, signals: list[str], should_stop, should_
 
 def session_end_fields(*, exit_status: int, exit_code_name: str, signals: list[str], collect_only: bool,
                        plan_only: bool, stopped_reason: Optional[str], planned: list[str],
-                       with_outcome: set, partial_reasons: list[str], optional_notes: list[str]) -> dict:
-    """The `session_end` record's fields (schema 1), plus `complete`, `plan_only`, `signals`, `optional_left_out`.
+                       with_outcome: set, partial_reasons: list[str], optional_notes: list[str],
+                       failures_by_check_kind: Optional[dict] = None) -> dict:
+    """The `session_end` record's fields (schema 1), plus `complete`, `plan_only`, `signals`, `optional_left_out`
+    and `failures_by_check_kind` ({integrity: n, diagnostic: m}: the failed or errored tests of each kind).
 
     complete: the session reached its end, every planned test has an outcome, and the plan is the
     complete protocol. Nothing else may be called complete.
@@ -161,8 +190,39 @@ def session_end_fields(*, exit_status: int, exit_code_name: str, signals: list[s
         "protocol_complete": protocol_complete,
         "partial_reasons": list(partial_reasons),
         "optional_left_out": list(optional_notes),
+        "failures_by_check_kind": {kind: int((failures_by_check_kind or {}).get(kind, 0)) for kind in CHECK_KINDS},
         "complete": reached_end and not without and protocol_complete and bool(planned),
     }
+
+
+CHECK_KINDS = ("integrity", "diagnostic")  # a harness-integrity check, or a protocol diagnostic (its failure a finding)
+
+
+def failure_kind(end: dict, outcome_counts: dict) -> Optional[str]:
+    """'harness' when a harness-integrity check failed or errored (or pytest ended badly with no test failing);
+    'findings' when only protocol diagnostics failed: the protocol ran and found something; None when nothing
+    failed. A session_end without failures_by_check_kind (an older one) counts every failure as the harness's."""
+    by_kind = end.get("failures_by_check_kind")
+    failed = int(outcome_counts.get("failed") or 0) + int(outcome_counts.get("error") or 0)
+    if isinstance(by_kind, dict) and failed and failed == sum(by_kind.get(k, 0) for k in CHECK_KINDS):
+        return "harness" if by_kind.get("integrity") else "findings"
+    if failed or end.get("exit_code_name") not in ("OK", None):
+        return "harness"
+    return None
+
+
+def failure_clause(end: dict, outcome_counts: dict) -> str:
+    """What the status line adds for failures: the harness failed, or the protocol ran and found something."""
+    kind = failure_kind(end, outcome_counts)
+    by_kind = end.get("failures_by_check_kind") if isinstance(end.get("failures_by_check_kind"), dict) else {}
+    if kind == "findings":
+        count = by_kind.get("diagnostic", 0)
+        return (f"; the protocol ran and found {count} finding(s): failed protocol diagnostic(s), kept with their "
+                f"evidence; no harness-integrity check failed")
+    if kind == "harness" and by_kind.get("integrity"):
+        return (f"; the HARNESS FAILED: {by_kind['integrity']} harness-integrity check(s) failed or errored, so its "
+                f"results cannot be trusted until the cause is fixed")
+    return ""
 
 
 def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
@@ -186,6 +246,10 @@ def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
     # Leaving out the optional extension keeps a run complete, but the line says it is not there.
     optional = end.get("optional_left_out") or []
     left_out = ("; the optional extension was left out: " + "; ".join(optional)) if optional else ""
+    head += failure_clause(end, outcome_counts or {}) if not (end["plan_only"] or end["collect_only"]) else ""
+    if end.get("environment_changed_during_run"):
+        head += ("; the ENVIRONMENT CHANGED during the run (" + "; ".join(end["environment_changed_during_run"]) +
+                 "), so what the manifest recorded at its start may not be what ran")
     if end["partial_reasons"]:
         return f"{head}; PARTIAL, not the complete protocol: " + "; ".join(end["partial_reasons"]) + left_out
     if end["complete"]:
@@ -196,17 +260,17 @@ def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
 def outcome_suffix(end: dict, outcome_counts: dict) -> Optional[str]:
     """The suffix a run made under --runs-dir gets for how it ended; None for a complete run that passed.
 
-    -incomplete: it did not reach its end; -failed: a test failed or errored; -partial: not the complete
-    protocol; -partial-failed: both, so that `ls runs` tells it from a complete run that failed.
+    -incomplete: it did not reach its end; -failed: the harness failed (a harness-integrity check failed or
+    errored); -findings: the protocol ran and only protocol diagnostics failed (a finding, not a broken
+    harness); -partial: not the complete protocol; -partial-failed and -partial-findings: both, so that
+    `ls runs` tells them from a complete run. The records say the same (session_end failures_by_check_kind).
     """
     if end["plan_only"]:
         return None
     if end["interrupted"] or end["stopped_early"] or end["collect_only"] or end["tests_without_outcome"]:
         return "-incomplete"
-    failed = bool(outcome_counts.get("failed") or outcome_counts.get("error") or end["exit_code_name"] != "OK")
-    partial = not end["protocol_complete"]
-    if failed and partial:
-        return "-partial-failed"
-    if failed:
-        return "-failed"
-    return "-partial" if partial else None
+    kind = failure_kind(end, outcome_counts)
+    ending = {"harness": "failed", "findings": "findings", None: None}[kind]
+    if not end["protocol_complete"]:
+        return f"-partial-{ending}" if ending else "-partial"
+    return f"-{ending}" if ending else None

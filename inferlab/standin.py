@@ -217,7 +217,8 @@ def check_target(directory: Path) -> None:
     if directory.is_dir() and any(directory.iterdir()):
         entries = sorted(p.name for p in directory.iterdir())
         raise BuildRefused(
-            f"{directory}: expected a new or empty directory, actual: it holds {len(entries)} entries "
+            f"{directory}: expected a new or empty directory, actual: it holds {len(entries)} "
+            f"{'entry' if len(entries) == 1 else 'entries'} "
             f"({', '.join(entries[:6])}{', ...' if len(entries) > 6 else ''}); nothing was written"
         )
 

@@ -40,6 +40,9 @@ def write_summary(write: Callable[..., None], run) -> None:
     specimen = run.invocation.specimen or {}
     synthetic = bool(specimen.get("synthetic"))
     write(specimen_line(specimen), yellow=synthetic, bold=synthetic)
+    for line in run.ending.environment_changed:
+        write(f"environment: CHANGED during the run: {line} (the manifest keeps what was found at the start)",
+              red=True)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(run.outcomes.counts.items())) or "no experiment tests ran"
     write(f"outcomes: {counts}")
     for line in run.outcomes.failure_lines:
@@ -66,8 +69,29 @@ def write_summary(write: Callable[..., None], run) -> None:
         write("")
     if (run.record_dir / REPORT_FILE).exists():
         write(f"report: {run.record_dir / REPORT_FILE}")
-    if end is not None:
-        write(f"inferlab: {end['status']}", bold=True, red=not end["complete"] and not end["plan_only"])
+
+
+def write_last_line(write: Callable[..., None], run) -> None:
+    """The session's last line, after pytest's own counts: what the run is, and whether a failure is the
+    harness's (red) or a finding of the protocol that ran (yellow)."""
+    from inferlab import session_status
+
+    end = run.ending.session_end
+    if end is None:
+        return
+    kind = session_status.failure_kind(end, run.outcomes.counts)
+    harness = (not end["complete"] and not end["plan_only"]) or kind == "harness"
+    write(f"inferlab: {end['status']}", bold=True, red=harness, yellow=kind == "findings" and not harness)
+
+
+def outcome_of(report) -> tuple[str, Optional[str], Optional[str]]:
+    """(outcome, full text, skip reason) of one pytest report: passed, failed (in the call), error (in setup or
+    teardown) or skipped; the text is the longrepr in full."""
+    outcome = "skipped" if report.skipped else ("failed" if report.when == "call" else "error") \
+        if report.failed else "passed"
+    text = None if report.longrepr is None else \
+        (report.longreprtext if hasattr(report, "longreprtext") else str(report.longrepr))
+    return outcome, text, skip_reason(report.longrepr, text) if report.skipped else None
 
 
 def skip_reason(longrepr, text: Optional[str]) -> str:

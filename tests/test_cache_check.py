@@ -259,3 +259,39 @@ def test_revised_evaluation_names_the_prefixes_it_fails(model, continuation, mon
     assert failing and revised["summary"]["failing_prefix_lengths"] == failing
     row = revised["per_prefix"][result["prefixes"][-1]["name"]]
     assert set(row) == {"atol", "rtol", "passed", "fail_count", "fail_fraction"} and not row["passed"]
+
+
+# --- near ties are judged by the declared criterion, not by the observed error (issue 26, A2) ------------------
+
+
+def test_a_margin_within_what_the_criterion_lets_the_two_logits_move_is_a_near_tie():
+    """The stand-in's prefix 14: margin 0.00222 while the criterion lets each top logit move about 0.0014."""
+    logits = torch.tensor([13.9, 13.9 - 0.00222, 1.0, -2.0], dtype=torch.float32)  # (vocab,)
+    tie = cache_check.near_tie(logits, protocol.CACHE_TOLERANCE)
+    top1, top2 = (float(v) for v in torch.topk(logits.double(), 2).values)
+    assert tie["allowance"] == pytest.approx(2e-5 + 1e-4 * (abs(top1) + abs(top2)))
+    assert tie["margin"] == pytest.approx(top1 - top2) and tie["margin"] < tie["allowance"] and tie["near_tie"]
+    wide = cache_check.near_tie(torch.tensor([13.9, 13.8, 1.0]), protocol.CACHE_TOLERANCE)
+    assert not wide["near_tie"] and wide["margin"] > wide["allowance"]
+
+
+def test_a_bitwise_equal_prefix_near_a_tie_is_flagged(model, continuation, monkeypatch):
+    """With the observed error zero the old rule (10 x max abs diff) could never flag it; the criterion's can."""
+    real = cache_check._both_paths
+
+    def tied(*args, **kwargs):
+        uncached, cached, cache, same = real(*args, **kwargs)
+        prefix, logits, shape = uncached[0]
+        logits = logits.clone()
+        top = int(logits.argmax())
+        logits[(top + 1) % logits.numel()] = logits[top] - 1e-6  # a near-tie at the prompt, identical on both paths
+        row = cached[0]
+        return [(prefix, logits, shape)] + uncached[1:], [(row[0], logits.clone(), *row[2:])] + cached[1:], cache, same
+
+    monkeypatch.setattr(cache_check, "_both_paths", tied)
+    result, _ = run_matched_prefix(model, PROMPT, continuation)
+    first = result["prefixes"][0]
+    assert first["bitwise_equal"] and first["max_abs_diff"] == 0.0
+    assert first["near_tie"] and first["top2_margin_uncached"] <= first["near_tie_allowance"]
+    assert result["near_tie_rule"] == protocol.NEAR_TIE_RULE and result["any_near_tie"]
+    assert all(not p["near_tie"] for p in result["prefixes"][1:] if p["top2_margin_uncached"] > p["near_tie_allowance"])

@@ -1,5 +1,6 @@
 """The experiment's records hold the protocol's evidence: gates, warnings, phases, fed inputs, revised criterion,
-timestamp overhead, fresh generation caches and memory bandwidth. Small runs of the real experiment files."""
+timestamp overhead, fresh generation caches, the weight read and the forwards' mode. Small runs of the real experiment
+files."""
 
 from __future__ import annotations
 
@@ -47,9 +48,9 @@ def outcomes(found: list[dict]) -> dict:
 # --- 14.1: a wrongly loaded model stops every dependent, and the evidence stays ---------------------------
 
 DEPENDENTS = ("test_generation_trial[P1-G-rep1]", "test_matched_prefix", "test_timing_trial[P1-cache_on-warmup]",
-              "test_cache_storage_after_prefill[P1]", "test_parameter_storage", "test_batching_calls")
+              "test_cache_storage_at_each_prefix", "test_parameter_storage", "test_batching_calls")
 DEPENDENT_SELECTION = ("test_10_specimen or test_input or P1-G-rep1 or test_cache_criterion_declared or "
-                       "test_matched_prefix or P1-cache_on-warmup or test_cache_storage_after_prefill or "
+                       "test_matched_prefix or P1-cache_on-warmup or test_cache_storage_at_each_prefix or "
                        "test_parameter_storage or test_batching_calls")
 FLOAT16_SDPA_LOAD = '''
 import inferlab.loading as _loading
@@ -124,6 +125,37 @@ def test_a_faithful_tiny_load_lets_the_dependents_run(tmp_path):
         name: by_test[name]["outcome"] for name in DEPENDENTS}
 
 
+TRAINING_AFTER_FIRST_FORWARD = '''
+import pytest
+
+
+@pytest.fixture(scope="session")
+def model(loaded_specimen):
+    """The specimen, put into training mode by its own first forward: inspection (before any forward) sees eval."""
+    specimen_model = loaded_specimen["model"]
+    specimen_model.register_forward_pre_hook(lambda module, args: module.train(True) and None)
+    return specimen_model
+'''
+
+
+def test_a_forward_in_training_mode_fails_its_trial_with_the_evidence(tmp_path):
+    """Issue 26 A4: the watch inside every forward sees what an inspection before the forwards cannot."""
+    root = make_project(tmp_path / "project", TRAINING_AFTER_FIRST_FORWARD)
+    specimen = build_tiny_specimen(tmp_path / "tiny-specimen")
+    write_spec(root / "artifacts", specimen)
+    result = run_experiment(root, "--specimen", TINY_SPEC_NAME, "--artifacts", str(specimen),
+                            "-k", "test_10_specimen or test_input or P1-G-rep1")
+    found = records(root / "run")
+    by_test = outcomes(found)
+    assert by_test["test_model_inspection"]["outcome"] == "passed", result.stdout[-3000:]
+    trial = by_test["test_generation_trial[P1-G-rep1]"]
+    assert trial["outcome"] == "failed" and "broke the controls" in trial["longrepr"]
+    [generation] = [r for r in found if r["kind"] == "generation"]
+    mode = generation["forward_mode"]
+    assert mode["forwards"] >= 2 and mode["violation_count"] == mode["forwards"] - 1 and not mode["none_training"]
+    assert mode["violations"][0]["training"] is True and mode["all_inference_mode"]
+
+
 # --- 14.2-14.7 and 18.6: the records of a stand-in run --------------------------------------------------
 
 FORWARD_PROBE = '''
@@ -146,8 +178,8 @@ def model(loaded_specimen):
     return specimen_model
 '''
 EVIDENCE_SELECTION = ("test_10_specimen or test_input or P1-G-rep1 or P1-S1-seed17 or test_40_cache or "
-                      "P1-cache_on-warmup or P1-cache_off-rep1 or test_cache_storage_after_prefill or "
-                      "test_batching_calls or test_timestamp_overhead or test_memory_bandwidth")
+                      "P1-cache_on-warmup or P1-cache_off-rep1 or test_cache_storage_at_each_prefix or "
+                      "test_batching_calls or test_timestamp_overhead or test_decode_step_weight_read")
 JUSTIFICATION = "a test's justification: the one-token path sums in another order"
 
 
@@ -175,7 +207,6 @@ def test_every_forward_records_its_warnings_and_log_messages(evidence_run):
         "cache_inspection": of_kind(evidence_run, "cache_inspection"),
         "cache_comparison": of_kind(evidence_run, "cache_comparison"),
         "cache_summary": of_kind(evidence_run, "cache_summary"),
-        "memory (prefill)": [r for r in of_kind(evidence_run, "memory") if r["measure"] == "cache_storage"],
         "batching": of_kind(evidence_run, "batching"),
     }
     for kind, found in forward_records.items():
@@ -186,6 +217,21 @@ def test_every_forward_records_its_warnings_and_log_messages(evidence_run):
     # 16 selections = 1 prefill + 15 forwards, each warning once and logging once
     timing = forward_records["timing_trial"][0]
     assert sum("forward-probe warning" in m for m in timing["warnings"]) == 16
+
+
+def test_every_forward_running_record_says_its_forwards_kept_the_controls(evidence_run):
+    """Issue 26 A4: counted from inside every forward: the trials', the cache test's and the batching calls'."""
+    observed = {"generation": of_kind(evidence_run, "generation"), "timing_trial": of_kind(evidence_run, "timing_trial"),
+                "cache_summary": of_kind(evidence_run, "cache_summary"),
+                "batching": [r for r in of_kind(evidence_run, "batching") if r["record_type"] == "summary"]}
+    for kind, found in observed.items():
+        assert found, kind
+        for record in found:
+            mode = record["forward_mode"]
+            assert mode["forwards"] > 0 and mode["violation_count"] == 0, (kind, mode)
+            assert mode["all_inference_mode"] and mode["none_training"]
+    assert observed["timing_trial"][0]["forward_mode"]["forwards"] == 16  # a prefill and 15 steps
+    assert observed["cache_summary"][0]["forward_mode"]["forwards"] == observed["cache_summary"][0]["forward_count"]
 
 
 def test_output_decoding_is_a_phase_of_every_trial(evidence_run):
@@ -234,13 +280,11 @@ def test_a_revised_criterion_is_recorded_beside_the_declared_one(evidence_run):
     assert summary["all_within_tolerance"] == all(r["checks"]["within_tolerance"] for r in comparisons)
 
 
-def test_the_clock_and_the_benchmark_reference_are_recorded(evidence_run):
+def test_the_clock_is_recorded_and_no_benchmark_of_another_run(evidence_run):
     clock = of_kind(evidence_run, "clock_overhead")[0]
     assert clock["clock"] == "time.perf_counter_ns" and clock["reads_per_trial"] == 18
     assert clock["per_trial_overhead_ns"] == pytest.approx(clock["per_read_ns"] * 18)
-    reference = of_kind(evidence_run, "benchmark_reference")[0]
-    assert set(reference) >= {"found", "file", "machine", "result", "note"}
-    assert reference["found"] == (reference["result"] is not None)
+    assert not of_kind(evidence_run, "benchmark_reference")  # issue 26 A6: another run's figure is not this run's
 
 
 def test_every_generation_states_its_fresh_cache(evidence_run):
@@ -252,10 +296,22 @@ def test_every_generation_states_its_fresh_cache(evidence_run):
         assert "built its own cache" in cache["how"]
 
 
-def test_memory_bandwidth_is_recorded(evidence_run):
-    bandwidth = of_kind(evidence_run, "memory_bandwidth")[0]
-    assert bandwidth["threads"] == 1 and len(bandwidth["seconds"]) == bandwidth["repeats"]
-    assert bandwidth["bytes_per_s_median"] > 0 and bandwidth["bytes_per_copy"] >= 2**27
+def test_the_decode_steps_weight_read_is_recorded_with_the_caches(evidence_run):
+    """Issue 26 A1: one pass over the step's weights, on the session's thread, beside the machine's caches."""
+    read = of_kind(evidence_run, "weight_read")[0]
+    assert read["threads"] == {"intra_op": 1, "inter_op": 1} and len(read["seconds"]) == read["passes"]
+    assert read["left_out"][0]["name"] == "gpt_neox.embed_in.weight" and read["bytes"] > 20 * 2**20
+    assert isinstance(read["caches"]["levels"], list) and read["fits_in_largest_cache"] in (True, False, "unknown")
+    assert not of_kind(evidence_run, "memory_bandwidth")
+
+
+def test_the_cache_bytes_come_from_the_cache_tests_own_forwards(evidence_run):
+    """Issue 26 A3: no prefill forward of its own (no probe warning), the bytes at every prefix length."""
+    [weighed] = [r for r in of_kind(evidence_run, "memory") if r["measure"] == "cache_storage"]
+    comparisons = of_kind(evidence_run, "cache_comparison")
+    assert [p["unique_bytes"] for p in weighed["per_prefix"]] == [
+        r["cache_unique_bytes_after_forward"] for r in comparisons]
+    assert weighed["prompt_length"] == comparisons[0]["prefix_length"] and "warnings" not in weighed
 
 
 def test_without_the_option_and_the_probe_nothing_is_added(tmp_path, standin_dir):

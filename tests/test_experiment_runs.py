@@ -109,6 +109,7 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     assert (totals["generation_trials"], totals["generation_new_tokens"]) == (26, 416)
     assert (totals["timing_warmups"], totals["timing_measured"], totals["timing_selections"]) == (4, 20, 384)
     assert totals["cache_forwards"] <= 16 and (totals["core_trials"], totals["core_selections"]) == (50, 800)
+    assert totals["other_forwards"] == 0 and "memory_forwards" not in totals  # issue 26 A3
     ids = [entry["test"].split("[")[-1].rstrip("]") for entry in plan["schedule"]
            if "test_generation_trial" in entry["test"]]
     assert ids == [trial.test_id for trial in protocol.generation_trials()]
@@ -260,7 +261,10 @@ def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(pr
         [f"{n}. {step}" for n, step in enumerate(steps, start=1)]
     assert lines.index("Next steps:") > next(i for i, line in enumerate(lines) if error in line)
     planned = len(json.loads((project.path / "run" / "plan.json").read_text())["schedule"])
-    assert result.stdout.lines[-2].startswith(f"inferlab: the session reached its end: all {planned} planned tests")
+    # the status line comes after pytest's own counts: the last line of the output (issue 26 A7)
+    assert result.stdout.lines[-2].startswith("=") and "1 failed" in result.stdout.lines[-2]
+    assert result.stdout.lines[-1].startswith(f"inferlab: the session reached its end: all {planned} planned tests")
+    assert "the HARNESS FAILED: 1 harness-integrity check(s)" in result.stdout.lines[-1]
 
 
 def plan_of(project, *args) -> tuple[dict, object]:
@@ -309,3 +313,69 @@ def test_last_failed_after_a_failed_run_is_partial_and_never_complete(project, m
     manifest = json.loads((project.path / "again" / "manifest.json").read_text())
     assert manifest["complete"] is False and "PARTIAL" in manifest["status"]
     again.stdout.fnmatch_lines(["inferlab: *PARTIAL, not the complete protocol: --lf*"])
+
+
+def test_no_experiment_spends_forwards_outside_the_protocols_budget():
+    """Issue 26 A3: the budget is the trials, the cache test's 16 forwards and the batching calls; anything else
+    (such as an extra prefill to weigh a cache) is a cap violation, and the experiments declare none."""
+    import ast
+
+    from inferlab import plan
+
+    categories = set()
+    for path in (REPO_ROOT / "experiments").glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "budget":
+                categories |= {ast.unparse(k.value) for k in node.keywords if k.arg == "category"}
+    # test_50_timing names its category with a variable that is either timing category
+    assert categories == {"'generation'", "category", "'cache'", "'batching'"}
+    extra = {"index": 0, "test": "x", "budget": {"category": "memory", "forwards": 2}}
+    totals = plan.plan_totals([extra])
+    assert totals["other_forwards"] == 2 and "memory_forwards" not in totals
+    assert protocol.cap_violations(totals) == ["other_forwards: planned 2, protocol allows at most 0"]
+
+
+def test_a_selection_without_its_prerequisites_says_which_tests_to_add_and_points_at_the_test(project):
+    """Issue 26 B3: `-k cache` used to skip everything with "prerequisite 'model_inspection' has not run",
+    located in inferlab/plugin.py."""
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin", "-k", "cache",
+                                          "-rs")
+    found = records(project.path / "run")
+    skipped = outcome(found, "test_cache_criterion_declared")
+    reason = skipped["skip_reason"]
+    assert skipped["outcome"] == "skipped" and "prerequisite 'model_inspection' has not run" in reason
+    assert "-k 'cache' deselected them" in reason and "test_model_inspection" in reason
+    assert "-k 'cache or test_thread_controls or test_acquisition or test_artifact_file or " in reason
+    out = result.stdout.str()
+    assert "inferlab/plugin.py" not in out and "experiments/test_40_cache.py:" in out
+
+
+def test_one_file_alone_is_told_which_files_to_name_too(project):
+    project.runpytest_subprocess("experiments/test_40_cache.py", "--record-dir", "run", "--specimen", "standin")
+    reason = outcome(records(project.path / "run"), "test_cache_criterion_declared")["skip_reason"]
+    assert "the command named only experiments/test_40_cache.py" in reason
+    assert "to include them: name experiments/test_10_specimen.py too" in reason
+
+
+@pytest.mark.parametrize("value", ["1", "true"])
+def test_the_hubs_offline_variable_is_honoured_as_offline_and_recorded_so(project, monkeypatch, value):
+    """Issue 26 B7: HF_HUB_OFFLINE=1 used to be ignored: the run still connected."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "-k", "test_network_guard")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    manifest = json.loads((project.path / "run" / "manifest.json").read_text())
+    assert manifest["options"]["offline"] is True and manifest["options"]["offline_from"] == f"HF_HUB_OFFLINE={value}"
+    assert manifest["options"]["network_blocked_for_session"] is True
+    guard = next(r for r in records(project.path / "run") if r["kind"] == "offline_guard")
+    assert guard["offline"] is True and guard["outcome"].startswith("blocked")
+
+
+def test_the_offline_variable_is_read_as_huggingface_hub_reads_it():
+    from huggingface_hub.constants import _is_true
+
+    from inferlab.run import options
+
+    for value in ("1", "0", "true", "TRUE", "yes", "on", "no", "", "2", "false"):
+        assert options.offline_setting(False, {"HF_HUB_OFFLINE": value})[0] is _is_true(value), value
+    assert options.offline_setting(False, {"TRANSFORMERS_OFFLINE": "1"}) == (True, "TRANSFORMERS_OFFLINE=1")
+    assert options.offline_setting(True, {}) == (True, "--offline") and options.offline_setting(False, {}) == (False, None)

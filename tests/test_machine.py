@@ -1,4 +1,4 @@
-"""inferlab.machine and benchmarks/overhead.py: the machine fingerprint and benchmark results found by it."""
+"""inferlab.machine and benchmarks/overhead.py: the machine fingerprint, its caches, where benchmark results go."""
 
 from __future__ import annotations
 
@@ -22,38 +22,49 @@ def test_fingerprint_names_the_hardware_and_no_host():
     assert fingerprint == machine.machine_fingerprint()  # stable within a machine
 
 
-def test_no_results_file_means_no_reference(tmp_path):
-    reference = machine.benchmark_reference(tmp_path / "results.jsonl")
-    assert (reference["found"], reference["file"], reference["result"]) == (False, None, None)
-    assert "has not been run here" in reference["note"] and reference["machine"] == machine.machine_fingerprint()
-
-
-def test_results_from_other_machines_are_not_a_reference(tmp_path):
-    path = tmp_path / "results.jsonl"
-    machine.append_result(result_for(OTHER_MACHINE, 1.01, "2026-01-01"), path)
-    reference = machine.benchmark_reference(path)
-    assert reference["found"] is False and reference["result"] is None and reference["file"] == str(path)
-    assert "none recorded on a machine with this fingerprint" in reference["note"]
-
-
-def test_the_latest_result_from_this_machine_is_the_reference(tmp_path):
-    path = tmp_path / "results.jsonl"
-    here = machine.machine_fingerprint()
-    for result in (result_for(here, 1.02, "first"), result_for(OTHER_MACHINE, 1.5, "other"),
-                   result_for(here, 0.99, "second")):
-        machine.append_result(result, path)
-    reference = machine.benchmark_reference(path)
-    assert reference["found"] is True and reference["result"]["recorded_utc"] == "second"
-    assert "2 result(s) recorded on a machine with this fingerprint" in reference["note"]
-
-
 def test_a_damaged_results_file_is_named_with_its_line(tmp_path):
     path = tmp_path / "results.jsonl"
     machine.append_result(result_for(OTHER_MACHINE, 1.0, "ok"), path)
     with path.open("a") as handle:
         handle.write("{not json\n")
     with pytest.raises(ValueError, match=r"results.jsonl:2: expected one JSON object per line"):
-        machine.benchmark_reference(path)
+        machine.read_results(path)
+
+
+def test_the_benchmark_writes_outside_tracked_files_unless_asked():
+    """Issue 26 A6: by default a result lands under runs/ (git-ignored), never in benchmarks/results.jsonl."""
+    import subprocess
+
+    from benchmarks.overhead import build_parser
+
+    assert machine.RESULTS_FILE.is_relative_to(machine.PROJECT_ROOT / "runs")
+    ignored = subprocess.run(["git", "-C", str(machine.PROJECT_ROOT), "check-ignore", "-q",
+                              str(machine.RESULTS_FILE)], check=False)
+    assert ignored.returncode == 0, f"{machine.RESULTS_FILE} is not ignored by git"
+    assert build_parser().parse_args([]).results == machine.RESULTS_FILE != machine.TRACKED_RESULTS_FILE
+
+
+TINY_BENCHMARK = """
+import sys
+from pathlib import Path
+import benchmarks.overhead as overhead
+from inferlab import machine
+from inferlab.tiny_model import tiny_gpt_neox
+overhead.load_model = lambda workdir: (tiny_gpt_neox(seed=0), [5, 17, 33], 0, "tiny")
+sys.exit(overhead.main(sys.argv[1:]))
+"""
+
+
+def test_the_benchmark_records_to_the_file_it_is_given(tmp_path):
+    import subprocess
+    import sys
+
+    chosen = tmp_path / "chosen.jsonl"
+    done = subprocess.run([sys.executable, "-c", TINY_BENCHMARK, "--rounds", "7", "--record-to", str(chosen)],
+                          cwd=machine.PROJECT_ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [result] = machine.read_results(chosen)
+    assert result["rounds"] == 7 and result["machine"] and result["recorded_utc"] and "commit" in result["git"]
 
 
 def test_append_keeps_earlier_results(tmp_path):
@@ -70,8 +81,25 @@ def test_benchmark_result_carries_the_fingerprint_and_ratios():
                     "generate": [120.0, 121.0, 119.0]}
     warm = {"instrumented": [1, 2], "bare": [1, 2], "generate": [1, 2]}
     result = make_result(per_token_ns, warm, "stand-in", prompt_tokens=9, selections=16, rounds=3)
-    assert result["machine"] == machine.machine_fingerprint()
+    assert result["machine"] == machine.machine_fingerprint() and result["recorded_utc"]
+    assert set(result["git"]) >= {"commit", "dirty"}  # the figure names its machine, its date and its commit
     assert (result["overhead_ratio"], result["generate_ratio"]) == (1.05, 1.2)
     assert result["per_token_ns"]["instrumented"] == {"median": 105.0, "min": 100.0, "max": 110.0}
     assert result["ids_equal"] == {"instrumented_vs_bare": True, "instrumented_vs_generate": True}
     assert json.loads(json.dumps(result)) == result
+
+
+def test_cache_sizes_are_read_from_sysfs_and_unknown_where_absent(tmp_path):
+    """Issue 26 A1: the machine's cache levels, as the kernel lists them; 'unknown' where it lists none."""
+    for index, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "512K"), ("3", "Unified", "32768K")]):
+        folder = tmp_path / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", "0")):
+            (folder / name).write_text(value + "\n")
+    found = machine.cache_sizes(tmp_path / "cache")
+    assert [(e["level"], e["type"], e["bytes"]) for e in found["levels"]] == [
+        (1, "Data", 32768), (1, "Instruction", 32768), (2, "Unified", 524288), (3, "Unified", 32 * 2**20)]
+    assert found["largest_bytes"] == 32 * 2**20
+    missing = machine.cache_sizes(tmp_path / "nowhere")
+    assert missing["levels"] == [] and missing["largest_bytes"] == "unknown" and "unknown" in missing["note"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -79,26 +81,39 @@ def test_unmeasured_categories_are_declared():
     assert all(memory.UNMEASURED_CATEGORIES.values())
 
 
-def test_memory_bandwidth_is_one_threads_copy_rate_and_restores_threads():
+def test_the_weight_read_reads_every_tensor_of_a_decode_step_but_the_input_embedding():
+    """Issue 26 A1: the time to read the step's own weights once, in the thread setting as it is, no forward."""
+    from inferlab.tiny_model import tiny_gpt_neox
+
+    model = tiny_gpt_neox(seed=0)
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
     threads_before = torch.get_num_threads()
-    result = memory.memory_bandwidth(bytes_per_copy=4 * 2**20, repeats=3)
-    assert torch.get_num_threads() == threads_before
-    assert (result["threads"], result["bytes_per_copy"], result["repeats"], len(result["seconds"])) == (
-        1, 4 * 2**20, 3, 3)
-    assert all(s > 0 for s in result["seconds"])
-    median = sorted(result["seconds"])[1]
-    assert result["bytes_per_s_median"] == 2 * 4 * 2**20 / median  # read + write per copy
-    assert "copy_" in result["method"] and result["note"]
+    caches = {"largest_bytes": 10**9, "levels": []}
+    result = memory.weight_read_time(model, passes=3, caches=caches)
+    assert not calls and torch.get_num_threads() == threads_before  # no forward; the setting left alone
+    embedding = model.get_input_embeddings().weight
+    expected = memory.parameter_storage(model)["unique_bytes"] - embedding.numel() * embedding.element_size()
+    assert result["bytes"] == expected and result["left_out"][0]["bytes"] == embedding.numel() * 4
+    assert (result["passes"], len(result["seconds"])) == (3, 3) and all(s > 0 for s in result["seconds"])
+    assert result["median_s"] == sorted(result["seconds"])[1] and result["threads"]["intra_op"] == threads_before
+    assert result["fits_in_largest_cache"] is True and result["caches"] == caches
+    assert "floor" not in json.dumps(result)
+    assert memory.weight_read_time(model, passes=1, caches={"largest_bytes": 1})["fits_in_largest_cache"] is False
+    assert memory.weight_read_time(model, passes=1)["fits_in_largest_cache"] == "unknown"
 
 
-def test_memory_bandwidth_default_copy_dwarfs_any_cache_of_the_specimen():
-    from types import SimpleNamespace
+def test_a_tied_output_projection_keeps_the_embedding_in_the_read():
+    from inferlab.tiny_model import tiny_gpt_neox
 
-    pythia_14m = SimpleNamespace(num_hidden_layers=6, num_attention_heads=4, hidden_size=128)
-    full_context_cache = memory.expected_kv_cache_bytes(pythia_14m, 2048)  # its whole position range
-    assert memory.BANDWIDTH_BYTES_PER_COPY >= 10 * full_context_cache
+    model = tiny_gpt_neox(seed=0)
+    model.get_output_embeddings().weight = model.get_input_embeddings().weight
+    tensors, read = memory.decode_step_weights(model)
+    assert read["left_out"] == [] and read["bytes"] == memory.parameter_storage(model)["unique_bytes"]
 
 
-def test_memory_bandwidth_rejects_nonsense_sizes():
-    with pytest.raises(ValueError, match="bytes_per_copy"):
-        memory.memory_bandwidth(bytes_per_copy=0)
+def test_the_weight_read_rejects_no_passes():
+    from inferlab.tiny_model import tiny_gpt_neox
+
+    with pytest.raises(ValueError, match="passes"):
+        memory.weight_read_time(tiny_gpt_neox(seed=0), passes=0)

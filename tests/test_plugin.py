@@ -306,6 +306,13 @@ def test_platform_without_interval_timers_refuses_to_run(suite, monkeypatch):
     result.stderr.fnmatch_lines(["*no POSIX interval timers*refuse to run unbounded*"])
 
 
+def test_a_run_without_the_timeout_plugin_is_refused_before_anything_is_written(suite):
+    """Issue 26 B2: -p no:timeout would remove the per-trial bound silently; the run is refused instead."""
+    err = refused(suite, "--record-dir", "run", "-p", "no:timeout")
+    assert "the pytest-timeout plugin is not loaded (for example by -p no:timeout)" in err
+    assert "refuse to run unbounded" in err and not (suite.path / "run").exists()
+
+
 def test_a_chain_of_dependents_names_the_first_failure(suite):
     write_experiment(suite, (
         "import pytest\n"
@@ -499,12 +506,24 @@ def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite
     result.stdout.fnmatch_lines(["inferlab: the run did NOT finish (-x/--maxfail after 1 failure(s))*"])
 
 
-def test_collect_only_is_never_complete(suite):
+@pytest.mark.parametrize("where", [("--record-dir", "run"), ("--runs-dir", "runs"), ()])
+def test_collect_only_lists_the_tests_and_writes_no_run_folder(suite, where):
+    """Issue 26 B8: --co used to leave an -incomplete run folder with a report in it."""
     write_experiment(suite, "def test_a():\n    pass\n")
-    suite.runpytest("experiments", "--record-dir", "run", "--co")
-    end = session_end(suite.path / "run")
+    result = suite.runpytest("experiments", *where, "--co")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*test_a*"])
+    assert not (suite.path / "run").exists() and not (suite.path / "runs").exists()
+
+
+def test_a_collect_only_session_end_is_never_complete():
+    """What an older inferlab recorded for --co (and verify and the report still read) is never complete."""
+    from inferlab import session_status
+
+    end = session_status.session_end_fields(
+        exit_status=0, exit_code_name="OK", signals=[], collect_only=True, plan_only=False, stopped_reason=None,
+        planned=["a"], with_outcome=set(), partial_reasons=[], optional_notes=[])
     assert end["collect_only"] is True and end["complete"] is False and end["tests_with_outcome"] == 0
-    assert manifest_of(suite.path / "run")["complete"] is False
 
 
 # --- claiming the record dir (issue 15.4, 15.5, 15.12) ---------------------------------------------
@@ -575,14 +594,14 @@ def test_a_second_run_ending_the_same_way_in_the_same_second_gets_a_numbered_hon
     from inferlab.run import options
 
     monkeypatch.setattr(options, "run_dir_name", lambda specimen, plan: "20250101T000000Z-standin")
-    write_experiment(suite, "def test_a():\n    pass\n")
-    for _ in range(2):  # two --co runs in one second: the second used to keep the bare, success-claiming name
-        suite.runpytest("experiments", "--runs-dir", "runs", "--co")
+    write_experiment(suite, "def test_a():\n    assert False\n")
+    for _ in range(2):  # two failed runs in one second: the second used to keep the bare, success-claiming name
+        suite.runpytest("experiments", "--runs-dir", "runs")
     names = sorted(p.name for p in (suite.path / "runs").iterdir())
-    assert names == ["20250101T000000Z-standin-incomplete", "20250101T000000Z-standin-incomplete-2"]
+    assert names == ["20250101T000000Z-standin-partial-failed", "20250101T000000Z-standin-partial-failed-2"]
     manifest = manifest_of(suite.path / "runs" / names[1])
     assert manifest["record_dir_rename"] == {"from": "20250101T000000Z-standin", "to": names[1],
-                                             "suffix": "-incomplete", "renamed": True, "error": None}
+                                             "suffix": "-partial-failed", "renamed": True, "error": None}
 
 
 def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
@@ -619,6 +638,53 @@ def test_the_name_of_a_failed_run_says_whether_it_was_also_partial():
     assert outcome_suffix({**ended, "interrupted": True, "protocol_complete": False}, {"failed": 1}) == "-incomplete"
 
 
+def test_the_name_tells_a_finding_of_the_protocol_from_a_failed_harness():
+    """Issue 26 A7: a failed protocol diagnostic is a finding (-findings); a failed integrity check is not."""
+    from inferlab.session_status import outcome_suffix
+
+    ended = {"plan_only": False, "interrupted": False, "stopped_early": False, "collect_only": False,
+             "tests_without_outcome": [], "exit_code_name": "TESTS_FAILED", "protocol_complete": True}
+    findings = {**ended, "failures_by_check_kind": {"integrity": 0, "diagnostic": 2}}
+    assert outcome_suffix(findings, {"failed": 2, "passed": 9}) == "-findings"
+    assert outcome_suffix({**findings, "protocol_complete": False}, {"failed": 2}) == "-partial-findings"
+    harness = {**ended, "failures_by_check_kind": {"integrity": 1, "diagnostic": 1}}
+    assert outcome_suffix(harness, {"failed": 1, "error": 1}) == "-failed"
+    assert outcome_suffix({**harness, "protocol_complete": False}, {"failed": 2}) == "-partial-failed"
+    assert outcome_suffix(ended, {"failed": 1}) == "-failed"  # an older session_end: every failure the harness's
+
+
+def test_a_failed_diagnostic_run_says_the_protocol_found_something_in_its_name_last_line_and_verify(suite):
+    write_experiment(suite, (
+        "import pytest\n"
+        "def test_integrity():\n    pass\n"
+        "@pytest.mark.diagnostic\n"
+        "def test_finding():\n    assert 1 == 2, 'observed 1, the diagnostic expects 2'\n"
+    ))
+    result = suite.runpytest("experiments", "--runs-dir", "runs")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # pytest's exit status stays honest
+    (run,) = (suite.path / "runs").iterdir()
+    assert run.name.endswith("-pythia-14m-partial-findings"), run.name
+    end = session_end(run)
+    assert end["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
+    last = [line for line in result.outlines if line.strip()][-1]
+    assert last.startswith("inferlab: ") and "the protocol ran and found 1 finding(s)" in last
+    assert "no harness-integrity check failed" in last and "HARNESS FAILED" not in last
+    from inferlab.__main__ import main
+    from inferlab.verify import verify_run
+
+    assert verify_run(run)["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
+    renamed = run.with_name(run.name.replace("-partial-findings", "-whatever"))
+    run.rename(renamed)  # verify reads the records, not the folder's name
+    assert verify_run(renamed)["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
+
+
+def test_a_failed_integrity_check_says_the_harness_failed_on_the_last_line(suite):
+    write_experiment(suite, "def test_integrity():\n    assert False, 'the harness broke'\n")
+    result = suite.runpytest("experiments", "--record-dir", "run")
+    last = [line for line in result.outlines if line.strip()][-1]
+    assert last.startswith("inferlab: ") and "the HARNESS FAILED: 1 harness-integrity check(s)" in last
+
+
 def test_renaming_never_takes_over_a_name_another_run_holds(tmp_path):
     from inferlab.records import rename_with_suffix
 
@@ -652,6 +718,31 @@ def refused(suite, *args) -> str:
     written = [p for name in ("claim.json", "records.jsonl", "manifest.json") for p in suite.path.rglob(name)]
     assert written == []  # nothing written, not even a claim
     return err
+
+
+def test_a_record_dir_inside_the_project_cache_is_refused_before_anything_is_written(suite):
+    """Issue 26 B1: a run written into artifacts/cache would break the cache for this run and every later one."""
+    cached = suite.path / "artifacts" / "cache" / "standin" / "e65bb29c"
+    cached.mkdir(parents=True)
+    err = refused(suite, "--specimen", "standin", "--record-dir", "artifacts/cache/standin/e65bb29c/myrun")
+    assert ("--record-dir: artifacts/cache/standin/e65bb29c/myrun is inside the project's specimen cache" in err
+            and "fail verification for this run and every later one" in err)
+    assert sorted(p.name for p in cached.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--record-dir", "--runs-dir"])
+def test_no_run_is_written_into_any_folder_that_holds_a_specimen(tmp_path, option):
+    from inferlab.run import options
+
+    copy = tmp_path / "lab05-copy"
+    copy.mkdir()
+    (copy / "config.json").write_text("{}")
+    (copy / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(options.PathOptionError, match=f"{option}: .* is inside {copy}, which holds a specimen's files"):
+        options.check_paths({option: str(copy / "deeper" / "run")})
+    with pytest.raises(options.PathOptionError, match="inside the project's specimen cache"):
+        options.check_paths({option: str(tmp_path / "cache" / "x")}, cache_root=tmp_path / "cache")
+    assert options.check_paths({option: str(tmp_path / "runs" / "first")}, cache_root=tmp_path / "cache") is None
 
 
 @pytest.mark.parametrize("kind", ["missing", "file"])
@@ -799,6 +890,15 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
     check = subprocess.run([sys.executable, "-m", "inferlab", "report", str(run), "--check"],
                            capture_output=True, text=True, cwd=suite.path)
     assert check.returncode == 0, check.stdout + check.stderr
+    # Issue 26 B4: the terminal, report.md and verify say so too, not only the manifest.
+    result.stdout.fnmatch_lines(["environment: CHANGED during the run: source_sha256: experiments/test_exp.py*"])
+    last = [line for line in result.outlines if line.strip()][-1]
+    assert "the ENVIRONMENT CHANGED during the run (source_sha256: experiments/test_exp.py)" in last
+    text = (run / "report.md").read_text()
+    assert "**The environment changed during the run** (source_sha256: experiments/test_exp.py)" in text
+    verified = subprocess.run([sys.executable, "-m", "inferlab", "verify", str(run)], capture_output=True, text=True,
+                              cwd=suite.path)
+    assert verified.returncode == 1 and "session_end: the environment changed during the run" in verified.stdout
 
 
 @pytest.mark.parametrize("name, synthetic", [("standin", True), ("pythia-14m", False)])
@@ -844,3 +944,16 @@ def test_a_test_that_declares_no_record_kinds_may_write_none(suite):
     assert "measurement" not in [r["kind"] for r in records]
     longrepr = outcomes_by_test(records)["test_silent"]["longrepr"]
     assert "record kind 'measurement' is not declared on the test, which declares no record kinds" in longrepr
+
+
+def test_last_failed_of_another_specimen_is_refused_and_of_the_same_one_runs(suite):
+    """Issue 26 B10: pytest keeps one last-failed list per folder; a stand-in's failures are not the replica's."""
+    write_experiment(suite, "def test_a():\n    assert False\ndef test_b():\n    pass\n")
+    suite.runpytest("experiments", "--runs-dir", "runs").assert_outcomes(passed=1, failed=1)
+    mixed = suite.runpytest("experiments", "--runs-dir", "runs", "--specimen", "standin", "--lf")
+    assert mixed.ret == pytest.ExitCode.USAGE_ERROR
+    mixed.stderr.fnmatch_lines(["*--lf: the last-failed list was written by a run of specimen 'pythia-14m', and "
+                                "this run is of 'standin'*"])
+    assert len(list((suite.path / "runs").iterdir())) == 1  # the refused run wrote nothing
+    again = suite.runpytest("experiments", "--runs-dir", "runs", "--lf")
+    again.assert_outcomes(failed=1)

@@ -238,6 +238,15 @@ def test_a_plan_folder_is_a_plan_with_no_verdict(tmp_path):
     assert "## The plan" in text and "## What did not run" not in text
 
 
+def test_an_environment_changed_during_the_run_heads_a_run_that_otherwise_passed(tmp_path):
+    """Issue 26 B4: a source file edited while the run ran; never 'every planned test passed'."""
+    run = build_rich_run(tmp_path / "edited", session_end={"environment_changed_during_run": [
+        "source_sha256: experiments/test_40_cache.py"]})
+    found = report.verdict_of(run)
+    assert found.kind == "environment_changed" and "passed" not in found.kinds
+    assert "source_sha256: experiments/test_40_cache.py" in headline(run)
+
+
 def test_every_kind_has_a_test_here():
     source = Path(__file__).read_text()
     for kind in verdicts.KINDS:

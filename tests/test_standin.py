@@ -136,3 +136,16 @@ def test_command_line_reports_a_target_it_cannot_create_without_a_traceback(tmp_
     target = tmp_path / "a-file" / "sub" if where == "under-a-file" else "/proc/inferlab-cannot-be-here"
     result = subprocess.run([sys.executable, "-m", "inferlab.standin", str(target)], capture_output=True, text=True)
     assert result.returncode == 2 and "could not write" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_refusal_counts_its_entries_in_good_grammar(tmp_path):
+    """Issue 26 B10: it said 'holds 1 entries'."""
+    from inferlab import standin
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "x").write_text("x")
+    with pytest.raises(standin.BuildRefused, match=r"it holds 1 entry \(x\)"):
+        standin.check_target(tmp_path / "one")
+    (tmp_path / "one" / "y").write_text("y")
+    with pytest.raises(standin.BuildRefused, match=r"it holds 2 entries \(x, y\)"):
+        standin.check_target(tmp_path / "one")

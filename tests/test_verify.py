@@ -430,6 +430,10 @@ def test_an_interrupted_run_says_so_once_and_lists_no_record_it_never_reached(ru
     assert main(["verify", str(run_copy)]) == 1  # not a complete run, but a readable answer
     out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("not checked: ")]
     assert len(out) == 2 and out[1].startswith(f"verify: 1 problem(s) in {run_copy}; not listed: ")
+    # Issue 26 B10: the outcomes it does not list are counted as the line above counts the tests (46 of 66).
+    assert result["not_listed_outcomes"] == 46 and result["not_listed"] == 46 + result["not_listed_records"]
+    assert (f"not listed: 46 missing test outcome(s) and {result['not_listed_records']} missing record(s) of the "
+            f"tests the run left out or never reached") in out[1]
 
 
 def test_an_interrupted_run_still_reports_its_integrity_problems(run_copy):
@@ -567,3 +571,44 @@ def test_a_plan_from_before_partial_reasons_falls_short_by_its_totals(run_copy):
     write_json_atomic(run_copy / "plan.json", plan)
     refresh_manifest(run_copy)
     assert problems_of(run_copy)[0].startswith("partial: generation_trials: planned 3")
+
+
+# --- compare, as a new user read it (issue 26 B9) ----------------------------------------------------------------
+
+
+def test_compare_names_only_the_specimen_fields_that_differ(complete_run, run_copy):
+    manifest = json.loads((run_copy / MANIFEST_FILE).read_text())
+    manifest["specimen"] = {**manifest["specimen"], "name": "replica", "revision": "f" * 40}
+    write_json_atomic(run_copy / MANIFEST_FILE, manifest)
+    result = compare(complete_run, run_copy)
+    rows = [(r["name"], r["dir2"]) for r in result["environment"] if r["section"] == "specimen"]
+    assert rows == [("name", "replica"), ("revision", "f" * 40)]
+    text = format_compare(result)
+    assert "  specimen.name: dir1=standin  dir2=replica" in text
+    assert max(len(line) for line in text.splitlines() if line.startswith("  specimen.")) < 200
+
+
+def test_compare_does_not_count_the_acquisition_method_as_an_artifact(complete_run, run_copy):
+    def built(records):
+        for record in records:
+            if record["kind"] == "artifact_acquisition":
+                record["acquisition"] = "built_offline"
+        return records
+
+    rewrite_records(run_copy, built)
+    result = compare(complete_run, run_copy)
+    assert [row["file"] for row in result["artifacts"]] == list(protocol.ALLOWLISTED_FILES)
+    assert result["acquisition"] == {"dir1": "reuse:project_cache", "dir2": "built_offline", "equal": False}
+    text = format_compare(result)
+    assert "6 of 6 equal" in text and "of 7" not in text
+    assert "acquisition (how each run got its files; not an artifact): dir1=reuse:project_cache  dir2=built_offline" \
+        in text
+
+
+def test_compare_says_when_a_run_did_not_finish(complete_run, run_copy):
+    rewrite_records(run_copy, lambda records: [r for r in records if r["kind"] != "session_end"])
+    text = format_compare(compare(complete_run, run_copy))
+    lines = text.splitlines()
+    assert lines[0].endswith("(finished, the complete protocol)")
+    assert "(UNFINISHED: no session_end record (the session was killed or crashed)" in lines[1]
+    assert "a ratio away from 1 is no finding by itself" in text

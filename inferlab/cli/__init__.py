@@ -28,7 +28,8 @@ EXIT_CODES = """exit status:
   0    success
   1    problems found (verify, check-artifacts), an item failed (grade), attach or revise refused the
        content (nothing written), replay disagreed, or report --check found a difference
-  2    a usage error, a folder that cannot be read, or one that is not a run's record dir
+  2    a usage error, a folder that cannot be read, one that is not a run's record dir, or a Python
+       without the modules reading a run needs (numpy, safetensors; matplotlib for report --write)
   3    an integrity problem (grade: verify found one, or the reference contradicts the run);
        report --check: the pages were written by another report renderer version (not compared)
   141  the reader of the output went away (... | head)"""
@@ -62,6 +63,43 @@ def refuse_non_run(command: str, *record_dirs: Path) -> bool:
     for reason in reasons:
         print(f"{command}: {reason}; nothing was read or written there", file=sys.stderr)
     return bool(reasons)
+
+
+READER_DEPENDENCIES = ("numpy", "safetensors")  # what reading a run's tensors needs
+PLOT_DEPENDENCIES = ("matplotlib",)  # what drawing the report's plots needs
+
+
+def missing_dependencies(names) -> list[str]:
+    """The modules among names that this Python cannot import."""
+    missing = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def refuse_missing_dependencies(command: str, record_dirs, names=READER_DEPENDENCIES) -> bool:
+    """Say so, and return True, when this Python lacks a module the command needs: a usage error naming the
+    interpreter to use (the one the run recorded), never a verdict on the run's files."""
+    missing = missing_dependencies(names)
+    if not missing:
+        return False
+    from inferlab.runview import RunView
+
+    recorded = []
+    for record_dir in record_dirs:
+        platform = RunView.read(Path(record_dir)).manifest.get("platform")
+        executable = platform.get("python_executable") if isinstance(platform, dict) else None
+        if executable and executable not in recorded:
+            recorded.append(executable)
+    use = (f"the interpreter that made the run: {' or '.join(recorded)}" if recorded
+           else "the project's own environment: .venv/bin/python")
+    print(f"{command}: this Python ({sys.executable}) cannot import {', '.join(missing)}, which {command} needs to "
+          f"read a run's files, so it judged nothing and wrote nothing. Run it with {use} "
+          f"(for example: {recorded[0] if recorded else '.venv/bin/python'} -m inferlab {command} ...)", file=sys.stderr)
+    return True
 
 
 def command_modules() -> list:

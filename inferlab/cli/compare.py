@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from inferlab.cli import EXIT_OK, EXIT_UNREADABLE, directory, refuse_non_run
+from inferlab.cli import EXIT_OK, EXIT_UNREADABLE, directory, refuse_missing_dependencies, refuse_non_run
 
 NAME = "compare"
 HELP = "exact-id agreement per trial, tensor max abs diffs, timing median ratios DIR2/DIR1, environment differences"
@@ -23,7 +23,7 @@ def run_compare(dir1, dir2) -> int:
     """`compare DIR1 DIR2`: the comparison as text; exit 0 unless a directory cannot be read."""
     from inferlab.compare import compare, format_compare
 
-    if refuse_non_run("compare", dir1, dir2):
+    if refuse_non_run("compare", dir1, dir2) or refuse_missing_dependencies("compare", [dir1, dir2]):
         return EXIT_UNREADABLE
     try:
         result = compare(dir1, dir2)

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import sys
 
-from inferlab.cli import EXIT_OK, EXIT_OTHER_RENDERER, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
+from inferlab.cli import (
+    EXIT_OK,
+    EXIT_OTHER_RENDERER,
+    EXIT_PROBLEMS,
+    EXIT_UNREADABLE,
+    PLOT_DEPENDENCIES,
+    READER_DEPENDENCIES,
+    directory,
+    refuse_missing_dependencies,
+    refuse_non_run,
+)
 
 NAME = "report"
 HELP = "regenerate report.md's text from the records alone and print it (report-details.md too with --check and --write)"
@@ -35,6 +45,11 @@ def run_report(record_dir, check: bool, write: bool, after: bool = False) -> int
     from inferlab import report
 
     if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
+        return EXIT_UNREADABLE
+    # A Python that cannot read the tensors (or draw the plots) would render a degraded page: never print or
+    # compare one, and never let it replace the report.
+    needed = READER_DEPENDENCIES + (PLOT_DEPENDENCIES if write else ())
+    if refuse_missing_dependencies("report", [record_dir], needed):
         return EXIT_UNREADABLE
     from inferlab.runview import RunView
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
+from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_missing_dependencies, refuse_non_run
 
 NAME = "verify"
 HELP = "re-hash every file against the manifest and check the records are complete for the protocol; one line per problem"
@@ -25,7 +25,7 @@ def run_verify(record_dir, all_passed: bool) -> int:
     from inferlab.verify import verify_run
     from inferlab.verify.addenda import described
 
-    if refuse_non_run("verify", record_dir):
+    if refuse_non_run("verify", record_dir) or refuse_missing_dependencies("verify", [record_dir]):
         return EXIT_UNREADABLE
     result = verify_run(record_dir)
     problems = list(result["problems"])
@@ -37,9 +37,10 @@ def run_verify(record_dir, all_passed: bool) -> int:
         print(line)
     print_not_checked(result)  # before the verdict, so that the verdict is always the last line
     if problems:
-        unlisted = (f"; not listed: {result['not_listed']} missing record(s) or outcome(s) of tests the run left out "
-                    f"or never reached (said once above)") if result["not_listed"] else ""
-        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}")
+        unlisted = (f"; not listed: {result['not_listed_outcomes']} missing test outcome(s) and "
+                    f"{result['not_listed_records']} missing record(s) of the tests the run left out or never reached "
+                    f"(said once above)") if result["not_listed"] else ""
+        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}{findings_clause(result)}")
         return EXIT_PROBLEMS
     attached = f"; {described(result['addenda'])}" if result["addenda"] else ""
     if result["plan_folder"]:
@@ -49,7 +50,8 @@ def run_verify(record_dir, all_passed: bool) -> int:
     gaps = len(result["explained_gaps"])
     tail = "" if result["all_tests_passed"] else (
         f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
-    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}{attached}")
+    print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}{attached}"
+          f"{findings_clause(result)}")
     return EXIT_OK
 
 
@@ -57,3 +59,16 @@ def print_not_checked(result: dict) -> None:
     """The consistency checks the run's files did not allow, one line each: never passed in silence."""
     for line in result.get("not_checked", []):
         print(f"not checked: {line}")
+
+
+def findings_clause(result: dict) -> str:
+    """What the failed tests were, from their recorded check kinds: the harness failed, or the protocol ran and
+    found something (failed protocol diagnostics only); empty when no test failed."""
+    failing = result.get("failures_by_check_kind") or {}
+    if failing.get("integrity"):
+        return (f"; the harness failed: {failing['integrity']} harness-integrity check(s) failed or errored"
+                + (f" (and {failing['diagnostic']} protocol diagnostic(s))" if failing.get("diagnostic") else ""))
+    if failing.get("diagnostic"):
+        return (f"; the protocol ran and found {failing['diagnostic']} finding(s) (failed protocol diagnostics, "
+                f"kept with their evidence); no harness-integrity check failed")
+    return ""

@@ -44,7 +44,7 @@ def checklist_rows(view: RunView) -> list[list[str]]:
           (bool(view.manifest.get("command") or view.manifest.get("argv")), "no command"),
           (bool(view.manifest.get("requirements_lock_sha256")), "no lock hash"),
           (bool(view.manifest.get("platform")), "no platform"), _present(view, "thread_controls")],
-         "manifest.json (source_sha256, git, command, command_line, requirements_lock_sha256, platform, "
+         "manifest.json (source_sha256, git, command, argv, requirements_lock_sha256, lock_check, platform, "
          "distributions); records.jsonl (thread_controls; `warnings` in the records)", False),
         ("Checkpoint revision, allowlisted file hashes and sizes, loading options, devices/dtypes, effective "
          "generation config",

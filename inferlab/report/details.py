@@ -390,10 +390,12 @@ def batching(view: RunView) -> list[str]:
 def run_level(view: RunView) -> list[str]:
     """The run-level records and the plan's totals."""
     lines = []
-    for kind in ("session_end", "plan", "offline_guard", "memory_bandwidth", "clock_overhead", "benchmark_reference"):
+    # memory_bandwidth and benchmark_reference are what older runs recorded; they are shown when present.
+    for kind in ("session_end", "plan", "offline_guard", "weight_read", "clock_overhead", "memory_bandwidth",
+                 "benchmark_reference"):
         records = view.kind(kind)
         lines += [rec for record in records for rec in record_block(record)]
-        if not records:
+        if not records and kind not in ("memory_bandwidth", "benchmark_reference"):
             lines += [f"No `{kind}` record in this run.", ""]
     plan = view.plan or {}
     if plan:

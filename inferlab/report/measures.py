@@ -1,4 +1,4 @@
-"""The report's tables of what was measured: the cache comparison, timing and its floor, phases, memory, batching
+"""The report's tables of what was measured: the cache comparison, timing and the weight read, phases, memory, batching
 and captured warnings, each a pure function of one run's view (inferlab.runview.RunView).
 
 Every function returns plain data or Markdown cells; the pages arrange them with their prose. A missing
@@ -30,9 +30,6 @@ from inferlab.report.fmt import (
 )
 from inferlab.runview import RunView
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-
-
 # --- cache --------------------------------------------------------------------------------------
 
 
@@ -44,7 +41,7 @@ def cache_rows(view: RunView) -> tuple[list[str], list[list[str]], bool]:
     comparisons = view.kind("cache_comparison")
     revised = any(isinstance(r.get("revised"), dict) for r in comparisons)
     header = ["#", "prefix length (fed)", "max abs diff", "max error / bound", "fail fraction", "bitwise equal",
-              "argmax cached / uncached", "top-2 margin", "near tie", "passed (declared)"]
+              "argmax cached / uncached", "top-2 margin", "tie allowance", "near tie", "passed (declared)"]
     if revised:
         header += ["passed (revised)", "fail fraction (revised)"]
     rows = []
@@ -59,7 +56,7 @@ def cache_rows(view: RunView) -> tuple[list[str], list[list[str]], bool]:
         row = [str(number), num(record.get("prefix_length")) + (f" ({fed})" if is_number(fed) else ""),
                num(record.get("max_abs_diff"), 3), num(ratio, 3), num(record.get("fail_fraction"), 3),
                flag(record.get("bitwise_equal")), argmax,
-               num(record.get("top2_margin_uncached"), 4),
+               num(record.get("top2_margin_uncached"), 4), num(record.get("near_tie_allowance"), 3),
                flag(record.get("near_tie"), alarm=True), yes_no(record.get("passed"))]
         if revised:
             second = record.get("revised") if isinstance(record.get("revised"), dict) else {}
@@ -151,66 +148,31 @@ def median(values: list) -> Optional[float]:
     return statistics.median(numbers) if numbers else None
 
 
-def decode_bytes(view: RunView) -> dict:
-    """What one decode step must read: parameter bytes it touches and cache bytes per position, with sources."""
-    inspection = view.first("model_inspection") or {}
-    parameters = inspection.get("parameters")
-    found: dict = {"parameter_bytes": None, "per_position": None}
-    if isinstance(parameters, list) and parameters:
-        total, embedding_row = 0, 0
-        for entry in parameters:
-            if not isinstance(entry, dict) or not is_number(entry.get("numel")):
-                return found
-            size = DTYPE_BYTES.get(str(entry.get("dtype")).replace("torch.", ""), 4)
-            shape = entry.get("shape") if isinstance(entry.get("shape"), list) else []
-            if "embed_in" in str(entry.get("name")) and len(shape) == 2:
-                embedding_row = shape[1] * size  # a step reads only its token's row of the input embedding
-                continue
-            total += int(entry["numel"]) * size
-        found["parameter_bytes"] = total
-        found["embedding_row_bytes"] = embedding_row
-    for record in view.kind("memory"):
-        if record.get("measure") == "cache_storage" and is_number(record.get("unique_bytes")) \
-                and is_number(record.get("logical_length")) and record["logical_length"] > 0:
-            found["per_position"] = record["unique_bytes"] / record["logical_length"]
-            break
-    else:
-        for record in view.kind("cache_comparison"):
-            length, size = record.get("cache_seq_length_after_forward"), record.get("cache_unique_bytes_after_forward")
-            if is_number(length) and is_number(size) and length > 0:
-                found["per_position"] = size / length
-                break
-    return found
-
-
-def roofline_rows(view: RunView) -> tuple[Optional[float], list[list[str]]]:
-    """(bandwidth in B/s or None, rows): per condition the measured interval beside bytes-per-step / bandwidth."""
-    bandwidth_record = view.first("memory_bandwidth") or {}
-    bandwidth = bandwidth_record.get("bytes_per_s_median")
-    bandwidth = bandwidth if is_number(bandwidth) and bandwidth > 0 else None
-    reads = decode_bytes(view)
-    steps = protocol.TIMING_NEW_TOKENS - 1
+def weight_read_rows(view: RunView) -> tuple[Optional[dict], list[list[str]]]:
+    """(the weight_read record or None, rows): per condition the measured post-first interval beside the time one
+    pass reading the decode step's weights took in this run. No row relates the two beyond their ratio."""
+    record = view.first("weight_read")
+    if record is None:
+        return None, []
+    seconds = [s for s in record.get("seconds") or [] if is_number(s)]
+    read_s = median(seconds)
     rows = []
     for (prompt_id, use_cache), trials in measured_trials(view).items():
         intervals = [post_first_interval(t) for t in trials]
-        prompt_lengths = [t.get("prompt_length") for t in trials if is_number(t.get("prompt_length"))]
-        step_bytes = None
-        if reads["parameter_bytes"] is not None and prompt_lengths:
-            n = prompt_lengths[0]
-            # decode step k (1..steps) attends over n + k positions; their mean is n + (steps + 1)/2
-            mean_positions = n + (steps + 1) / 2
-            if use_cache and reads["per_position"] is not None:
-                step_bytes = reads["parameter_bytes"] + reads["embedding_row_bytes"] + reads["per_position"] * mean_positions
-            elif not use_cache:
-                step_bytes = reads["parameter_bytes"] + reads["embedding_row_bytes"] * mean_positions
-        floor = step_bytes / bandwidth if step_bytes is not None and bandwidth else None
         measured = median(intervals)
-        ratio = measured / floor if floor and measured else None
-        rows.append([condition_label(prompt_id, use_cache), spread(intervals),
-                     nbytes(round(step_bytes)) if step_bytes is not None else MISSING,
-                     ms(floor) if floor is not None else "no bandwidth recorded" if step_bytes else MISSING,
-                     f"{ratio:.1f}x" if ratio else "-"])
-    return bandwidth, rows
+        rows.append([condition_label(prompt_id, use_cache), spread(intervals), spread(seconds),
+                     f"{measured / read_s:.2f}" if measured and read_s else "-"])
+    return record, rows
+
+
+def cache_levels(caches: Any) -> str:
+    """'L1 Data 32K, L1 Instruction 32K, L2 Unified 512K, L3 Unified 32768K' from machine.cache_sizes(), or why
+    they are unknown."""
+    caches = caches if isinstance(caches, dict) else {}
+    levels = [entry for entry in caches.get("levels") or [] if isinstance(entry, dict)]
+    if not levels:
+        return f"unknown ({text_cell(caches.get('note') or 'not recorded')})"
+    return ", ".join(text_cell(f"L{entry.get('level')} {entry.get('type')} {entry.get('size')}") for entry in levels)
 
 
 def clock_overhead_line(view: RunView) -> Optional[str]:
@@ -234,27 +196,6 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
     return (f"{num(reads)} clock reads ≈ {(us(overhead) if is_number(overhead) else MISSING)} µs of a ≈ {loop} "
             f"loop{share}: {text_cell(record.get('clock'))}, {num(record.get('per_read_ns'), 3)} ns per read "
             f"({text_cell(record.get('method'))}).")
-
-
-FINGERPRINT = "a machine with this fingerprint (OS, architecture, CPU model, CPU count)"
-
-
-def benchmark_line(view: RunView) -> str:
-    """Whether a benchmarks/overhead.py result recorded on a machine with this run's fingerprint exists, and what
-    it says. The fingerprint matches any machine (a VM among them) with the same OS, architecture and CPU."""
-    record = view.first("benchmark_reference")
-    if record is None:
-        return (f"Whether a `benchmarks/overhead.py` result recorded on {FINGERPRINT} exists was not recorded; its "
-                "result is the full comparison of the loop with and without timestamps.")
-    if record.get("found") and isinstance(record.get("result"), dict):
-        result = record["result"]
-        shown = ", ".join(f"{k}={num(v, 4)}" for k, v in result.items() if is_number(v)) or jstr(result)
-        note = f" ({text_cell(record.get('note'))})" if record.get("note") else ""
-        return (f"`benchmarks/overhead.py` result recorded on {FINGERPRINT}, "
-                f"{code(str(record.get('file')), False)}: {shown}{note}.")
-    return (f"No `benchmarks/overhead.py` result recorded on {FINGERPRINT} was found, so the full overhead "
-            f"comparison is not available for this run: "
-            f"{text_cell(record.get('note') or 'run python -m benchmarks.overhead')}.")
 
 
 def phase_rows(view: RunView) -> list[list[str]]:

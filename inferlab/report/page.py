@@ -68,8 +68,9 @@ def _offline_cell(view: RunView) -> str:
     probe = f"; probe: {text_cell(guard.get('outcome'))}" if guard else ""
     if options.get("offline"):
         blocked = options.get("network_blocked_for_session")
-        return ("**yes**: every network connection refused for the whole session" if blocked is not False
-                else "**yes** (`--offline`), but the session-wide block is not recorded") + probe
+        by = f" ({code(str(options['offline_from']))})" if options.get("offline_from") else ""
+        return (f"**yes**{by}: every network connection refused for the whole session" if blocked is not False
+                else f"**yes**{by or ' (`--offline`)'}, but the session-wide block is not recorded") + probe
     if options.get("offline") is False:
         return "no: network connections were allowed" + probe
     return MISSING
@@ -96,6 +97,7 @@ def _files_cell(view: RunView) -> str:
     elif ok is False:
         lines = [line.strip() for line in str(acquisition.get("error") or "").splitlines() if line.strip()]
         why = " ".join(lines[:2]) + (" …" if len(lines) > 2 else "") if lines else "no error was recorded"
+        why = why.rstrip(".")  # the cell goes on after it with '; 
         words += f", {'refused' if method in REUSE_METHODS else 'failed'}: {text_cell(why)}"
     if not files:
         return f"{words}; no file was examined"
@@ -113,6 +115,38 @@ def _files_cell(view: RunView) -> str:
         counts = {s: references.count(s) for s in ("matches", "differs", "absent") if s in references}
         cell += "; against the published reference copies: " + ", ".join(f"{n} {s}" for s, n in counts.items())
     return cell
+
+
+def _lock_cell(view: RunView) -> str:
+    """The installed distributions against requirements.lock at the start of the run: every difference."""
+    check = view.manifest.get("lock_check")
+    if not isinstance(check, dict):
+        return "not checked (the inferlab that wrote this run did not compare the lock)"
+    if check.get("error"):
+        return f"**could not be read**: {text_cell(check['error'])}"
+    if not check.get("found"):
+        return f"**no {text_cell(check.get('file'))}** beside the experiment, so nothing was compared"
+    differences = [d for d in check.get("differences") or [] if isinstance(d, dict)]
+    python = f"Python {text_cell(check.get('python_running'))}"
+    if not differences:
+        return f"matches {code(str(check.get('file')))}: {num(check.get('pins'))} pins, {python}"
+    shown = "; ".join(f"{text_cell(d.get('name'))} locked {text_cell(d.get('locked') or 'not pinned')}, "
+                      f"installed {text_cell(d.get('installed') or 'missing')}" for d in differences)
+    return f"**{len(differences)} difference(s) from {code(str(check.get('file')))}**: {shown}"
+
+
+def _forwards_cell(view: RunView) -> str:
+    """What the watch inside every forward saw (inferlab.forward_mode): inference mode on, the model not training."""
+    modes = [r["forward_mode"] for r in view.records if isinstance(r.get("forward_mode"), dict)]
+    if not modes:
+        return "not observed (no record of this run carries `forward_mode`)"
+    forwards = sum(m.get("forwards") or 0 for m in modes)
+    broken = sum(m.get("violation_count") or 0 for m in modes)
+    if broken:
+        return (f"**{broken} of {forwards} forwards broke the controls** (outside `torch.inference_mode()` or in "
+                f"training mode); each record's `forward_mode` names them")
+    return (f"{forwards} forwards in {len(modes)} records, each seen from inside it: all under "
+            f"`torch.inference_mode()`, none in training mode")
 
 
 def _warnings_cell(view: RunView) -> str:
@@ -143,6 +177,8 @@ def run_table(view: RunView) -> list[str]:
                                f"{specimen.get('revision', MISSING)}") + (" (**synthetic**)" if view.synthetic else "")],
         ["files", _files_cell(view)],
         ["offline", _offline_cell(view)],
+        ["environment lock", _lock_cell(view)],
+        ["every forward", _forwards_cell(view)],
         ["command", (code(command) + ("" if source == "as typed" else f" ({source})")) if command else MISSING],
         ["predictions", _predictions_cell(view)],
         ["session end", (f"{text_cell(end.get('exit_code_name'))} (exit status {num(end.get('exit_status'))})"

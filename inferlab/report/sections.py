@@ -1,5 +1,5 @@
 """report.md's sections of a run that measured something: conditions, trials, repeatability, the first-step
-distribution, cache, timing and its floor, memory, batching and limitations. Their tables come from
+distribution, cache, timing and the weight read, memory, batching and limitations. Their tables come from
 tables.py and measures.py; page.py puts them in order.
 """
 
@@ -24,11 +24,10 @@ from inferlab.runview import RunView
 
 see = details_page_link
 
-GAP_SENTENCE = (
-    "At this size the gap is mostly fixed cost per step that does not grow with the bytes read: Python and "
-    "PyTorch dispatch of the step's few hundred small operations, and arithmetic that one thread does not overlap "
-    "with memory traffic; the floor assumes every byte streams at the measured copy bandwidth and nothing else "
-    "takes time."
+BASE_MODEL_TEXT = (
+    "**This is a base model's text**: the continuation of a plain prompt by a checkpoint trained only to predict "
+    "text, so it can be false, offensive or unsafe. It is kept here as data, exactly as generated, and nothing in "
+    "it is ever executed or followed. Do not read truthfulness or quality into it."
 )
 RSS_WARNING = (
     "Do not subtract these RSS values to get \"model + cache\": the difference also holds allocator retention, "
@@ -59,7 +58,7 @@ def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
              "as a JSON string (so spaces, newlines and an empty result are visible); *same ids as* names the first "
              "trial that selected identical ids; ids are abbreviated (every id: " + see("Generation trials in full")
              + ")." + (" The text is made up by construction (a synthetic specimen)." if view.synthetic else
-                       " Do not read truthfulness or quality into it."), ""]
+                       " " + BASE_MODEL_TEXT), ""]
     lines += table(["#", "trial", "stop", "tokens", "same ids as", "text", "ids"], tables.trial_rows(view, labels))
     return lines + [""]
 
@@ -155,17 +154,33 @@ def section_cache(view: RunView, labels: tables.Labels, plot_errors: dict) -> li
     lines += [""]
     if rows:
         lines += table(header, rows)
-        lines += ["", f"*max error / bound* is the largest |a−b| / (atol + rtol·|b|) over the vocabulary, from the saved "
-                  "logit vectors: below 1 every element passes. A prefix is *near a tie* when its top-two margin is "
-                  f"below {protocol.NEAR_TIE_FACTOR:g}× its max abs diff, where rounding could flip the argmax. "
-                  "Alignment inputs, cache shapes and every field: " + see("Cache comparison in full") + "."]
+        lines += ["", "*prefix length (fed)*: the tokens of the compared prefix, and in brackets how many of them are "
+                  "fed continuation tokens (0 is the prompt alone; the cached path fed each later one as a single "
+                  "token). *max error / bound* is the largest |a−b| / (atol + rtol·|b|) over the vocabulary, from "
+                  "the saved logit vectors: below 1 every element passes. " + near_tie_sentence(view) +
+                  " Alignment inputs, cache shapes and every field: " + see("Cache comparison in full") + "."]
     else:
         lines.append(f"No `cache_comparison` record ({labels.gap('cache_comparison')}).")
     return lines + [""] + _plots(view, "cache", plot_errors)
 
 
+LEGACY_NEAR_TIE_FACTOR = 10  # the rule runs recorded before they recorded near_tie_allowance
+
+
+def near_tie_sentence(view: RunView) -> str:
+    """How this run's records flagged a near tie: the criterion's rule, or the older rule they were made under."""
+    if any("near_tie_allowance" in r for r in view.kind("cache_comparison")):
+        return ("A prefix is *near a tie* when its top-two margin is within the *tie allowance*, what the declared "
+                "criterion lets those two uncached logits move together: (atol + rtol·|top1|) + (atol + rtol·|top2|). "
+                "There the criterion itself would accept a cached argmax that differs, whatever error this run "
+                "happened to observe.")
+    return (f"*Near a tie* is as these records flagged it, under the rule of the inferlab that wrote them: a top-two "
+            f"margin below {LEGACY_NEAR_TIE_FACTOR}× the observed max abs diff, which never flags a bitwise-equal "
+            "prefix (current runs compare the margin with what the criterion allows instead).")
+
+
 def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> list[str]:
-    """The timing table, the decode floor, phases, loop against generate, divergence, plots."""
+    """The timing table, the weight read beside it, phases, loop against generate, divergence, plots."""
     recorded = tables.recorded_protocol(view)
     n = protocol.TIMING_NEW_TOKENS
     lines = ["## Timing", "",
@@ -184,7 +199,7 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
     else:
         lines.append(f"No measured timing trial ({labels.gap('timing_trial')}).")
     lines += [""]
-    lines += section_roofline(view)
+    lines += section_weight_read(view)
     phases = measures.phase_rows(view)
     if phases:
         lines += ["Phases timed apart from the loop (ms):", ""]
@@ -203,25 +218,35 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
     return lines + [""] + _plots(view, "timing", plot_errors)
 
 
-def section_roofline(view: RunView) -> list[str]:
-    """The floor of one decode step: bytes it must read over the measured bandwidth."""
-    bandwidth, rows = measures.roofline_rows(view)
-    if not rows:
+def section_weight_read(view: RunView) -> list[str]:
+    """The time one pass reading the decode step's own weights took, beside the step times; no gap is explained."""
+    record, rows = measures.weight_read_rows(view)
+    if record is None:
+        if view.first("memory_bandwidth"):
+            return ["### Reading the decode step's weights", "",
+                    "This run recorded a copy bandwidth (`memory_bandwidth`, on " + see("Run-level measurements") +
+                    "), not the time to read the step's own weights, so nothing is set beside the step times here: a "
+                    "copy rate divided into the step's bytes bounds nothing (the weights may sit in a CPU cache, and "
+                    "copying is not reading).", ""]
         return []
-    lines = ["### A floor for one decode step", ""]
-    record = view.first("memory_bandwidth") or {}
-    if bandwidth is None:
-        lines += ["No memory bandwidth was recorded in this run (`memory_bandwidth`), so no floor can be shown; the "
-                  "bytes each step must read are listed alone.", ""]
-    else:
-        lines += [f"Bandwidth of one thread on this machine: {bandwidth / 1e9:.2f} GB/s (median of "
-                  f"{num(record.get('repeats'))} copies of {nbytes(record.get('bytes_per_copy'))}, "
-                  f"{text_cell(record.get('method'))}, measured outside every timed region). The floor is the bytes "
-                  "one decode step must read — every weight it touches (all but the input embedding, of which it reads "
-                  "one row) plus, with the cache, the cached keys and values at that step — divided by that bandwidth. "
-                  "**It is a floor for this machine, not a prediction.** " + GAP_SENTENCE, ""]
-    lines += table(["condition", f"mean post-first interval ms, median [min{DASH}max]", "bytes read per step (mean)",
-                    "floor ms", "measured / floor"], rows)
+    fits = record.get("fits_in_largest_cache")
+    largest = (record.get("caches") or {}).get("largest_bytes") if isinstance(record.get("caches"), dict) else None
+    fit_text = ("unknown (the cache sizes are not known)" if not isinstance(fits, bool)
+                else f"{'yes' if fits else 'no'}: {nbytes(record.get('bytes'))} against the largest level's "
+                     f"{nbytes(largest)}")
+    left_out = ", ".join(f"{text_cell(item.get('name'))} ({text_cell(item.get('why'))})"
+                         for item in record.get("left_out") or [] if isinstance(item, dict)) or "nothing"
+    lines = ["### Reading the decode step's weights", "",
+             f"One pass over the {num(record.get('tensor_count'))} weight tensors a decode step reads whole "
+             f"({nbytes(record.get('bytes'))}; left out: {left_out}) took the times below over "
+             f"{num(record.get('passes'))} passes: {text_cell(record.get('method'))}; threads "
+             f"{jstr(record.get('threads'), False)}. This machine's CPU caches: "
+             f"{measures.cache_levels(record.get('caches'))}. The weights fit in the largest: {fit_text}. "
+             f"{text_cell(record.get('note'))}.", "",
+             "Nothing in this run measures where the rest of a step's time goes, so this report does not explain "
+             "the difference between the two columns.", ""]
+    lines += table(["condition", f"mean post-first interval ms, median [min{DASH}max]",
+                    f"one weight pass ms, median [min{DASH}max]", "interval / pass"], rows)
     return lines + [""]
 
 
@@ -280,14 +305,18 @@ def section_limitations(view: RunView) -> list[str]:
         items.append("The specimen is synthetic: nothing here describes Pythia or any trained model.")
     items += [
         "Timestamps add overhead, identical for both cache paths and not subtracted: " +
-        (clock if clock else "its size was not measured in this run (no `clock_overhead` record).") + " " +
-        measures.benchmark_line(view),
+        (clock if clock else "its size was not measured in this run (no `clock_overhead` record).") +
+        " Only this run's own measurement is quoted: a benchmark made in another run, or on another machine, "
+        "says nothing certain about this one.",
         f"A tiny CPU test: one small model, batch 1, {protocol.INTRA_OP_THREADS} thread, prompts of {lengths} tokens. "
         "Nothing follows for larger models, GPUs, long contexts or concurrent serving.",
         "Three seeds per condition neither estimate the output distribution nor pick a best temperature.",
         "The cache tolerance is a diagnostic for this backend and dtype, not a universal guarantee.",
         "RSS is process-wide; a lifetime peak cannot be reset and isolates no cache increment.",
         "The profiling loop keeps selecting after EOS; those ids are not responses.",
+        "Every forward runs one small hook that checks inference mode and the model's training flag (the "
+        "`forward_mode` of each record); it is inside the timed loop too, identical for both cache paths, and not "
+        "subtracted.",
     ]
     return ["## Limitations", ""] + bullet_list(items) + [""]
 

@@ -19,8 +19,8 @@ from inferlab.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView
 
 # In order of precedence: the first that applies is the headline, the others follow it as facts.
 KINDS = ("plan_only", "collect_only", "records_damaged", "finish_abandoned", "not_finished", "interrupted", "stopped_early", "partial",
-         "missing_outcomes", "acquisition_failed", "integrity_failed", "diagnostic_failed", "skipped",
-         "unexpected_exit", "passed")
+         "missing_outcomes", "acquisition_failed", "environment_changed", "integrity_failed", "diagnostic_failed",
+         "skipped", "unexpected_exit", "passed")
 MEASURED_KINDS = ("input", "generation", "cache_comparison", "timing_trial", "memory", "batching")
 ACQUISITION_KIND = "artifact_acquisition"  # its producer's failure is the headline's subject, not a second finding
 
@@ -137,6 +137,12 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
                                           "although the session ended.")
     if acquisition is not None:
         statements["acquisition_failed"] = "**The specimen could not be acquired, so nothing was measured.**"
+    changed = (end or {}).get("environment_changed_during_run") or []
+    if changed:
+        statements["environment_changed"] = (
+            "**The environment changed during the run** (" + "; ".join(map(str, changed)) + "): a source file was "
+            "edited or a package changed while it ran, so the source hashes and versions the manifest recorded at "
+            "its start may not describe the code that ran. Run it again without editing the checkout.")
     # the acquisition's own failure is already the headline's subject; other integrity failures are not
     subject = {id(o) for o in acquisition_test_failures(view)} if acquisition is not None else set()
     integrity = [o for o in failing[INTEGRITY] if id(o) not in subject]
@@ -157,7 +163,7 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
         shown = len(why) == 1 and acquisition is None
         statements["skipped"] = (f"**{_plural(len(skipped), 'planned test')} did not run** (skipped"
                                  + (f": {next(iter(why))}" if shown else ", each for a recorded reason") + ").")
-    if exit_status not in (0, None) and not set(statements) - {"skipped"}:
+    if exit_status not in (0, None) and not set(statements) - {"skipped", "environment_changed"}:
         statements["unexpected_exit"] = (f"**pytest ended with exit status {exit_status} "
                                          f"({end.get('exit_code_name')})** although no test failed.")
     if not statements:

@@ -28,7 +28,7 @@ from inferlab import session_status
 from inferlab.checks import CheckLedger, first_line
 from inferlab.cli import spelled
 from inferlab.interrupts import SignalWatch
-from inferlab.plan import Schedule, TestFacts
+from inferlab.plan import EXPERIMENTS_DIR, Schedule, TestFacts
 from inferlab.plan import entry as plan_entry
 from inferlab.records import (
     MANIFEST_FILE,
@@ -66,6 +66,26 @@ class Invocation:
     options: dict = field(default_factory=dict)  # artifacts, offline, plan
     pytest: dict = field(default_factory=dict)  # {version, plugins}
     named_by_plugin: bool = False  # made under --runs-dir: its name may gain a suffix at the end
+
+
+def invocation_of(config, specimen: dict, offline_from: Optional[str], pytest_version: str) -> Invocation:
+    """How this session was started, as plain data, from pytest's config (its invocation parameters, options
+    and plugins; read, never kept), the specimen spec and what made the session offline."""
+    import sys
+
+    from inferlab import environment
+
+    command, command_how = environment.typed_command(getattr(sys, "orig_argv", None), sys.argv,
+                                                     config.invocation_params.args, config.invocation_params.dir)
+    plugins = {dist.project_name: dist.version for _, dist in config.pluginmanager.list_plugin_distinfo()}
+    return Invocation(
+        argv=tuple(sys.argv), command=command, command_how=command_how,
+        invocation_dir=str(config.invocation_params.dir), root=config.rootpath,
+        mode="plan" if config.getoption("inferlab_plan") else "run", specimen=specimen,
+        options={"artifacts": config.getoption("inferlab_artifacts"), "offline": config.getoption("inferlab_offline"),
+                 "offline_from": offline_from, "plan": config.getoption("inferlab_plan")},
+        pytest={"version": pytest_version, "plugins": plugins},
+        named_by_plugin=config.getoption("inferlab_runs_dir") is not None)
 
 
 class Surroundings:
@@ -136,6 +156,7 @@ class Outcomes:
 
     counts: collections.Counter = field(default_factory=collections.Counter)
     failure_lines: list = field(default_factory=list)
+    failed_by_check_kind: collections.Counter = field(default_factory=collections.Counter)  # integrity, diagnostic
 
 
 @dataclass
@@ -144,6 +165,7 @@ class Ending:
 
     session_end: Optional[dict] = None
     rename: Optional[dict] = None  # under --runs-dir: {from, to, suffix, renamed, error}
+    environment_changed: list = field(default_factory=list)  # what differs from the start's environment record
 
 
 def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
@@ -273,9 +295,20 @@ class Run:
             parts=parts, collected=self.schedule.collected, deselected=self.schedule.deselected,
             selection=selection, named_paths=list(named_paths), named_tests=named_tests)
         self.schedule.adopt(written)
+        self.schedule.declared = session_status.experiment_checks(self.invocation.root, EXPERIMENTS_DIR)
         write_json_atomic(self.record_dir / PLAN_FILE, written)
         self.emit("plan", None, writers.make_plan_record(written))
         return written
+
+    def refusal(self, facts: TestFacts) -> Optional[str]:
+        """Why this test must not start (checks.CheckLedger.refusal), naming any prerequisite test that is not in
+        this session's schedule and how to include it."""
+        from inferlab.checks import absent_prerequisite
+
+        selection = (self.schedule.plan or {}).get("selection") or {}
+        not_run = [name for name in facts.requires if self.ledger.status_of(name) is None]
+        return self.ledger.refusal(facts.nodeid, facts.requires, absent=lambda name: absent_prerequisite(
+            name, self.schedule.declared, self.schedule.planned, selection, also=not_run))
 
     def record_outcome(self, facts: TestFacts, *, outcome: str, phase: str, duration: float,
                        longrepr: Optional[str], skip_reason: Optional[str]) -> dict:
@@ -285,6 +318,7 @@ class Run:
             outcome=outcome, phase=phase, duration=duration, longrepr=longrepr, skip_reason=skip_reason,
             check_kind=facts.check_kind))
         if outcome in ("failed", "error"):
+            self.outcomes.failed_by_check_kind[facts.check_kind] += 1
             self.outcomes.failure_lines.append(
                 f"{outcome.upper()} {facts.nodeid} (full text: {RECORDS_FILE} seq {record['seq']})")
         reason = skip_reason if outcome == "skipped" else first_line(longrepr)
@@ -297,6 +331,8 @@ class Run:
         """The session_end record (written before the report, which reads it): how the session ended."""
         signals = list(self.signals.received)
         code_name = "INTERRUPTED" if signals else facts.exit_code_name
+        # Before the report and the terminal, which say so: a source file edited or a package installed mid-run.
+        self.ending.environment_changed = self.environment_changes()
         reason = session_status.stop_reason(
             exit_code_name=code_name, signals=signals, should_stop=facts.should_stop,
             should_fail=facts.should_fail, tests_failed=facts.tests_failed,
@@ -308,7 +344,8 @@ class Run:
             with_outcome={r["test"] for r in self.records_of("test_outcome")},
             partial_reasons=self.schedule.partial_reasons(),
             optional_notes=self.schedule.status.get("optional_left_out", []),
-            outcome_counts=self.outcomes.counts)
+            outcome_counts=self.outcomes.counts, failures_by_check_kind=dict(self.outcomes.failed_by_check_kind),
+            environment_changed=self.ending.environment_changed)
         self.ending.session_end = end
         self.emit("session_end", None, end)
         return end
@@ -353,9 +390,8 @@ class Run:
         # different at the end (a source file edited mid-run, a package installed) is listed, not swapped in.
         if self.environment is None:
             self.environment = self.surroundings.environment()
-        from inferlab import environment
-
-        changed = environment.changes(self.environment, self.surroundings.environment()) if end else []
+        changed = (self.ending.environment_changed if self.ending.session_end is not None
+                   else self.environment_changes()) if end else []
         manifest = writers.make_manifest(
             invocation=self.invocation, started_utc=self.started_utc, ended_utc=self.clock() if end else None,
             end=end, signals_during_finish=self.signals.during_finish, outcome_counts=self.outcomes.counts,
@@ -368,6 +404,14 @@ class Run:
         if end is not None:
             manifest["files"] = file_inventory(self.record_dir, exclude=(MANIFEST_FILE,))
         write_json_atomic(self.record_dir / MANIFEST_FILE, manifest)
+
+    def environment_changes(self) -> list[str]:
+        """What differs now from the environment recorded at the start, one line per changed field."""
+        from inferlab import environment
+
+        if self.environment is None:
+            return []
+        return environment.changes(self.environment, self.surroundings.environment())
 
     def abandon_note(self) -> str:
         """Where an abandoned run stands, for the one line printed when its final records are abandoned."""

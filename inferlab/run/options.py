@@ -21,13 +21,15 @@ HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
                   "--runs-dir is given; no default)",
     "runs_dir": "make a new record dir under this directory, named <UTC time>-<specimen> (and -plan with --plan); "
-                "at the end a suffix says how the run ended: -failed, -partial, -partial-failed or -incomplete "
-                "(default: none)",
+                "at the end a suffix says how the run ended: -failed (the harness failed), -findings (only protocol "
+                "diagnostics failed: the protocol ran and found something), -partial, -partial-failed, "
+                "-partial-findings or -incomplete (default: none)",
     "specimen": f"specimen to run: a name with a spec in artifacts/<name>.json (default: {protocol.DEFAULT_SPECIMEN}; "
     f"'standin' is the synthetic, non-Pythia checkpoint)",
     "artifacts": "reuse the six specimen files from this directory after verifying them (default: none; "
     "the project cache under artifacts/cache/ is tried, then a bounded download)",
-    "offline": "never open a network connection; missing files are an error (default: off)",
+    "offline": "never open a network connection; missing files are an error (default: off; HF_HUB_OFFLINE=1 in the "
+               "environment also turns it on, and the records say which did)",
     "plan": "write plan.json and print the ordered schedule without loading a model (default: off)",
     "predictions": "copy this predictions file into the record dir before any model computation (default: none)",
     "revised_cache_criterion": "also judge the cache comparison under this justified revised criterion ATOL,RTOL "
@@ -74,34 +76,67 @@ class PathOptionError(ValueError):
     """A path option that cannot work; the message names the option, the path and the reason."""
 
 
-def check_paths(options: dict) -> Optional[str]:
+SPECIMEN_MARKERS = ("config.json", "model.safetensors")  # a folder holding both is a specimen's copy
+
+
+def _inside(target: Path, folder: Path) -> bool:
+    try:
+        return target.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False  # refused later with its own reason if it cannot be used at all
+
+
+def specimen_folder_around(target: Path) -> Optional[Path]:
+    """The nearest folder at or above target that holds a specimen's files (config.json and model.safetensors)."""
+    try:
+        resolved = target.resolve()
+    except (OSError, RuntimeError):
+        return None
+    for folder in (resolved, *resolved.parents):
+        if all(os.path.isfile(folder / name) for name in SPECIMEN_MARKERS):
+            return folder
+    return None
+
+
+def refuse_inside_specimen_files(option: str, target: Path, artifacts: Optional[Path], cache_root: Optional[Path]):
+    """A run written into a specimen's files breaks them: inside --artifacts, inside the project cache (which then
+    fails verification for this run and every later one), or inside any folder that holds a specimen."""
+    if artifacts is not None and _inside(target, artifacts):
+        raise PathOptionError(f"{option}: {target} is inside the --artifacts folder {artifacts}: the run would "
+                              f"be written into the specimen copy; choose a folder outside it")
+    if cache_root is not None and _inside(target, cache_root):
+        raise PathOptionError(f"{option}: {target} is inside the project's specimen cache {cache_root}: the run "
+                              f"would be written into the cache, which would then fail verification for this run "
+                              f"and every later one; choose a folder outside it, e.g. {WANTED[option]}")
+    folder = specimen_folder_around(target)
+    if folder is not None:
+        raise PathOptionError(f"{option}: {target} is inside {folder}, which holds a specimen's files "
+                              f"({', '.join(SPECIMEN_MARKERS)}): the run would be written into them; choose a "
+                              f"folder outside it, e.g. {WANTED[option]}")
+
+
+def check_paths(options: dict, cache_root: Optional[Path] = None) -> Optional[str]:
     """Refuse every path option that cannot work; returns the predictions path (None without one).
 
     options maps --record-dir, --runs-dir, --artifacts and --predictions to their values (None when not
     given). An empty path would mean the current folder; --artifacts must be a directory; the run must not
-    be written into the specimen copy; --predictions must be a regular file.
+    be written into the specimen copy, the project cache (cache_root) or any folder holding a specimen;
+    --predictions must be a regular file.
     """
     for option, value in options.items():
         if value is not None and not value.strip():
             raise PathOptionError(f"{option}: the path is empty ({value!r}), which would mean the current folder; "
                                   f"name {WANTED[option]}")
     artifacts = options.get("--artifacts")
+    where = None
     if artifacts is not None:
         where = Path(os.path.expanduser(artifacts))
         if not os.path.isdir(where):  # False, not an error, for a path that cannot be examined
             raise PathOptionError(f"--artifacts: {where} {describe_path(where)}; expected a directory that holds "
                                   f"the specimen's files (check it first: {spelled('check-artifacts DIR')})")
-        for option in ("--record-dir", "--runs-dir"):
-            if options.get(option) is None:
-                continue
-            target = Path(os.path.expanduser(options[option]))
-            try:
-                inside = target.resolve().is_relative_to(where.resolve())
-            except (OSError, RuntimeError):
-                inside = False  # refused later with its own reason if it cannot be used at all
-            if inside:
-                raise PathOptionError(f"{option}: {target} is inside the --artifacts folder {where}: the run would "
-                                      f"be written into the specimen copy; choose a folder outside it")
+    for option in ("--record-dir", "--runs-dir"):
+        if options.get(option) is not None:
+            refuse_inside_specimen_files(option, Path(os.path.expanduser(options[option])), where, cache_root)
     predictions = options.get("--predictions")
     if predictions is None:
         return None
@@ -111,6 +146,41 @@ def check_paths(options: dict) -> Optional[str]:
         what += ", not a regular file" if what.startswith("is ") else ""
         raise PathOptionError(f"--predictions: {predictions} {what}; expected your copy of predictions.md")
     return predictions
+
+
+# huggingface_hub reads HF_HUB_OFFLINE (or else TRANSFORMERS_OFFLINE) as true when it is one of these, in any case.
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+TRUE_WORDS = ("1", "ON", "YES", "TRUE")
+
+
+def offline_setting(option: bool, environ) -> tuple[bool, Optional[str]]:
+    """(offline, what made it so): --offline, or the hub's own offline variable as huggingface_hub reads it, so
+    that HF_HUB_OFFLINE=1 means the same as --offline; (False, None) when neither asks for it."""
+    if option:
+        return True, "--offline"
+    name = next((n for n in OFFLINE_VARIABLES if environ.get(n)), None)
+    if name is not None and environ[name].upper() in TRUE_WORDS:
+        return True, f"{name}={environ[name]}"
+    return False, None
+
+
+TIMEOUT_PLUGIN = "timeout"  # pytest-timeout's plugin name, as -p no:timeout names it
+
+
+def trial_bound_refusal(platform: str, has_interval_timers: bool, has_timeout_plugin: bool) -> Optional[str]:
+    """Why the per-trial limit cannot be enforced, so that the experiments must not run; None when it can.
+
+    The limit is pytest-timeout's signal method: it needs POSIX interval timers and the plugin itself (which
+    `-p no:timeout` removes). A run without the bound is never called the complete protocol: it is refused.
+    """
+    if not has_interval_timers:
+        return (f"this platform ({platform}) has no POSIX interval timers, so the {protocol.TRIAL_LIMIT_S} s "
+                f"per-trial limit cannot be enforced; the experiments refuse to run unbounded")
+    if not has_timeout_plugin:
+        return (f"the pytest-timeout plugin is not loaded (for example by -p no:{TIMEOUT_PLUGIN}), so the "
+                f"{protocol.TRIAL_LIMIT_S} s per-trial limit cannot be enforced; the experiments refuse to run "
+                f"unbounded (leave out -p no:{TIMEOUT_PLUGIN}; pytest-timeout is pinned in requirements.lock)")
+    return None
 
 
 def run_dir_name(specimen_name: str, plan: bool) -> str:

@@ -110,13 +110,16 @@ def make_plan_record(plan: dict) -> dict:
 
 def make_session_end(*, exit_status: int, exit_code_name: str, signals: list[str], collect_only: bool,
                      plan_only: bool, stopped_reason: Optional[str], planned: list[str], with_outcome: set,
-                     partial_reasons: list[str], optional_notes: list[str], outcome_counts: dict) -> dict:
-    """The session_end record's fields: how the session ended, whether that is the complete protocol, and the
-    one line that says so (session_status.session_end_fields and status_line)."""
+                     partial_reasons: list[str], optional_notes: list[str], outcome_counts: dict,
+                     failures_by_check_kind: Optional[dict] = None,
+                     environment_changed: Iterable[str] = ()) -> dict:
+    """The session_end record's fields: how the session ended, whether that is the complete protocol, which kind
+    of check failed, and the one line that says so (session_status.session_end_fields and status_line)."""
     end = session_status.session_end_fields(
         exit_status=exit_status, exit_code_name=exit_code_name, signals=signals, collect_only=collect_only,
         plan_only=plan_only, stopped_reason=stopped_reason, planned=planned, with_outcome=with_outcome,
-        partial_reasons=partial_reasons, optional_notes=optional_notes)
+        partial_reasons=partial_reasons, optional_notes=optional_notes, failures_by_check_kind=failures_by_check_kind)
+    end["environment_changed_during_run"] = list(environment_changed)  # what the report and verify say too
     end["status"] = session_status.status_line(end, dict(outcome_counts))
     return end
 
@@ -157,6 +160,7 @@ def make_manifest(*, invocation, started_utc: str, ended_utc: Optional[str], end
         "options": {
             "artifacts": invocation.options.get("artifacts"),
             "offline": invocation.options.get("offline"),
+            "offline_from": invocation.options.get("offline_from"),  # --offline, or HF_HUB_OFFLINE=1
             "network_blocked_for_session": network_blocked,
             "plan": invocation.options.get("plan"),
         },

@@ -111,11 +111,20 @@ def _fails_its_pin(row: dict) -> bool:
     return wrong_size or wrong_hash
 
 
+def builder_module(name: str, synthetic: bool) -> Optional[str]:
+    """The module that builds a synthetic specimen offline (inferlab.replica or inferlab.standin); None for a real
+    one, which is downloaded."""
+    if not synthetic:
+        return None
+    return "inferlab.replica" if name.startswith("replica") else "inferlab.standin"
+
+
 def _diagnose_weight(row: dict, path: Path, spec: SpecimenSpec) -> None:
     """Name a present weight file that failed (its header only: a bounded read, even over the cap)."""
     row["diagnosis"] = weights.diagnose(
         path, repo_id=spec.repo_id, revision=spec.revision, pinned_size=row["expected_size"],
-        pinned_sha256=row["expected_sha256"], reference_header=(spec.reference or {}).get("weight_header"))
+        pinned_sha256=row["expected_sha256"], reference_header=(spec.reference or {}).get("weight_header"),
+        built_by=builder_module(spec.name, spec.synthetic))
     row["problem"] += f"; this looks like {row['diagnosis']['summary']}. {row['diagnosis']['advice']}"
 
 

@@ -84,11 +84,19 @@ def _mb(size: int) -> str:
 
 
 def diagnose(path: Path, *, repo_id: str, revision: str, pinned_size: int, pinned_sha256: str,
-             reference_header: Optional[dict] = None) -> dict:
-    """Which known wrong copy a weight file that failed its pin looks like: {case, summary, advice, evidence}."""
-    fetch = (f"Get {repo_id} at revision {revision} instead: run without --artifacts "
-             f"for the bounded download, or pass --artifacts with a copy whose model.safetensors is "
-             f"{pinned_size:,} bytes with SHA-256 {pinned_sha256}.")
+             reference_header: Optional[dict] = None, built_by: Optional[str] = None) -> dict:
+    """Which known wrong copy a weight file that failed its pin looks like: {case, summary, advice, evidence}.
+
+    built_by names the module that builds a synthetic specimen (inferlab.standin, inferlab.replica): such a
+    specimen is built offline, never downloaded, and the advice says so."""
+    if built_by is not None:
+        fetch = (f"Get a verified copy instead: run without --artifacts and inferlab builds one itself, or build "
+                 f"a fresh copy with `python -m {built_by} NEWDIR` (NEWDIR new or empty); its model.safetensors "
+                 f"is {pinned_size:,} bytes with SHA-256 {pinned_sha256}.")
+    else:
+        fetch = (f"Get {repo_id} at revision {revision} instead: run without --artifacts "
+                 f"for the bounded download, or pass --artifacts with a copy whose model.safetensors is "
+                 f"{pinned_size:,} bytes with SHA-256 {pinned_sha256}.")
     try:
         header = read_header(path)
     except HeaderError as error:

@@ -11,7 +11,7 @@ import collections
 from typing import Optional
 
 from inferlab.records import MANIFEST_FILE, PLAN_FILE
-from inferlab.runview import Missing, Problem, RunView, function_name
+from inferlab.runview import DIAGNOSTIC, FAILING, INTEGRITY, Missing, Problem, RunView, function_name
 
 
 class Checker:
@@ -25,6 +25,7 @@ class Checker:
         self.not_checked: list[str] = []  # consistency checks the run's files do not allow, one line each
         self.files_checked = 0
         self.suppressed = 0  # missing records and outcomes explained by the ending or the deselection
+        self.suppressed_outcomes = 0  # of which: planned tests without an outcome (the rest are records)
         # How the session ended (set by ending.read_ending once the records could be read).
         self.end: Optional[dict] = None
         self.unfinished: Optional[str] = None
@@ -148,6 +149,8 @@ class Checker:
                 f"{PLAN_FILE} (schema {self.view.schema}) declares no record kinds and no record of these kinds was "
                 f"written, so no outcome can explain them: " + "; ".join(gaps))
         outcomes = collections.Counter(r.get("outcome") for r in self.of_kind("test_outcome"))
+        failing = collections.Counter(self.view.check_kind(o) for o in self.view.tests_by_outcome().values()
+                                      if o.get("outcome") in FAILING)
         return {
             "record_dir": str(self.view.directory) if self.view.directory is not None else None,
             "plan_folder": plan_folder,
@@ -159,6 +162,11 @@ class Checker:
             "unfinished": self.unfinished,
             "partial": list(self.partial),
             "not_listed": self.suppressed,
+            "not_listed_outcomes": self.suppressed_outcomes,
+            "not_listed_records": self.suppressed - self.suppressed_outcomes,
+            # From the outcomes' check kinds, never from the folder's name: a failed harness-integrity check, or
+            # only failed protocol diagnostics (the protocol ran and found something).
+            "failures_by_check_kind": {kind: failing.get(kind, 0) for kind in (INTEGRITY, DIAGNOSTIC)},
             "records": len(self.records),
             "files_checked": self.files_checked,
             "outcome_counts": dict(sorted(outcomes.items())),

@@ -68,6 +68,7 @@ def check_plan(checker: Checker) -> None:
     for entry in view.planned:
         if entry.get("test") in checker.unreached:
             checker.suppressed += 1
+            checker.suppressed_outcomes += 1
         elif entry.get("test") not in view.with_outcome:
             checker.problem(f"{PLAN_FILE}: planned test {entry.get('test')} has no recorded outcome")
     planned = [bracket_id(e.get("test")) for e in view.planned]
@@ -106,6 +107,11 @@ def check_session_end(checker: Checker) -> None:
     if checker.plan is not None and set(missing) != set(without):
         checker.problem(f"session_end: tests_without_outcome lists {len(missing)} test(s), but {PLAN_FILE} and "
                         f"the test_outcome records leave {len(without)} planned test(s) without an outcome")
+    changed = end.get("environment_changed_during_run") or []
+    if changed:
+        checker.problem(f"session_end: the environment changed during the run ({'; '.join(map(str, changed))}): "
+                        f"the source hashes and versions in {MANIFEST_FILE} were taken at its start and may not "
+                        f"describe the code that ran")
     if checker.manifest is not None and checker.manifest.get("complete") != end.get("complete") \
             and not checker.final_records_missing:
         checker.problem(f"{MANIFEST_FILE}: complete is {checker.manifest.get('complete')!r} but session_end says "
