@@ -46,6 +46,29 @@ def top2_margin(array) -> float:
     return float(values[-1] - values[-2])
 
 
+def top_two(array) -> tuple[float, float]:
+    """The largest and the second-largest entry, in float64 (cache_check.top_two)."""
+    values = numpy.sort(numpy.asarray(array, dtype=numpy.float64).reshape(-1))
+    return float(values[-1]), float(values[-2])
+
+
+def near_tie_of(recheck: Recheck, uncached, largest: Optional[float]) -> tuple[bool, dict]:
+    """Whether a prefix is near a tie by the rule the run declared, and the fields that rule derives.
+
+    This checkout's rule (protocol.NEAR_TIE_RULE): the margin is within what the criterion lets the two top
+    logits move. A run whose cache_criterion declares only a near_tie_factor (written before that rule) judged
+    a tie against its observed difference instead; its flags are recomputed by its own rule.
+    """
+    first, second = top_two(uncached)
+    margin = first - second
+    criterion = recheck.view.first("cache_criterion") or {}
+    factor = criterion.get("near_tie_factor")
+    if "near_tie_rule" not in criterion and isinstance(factor, (int, float)) and not isinstance(factor, bool):
+        return largest is None or margin < largest * factor, {}
+    allowance = protocol.CACHE_TOLERANCE.tie_allowance(first, second)
+    return not margin > allowance, {"near_tie_allowance": allowance, "top2_uncached": [first, second]}
+
+
 def argmax(array) -> int:
     """The index of the first largest entry (torch.argmax's choice among equal values)."""
     return int(numpy.argmax(numpy.asarray(array).reshape(-1)))
@@ -210,11 +233,11 @@ def _prefix(recheck: Recheck, k: int, record: dict, prompt, continuation, revise
         stats = compare_arrays(cached, uncached, tolerance.atol, tolerance.rtol)
         margin = top2_margin(uncached)
         largest = stats["max_abs_diff"]
-        near_tie = largest is None or margin < largest * protocol.NEAR_TIE_FACTOR
+        near_tie, tie_fields = near_tie_of(recheck, uncached, largest)
         argmax_equal = argmax(cached) == argmax(uncached)
         expected = {**{key: stats[key] for key in ("max_abs_diff", "fail_count", "fail_fraction", "bitwise_equal")},
                     "argmax_cached": argmax(cached), "argmax_uncached": argmax(uncached), "argmax_equal": argmax_equal,
-                    "top2_margin_uncached": margin, "near_tie": near_tie,
+                    "top2_margin_uncached": margin, "near_tie": near_tie, **tie_fields,
                     "vocab_size_cached": int(cached.shape[-1]), "vocab_size_uncached": int(uncached.shape[-1])}
         recheck.expect_fields(record, expected, "its saved cached and uncached logits")
         checks = record.get("checks")
