@@ -49,6 +49,12 @@ def fixture_run(tmp_path_factory) -> Path:
     return build_complete_run(tmp_path_factory.mktemp("forgeries") / "complete")
 
 
+@pytest.fixture(scope="module")
+def rich_run(tmp_path_factory) -> Path:
+    """A fixture run with the records the evidence tracks added (weight_read among them)."""
+    return build_rich_run(tmp_path_factory.mktemp("forgeries") / "rich")
+
+
 # --- honest runs stay clean ------------------------------------------------------------------------------
 
 
@@ -151,6 +157,14 @@ def test_a_summary_median_edited_alone_is_caught(fixture_run, tmp_path):
 
     problems = caught(forge(fixture_run, tmp_path / "forged", edit))
     assert len(problems) == 1 and "timing_summary seq" in problems[0] and "ttft_s.median" in problems[0]
+
+
+def test_a_weight_read_median_edited_alone_is_caught(rich_run, tmp_path):
+    def edit(records):
+        find(records, "weight_read")["median_s"] *= 10
+
+    problems = caught(forge(rich_run, tmp_path / "forged", edit))
+    assert len(problems) == 1 and "weight_read seq" in problems[0] and "median_s" in problems[0], problems
 
 
 def test_a_loop_time_edited_alone_is_caught(fixture_run, tmp_path):

@@ -157,7 +157,7 @@ def _cache_storage(recheck: Recheck, record: dict, config) -> None:
 
 
 def _clock_and_bandwidth(recheck: Recheck) -> None:
-    """The clock-overhead and bandwidth records' arithmetic on what they measured."""
+    """The clock-overhead, weight-read (and an older run's bandwidth) records' arithmetic on what they measured."""
     for record in recheck.view.kind("clock_overhead"):
         reads, elapsed, per_read = record.get("reads"), record.get("elapsed_ns"), record.get("per_read_ns")
         if isinstance(reads, int) and reads > 0 and isinstance(elapsed, int):
@@ -165,7 +165,12 @@ def _clock_and_bandwidth(recheck: Recheck) -> None:
         if isinstance(per_read, (int, float)) and isinstance(record.get("reads_per_trial"), int):
             recheck.expect(record, "per_trial_overhead_ns", per_read * record["reads_per_trial"],
                            "per_read_ns x reads_per_trial")
-    for record in recheck.view.kind("memory_bandwidth"):
+    for record in recheck.view.kind("weight_read"):
+        seconds = record.get("seconds")
+        if isinstance(seconds, list) and seconds and all(isinstance(s, (int, float)) for s in seconds):
+            recheck.expect(record, "passes", len(seconds), "len(seconds)")
+            recheck.expect(record, "median_s", statistics.median(seconds), "median(seconds)")
+    for record in recheck.view.kind("memory_bandwidth"):  # what older runs recorded instead of weight_read
         copied, seconds = record.get("bytes_per_copy"), record.get("seconds")
         if isinstance(copied, int):
             recheck.expect(record, "bytes_moved_per_copy", 2 * copied,
