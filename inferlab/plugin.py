@@ -61,6 +61,7 @@ def pytest_configure(config):
     invocation = lifecycle.invocation_of(config, _load_specimen_spec(config).as_dict(), offline_from, pytest.__version__)
     refusal = options.trial_bound_refusal(sys.platform, hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer"),
                                           config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN)) or \
+        options.parallel_refusal(config.getoption("numprocesses", None)) or \
         plan.last_failed_refusal(config.option, config.pluginmanager.get_plugin("lfplugin"),
                                  getattr(config, "cache", None), invocation.specimen["name"])
     if refusal is not None:

@@ -313,6 +313,12 @@ def test_a_run_without_the_timeout_plugin_is_refused_before_anything_is_written(
     assert "refuse to run unbounded" in err and not (suite.path / "run").exists()
 
 
+def test_a_run_spread_over_xdist_workers_is_refused_before_anything_is_written(suite):
+    """The lock installs pytest-xdist for tests/; the experiments themselves never run in parallel."""
+    err = refused(suite, "--record-dir", "run", "-n", "2")
+    assert "the experiments run in one process, one test at a time, but -n 2 (pytest-xdist)" in err
+
+
 def test_a_chain_of_dependents_names_the_first_failure(suite):
     write_experiment(suite, (
         "import pytest\n"

@@ -183,6 +183,16 @@ def trial_bound_refusal(platform: str, has_interval_timers: bool, has_timeout_pl
     return None
 
 
+def parallel_refusal(workers) -> Optional[str]:
+    """Why a run asked to spread its tests over processes (pytest-xdist's -n, which the lock installs for the
+    harness's own tests) must not start; None for one process. The protocol's trials run one at a time, on the
+    threads it sets: a timing taken beside another worker, or a schedule split between processes, is not it."""
+    if workers in (None, 0, "0", "no"):
+        return None
+    return (f"the experiments run in one process, one test at a time, but -n {workers} (pytest-xdist) asks for "
+            "parallel workers; leave out -n (it is for the harness's own tests in tests/)")
+
+
 def run_dir_name(specimen_name: str, plan: bool) -> str:
     """<UTC time>-<specimen>, and -plan for a plan: `ls runs` tells specimens and plans apart."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
