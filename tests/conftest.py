@@ -17,6 +17,42 @@ def pytest_configure(config):
         config.pluginmanager.import_plugin("pytester")
 
 
+# Fixtures that run pytest again (pytester) or a whole experiment: a test using one starts another process or
+# an inner session, so it is a `process` test, left out of the fast lane (make test-fast) like a marked one.
+PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
+
+
+FAST_LANE = "INFERLAB_FAST_LANE"  # set by `make test-fast`: a process started by a test is an error there
+
+
+@pytest.fixture(autouse=True)
+def _no_process_in_the_fast_lane(request, monkeypatch):
+    """In the fast lane, a test that starts a process without the `process` marker fails, naming the marker."""
+    import os
+    import subprocess
+
+    if os.environ.get(FAST_LANE) != "1" or request.node.get_closest_marker("process"):
+        return
+
+    original = subprocess.Popen.__init__
+
+    def refuse_python(self, args, *rest, **kwargs):
+        # a Python (an experiment, pytest, the inferlab command) is what costs seconds; git or lscpu does not
+        program = Path(str(args[0] if isinstance(args, (list, tuple)) else str(args).split()[0])).name
+        if program.startswith("python") or program in ("inferlab", "pytest"):
+            raise AssertionError(f"{request.node.nodeid} starts a Python process ({args}): mark it "
+                                 "@pytest.mark.process, so that make test-fast leaves it out")
+        original(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse_python)
+
+
 @pytest.fixture(scope="session")
 def standin_spec():
     """The stand-in's spec as pinned in artifacts/standin.json."""
