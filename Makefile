@@ -20,7 +20,7 @@ REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 # The same folder for the replica builder, as an absolute path (tests run some commands from other folders).
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))
 
-.PHONY: run test plan docs lock clean-venv
+.PHONY: run test test-analytic test-harness test-selftest test-fast plan docs lock clean-venv
 
 $(STAMP): requirements.lock requirements.in pyproject.toml inferlab/installation.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,25 +36,35 @@ run: $(STAMP)
 plan: $(STAMP)
 	$(PY) -m pytest experiments --plan $(WHERE) $(ARGS)
 
-# Everything CI checks: offline analytic tests, the harness's own tests,
-# then the whole experiment end to end on the stand-in specimen, verified.
-test: $(STAMP)
+# Everything CI checks, in three steps (benchmarks/suite_time.py times each): the offline analytic tests, the
+# harness's own tests on every core (pytest-xdist; the experiment itself always runs in one process), then the
+# whole experiment end to end on the stand-in (and the replica, where its reference files exist), verified.
+# The self-test runs go to a temporary folder, removed when they pass and named when they fail: runs/ is left
+# as it was found.
+test: test-analytic test-harness test-selftest
+
+test-analytic: $(STAMP)
 	$(PY) -m pytest analytic_tests
-	$(PY) -m pytest tests
-	mkdir -p runs
-	dir=$$(mktemp -d runs/$$(date -u +%Y%m%dT%H%M%SZ)-standin-selftest-XXXXXX) && \
-	  $(PY) -m pytest experiments --specimen standin --record-dir $$dir && \
-	  $(INFERLAB) verify $$dir && \
-	  $(INFERLAB) report $$dir --check
-	@if [ -f "$(REFERENCE)/model.safetensors.header" ]; then \
-	  dir=$$(mktemp -d runs/$$(date -u +%Y%m%dT%H%M%SZ)-replica-selftest-XXXXXX) && \
-	  $(PY) -m pytest experiments --specimen replica --record-dir $$dir && \
-	  $(INFERLAB) verify $$dir && \
-	  $(INFERLAB) report $$dir --check; \
-	else \
+
+test-harness: $(STAMP)
+	$(PY) -m pytest tests -n auto
+
+test-selftest: $(STAMP)
+	@set -e; for specimen in standin $(if $(wildcard $(REFERENCE)/model.safetensors.header),replica,); do \
+	  dir=$$(mktemp -d "$${TMPDIR:-/tmp}/inferlab-selftest-$$specimen-XXXXXX"); \
+	  if $(PY) -m pytest experiments --specimen $$specimen --record-dir $$dir && \
+	     $(INFERLAB) verify $$dir && $(INFERLAB) report $$dir --check; then rm -rf "$$dir"; \
+	  else echo "make test: the $$specimen self-test run failed; its records are kept in $$dir"; exit 1; fi; \
+	done
+	@if [ ! -f "$(REFERENCE)/model.safetensors.header" ]; then \
 	  echo "make test: replica run skipped: pythia-14m's published small files are not in $(REFERENCE)"; \
 	  echo "  (they sit beside the project on the course's CI machines; a learner's clone does without them)"; \
 	fi
+
+# For contributors, between edits: the analytic tests and the harness tests that start no other Python (no
+# experiment run, no inner pytest process); a test that starts one without the `process` marker fails here.
+test-fast: $(STAMP)
+	INFERLAB_FAST_LANE=1 $(PY) -m pytest analytic_tests tests -m "not process" -n auto -q
 
 # Rewrite docs/options.md's generated part from the option definitions (a harness test fails when it is stale).
 docs: $(STAMP)
