@@ -122,7 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Parse the command line and run one subcommand; returns the exit code."""
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (TypeError, AttributeError, KeyError, IndexError) as error:
+        # A record of a shape no inferlab writer makes (a list where an id belongs, say) reaches code that reads
+        # the shape the writers make. Say so in one line rather than a traceback; verify names the records.
+        print(f"{PROG} {args.command}: stopped on a record it cannot read ({type(error).__name__}: {error}); "
+              f"`{spelled('verify DIR')}` names the malformed records. If verify finds none, this is a bug in "
+              f"inferlab: report it with this line.", file=sys.stderr)
+        return EXIT_UNREADABLE
 
 
 def run_command_line(argv=None) -> int:

@@ -211,7 +211,17 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, 
                                                                           else source),
                     items=items, integrity=integrity + list(extra_integrity), completeness=completeness,
                     reference=compared, findings=findings_of(view, kinds_of), notes=notes,
-                    facts=run_facts(view, completeness), measurements=key_measurements(view), rubric=rubric)
+                    facts=unless_malformed(run_facts, view, completeness),
+                    measurements=unless_malformed(key_measurements, view), rubric=rubric)
+
+
+def unless_malformed(read, *args) -> dict:
+    """What read(*args) gives, or, for records of a shape no writer makes (which verify has already named as
+    an integrity problem), a dict that says the facts could not be read: the grade never crashes on them."""
+    try:
+        return read(*args)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as error:
+        return {"unreadable": f"malformed records ({type(error).__name__}: {error})"}
 
 
 def refused(source: Path, why: str, rubric: Rubric) -> RunGrade:

@@ -128,17 +128,21 @@ class Checker:
                          f"(the session did not finish, was interrupted, or is not the complete protocol: "
                          f"{self.manifest.get('status', 'no status recorded')})")
         if readable:
-            completeness.check_outcome_evidence(self)
-            ending.check_plan(self)
-            ending.check_session_end(self)
-            completeness.check_kinds(self)
-            completeness.check_generation(self)
-            completeness.check_timing(self)
-            completeness.check_budgets(self)
-            files.check_report(self)
-            files.check_tensors(self)
-            consistency.check_consistency(self)
+            for check in (completeness.check_outcome_evidence, ending.check_plan, ending.check_session_end,
+                          completeness.check_kinds, completeness.check_generation, completeness.check_timing,
+                          completeness.check_budgets, files.check_report, files.check_tensors,
+                          consistency.check_consistency):
+                self.guarded(check)
         return self.result(plan_folder=False)
+
+    def guarded(self, check) -> None:
+        """Run one check; records of the wrong shape where it reads them (a list where an id belongs, a text
+        where a number does) are a problem that names the check, and the other checks still run."""
+        try:
+            check(self)
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as error:
+            self.problem(f"malformed records: {check.__module__.rsplit('.', 1)[-1]}.{check.__name__} could not read "
+                         f"them ({type(error).__name__}: {error}); what it checks is not established")
 
     def result(self, plan_folder: bool) -> dict:
         """What verify found, as plain data."""
