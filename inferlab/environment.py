@@ -30,7 +30,8 @@ THREAD_ENV_VARS = (
 )
 SOURCE_GLOBS = ("inferlab/**/*.py", "experiments/**/*.py", "analytic_tests/**/*.py", "tests/**/*.py",
                 "benchmarks/**/*.py", "artifacts/*.json", "conftest.py", "pytest.ini", "Makefile",
-                "requirements.in", "requirements.lock", "predictions.md", ".ci/run")
+                "requirements.in", "requirements.lock", "predictions.md", ".ci/run", "pyproject.toml",
+                "explanation.md", "inferlab/**/*.toml")
 
 
 def cpu_model() -> str:
