@@ -278,9 +278,16 @@ def project(pytester, monkeypatch):
 
 
 def test_a_nested_tokenizer_through_the_experiment_is_refused_with_its_record(project, standin_copy):
+    # In process: no signal or exit status of a real interpreter is asked about. What the inner session imports
+    # is imported here first, since pytester drops afterwards every module an inner session imported (and
+    # re-importing hypothesis each time is slow; torch is not made to be imported twice in one process).
+    import hypothesis  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
     (standin_copy / "tokenizer.json").write_bytes(b"[" * 200_000 + b"]" * 200_000)
-    result = project.runpytest_subprocess("experiments/test_10_specimen.py", "--specimen", "standin",
-                                          "--artifacts", str(standin_copy), "--record-dir", "run")
+    result = project.runpytest("experiments/test_10_specimen.py", "--specimen", "standin",
+                               "--artifacts", str(standin_copy), "--record-dir", "run")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     records = [json.loads(line) for line in (project.path / "run" / "records.jsonl").read_text().splitlines()]
     acquisition = next(r for r in records if r["kind"] == "artifact_acquisition")
