@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-# After each in-process inner session pytester forgets every module the session imported. hypothesis's pytest
-# plugin imports hypothesis when a session is configured, so without this import each inner run here would
-# import (and assertion-rewrite) the whole of hypothesis again: most of an inner run's time.
-import hypothesis  # noqa: F401, E402
+# pytester forgets every module imported while its test ran. An inner session imports hypothesis (its pytest
+# plugin does), so without this import, made before any pytester fixture, each inner run here would import
+# (and assertion-rewrite) the whole of hypothesis again: most of an inner run's time.
+import hypothesis  # noqa: F401
 
 from child_process import popen_signallable
+from project_help import project_help
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDS_X = "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x')\n"
@@ -909,15 +910,9 @@ def test_manifest_records_the_command_as_typed_beside_argv(sigterm_run):
 
 
 def test_pytest_help_does_not_show_pytesters_options(pytester, monkeypatch):
-    # torch is imported here, as a learner's `pytest --help` would have it (analytic_tests/conftest.py imports it):
-    # pytester would otherwise import it for the inner session and drop it afterwards, and torch is not made to
-    # be imported twice in one process.
-    import torch  # noqa: F401
-
-    monkeypatch.chdir(REPO_ROOT)  # the project's own pytest.ini and conftests, as a learner's `pytest --help` reads them
-    shown = pytester.runpytest_inprocess("--help")
-    assert shown.ret == pytest.ExitCode.OK and "--record-dir" in shown.stdout.str()
-    assert "--lsof" not in shown.stdout.str() and "--runpytest" not in shown.stdout.str()
+    shown = project_help(pytester, monkeypatch)
+    assert "--record-dir" in shown
+    assert "--lsof" not in shown and "--runpytest" not in shown
 
 
 def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates(suite, capsys):

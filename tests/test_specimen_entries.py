@@ -9,7 +9,13 @@ import shutil
 import socket
 from pathlib import Path
 
+# Imported with the module, before any pytester fixture takes its snapshot of sys.modules: pytester drops, when
+# its test ends, every module imported during the test, and the in-process experiment below imports these
+# (hypothesis is slow to import again; torch cannot be imported twice in one process).
+import hypothesis  # noqa: F401
 import pytest
+import torch  # noqa: F401
+import transformers  # noqa: F401
 
 from inferlab import protocol, specimen
 from inferlab.specimen import entries, files
@@ -278,13 +284,7 @@ def project(pytester, monkeypatch):
 
 
 def test_a_nested_tokenizer_through_the_experiment_is_refused_with_its_record(project, standin_copy):
-    # In process: no signal or exit status of a real interpreter is asked about. What the inner session imports
-    # is imported here first, since pytester drops afterwards every module an inner session imported (and
-    # re-importing hypothesis each time is slow; torch is not made to be imported twice in one process).
-    import hypothesis  # noqa: F401
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-
+    # In process: no signal or exit status of a real interpreter is asked about (see the imports at the top).
     (standin_copy / "tokenizer.json").write_bytes(b"[" * 200_000 + b"]" * 200_000)
     result = project.runpytest("experiments/test_10_specimen.py", "--specimen", "standin",
                                "--artifacts", str(standin_copy), "--record-dir", "run")
