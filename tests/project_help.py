@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# Imported when this module is, before any pytester fixture takes its snapshot of sys.modules, as a learner's own
-# `pytest --help` has them: pytester drops, when its test ends, every module imported during the test;
-# hypothesis is slow to import again, and torch (analytic_tests/conftest.py imports it) cannot be imported
-# twice in one process.
-import hypothesis  # noqa: F401
 import pytest
-import torch  # noqa: F401
+
+import inner_session
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+inner_session.preload("torch")  # analytic_tests/conftest.py imports torch
 
 
 def project_help(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
-# pytester forgets every module imported while its test ran. An inner session imports hypothesis (its pytest
-# plugin does), so without this import, made before any pytester fixture, each inner run here would import
-# (and assertion-rewrite) the whole of hypothesis again: most of an inner run's time.
-import hypothesis  # noqa: F401
-
+import inner_session
 from child_process import popen_signallable
 from project_help import project_help
+
+inner_session.preload()  # before any pytester fixture: see tests/inner_session.py
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDS_X = "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x')\n"

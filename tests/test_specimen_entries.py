@@ -9,20 +9,17 @@ import shutil
 import socket
 from pathlib import Path
 
-# Imported with the module, before any pytester fixture takes its snapshot of sys.modules: pytester drops, when
-# its test ends, every module imported during the test, and the in-process experiment below imports these
-# (hypothesis is slow to import again; torch cannot be imported twice in one process).
-import hypothesis  # noqa: F401
 import pytest
-import torch  # noqa: F401
-import transformers  # noqa: F401
 
+import inner_session
 from inferlab import protocol, specimen
 from inferlab.specimen import entries, files
 
 HANG_GUARD_S = 30  # a verification that opened a FIFO would block here forever
 WEIGHTS = "model.safetensors"
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+inner_session.preload("torch", "transformers")  # the in-process experiment below loads the model
 
 
 def row_of(report: dict, name: str) -> dict:
@@ -284,7 +281,7 @@ def project(pytester, monkeypatch):
 
 
 def test_a_nested_tokenizer_through_the_experiment_is_refused_with_its_record(project, standin_copy):
-    # In process: no signal or exit status of a real interpreter is asked about (see the imports at the top).
+    # In process: no signal or exit status of a real interpreter is asked about (see inner_session.preload above).
     (standin_copy / "tokenizer.json").write_bytes(b"[" * 200_000 + b"]" * 200_000)
     result = project.runpytest("experiments/test_10_specimen.py", "--specimen", "standin",
                                "--artifacts", str(standin_copy), "--record-dir", "run")
