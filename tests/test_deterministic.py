@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy
+import pytest
 
 from inferlab import protocol
 from inferlab.deterministic import deterministic_outputs, sampled_trials, top_logits
@@ -16,8 +17,14 @@ from fixtures_records import build_complete_run
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
 
 
-def test_every_trial_of_a_complete_run_is_listed_with_the_ids_it_recorded(tmp_path):
-    run = build_complete_run(tmp_path / "run")
+@pytest.fixture(scope="module")
+def complete_run(tmp_path_factory) -> Path:
+    """One built complete run for the module; the tests read it (a changed copy lives only in memory)."""
+    return build_complete_run(tmp_path_factory.mktemp("deterministic") / "run")
+
+
+def test_every_trial_of_a_complete_run_is_listed_with_the_ids_it_recorded(complete_run):
+    run = complete_run
     view = RunView.read(run)
     outputs = deterministic_outputs(view)
     generation = {r["trial_id"]: r["generated_ids"] for r in view.kind("generation")}
@@ -30,8 +37,8 @@ def test_every_trial_of_a_complete_run_is_listed_with_the_ids_it_recorded(tmp_pa
     assert outputs["prompts"] == {r["prompt_id"]: r["token_ids"] for r in view.kind("input")}
 
 
-def test_first_step_top_ids_come_from_the_saved_tensor_and_a_tampered_tensor_is_named_absent(tmp_path):
-    run = build_complete_run(tmp_path / "run")
+def test_first_step_top_ids_come_from_the_saved_tensor_and_a_tampered_tensor_is_named_absent(complete_run):
+    run = complete_run
     view = RunView.read(run)
     record = next(r for r in view.kind("generation") if isinstance(r.get("first_step_logits"), dict))
     array = view.tensor(record["first_step_logits"])
@@ -48,8 +55,8 @@ def test_first_step_top_ids_come_from_the_saved_tensor_and_a_tampered_tensor_is_
     assert key not in outputs["first_step"] and "not as its record says" in outputs["absent"]["first_step"][key]
 
 
-def test_a_failed_trial_is_absent_with_its_status_never_filled_in(tmp_path):
-    run = build_complete_run(tmp_path / "run")
+def test_a_failed_trial_is_absent_with_its_status_never_filled_in(complete_run):
+    run = complete_run
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
     victim = next(r for r in records if r["kind"] == "generation")
     victim.update(status="failed", error="RuntimeError: boom")

@@ -4,14 +4,14 @@ every link resolves; docs/options.md holds every option exactly as `pytest --hel
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from inferlab import docgen
 from inferlab.run import options
+
+from project_help import project_help
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = REPO_ROOT / "README.md"
@@ -94,13 +94,11 @@ def test_docgen_refuses_a_page_without_its_markers_and_finds_a_stale_one(tmp_pat
     assert "--gone" not in page.read_text() and "`--record-dir=DIR`" in page.read_text()
 
 
-def pytest_help_group() -> dict[str, tuple[str, str]]:
+def pytest_help_group(pytester, monkeypatch) -> dict[str, tuple[str, str]]:
     """{option: (as shown, e.g. --record-dir=DIR; its help text, whitespace collapsed)} for the inferlab group of
     `pytest --help`."""
-    shown = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=REPO_ROOT,
-                           capture_output=True, text=True, timeout=120)
-    assert shown.returncode == 0, shown.stderr
-    group = shown.stdout.split("\ninferlab experiment:\n", 1)[1].split("\n\n", 1)[0]
+    shown = project_help(pytester, monkeypatch, "-p", "no:cacheprovider")
+    group = shown.split("\ninferlab experiment:\n", 1)[1].split("\n\n", 1)[0]
     found, current = {}, None
     for line in group.splitlines():
         match = re.match(r"^  ((--[\w-]+)(?:=\S+)?)\s*(.*)$", line)
@@ -112,8 +110,8 @@ def pytest_help_group() -> dict[str, tuple[str, str]]:
     return {flag: (spelling, " ".join(text.split())) for flag, (spelling, text) in found.items()}
 
 
-def test_every_option_pytest_help_shows_is_on_the_options_page_with_the_same_text():
-    shown = pytest_help_group()
+def test_every_option_pytest_help_shows_is_on_the_options_page_with_the_same_text(pytester, monkeypatch):
+    shown = pytest_help_group(pytester, monkeypatch)
     assert set(shown) == set(options.OPTIONS), "the inferlab group of pytest --help is not OPTIONS"
     page = " ".join(docgen.OPTIONS_PAGE.read_text(encoding="utf-8").split())
     missing = [spelling for spelling, text in shown.values() if f"`{spelling}`: {text}" not in page]

@@ -64,9 +64,21 @@ def closed_port_url() -> str:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    """A fresh virtual environment (with pip) that the installer runs in."""
-    folder = tmp_path_factory.mktemp("venv") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True, timeout=300)
+    """A fresh virtual environment that the installer runs in, with pip. Made --without-pip (ensurepip's copy of
+    pip takes seconds to install), then given this environment's pip through a .pth file naming a folder that
+    holds pip alone: pip installs into the interpreter running it, so everything else lands in the new venv."""
+    import importlib.util
+
+    root = tmp_path_factory.mktemp("venv")
+    folder = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True,
+                   timeout=300)
+    pip_alone = root / "pip-alone"
+    pip_alone.mkdir()
+    (pip_alone / "pip").symlink_to(Path(importlib.util.find_spec("pip").origin).parent, target_is_directory=True)
+    purelib = subprocess.run([str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    (Path(purelib) / "pip-from-the-test-environment.pth").write_text(f"{pip_alone}\n")
     return folder
 
 
@@ -82,6 +94,7 @@ def run_installer(venv: Path, lock: Path, cpu_index: str, default_index: str) ->
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_an_unreachable_cpu_index_falls_back_to_the_default_index_and_says_so(venv, tmp_path):
     default_wheel = fake_wheel(tmp_path / "default-files", "2.13.0")
     default_index = simple_index(tmp_path / "default", default_wheel)
@@ -97,6 +110,7 @@ def test_an_unreachable_cpu_index_falls_back_to_the_default_index_and_says_so(ve
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_a_reachable_cpu_index_gives_the_cpu_build_and_the_lock_keeps_it(venv, tmp_path):
     cpu_wheel = fake_wheel(tmp_path / "cpu-files", "2.13.0+cpu")
     cpu_index = simple_index(tmp_path / "cpu", cpu_wheel)
@@ -214,6 +228,7 @@ def test_its_dependencies_are_requirements_in_and_the_lock_satisfies_every_one()
         assert pinned is not None and requirement.specifier.contains(pinned), (line, pinned)
 
 
+@pytest.mark.process
 def test_the_installed_command_lists_every_subcommand_and_verifies_a_run_from_the_root_folder():
     from inferlab import cli
 

@@ -8,6 +8,12 @@ from pathlib import Path
 
 import pytest
 
+import inner_session
+from child_process import popen_signallable
+from project_help import project_help
+
+inner_session.preload()  # before any pytester fixture: see tests/inner_session.py
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDS_X = "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x')\n"
 
@@ -106,8 +112,9 @@ def test_sigint_mid_session_leaves_valid_records_and_incomplete_manifest(suite):
         "def test_never_reached(record):\n"
         "    record('unreachable')\n"
     ))
-    result = suite.runpytest_subprocess("experiments", "--record-dir", "run")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
+    done = start_pytest(suite, "experiments", "--record-dir", "run")
+    done.communicate(timeout=120)
+    assert done.returncode == pytest.ExitCode.INTERRUPTED
     records = read_records(suite.path / "run")  # every line parses
     kinds = [r["kind"] for r in records]
     assert "before_interrupt" in kinds and "about_to_interrupt" in kinds and "unreachable" not in kinds
@@ -123,14 +130,14 @@ def test_sigint_mid_session_leaves_valid_records_and_incomplete_manifest(suite):
 def test_timeout_is_a_recorded_failure_and_the_session_goes_on(suite):
     write_experiment(suite, (
         "import time, pytest\n"
-        "@pytest.mark.timeout(1, method='signal')\n"
+        "@pytest.mark.timeout(0.2, method='signal')\n"
         "def test_too_slow():\n"
-        "    time.sleep(10)\n"
+        "    time.sleep(60)\n"
         "@pytest.mark.records('still_running')\n"
         "def test_next(record):\n"
         "    record('still_running')\n"
     ))
-    result = suite.runpytest_subprocess("experiments", "--record-dir", "run")
+    result = suite.runpytest("experiments", "--record-dir", "run")
     result.assert_outcomes(failed=1, passed=1)
     outcomes = outcomes_by_test(read_records(suite.path / "run"))
     assert outcomes["test_too_slow"]["outcome"] == "failed"
@@ -277,16 +284,16 @@ def test_the_session_limit_counts_from_setup_and_later_tests_are_recorded_as_not
 def test_the_trial_limit_covers_the_test_body_not_session_fixture_setup(suite, monkeypatch):
     from inferlab import protocol
 
-    monkeypatch.setattr(protocol, "TRIAL_LIMIT_S", 1)
+    monkeypatch.setattr(protocol, "TRIAL_LIMIT_S", 0.2)
     write_experiment(suite, (
         "import time, pytest\n"
         "@pytest.fixture(scope='session')\n"
         "def slow_download():\n"
-        "    time.sleep(1.5)\n"
+        "    time.sleep(0.4)  # twice the trial limit: it would fail the test if the limit covered setup\n"
         "def test_quick_after_slow_setup(slow_download):\n"
         "    pass\n"
         "def test_slow_body():\n"
-        "    time.sleep(3)\n"
+        "    time.sleep(60)\n"
     ))
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1, failed=1)
     outcomes = outcomes_by_test(read_records(suite.path / "run"))
@@ -366,11 +373,33 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 
+# hypothesis plays no part in a scratch suite, and its plugin's import is half of a bare pytest process's start.
+PYTEST_PREFIX = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+
+
 def start_pytest(suite, *args, env=None) -> subprocess.Popen:
-    """A pytest process in the scratch suite, without pytester's wrapping, so signals reach it directly."""
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=suite.path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    """A pytest process in the scratch suite (a pytester or a folder made by scratch_suite), without pytester's
+    wrapping, so signals reach it directly; it starts with SIGINT and SIGTERM at their defaults even when this
+    suite runs with them ignored."""
+    return popen_signallable([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args], cwd=getattr(suite, "path", suite),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **(env or {})})
+
+
+def scratch_suite(folder: Path) -> Path:
+    """What the suite fixture lays out (a conftest registering the plugin, experiments/, the specimen specs), in a
+    folder of a wider scope, for a real process that several tests read; start_pytest gives it inferlab's path."""
+    (folder / "conftest.py").write_text('pytest_plugins = ["inferlab.plugin"]\n')
+    (folder / "experiments").mkdir()
+    (folder / "artifacts").mkdir()
+    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
+        (folder / "artifacts" / spec.name).write_bytes(spec.read_bytes())
+    return folder
+
+
+def inferlab_path() -> dict:
+    """The environment a scratch_suite process needs: this checkout's inferlab importable."""
+    return {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
@@ -480,20 +509,33 @@ def test_abandoning_says_where_the_run_stands_and_exits_with_128_plus_the_signal
     assert watch.during_finish == ["SIGTERM", "SIGTERM"]
 
 
-def test_sigterm_ends_the_session_with_honest_records(suite):
-    write_experiment(suite, (
+SIGTERM_ARGS = ["experiments", "--record-dir", "run", "-q", "-k", "test_terminated or b"]
+
+
+@pytest.fixture(scope="module")
+def sigterm_run(tmp_path_factory) -> tuple[Path, int]:
+    """One real pytest process, started with a command line a learner might type (-q, a -k expression with a
+    space), whose one test sends its own process SIGTERM: (its record dir, its exit status). Read, never changed."""
+    folder = scratch_suite(tmp_path_factory.mktemp("sigterm-suite"))
+    (folder / "experiments" / "test_exp.py").write_text(
         "import os, signal, pytest\n"
         "@pytest.mark.records('before')\n"
         "def test_terminated(record):\n"
         "    record('before')\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
-    ))
-    done = start_pytest(suite, "experiments", "--record-dir", "run")
+    )
+    done = start_pytest(folder, *SIGTERM_ARGS, env=inferlab_path())
     done.communicate(timeout=120)
-    assert done.returncode == pytest.ExitCode.INTERRUPTED
-    end = session_end(suite.path / "run")
+    return folder / "run", done.returncode
+
+
+@pytest.mark.process
+def test_sigterm_ends_the_session_with_honest_records(sigterm_run):
+    run, exit_status = sigterm_run
+    assert exit_status == pytest.ExitCode.INTERRUPTED
+    end = session_end(run)
     assert end["signals"] == ["SIGTERM"] and end["interrupted"] and end["stop_reason"] == "interrupted by SIGTERM"
-    assert manifest_of(suite.path / "run")["complete"] is False
+    assert manifest_of(run)["complete"] is False
 
 
 def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite):
@@ -708,7 +750,7 @@ def test_renaming_never_takes_over_a_name_another_run_holds(tmp_path):
 def test_a_record_dir_that_cannot_be_made_is_a_usage_error_naming_path_and_reason(suite, where, reason):
     (suite.path / "a_file").write_text("not a directory\n")
     write_experiment(suite, "def test_a():\n    pass\n")
-    result = suite.runpytest_subprocess("experiments", "--record-dir", where)
+    result = suite.runpytest("experiments", "--record-dir", where)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines([f"*--record-dir*{where}*cannot be created*{reason}*"])
@@ -717,7 +759,7 @@ def test_a_record_dir_that_cannot_be_made_is_a_usage_error_naming_path_and_reaso
 def refused(suite, *args) -> str:
     """Run with these options, expect a usage error before anything is written; return stderr."""
     write_experiment(suite, "def test_a():\n    pass\n")
-    result = suite.runpytest_subprocess("experiments", *args)
+    result = suite.runpytest("experiments", *args)
     err = result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + err
     assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
@@ -787,7 +829,7 @@ def test_a_record_dir_name_too_long_for_the_file_system_is_a_usage_error(suite):
 def test_a_runs_dir_that_is_a_file_says_so(suite):
     (suite.path / "runs").write_text("a file\n")
     write_experiment(suite, "def test_a():\n    pass\n")
-    result = suite.runpytest_subprocess("experiments", "--runs-dir", "runs")
+    result = suite.runpytest("experiments", "--runs-dir", "runs")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--runs-dir: runs dir runs cannot be created: runs is a regular file, not a "
                                  "directory*"])
@@ -826,7 +868,7 @@ def test_tilde_in_record_dir_is_the_home_directory(suite, monkeypatch):
     home = suite.mkdir("home")
     monkeypatch.setenv("HOME", str(home))
     write_experiment(suite, RECORDS_X)
-    suite.runpytest_subprocess("experiments", "--record-dir=~/myrun").assert_outcomes(passed=1)
+    suite.runpytest("experiments", "--record-dir=~/myrun").assert_outcomes(passed=1)
     assert (home / "myrun" / "records.jsonl").is_file() and not (suite.path / "~").exists()
 
 
@@ -854,27 +896,24 @@ def test_answered_predictions_are_not_flagged(suite):
     assert predictions["template_unanswered"] is False and predictions["template_check"].startswith("1 of 18")
 
 
-def test_manifest_records_the_command_as_typed_beside_argv(suite):
-    write_experiment(suite, "def test_a():\n    pass\n")
-    args = ["experiments", "--record-dir", "run", "-q", "-k", "test_a or b"]
-    done = start_pytest(suite, *args)
-    done.communicate(timeout=120)
-    manifest = manifest_of(suite.path / "run")
+@pytest.mark.process
+def test_manifest_records_the_command_as_typed_beside_argv(sigterm_run):
+    run, _ = sigterm_run  # a real process's own command line; how the session ended does not change it
+    manifest = manifest_of(run)
     import shlex
 
-    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args])
-    assert manifest["argv"][1:] == ["-p", "no:cacheprovider", *args]
+    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *SIGTERM_ARGS])
+    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *SIGTERM_ARGS]
     assert manifest["argv"][0].endswith("__main__.py") and "command_line" not in manifest  # one name: argv
 
 
-def test_pytest_help_does_not_show_pytesters_options():
-    done = subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
-    assert "--record-dir" in done.stdout
-    assert "--lsof" not in done.stdout and "--runpytest" not in done.stdout
+def test_pytest_help_does_not_show_pytesters_options(pytester, monkeypatch):
+    shown = project_help(pytester, monkeypatch)
+    assert "--record-dir" in shown
+    assert "--lsof" not in shown and "--runpytest" not in shown
 
 
-def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates(suite):
+def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates(suite, capsys):
     """The manifest keeps the environment as the run started; an edit during the run is named, not swapped in."""
     write_experiment(suite, (
         "from pathlib import Path\n"
@@ -890,21 +929,19 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
 
     assert manifest["source_sha256"]["experiments/test_exp.py"] != sha256_file(source)  # the start's hash
     assert manifest["environment_changed_during_run"] == ["source_sha256: experiments/test_exp.py"]
-    import subprocess
-    import sys
+    from inferlab.cli import main
 
-    check = subprocess.run([sys.executable, "-m", "inferlab", "report", str(run), "--check"],
-                           capture_output=True, text=True, cwd=suite.path)
-    assert check.returncode == 0, check.stdout + check.stderr
+    capsys.readouterr()
+    assert main(["report", str(run), "--check"]) == 0, capsys.readouterr()
     # Issue 26 B4: the terminal, report.md and verify say so too, not only the manifest.
     result.stdout.fnmatch_lines(["environment: CHANGED during the run: source_sha256: experiments/test_exp.py*"])
     last = [line for line in result.outlines if line.strip()][-1]
     assert "the ENVIRONMENT CHANGED during the run (source_sha256: experiments/test_exp.py)" in last
     text = (run / "report.md").read_text()
     assert "**The environment changed during the run** (source_sha256: experiments/test_exp.py)" in text
-    verified = subprocess.run([sys.executable, "-m", "inferlab", "verify", str(run)], capture_output=True, text=True,
-                              cwd=suite.path)
-    assert verified.returncode == 1 and "session_end: the environment changed during the run" in verified.stdout
+    capsys.readouterr()
+    code = main(["verify", str(run)])
+    assert code == 1 and "session_end: the environment changed during the run" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name, synthetic", [("standin", True), ("pythia-14m", False)])

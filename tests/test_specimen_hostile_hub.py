@@ -1,8 +1,9 @@
 """A hostile loopback hub: one total deadline bounds everything, bad bodies are refused, nothing partial is kept.
 
-Each test uses a short deadline (SHORT_DEADLINE_S) so that a test that waits for the deadline takes
-about that long; pytest-timeout's mark turns a regression (an unbounded wait) into a failure instead
-of a hang. No assertion is about speed.
+A test that waits for the deadline to expire uses a short one (EXPIRING_DEADLINE_S), so it takes about
+that long; the others use SHORT_DEADLINE_S, long enough never to expire on a loaded machine, short
+enough to end a hang. pytest-timeout's mark turns a regression (an unbounded wait) into a failure
+instead of a hang. No assertion is about speed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import pytest
 from inferlab import specimen
 from inferlab.specimen import DeadlineExpired, SpecimenError, lock
 
+from child_process import popen_signallable
+
 SHORT_DEADLINE_S = 2.0
+EXPIRING_DEADLINE_S = 0.5  # a stall or a trickle (a few bytes every 0.2-0.25 s) outlasts it
 HANG_GUARD_S = 30  # far beyond the deadline: only a wait the deadline failed to bound reaches it
 WEIGHTS = "model.safetensors"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,10 +53,10 @@ def test_one_deadline_bounds_a_stalling_or_trickling_hub(serve, standin_dir, dow
     method, name, mode = DEADLINE_FAULTS[case]
     hub = serve(standin_dir, download_spec, faults={(method, name): mode})
     outcome = specimen.acquisition_outcome(download_spec, cache_root=tmp_path, endpoint=hub.endpoint,
-                                           deadline_s=SHORT_DEADLINE_S)
+                                           deadline_s=EXPIRING_DEADLINE_S)
     assert outcome["ok"] is False and outcome["deadline_expired"] is True
-    assert outcome["deadline_s"] == SHORT_DEADLINE_S
-    assert f"the acquisition deadline of {SHORT_DEADLINE_S:g} s expired while" in outcome["error"]
+    assert outcome["deadline_s"] == EXPIRING_DEADLINE_S
+    assert f"the acquisition deadline of {EXPIRING_DEADLINE_S:g} s expired while" in outcome["error"]
     assert name in outcome["error"]  # what was being waited for
     assert not specimen.cache_dir(download_spec, tmp_path).exists() and left_behind(tmp_path, download_spec) == []
     assert hub.metadata_came_first()
@@ -124,18 +128,22 @@ specimen.acquire(spec, cache_root={cache_root!r}, endpoint={endpoint!r}, deadlin
 """
 
 
+@pytest.mark.process
 @pytest.mark.timeout(HANG_GUARD_S * 2)
 def test_ctrl_c_during_a_download_removes_the_staging_folder(serve, standin_dir, download_spec, tmp_path):
     hub = serve(standin_dir, download_spec, faults={("GET", WEIGHTS): "trickle"})
     cache_root = tmp_path / "cache"
     script = STAGING_WATCHER.format(root=str(REPO_ROOT), cache_root=str(cache_root), endpoint=hub.endpoint)
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The child gets SIGINT's default handler, so its Ctrl-C is a KeyboardInterrupt even in a suite started
+    # with SIGINT ignored (nohup, a background job), which every child would otherwise inherit.
+    child = popen_signallable([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
     try:
         partial = None
         while partial is None and child.poll() is None:  # wait until the weight file is being received
             found = list((cache_root / download_spec.name).glob(f".staging-*/{WEIGHTS}"))
             partial = found[0] if found else None
-            time.sleep(0.05)
+            time.sleep(0.02)
         assert partial is not None, f"the download never reached the weights: {child.communicate()}"
         child.send_signal(signal.SIGINT)
         _, stderr = child.communicate(timeout=HANG_GUARD_S)
@@ -252,12 +260,13 @@ print(result["acquisition"])
 """
 
 
+@pytest.mark.process
 @pytest.mark.timeout(HANG_GUARD_S * 6)
 def test_two_processes_building_the_standin_at_once_both_succeed(tmp_path):
     """Issue 15.4's reproduction: without the lock one of them got a raw OSError."""
     script = BUILD_STANDIN.format(root=str(REPO_ROOT), cache_root=str(tmp_path))
-    children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(2)]
+    children = [subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [child.communicate(timeout=HANG_GUARD_S * 5) for child in children]
     assert [child.returncode for child in children] == [0, 0], outputs
     assert sorted(out.strip() for out, _ in outputs) in (["built_offline", "reuse:project_cache"],)

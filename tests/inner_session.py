@@ -1,0 +1,23 @@
+"""What an in-process inner session (pytester's runpytest) imports, imported by the test module that runs one.
+
+pytester forgets, when its test ends, every module imported while the test ran (it restores a snapshot of
+sys.modules taken when its fixture was set up). A module first imported by an inner session is therefore
+imported again by the next one: hypothesis (its pytest plugin imports it as a session is configured) and the
+report's modules were most of an inner run's time, and torch cannot be imported twice in one process. A test
+module calls preload() when it is imported, before any pytester fixture takes its snapshot.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# What an inner session of a scratch experiment suite imports that the harness's own session need not have.
+SESSION_MODULES = ("hypothesis", "statistics", "inferlab.addenda", "inferlab.environment", "inferlab.guidance",
+                   "inferlab.installation", "inferlab.plots", "inferlab.predictions", "inferlab.replica",
+                   "inferlab.report", "inferlab.runview", "inferlab.schema", "inferlab.summaries")
+
+
+def preload(*more: str) -> None:
+    """Import SESSION_MODULES and `more` (such as torch, for a session that loads a model) into this process."""
+    for name in (*SESSION_MODULES, *more):
+        importlib.import_module(name)
