@@ -25,12 +25,16 @@ from filelock import FileLock
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_FOLDER = "shared-runs"
+# Top-level files a run hashes into its manifest (the lock, above all: grade's checklist item 2 needs its hash).
+PROJECT_FILES = ("requirements.lock", "requirements.in", "Makefile", "predictions.md")
 TAIL = 3000  # characters of a failed run's output kept in an assertion message
 
 
 def make_project(root: Path, conftest_extra: str = "", analytic_tests: bool = False) -> Path:
     """A scratch copy of the experiment under root: experiments/, the specimen specs (artifacts/*.json), the
-    plugin's registration (conftest.py, with conftest_extra appended) and pytest.ini; analytic_tests/ on request."""
+    plugin's registration (conftest.py, with conftest_extra appended), pytest.ini, the lock and the other top-level
+    files a run hashes, and inferlab/ as a link to this checkout's (so the manifest hashes the library as a
+    checkout's run does); analytic_tests/ on request."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     ignore = shutil.ignore_patterns("__pycache__")
@@ -41,6 +45,9 @@ def make_project(root: Path, conftest_extra: str = "", analytic_tests: bool = Fa
     for spec in (REPO_ROOT / "artifacts").glob("*.json"):
         shutil.copy(spec, root / "artifacts" / spec.name)
     shutil.copy(REPO_ROOT / "pytest.ini", root / "pytest.ini")
+    for name in PROJECT_FILES:
+        shutil.copy(REPO_ROOT / name, root / name)
+    (root / "inferlab").symlink_to(REPO_ROOT / "inferlab", target_is_directory=True)
     (root / "conftest.py").write_text((REPO_ROOT / "conftest.py").read_text() + conftest_extra)
     return root
 
@@ -142,3 +149,16 @@ def experiment_once(tmp_path_factory, name: str, *args: str, conftest_extra: str
     found = made_once(tmp_path_factory, name, make)
     return ExperimentRun(Path(found["project"]), Path(found["run"]), found["returncode"], found["stdout"],
                          found["stderr"])
+
+
+def inferlab_command(*args) -> tuple[int, str]:
+    """`inferlab ARGS` run in this process (the command line's own main()): (exit status, what it printed)."""
+    import contextlib
+    import io
+
+    from inferlab.__main__ import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = main([str(arg) for arg in args])
+    return status, printed.getvalue()
