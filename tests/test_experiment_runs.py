@@ -98,7 +98,7 @@ def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(no_hu
 
 
 def test_offline_default_run_names_the_missing_files(project):
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--offline")
+    result = project.runpytest("experiments", "--record-dir", "run", "--offline")  # stops at acquisition: in process
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     acquisition = next(r for r in records(project.path / "run") if r["kind"] == "artifact_acquisition")
     assert "model.safetensors" in acquisition["error"] and "--artifacts" in acquisition["error"]
@@ -112,8 +112,8 @@ def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_p
     weights = bytearray((copy / "model.safetensors").read_bytes())
     weights[-1] ^= 0x01
     (copy / "model.safetensors").write_bytes(bytes(weights))
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin",
-                                          "--artifacts", str(copy))
+    # refused at verification, so no model is loaded: in process
+    result = project.runpytest("experiments", "--record-dir", "run", "--specimen", "standin", "--artifacts", str(copy))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     found = records(project.path / "run")
     files = {r["name"]: r for r in found if r["kind"] == "artifact_file"}
