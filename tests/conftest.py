@@ -19,7 +19,7 @@ def pytest_configure(config):
 
 # Fixtures that run pytest again (pytester) or a whole experiment: a test using one starts another process or
 # an inner session, so it is a `process` test, left out of the fast lane (make test-fast) like a marked one.
-PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run"})
+PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run"})
 
 
 def pytest_collection_modifyitems(config, items):
@@ -168,22 +168,29 @@ def suite(pytester, monkeypatch):
     return pytester
 
 
-# --- one real stand-in run for the whole session (trust: consistency on real tensors, replay) ---------------
+# --- the real runs `make test` checks, made once for the whole session (every xdist worker shares them) ----------
 
 
 @pytest.fixture(scope="session")
-def standin_run(standin_dir, tmp_path_factory):
-    """One complete experiment run on the session's built stand-in (--artifacts, so the project cache is left
-    alone), made once in a fresh process: its record dir. Shared, so never modify it (copy it first)."""
-    import os
-    import subprocess
-    import sys
+def standin_run(tmp_path_factory):
+    """`python -m pytest experiments --specimen standin --record-dir D` with the default acquisition, in a scratch
+    copy of the project (the stand-in is built into that copy's artifacts/cache), made once per session: D.
+    Shared, so never modify it (copy it first)."""
+    from shared_runs import experiment_once
 
-    root = Path(__file__).resolve().parents[1]
-    run_dir = tmp_path_factory.mktemp("standin-run") / "run"
-    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "experiments", "--specimen",
-                           "standin", "--artifacts", str(standin_dir), "--record-dir", str(run_dir)],
-                          cwd=root, env=env, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return run_dir
+    made = experiment_once(tmp_path_factory, "standin", "--specimen", "standin")
+    assert made.returncode == 0, made.tail()
+    return made.run
+
+
+@pytest.fixture(scope="session")
+def replica_run(tmp_path_factory):
+    """The same for `--specimen replica` (built from pythia-14m's published small files, skipped without them)."""
+    from inferlab import replica
+    from shared_runs import experiment_once
+
+    reference = require_reference_dir()
+    made = experiment_once(tmp_path_factory, "replica", "--specimen", "replica",
+                           env={replica.REFERENCE_ENV: str(reference)})
+    assert made.returncode == 0, made.tail()
+    return made.run

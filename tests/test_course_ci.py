@@ -2,17 +2,20 @@
 .ci/course-grade, and this module runs that script end to end (analytic tests, a real stand-in experiment, the
 explanation attached, pack, grade with JUnit output).
 
-That script's stand-in run is the one real experiment run of the grading tests; the tests below that need real
-tensors (a real vocabulary's first-step logits, the real cache comparison) share it.
+The script runs from a scratch copy of the project (its own .ci/, experiments/, analytic_tests/, specs), so the
+stand-in it builds lands in that copy's artifacts/cache, never in the checkout; it is run once per session. That
+script's stand-in run (with the learner's predictions, which make test's standin_run has not) is the real run the
+tests below that need real tensors (a real vocabulary's first-step logits, the real cache comparison) share.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
@@ -25,6 +28,7 @@ from inferlab.runview import RunView
 
 from fixtures_records import REPO_ROOT, copy_run, rewrite_records
 from grading_helpers import answered_explanation, answered_predictions
+from shared_runs import child_env, made_once, make_project
 
 SCRIPT = REPO_ROOT / ".ci" / "course-grade"
 DOC = REPO_ROOT / "docs" / "grading.md"
@@ -33,19 +37,28 @@ ATTACH_EXISTS = "attach" in COMMANDS  # issue 23 adds it; before that merge the 
 
 @pytest.fixture(scope="module")
 def ci(tmp_path_factory) -> dict:
-    """One run of the course CI script, as a course's CI job runs it after the set-up step."""
-    base = tmp_path_factory.mktemp("course-ci")
-    (base / "my_predictions.md").write_text(answered_predictions())
-    (base / "my_explanation.md").write_text(answered_explanation())
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(PYTHON=sys.executable, OUT=str(base / "out"), PREDICTIONS=str(base / "my_predictions.md"),
-               EXPLANATION=str(base / ("my_explanation.md" if ATTACH_EXISTS else "not-attached.md")))
-    done = subprocess.run(["bash", str(SCRIPT)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    return {"done": done, "out": base / "out", "run": base / "out" / "run"}
+    """One run of the course CI script, as a course's CI job runs it after the set-up step (once per session)."""
+    def make(base):
+        project = make_project(base / "project", analytic_tests=True)
+        (project / ".ci").mkdir()
+        shutil.copy(SCRIPT, project / ".ci" / SCRIPT.name)
+        (base / "my_predictions.md").write_text(answered_predictions())
+        (base / "my_explanation.md").write_text(answered_explanation())
+        env = child_env({"PYTHON": sys.executable, "OUT": str(base / "out"),
+                         "PREDICTIONS": str(base / "my_predictions.md"),
+                         "EXPLANATION": str(base / ("my_explanation.md" if ATTACH_EXISTS else "not-attached.md"))})
+        done = subprocess.run(["bash", str(project / ".ci" / SCRIPT.name)], cwd=project, env=env, capture_output=True,
+                              text=True, timeout=600, stdin=subprocess.DEVNULL)
+        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr, "out": str(base / "out")}
+
+    made = made_once(tmp_path_factory, "course-ci", make)
+    done = subprocess.CompletedProcess(["bash", str(SCRIPT)], made["returncode"], made["stdout"], made["stderr"])
+    out = Path(made["out"])
+    return {"done": done, "out": out, "run": out / "run"}
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_the_course_ci_script_runs_every_step_and_grades_with_junit(ci):
     done, out = ci["done"], ci["out"]
     log = done.stdout + done.stderr
@@ -93,6 +106,7 @@ def test_the_documented_workflows_call_the_tested_script_and_keep_its_output():
 # --- the real run's tensors --------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_the_real_stand_in_run_passes_the_recorded_items(ci):
     grade = grade_source(ci["run"], load_rubric())
     assert {i.number: i.status for i in grade.items if i.number in range(2, 7)} == {n: "pass" for n in range(2, 7)}
@@ -100,6 +114,7 @@ def test_the_real_stand_in_run_passes_the_recorded_items(ci):
     assert grade.facts["prompt_lengths"]["P1x8"] > grade.facts["prompt_lengths"]["P1"]
 
 
+@pytest.mark.process
 def test_a_reference_of_the_real_run_agrees_with_it_and_catches_an_edited_greedy_id(ci, tmp_path):
     view = RunView.read(ci["run"])
     reference = make_reference(view)
@@ -120,6 +135,7 @@ def test_a_reference_of_the_real_run_agrees_with_it_and_catches_an_edited_greedy
     assert any(c.startswith("generation P1-G-rep1: ids first differ at step 2") for c in found), found
 
 
+@pytest.mark.process
 def test_the_grading_benchmark_times_grade_over_copies_of_a_run(ci, capsys):
     from benchmarks import grading
 

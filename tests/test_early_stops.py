@@ -8,15 +8,13 @@ scratch project's own spec file, used through --artifacts like a learner's copy.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from inferlab import cache_check, loading, protocol, recipe, specimen, standin
-from test_experiment_runs import project, records  # noqa: F401 (project is a fixture)
+from shared_runs import experiment, inferlab_command, make_project, records
 from variants import pin_variant
 
 EOS = 0
@@ -44,25 +42,22 @@ def variant_for_stop_after(stop_after: int, prompt_ids: list[int], greedy: list[
     return recipe.Variant(forced_eos_clusters=(forced,))
 
 
-def run_variant(project, tmp_path, stop_after: int, base_p1) -> Path:
+def run_variant(tmp_path, stop_after: int, base_p1) -> Path:
+    """The whole experiment on the variant, pinned in a scratch project's own spec and given through --artifacts."""
     prompt_ids, greedy = base_p1
     name = f"standin-eos{stop_after}"
     variant = variant_for_stop_after(stop_after, prompt_ids, greedy)
-    pin_variant(project.path, name, standin, variant, tmp_path / name)
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", name,
-                                          "--artifacts", str(tmp_path / name))
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
-    return project.path / "run"
-
-
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "inferlab", *map(str, args)], capture_output=True, text=True)
+    result = experiment(tmp_path, "--specimen", name, "--artifacts", str(tmp_path / name),
+                        prepare=lambda project: pin_variant(project, name, standin, variant, tmp_path / name))
+    assert result.returncode == pytest.ExitCode.OK, result.tail()
+    return result.run
 
 
 @pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.parametrize("stop_after", [1, 3], ids=["eos-after-1", "eos-after-3"])
-def test_early_eos_runs_end_to_end(project, tmp_path, base_p1, stop_after):
-    run = run_variant(project, tmp_path, stop_after, base_p1)
+def test_early_eos_runs_end_to_end(tmp_path, base_p1, stop_after):
+    run = run_variant(tmp_path, stop_after, base_p1)
     found = records(run)
     by_kind = lambda kind: [r for r in found if r["kind"] == kind]  # noqa: E731
 
@@ -99,20 +94,23 @@ def test_early_eos_runs_end_to_end(project, tmp_path, base_p1, stop_after):
     if stop_after > 1:  # P2 ends with the same '.', so only a later stop can leave it running
         assert lengths["P2"] > lengths["P1"], lengths
 
-    # 5) the records verify, and the report renders from them (empty text included)
-    assert cli("verify", run).returncode == 0, cli("verify", run).stdout
-    assert cli("report", run, "--check").returncode == 0
+    # 5) the records verify, and the report renders from them (empty text included); the commands run in
+    # process, the experiment itself ran in its own
+    status, printed = inferlab_command("verify", run)
+    assert status == 0, printed
+    status, printed = inferlab_command("report", run, "--check")
+    assert status == 0, printed
     if stop_after == 1:
         assert reference["text"] == ""
         assert "prefill only: cache reuse not exercised" in (run / "report.md").read_text()
 
 
-def test_a_variant_pin_is_refused_for_the_base_bytes(project, tmp_path, base_p1):
+def test_a_variant_pin_is_refused_for_the_base_bytes(tmp_path, base_p1):
     """The variant's spec pins the variant's weights: the base stand-in does not pass it (no silent swap)."""
     prompt_ids, greedy = base_p1
-    pin_variant(project.path, "standin-eos1", standin, variant_for_stop_after(1, prompt_ids, greedy),
-                tmp_path / "variant")
-    spec = specimen.load_spec("standin-eos1", project.path / "artifacts")
+    project = make_project(tmp_path / "project")
+    pin_variant(project, "standin-eos1", standin, variant_for_stop_after(1, prompt_ids, greedy), tmp_path / "variant")
+    spec = specimen.load_spec("standin-eos1", project / "artifacts")
     base = standin.build(tmp_path / "base")
     assert base["files"]["model.safetensors"]["sha256"] != spec.expected["model.safetensors"]["sha256"]
     assert not specimen.check_specimen_files(tmp_path / "base", spec)["ok"]

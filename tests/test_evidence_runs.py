@@ -4,41 +4,12 @@ files."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from shared_runs import experiment, experiment_once, records
 from tiny_specimen import TINY_SPEC_NAME, build_tiny_specimen, write_spec
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-PLUGIN_LINE = 'pytest_plugins = ["inferlab.plugin"]\n'
-
-
-def make_project(root: Path, conftest_extra: str = "") -> Path:
-    """A scratch copy of the experiment files, the specimen specs and the plugin registration under root."""
-    shutil.copytree(REPO_ROOT / "experiments", root / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "artifacts").mkdir()
-    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
-        shutil.copy(spec, root / "artifacts" / spec.name)
-    shutil.copy(REPO_ROOT / "pytest.ini", root / "pytest.ini")
-    (root / "conftest.py").write_text(PLUGIN_LINE + conftest_extra)
-    return root
-
-
-def run_experiment(root: Path, *arguments: str) -> subprocess.CompletedProcess:
-    """python -m pytest experiments --record-dir run ARGUMENTS in root, in a fresh process."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "pytest", "experiments", "--record-dir", "run", *arguments],
-                          cwd=root, env=env, capture_output=True, text=True, check=False)
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+pytestmark = pytest.mark.process
 
 
 def outcomes(found: list[dict]) -> dict:
@@ -67,13 +38,13 @@ _loading.load_options = _wrong_options
 '''
 
 
-def run_tiny(tmp_path, conftest_extra: str = "", **damage) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    root = make_project(tmp_path / "project", conftest_extra)
+def run_tiny(tmp_path, conftest_extra: str = "", selection: str = DEPENDENT_SELECTION, **damage):
+    """The -k selection of the experiment on a tiny specimen (damaged as asked), pinned in the scratch project's
+    own spec and given through --artifacts: (the finished run, its records)."""
     specimen = build_tiny_specimen(tmp_path / "tiny-specimen", **damage)
-    write_spec(root / "artifacts", specimen)
-    result = run_experiment(root, "--specimen", TINY_SPEC_NAME, "--artifacts", str(specimen),
-                            "-k", DEPENDENT_SELECTION)
-    return result, records(root / "run")
+    result = experiment(tmp_path, "--specimen", TINY_SPEC_NAME, "--artifacts", str(specimen), "-k", selection,
+                        conftest_extra=conftest_extra, prepare=lambda project: write_spec(project / "artifacts", specimen))
+    return result, result.records()
 
 
 def assert_dependents_stopped(found: list[dict], *reason_parts: str) -> None:
@@ -140,12 +111,7 @@ def model(loaded_specimen):
 
 def test_a_forward_in_training_mode_fails_its_trial_with_the_evidence(tmp_path):
     """Issue 26 A4: the watch inside every forward sees what an inspection before the forwards cannot."""
-    root = make_project(tmp_path / "project", TRAINING_AFTER_FIRST_FORWARD)
-    specimen = build_tiny_specimen(tmp_path / "tiny-specimen")
-    write_spec(root / "artifacts", specimen)
-    result = run_experiment(root, "--specimen", TINY_SPEC_NAME, "--artifacts", str(specimen),
-                            "-k", "test_10_specimen or test_input or P1-G-rep1")
-    found = records(root / "run")
+    result, found = run_tiny(tmp_path, TRAINING_AFTER_FIRST_FORWARD, "test_10_specimen or test_input or P1-G-rep1")
     by_test = outcomes(found)
     assert by_test["test_model_inspection"]["outcome"] == "passed", result.stdout[-3000:]
     trial = by_test["test_generation_trial[P1-G-rep1]"]
@@ -185,12 +151,12 @@ JUSTIFICATION = "a test's justification: the one-token path sums in another orde
 
 @pytest.fixture(scope="module")
 def evidence_run(tmp_path_factory, standin_dir):
-    """One stand-in run of a selection that makes every kind of forward, with the probe and a revised criterion."""
-    root = make_project(tmp_path_factory.mktemp("evidence"), FORWARD_PROBE)
-    result = run_experiment(root, "--specimen", "standin", "--artifacts", str(standin_dir),
-                            "--revised-cache-criterion", "1e-3,1e-2", "--justification", JUSTIFICATION,
-                            "-k", EVIDENCE_SELECTION)
-    found = records(root / "run")
+    """One stand-in run of a selection that makes every kind of forward, with the probe and a revised criterion
+    (made once per session, whichever worker asks first)."""
+    result = experiment_once(tmp_path_factory, "standin-evidence", "--specimen", "standin", "--artifacts",
+                             str(standin_dir), "--revised-cache-criterion", "1e-3,1e-2", "--justification",
+                             JUSTIFICATION, "-k", EVIDENCE_SELECTION, conftest_extra=FORWARD_PROBE)
+    found = result.records()
     failing = {name: o["longrepr"] for name, o in outcomes(found).items() if o["outcome"] != "passed"}
     assert result.returncode == pytest.ExitCode.OK, (failing, result.stdout[-3000:])
     return found
@@ -314,12 +280,9 @@ def test_the_cache_bytes_come_from_the_cache_tests_own_forwards(evidence_run):
     assert weighed["prompt_length"] == comparisons[0]["prefix_length"] and "warnings" not in weighed
 
 
-def test_without_the_option_and_the_probe_nothing_is_added(tmp_path, standin_dir):
-    root = make_project(tmp_path / "project")
-    result = run_experiment(root, "--specimen", "standin", "--artifacts", str(standin_dir),
-                            "-k", "test_10_specimen or test_input or P1-G-rep1 or test_40_cache")
-    assert result.returncode == pytest.ExitCode.OK, result.stdout[-3000:]
-    found = records(root / "run")
+def test_without_the_option_and_the_probe_nothing_is_added(standin_run):
+    """The session's plain stand-in run (no revised criterion, no probe; it passed) holds none of it."""
+    found = records(standin_run)
     assert not of_kind(found, "cache_criterion_revised")
     assert all("revised" not in r for r in of_kind(found, "cache_comparison"))
     assert "revised_evaluation" not in of_kind(found, "cache_summary")[0]

@@ -1,9 +1,12 @@
-"""Whole experiment runs in a scratch project: the default run without a hub, tampered copies, the plan."""
+"""Whole experiment runs in a scratch project: the runs `make test` checks, the default run without a hub,
+tampered copies, the plan.
+
+Runs of one configuration are made once per session (shared_runs) and read by every test that needs them;
+plans, and selections that load no model, run in process."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 from pathlib import Path
@@ -11,21 +14,18 @@ from pathlib import Path
 import pytest
 
 from inferlab import protocol
+from shared_runs import REPO_ROOT, experiment_once, made_once, make_project, records, run_python
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.process
 
 
 @pytest.fixture
 def project(pytester, monkeypatch):
     """A scratch copy of the experiment (tests, specs, plugin registration) with its own artifact cache."""
+    import os
+
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    shutil.copytree(REPO_ROOT / "experiments", pytester.path / "experiments",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    (pytester.path / "artifacts").mkdir()
-    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
-        shutil.copy(spec, pytester.path / "artifacts" / spec.name)
-    shutil.copy(REPO_ROOT / "conftest.py", pytester.path / "conftest.py")
-    shutil.copy(REPO_ROOT / "pytest.ini", pytester.path / "pytest.ini")
+    make_project(pytester.path)
     return pytester
 
 
@@ -37,19 +37,48 @@ def closed_loopback_endpoint() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-
-
 def outcome(all_records: list[dict], test_suffix: str) -> dict:
     return next(r for r in all_records if r["kind"] == "test_outcome" and r["test"].endswith(test_suffix))
 
 
-def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(project, monkeypatch):
-    monkeypatch.setenv("HF_ENDPOINT", closed_loopback_endpoint())
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    run = project.path / "run"
+def acquired_directory(run_dir: Path) -> str:
+    """The verified specimen directory a run used (its artifact_acquisition record)."""
+    return next(r for r in records(run_dir) if r["kind"] == "artifact_acquisition")["directory"]
+
+
+# --- the runs `make test` used to make and check in steps of its own -------------------------------------
+
+
+@pytest.mark.parametrize("specimen", ["standin", "replica"])
+def test_the_make_test_run_of_each_offline_specimen_verifies_and_its_report_regenerates(request, specimen):
+    """`pytest experiments --specimen S --record-dir D` (the session's shared run, default acquisition) passed;
+    `inferlab verify D` and `inferlab report D --check` each exit 0 with their OK line."""
+    run = request.getfixturevalue(f"{specimen}_run")
+    verified = run_python(["-m", "inferlab", "verify", run], cwd=REPO_ROOT)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.splitlines()[-1].startswith("verify: OK ("), verified.stdout
+    checked = run_python(["-m", "inferlab", "report", run, "--check"], cwd=REPO_ROOT)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines()[-1] == (
+        f"report: regenerated text is identical to report.md, report-details.md in {run}"), checked.stdout
+    acquisition = next(r for r in records(run) if r["kind"] == "artifact_acquisition")
+    assert acquisition["acquisition"] == "built_offline" and acquisition["ok"] is True
+    assert Path(acquisition["directory"]).is_relative_to(run.parent / "artifacts" / "cache")  # never the checkout's
+
+
+# --- the default specimen without a hub: one run, read by three tests ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def no_hub(tmp_path_factory):
+    """The default run where the hub endpoint accepts no connection (cacheprovider on, for the --lf test)."""
+    return experiment_once(tmp_path_factory, "no-hub", "-p", "cacheprovider",
+                           env={"HF_ENDPOINT": closed_loopback_endpoint()})
+
+
+def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(no_hub):
+    assert no_hub.returncode == pytest.ExitCode.TESTS_FAILED, no_hub.tail()
+    run = no_hub.run
     found = records(run)
     acquisition = next(r for r in found if r["kind"] == "artifact_acquisition")
     assert acquisition["ok"] is False and acquisition["acquisition"] == "download"
@@ -60,8 +89,8 @@ def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(proje
     trial = outcome(found, "test_generation_trial[P1-G-rep1]")
     assert trial["outcome"] == "skipped"
     assert not [r for r in found if r["kind"] in ("model_load", "generation", "timing_trial")]
-    assert not (project.path / "artifacts" / "cache" / "pythia-14m").exists() or not any(
-        (project.path / "artifacts" / "cache" / "pythia-14m").rglob("*.safetensors"))
+    assert not (no_hub.project / "artifacts" / "cache" / "pythia-14m").exists() or not any(
+        (no_hub.project / "artifacts" / "cache" / "pythia-14m").rglob("*.safetensors"))
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["complete"] is True and manifest["exit_status"] == 1
     assert "report.md" in manifest["files"]
@@ -69,7 +98,7 @@ def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(proje
 
 
 def test_offline_default_run_names_the_missing_files(project):
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--offline")
+    result = project.runpytest("experiments", "--record-dir", "run", "--offline")  # stops at acquisition: in process
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     acquisition = next(r for r in records(project.path / "run") if r["kind"] == "artifact_acquisition")
     assert "model.safetensors" in acquisition["error"] and "--artifacts" in acquisition["error"]
@@ -83,8 +112,8 @@ def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_p
     weights = bytearray((copy / "model.safetensors").read_bytes())
     weights[-1] ^= 0x01
     (copy / "model.safetensors").write_bytes(bytes(weights))
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin",
-                                          "--artifacts", str(copy))
+    # refused at verification, so no model is loaded: in process
+    result = project.runpytest("experiments", "--record-dir", "run", "--specimen", "standin", "--artifacts", str(copy))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     found = records(project.path / "run")
     files = {r["name"]: r for r in found if r["kind"] == "artifact_file"}
@@ -101,7 +130,7 @@ def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_p
 
 
 def test_plan_of_the_real_experiment_matches_the_protocol(project):
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--plan")
+    result = project.runpytest("experiments", "--record-dir", "run", "--plan")  # a plan loads no model: in process
     assert result.ret == pytest.ExitCode.OK
     plan = json.loads((project.path / "run" / "plan.json").read_text())
     assert plan["cap_violations"] == [] and plan["shortfalls"] == []
@@ -123,18 +152,21 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     assert manifest["mode"] == "plan" and manifest["complete"] is False and not (project.path / "run" / "report.md").exists()
 
 
-REPLAY_SCRIPT = r'''
+PLAIN_TRANSFORMERS_SCRIPT = r'''
 import json, sys
 import torch
+from safetensors.torch import load_file
 from transformers import GenerationConfig, GPTNeoXForCausalLM
 
-directory, records_path, trial_ids = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+directory, run_dir, trial_ids = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+atol, rtol = float(sys.argv[4]), float(sys.argv[5])
 torch.set_num_threads(1)
 model = GPTNeoXForCausalLM.from_pretrained(directory, local_files_only=True, use_safetensors=True,
                                            trust_remote_code=False, dtype=torch.float32,
                                            attn_implementation="eager").eval()
-found = {}
-for line in open(records_path):
+stored = load_file(run_dir + "/tensors/cache_logits.safetensors")
+replayed, recomputed = {}, []
+for line in open(run_dir + "/records.jsonl"):
     record = json.loads(line)
     if record["kind"] == "generation" and record["trial_id"] in trial_ids:
         config = GenerationConfig.from_dict(record["generation_config"])
@@ -144,110 +176,87 @@ for line in open(records_path):
             output = model.generate(input_ids=torch.tensor([record["prompt_ids"]]),
                                     attention_mask=torch.ones(1, len(record["prompt_ids"]), dtype=torch.long),
                                     generation_config=config, use_model_defaults=False)
-        found[record["trial_id"]] = {"recorded": record["generated_ids"],
-                                     "replayed": output.sequences[0, len(record["prompt_ids"]):].tolist()}
-print(json.dumps(found))
+        replayed[record["trial_id"]] = {"recorded": record["generated_ids"],
+                                        "replayed": output.sequences[0, len(record["prompt_ids"]):].tolist()}
+    elif record["kind"] == "cache_comparison":
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([record["prefix_ids"]]), use_cache=False).logits[0, -1]
+        uncached = stored[record["tensors"]["uncached"]["key"]]
+        recomputed.append({"prefix_length": record["prefix_length"],
+                           "max_abs_diff": float((logits - uncached).abs().max()),
+                           "bound": float((atol + rtol * uncached.abs()).min())})
+print(json.dumps({"replayed": replayed, "recomputed": recomputed}))
 '''
+REPLAYED_TRIALS = ["P1-G-rep1", "P1-S2-seed23", "P2-S3-seed31", "P2-S1-seed17-rerun"]
 
 
-def run_stand_in_subset(project, selection: str) -> tuple[Path, str]:
-    """Run the -k selection of the experiment on the stand-in: (record dir, verified specimen directory)."""
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin",
-                                          "-k", selection)
-    assert result.ret == pytest.ExitCode.OK
-    run = project.path / "run"
-    return run, next(r for r in records(run) if r["kind"] == "artifact_acquisition")["directory"]
+@pytest.fixture(scope="module")
+def plain_transformers(tmp_path_factory, standin_run):
+    """One fresh Python with plain transformers on the stand-in run's own specimen copy: four trials replayed, and
+    every recorded uncached prefix's last logits recomputed."""
+    tolerance = protocol.CACHE_TOLERANCE
+
+    def make(folder):
+        done = run_python(["-c", PLAIN_TRANSFORMERS_SCRIPT, acquired_directory(standin_run), standin_run,
+                           ",".join(REPLAYED_TRIALS), tolerance.atol, tolerance.rtol], cwd=folder)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    return made_once(tmp_path_factory, "plain-transformers-on-the-standin-run", make)
 
 
-def run_script(script: str, *args) -> object:
-    """Run a script in a fresh Python process; its last stdout line is JSON."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_stand_in_records_replay_in_a_fresh_process_with_plain_transformers(project):
-    run, directory = run_stand_in_subset(project, "test_10_specimen or test_20_inputs or test_generation_trial")
-    assert len([r for r in records(run) if r["kind"] == "generation"]) == len(protocol.generation_trials())
-    trial_ids = ["P1-G-rep1", "P1-S2-seed23", "P2-S3-seed31", "P2-S1-seed17-rerun"]
-    found = run_script(REPLAY_SCRIPT, directory, run / "records.jsonl", ",".join(trial_ids))
-    assert sorted(found) == sorted(trial_ids)
+def test_stand_in_records_replay_in_a_fresh_process_with_plain_transformers(standin_run, plain_transformers):
+    assert len([r for r in records(standin_run) if r["kind"] == "generation"]) == len(protocol.generation_trials())
+    found = plain_transformers["replayed"]
+    assert sorted(found) == sorted(REPLAYED_TRIALS)
     for trial_id, ids in found.items():
         assert ids["replayed"] == ids["recorded"], trial_id
 
 
-RECOMPUTE_SCRIPT = r'''
-import json, sys
-import torch
-from safetensors.torch import load_file
-from transformers import GPTNeoXForCausalLM
-
-directory, run_dir, atol, rtol = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-torch.set_num_threads(1)
-model = GPTNeoXForCausalLM.from_pretrained(directory, local_files_only=True, use_safetensors=True,
-                                           trust_remote_code=False, dtype=torch.float32,
-                                           attn_implementation="eager").eval()
-stored = load_file(run_dir + "/tensors/cache_logits.safetensors")
-rows = []
-for line in open(run_dir + "/records.jsonl"):
-    record = json.loads(line)
-    if record["kind"] != "cache_comparison":
-        continue
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([record["prefix_ids"]]), use_cache=False).logits[0, -1]
-    uncached = stored[record["tensors"]["uncached"]["key"]]
-    rows.append({"prefix_length": record["prefix_length"],
-                 "max_abs_diff": float((logits - uncached).abs().max()),
-                 "bound": float((atol + rtol * uncached.abs()).min())})
-print(json.dumps(rows))
-'''
-
-
-def test_stand_in_uncached_logits_agree_with_an_independent_recomputation(project):
+def test_stand_in_uncached_logits_agree_with_an_independent_recomputation(plain_transformers):
     """A fresh process with plain transformers recomputes each recorded uncached prefix's last logits."""
-    run, directory = run_stand_in_subset(project, "test_10_specimen or test_20_inputs or P1-G-rep1 or test_40_cache")
     tolerance = protocol.CACHE_TOLERANCE
-    rows = run_script(RECOMPUTE_SCRIPT, directory, run, tolerance.atol, tolerance.rtol)
+    rows = plain_transformers["recomputed"]
     assert 1 <= len(rows) <= protocol.CACHE_MAX_TARGET_TOKENS
     for row in rows:  # the criterion's tightest bound anywhere in the vector: stricter than element by element
         assert row["max_abs_diff"] <= row["bound"], (row, tolerance.describe())
 
 
-def test_two_stand_in_runs_compare_with_every_generated_id_equal(project):
+@pytest.fixture(scope="module")
+def offline_generation(tmp_path_factory):
+    """An --offline stand-in run of the specimen, the inputs and every generation trial, in its own scratch
+    project (so the stand-in is built there with the network blocked)."""
+    return experiment_once(tmp_path_factory, "standin-offline-generation", "--specimen", "standin", "--offline",
+                           "-k", "test_10_specimen or test_20_inputs or test_generation_trial")
+
+
+def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, offline_generation):
+    """The session's complete run and a second one (offline, generation only) in another process."""
     from inferlab.compare import compare
 
-    selection = ["-k", "test_10_specimen or test_20_inputs or test_generation_trial"]
-    for name in ("first", "second"):
-        result = project.runpytest_subprocess("experiments", "--record-dir", name, "--specimen", "standin", *selection)
-        assert result.ret == pytest.ExitCode.OK
-    comparison = compare(project.path / "first", project.path / "second")
+    assert offline_generation.returncode == pytest.ExitCode.OK, offline_generation.tail()
+    comparison = compare(standin_run, offline_generation.run)
     rows = comparison["generation"]
     assert len(rows) == len(protocol.generation_trials())
     assert all(row["equal"] for row in rows), [row for row in rows if not row["equal"]]
 
 
-def test_offline_stand_in_run_needs_no_network_and_proves_the_block(project):
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin", "--offline",
-                                          "-k", "test_10_specimen or test_20_inputs or P1-G-rep1")
-    assert result.ret == pytest.ExitCode.OK
-    found = records(project.path / "run")
+def test_offline_stand_in_run_needs_no_network_and_proves_the_block(offline_generation):
+    assert offline_generation.returncode == pytest.ExitCode.OK, offline_generation.tail()
+    found = records(offline_generation.run)
     guard = next(r for r in found if r["kind"] == "offline_guard")
     assert guard["offline"] is True and "network access blocked" in guard["outcome"]
     assert next(r for r in found if r["kind"] == "generation")["status"] == "ok"
-    manifest = json.loads((project.path / "run" / "manifest.json").read_text())
+    manifest = json.loads((offline_generation.run / "manifest.json").read_text())
     assert manifest["options"]["network_blocked_for_session"] is True
 
 
 # --- the newcomer's first failure, and partial runs (issues 17.2, 15.2, 15.3, 15.12) -------------------
 
 
-def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(project, monkeypatch):
-    monkeypatch.setenv("HF_ENDPOINT", closed_loopback_endpoint())
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run")
-    output = result.stdout.str() + result.stderr.str()
-    found = records(project.path / "run")
+def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(no_hub):
+    output = no_hub.stdout + no_hub.stderr
+    found = records(no_hub.run)
     error = next(r for r in found if r["kind"] == "artifact_acquisition")["error"]
     assert output.count("Connection refused") == 1 and error in output
     skip_reason = outcome(found, "test_model_load")["skip_reason"]  # the records keep every reason uncut
@@ -255,20 +264,20 @@ def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(pr
     from inferlab import guidance, specimen
 
     steps = guidance.acquisition_next_steps(specimen.load_spec("pythia-14m").as_dict())
-    lines = result.stdout.lines
+    lines = no_hub.lines
     start = lines.index("Next steps:")
     assert [line.strip() for line in lines[start + 1:start + 1 + len(steps)]] == \
         [f"{n}. {step}" for n, step in enumerate(steps, start=1)]
     assert lines.index("Next steps:") > next(i for i, line in enumerate(lines) if error in line)
-    planned = len(json.loads((project.path / "run" / "plan.json").read_text())["schedule"])
+    planned = len(json.loads((no_hub.run / "plan.json").read_text())["schedule"])
     # the status line comes after pytest's own counts: the last line of the output (issue 26 A7)
-    assert result.stdout.lines[-2].startswith("=") and "1 failed" in result.stdout.lines[-2]
-    assert result.stdout.lines[-1].startswith(f"inferlab: the session reached its end: all {planned} planned tests")
-    assert "the HARNESS FAILED: 1 harness-integrity check(s)" in result.stdout.lines[-1]
+    assert lines[-2].startswith("=") and "1 failed" in lines[-2]
+    assert lines[-1].startswith(f"inferlab: the session reached its end: all {planned} planned tests")
+    assert "the HARNESS FAILED: 1 harness-integrity check(s)" in lines[-1]
 
 
 def plan_of(project, *args) -> tuple[dict, object]:
-    result = project.runpytest_subprocess("--record-dir", "plan", "--plan", *args)
+    result = project.runpytest("--record-dir", "plan", "--plan", *args)  # a plan loads no model: in process
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     return json.loads((project.path / "plan" / "plan.json").read_text()), result
 
@@ -301,16 +310,18 @@ def test_leaving_out_only_the_optional_batching_keeps_the_protocol_complete(proj
     assert len(plan["optional_left_out"]) == 1 and "deselected" in plan["optional_left_out"][0]
 
 
-def test_last_failed_after_a_failed_run_is_partial_and_never_complete(project, monkeypatch):
+def test_last_failed_after_a_failed_run_is_partial_and_never_complete(no_hub, pytester, monkeypatch):
+    """The no-hub run failed with the cache provider on; --lf in a copy of its project (its .pytest_cache too)
+    runs in process: the one test it selects fails at acquisition again, without loading a model."""
+    assert no_hub.returncode == pytest.ExitCode.TESTS_FAILED, no_hub.tail()
+    shutil.copytree(no_hub.project, pytester.path, dirs_exist_ok=True)
     monkeypatch.setenv("HF_ENDPOINT", closed_loopback_endpoint())
-    first = project.runpytest_subprocess("experiments", "--record-dir", "first", "-p", "cacheprovider")
-    assert first.ret == pytest.ExitCode.TESTS_FAILED
-    again = project.runpytest_subprocess("experiments", "--record-dir", "again", "--lf")
+    again = pytester.runpytest("experiments", "--record-dir", "again", "--lf")
     assert again.ret == pytest.ExitCode.TESTS_FAILED
-    end = [r for r in records(project.path / "again") if r["kind"] == "session_end"][0]
+    end = [r for r in records(pytester.path / "again") if r["kind"] == "session_end"][0]
     assert end["tests_planned"] == 1 and end["complete"] is False
     assert end["partial_reasons"][0] == "--lf: only the tests that failed last time were collected and run"
-    manifest = json.loads((project.path / "again" / "manifest.json").read_text())
+    manifest = json.loads((pytester.path / "again" / "manifest.json").read_text())
     assert manifest["complete"] is False and "PARTIAL" in manifest["status"]
     again.stdout.fnmatch_lines(["inferlab: *PARTIAL, not the complete protocol: --lf*"])
 
@@ -338,8 +349,8 @@ def test_no_experiment_spends_forwards_outside_the_protocols_budget():
 def test_a_selection_without_its_prerequisites_says_which_tests_to_add_and_points_at_the_test(project):
     """Issue 26 B3: `-k cache` used to skip everything with "prerequisite 'model_inspection' has not run",
     located in inferlab/plugin.py."""
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin", "-k", "cache",
-                                          "-rs")
+    result = project.runpytest("experiments", "--record-dir", "run", "--specimen", "standin", "-k", "cache",
+                               "-rs")  # every selected test stops at its prerequisites: no model, in process
     found = records(project.path / "run")
     skipped = outcome(found, "test_cache_criterion_declared")
     reason = skipped["skip_reason"]
@@ -351,7 +362,7 @@ def test_a_selection_without_its_prerequisites_says_which_tests_to_add_and_point
 
 
 def test_one_file_alone_is_told_which_files_to_name_too(project):
-    project.runpytest_subprocess("experiments/test_40_cache.py", "--record-dir", "run", "--specimen", "standin")
+    project.runpytest("experiments/test_40_cache.py", "--record-dir", "run", "--specimen", "standin")  # no model
     reason = outcome(records(project.path / "run"), "test_cache_criterion_declared")["skip_reason"]
     assert "the command named only experiments/test_40_cache.py" in reason
     assert "to include them: name experiments/test_10_specimen.py too" in reason
@@ -361,7 +372,7 @@ def test_one_file_alone_is_told_which_files_to_name_too(project):
 def test_the_hubs_offline_variable_is_honoured_as_offline_and_recorded_so(project, monkeypatch, value):
     """Issue 26 B7: HF_HUB_OFFLINE=1 used to be ignored: the run still connected."""
     monkeypatch.setenv("HF_HUB_OFFLINE", value)
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "-k", "test_network_guard")
+    result = project.runpytest("experiments", "--record-dir", "run", "-k", "test_network_guard")  # in process
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
     manifest = json.loads((project.path / "run" / "manifest.json").read_text())
     assert manifest["options"]["offline"] is True and manifest["options"]["offline_from"] == f"HF_HUB_OFFLINE={value}"

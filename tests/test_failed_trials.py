@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_experiment_runs import project, records  # noqa: F401 (project is a fixture)
+from shared_runs import experiment
 
 FAIL_THIRD_CALL = '''
 import inferlab.sampling as sampling
@@ -25,13 +25,13 @@ sampling.run_generation_trial = _fails_on_the_third_call
 '''
 
 
-def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(project):
-    (project.path / "conftest.py").write_text((project.path / "conftest.py").read_text() + FAIL_THIRD_CALL)
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "standin",
-                                          "-k", "test_10_specimen or test_20_inputs or test_30_sampling")
-    found = records(project.path / "run")
+@pytest.mark.process
+def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(tmp_path, standin_dir):
+    result = experiment(tmp_path, "--specimen", "standin", "--artifacts", str(standin_dir),
+                        "-k", "test_10_specimen or test_20_inputs or test_30_sampling", conftest_extra=FAIL_THIRD_CALL)
+    found = result.records()
     outcomes = {r["test"].split("::")[-1]: r for r in found if r["kind"] == "test_outcome"}
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.tail()
     assert outcomes["test_generation_trial[P1-G-rep3]"]["outcome"] == "failed"
     failed_record = next(r for r in found if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep3")
     assert failed_record["status"] == "failed" and "injected failure" in failed_record["error"]

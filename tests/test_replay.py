@@ -6,8 +6,6 @@ forged copy reuses one loaded model and replays only the parts its edits touch."
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import time
 
@@ -20,16 +18,19 @@ from inferlab.replay import Replay, load_model
 from inferlab.runview import RunView
 
 from forging import find, forge
+from shared_runs import inferlab_command, made_once
 
 
 @pytest.fixture(scope="module")
-def honest(standin_run, standin_dir):
-    """`replay RUN --artifacts DIR` of the honest run: (exit status, output lines, the run's files before, after)."""
-    before = file_inventory(standin_run)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["replay", str(standin_run), "--artifacts", str(standin_dir)])
-    return status, out.getvalue().splitlines(), before, file_inventory(standin_run)
+def honest(standin_run, standin_dir, tmp_path_factory):
+    """`replay RUN --artifacts DIR` of the honest run, in process and once per session: (exit status, output lines,
+    the run's files before, after)."""
+    def make(_folder):
+        before = file_inventory(standin_run)
+        status, printed = inferlab_command("replay", standin_run, "--artifacts", standin_dir)
+        return [status, printed.splitlines(), before, file_inventory(standin_run)]
+
+    return tuple(made_once(tmp_path_factory, "replay-of-the-standin-run", make))
 
 
 def test_an_honest_run_replays_in_full_and_every_part_agrees(honest, standin_run):

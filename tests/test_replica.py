@@ -107,6 +107,7 @@ def test_published_ids(tokenizer):
         assert tokenizer(text, add_special_tokens=False)["input_ids"] == ids
 
 
+@pytest.mark.process
 def test_command_line_refuses_without_the_reference_folder(tmp_path, monkeypatch):
     missing = tmp_path / "no-such-reference"
     env = {**__import__("os").environ, replica.REFERENCE_ENV: str(missing)}
@@ -117,6 +118,7 @@ def test_command_line_refuses_without_the_reference_folder(tmp_path, monkeypatch
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_command_line_refuses_a_non_empty_directory(tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
     result = subprocess.run([sys.executable, "-m", "inferlab.replica", str(tmp_path)], capture_output=True, text=True)

@@ -3,30 +3,24 @@ goes through generation, timing, the records, `verify` and the report. Skipped w
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from inferlab import protocol, recipe, replica
 from inferlab.inputs import NO_TOKEN_NOTE
-from test_experiment_runs import project, records  # noqa: F401 (project is a fixture)
+from shared_runs import experiment, inferlab_command, records
 from variants import pin_variant
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.process, pytest.mark.skipif(
     not (replica.reference_dir() / replica.HEADER_FILE).is_file(),
     reason=f"the replica needs pythia-14m's published small files in {replica.reference_dir()} (../shared beside "
            f"the project), present on the course's CI machines but not in a learner's clone",
-)
+)]
 REAL_LENGTHS = {"P1": 8, "P2": 7, "P1x8": 64}
 NO_TOKEN_ID = 50290  # one of the 27 rows (50277-50303) the real tokenizer has no token for
 
 
-def test_a_replica_run_receives_the_real_tokenizers_inputs(project):
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "replica",
-                                          "-k", "test_10_specimen or test_20_inputs")
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
-    found = records(project.path / "run")
+def test_a_replica_run_receives_the_real_tokenizers_inputs(replica_run):
+    found = records(replica_run)  # the session's complete replica run (make test's)
     inputs = {r["prompt_id"]: r for r in found if r["kind"] == "input"}
     assert {p: r["length"] for p, r in inputs.items()} == REAL_LENGTHS
     sources = {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}
@@ -42,13 +36,13 @@ def test_a_replica_run_receives_the_real_tokenizers_inputs(project):
 
 
 @pytest.mark.slow
-def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(project, tmp_path):
+def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(tmp_path):
     variant = recipe.Variant(forced_token=NO_TOKEN_ID)
-    pin_variant(project.path, "replica-notoken", replica, variant, tmp_path / "variant")
-    result = project.runpytest_subprocess("experiments", "--record-dir", "run", "--specimen", "replica-notoken",
-                                          "--artifacts", str(tmp_path / "variant"))
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
-    run = project.path / "run"
+    result = experiment(tmp_path, "--specimen", "replica-notoken", "--artifacts", str(tmp_path / "variant"),
+                        prepare=lambda project: pin_variant(project, "replica-notoken", replica, variant,
+                                                            tmp_path / "variant"))
+    assert result.returncode == pytest.ExitCode.OK, result.tail()
+    run = result.run
     found = records(run)
 
     greedy = next(r for r in found if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep1")
@@ -62,8 +56,8 @@ def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(pro
     assert all(r["profiling_pieces"]["ids_without_token"] == [NO_TOKEN_ID] * protocol.TIMING_NEW_TOKENS
                for r in timing)
 
-    for command in (["verify", run], ["report", run, "--check"]):
-        done = subprocess.run([sys.executable, "-m", "inferlab", *map(str, command)], capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout + done.stderr
+    for command in (["verify", run], ["report", run, "--check"]):  # in process; the experiment ran in its own
+        status, printed = inferlab_command(*command)
+        assert status == 0, printed
     page = (run / "report.md").read_text()
     assert "| `P1-G-rep1` | max_new_tokens | 16 |  | `\"\"` |" in page  # an empty continuation, shown as ""

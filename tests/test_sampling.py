@@ -278,6 +278,7 @@ REPLAY_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.process
 def test_replay_in_fresh_process_with_plain_transformers(model, first_trials, tmp_path):
     record = first_trials["S1"][0]
     model_dir = tmp_path / "tiny"

@@ -22,6 +22,7 @@ def test_second_build_gives_identical_bytes(standin_build, tmp_path):
     assert standin.build(tmp_path / "second")["files"] == standin_build["files"]
 
 
+@pytest.mark.process
 def test_command_line_builds_the_pinned_files(tmp_path, standin_spec):
     result = subprocess.run(
         [sys.executable, "-m", "inferlab.standin", str(tmp_path / "out")], capture_output=True, text=True, check=True
@@ -57,6 +58,7 @@ def test_weights_are_the_recipes(standin_dir):
             assert np.array_equal(handle.get_tensor(name), expected[name]), name
 
 
+@pytest.mark.process
 def test_command_line_refuses_a_non_empty_directory_and_touches_nothing(tmp_path):
     target = tmp_path / "mine"
     target.mkdir()
@@ -69,6 +71,7 @@ def test_command_line_refuses_a_non_empty_directory_and_touches_nothing(tmp_path
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
 
 
+@pytest.mark.process
 def test_command_line_refuses_a_file_path(tmp_path):
     target = tmp_path / "notes.txt"
     target.write_text("keep me")
@@ -130,6 +133,7 @@ def test_filler_words_are_never_produced_by_encoding(tokenizer, standin_dir):
     assert tokenizer.convert_tokens_to_ids(word) not in ids
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("where", ["under-a-file", "proc"])
 def test_command_line_reports_a_target_it_cannot_create_without_a_traceback(tmp_path, where):
     (tmp_path / "a-file").write_text("x")
