@@ -13,20 +13,22 @@ from inferlab.report import measures
 from inferlab.report.verdict import decide, partial_note
 from inferlab.runview import RunView
 
-from fixtures_records import build_rich_run, copy_run
+from fixtures_records import copy_run
+from shared_runs import runs, shared_runs  # noqa: F401 (runs is a fixture)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PARTIAL = "the run did not finish; 60 of 66 planned tests have an outcome"
 
 
-@pytest.fixture(scope="module")
-def rich_run(tmp_path_factory) -> Path:
-    return build_rich_run(tmp_path_factory.mktemp("plots") / "rich")
+@pytest.fixture
+def rich_run(runs) -> Path:
+    """The shared rich run with the plots its report drew (never change it: copy it)."""
+    return runs.get("rich_plots")
 
 
 @pytest.fixture(scope="module")
-def records(rich_run) -> list[dict]:
-    return RunView.read(rich_run).records  # in the current schema: one name per field
+def records(tmp_path_factory) -> list[dict]:
+    return RunView.read(shared_runs(tmp_path_factory).get("rich_plots")).records  # in the current schema
 
 
 def with_outlier(records: list[dict], factor: float = 200.0) -> tuple[list[dict], float]:
