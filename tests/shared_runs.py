@@ -91,6 +91,8 @@ BUILDS: dict[str, Callable[[Path, "SharedRuns"], Path]] = {
     "failed_ended": lambda directory, runs: fixtures.build_failed_run_ended(directory),
     "plan": lambda directory, runs: fixtures.build_plan_folder(directory),
     "honest": lambda directory, runs: grading_helpers.build_honest_run(directory, base=runs.get("complete")),
+    # another honest run of the same specimen on another (slower) machine
+    "honest_elsewhere": lambda directory, runs: grading_helpers.rerun_elsewhere(runs.get("honest"), directory),
 }
 
 

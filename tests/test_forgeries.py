@@ -22,8 +22,9 @@ from inferlab import protocol, summaries
 from inferlab.__main__ import main
 from inferlab.verify import verify_run
 
-from fixtures_records import build_complete_run, build_failed_run, build_rich_run
+from fixtures_records import build_complete_run
 from forging import find, forge, rehash
+from shared_runs import runs  # noqa: F401 (a fixture)
 
 SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
 
@@ -44,26 +45,26 @@ def resummarize(records: list[dict]) -> None:
             record.update(summaries.timing_summary(trials, record["prompt_id"], record["use_cache"]))
 
 
-@pytest.fixture(scope="module")
-def fixture_run(tmp_path_factory) -> Path:
-    return build_complete_run(tmp_path_factory.mktemp("forgeries") / "complete")
+@pytest.fixture
+def fixture_run(runs) -> Path:
+    """The shared complete run (forge() copies it)."""
+    return runs.get("complete")
 
 
-@pytest.fixture(scope="module")
-def rich_run(tmp_path_factory) -> Path:
+@pytest.fixture
+def rich_run(runs) -> Path:
     """A fixture run with the records the evidence tracks added (weight_read among them)."""
-    return build_rich_run(tmp_path_factory.mktemp("forgeries") / "rich")
+    return runs.get("rich")
 
 
 # --- honest runs stay clean ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("build", [None, build_rich_run, build_failed_run], ids=["complete", "rich", "failed"])
-def test_an_honest_fixture_run_has_no_consistency_problem_and_says_what_it_could_not_check(build, fixture_run,
-                                                                                           tmp_path):
-    result = verify_run(fixture_run if build is None else build(tmp_path / "run"))
+@pytest.mark.parametrize("build", ["complete", "rich", "failed"])
+def test_an_honest_fixture_run_has_no_consistency_problem_and_says_what_it_could_not_check(build, runs):
+    result = verify_run(runs.get(build))
     assert result["problems"] == []
-    if build is not build_failed_run:  # a run that stopped at its specimen decoded nothing
+    if build != "failed":  # a run that stopped at its specimen decoded nothing
         assert any("tokenizer files not at hand" in line for line in result["not_checked"]), result["not_checked"]
 
 
