@@ -81,11 +81,10 @@ class RunData:
 BUILDS: dict[str, Callable[[Path, "SharedRuns"], Path]] = {
     # as a session writes it, its report rendered and no plot drawn
     "complete": lambda directory, runs: fixtures.build_complete_run(directory),
-    # the same with its plots drawn, for the tests that read a PNG
-    "complete_plots": lambda directory, runs: fixtures.build_complete_run(directory, plots=True),
     # a second build of the same run, for compare
     "complete_again": lambda directory, runs: fixtures.build_complete_run(directory),
     "rich": lambda directory, runs: fixtures.build_rich_run(directory, base=runs.get("complete")),
+    # with the plots its report drew, for the tests that read a PNG
     "rich_plots": lambda directory, runs: fixtures.build_rich_run(directory, plots=True, base=runs.get("complete")),
     "failed": lambda directory, runs: fixtures.build_failed_run(directory),
     "failed_ended": lambda directory, runs: fixtures.build_failed_run_ended(directory),
@@ -145,3 +144,20 @@ def shared_runs(tmp_path_factory) -> SharedRuns:
 def runs(tmp_path_factory) -> SharedRuns:
     """The shared fixture runs (import this fixture into a test module to use it)."""
     return shared_runs(tmp_path_factory)
+
+
+@pytest.fixture
+def plots_not_drawn(monkeypatch) -> list:
+    """During the test, write_report (and so `report --write`) renders and writes both pages as it does when every
+    plot is drawn, and draws none: for the tests of pages and commands that read no PNG (tests/test_plots.py
+    draws them). The list holds the keyword arguments of each write_plots call."""
+    from inferlab import plots
+
+    calls = []
+
+    def not_drawn(record_dir, records, partial=None, bound_ratios=None):
+        calls.append({"record_dir": Path(record_dir), "partial": partial})
+        return [{**spec, "written": False, "error": None} for spec in plots.plot_specs(records)]
+
+    monkeypatch.setattr(plots, "write_plots", not_drawn)
+    return calls

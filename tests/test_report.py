@@ -31,7 +31,7 @@ from fixtures_records import (
     fail_generation,
     interrupt_at_generation,
 )
-from shared_runs import RunData, runs, shared_runs  # noqa: F401 (runs is a fixture)
+from shared_runs import RunData, plots_not_drawn, runs, shared_runs  # noqa: F401 (fixtures)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DETAILS_FILE = report.DETAILS_FILE
@@ -120,11 +120,12 @@ def test_cli_report_check_names_a_missing_details_page(rich_run, tmp_path, capsy
     assert f"{run / DETAILS_FILE} does not exist" in capsys.readouterr().out
 
 
-def test_cli_report_write_writes_both_pages(rich_run, tmp_path):
+def test_cli_report_write_writes_both_pages(rich_run, tmp_path, plots_not_drawn):
     run = copy_run(rich_run, tmp_path / "rewrite")
     for name in report.PAGES:
         (run / name).unlink()
     assert main(["report", str(run), "--write"]) == 0
+    assert [call["record_dir"] for call in plots_not_drawn] == [run]  # it asked for the plots
     assert all((run / name).is_file() for name in report.PAGES)
     assert report.check_pages(run) == []
 
@@ -572,7 +573,7 @@ def test_blank_predictions_template_is_flagged(rich_run, tmp_path):
     assert "predictions are still the blank template" in checklist[1][2]
 
 
-def test_supplied_predictions_are_linked_and_left_untouched(rich_run, tmp_path):
+def test_supplied_predictions_are_linked_and_left_untouched(rich_run, tmp_path, plots_not_drawn):
     run = copy_run(rich_run, tmp_path / "with-predictions")
     (run / PREDICTIONS_FILE).write_text("## 1.\nPrediction: identical | 90 %\n")
     before = (run / PREDICTIONS_FILE).read_bytes()

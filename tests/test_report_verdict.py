@@ -16,7 +16,7 @@ from inferlab.records import MANIFEST_FILE, PLAN_FILE, REPORT_FILE
 from inferlab.report import verdict as verdicts
 
 from fixtures_records import abandon_finish, build_rich_run, copy_run, kill_after, rerender
-from shared_runs import RunData, runs  # noqa: F401 (runs is a fixture)
+from shared_runs import RunData, plots_not_drawn, runs  # noqa: F401 (fixtures)
 
 PASSED = "Every planned test passed"
 TIMING_DIVERGENCE = "experiments/test_50_timing.py::test_cache_divergence"
@@ -108,7 +108,7 @@ def test_an_interrupted_run_says_so_first_even_with_a_failed_diagnostic(complete
     assert PASSED not in page
 
 
-def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned, tmp_path, capsys):
+def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned, tmp_path, capsys, plots_not_drawn):
     """A second Ctrl-C during the final writes: session_end exists, the manifest is still the start one."""
     from inferlab.__main__ import main
 

@@ -23,7 +23,7 @@ from fixtures_records import (
     rewrite_records,
     session_end_record,
 )
-from shared_runs import runs  # noqa: F401 (a fixture)
+from shared_runs import plots_not_drawn, runs  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_one_changed_character_in_records_is_caught(run_copy, capsys):
 
 
 def test_deleted_file_is_caught(runs, tmp_path):
-    run = runs.copy("complete_plots", tmp_path / "copy")  # as a session writes it, with its plots
+    run = runs.copy("rich_plots", tmp_path / "copy")  # a run whose report drew its plots
     (run / "plot_token_times.png").unlink()
     assert "plot_token_times.png: listed in the manifest but missing" in problems_of(run)
 
@@ -280,7 +280,7 @@ def test_an_interrupted_session_end_is_a_problem_even_with_every_file_intact(run
     assert any("complete is True but session_end says False" in p for p in problems)
 
 
-def test_a_killed_run_verifies_as_unfinished_and_its_report_can_still_be_written(run_copy, capsys):
+def test_a_killed_run_verifies_as_unfinished_and_its_report_can_still_be_written(run_copy, capsys, plots_not_drawn):
     kill_after(run_copy, tests_done=40)
     problems = problems_of(run_copy)
     assert any("no session_end record" in p for p in problems)
