@@ -146,6 +146,16 @@ def runs(tmp_path_factory) -> SharedRuns:
     return shared_runs(tmp_path_factory)
 
 
+def shared(name: str, build: str, doc: str, in_memory: bool = False):
+    """A fixture called `name` that hands a test the shared folder of one build (its RunData if in_memory):
+    `rich_run = shared("rich_run", "rich", "...")` in a test module."""
+    def fixture(runs):
+        return runs.data(build) if in_memory else runs.get(build)
+
+    fixture.__doc__ = doc
+    return pytest.fixture(fixture, name=name)
+
+
 @pytest.fixture
 def plots_not_drawn(monkeypatch) -> list:
     """During the test, write_report (and so `report --write`) renders and writes both pages as it does when every

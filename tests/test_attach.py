@@ -17,7 +17,7 @@ from inferlab.__main__ import main
 from inferlab.verify import verify_run
 
 from fixtures_records import copy_run, edit_manifest, kill_after
-from shared_runs import runs  # noqa: F401 (runs is a fixture)
+from shared_runs import runs, shared  # noqa: F401 (runs is a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"  # a real stand-in run (see test_runview)
@@ -43,10 +43,7 @@ def answered_explanation() -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture
-def built(runs) -> Path:
-    """The shared complete run (never change it: `run` is a copy)."""
-    return runs.get("complete")
+built = shared("built", "complete", "The shared complete run (never change it: `run` is a copy).")
 
 
 @pytest.fixture

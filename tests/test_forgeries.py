@@ -24,7 +24,7 @@ from inferlab.verify import verify_run
 
 from fixtures_records import build_complete_run
 from forging import find, forge, rehash
-from shared_runs import runs  # noqa: F401 (a fixture)
+from shared_runs import runs, shared  # noqa: F401 (runs is a fixture)
 
 SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
 
@@ -45,16 +45,9 @@ def resummarize(records: list[dict]) -> None:
             record.update(summaries.timing_summary(trials, record["prompt_id"], record["use_cache"]))
 
 
-@pytest.fixture
-def fixture_run(runs) -> Path:
-    """The shared complete run (forge() copies it)."""
-    return runs.get("complete")
-
-
-@pytest.fixture
-def rich_run(runs) -> Path:
-    """A fixture run with the records the evidence tracks added (weight_read among them)."""
-    return runs.get("rich")
+fixture_run = shared("fixture_run", "complete", "The shared complete run (forge() copies it).")
+rich_run = shared("rich_run", "rich", "A fixture run with the records the evidence tracks added (weight_read among "
+                  "them).")
 
 
 # --- honest runs stay clean ------------------------------------------------------------------------------

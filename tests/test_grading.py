@@ -37,17 +37,14 @@ from grading_helpers import (
     submit_ready,
     verify_reads_addenda,
 )
-from shared_runs import runs, shared_runs  # noqa: F401 (runs is a fixture)
+from shared_runs import runs, shared, shared_runs  # noqa: F401 (runs is a fixture)
 
 SCHEMA1 = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
 GRADESCOPE_VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
 
 
-@pytest.fixture
-def honest(runs) -> Path:
-    """A complete, honest stand-in run with this checkout's source hashes; no predictions, nothing attached.
-    Shared: never change it (run_copy is a copy)."""
-    return runs.get("honest")
+honest = shared("honest", "honest", "A complete, honest stand-in run with this checkout's source hashes; no "
+                "predictions, nothing attached. Shared: never change it (run_copy is a copy).")
 
 
 @pytest.fixture(scope="module")

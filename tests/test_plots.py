@@ -14,16 +14,14 @@ from inferlab.report.verdict import decide, partial_note
 from inferlab.runview import RunView
 
 from fixtures_records import copy_run
-from shared_runs import runs, shared_runs  # noqa: F401 (runs is a fixture)
+from shared_runs import runs, shared, shared_runs  # noqa: F401 (runs is a fixture)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PARTIAL = "the run did not finish; 60 of 66 planned tests have an outcome"
 
 
-@pytest.fixture
-def rich_run(runs) -> Path:
-    """The shared rich run with the plots its report drew (never change it: copy it)."""
-    return runs.get("rich_plots")
+rich_run = shared("rich_run", "rich_plots", "The shared rich run with the plots its report drew (never change it: "
+                  "copy it).")
 
 
 @pytest.fixture(scope="module")

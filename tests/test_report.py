@@ -31,28 +31,17 @@ from fixtures_records import (
     fail_generation,
     interrupt_at_generation,
 )
-from shared_runs import RunData, plots_not_drawn, runs, shared_runs  # noqa: F401 (fixtures)
+from shared_runs import RunData, plots_not_drawn, runs, shared, shared_runs  # noqa: F401 (fixtures)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DETAILS_FILE = report.DETAILS_FILE
 
 
-@pytest.fixture
-def rich_run(runs) -> Path:
-    """The shared rich run (never change it: copy it)."""
-    return runs.get("rich")
-
-
-@pytest.fixture
-def failed_run(runs) -> Path:
-    """The shared failed run, ended as the current plugin ends it, with the report its session wrote."""
-    return runs.get("failed_ended")
-
-
-@pytest.fixture
-def complete(runs) -> RunData:
-    """The shared complete run in memory, from which rich() makes build_rich_run's variants without a disk."""
-    return runs.data("complete")
+rich_run = shared("rich_run", "rich", "The shared rich run (never change it: copy it).")
+failed_run = shared("failed_run", "failed_ended", "The shared failed run, ended as the current plugin ends it, with the "
+                    "report its session wrote.")
+complete = shared("complete", "complete", "The shared complete run in memory, from which rich() makes "
+                  "build_rich_run's variants without a disk.", in_memory=True)
 
 
 Pages = dict  # {report.md: text, report-details.md: text} of a run in memory

@@ -16,7 +16,7 @@ from inferlab.records import MANIFEST_FILE, PLAN_FILE, REPORT_FILE
 from inferlab.report import verdict as verdicts
 
 from fixtures_records import abandon_finish, build_rich_run, copy_run, kill_after, rerender
-from shared_runs import RunData, plots_not_drawn, runs  # noqa: F401 (fixtures)
+from shared_runs import RunData, plots_not_drawn, runs, shared  # noqa: F401 (fixtures)
 
 PASSED = "Every planned test passed"
 TIMING_DIVERGENCE = "experiments/test_50_timing.py::test_cache_divergence"
@@ -30,10 +30,8 @@ def file_headline(run: Path) -> str:
     return headline((run / REPORT_FILE).read_text(encoding="utf-8"))
 
 
-@pytest.fixture
-def complete(runs) -> RunData:
-    """The shared complete run in memory: every variant below is build_rich_run's, made from it without a disk."""
-    return runs.data("complete")
+complete = shared("complete", "complete", "The shared complete run in memory: every variant below is "
+                  "build_rich_run's, made from it without a disk.", in_memory=True)
 
 
 def judged(data: RunData, after_session: bool = False) -> tuple[verdicts.Verdict, str]:

@@ -23,24 +23,12 @@ from fixtures_records import (
     rewrite_records,
     session_end_record,
 )
-from shared_runs import plots_not_drawn, runs  # noqa: F401 (fixtures)
+from shared_runs import plots_not_drawn, runs, shared  # noqa: F401 (fixtures)
 
 
-@pytest.fixture
-def complete_run(runs) -> Path:
-    """The shared complete run (never change it: run_copy is a copy)."""
-    return runs.get("complete")
-
-
-@pytest.fixture
-def second_run(runs) -> Path:
-    """A second build of the same run."""
-    return runs.get("complete_again")
-
-
-@pytest.fixture
-def failed_run(runs) -> Path:
-    return runs.get("failed")
+complete_run = shared("complete_run", "complete", "The shared complete run (never change it: run_copy is a copy).")
+second_run = shared("second_run", "complete_again", "A second build of the same run.")
+failed_run = shared("failed_run", "failed", "The shared failed run.")
 
 
 @pytest.fixture
