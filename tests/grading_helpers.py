@@ -24,8 +24,7 @@ from inferlab import addenda, environment, predictions
 from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
 from inferlab.verify import verify_run
 
-from fixtures_records import REPO_ROOT, _envelope, build_rich_run, copy_run, edit_manifest, refresh_manifest, \
-    rewrite_records
+from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, refresh_manifest
 
 TEMPLATE = (REPO_ROOT / addenda.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
 PREDICTIONS_TEMPLATE = (REPO_ROOT / predictions.TEMPLATE_FILE).read_text(encoding="utf-8")

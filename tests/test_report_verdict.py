@@ -6,13 +6,12 @@ planned test and every outcome passed may be called "every planned test passed".
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from inferlab import report
-from inferlab.records import MANIFEST_FILE, PLAN_FILE, REPORT_FILE
+from inferlab.records import REPORT_FILE
 from inferlab.report import verdict as verdicts
 
 from fixtures_records import abandon_finish, build_rich_run, copy_run, kill_after, rerender
