@@ -55,12 +55,14 @@ class RunData:
                    for path in sorted((directory / TENSOR_DIR).glob("*.safetensors"))}
         return cls(records, json.loads((directory / MANIFEST_FILE).read_text()), plan, tensors)
 
-    def changed(self, change: Optional[Callable] = None, plan: Optional[Callable] = None, **manifest_fields) -> "RunData":
+    def changed(self, change: Optional[Callable] = None, plan: Optional[Callable] = None,
+                **manifest_fields) -> "RunData":
         """A copy whose records are change(records) (renumbered, as rewrite_records leaves them), whose manifest
         has manifest_fields set and its outcome counts recounted, and whose plan is plan(plan) if given."""
         records = copy.deepcopy(self.records)
         records = fixtures.renumbered(change(records) if change is not None else records)
-        manifest = {**copy.deepcopy(self.manifest), **manifest_fields, "outcome_counts": fixtures.outcome_counts(records)}
+        manifest = {**copy.deepcopy(self.manifest), **manifest_fields,
+                    "outcome_counts": fixtures.outcome_counts(records)}
         new_plan = copy.deepcopy(self.plan)
         if plan is not None:
             new_plan = plan(new_plan)

@@ -37,8 +37,8 @@ DETAILS_FILE = report.DETAILS_FILE
 
 
 rich_run = shared("rich_run", "rich", "The shared rich run (never change it: copy it).")
-failed_run = shared("failed_run", "failed_ended", "The shared failed run, ended as the current plugin ends it, with the "
-                    "report its session wrote.")
+failed_run = shared("failed_run", "failed_ended", "The shared failed run, ended as the current plugin ends it, "
+                    "with the report its session wrote.")
 complete = shared("complete", "complete", "The shared complete run in memory, from which rich() makes "
                   "build_rich_run's variants without a disk.", in_memory=True)
 
