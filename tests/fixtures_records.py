@@ -207,12 +207,13 @@ class RunBuilder:
     """Writes one record dir through the harness's lifecycle, as a session does; the tests give the values.
 
     current_format=False writes outcomes and plan.json in their older format (see the module's docstring),
-    as the builds of build_complete_run and build_failed_run have always been. report=False: the session writes
-    no report (the caller renders it, rerender()); plots=True: the session's report draws its plots.
+    as the builds of build_complete_run and build_failed_run have always been. By default the session ends as
+    the lifecycle ends it (its write_report, plots and all); report=False: it writes no report (the caller renders
+    it, rerender()); plots=False: its report's pages are written without drawing the plots (write_pages).
     """
 
     def __init__(self, directory: Path, specimen: str, synthetic: bool, plan_only: bool = False,
-                 current_format: bool = False, report: bool = True, plots: bool = False):
+                 current_format: bool = False, report: bool = True, plots: bool = True):
         directory = Path(directory)
         if directory.exists():
             raise FileExistsError(f"{directory}: a fixture run is built into a new directory")
