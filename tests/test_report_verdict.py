@@ -1,4 +1,6 @@
-"""The report's verdict: one test per kind, from synthetic record dirs (no model).
+"""The report's verdict: one test per kind, on variants of the shared complete run made in memory (no model, no
+files: tests/shared_runs.py), and on copied folders where a file is the subject (an abandoned finish, a killed
+run, a damaged line).
 
 Only a run that finished (session_end), uninterrupted, with the complete protocol, an outcome for every
 planned test and every outcome passed may be called "every planned test passed".
