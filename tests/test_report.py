@@ -1,4 +1,5 @@
-"""report.md and report-details.md, rendered from synthetic record dirs (no model)."""
+"""report.md and report-details.md, rendered from synthetic record dirs (no model): the shared fixture runs
+(tests/shared_runs.py), copied where a test changes one, and their variants rendered in memory."""
 
 from __future__ import annotations
 
