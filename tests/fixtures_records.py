@@ -7,6 +7,12 @@ clock stands in for the wall clock (and a ticking stamp for perf_counter_ns) and
 so two builds are byte-identical.
 Each plan entry carries the markers its experiment test really has (read from experiments/ source).
 
+Plots: a build draws the report's plots only when asked (plots=True), as the session's write_report does;
+without, its pages are rendered by the same renderer (report.render_pages, which write_report uses) and no PNG
+is left in the folder (the page links the plots all the same). Drawing them costs most of a build's time, and
+only the tests that read a PNG need them. A build that is rewritten straight away (build_rich_run) writes no
+report in its session (report=False): rerender() writes it once, from the final records.
+
 build_complete_run() is a complete stand-in session; build_failed_run() a run that failed at artifact
 verification, with every dependent test skipped for that reason. Both keep the older format the report's
 and verify's compatibility tests read: no check_kind on outcomes or plan entries (with_check_kinds() adds
@@ -201,11 +207,13 @@ class RunBuilder:
     """Writes one record dir through the harness's lifecycle, as a session does; the tests give the values.
 
     current_format=False writes outcomes and plan.json in their older format (see the module's docstring),
-    as the builds of build_complete_run and build_failed_run have always been.
+    as the builds of build_complete_run and build_failed_run have always been. By default the session ends as
+    the lifecycle ends it (its write_report, plots and all); report=False: it writes no report (the caller renders
+    it, rerender()); plots=False: its report's pages are written without drawing the plots (write_pages).
     """
 
     def __init__(self, directory: Path, specimen: str, synthetic: bool, plan_only: bool = False,
-                 current_format: bool = False):
+                 current_format: bool = False, report: bool = True, plots: bool = True):
         directory = Path(directory)
         if directory.exists():
             raise FileExistsError(f"{directory}: a fixture run is built into a new directory")
@@ -227,6 +235,10 @@ class RunBuilder:
                 _without_check_kind(record) if record["kind"] == "test_outcome" else record)
         # An --offline session as its manifest tells it; nothing is blocked in the test process itself.
         self.run.network_guard = contextlib.ExitStack()
+        if not report:  # the caller rewrites the records and renders the report itself (rerender)
+            self.run._write_report = lambda: None
+        elif not plots:  # the session's report, as write_report renders it, without drawing the plots
+            self.run._write_report = lambda: write_pages(self.run.record_dir, plots=False)
         self.current_format = current_format
         self.specimen = specimen
         self.synthetic = synthetic
@@ -304,11 +316,12 @@ def _fake_text(ids: list[int]) -> str:
     return "".join({0: "", 5: " |", 7: "\n"}.get(i, f" w{i}") for i in ids)
 
 
-def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed: Optional[int] = None) -> Path:
+def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed: Optional[int] = None,
+                       plots: bool = False, report: bool = True) -> Path:
     """A complete protocol run's record dir (26 generations, 24 timing trials, cache, memory, batching).
 
     timing_seed: another honest run of the same computation on another machine: the same ids and logits, the
-    timings drawn anew (None: drawn with the ids, as every earlier build)."""
+    timings drawn anew (None: drawn with the ids, as every earlier build). plots and report: as RunBuilder's."""
     import torch
 
     rng = random.Random(seed)
@@ -317,7 +330,8 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     def timing_noise() -> float:
         draw = rng.random()  # drawn either way, so that the ids drawn after it stay the same
         return timing_rng.random() if timing_rng is not None else draw
-    run = RunBuilder(directory, "standin" if synthetic else protocol.DEFAULT_SPECIMEN, synthetic)
+    run = RunBuilder(directory, "standin" if synthetic else protocol.DEFAULT_SPECIMEN, synthetic, report=report,
+                     plots=plots)
     tests = all_nodeids()
     run.write_plan(tests)
 
@@ -473,9 +487,12 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     return run.finish()
 
 
-def build_failed_run(directory: Path) -> Path:
-    """A default-specimen run that failed at artifact verification; every later test skipped with the reason."""
-    run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False)
+def build_failed_run(directory: Path, report: bool = True) -> Path:
+    """A default-specimen run that failed at artifact verification; every later test skipped with the reason.
+
+    Its report goes through the session's own write_report, plots and all: nothing of it can be drawn, and a
+    test checks that nothing is."""
+    run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False, report=report, plots=True)
     tests = all_nodeids()
     run.write_plan(tests)
     _thread_controls_passed(run)
@@ -501,12 +518,25 @@ def rewrite_records(directory: Path, transform) -> None:
     the protocol checks (not the hashes) can catch the alteration.
     """
     directory = Path(directory)
-    records = [json.loads(line) for line in (directory / RECORDS_FILE).read_text().splitlines()]
-    records = transform(records)
-    for seq, record in enumerate(records):
-        record["seq"] = seq
+    records = renumbered(transform([json.loads(line) for line in (directory / RECORDS_FILE).read_text().splitlines()]))
     (directory / RECORDS_FILE).write_text("".join(dumps(r) + "\n" for r in records), encoding="ascii")
     refresh_manifest(directory, records)
+
+
+def renumbered(records: list[dict]) -> list[dict]:
+    """The records with seq 0, 1, ... in their order (in place, and returned), as rewrite_records writes them."""
+    for seq, record in enumerate(records):
+        record["seq"] = seq
+    return records
+
+
+def outcome_counts(records: list[dict]) -> dict:
+    """{outcome: count} of the test_outcome records, in the order first met (the manifest's outcome_counts)."""
+    counts: dict = {}
+    for record in records:
+        if record["kind"] == "test_outcome":
+            counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
+    return counts
 
 
 def refresh_manifest(directory: Path, records: Optional[list] = None) -> None:
@@ -514,11 +544,7 @@ def refresh_manifest(directory: Path, records: Optional[list] = None) -> None:
     directory = Path(directory)
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     if records is not None:
-        counts: dict = {}
-        for record in records:
-            if record["kind"] == "test_outcome":
-                counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
-        manifest["outcome_counts"] = counts
+        manifest["outcome_counts"] = outcome_counts(records)
     manifest["files"] = file_inventory(directory, exclude=(MANIFEST_FILE,))
     write_json_atomic(directory / MANIFEST_FILE, manifest)
 
@@ -673,12 +699,28 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
     return records[:outcomes_start] + added + records[outcomes_start:]
 
 
-def rerender(directory: Path) -> Path:
-    """Write the report again from the (edited) records and refresh the manifest's inventory, as a session would."""
-    from inferlab import report
+def write_pages(directory: Path, plots: bool = False) -> None:
+    """Write both pages of the report as the session's write_report does; plots=False draws no plot (the pages
+    are the text write_report renders when every plot is drawn) and removes any plot left by an earlier
+    rendering, since it was drawn from other records."""
+    from inferlab import plots as plots_module, report
+    from inferlab.records import write_text_atomic
 
+    directory = Path(directory)
+    if plots:
+        report.write_report(directory)
+        return
+    for name, text in report.render_pages(directory).items():
+        write_text_atomic(directory / name, text)
+    for name in (plots_module.TOKEN_TIMES_PNG, plots_module.TTFT_INTERVAL_PNG, plots_module.CACHE_DIFF_PNG):
+        (directory / name).unlink(missing_ok=True)
+
+
+def rerender(directory: Path, plots: bool = False) -> Path:
+    """Write the report again from the (edited) records and refresh the manifest's inventory, as a session would
+    (plots=True draws the plots too; see write_pages)."""
     refresh_manifest(directory)
-    report.write_report(directory)
+    write_pages(directory, plots=plots)
     refresh_manifest(directory)
     return directory
 
@@ -690,16 +732,9 @@ def edit_manifest(directory: Path, **fields) -> None:
     write_json_atomic(Path(directory) / MANIFEST_FILE, manifest)
 
 
-def build_rich_run(directory: Path, session_end: Optional[dict] = None, transform=None,
-                   timing_seed: Optional[int] = None, **evidence) -> Path:
-    """A complete run with every newer record and field, a session_end (overridable) and its report.
-
-    transform(records) may alter the records before session_end is appended (to make a run partial,
-    failed or interrupted); session_end holds overrides of the session_end fields.
-    """
-    build_complete_run(directory, timing_seed=timing_seed)
-    edit_manifest(directory, command=TYPED_COMMAND)
-
+def rich_change(session_end: Optional[dict] = None, transform=None, **evidence):
+    """What build_rich_run does to a complete run's records: the newer records and fields, transform, then its
+    own session_end (overrides in session_end; False for none). The in-memory variants use it too."""
     def change(records):
         # build_complete_run already ended its session; this run's own session_end replaces that one
         records = new_evidence_records([r for r in records if r["kind"] != "session_end"], **evidence)
@@ -709,19 +744,38 @@ def build_rich_run(directory: Path, session_end: Optional[dict] = None, transfor
             records.append(session_end_record(records, **(session_end or {})))
         return records
 
-    rewrite_records(directory, change)
-    return rerender(directory)
+    return change
+
+
+def build_rich_run(directory: Path, session_end: Optional[dict] = None, transform=None,
+                   timing_seed: Optional[int] = None, plots: bool = False, base: Optional[Path] = None,
+                   synthetic: bool = True, seed: int = 0, **evidence) -> Path:
+    """A complete run with every newer record and field, a session_end (overridable) and its report.
+
+    transform(records) may alter the records before session_end is appended (to make a run partial,
+    failed or interrupted); session_end holds overrides of the session_end fields. base: a build_complete_run
+    of the same synthetic, seed and timing_seed to copy instead of building one anew (the same bytes but for the
+    folder's path in its claim and manifest); its plots are removed or redrawn, since they were drawn from its
+    records.
+    """
+    if base is None:
+        build_complete_run(directory, synthetic=synthetic, seed=seed, timing_seed=timing_seed, report=False)
+    else:
+        copy_run(base, directory)
+    edit_manifest(directory, command=TYPED_COMMAND)
+    rewrite_records(directory, rich_change(session_end, transform, **evidence))
+    return rerender(directory, plots=plots)
 
 
 def build_failed_run_ended(directory: Path) -> Path:
     """build_failed_run with check kinds and a session_end record, as the current plugin writes it."""
-    build_failed_run(directory)
+    build_failed_run(directory, report=False)
     def change(records):
         records = with_check_kinds([r for r in records if r["kind"] != "session_end"])
         return records + [session_end_record(records)]
 
     rewrite_records(directory, change)
-    return rerender(directory)
+    return rerender(directory, plots=True)  # a failed run has nothing to draw (see build_failed_run)
 
 
 def build_plan_folder(directory: Path) -> Path:

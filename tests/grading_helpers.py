@@ -24,8 +24,7 @@ from inferlab import addenda, environment, predictions
 from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
 from inferlab.verify import verify_run
 
-from fixtures_records import REPO_ROOT, _envelope, build_rich_run, copy_run, edit_manifest, refresh_manifest, \
-    rewrite_records
+from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, refresh_manifest
 
 TEMPLATE = (REPO_ROOT / addenda.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
 PREDICTIONS_TEMPLATE = (REPO_ROOT / predictions.TEMPLATE_FILE).read_text(encoding="utf-8")
@@ -104,25 +103,14 @@ def add_tokenization_phases(records: list[dict]) -> list[dict]:
     return out
 
 
-def build_honest_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed=None) -> Path:
+def build_honest_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed=None,
+                     base: Optional[Path] = None) -> Path:
     """A complete run with every record the checklist asks for and this checkout's source hashes, but no
-    predictions and nothing attached (give_predictions and attach_file add those)."""
-    from fixtures_records import build_complete_run, new_evidence_records, rerender, \
-        session_end_record, TYPED_COMMAND
+    predictions and nothing attached (give_predictions and attach_file add those).
 
-    if synthetic and seed == 0:
-        build_rich_run(directory, transform=add_tokenization_phases, timing_seed=timing_seed)
-    else:  # build_rich_run's steps, with the specimen and the seed chosen
-        build_complete_run(directory, synthetic=synthetic, seed=seed, timing_seed=timing_seed)
-        edit_manifest(directory, command=TYPED_COMMAND)
-
-        def change(records):
-            records = new_evidence_records([r for r in records if r["kind"] != "session_end"])
-            records = add_tokenization_phases(records)
-            return records + [session_end_record(records)]
-
-        rewrite_records(directory, change)
-        rerender(directory)
+    base: a build_complete_run of the same specimen and seeds to start from, as build_rich_run takes it."""
+    build_rich_run(directory, transform=add_tokenization_phases, synthetic=synthetic, seed=seed,
+                   timing_seed=timing_seed, base=base)
     edit_manifest(directory, source_sha256=environment.source_hashes(REPO_ROOT))
     refresh_manifest(directory)
     return Path(directory)

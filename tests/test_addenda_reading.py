@@ -8,7 +8,7 @@ from pathlib import Path
 from inferlab import addenda
 from inferlab.runview import RunView
 
-from fixtures_records import build_complete_run
+from fixture_runs import runs  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = (ROOT / addenda.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
@@ -47,8 +47,8 @@ def test_without_a_template_the_structure_is_not_judged():
     assert addenda.structure_of("anything", None)["ok"] is None
 
 
-def test_the_view_reads_the_ledger_apart_from_the_session_problems(tmp_path):
-    run = build_complete_run(tmp_path / "run")
+def test_the_view_reads_the_ledger_apart_from_the_session_problems(runs, tmp_path):
+    run = runs.copy("complete", tmp_path / "run")
     assert RunView.read(run).addenda == [] and RunView.read(run).addenda_problems == []
     lines = [json.dumps(entry(0)), "not json", json.dumps({"seq": 2}), json.dumps(entry(3))[:20]]
     (run / addenda.LEDGER_FILE).write_text("\n".join(lines))  # the last line torn (no newline)

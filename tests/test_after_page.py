@@ -12,7 +12,8 @@ from inferlab.__main__ import main
 from inferlab.records import PREDICTIONS_FILE, sha256_file
 from inferlab.runview import RunView
 
-from fixtures_records import build_complete_run, build_plan_folder, build_rich_run, copy_run, edit_manifest, rerender
+from fixtures_records import copy_run, edit_manifest, rerender
+from fixture_runs import runs, fixture_runs  # noqa: F401 (runs is a fixture)
 from test_attach import answered_explanation, tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,7 @@ PREDICTED = "Prediction: identical ids, every time"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """A complete run whose learner supplied predictions (copied into it, as a session does)."""
-    run = build_complete_run(tmp_path_factory.mktemp("after") / "built")
+    run = fixture_runs(tmp_path_factory).copy("complete", tmp_path_factory.mktemp("after") / "built")
     text = (ROOT / PREDICTIONS_FILE).read_text().replace("Prediction:", PREDICTED, 1)
     (run / PREDICTIONS_FILE).write_text(text)
     edit_manifest(run, predictions={"supplied": True, "copied_to": PREDICTIONS_FILE,
@@ -92,8 +93,8 @@ def test_without_an_explanation_the_page_says_how_to_attach_one(run, capsys):
     assert "Nothing has been attached to this run." in page
 
 
-def test_a_revised_criterion_of_the_run_stands_beside_the_declared_one(tmp_path, capsys):
-    run = build_rich_run(tmp_path / "rich")
+def test_a_revised_criterion_of_the_run_stands_beside_the_declared_one(runs, capsys):
+    run = runs.get("rich")
     page = after(run, capsys)
     assert "no predictions were supplied" in page
     assert ("| revised during the run | `\\|a-b\\| <= 0.0001 + 0.001*\\|b\\|` | --revised-cache-criterion, recorded by "
@@ -101,8 +102,8 @@ def test_a_revised_criterion_of_the_run_stands_beside_the_declared_one(tmp_path,
     assert "| prefix length | declared (as recorded) | revised during the run |" in page
 
 
-def test_a_plan_folder_has_no_after_run_page(tmp_path, capsys):
-    plan = build_plan_folder(tmp_path / "plan")
+def test_a_plan_folder_has_no_after_run_page(runs, capsys):
+    plan = runs.get("plan")
     assert main(["report", str(plan), "--after"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "is a plan folder" in captured.err

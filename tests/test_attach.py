@@ -16,7 +16,8 @@ from inferlab import addenda, addenda_store
 from inferlab.__main__ import main
 from inferlab.verify import verify_run
 
-from fixtures_records import build_complete_run, build_plan_folder, copy_run, edit_manifest, kill_after
+from fixtures_records import copy_run, edit_manifest, kill_after
+from fixture_runs import runs, shared  # noqa: F401 (runs is a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"  # a real stand-in run (see test_runview)
@@ -42,9 +43,7 @@ def answered_explanation() -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    return build_complete_run(tmp_path_factory.mktemp("attach") / "built")
+built = shared("built", "complete", "The shared complete run (never change it: `run` is a copy).")
 
 
 @pytest.fixture
@@ -202,14 +201,14 @@ def test_exactly_1_MiB_of_text_is_kept(run, tmp_path):
     assert (run / "addenda/long.txt").stat().st_size == addenda_store.MAX_BYTES
 
 
-def test_a_folder_that_is_not_a_run_and_a_plan_folder_are_refused(tmp_path, explanation, capsys):
+def test_a_folder_that_is_not_a_run_and_a_plan_folder_are_refused(runs, tmp_path, explanation, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     err = refused(["attach", str(empty), str(explanation)], empty, capsys, 2)
     assert f"{empty} is not a run's record dir: it has no records.jsonl" in err
     err = refused(["attach", str(explanation), str(explanation)], tmp_path, capsys, 2)
     assert f"RUN_DIR {explanation} is a regular file; expected a run's record dir" in err
-    plan = build_plan_folder(tmp_path / "plan")
+    plan = runs.get("plan")
     err = refused(["attach", str(plan), str(explanation)], plan, capsys, 1)
     assert f"{plan} is a plan folder (written by --plan): no test ran" in err
 
@@ -291,6 +290,7 @@ def test_help_documents_the_exit_statuses(capsys):
 # --- two at once -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_two_attaches_at_once_in_two_processes_are_serialised(run, tmp_path):
     files = []
     for name in ("a.md", "b.md"):

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_records import build_failed_run
 from inferlab import cli, guidance, protocol, specimen
 from inferlab.records import REPORT_FILE
+
+from fixture_runs import runs  # noqa: F401 (a fixture)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 UNSPELLED = re.compile(r"(?<!\.venv/bin/)python3? -m inferlab")
@@ -48,10 +49,10 @@ def test_a_command_is_spelled_with_the_environments_own_programs():
     assert cli.build_parser().prog == cli.PROG == "inferlab"
 
 
-def printed_commands(tmp_path) -> tuple[Path, set[str]]:
+def printed_commands(runs, tmp_path) -> tuple[Path, set[str]]:
     """A failed run (its report prints the next steps and the checks), and every `.venv/bin/...` command its
     report and the guidance for each kind of specimen print."""
-    run = build_failed_run(tmp_path / "run")
+    run = runs.copy("failed", tmp_path / "run")
     texts = [(run / REPORT_FILE).read_text(encoding="utf-8")]
     for name, failed_path in ((protocol.DEFAULT_SPECIMEN, None), ("standin", "reuse:artifacts_dir"),
                               ("replica", "reuse:artifacts_dir")):
@@ -59,8 +60,9 @@ def printed_commands(tmp_path) -> tuple[Path, set[str]]:
     return run, {command for text in texts for command in re.findall(r"`(\.venv/bin/[^`]+)`", text)}
 
 
-def test_every_command_a_report_and_the_guidance_print_runs_typed_as_printed(tmp_path):
-    run, commands = printed_commands(tmp_path)
+@pytest.mark.process
+def test_every_command_a_report_and_the_guidance_print_runs_typed_as_printed(runs, tmp_path):
+    run, commands = printed_commands(runs, tmp_path)
     assert {"verify", "report", "check-artifacts", "inferlab.standin", "inferlab.replica"} <= {
         shlex.split(c)[1] if c.startswith(".venv/bin/inferlab") else shlex.split(c)[2] for c in commands}, commands
     assert (REPO_ROOT / cli.VENV_BIN / "inferlab").is_file(), "no .venv/bin/inferlab: run `make` (it installs it)"

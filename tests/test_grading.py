@@ -1,6 +1,6 @@
 """`grade`: one verdict per checklist item with evidence, integrity apart, findings apart, the exit status, the
-output formats, bad input. Runs are built with the harness's writers (no model); one honest run per module,
-copied by each test that changes it."""
+output formats, bad input. Runs are built with the harness's writers (no model); one honest run per process
+(tests/fixture_runs.py), copied by each test that changes it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from inferlab.grading.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
 from inferlab.records import RECORDS_FILE, write_json_atomic
 
 from fixtures_records import (
-    build_failed_run_ended,
     copy_run,
     kill_after,
     refresh_manifest,
@@ -33,27 +32,25 @@ from grading_helpers import (
     answered_explanation,
     answered_predictions,
     attach_file,
-    build_honest_run,
     change_one_character,
     give_predictions,
     submit_ready,
     verify_reads_addenda,
 )
+from fixture_runs import runs, shared, fixture_runs  # noqa: F401 (runs is a fixture)
 
 SCHEMA1 = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
 GRADESCOPE_VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
 
 
-@pytest.fixture(scope="module")
-def honest(tmp_path_factory) -> Path:
-    """A complete, honest stand-in run with this checkout's source hashes; no predictions, nothing attached."""
-    return build_honest_run(tmp_path_factory.mktemp("grading") / "honest")
+honest = shared("honest", "honest", "A complete, honest stand-in run with this checkout's source hashes; no "
+                "predictions, nothing attached. Shared: never change it (run_copy is a copy).")
 
 
 @pytest.fixture(scope="module")
-def submitted(honest, tmp_path_factory) -> Path:
+def submitted(tmp_path_factory) -> Path:
     """The honest run with answered predictions and an attached, answered explanation."""
-    return submit_ready(copy_run(honest, tmp_path_factory.mktemp("grading") / "submitted"))
+    return submit_ready(fixture_runs(tmp_path_factory).copy("honest", tmp_path_factory.mktemp("grading") / "submitted"))
 
 
 @pytest.fixture
@@ -234,8 +231,8 @@ def test_a_killed_run_fails_its_items_and_says_its_files_are_not_protected(run_c
     assert statuses(grade)[6] == "fail"
 
 
-def test_a_failed_acquisition_fails_the_dependent_items_with_its_evidence(tmp_path):
-    run = build_failed_run_ended(tmp_path / "failed")
+def test_a_failed_acquisition_fails_the_dependent_items_with_its_evidence(runs):
+    run = runs.get("failed_ended")
     grade = grade_of(run)
     assert grade.exit_status == 1 and grade.integrity_problems == []
     behind = next(c for c in grade.item(3).checks if c.name == "integrity_tests")
@@ -334,10 +331,8 @@ def test_a_folder_that_is_not_a_run_exits_2(tmp_path, capsys, make):
     assert "NOT A RUN (exit 2)" in capsys.readouterr().out
 
 
-def test_a_plan_folder_is_not_a_run_to_grade(tmp_path, capsys):
-    from fixtures_records import build_plan_folder
-
-    plan = build_plan_folder(tmp_path / "plan")
+def test_a_plan_folder_is_not_a_run_to_grade(runs, capsys):
+    plan = runs.get("plan")
     assert main(["grade", str(plan)]) == 2
     assert "a plan folder (--plan): no test ran" in capsys.readouterr().out
 
@@ -435,6 +430,7 @@ def test_grade_help_lists_every_exit_status(capsys):
         assert line in out
 
 
+@pytest.mark.process
 def test_grading_loads_no_model_and_no_torch(honest):
     import subprocess
     import sys

@@ -18,13 +18,13 @@ from inferlab.grading.grade import grade_source
 from inferlab.grading.rubric import load_rubric
 
 from fixtures_records import copy_run
-from grading_helpers import answered_explanation, attach_file, build_honest_run, give_predictions, \
-    answered_predictions
+from grading_helpers import answered_explanation, attach_file, give_predictions, answered_predictions
+from fixture_runs import fixture_runs
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    run = build_honest_run(tmp_path_factory.mktemp("archive") / "run-2026")
+    run = fixture_runs(tmp_path_factory).copy("honest", tmp_path_factory.mktemp("archive") / "run-2026")
     give_predictions(run, answered_predictions())
     attach_file(run, answered_explanation())
     return run

@@ -14,8 +14,8 @@ from inferlab.grading.grade import grade_source
 from inferlab.grading.rubric import load_rubric
 
 from fixtures_records import copy_run
-from grading_helpers import answered_predictions, build_honest_run, change_one_character, give_predictions, \
-    rerun_elsewhere
+from grading_helpers import answered_predictions, change_one_character, give_predictions
+from fixture_runs import fixture_runs
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +23,12 @@ def class_dir(tmp_path_factory) -> Path:
     """Four learners: an honest run, an archive of another honest run on a slower machine, an edited run and a
     folder that holds no run."""
     base = tmp_path_factory.mktemp("class")
-    honest = build_honest_run(base / "build" / "honest")
+    runs = fixture_runs(tmp_path_factory)
+    honest = runs.copy("honest", base / "build" / "honest")
     give_predictions(honest, answered_predictions())
     submissions = base / "submissions"
     copy_run(honest, submissions / "ada")
-    slower = rerun_elsewhere(honest, base / "build" / "slower")
+    slower = runs.get("honest_elsewhere")
     assert main(["pack", str(slower), "-o", str(submissions / "grace.tar.gz")]) == 0
     change_one_character(copy_run(honest, submissions / "mallory"))
     (submissions / "notes").mkdir()

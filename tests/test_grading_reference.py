@@ -20,13 +20,14 @@ from inferlab.records import MANIFEST_FILE, write_json_atomic
 from inferlab.runview import RunView, tensor_sha256
 
 from fixtures_records import build_complete_run, copy_run, edit_manifest, refresh_manifest, rewrite_records
-from grading_helpers import build_honest_run, rerun_elsewhere, submit_ready, verify_reads_addenda
+from grading_helpers import submit_ready, verify_reads_addenda
+from fixture_runs import fixture_runs
 
 
 @pytest.fixture(scope="module")
 def instructor(tmp_path_factory) -> Path:
-    """The instructor's honest run (stand-in)."""
-    return build_honest_run(tmp_path_factory.mktemp("reference") / "instructor")
+    """The instructor's honest run (stand-in), shared: never change it."""
+    return fixture_runs(tmp_path_factory).get("honest")
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,9 @@ def reference_file(instructor, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def learner(instructor, tmp_path_factory) -> Path:
-    return rerun_elsewhere(instructor, tmp_path_factory.mktemp("reference") / "learner")
+def learner(tmp_path_factory) -> Path:
+    """Another honest run of the same specimen on another machine, shared: never change it."""
+    return fixture_runs(tmp_path_factory).get("honest_elsewhere")
 
 
 @pytest.fixture

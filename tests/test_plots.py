@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
@@ -13,20 +12,36 @@ from inferlab.report import measures
 from inferlab.report.verdict import decide, partial_note
 from inferlab.runview import RunView
 
-from fixtures_records import build_rich_run, copy_run
+from fixtures_records import copy_run
+from fixture_runs import runs, shared, fixture_runs  # noqa: F401 (runs is a fixture)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PARTIAL = "the run did not finish; 60 of 66 planned tests have an outcome"
 
 
-@pytest.fixture(scope="module")
-def rich_run(tmp_path_factory) -> Path:
-    return build_rich_run(tmp_path_factory.mktemp("plots") / "rich")
+rich_run = shared("rich_run", "rich_plots", "The shared rich run with the plots its report drew (never change it: "
+                  "copy it).")
 
 
 @pytest.fixture(scope="module")
-def records(rich_run) -> list[dict]:
-    return RunView.read(rich_run).records  # in the current schema: one name per field
+def records(tmp_path_factory) -> list[dict]:
+    return RunView.read(fixture_runs(tmp_path_factory).get("rich_plots")).records  # in the current schema
+
+
+@pytest.fixture(scope="module")
+def drawn(records, tmp_path_factory):
+    """figure(name, with_ratios=False): each plot drawn once from the shared records (not partial; the cache plot
+    with or without its bound ratios), shared by the tests that only read the figure."""
+    ratios = measures.bound_ratios(RunView.read(fixture_runs(tmp_path_factory).get("rich_plots")))
+    figures = {}
+
+    def figure(name: str, with_ratios: bool = False):
+        if (name, with_ratios) not in figures:
+            extra = {"bound_ratios": ratios} if with_ratios else {}
+            figures[(name, with_ratios)] = plots.DRAWERS[name](records, None, **extra)
+        return figures[(name, with_ratios)]
+
+    return figure
 
 
 def with_outlier(records: list[dict], factor: float = 200.0) -> tuple[list[dict], float]:
@@ -85,8 +100,8 @@ def test_token_times_clip_an_outlier_and_start_at_zero(records):
     assert any("values above the clipped axis" in t for t in texts(figure))
 
 
-def test_without_an_outlier_nothing_is_clipped(records):
-    figure = plots.draw_ttft_interval(records, None)
+def test_without_an_outlier_nothing_is_clipped(drawn):
+    figure = drawn("ttft_interval")  # plots.draw_ttft_interval(records, None)
     assert not any(axis.texts for axis in figure.axes)
     assert all(axis.get_ylim()[0] == 0 for axis in figure.axes)
 
@@ -99,9 +114,8 @@ def test_clip_limit_ignores_ordinary_noise_and_catches_one_outlier():
 
 
 @pytest.mark.parametrize("name", ["token_times", "ttft_interval", "cache_max_abs_diff"])
-def test_legends_sit_outside_every_axes(rich_run, records, name):
-    extra = {"bound_ratios": measures.bound_ratios(RunView.read(rich_run))} if name == "cache_max_abs_diff" else {}
-    figure = plots.DRAWERS[name](records, None, **extra)
+def test_legends_sit_outside_every_axes(drawn, name):
+    figure = drawn(name, with_ratios=name == "cache_max_abs_diff")
     renderer = figure.canvas.get_renderer()
     figure.draw(renderer)
     legends = figure.legends + [axis.get_legend() for axis in figure.axes if axis.get_legend() is not None]
@@ -113,9 +127,9 @@ def test_legends_sit_outside_every_axes(rich_run, records, name):
                 assert not box.overlaps(axis.get_window_extent(renderer)), f"{name}: legend covers an axes"
 
 
-def test_cache_plot_shows_the_error_as_a_fraction_of_each_elements_bound(rich_run, records):
+def test_cache_plot_shows_the_error_as_a_fraction_of_each_elements_bound(rich_run, drawn):
     ratios = measures.bound_ratios(RunView.read(rich_run))
-    figure = plots.draw_cache_diff(records, None, bound_ratios=ratios)
+    figure = drawn("cache_max_abs_diff", with_ratios=True)  # plots.draw_cache_diff(records, None, bound_ratios=ratios)
     ratio_axis = figure.axes[1]
     assert "bound" in ratio_axis.get_title()
     drawn = sorted(y for collection in ratio_axis.collections for _, y in collection.get_offsets())
@@ -125,10 +139,10 @@ def test_cache_plot_shows_the_error_as_a_fraction_of_each_elements_bound(rich_ru
 
 
 @pytest.mark.parametrize("name", ["token_times", "ttft_interval", "cache_max_abs_diff"])
-def test_a_partial_runs_plots_say_so_in_their_title(records, name):
+def test_a_partial_runs_plots_say_so_in_their_title(records, drawn, name):
     figure = plots.DRAWERS[name](records, None, partial=PARTIAL)
     assert figure._suptitle.get_text().startswith(f"{plots.PARTIAL_PREFIX}: {PARTIAL}")
-    complete = plots.DRAWERS[name](records, None)
+    complete = drawn(name)  # plots.DRAWERS[name](records, None)
     assert plots.PARTIAL_PREFIX not in complete._suptitle.get_text()
 
 
@@ -146,5 +160,11 @@ def test_write_report_labels_the_plots_of_an_unfinished_run_as_partial(rich_run,
     monkeypatch.setattr(plots, "write_plots", capture)
     report.write_report(run)
     assert seen["partial"].startswith("the run did not finish")
+
+    def capture_only(record_dir, records, partial=None, bound_ratios=None):  # only the argument is read here
+        seen["partial"] = partial
+        return []
+
+    monkeypatch.setattr(plots, "write_plots", capture_only)
     report.write_report(copy_run(rich_run, tmp_path / "finished"))
     assert seen["partial"] is None

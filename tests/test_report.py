@@ -1,10 +1,10 @@
-"""report.md and report-details.md, rendered from synthetic record dirs (no model)."""
+"""report.md and report-details.md, rendered from synthetic record dirs (no model): the shared fixture runs
+(tests/fixture_runs.py), copied where a test changes one, and their variants rendered in memory."""
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy
 import pytest
@@ -25,38 +25,36 @@ from fixtures_records import (
     SKIP_REASON,
     TYPED_COMMAND,
     build_complete_run,
-    build_failed_run,
-    build_failed_run_ended,
     build_rich_run,
     copy_run,
     edit_manifest,
     fail_generation,
     interrupt_at_generation,
-    rerender,
-    rewrite_records,
 )
+from fixture_runs import RunData, plots_not_drawn, runs, shared, fixture_runs  # noqa: F401 (fixtures)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DETAILS_FILE = report.DETAILS_FILE
 
 
-@pytest.fixture(scope="module")
-def complete_run(tmp_path_factory) -> Path:
-    return build_complete_run(tmp_path_factory.mktemp("report") / "complete")
+rich_run = shared("rich_run", "rich", "The shared rich run (never change it: copy it).")
+failed_run = shared("failed_run", "failed_ended", "The shared failed run, ended as the current plugin ends it, "
+                    "with the report its session wrote.")
+complete = shared("complete", "complete", "The shared complete run in memory, from which rich() makes "
+                  "build_rich_run's variants without a disk.", in_memory=True)
 
 
-@pytest.fixture(scope="module")
-def rich_run(tmp_path_factory) -> Path:
-    return build_rich_run(tmp_path_factory.mktemp("report") / "rich")
+Pages = dict  # {report.md: text, report-details.md: text} of a run in memory
 
 
-@pytest.fixture(scope="module")
-def failed_run(tmp_path_factory) -> Path:
-    return build_failed_run_ended(tmp_path_factory.mktemp("report") / "failed")
+def rendered(data: RunData) -> Pages:
+    """Both pages of a run in memory, as its session would have written them."""
+    return report.render_pages(data.view())
 
 
-def page(run: Path, name: str = REPORT_FILE) -> str:
-    return (run / name).read_text(encoding="utf-8")
+def page(run, name: str = REPORT_FILE) -> str:
+    """One page of a record dir (its file) or of a run in memory (rendered)."""
+    return run[name] if isinstance(run, dict) else (run / name).read_text(encoding="utf-8")
 
 
 def section(text: str, heading: str) -> str:
@@ -111,11 +109,12 @@ def test_cli_report_check_names_a_missing_details_page(rich_run, tmp_path, capsy
     assert f"{run / DETAILS_FILE} does not exist" in capsys.readouterr().out
 
 
-def test_cli_report_write_writes_both_pages(rich_run, tmp_path):
+def test_cli_report_write_writes_both_pages(rich_run, tmp_path, plots_not_drawn):
     run = copy_run(rich_run, tmp_path / "rewrite")
     for name in report.PAGES:
         (run / name).unlink()
     assert main(["report", str(run), "--write"]) == 0
+    assert [call["record_dir"] for call in plots_not_drawn] == [run]  # it asked for the plots
     assert all((run / name).is_file() for name in report.PAGES)
     assert report.check_pages(run) == []
 
@@ -171,13 +170,13 @@ def test_repeated_ids_point_to_the_first_trial_that_selected_them(rich_run):
     assert rows["`P1-S1-seed17-rerun`"][4] == "#4"
 
 
-def test_empty_decoded_text_shows_as_an_empty_json_string(rich_run, tmp_path):
+def test_empty_decoded_text_shows_as_an_empty_json_string(complete):
     def empty_first_trial(records):
         trial = next(r for r in records if r["kind"] == "generation")
         trial.update(generated_ids=[50300], text="", generated_length=1, stop_reason="max_new_tokens")
         return records
 
-    run = build_rich_run(tmp_path / "empty", transform=empty_first_trial)
+    run = rendered(complete.rich(transform=empty_first_trial))
     row = table_rows(section(page(run), "Generation trials"))[1]
     assert row[5] == '`""`'
     assert "could not be rendered" not in page(run) + page(run, DETAILS_FILE)
@@ -200,25 +199,24 @@ INTERRUPTED = {"interrupted": True, "signals": ["SIGINT"], "stop_reason": "inter
                "exit_code_name": "INTERRUPTED"}
 
 
-def repeatability_of(run: Path) -> dict[str, list[str]]:
+def repeatability_of(run) -> dict[str, list[str]]:
     return {row[0]: row for row in table_rows(section(page(run), "Repeatability"))[1:]}
 
 
 @pytest.fixture(scope="module")
-def failed_trials_run(tmp_path_factory) -> Path:
+def failed_trials_run(tmp_path_factory) -> Pages:
     """P1's third greedy repetition and its S1 seed 31 failed; the other trials are the rich run's."""
     def fail_two(records):
         return fail_generation(fail_generation(records, "P1-G-rep3"), "P1-S1-seed31")
 
-    return build_rich_run(tmp_path_factory.mktemp("report") / "failed-trials", transform=fail_two)
+    return rendered(fixture_runs(tmp_path_factory).data("complete").rich(transform=fail_two))
 
 
 @pytest.fixture(scope="module")
-def interrupted_run(tmp_path_factory) -> Path:
+def interrupted_run(tmp_path_factory) -> Pages:
     """Ctrl-C during P2's first greedy repetition: P1's twelve trials ran, nothing after that trial did."""
-    return build_rich_run(tmp_path_factory.mktemp("report") / "interrupted",
-                          transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
-                          session_end=INTERRUPTED)
+    return rendered(fixture_runs(tmp_path_factory).data("complete").rich(
+        transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"), session_end=INTERRUPTED))
 
 
 def test_a_failed_greedy_repetition_leaves_identity_undecided_not_false(failed_trials_run):
@@ -229,13 +227,13 @@ def test_a_failed_greedy_repetition_leaves_identity_undecided_not_false(failed_t
     assert "24 of 26 trials produced ids (2 failed)" in scaffold
 
 
-def test_recorded_greedy_repetitions_that_differ_are_a_no_even_with_one_failed(tmp_path):
+def test_recorded_greedy_repetitions_that_differ_are_a_no_even_with_one_failed(complete):
     def differ(records):
         second = next(r for r in records if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep2")
         second["generated_ids"] = second["generated_ids"][:-1] + [second["generated_ids"][-1] % 50 + 1]
         return fail_generation(records, "P1-G-rep3")
 
-    run = build_rich_run(tmp_path / "differ", transform=differ)
+    run = rendered(complete.rich(transform=differ))
     assert repeatability_of(run)["P1"][1] == "**no** (2 of 3 recorded, 1 failed)"
 
 
@@ -249,7 +247,7 @@ def test_a_failed_trial_is_labelled_failed_with_its_outcome(failed_trials_run):
     assert rows["`P1-G-rep3`"][2] == "**failed** (failed, F1)"
 
 
-def test_early_eos_means_before_the_last_allowed_token(tmp_path):
+def test_early_eos_means_before_the_last_allowed_token(complete):
     def eos_as_last_token(records):
         for record in records:
             if record["kind"] == "generation" and record["trial_id"] == "P1-S3-seed17":
@@ -258,7 +256,7 @@ def test_early_eos_means_before_the_last_allowed_token(tmp_path):
                 record.update(generated_ids=ids, stop_reason="eos", generated_length=len(ids))
         return records
 
-    run = build_rich_run(tmp_path / "eos16", transform=eos_as_last_token)
+    run = rendered(complete.rich(transform=eos_as_last_token))
     rows = repeatability_of(run)
     # the fixture's only early stop per prompt is S2 seed 23 (6 tokens); EOS as token 16 of 16 is not early
     assert rows["P1"][4] == rows["P2"][4] == "1 of 12"
@@ -293,9 +291,9 @@ def test_records_an_interrupted_run_never_reached_are_explained_by_the_interrupt
     assert "No `cache_criterion` record (not reached: the run was interrupted (SIGINT))." in cache
 
 
-def test_records_of_a_run_that_did_not_finish_are_explained_by_that(tmp_path):
-    run = build_rich_run(tmp_path / "killed", transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
-                         session_end=False)
+def test_records_of_a_run_that_did_not_finish_are_explained_by_that(complete):
+    run = rendered(complete.rich(transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
+                                 session_end=False))
     assert "No `cache_criterion` record (not reached: the run did not finish)." in page(run)
     assert "no record and no outcome explains it" not in page(run) + page(run, DETAILS_FILE)
 
@@ -367,8 +365,8 @@ def test_revised_criterion_is_shown_beside_the_declared_one_and_labelled(rich_ru
     assert header[-3:] == ["passed (declared)", "passed (revised)", "fail fraction (revised)"]
 
 
-def test_without_a_revised_criterion_nothing_revised_is_shown(tmp_path):
-    run = build_rich_run(tmp_path / "declared-only", revised=False)
+def test_without_a_revised_criterion_nothing_revised_is_shown(complete):
+    run = rendered(complete.rich(revised=False))
     assert "revised" not in section(page(run), "Cache: matched prefixes").lower()
 
 
@@ -420,12 +418,13 @@ def test_the_weight_read_is_set_beside_the_step_times_and_nothing_is_called_a_fl
     assert row[2] == "0.300 [0.200–0.500]"  # the pass times in ms: median [min–max]
 
 
-def test_without_a_weight_read_record_the_section_is_left_out_or_names_the_old_bandwidth(tmp_path):
-    none = section(page(build_rich_run(tmp_path / "no-read", weight_read=False)), "Timing")
+def test_without_a_weight_read_record_the_section_is_left_out_or_names_the_old_bandwidth(complete):
+    none = section(page(rendered(complete.rich(weight_read=False))), "Timing")
     assert "Reading the decode step's weights" not in none and "floor" not in none.lower()
-    old = section(page(build_rich_run(tmp_path / "old-bandwidth", weight_read=False, bandwidth=True)), "Timing")
+    old_bandwidth = rendered(complete.rich(weight_read=False, bandwidth=True))
+    old = section(page(old_bandwidth), "Timing")
     assert "This run recorded a copy bandwidth (`memory_bandwidth`" in old and "floor" not in old.lower()
-    assert f"`{BANDWIDTH_BYTES_PER_S!r}`" in page(tmp_path / "old-bandwidth", DETAILS_FILE)  # kept as data
+    assert f"`{BANDWIDTH_BYTES_PER_S!r}`" in page(old_bandwidth, DETAILS_FILE)  # kept as data
 
 
 def test_output_decoding_is_a_phase_beside_tokenization(rich_run):
@@ -450,22 +449,22 @@ def test_clock_overhead_share_is_bounded_by_the_shortest_measured_loop(rich_run)
     assert "of the longest" not in limitations
 
 
-def test_clock_reads_come_from_the_record(tmp_path):
+def test_clock_reads_come_from_the_record(complete):
     def reads_20(records):
         for record in records:
             if record["kind"] == "clock_overhead":
                 record.update(reads_per_trial=20, per_trial_overhead_ns=20 * record["per_read_ns"])
         return records
 
-    run = build_rich_run(tmp_path / "reads20", transform=reads_20)
+    run = rendered(complete.rich(transform=reads_20))
     assert "20 clock reads ≈ 1.00 µs of a ≈ " in section(page(run), "Limitations")
 
 
 @pytest.mark.parametrize("found", [True, False])
-def test_a_benchmark_reference_of_an_older_run_is_never_quoted_as_this_runs(tmp_path, found):
+def test_a_benchmark_reference_of_an_older_run_is_never_quoted_as_this_runs(complete, found):
     """Issue 26 A6: an older run's benchmark_reference (another machine's figure, matched by a CPU fingerprint)
     stays on the details page as data; the report's own pages quote only what the run measured."""
-    run = build_rich_run(tmp_path / "old-benchmark", benchmark_found=found)
+    run = rendered(complete.rich(benchmark_found=found))
     text = page(run)
     assert "benchmarks/overhead.py" not in text and "fingerprint" not in text
     assert "`benchmark_reference` (seq" in page(run, DETAILS_FILE)
@@ -509,7 +508,7 @@ def test_status_names_the_typed_command_and_that_the_run_was_offline(rich_run):
     assert "| offline | **yes**: every network connection refused for the whole session" in status
 
 
-def test_status_counts_artifact_reference_matches_and_absent_files(tmp_path):
+def test_status_counts_artifact_reference_matches_and_absent_files(complete):
     def absent_generation_config(records):
         for record in records:
             if record["kind"] == "artifact_file" and record["name"] == "generation_config.json":
@@ -517,14 +516,14 @@ def test_status_counts_artifact_reference_matches_and_absent_files(tmp_path):
                 record["reference"]["status"] = "absent"
         return records
 
-    run = build_rich_run(tmp_path / "absent", transform=absent_generation_config)
+    run = rendered(complete.rich(transform=absent_generation_config))
     files = next(r for r in table_rows(section(page(run), "Run status")) if r[0] == "files")[1]
     assert "absent at the revision: generation_config.json" in files
     assert "5 matches, 1 absent" in files
     assert "| `generation_config.json` | absent at the revision |" in page(run, DETAILS_FILE)
 
 
-def files_cell(run: Path) -> str:
+def files_cell(run) -> str:
     return next(r for r in table_rows(page(run)) if r[0] == "files")[1]
 
 
@@ -537,7 +536,7 @@ def test_a_verified_acquisition_is_labelled_verified(rich_run):
     ("reuse:artifacts_dir", True, "local reuse (`--artifacts`), refused: --artifacts /x failed verification: "
                                   "model.safetensors: sha256 00 …; 5 of 6 files present verified"),
 ])
-def test_a_failed_acquisition_is_labelled_by_its_outcome_never_verified(tmp_path, method, keep_files, expected):
+def test_a_failed_acquisition_is_labelled_by_its_outcome_never_verified(runs, method, keep_files, expected):
     error = ("hub unreachable: connection refused" if method == "download" else
              "--artifacts /x failed verification:\n  model.safetensors: sha256 00\nNothing was loaded.")
 
@@ -548,10 +547,7 @@ def test_a_failed_acquisition_is_labelled_by_its_outcome_never_verified(tmp_path
                 record.pop("status", None)
         return [r for r in records if keep_files or r["kind"] != "artifact_file"]
 
-    run = build_failed_run_ended(tmp_path / "failed")
-    rewrite_records(run, failed_by)
-    rerender(run)
-    cell = files_cell(run)
+    cell = files_cell(rendered(runs.data("failed_ended").changed(failed_by)))
     assert cell == expected
     assert "verified local reuse" not in cell and not cell.split(";")[0].endswith("verified")
 
@@ -566,7 +562,7 @@ def test_blank_predictions_template_is_flagged(rich_run, tmp_path):
     assert "predictions are still the blank template" in checklist[1][2]
 
 
-def test_supplied_predictions_are_linked_and_left_untouched(rich_run, tmp_path):
+def test_supplied_predictions_are_linked_and_left_untouched(rich_run, tmp_path, plots_not_drawn):
     run = copy_run(rich_run, tmp_path / "with-predictions")
     (run / PREDICTIONS_FILE).write_text("## 1.\nPrediction: identical | 90 %\n")
     before = (run / PREDICTIONS_FILE).read_bytes()
@@ -619,7 +615,7 @@ def test_failed_run_page_is_short_and_heads_with_the_reason_and_next_steps(faile
     assert report.MISSING not in text
 
 
-def test_failed_run_reason_is_given_in_full_however_long(tmp_path):
+def test_failed_run_reason_is_given_in_full_however_long(runs):
     long_reason = "hub unreachable: " + "x" * 400 + " END"
 
     def longer(records):
@@ -628,9 +624,7 @@ def test_failed_run_reason_is_given_in_full_however_long(tmp_path):
                 record["error"] = long_reason
         return records
 
-    run = build_failed_run_ended(tmp_path / "long")
-    rewrite_records(run, longer)
-    rerender(run)
+    run = rendered(runs.data("failed_ended").changed(longer))
     assert long_reason in section(page(run), "What happened")
 
 
@@ -644,13 +638,10 @@ def test_failed_run_draws_no_plot(failed_run):
     assert not list(failed_run.glob("*.png"))
 
 
-def test_old_failed_run_without_check_kinds_or_session_end_is_still_short(tmp_path):
-    run = build_failed_run(tmp_path / "old")
+def test_old_failed_run_without_check_kinds_or_session_end_is_still_short(runs):
     # an inferlab older than session_end and check_kind wrote this run: take both out of its records
-    rewrite_records(run, lambda records: [{k: v for k, v in r.items() if k != "check_kind"}
-                                          for r in records if r["kind"] != "session_end"])
-    rerender(run)
-    text = page(run)
+    text = page(rendered(runs.data("failed").changed(lambda records: [
+        {k: v for k, v in r.items() if k != "check_kind"} for r in records if r["kind"] != "session_end"])))
     assert len(text.splitlines()) < 80 and "## What happened" in text
     assert "The run did not finish" in text  # no session_end record: it cannot claim to have finished
     assert SKIP_REASON not in section(text, "What happened")
@@ -781,10 +772,10 @@ def test_a_real_specimens_text_is_said_to_be_data_that_can_be_false_offensive_or
     assert "offensive" not in section(page(rich_run), "Generation trials")
 
 
-def test_a_run_whose_environment_changed_is_never_called_passed(tmp_path):
+def test_a_run_whose_environment_changed_is_never_called_passed(runs, tmp_path):
     """B4: the session_end names what changed; the verdict says so before any 'every planned test passed'."""
     run = build_rich_run(tmp_path / "edited", session_end={"environment_changed_during_run": [
-        "source_sha256: inferlab/cache_check.py"]})
+        "source_sha256: inferlab/cache_check.py"]}, base=runs.get("complete"))
     status = section(page(run), "Run status")
     assert "**Verdict:** **The environment changed during the run** (source_sha256: inferlab/cache_check.py)" in status
     assert "Every planned test passed" not in status
@@ -814,7 +805,7 @@ def test_a_python_without_the_readers_modules_is_a_usage_error_and_writes_nothin
     assert {name: (run / name).read_bytes() for name in before} == before
 
 
-def test_the_run_table_says_what_the_watch_inside_every_forward_saw(tmp_path):
+def test_the_run_table_says_what_the_watch_inside_every_forward_saw(complete):
     """A4: the records' forward_mode, summed; a violation is named."""
     def watched(records, broken=0):
         for record in records:
@@ -823,10 +814,10 @@ def test_the_run_table_says_what_the_watch_inside_every_forward_saw(tmp_path):
         records[[r["kind"] for r in records].index("generation")]["forward_mode"]["violation_count"] = broken
         return records
 
-    clean = build_rich_run(tmp_path / "clean", transform=watched)
+    clean = rendered(complete.rich(transform=watched))
     row = next(r for r in table_rows(page(clean)) if r[0] == "every forward")
     assert row[1] == ("800 forwards in 50 records, each seen from inside it: all under `torch.inference_mode()`, none "
                       "in training mode")
-    broken = build_rich_run(tmp_path / "broken", transform=lambda records: watched(records, broken=3))
+    broken = rendered(complete.rich(transform=lambda records: watched(records, broken=3)))
     row = next(r for r in table_rows(page(broken)) if r[0] == "every forward")
     assert row[1].startswith("**3 of 800 forwards broke the controls**")

@@ -15,7 +15,8 @@ from inferlab.revised_criterion import RevisedCriterion, evaluate, judge
 from inferlab.runview import RunView
 from inferlab.verify import verify_run
 
-from fixtures_records import build_failed_run, copy_run
+from fixtures_records import copy_run
+from fixture_runs import runs  # noqa: F401 (a fixture)
 from test_attach import SCHEMA1_RUN, answered_explanation, built, ledger, run, tree  # noqa: F401 (fixtures)
 
 JUSTIFICATION = "the one-token path sums in another order; errors near 1e-6 are rounding, not a cache fault"
@@ -169,8 +170,8 @@ def test_a_blank_justification_is_refused(run, capsys):
     assert tree(run) == before
 
 
-def test_a_run_without_a_cache_comparison_and_a_folder_that_is_not_a_run_are_refused(tmp_path, capsys):
-    failed = build_failed_run(tmp_path / "failed")
+def test_a_run_without_a_cache_comparison_and_a_folder_that_is_not_a_run_are_refused(runs, tmp_path, capsys):
+    failed = runs.get("failed")
     before = tree(failed)
     assert revise(failed) == 1 and tree(failed) == before
     assert "no cache_comparison record (evidence), so there are no saved logits" in capsys.readouterr().err

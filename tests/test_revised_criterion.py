@@ -63,14 +63,15 @@ def suite(suite):
     (["--justification", "because"], "*--justification 'because': expected it together*"),
 ], ids=["one_number", "not_a_number", "no_justification", "justification_alone"])
 def test_bad_options_are_usage_errors_and_write_nothing(suite, arguments, message):
-    result = suite.runpytest_subprocess("experiments", "--record-dir", "run", *arguments)
+    # in process: only the exit status, the text and the folder are read
+    result = suite.runpytest("experiments", "--record-dir", "run", *arguments)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert not (suite.path / "run").exists()
 
 
 def test_help_states_the_default(suite):
-    result = suite.runpytest_subprocess("--help")
+    result = suite.runpytest("--help")
     text = result.stdout.str()
     assert "--revised-cache-criterion=ATOL,RTOL" in text and "--justification=TEXT" in text
     assert "default: none, the declared criterion only" in " ".join(text.split())

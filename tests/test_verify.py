@@ -15,9 +15,6 @@ from inferlab.compare import compare, format_compare
 from inferlab.verify import verify_run
 
 from fixtures_records import (
-    build_complete_run,
-    build_failed_run,
-    build_plan_folder,
     copy_run,
     edit_manifest,
     generation_nodeid,
@@ -26,21 +23,12 @@ from fixtures_records import (
     rewrite_records,
     session_end_record,
 )
+from fixture_runs import plots_not_drawn, runs, shared  # noqa: F401 (fixtures)
 
 
-@pytest.fixture(scope="module")
-def complete_run(tmp_path_factory) -> Path:
-    return build_complete_run(tmp_path_factory.mktemp("verify") / "complete")
-
-
-@pytest.fixture(scope="module")
-def second_run(tmp_path_factory) -> Path:
-    return build_complete_run(tmp_path_factory.mktemp("verify") / "second")
-
-
-@pytest.fixture(scope="module")
-def failed_run(tmp_path_factory) -> Path:
-    return build_failed_run(tmp_path_factory.mktemp("verify") / "failed")
+complete_run = shared("complete_run", "complete", "The shared complete run (never change it: run_copy is a copy).")
+second_run = shared("second_run", "complete_again", "A second build of the same run.")
+failed_run = shared("failed_run", "failed", "The shared failed run.")
 
 
 @pytest.fixture
@@ -77,9 +65,10 @@ def test_one_changed_character_in_records_is_caught(run_copy, capsys):
     assert "problem(s)" in capsys.readouterr().out
 
 
-def test_deleted_file_is_caught(run_copy):
-    (run_copy / "plot_token_times.png").unlink()
-    assert "plot_token_times.png: listed in the manifest but missing" in problems_of(run_copy)
+def test_deleted_file_is_caught(runs, tmp_path):
+    run = runs.copy("rich_plots", tmp_path / "copy")  # a run whose report drew its plots
+    (run / "plot_token_times.png").unlink()
+    assert "plot_token_times.png: listed in the manifest but missing" in problems_of(run)
 
 
 def test_unlisted_file_is_caught(run_copy):
@@ -279,7 +268,7 @@ def test_an_interrupted_session_end_is_a_problem_even_with_every_file_intact(run
     assert any("complete is True but session_end says False" in p for p in problems)
 
 
-def test_a_killed_run_verifies_as_unfinished_and_its_report_can_still_be_written(run_copy, capsys):
+def test_a_killed_run_verifies_as_unfinished_and_its_report_can_still_be_written(run_copy, capsys, plots_not_drawn):
     kill_after(run_copy, tests_done=40)
     problems = problems_of(run_copy)
     assert any("no session_end record" in p for p in problems)
@@ -292,8 +281,8 @@ def test_a_killed_run_verifies_as_unfinished_and_its_report_can_still_be_written
     assert manifest["complete"] is False  # writing a report never promotes the run
 
 
-def test_a_plan_folder_is_recognised_and_never_passes_all_passed(tmp_path, capsys):
-    folder = build_plan_folder(tmp_path / "plan")
+def test_a_plan_folder_is_recognised_and_never_passes_all_passed(runs, capsys):
+    folder = runs.get("plan")
     result = verify_run(folder)
     assert result["problems"] == [] and result["plan_folder"] is True
     assert main(["verify", str(folder)]) == 0
@@ -304,8 +293,8 @@ def test_a_plan_folder_is_recognised_and_never_passes_all_passed(tmp_path, capsy
     assert "is a plan folder" in capsys.readouterr().err and not (folder / "report.md").exists()
 
 
-def test_a_plan_folder_with_test_records_is_a_problem(tmp_path):
-    folder = build_plan_folder(tmp_path / "plan")
+def test_a_plan_folder_with_test_records_is_a_problem(runs, tmp_path):
+    folder = runs.copy("plan", tmp_path / "plan")
 
     def add_outcome(records):
         return records[:1] + [{"kind": "generation", "test": "x", "seq": 0, "wall_time": "t"}] + records[1:]
@@ -549,6 +538,7 @@ def test_check_artifacts_says_a_missing_pinned_optional_file_is_a_problem(standi
     assert "PROBLEM generation_config.json: missing" in capsys.readouterr().out.splitlines()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", [["verify"], ["report"], ["compare", "SAME"]])
 def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(complete_run, command):
     import os
