@@ -20,7 +20,7 @@ REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 # The same folder for the replica builder, as an absolute path (tests run some commands from other folders).
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))
 
-.PHONY: run test test-analytic test-harness test-selftest test-fast plan docs lock clean-venv
+.PHONY: run test test-analytic test-harness test-fast plan docs lock clean-venv
 
 $(STAMP): requirements.lock requirements.in pyproject.toml inferlab/installation.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,30 +36,19 @@ run: $(STAMP)
 plan: $(STAMP)
 	$(PY) -m pytest experiments --plan $(WHERE) $(ARGS)
 
-# Everything CI checks, in three steps (benchmarks/suite_time.py times each): the offline analytic tests, the
-# harness's own tests on every core (pytest-xdist; the experiment itself always runs in one process), then the
-# whole experiment end to end on the stand-in (and the replica, where its reference files exist), verified.
-# The self-test runs go to a temporary folder, removed when they pass and named when they fail: runs/ is left
-# as it was found.
-test: test-analytic test-harness test-selftest
+# Everything CI checks, in two steps (benchmarks/suite_time.py times each): the offline analytic tests, then the
+# harness's own tests on every core (pytest-xdist; the experiment itself always runs in one process). Among them,
+# the whole experiment end to end on the stand-in (and on the replica, where its reference files exist), exactly
+# as `pytest experiments --specimen NAME --record-dir DIR`, then `inferlab verify DIR` and `inferlab report DIR
+# --check` as commands (tests/test_experiment_runs.py); that run is shared by every test that reads a real run.
+# Every run goes to pytest's temporary folder, never to runs/: runs/ is left as it was found.
+test: test-analytic test-harness
 
 test-analytic: $(STAMP)
 	$(PY) -m pytest analytic_tests
 
 test-harness: $(STAMP)
-	$(PY) -m pytest tests -n auto
-
-test-selftest: $(STAMP)
-	@set -e; for specimen in standin $(if $(wildcard $(REFERENCE)/model.safetensors.header),replica,); do \
-	  dir=$$(mktemp -d "$${TMPDIR:-/tmp}/inferlab-selftest-$$specimen-XXXXXX"); \
-	  if $(PY) -m pytest experiments --specimen $$specimen --record-dir $$dir && \
-	     $(INFERLAB) verify $$dir && $(INFERLAB) report $$dir --check; then rm -rf "$$dir"; \
-	  else echo "make test: the $$specimen self-test run failed; its records are kept in $$dir"; exit 1; fi; \
-	done
-	@if [ ! -f "$(REFERENCE)/model.safetensors.header" ]; then \
-	  echo "make test: replica run skipped: pythia-14m's published small files are not in $(REFERENCE)"; \
-	  echo "  (they sit beside the project on the course's CI machines; a learner's clone does without them)"; \
-	fi
+	$(PY) -m pytest tests -n auto --dist loadgroup
 
 # For contributors, between edits: the analytic tests and the harness tests that start no other Python (no
 # experiment run, no inner pytest process); a test that starts one without the `process` marker fails here.

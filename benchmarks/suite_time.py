@@ -3,7 +3,7 @@
 Usage (from the repository root):  python -m benchmarks.suite_time [--record-to FILE] [--skip-reference-run]
 
 Runs, one after another and in the foreground, each step of `make test` as its own make target
-(test-analytic, test-harness, test-selftest: the Makefile is the one definition of what they run), then one
+(test-analytic, test-harness: the Makefile is the one definition of what they run), then one
 stand-in experiment run on its own (`pytest experiments --specimen standin` into a temporary folder, removed
 afterwards), and prints one line per step with its wall time and exit status, the total, and the total divided
 by the stand-in run's time, so that the ratio is read from one invocation on one machine. The result, with this
@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 from inferlab import environment, machine  # noqa: E402
 
 ROOT = machine.PROJECT_ROOT
-STEPS = ("test-analytic", "test-harness", "test-selftest")  # `make test`'s prerequisites, in its order
+STEPS = ("test-analytic", "test-harness")  # `make test`'s prerequisites, in its order
 RESULTS_FILE = ROOT / "runs" / "benchmarks" / "suite_time.jsonl"
 
 

@@ -15,6 +15,12 @@ def pytest_configure(config):
     # --help, so that a learner's `pytest --help` lists inferlab's options and not pytester's.
     if not config.option.help and not config.pluginmanager.has_plugin("pytester"):
         config.pluginmanager.import_plugin("pytester")
+    if not config.option.help:
+        # Before any pytester snapshot of sys.modules: what an in-process inner session would import again (and
+        # torch, which cannot be imported twice in one process) is imported once, here (tests/inner_session.py).
+        import inner_session
+
+        inner_session.preload("torch")
 
 
 # Fixtures that run pytest again (pytester) or a whole experiment: a test using one starts another process or

@@ -12,7 +12,7 @@ from inferlab.cli import EXIT_UNREADABLE, main
 from inferlab.grading.grade import EXIT_INTEGRITY
 from inferlab.verify import verify_run
 
-from fixtures_records import build_complete_run
+from fixture_runs import fixture_runs
 from forging import find, forge
 
 
@@ -20,7 +20,7 @@ from forging import find, forge
 def runs(tmp_path_factory) -> dict:
     """An honest fixture run, and a copy whose ids are given shapes no writer makes."""
     base = tmp_path_factory.mktemp("malformed")
-    honest = build_complete_run(base / "honest")
+    honest = fixture_runs(tmp_path_factory).get("complete")
 
     def damage(records):
         find(records, "generation")["prompt_id"] = ["P1"]
