@@ -37,7 +37,8 @@ plan: $(STAMP)
 	$(PY) -m pytest experiments --plan $(WHERE) $(ARGS)
 
 # Everything CI checks, in two steps (benchmarks/suite_time.py times each): the offline analytic tests, then the
-# harness's own tests on every core (pytest-xdist; the experiment itself always runs in one process). Among them,
+# harness's own tests on every core (pytest-xdist, one test file per worker at a time, so a module's shared run
+# is made where it is read; the experiment itself always runs in one process). Among them,
 # the whole experiment end to end on the stand-in (and on the replica, where its reference files exist), exactly
 # as `pytest experiments --specimen NAME --record-dir DIR`, then `inferlab verify DIR` and `inferlab report DIR
 # --check` as commands (tests/test_experiment_runs.py); that run is shared by every test that reads a real run.
@@ -48,7 +49,7 @@ test-analytic: $(STAMP)
 	$(PY) -m pytest analytic_tests
 
 test-harness: $(STAMP)
-	$(PY) -m pytest tests -n auto --dist loadgroup
+	$(PY) -m pytest tests -n auto --dist loadfile
 
 # For contributors, between edits: the analytic tests and the harness tests that start no other Python (no
 # experiment run, no inner pytest process); a test that starts one without the `process` marker fails here.

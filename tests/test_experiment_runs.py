@@ -49,6 +49,7 @@ def acquired_directory(run_dir: Path) -> str:
 # --- the runs `make test` used to make and check in steps of its own -------------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("specimen", ["standin", "replica"])
 def test_the_make_test_run_of_each_offline_specimen_verifies_and_its_report_regenerates(request, specimen):
     """`pytest experiments --specimen S --record-dir D` (the session's shared run, default acquisition) passed;

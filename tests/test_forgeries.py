@@ -67,7 +67,6 @@ def test_the_schema_1_run_has_no_consistency_problem_and_no_stamps_to_order():
     assert any("carry no perf_counter_ns" in line for line in result["not_checked"])
 
 
-@pytest.mark.xdist_group("standin_run")  # one worker builds the session's real run (--dist loadgroup)
 def test_an_honest_real_run_is_consistent_with_nothing_left_unchecked(standin_run):
     result = verify_run(standin_run)
     assert result["problems"] == [] and result["not_checked"] == []
@@ -92,7 +91,6 @@ def test_forgery_1_a_ttft_below_its_prefill_is_caught(fixture_run, tmp_path):
     assert main(["verify", str(run)]) == 1
 
 
-@pytest.mark.xdist_group("standin_run")  # one worker builds the session's real run (--dist loadgroup)
 def test_forgery_1_on_a_real_run_is_caught_by_the_nanosecond_stamps(standin_run, tmp_path):
     def edit(records):
         trial = find(records, "timing_trial", schedule_id="P1x8-cache_off-rep3")
@@ -118,7 +116,6 @@ def test_forgery_6_a_run_made_with_a_loosened_tolerance_is_a_protocol_problem(tm
     assert main(["verify", str(run)]) == 1
 
 
-@pytest.mark.xdist_group("standin_run")  # one worker builds the session's real run (--dist loadgroup)
 def test_a_declared_criterion_edited_alone_is_a_protocol_problem(standin_run, tmp_path):
     def edit(records):
         find(records, "cache_criterion").update(atol=1.0, rtol=1.0, rule="|a-b| <= 1 + 1*|b| (b = uncached reference)")
@@ -183,7 +180,6 @@ def test_a_test_shorter_than_the_loop_it_timed_is_caught(fixture_run, tmp_path):
     assert len(problems) == 1 and "duration: recorded 0.001 s, shorter than timing_trial" in problems[0]
 
 
-@pytest.mark.xdist_group("standin_run")  # one worker builds the session's real run (--dist loadgroup)
 def test_a_greedy_trials_ids_edited_with_their_text_and_summary_are_caught(standin_run, tmp_path):
     """ids[0] changed everywhere a careful learner would change it: the saved logits' argmax still disagrees."""
     def edit(records):
@@ -199,7 +195,6 @@ def test_a_greedy_trials_ids_edited_with_their_text_and_summary_are_caught(stand
     assert any("[P2-G-rep2] text" in p for p in problems)  # the text no longer decodes from the ids
 
 
-@pytest.mark.xdist_group("standin_run")  # one worker builds the session's real run (--dist loadgroup)
 def test_a_decoded_text_edited_is_caught_with_the_runs_tokenizer(standin_run, tmp_path):
     def edit(records):
         find(records, "generation", trial_id="P1-S3-seed31")["text"] = "a fluent, plausible answer"
@@ -208,7 +203,6 @@ def test_a_decoded_text_edited_is_caught_with_the_runs_tokenizer(standin_run, tm
     assert len(problems) == 1 and "[P1-S3-seed31] text: recorded 'a fluent, plausible answer'" in problems[0]
 
 
-@pytest.mark.xdist_group("standin_run")  # one worker builds the session's real run (--dist loadgroup)
 def test_cache_statistics_edited_with_their_summary_are_caught_by_the_saved_tensors(standin_run, tmp_path):
     def edit(records):
         comparisons = [r for r in records if r["kind"] == "cache_comparison"]
@@ -224,7 +218,6 @@ def test_cache_statistics_edited_with_their_summary_are_caught_by_the_saved_tens
     assert any("cache_summary seq" in p and "numerical_agreement.max_abs_diff" in p for p in problems)
 
 
-@pytest.mark.xdist_group("standin_run")  # one worker builds the session's real run (--dist loadgroup)
 def test_a_trial_moved_in_time_runs_the_clock_backwards(standin_run, tmp_path):
     """Every stamp of one trial shifted by a second, its seconds (relative to its start) left as they were."""
     def edit(records):
@@ -242,7 +235,6 @@ def test_a_trial_moved_in_time_runs_the_clock_backwards(standin_run, tmp_path):
 # --- what no file can expose (docs/trust.md) -----------------------------------------------------------------
 
 
-@pytest.mark.xdist_group("standin_run")  # one worker builds the session's real run (--dist loadgroup)
 def test_timings_forged_consistently_are_not_caught_by_any_file(standin_run, tmp_path):
     """Forgery 2: the P1 cache-on loops made twice as fast, every stamp, second and summary recomputed."""
     def edit(records):
