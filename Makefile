@@ -52,9 +52,10 @@ test-harness: $(STAMP)
 	$(PY) -m pytest tests -n auto --dist loadfile
 
 # For contributors, between edits: the analytic tests and the harness tests that start no other Python (no
-# experiment run, no inner pytest process); a test that starts one without the `process` marker fails here.
+# experiment run, no inner pytest process) and are not marked slow; a test that starts one without the
+# `process` marker fails here.
 test-fast: $(STAMP)
-	INFERLAB_FAST_LANE=1 $(PY) -m pytest analytic_tests tests -m "not process" -n auto -q
+	INFERLAB_FAST_LANE=1 $(PY) -m pytest analytic_tests tests -m "not process and not slow" -n auto -q
 
 # Rewrite docs/options.md's generated part from the option definitions (a harness test fails when it is stale).
 docs: $(STAMP)

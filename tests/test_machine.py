@@ -44,6 +44,7 @@ def test_the_benchmark_writes_outside_tracked_files_unless_asked():
     assert build_parser().parse_args([]).results == machine.RESULTS_FILE != machine.TRACKED_RESULTS_FILE
 
 
+@pytest.mark.slow  # a real benchmark run of the stand-in; make test-fast leaves it out
 def test_the_benchmark_records_to_the_file_it_is_given(tmp_path, monkeypatch):
     """In process, on the tiny model. The benchmark sets torch's intra-op threads (set here, then put back) and
     its inter-op threads, which torch accepts only before any parallel work: that one is noted, not set."""
