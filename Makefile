@@ -36,20 +36,25 @@ run: $(STAMP)
 plan: $(STAMP)
 	$(PY) -m pytest experiments --plan $(WHERE) $(ARGS)
 
-# Everything CI checks, in two steps (benchmarks/suite_time.py times each): the offline analytic tests, then the
-# harness's own tests on every core (pytest-xdist, one test file per worker at a time, so a module's shared run
-# is made where it is read; the experiment itself always runs in one process). Among them,
-# the whole experiment end to end on the stand-in (and on the replica, where its reference files exist), exactly
-# as `pytest experiments --specimen NAME --record-dir DIR`, then `inferlab verify DIR` and `inferlab report DIR
-# --check` as commands (tests/test_experiment_runs.py); that run is shared by every test that reads a real run.
-# Every run goes to pytest's temporary folder, never to runs/: runs/ is left as it was found.
-test: test-analytic test-harness
+# Everything CI checks, in one pytest session on every core (pytest-xdist; benchmarks/suite_time.py times it):
+# the offline analytic tests and the harness's own tests, handed to the workers one test file at a time, the
+# files with the longest runs first (tests/conftest.py), so a module's shared run is made where it is read; the
+# experiment itself always runs in one process. Among them, the whole experiment end to end on the stand-in (and
+# on the replica, where its reference files exist), exactly as `pytest experiments --specimen NAME --record-dir
+# DIR`, then `inferlab verify DIR` and `inferlab report DIR --check` as commands (tests/test_experiment_runs.py);
+# that run is shared by every test that reads a real run. Every run goes to pytest's temporary folder, never to
+# runs/: runs/ is left as it was found. test-analytic and test-harness run either part alone. PYTEST_ARGS adds
+# options to each (the benchmark's --junitxml, say).
+PYTEST_ARGS ?=
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
+test: $(STAMP)
+	$(PY) -m pytest analytic_tests tests $(XDIST) $(PYTEST_ARGS)
 
 test-analytic: $(STAMP)
-	$(PY) -m pytest analytic_tests
+	$(PY) -m pytest analytic_tests $(PYTEST_ARGS)
 
 test-harness: $(STAMP)
-	$(PY) -m pytest tests -n auto --dist loadfile
+	$(PY) -m pytest tests $(XDIST) $(PYTEST_ARGS)
 
 # For contributors, between edits: the analytic tests and the harness tests that start no other Python (no
 # experiment run, no inner pytest process) and are not marked slow; a test that starts one without the

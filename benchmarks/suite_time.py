@@ -1,14 +1,15 @@
-"""How long `make test` takes, step by step, beside one stand-in experiment run on the same machine.
+"""How long `make test` takes, beside one stand-in experiment run on the same machine.
 
 Usage (from the repository root):  python -m benchmarks.suite_time [--record-to FILE] [--skip-reference-run]
 
-Runs, one after another and in the foreground, each step of `make test` as its own make target
-(test-analytic, test-harness: the Makefile is the one definition of what they run), then one
-stand-in experiment run on its own (`pytest experiments --specimen standin` into a temporary folder, removed
-afterwards), and prints one line per step with its wall time and exit status, the total, and the total divided
-by the stand-in run's time, so that the ratio is read from one invocation on one machine. The result, with this
-machine's fingerprint and the commit, is appended to runs/benchmarks/suite_time.jsonl (untracked) or to the
-file --record-to names. It is a benchmark, not a test: nothing asserts a time. The last line is exactly:
+Runs `make test` in the foreground (the Makefile is the one definition of what it runs: one pytest session over
+the analytic and the harness tests on every core) with a JUnit report, then one stand-in experiment run on its
+own (`pytest experiments --specimen standin` into a temporary folder, removed afterwards). It prints make test's
+wall time and exit status; from the JUnit report, the test time of each part (analytic_tests, tests: summed over
+both workers, so the parts add up to more than the wall time) and of the slowest files; the stand-in run's time;
+and make test's time divided by it, so that the ratio is read from one invocation on one machine. The result,
+with this machine's fingerprint and the commit, is appended to runs/benchmarks/suite_time.jsonl (untracked) or
+to the file --record-to names. It is a benchmark, not a test: nothing asserts a time. The last line is exactly:
   make_test_s=<total> standin_run_s=<one run> ratio=<total/run>
 """
 
@@ -22,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from xml.etree import ElementTree
 
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,7 +33,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 from inferlab import environment, machine  # noqa: E402
 
 ROOT = machine.PROJECT_ROOT
-STEPS = ("test-analytic", "test-harness")  # `make test`'s prerequisites, in its order
+SLOWEST_FILES = 8  # how many files the table lists
 RESULTS_FILE = ROOT / "runs" / "benchmarks" / "suite_time.jsonl"
 
 
@@ -62,33 +65,56 @@ def standin_run_seconds() -> tuple[float, int]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def test_seconds_by_file(junit: Path) -> Counter:
+    """Seconds of test time (setup, call and teardown) per test file, from a JUnit report; empty when there is none
+    (make stopped before pytest wrote it)."""
+    per_file: Counter = Counter()
+    if not junit.is_file():
+        return per_file
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        module = case.get("classname", "").split(".")
+        path = "/".join(module[:2]) + ".py" if len(module) >= 2 else case.get("classname", "")
+        per_file[path] += float(case.get("time") or 0)
+    return per_file
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Time each step, then the reference run; print the table and the last line; append the result."""
+    """Time make test, then the reference run; print the table and the last line; append the result."""
     args = build_parser().parse_args(argv)
     make = os.environ.get("MAKE", "make")
-    steps = {}
-    for step in STEPS:
-        seconds, status = timed([make, "-s", step])
-        steps[step] = {"wall_s": round(seconds, 2), "exit_status": status}
-    total = round(sum(s["wall_s"] for s in steps.values()), 2)
+    scratch = Path(tempfile.mkdtemp(prefix="inferlab-suite-time-junit-"))
+    try:
+        junit = scratch / "make-test.xml"
+        seconds, status = timed([make, "-s", "test", f"PYTEST_ARGS=--junitxml={junit}"])
+        per_file = test_seconds_by_file(junit)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    total = round(seconds, 2)
+    parts = Counter()
+    for path, part_seconds in per_file.items():
+        parts[path.split("/")[0]] += part_seconds
     reference = None if args.skip_reference_run else standin_run_seconds()
     print()
-    for step, result in steps.items():
-        print(f"{step:16} {result['wall_s']:8.1f} s   exit {result['exit_status']}")
-    print(f"{'make test':16} {total:8.1f} s   on {os.cpu_count()} CPUs")
+    print(f"{'make test':24} {total:8.1f} s wall   exit {status}   on {os.cpu_count()} CPUs")
+    for part, part_seconds in sorted(parts.items()):
+        print(f"  {part + '/':22} {part_seconds:8.1f} s of test time")
+    for path, file_seconds in per_file.most_common(SLOWEST_FILES):
+        print(f"    {path:40} {file_seconds:8.1f} s")
     result = {"benchmark": "benchmarks/suite_time.py", "recorded_utc": datetime.datetime.now(datetime.timezone.utc)
               .isoformat(), "machine": machine.machine_fingerprint(), "git": environment.git_state(ROOT),
-              "steps": steps, "make_test_s": total}
+              "make_test_s": total, "exit_status": status,
+              "test_seconds": {part: round(value, 2) for part, value in sorted(parts.items())},
+              "slowest_files": {path: round(value, 2) for path, value in per_file.most_common(SLOWEST_FILES)}}
     line = f"make_test_s={total:.1f}"
     if reference is not None:
         run_s, run_status = reference
         result.update(standin_run_s=round(run_s, 2), standin_run_exit_status=run_status, ratio=round(total / run_s, 2))
-        print(f"{'one stand-in run':16} {run_s:8.1f} s   exit {run_status}")
+        print(f"{'one stand-in run':24} {run_s:8.1f} s wall   exit {run_status}")
         line += f" standin_run_s={run_s:.1f} ratio={total / run_s:.2f}"
     machine.append_result(result, args.results)
     print(f"(appended to {args.results})")
     print(line)
-    return 0 if all(s["exit_status"] == 0 for s in steps.values()) else 1
+    return status
 
 
 if __name__ == "__main__":

@@ -25,13 +25,24 @@ def pytest_configure(config):
 
 # Fixtures that run pytest again (pytester) or a whole experiment: a test using one starts another process or
 # an inner session, so it is a `process` test, left out of the fast lane (make test-fast) like a marked one.
-PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run"})
+PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run", "course_ci"})
+
+
+# The test files that spend the most time in experiment runs (their own, or the session's shared ones they make),
+# longest first. `make test` hands whole files to its workers in collection order (--dist loadfile
+# --no-loadscope-reorder), so both workers start a long run at once and the short files fill the end; every other
+# file keeps its place after these.
+LONGEST_FIRST = ("test_experiment_runs.py", "test_course_ci.py", "test_evidence_runs.py", "test_early_stops.py",
+                 "test_replica_runs.py", "test_replay.py", "test_failed_trials.py", "test_plugin.py", "test_recipe.py",
+                 "test_specimen_hostile_hub.py", "test_plots.py")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.process)
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort: the same order on every worker
 
 
 FAST_LANE = "INFERLAB_FAST_LANE"  # set by `make test-fast`: a process started by a test is an error there
@@ -200,3 +211,12 @@ def replica_run(tmp_path_factory):
                            env={replica.REFERENCE_ENV: str(reference)})
     assert made.returncode == 0, made.tail()
     return made.run
+
+
+@pytest.fixture(scope="session")
+def course_ci(tmp_path_factory):
+    """The course CI script run end to end once per session (shared_runs.course_ci_once): its output folder and
+    its run, an --offline stand-in run with predictions and an explanation. Shared, so never modify it."""
+    from shared_runs import course_ci_once
+
+    return course_ci_once(tmp_path_factory)

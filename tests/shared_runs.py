@@ -162,3 +162,35 @@ def inferlab_command(*args) -> tuple[int, str]:
     with contextlib.redirect_stdout(printed):
         status = main([str(arg) for arg in args])
     return status, printed.getvalue()
+
+
+COURSE_CI_SCRIPT = REPO_ROOT / ".ci" / "course-grade"
+
+
+def course_ci_once(tmp_path_factory) -> dict:
+    """One run of the course CI script (.ci/course-grade), as a course's CI job runs it after the set-up step,
+    from a scratch copy of the project with answered predictions and explanation; made once per session:
+    {"done": CompletedProcess, "out": its output folder, "run": the run folder in it}.
+
+    Its experiment is an --offline stand-in run with the default acquisition (built in that copy's cache) in a
+    process of its own: the session's second complete stand-in run beside standin_run."""
+    from grading_helpers import answered_explanation, answered_predictions
+
+    def make(base: Path) -> dict:
+        project = make_project(base / "project", analytic_tests=True)
+        (project / ".ci").mkdir()
+        shutil.copy(COURSE_CI_SCRIPT, project / ".ci" / COURSE_CI_SCRIPT.name)
+        (base / "my_predictions.md").write_text(answered_predictions())
+        (base / "my_explanation.md").write_text(answered_explanation())
+        env = child_env({"PYTHON": sys.executable, "OUT": str(base / "out"),
+                         "PREDICTIONS": str(base / "my_predictions.md"),
+                         "EXPLANATION": str(base / "my_explanation.md")})
+        done = subprocess.run(["bash", str(project / ".ci" / COURSE_CI_SCRIPT.name)], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr, "out": str(base / "out")}
+
+    made = made_once(tmp_path_factory, "course-ci", make)
+    done = subprocess.CompletedProcess(["bash", str(COURSE_CI_SCRIPT)], made["returncode"], made["stdout"],
+                                       made["stderr"])
+    out = Path(made["out"])
+    return {"done": done, "out": out, "run": out / "run"}

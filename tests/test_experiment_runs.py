@@ -207,6 +207,10 @@ def plain_transformers(tmp_path_factory, standin_run):
 
 
 def test_stand_in_records_replay_in_a_fresh_process_with_plain_transformers(standin_run, plain_transformers):
+    """A recorded trial of every condition (greedy, and seeded sampling under S1, S2, S3) is enough to replay it
+    with plain transformers: its generation config, prompt ids and seed."""
+    conditions = {trial.condition for trial in protocol.generation_trials() if trial.test_id in REPLAYED_TRIALS}
+    assert conditions == set(protocol.CONDITIONS)
     assert len([r for r in records(standin_run) if r["kind"] == "generation"]) == len(protocol.generation_trials())
     found = plain_transformers["replayed"]
     assert sorted(found) == sorted(REPLAYED_TRIALS)
@@ -223,33 +227,38 @@ def test_stand_in_uncached_logits_agree_with_an_independent_recomputation(plain_
         assert row["max_abs_diff"] <= row["bound"], (row, tolerance.describe())
 
 
-@pytest.fixture(scope="module")
-def offline_generation(tmp_path_factory):
-    """An --offline stand-in run of the specimen, the inputs and every generation trial, in its own scratch
-    project (so the stand-in is built there with the network blocked)."""
-    return experiment_once(tmp_path_factory, "standin-offline-generation", "--specimen", "standin", "--offline",
-                           "-k", "test_10_specimen or test_20_inputs or test_generation_trial")
+def the_experiment_passed(course_ci) -> Path:
+    """The course CI script's experiment step (an --offline stand-in run, tests/conftest.py course_ci) passed:
+    its run folder."""
+    said = "the experiment ended with pytest exit status 0 "
+    assert said in course_ci["done"].stdout, (course_ci["done"].stdout + course_ci["done"].stderr)[-3000:]
+    return course_ci["run"]
 
 
-def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, offline_generation):
-    """The session's complete run and a second one (offline, generation only) in another process."""
+def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, course_ci):
+    """The session's complete run and a second complete one (the course CI script's, --offline) in another
+    process."""
     from inferlab.compare import compare
 
-    assert offline_generation.returncode == pytest.ExitCode.OK, offline_generation.tail()
-    comparison = compare(standin_run, offline_generation.run)
+    comparison = compare(standin_run, the_experiment_passed(course_ci))
     rows = comparison["generation"]
     assert len(rows) == len(protocol.generation_trials())
     assert all(row["equal"] for row in rows), [row for row in rows if not row["equal"]]
 
 
-def test_offline_stand_in_run_needs_no_network_and_proves_the_block(offline_generation):
-    assert offline_generation.returncode == pytest.ExitCode.OK, offline_generation.tail()
-    found = records(offline_generation.run)
+def test_offline_stand_in_run_needs_no_network_and_proves_the_block(course_ci):
+    """The course CI script's stand-in run is --offline, and the stand-in is built in its scratch project with the
+    network blocked."""
+    run = the_experiment_passed(course_ci)
+    found = records(run)
     guard = next(r for r in found if r["kind"] == "offline_guard")
     assert guard["offline"] is True and "network access blocked" in guard["outcome"]
     assert next(r for r in found if r["kind"] == "generation")["status"] == "ok"
-    manifest = json.loads((offline_generation.run / "manifest.json").read_text())
-    assert manifest["options"]["network_blocked_for_session"] is True
+    acquisition = next(r for r in found if r["kind"] == "artifact_acquisition")
+    assert acquisition["acquisition"] == "built_offline" and acquisition["ok"] is True
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["options"]["network_blocked_for_session"] is True and manifest["options"]["offline"] is True
+    assert manifest["exit_status"] == 0 and manifest["complete"] is True
 
 
 # --- the newcomer's first failure, and partial runs (issues 17.2, 15.2, 15.3, 15.12) -------------------

@@ -1,13 +1,9 @@
-"""inferlab.sampling: one generate() trial, its complete config, processors, raw logits and replay."""
+"""inferlab.sampling: one generate() trial, its complete config, processors and raw logits (a recorded trial replayed
+in a fresh process with plain transformers is tests/test_experiment_runs.py's, on the stand-in run)."""
 
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -257,42 +253,6 @@ def test_replay_in_process_reproduces_a_sampling_trial(model, first_trials):
     record = first_trials["S3"][0]
     replayed = replay_generation(model, record["prompt_ids"], record["generation_config"], record["seed"])
     assert replayed["generated_ids"] == record["generated_ids"]
-
-
-REPLAY_SCRIPT = textwrap.dedent(
-    """
-    import json, sys, torch
-    from transformers import GenerationConfig, GPTNeoXForCausalLM
-    spec = json.load(open(sys.argv[1]))
-    model = GPTNeoXForCausalLM.from_pretrained(
-        sys.argv[2], torch_dtype=torch.float32, attn_implementation="eager", local_files_only=True, use_safetensors=True
-    ).eval()
-    config = GenerationConfig.from_dict(spec["generation_config"])
-    input_ids = torch.tensor([spec["prompt_ids"]])
-    torch.manual_seed(spec["seed"])
-    with torch.inference_mode():
-        out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                             generation_config=config, use_model_defaults=False)
-    print(json.dumps(out.sequences[0].tolist()))
-    """
-)
-
-
-@pytest.mark.process
-def test_replay_in_fresh_process_with_plain_transformers(model, first_trials, tmp_path):
-    record = first_trials["S1"][0]
-    model_dir = tmp_path / "tiny"
-    model.save_pretrained(model_dir, safe_serialization=True)
-    assert (model_dir / "model.safetensors").is_file()
-    spec_path = tmp_path / "trial.json"
-    spec_path.write_text(json.dumps(record, ensure_ascii=True))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", REPLAY_SCRIPT, str(spec_path), str(model_dir)],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == record["sequence_ids"]
 
 
 @pytest.mark.parametrize("condition_name", list(protocol.CONDITIONS))
