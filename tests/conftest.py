@@ -20,7 +20,8 @@ def pytest_configure(config):
         # torch, which cannot be imported twice in one process) is imported once, here (tests/inner_session.py).
         import inner_session
 
-        inner_session.preload("torch")
+        inner_session.preload(*inner_session.MODEL_MODULES)
+        inner_session.protocol_threads()
 
 
 # Fixtures that run pytest again (pytester) or a whole experiment: a test using one starts another process or

@@ -17,6 +17,25 @@ SESSION_MODULES = ("hypothesis", "statistics", "inferlab.addenda", "inferlab.env
                    "inferlab.report", "inferlab.runview", "inferlab.schema", "inferlab.summaries")
 
 
+# What an inner session that loads a model and writes its report imports: torch cannot be imported twice in one
+# process, and transformers and matplotlib imported again would be most of a short run's time.
+MODEL_MODULES = ("torch", "transformers", "transformers.models.gpt_neox.modeling_gpt_neox", "matplotlib.figure",
+                 "matplotlib.backends.backend_agg")
+
+
+def protocol_threads() -> None:
+    """torch's thread counts set to the protocol's, once, before this process computes anything: an inner
+    experiment session then finds them already as it asks (torch takes the inter-op count only once per process,
+    so the session records its own request's refusal beside the effective counts, which match), and every test of
+    this worker computes with the threads the experiment uses."""
+    import torch
+
+    from inferlab import protocol
+
+    torch.set_num_threads(protocol.INTRA_OP_THREADS)
+    torch.set_num_interop_threads(protocol.INTER_OP_THREADS)
+
+
 def preload(*more: str) -> None:
     """Import SESSION_MODULES and `more` (such as torch, for a session that loads a model) into this process."""
     for name in (*SESSION_MODULES, *more):

@@ -138,6 +138,21 @@ def experiment(folder: Path, *args: str, conftest_extra: str = "", env: Optional
     return ExperimentRun(project, project / "run", done.returncode, done.stdout, done.stderr)
 
 
+def experiment_in_process(pytester, *args: str, conftest_extra: str = "",
+                          prepare: Optional[Callable[[Path], None]] = None) -> ExperimentRun:
+    """`pytest experiments ARGS --record-dir run` as an inner session of this process (pytester.runpytest) in a
+    scratch project at pytester.path; prepare(project) runs first. No new Python: torch, transformers and
+    matplotlib are imported once per worker (tests/conftest.py), which is most of a short run's time.
+
+    Only for a conftest_extra that patches nothing of this process, or undoes its patch at pytest_unconfigure:
+    a patch left behind would reach every later test of the worker."""
+    project = make_project(pytester.path, conftest_extra)
+    if prepare is not None:
+        prepare(project)
+    result = pytester.runpytest("experiments", *args, "--record-dir", "run")
+    return ExperimentRun(project, project / "run", int(result.ret), result.stdout.str(), result.stderr.str())
+
+
 def experiment_once(tmp_path_factory, name: str, *args: str, conftest_extra: str = "", env: Optional[dict] = None,
                     prepare: Optional[Callable[[Path], None]] = None) -> ExperimentRun:
     """`experiment(...)` made once per session (see made_once) and shared: never modify its folders."""

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from inferlab import cache_check, loading, protocol, recipe, specimen, standin
-from shared_runs import experiment, inferlab_command, make_project, records
+from shared_runs import experiment_in_process, inferlab_command, make_project, records
 from variants import pin_variant
 
 EOS = 0
@@ -42,13 +42,14 @@ def variant_for_stop_after(stop_after: int, prompt_ids: list[int], greedy: list[
     return recipe.Variant(forced_eos_clusters=(forced,))
 
 
-def run_variant(tmp_path, stop_after: int, base_p1) -> Path:
-    """The whole experiment on the variant, pinned in a scratch project's own spec and given through --artifacts."""
+def run_variant(pytester, tmp_path, stop_after: int, base_p1) -> Path:
+    """The whole experiment on the variant, pinned in a scratch project's own spec and given through --artifacts
+    (an inner session of this process: the variant patches nothing here)."""
     prompt_ids, greedy = base_p1
     name = f"standin-eos{stop_after}"
     variant = variant_for_stop_after(stop_after, prompt_ids, greedy)
-    result = experiment(tmp_path, "--specimen", name, "--artifacts", str(tmp_path / name),
-                        prepare=lambda project: pin_variant(project, name, standin, variant, tmp_path / name))
+    result = experiment_in_process(pytester, "--specimen", name, "--artifacts", str(tmp_path / name),
+                                   prepare=lambda project: pin_variant(project, name, standin, variant, tmp_path / name))
     assert result.returncode == pytest.ExitCode.OK, result.tail()
     return result.run
 
@@ -56,8 +57,8 @@ def run_variant(tmp_path, stop_after: int, base_p1) -> Path:
 @pytest.mark.slow
 @pytest.mark.process
 @pytest.mark.parametrize("stop_after", [1, 3], ids=["eos-after-1", "eos-after-3"])
-def test_early_eos_runs_end_to_end(tmp_path, base_p1, stop_after):
-    run = run_variant(tmp_path, stop_after, base_p1)
+def test_early_eos_runs_end_to_end(pytester, tmp_path, base_p1, stop_after):
+    run = run_variant(pytester, tmp_path, stop_after, base_p1)
     found = records(run)
     by_kind = lambda kind: [r for r in found if r["kind"] == kind]  # noqa: E731
 
@@ -95,7 +96,7 @@ def test_early_eos_runs_end_to_end(tmp_path, base_p1, stop_after):
         assert lengths["P2"] > lengths["P1"], lengths
 
     # 5) the records verify, and the report renders from them (empty text included); the commands run in
-    # process, the experiment itself ran in its own
+    # process too
     status, printed = inferlab_command("verify", run)
     assert status == 0, printed
     status, printed = inferlab_command("report", run, "--check")

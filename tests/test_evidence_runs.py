@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared_runs import experiment, experiment_once, records
+from shared_runs import experiment_in_process, experiment_once, records
 from tiny_specimen import TINY_SPEC_NAME, build_tiny_specimen, write_spec
 
 pytestmark = pytest.mark.process
@@ -35,15 +35,20 @@ def _wrong_options():
 
 
 _loading.load_options = _wrong_options
+
+
+def pytest_unconfigure(config):
+    _loading.load_options = _protocol_options  # the session ran inside the harness's process: leave it as found
 '''
 
 
-def run_tiny(tmp_path, conftest_extra: str = "", selection: str = DEPENDENT_SELECTION, **damage):
+def run_tiny(pytester, tmp_path, conftest_extra: str = "", selection: str = DEPENDENT_SELECTION, **damage):
     """The -k selection of the experiment on a tiny specimen (damaged as asked), pinned in the scratch project's
-    own spec and given through --artifacts: (the finished run, its records)."""
+    own spec and given through --artifacts, as an inner session of this process: (the finished run, its records)."""
     specimen = build_tiny_specimen(tmp_path / "tiny-specimen", **damage)
-    result = experiment(tmp_path, "--specimen", TINY_SPEC_NAME, "--artifacts", str(specimen), "-k", selection,
-                        conftest_extra=conftest_extra, prepare=lambda project: write_spec(project / "artifacts", specimen))
+    result = experiment_in_process(pytester, "--specimen", TINY_SPEC_NAME, "--artifacts", str(specimen), "-k",
+                                   selection, conftest_extra=conftest_extra,
+                                   prepare=lambda project: write_spec(project / "artifacts", specimen))
     return result, result.records()
 
 
@@ -58,8 +63,8 @@ def assert_dependents_stopped(found: list[dict], *reason_parts: str) -> None:
     assert not [r for r in found if r["kind"] == "memory"]
 
 
-def test_a_model_loaded_in_float16_with_sdpa_stops_every_dependent(tmp_path):
-    result, found = run_tiny(tmp_path, FLOAT16_SDPA_LOAD)
+def test_a_model_loaded_in_float16_with_sdpa_stops_every_dependent(pytester, tmp_path):
+    result, found = run_tiny(pytester, tmp_path, FLOAT16_SDPA_LOAD)
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.stdout[-3000:]
     by_test = outcomes(found)
     assert by_test["test_model_load"]["outcome"] == "passed"
@@ -71,10 +76,13 @@ def test_a_model_loaded_in_float16_with_sdpa_stops_every_dependent(tmp_path):
     assert (load["options"]["dtype"], load["options"]["attn_implementation"]) == ("float16", "sdpa")
     assert_dependents_stopped(found, "model_inspection", "float16")
     assert by_test["test_input[P1]"]["outcome"] == "passed"  # tokenization does not depend on the weights
+    from inferlab import loading
+
+    assert loading.load_options()["dtype"] == "float32"  # the inner session's patch was undone in this process
 
 
-def test_a_load_with_missing_and_unexpected_weights_stops_every_dependent(tmp_path):
-    result, found = run_tiny(tmp_path, drop=("gpt_neox.final_layer_norm.bias",),
+def test_a_load_with_missing_and_unexpected_weights_stops_every_dependent(pytester, tmp_path):
+    result, found = run_tiny(pytester, tmp_path, drop=("gpt_neox.final_layer_norm.bias",),
                              extra=("gpt_neox.stowaway.weight",))
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.stdout[-3000:]
     by_test = outcomes(found)
@@ -87,9 +95,9 @@ def test_a_load_with_missing_and_unexpected_weights_stops_every_dependent(tmp_pa
     assert_dependents_stopped(found, "model_load", "missing_keys")
 
 
-def test_a_faithful_tiny_load_lets_the_dependents_run(tmp_path):
+def test_a_faithful_tiny_load_lets_the_dependents_run(pytester, tmp_path):
     """Control for the two runs above: the same selection on a faithful load runs the dependents."""
-    result, found = run_tiny(tmp_path)
+    result, found = run_tiny(pytester, tmp_path)
     by_test = outcomes(found)
     assert by_test["test_model_inspection"]["outcome"] == "passed"
     assert all(by_test[name]["outcome"] != "skipped" for name in DEPENDENTS), {
@@ -109,9 +117,9 @@ def model(loaded_specimen):
 '''
 
 
-def test_a_forward_in_training_mode_fails_its_trial_with_the_evidence(tmp_path):
+def test_a_forward_in_training_mode_fails_its_trial_with_the_evidence(pytester, tmp_path):
     """Issue 26 A4: the watch inside every forward sees what an inspection before the forwards cannot."""
-    result, found = run_tiny(tmp_path, TRAINING_AFTER_FIRST_FORWARD, "test_10_specimen or test_input or P1-G-rep1")
+    result, found = run_tiny(pytester, tmp_path, TRAINING_AFTER_FIRST_FORWARD, "test_10_specimen or test_input or P1-G-rep1")
     by_test = outcomes(found)
     assert by_test["test_model_inspection"]["outcome"] == "passed", result.stdout[-3000:]
     trial = by_test["test_generation_trial[P1-G-rep1]"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared_runs import experiment
+from shared_runs import experiment_in_process
 
 FAIL_THIRD_CALL = '''
 import inferlab.sampling as sampling
@@ -22,13 +22,18 @@ def _fails_on_the_third_call(*args, **kwargs):
 
 
 sampling.run_generation_trial = _fails_on_the_third_call
+
+
+def pytest_unconfigure(config):
+    sampling.run_generation_trial = _real  # the session ran inside the harness's process: leave it as found
 '''
 
 
 @pytest.mark.process
-def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(tmp_path, standin_dir):
-    result = experiment(tmp_path, "--specimen", "standin", "--artifacts", str(standin_dir),
-                        "-k", "test_10_specimen or test_20_inputs or test_30_sampling", conftest_extra=FAIL_THIRD_CALL)
+def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(pytester, standin_dir):
+    result = experiment_in_process(pytester, "--specimen", "standin", "--artifacts", str(standin_dir),
+                                   "-k", "test_10_specimen or test_20_inputs or test_30_sampling",
+                                   conftest_extra=FAIL_THIRD_CALL)
     found = result.records()
     outcomes = {r["test"].split("::")[-1]: r for r in found if r["kind"] == "test_outcome"}
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.tail()
@@ -42,3 +47,6 @@ def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(t
     greedy = outcomes["test_greedy_repetitions_identical[P1]"]
     assert greedy["outcome"] == "skipped" and "not decidable: 2 of 3" in greedy["skip_reason"]
     assert outcomes["test_greedy_repetitions_identical[P2]"]["outcome"] == "passed"
+    import inferlab.sampling
+
+    assert inferlab.sampling.run_generation_trial.__name__ == "run_generation_trial"  # the patch was undone

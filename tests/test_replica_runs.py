@@ -7,7 +7,7 @@ import pytest
 
 from inferlab import protocol, recipe, replica
 from inferlab.inputs import NO_TOKEN_NOTE
-from shared_runs import experiment, inferlab_command, records
+from shared_runs import experiment_in_process, inferlab_command, records
 from variants import pin_variant
 
 pytestmark = [pytest.mark.process, pytest.mark.skipif(
@@ -36,11 +36,11 @@ def test_a_replica_run_receives_the_real_tokenizers_inputs(replica_run):
 
 
 @pytest.mark.slow
-def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(tmp_path):
+def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(pytester, tmp_path):
     variant = recipe.Variant(forced_token=NO_TOKEN_ID)
-    result = experiment(tmp_path, "--specimen", "replica-notoken", "--artifacts", str(tmp_path / "variant"),
-                        prepare=lambda project: pin_variant(project, "replica-notoken", replica, variant,
-                                                            tmp_path / "variant"))
+    result = experiment_in_process(pytester, "--specimen", "replica-notoken", "--artifacts", str(tmp_path / "variant"),
+                                   prepare=lambda project: pin_variant(project, "replica-notoken", replica, variant,
+                                                                       tmp_path / "variant"))
     assert result.returncode == pytest.ExitCode.OK, result.tail()
     run = result.run
     found = records(run)
@@ -56,7 +56,7 @@ def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(tmp
     assert all(r["profiling_pieces"]["ids_without_token"] == [NO_TOKEN_ID] * protocol.TIMING_NEW_TOKENS
                for r in timing)
 
-    for command in (["verify", run], ["report", run, "--check"]):  # in process; the experiment ran in its own
+    for command in (["verify", run], ["report", run, "--check"]):  # in process, as the experiment ran
         status, printed = inferlab_command(*command)
         assert status == 0, printed
     page = (run / "report.md").read_text()
