@@ -45,22 +45,26 @@ plan: $(STAMP)
 # that run is shared by every test that reads a real run. Every run goes to pytest's temporary folder, never to
 # runs/: runs/ is left as it was found. test-analytic and test-harness run either part alone. PYTEST_ARGS adds
 # options to each (the benchmark's --junitxml, say).
+# The test targets let Python keep its bytecode cache (__pycache__, which git ignores) even where the environment
+# asks it not to (PYTHONDONTWRITEBYTECODE): a test session starts two workers and a dozen experiment Pythons, and
+# without the cache each compiles inferlab again and rewrites every test module's assertions (about 5 s per worker).
 PYTEST_ARGS ?=
 XDIST := -n auto --dist loadfile --no-loadscope-reorder
+TEST_PY := PYTHONDONTWRITEBYTECODE= $(PY)
 test: $(STAMP)
-	$(PY) -m pytest analytic_tests tests $(XDIST) $(PYTEST_ARGS)
+	$(TEST_PY) -m pytest analytic_tests tests $(XDIST) $(PYTEST_ARGS)
 
 test-analytic: $(STAMP)
-	$(PY) -m pytest analytic_tests $(PYTEST_ARGS)
+	$(TEST_PY) -m pytest analytic_tests $(PYTEST_ARGS)
 
 test-harness: $(STAMP)
-	$(PY) -m pytest tests $(XDIST) $(PYTEST_ARGS)
+	$(TEST_PY) -m pytest tests $(XDIST) $(PYTEST_ARGS)
 
 # For contributors, between edits: the analytic tests and the harness tests that start no other Python (no
 # experiment run, no inner pytest process) and are not marked slow; a test that starts one without the
 # `process` marker fails here.
 test-fast: $(STAMP)
-	INFERLAB_FAST_LANE=1 $(PY) -m pytest analytic_tests tests -m "not process and not slow" -n auto -q
+	INFERLAB_FAST_LANE=1 $(TEST_PY) -m pytest analytic_tests tests -m "not process and not slow" -n auto -q $(PYTEST_ARGS)
 
 # Rewrite docs/options.md's generated part from the option definitions (a harness test fails when it is stale).
 docs: $(STAMP)

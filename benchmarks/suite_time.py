@@ -1,16 +1,18 @@
-"""How long `make test` takes, beside one stand-in experiment run on the same machine.
+"""How long `make test` and `make test-fast` take, beside one stand-in experiment run on the same machine.
 
 Usage (from the repository root):  python -m benchmarks.suite_time [--record-to FILE] [--skip-reference-run]
 
 Runs `make test` in the foreground (the Makefile is the one definition of what it runs: one pytest session over
-the analytic and the harness tests on every core) with a JUnit report, then one stand-in experiment run on its
-own (`pytest experiments --specimen standin` into a temporary folder, removed afterwards). It prints make test's
-wall time and exit status; from the JUnit report, the test time of each part (analytic_tests, tests: summed over
-both workers, so the parts add up to more than the wall time) and of the slowest files; the stand-in run's time;
-and make test's time divided by it, so that the ratio is read from one invocation on one machine. The result,
+the analytic and the harness tests on every core) with a JUnit report, then `make test-fast`, then one stand-in
+experiment run on its own (`pytest experiments --specimen standin` into a temporary folder, removed afterwards).
+It prints make test's wall time and exit status; from the JUnit report, the test time of each part
+(analytic_tests, tests: summed over both workers, so the parts add up to more than the wall time) and of the
+slowest files; make test-fast's wall time; the stand-in run's time; and each make target's time divided by it,
+so that the ratios are read from one invocation on one machine (a machine twice as slow doubles every figure and
+leaves the ratios). The result,
 with this machine's fingerprint and the commit, is appended to runs/benchmarks/suite_time.jsonl (untracked) or
 to the file --record-to names. It is a benchmark, not a test: nothing asserts a time. The last line is exactly:
-  make_test_s=<total> standin_run_s=<one run> ratio=<total/run>
+  make_test_s=<total> make_test_fast_s=<fast lane> standin_run_s=<one run> ratio=<total/run> fast_ratio=<fast/run>
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         per_file = test_seconds_by_file(junit)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    fast_seconds, fast_status = timed([make, "-s", "test-fast"])
     total = round(seconds, 2)
     parts = Counter()
     for path, part_seconds in per_file.items():
@@ -100,21 +103,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {part + '/':22} {part_seconds:8.1f} s of test time")
     for path, file_seconds in per_file.most_common(SLOWEST_FILES):
         print(f"    {path:40} {file_seconds:8.1f} s")
+    print(f"{'make test-fast':24} {fast_seconds:8.1f} s wall   exit {fast_status}")
     result = {"benchmark": "benchmarks/suite_time.py", "recorded_utc": datetime.datetime.now(datetime.timezone.utc)
               .isoformat(), "machine": machine.machine_fingerprint(), "git": environment.git_state(ROOT),
               "make_test_s": total, "exit_status": status,
+              "make_test_fast_s": round(fast_seconds, 2), "fast_exit_status": fast_status,
               "test_seconds": {part: round(value, 2) for part, value in sorted(parts.items())},
               "slowest_files": {path: round(value, 2) for path, value in per_file.most_common(SLOWEST_FILES)}}
-    line = f"make_test_s={total:.1f}"
+    line = f"make_test_s={total:.1f} make_test_fast_s={fast_seconds:.1f}"
     if reference is not None:
         run_s, run_status = reference
-        result.update(standin_run_s=round(run_s, 2), standin_run_exit_status=run_status, ratio=round(total / run_s, 2))
+        result.update(standin_run_s=round(run_s, 2), standin_run_exit_status=run_status, ratio=round(total / run_s, 2),
+                      fast_ratio=round(fast_seconds / run_s, 2))
         print(f"{'one stand-in run':24} {run_s:8.1f} s wall   exit {run_status}")
-        line += f" standin_run_s={run_s:.1f} ratio={total / run_s:.2f}"
+        line += f" standin_run_s={run_s:.1f} ratio={total / run_s:.2f} fast_ratio={fast_seconds / run_s:.2f}"
     machine.append_result(result, args.results)
     print(f"(appended to {args.results})")
     print(line)
-    return status
+    return status or fast_status
 
 
 if __name__ == "__main__":

@@ -79,8 +79,10 @@ def standin_spec():
 
 @pytest.fixture(scope="session")
 def standin_build(tmp_path_factory):
-    """One offline build of the stand-in for the whole session: the build() record."""
-    return standin.build(tmp_path_factory.mktemp("standin-build"))
+    """One offline build of the stand-in for the whole session, every worker's: the build() record."""
+    from shared_runs import made_once
+
+    return made_once(tmp_path_factory, "standin-build", lambda folder: standin.build(folder / "standin"))
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
-"""Fixture runs built once per test process and shared, and the same runs in memory.
+"""Fixture runs built once per test session and shared, and the same runs in memory.
 
 Building a fixture run (tests/fixtures_records.py) takes about a second, and drawing its plots as long again;
-most tests only read one. So each configuration is built once per process (per xdist worker) into the
-session's temporary folder, by the builders the tests always used, and handed to every test that reads it:
+most tests only read one. So each configuration is built once per session (by the first xdist worker that asks,
+under a file lock, into the folder every worker of the session shares: shared_runs.session_folder), by the
+builders the tests always used, and handed to every test that reads it:
 
     runs.get("rich")              the shared folder: never change it
     runs.copy("rich", tmp_path / "x")   a private copy to change
@@ -21,17 +22,21 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
+from filelock import FileLock
 
 from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR
 from inferlab.runview import RunView
 
 import fixtures_records as fixtures
 import grading_helpers
+import shared_runs
 
 
 @dataclass(frozen=True)
@@ -110,10 +115,22 @@ class SharedRuns:
         self._built: dict[str, tuple[Path, list]] = {}
         self._data: dict[str, RunData] = {}
 
+    def _build_once(self, name: str) -> Path:
+        """The folder of a build, made by whichever process of the session asks first (the others wait for it)."""
+        built = self.root / f"{name}.built"  # holds the builder's answer: the run's folder
+        with FileLock(str(self.root / f"{name}.lock")):
+            if not built.is_file():
+                folder = self.root / name
+                if folder.exists():  # a build that raised half way: start again from nothing
+                    shutil.rmtree(folder)
+                built.with_suffix(".tmp").write_text(str(BUILDS[name](folder, self)))
+                os.replace(built.with_suffix(".tmp"), built)
+        return Path(built.read_text())
+
     def get(self, name: str) -> Path:
-        """The shared folder of a build (built now if it is the first ask); never change it."""
+        """The shared folder of a build (built now if it is the session's first ask); never change it."""
         if name not in self._built:
-            path = Path(BUILDS[name](self.root / name, self))
+            path = self._build_once(name)
             self._built[name] = (path, _fingerprint(path))
         path, built = self._built[name]
         assert _fingerprint(path) == built, (f"{path}: the shared '{name}' run was changed by a test; a test that "
@@ -135,10 +152,12 @@ _STORES: dict[str, SharedRuns] = {}
 
 
 def fixture_runs(tmp_path_factory) -> SharedRuns:
-    """The process's store, under this session's temporary folder."""
+    """The process's store, in the folder this session's workers share."""
     key = str(tmp_path_factory.getbasetemp())
     if key not in _STORES:
-        _STORES[key] = SharedRuns(tmp_path_factory.mktemp("shared-runs"))
+        root = shared_runs.session_folder(tmp_path_factory) / "fixture-runs"
+        root.mkdir(exist_ok=True)
+        _STORES[key] = SharedRuns(root)
     return _STORES[key]
 
 
