@@ -64,7 +64,8 @@ test-harness: $(STAMP)
 # experiment run, no inner pytest process) and are not marked slow; a test that starts one without the
 # `process` marker fails here.
 test-fast: $(STAMP)
-	INFERLAB_FAST_LANE=1 $(TEST_PY) -m pytest analytic_tests tests -m "not process and not slow" -n auto -q $(PYTEST_ARGS)
+	INFERLAB_FAST_LANE=1 $(TEST_PY) -m pytest analytic_tests tests -m "not process and not slow" -n auto --dist loadfile \
+	  -q $(PYTEST_ARGS)
 
 # Rewrite docs/options.md's generated part from the option definitions (a harness test fails when it is stale).
 docs: $(STAMP)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -10,17 +11,23 @@ import pytest
 from inferlab import specimen, standin
 
 
+def runs_tests(config) -> bool:
+    """False in a pytest-xdist controller: it only hands tests to its workers, so it needs none of their imports."""
+    return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+
+
 def pytest_configure(config):
     # pytester runs the plugin's own test suites. It is loaded here, for tests/ only and never for
     # --help, so that a learner's `pytest --help` lists inferlab's options and not pytester's.
     if not config.option.help and not config.pluginmanager.has_plugin("pytester"):
         config.pluginmanager.import_plugin("pytester")
-    if not config.option.help:
+    if not config.option.help and runs_tests(config):
         # Before any pytester snapshot of sys.modules: what an in-process inner session would import again (and
         # torch, which cannot be imported twice in one process) is imported once, here (tests/inner_session.py).
         import inner_session
 
-        inner_session.preload(*inner_session.MODEL_MODULES)
+        # (the fast lane starts no inner session: torch alone, which a pytester snapshot must never drop)
+        inner_session.preload(*(("torch",) if os.environ.get(FAST_LANE) == "1" else inner_session.MODEL_MODULES))
         inner_session.protocol_threads()
 
 

@@ -34,6 +34,7 @@ def printed_strings(path: Path):
             yield node.lineno, node.value
 
 
+@pytest.mark.slow
 def test_no_text_the_library_prints_names_a_python_the_reader_may_not_have():
     """`python -m inferlab ...` runs whichever python is first on PATH (a system one has no torch and, outside
     the project folder, no inferlab): every printed command goes through cli.spelled instead."""

@@ -106,6 +106,7 @@ def test_early_eos_runs_end_to_end(pytester, tmp_path, base_p1, stop_after):
         assert "prefill only: cache reuse not exercised" in (run / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_variant_pin_is_refused_for_the_base_bytes(tmp_path, base_p1):
     """The variant's spec pins the variant's weights: the base stand-in does not pass it (no silent swap)."""
     prompt_ids, greedy = base_p1

@@ -102,6 +102,7 @@ def test_forgery_1_on_a_real_run_is_caught_by_the_nanosecond_stamps(standin_run,
     assert any("below its own prefill_s" in p for p in problems)
 
 
+@pytest.mark.slow
 def test_forgery_6_a_run_made_with_a_loosened_tolerance_is_a_protocol_problem(tmp_path, monkeypatch):
     """As if protocol.py had said atol = rtol = 1 while the run was made: every copy of it is recorded so."""
     with monkeypatch.context() as patched:

@@ -36,6 +36,7 @@ def class_dir(tmp_path_factory) -> Path:
     return submissions
 
 
+@pytest.mark.slow
 def test_the_class_page_has_a_row_per_submission_and_a_plot(class_dir, tmp_path, capsys):
     out = tmp_path / "page"
     csv = tmp_path / "class.csv"

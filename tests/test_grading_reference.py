@@ -215,6 +215,7 @@ def test_first_step_logits_beyond_the_tolerance_contradict_it(learner_copy, refe
     assert found and "beyond the tolerance" in found[0]
 
 
+@pytest.mark.slow
 def test_a_replica_run_relabelled_as_pythia_contradicts_a_reference_of_pythia(tmp_path):
     """No real pythia-14m run exists here, so the instructor's run is a fixture labelled as that specimen (as the
     harness writes a pythia-14m run: name, repository, pinned revision, not synthetic; its numbers are invented,

@@ -199,6 +199,7 @@ def test_the_load_record_says_it_read_a_private_verified_copy(loaded):
     assert loaded["model_load"]["directory"] != "" and loaded["model_load"]["verified_copy_s"] >= 0
 
 
+@pytest.mark.slow
 def test_a_config_that_changes_the_architecture_is_a_violation(standin_copy, standin_spec):
     """pythia-14m's config.json is not pinned by hash: an edited one must not pass as the pinned model."""
     import dataclasses

@@ -24,15 +24,21 @@ rich_run = shared("rich_run", "rich_plots", "The shared rich run with the plots 
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory) -> list[dict]:
-    return RunView.read(fixture_runs(tmp_path_factory).get("rich_plots")).records  # in the current schema
+def rich_view(tmp_path_factory) -> RunView:
+    """The shared rich run's view (the records and tensors rich_run has, without its drawn PNGs)."""
+    return RunView.read(fixture_runs(tmp_path_factory).get("rich"))
 
 
 @pytest.fixture(scope="module")
-def drawn(records, tmp_path_factory):
+def records(rich_view) -> list[dict]:
+    return rich_view.records  # in the current schema
+
+
+@pytest.fixture(scope="module")
+def drawn(records, rich_view):
     """figure(name, with_ratios=False): each plot drawn once from the shared records (not partial; the cache plot
     with or without its bound ratios), shared by the tests that only read the figure."""
-    ratios = measures.bound_ratios(RunView.read(fixture_runs(tmp_path_factory).get("rich_plots")))
+    ratios = measures.bound_ratios(rich_view)
     figures = {}
 
     def figure(name: str, with_ratios: bool = False):
@@ -63,6 +69,7 @@ def texts(figure) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_plots_are_written_linked_and_byte_identical_when_redrawn(rich_run, records, tmp_path):
     text = (rich_run / REPORT_FILE).read_text()
     pngs = sorted(rich_run.glob("*.png"))
@@ -100,6 +107,7 @@ def test_token_times_clip_an_outlier_and_start_at_zero(records):
     assert any("values above the clipped axis" in t for t in texts(figure))
 
 
+@pytest.mark.slow
 def test_without_an_outlier_nothing_is_clipped(drawn):
     figure = drawn("ttft_interval")  # plots.draw_ttft_interval(records, None)
     assert not any(axis.texts for axis in figure.axes)
@@ -113,6 +121,7 @@ def test_clip_limit_ignores_ordinary_noise_and_catches_one_outlier():
     assert limit is not None and max(noisy) < limit < 400.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["token_times", "ttft_interval", "cache_max_abs_diff"])
 def test_legends_sit_outside_every_axes(drawn, name):
     figure = drawn(name, with_ratios=name == "cache_max_abs_diff")
@@ -127,8 +136,8 @@ def test_legends_sit_outside_every_axes(drawn, name):
                 assert not box.overlaps(axis.get_window_extent(renderer)), f"{name}: legend covers an axes"
 
 
-def test_cache_plot_shows_the_error_as_a_fraction_of_each_elements_bound(rich_run, drawn):
-    ratios = measures.bound_ratios(RunView.read(rich_run))
+def test_cache_plot_shows_the_error_as_a_fraction_of_each_elements_bound(rich_view, drawn):
+    ratios = measures.bound_ratios(rich_view)
     figure = drawn("cache_max_abs_diff", with_ratios=True)  # plots.draw_cache_diff(records, None, bound_ratios=ratios)
     ratio_axis = figure.axes[1]
     assert "bound" in ratio_axis.get_title()
@@ -146,6 +155,7 @@ def test_a_partial_runs_plots_say_so_in_their_title(records, drawn, name):
     assert plots.PARTIAL_PREFIX not in complete._suptitle.get_text()
 
 
+@pytest.mark.slow
 def test_write_report_labels_the_plots_of_an_unfinished_run_as_partial(rich_run, tmp_path, monkeypatch):
     run = copy_run(rich_run, tmp_path / "unfinished")
     lines = (run / RECORDS_FILE).read_text().splitlines()

@@ -76,6 +76,7 @@ def test_every_tensor_is_finite_float16_in_pythia_layout():
     assert all(array.dtype == np.float16 and np.isfinite(array).all() for array in tensors.values())
 
 
+@pytest.mark.slow
 def test_the_recipe_is_deterministic():
     first, second = recipe.weights(), recipe.weights()
     assert all(np.array_equal(first[name], second[name]) for name in first)
@@ -90,6 +91,7 @@ def test_first_step_distribution_is_peaked_with_realistic_logits(loaded, prompt_
     assert facts["span"] >= MIN_LOGIT_SPAN, facts
 
 
+@pytest.mark.slow
 def test_context_before_the_last_token_changes_the_distribution(loaded, prompt_ids):
     """P1 and P2 both end with '.', so only attention to earlier tokens can make their next tokens differ.
 
@@ -110,6 +112,7 @@ def test_context_before_the_last_token_changes_the_distribution(loaded, prompt_i
     assert total_variation(loaded["model"]) > 0.2
 
 
+@pytest.mark.slow
 def test_positional_heads_attend_to_one_and_two_tokens_back():
     """Layer 0's heads find their offsets from rotary positions alone, over a long random sequence."""
     model = model_from_recipe()
@@ -129,6 +132,7 @@ def test_positional_design_keeps_its_margin_to_every_distance_checked():
         assert math.isclose(recipe.attention_gap(amplitudes, offset), recipe.ATTENTION_GAP)
 
 
+@pytest.mark.slow
 def test_eos_is_reachable_by_sampling_and_rare_for_greedy():
     """Across random contexts EOS is a real candidate after EOS clusters and almost never the argmax."""
     model = model_from_recipe()
@@ -144,6 +148,7 @@ def test_eos_is_reachable_by_sampling_and_rare_for_greedy():
     assert float((logits.argmax(-1) == recipe.EOS_ID).double().mean()) < 0.02
 
 
+@pytest.mark.slow
 def test_forced_eos_variant_stops_greedy_after_its_cluster():
     structure = recipe.structure()
     token = 4011
@@ -154,6 +159,7 @@ def test_forced_eos_variant_stops_greedy_after_its_cluster():
     assert int(logits.argmax()) == recipe.EOS_ID
 
 
+@pytest.mark.slow
 def test_forced_token_variant_selects_that_id_after_every_context():
     token = 50290  # a model row the real tokenizer has no token for
     model = model_from_recipe(recipe.Variant(forced_token=token))
@@ -183,6 +189,7 @@ def _shifted_positions_step(real):
     return step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("corrupt", [_shifted_positions_step, _stale_cache_step], ids=["position_plus_one", "stale_entry"])
 def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, prompt_ids, monkeypatch, corrupt):
     """Attention matters: the cache test keeps its power to catch a real bug on this specimen."""

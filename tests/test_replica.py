@@ -69,10 +69,12 @@ def test_one_recipe_serves_both_offline_specimens(replica_dir, standin_dir):
     assert (replica_dir / "model.safetensors").read_bytes() == (standin_dir / "model.safetensors").read_bytes()
 
 
+@pytest.mark.slow
 def test_second_build_gives_identical_bytes(replica_build, tmp_path):
     assert replica.build(tmp_path / "again")["files"] == replica_build["files"]
 
 
+@pytest.mark.slow
 def test_the_real_configuration_loads_as_float32(replica_dir):
     from inferlab import loading
 

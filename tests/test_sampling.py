@@ -61,12 +61,14 @@ def first_trials(model, tokenizer, prompt):
 # --- repeatability -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_greedy_repetitions_return_identical_ids(model, tokenizer, prompt):
     runs = [trial(model, tokenizer, prompt, "G")[0] for _ in range(protocol.GREEDY_REPETITIONS)]
     assert [r["generated_ids"] for r in runs[1:]] == [runs[0]["generated_ids"]] * (len(runs) - 1)
     assert all(r["rng_reset"] == [] for r in runs)
 
 
+@pytest.mark.slow
 def test_same_seed_reproduces_after_another_seed_ran(model, tokenizer, prompt):
     seed, other = protocol.RERUN_SEED, protocol.SEEDS[1]
     first = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, seed)[0]
@@ -75,6 +77,7 @@ def test_same_seed_reproduces_after_another_seed_ran(model, tokenizer, prompt):
     assert again["generated_ids"] == first["generated_ids"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", protocol.SEEDS)
 @pytest.mark.parametrize("condition_name", ["S1", "S2", "S3"])
 def test_each_sampling_trial_runs_and_records_its_reset(model, tokenizer, prompt, condition_name, seed):
@@ -302,6 +305,7 @@ def test_every_trial_records_a_fresh_generation_cache(first_trials):
         assert "built its own cache" in cache["how"]
 
 
+@pytest.mark.slow
 def test_same_seed_rerun_states_a_fresh_cache_of_its_own(model, tokenizer, prompt):
     first = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, protocol.RERUN_SEED)[0]
     rerun = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, protocol.RERUN_SEED)[0]

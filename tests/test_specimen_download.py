@@ -22,6 +22,7 @@ def cache_root_entries(root, spec) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
+@pytest.mark.slow
 def test_download_fetches_each_allowlisted_file_once_then_reuses(serve, standin_dir, download_spec, tmp_path,
                                                                  monkeypatch):
     spec = download_spec
@@ -37,6 +38,7 @@ def test_download_fetches_each_allowlisted_file_once_then_reuses(serve, standin_
     assert first["verification"]["ok"] and first["directory"] == str(specimen.cache_dir(spec, tmp_path))
 
 
+@pytest.mark.slow
 def test_the_weight_body_follows_the_hubs_redirect_to_its_cdn(serve, standin_dir, download_spec, tmp_path):
     hub = serve(standin_dir, download_spec)
     result = specimen.acquire(download_spec, cache_root=tmp_path, endpoint=hub.endpoint)
@@ -46,6 +48,7 @@ def test_the_weight_body_follows_the_hubs_redirect_to_its_cdn(serve, standin_dir
     assert result["remote"]["fetched"]["config.json"]["etag_check"] == "matches"  # git blob sha1
 
 
+@pytest.mark.slow
 def test_remote_sizes_are_read_before_any_body(serve, standin_dir, download_spec, tmp_path):
     spec = download_spec
     hub = serve(standin_dir, spec)
@@ -56,6 +59,7 @@ def test_remote_sizes_are_read_before_any_body(serve, standin_dir, download_spec
     assert sorted(hub.requested("HEAD")) == sorted(protocol.ALLOWLISTED_FILES)
 
 
+@pytest.mark.slow
 def test_download_leaves_only_the_cache_and_its_lock_file(serve, standin_dir, download_spec, tmp_path):
     result = specimen.acquire(download_spec, cache_root=tmp_path, endpoint=serve(standin_dir, download_spec).endpoint)
     assert cache_root_entries(tmp_path, download_spec) == [download_spec.revision, download_spec.revision + ".lock"]
@@ -88,6 +92,7 @@ METADATA_REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(METADATA_REFUSALS))
 def test_metadata_refusals_come_before_any_body(serve, standin_dir, download_spec, tmp_path, case):
     arguments, evidence = METADATA_REFUSALS[case]
@@ -114,6 +119,7 @@ def test_required_file_missing_on_the_hub_is_refused_before_any_body(serve, down
     assert hub.gets() == []
 
 
+@pytest.mark.slow
 def test_changed_weight_bytes_are_refused_with_both_hashes(serve, standin_dir, download_spec, tmp_path):
     hub = serve(standin_dir, download_spec, alter={WEIGHTS: flip_middle_byte})
     actual = hashlib.sha256(flip_middle_byte((standin_dir / WEIGHTS).read_bytes())).hexdigest()
@@ -125,6 +131,7 @@ def test_changed_weight_bytes_are_refused_with_both_hashes(serve, standin_dir, d
     assert cache_root_entries(tmp_path, download_spec) == [download_spec.revision + ".lock"]  # no staging left
 
 
+@pytest.mark.slow
 def test_extra_files_on_the_hub_are_never_requested(serve, standin_dir, download_spec, tmp_path):
     extras = {"pytorch_model.bin": b"pickle", "modeling_gpt_neox.py": b"import os", "model.bf16.safetensors": b"x"}
     hub = serve(standin_dir, download_spec, extra_files=extras)
@@ -139,6 +146,7 @@ def test_offline_with_missing_files_names_them_and_suggests_artifacts(tmp_path):
     assert WEIGHTS in str(error.value) and "--artifacts DIR" in str(error.value)
 
 
+@pytest.mark.slow
 def test_offline_with_a_complete_cache_works_under_the_block(serve, standin_dir, download_spec, tmp_path):
     specimen.acquire(download_spec, cache_root=tmp_path, endpoint=serve(standin_dir, download_spec).endpoint)
     with block_network():
@@ -171,6 +179,7 @@ def test_offline_mode_refuses_hub_calls_and_restores_flags(download_spec):
     assert error.type is OfflineModeIsEnabled and constants.HF_HUB_OFFLINE == before
 
 
+@pytest.mark.slow
 def test_download_through_an_https_style_connect_proxy(serve, standin_dir, download_spec, tmp_path, monkeypatch):
     from hub_server import ConnectProxy
 

@@ -150,6 +150,7 @@ EXTRA_ENTRIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("relative", sorted(EXTRA_ENTRIES))
 def test_each_extra_entry_gets_the_documented_verdict(standin_copy, standin_spec, relative):
     path = standin_copy / relative
@@ -181,6 +182,7 @@ def test_the_specimens_page_states_the_rule_the_code_applies():
     assert "`.cache/huggingface/`" in page and f"{entries.MAX_ENTRIES:,}" in page
 
 
+@pytest.mark.slow
 def test_a_huge_folder_is_not_walked_whole(standin_copy, standin_spec):
     crowd = standin_copy / "crowd"
     crowd.mkdir()
@@ -247,6 +249,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_a_malformed_file_is_refused_naming_it(standin_copy, standin_spec, case):
     name, data, evidence = MALFORMED[case]

@@ -47,6 +47,7 @@ DEADLINE_FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD_S)
 @pytest.mark.parametrize("case", sorted(DEADLINE_FAULTS))
 def test_one_deadline_bounds_a_stalling_or_trickling_hub(serve, standin_dir, download_spec, tmp_path, case):
@@ -95,6 +96,7 @@ BODY_FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD_S)
 @pytest.mark.parametrize("name", ["tokenizer.json", WEIGHTS])
 @pytest.mark.parametrize("mode", sorted(BODY_FAULTS))
@@ -155,6 +157,7 @@ def test_ctrl_c_during_a_download_removes_the_staging_folder(serve, standin_dir,
     assert left_behind(cache_root, download_spec) == []
 
 
+@pytest.mark.slow
 def test_staging_left_by_a_killed_run_is_removed_and_recorded(serve, standin_dir, download_spec, tmp_path):
     cache = specimen.cache_dir(download_spec, tmp_path)
     stale = cache.parent / f".staging-{cache.name}-999999"
@@ -212,6 +215,7 @@ def in_thread(function, *args, **kwargs):
     return join
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD_S * 2)
 def test_a_second_download_waits_for_the_first_then_reuses_it(serve, standin_dir, download_spec, tmp_path,
                                                               lock_waits):
@@ -228,6 +232,7 @@ def test_a_second_download_waits_for_the_first_then_reuses_it(serve, standin_dir
     assert second_result["verification"]["ok"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD_S)
 def test_a_lock_held_past_the_deadline_is_a_clear_refusal(download_spec, tmp_path):
     cache = specimen.cache_dir(download_spec, tmp_path)
@@ -238,6 +243,7 @@ def test_a_lock_held_past_the_deadline_is_a_clear_refusal(download_spec, tmp_pat
     assert f"waiting for pid {os.getpid()}, which holds {lock.lock_path(cache)}" in outcome["error"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD_S * 4)
 def test_two_first_builds_of_the_standin_share_one_build(standin_spec, tmp_path, lock_waits):
     cache = specimen.cache_dir(standin_spec, tmp_path)

@@ -27,6 +27,7 @@ def rows(result: dict) -> dict:
     return {row["name"]: row for row in result["verification"]["files"]}
 
 
+@pytest.mark.slow
 def test_all_six_files_are_fetched_and_the_readme_never_requested(serve, replica_listing, replica_listing_spec,
                                                                   tmp_path):
     hub = serve(replica_listing["six"], replica_listing_spec)
@@ -39,6 +40,7 @@ def test_all_six_files_are_fetched_and_the_readme_never_requested(serve, replica
     assert found[WEIGHTS]["reference"] is None and result["remote"]["absent_at_revision"] == []
 
 
+@pytest.mark.slow
 def test_five_files_without_generation_config_is_recorded_absent_not_substituted(serve, replica_listing,
                                                                                  replica_listing_spec, tmp_path):
     hub = serve(replica_listing["five"], replica_listing_spec)

@@ -215,6 +215,7 @@ def refuse_model_load(monkeypatch):
     monkeypatch.setattr(GPTNeoXTokenizerFast, "from_pretrained", forbidden)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", DAMAGES, ids=lambda d: d.__name__.replace("_", "-"))
 def test_damaged_artifacts_dir_is_refused(standin_copy, standin_spec, tmp_path, damage):
     evidence = damage(standin_copy)
@@ -223,6 +224,7 @@ def test_damaged_artifacts_dir_is_refused(standin_copy, standin_spec, tmp_path, 
     assert all(part in str(error.value) for part in evidence), str(error.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", DAMAGES, ids=lambda d: d.__name__.replace("_", "-"))
 def test_damaged_directory_is_never_loaded(standin_copy, standin_spec, refuse_model_load, damage):
     damage(standin_copy)
@@ -257,6 +259,7 @@ def test_unpinned_files_are_hashed_and_recorded(standin_dir):
 # --- the project cache -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_synthetic_specimen_builds_offline_then_reuses_the_project_cache(standin_spec, tmp_path):
     first = specimen.acquire(standin_spec, cache_root=tmp_path, offline=True)
     second = specimen.acquire(standin_spec, cache_root=tmp_path, offline=True)

@@ -18,6 +18,7 @@ def test_build_matches_every_pin(standin_build, standin_spec):
     assert standin_build["files"] == standin_spec.expected
 
 
+@pytest.mark.slow
 def test_second_build_gives_identical_bytes(standin_build, tmp_path):
     assert standin.build(tmp_path / "second")["files"] == standin_build["files"]
 
@@ -48,6 +49,7 @@ def test_weight_tensors_follow_pythia_names_shapes_and_float16(standin_dir):
     assert metadata == {"format": "pt"}
 
 
+@pytest.mark.slow
 def test_weights_are_the_recipes(standin_dir):
     """The stand-in stores inferlab.recipe's tensors, bit for bit, under the real names."""
     from inferlab import recipe
@@ -80,6 +82,7 @@ def test_command_line_refuses_a_file_path(tmp_path):
     assert target.read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_build_into_an_empty_directory_is_allowed(tmp_path, standin_build):
     assert standin.build(tmp_path)["files"] == standin_build["files"]
 
@@ -116,6 +119,7 @@ def test_prompt_round_trips_exactly(tokenizer, prompt_id):
     assert tokenizer.decode(ids) == text and 0 not in ids
 
 
+@pytest.mark.slow
 def test_every_model_id_decodes_to_something(tokenizer):
     """The model can select any of the 50304 ids; all but the two special ones decode to visible text."""
     vocab_size = standin.CONFIG["vocab_size"]

@@ -65,6 +65,7 @@ def test_one_changed_character_in_records_is_caught(run_copy, capsys):
     assert "problem(s)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_deleted_file_is_caught(runs, tmp_path):
     run = runs.copy("rich_plots", tmp_path / "copy")  # a run whose report drew its plots
     (run / "plot_token_times.png").unlink()
