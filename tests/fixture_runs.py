@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
-from filelock import FileLock
 
 from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR
 from inferlab.runview import RunView
@@ -117,15 +114,7 @@ class SharedRuns:
 
     def _build_once(self, name: str) -> Path:
         """The folder of a build, made by whichever process of the session asks first (the others wait for it)."""
-        built = self.root / f"{name}.built"  # holds the builder's answer: the run's folder
-        with FileLock(str(self.root / f"{name}.lock")):
-            if not built.is_file():
-                folder = self.root / name
-                if folder.exists():  # a build that raised half way: start again from nothing
-                    shutil.rmtree(folder)
-                built.with_suffix(".tmp").write_text(str(BUILDS[name](folder, self)))
-                os.replace(built.with_suffix(".tmp"), built)
-        return Path(built.read_text())
+        return Path(shared_runs.made_once_in(self.root, name, lambda folder: str(BUILDS[name](folder / "run", self))))
 
     def get(self, name: str) -> Path:
         """The shared folder of a build (built now if it is the session's first ask); never change it."""

@@ -79,7 +79,11 @@ def made_once(tmp_path_factory, name: str, make: Callable[[Path], dict]) -> dict
     """make(folder) once per session under the lock: its JSON result, read back by every later caller.
 
     A make() that raises leaves no result, so the next caller tries again and sees the same error."""
-    shared = session_folder(tmp_path_factory)
+    return made_once_in(session_folder(tmp_path_factory), name, make)
+
+
+def made_once_in(shared: Path, name: str, make: Callable[[Path], object]):
+    """made_once under a folder of the session's shared folder: make(shared/name) once, its JSON result."""
     result = shared / f"{name}.json"
     with FileLock(str(shared / f"{name}.lock")):
         if not result.is_file():
