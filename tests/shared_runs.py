@@ -118,8 +118,9 @@ class ExperimentRun:
         pytest.LineMatcher(self.lines).fnmatch_lines(patterns)
 
     def tail(self) -> str:
-        """The end of both streams, for an assertion message."""
-        return self.stdout[-TAIL:] + self.stderr[-TAIL:]
+        """Where the run is kept (pytest's temporary folder keeps a failed session's), and the end of both streams:
+        for an assertion message."""
+        return f"the run: {self.run}\n" + self.stdout[-TAIL:] + self.stderr[-TAIL:]
 
     def records(self) -> list[dict]:
         """The run's records.jsonl."""
