@@ -83,7 +83,8 @@ def made_once(tmp_path_factory, name: str, make: Callable[[Path], dict]) -> dict
 
 
 def made_once_in(shared: Path, name: str, make: Callable[[Path], object]):
-    """made_once under a folder of the session's shared folder: make(shared/name) once, its JSON result."""
+    """made_once in the folder `shared` (made_once's is the session's shared folder): make(shared/name) once under
+    shared/name.lock, its JSON result kept in shared/name.json."""
     result = shared / f"{name}.json"
     with FileLock(str(shared / f"{name}.lock")):
         if not result.is_file():

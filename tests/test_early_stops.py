@@ -48,8 +48,9 @@ def run_variant(pytester, tmp_path, stop_after: int, base_p1) -> Path:
     prompt_ids, greedy = base_p1
     name = f"standin-eos{stop_after}"
     variant = variant_for_stop_after(stop_after, prompt_ids, greedy)
-    result = experiment_in_process(pytester, "--specimen", name, "--artifacts", str(tmp_path / name),
-                                   prepare=lambda project: pin_variant(project, name, standin, variant, tmp_path / name))
+    result = experiment_in_process(
+        pytester, "--specimen", name, "--artifacts", str(tmp_path / name),
+        prepare=lambda project: pin_variant(project, name, standin, variant, tmp_path / name))
     assert result.returncode == pytest.ExitCode.OK, result.tail()
     return result.run
 

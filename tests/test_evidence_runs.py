@@ -119,7 +119,8 @@ def model(loaded_specimen):
 
 def test_a_forward_in_training_mode_fails_its_trial_with_the_evidence(pytester, tmp_path):
     """Issue 26 A4: the watch inside every forward sees what an inspection before the forwards cannot."""
-    result, found = run_tiny(pytester, tmp_path, TRAINING_AFTER_FIRST_FORWARD, "test_10_specimen or test_input or P1-G-rep1")
+    result, found = run_tiny(pytester, tmp_path, TRAINING_AFTER_FIRST_FORWARD,
+                             "test_10_specimen or test_input or P1-G-rep1")
     by_test = outcomes(found)
     assert by_test["test_model_inspection"]["outcome"] == "passed", result.stdout[-3000:]
     trial = by_test["test_generation_trial[P1-G-rep1]"]
