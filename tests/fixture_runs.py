@@ -10,7 +10,8 @@ builders the tests always used, and handed to every test that reads it:
     runs.data("complete").rich(transform=...).view()   a variant in memory, no folder at all
 
 A shared folder is checked on every get against what it held when it was built (each file's name, size and
-modification time), so a test that changes one fails the next test that asks for it, naming it.
+modification time, taken by the builder under the lock), so a test that changes one fails the next test that asks
+for it, in any worker, naming it.
 
 RunData holds a run's records, manifest, plan and tensors as read from its files; .changed() does to them what
 rewrite_records and edit_manifest do to a folder (seq renumbered, outcome counts recounted), .rich() what
@@ -99,8 +100,8 @@ BUILDS: dict[str, Callable[[Path, "SharedRuns"], Path]] = {
 }
 
 
-def _fingerprint(directory: Path) -> list[tuple]:
-    return [(path.relative_to(directory).as_posix(), stat.st_size, stat.st_mtime_ns)
+def _fingerprint(directory: Path) -> list[list]:
+    return [[path.relative_to(directory).as_posix(), stat.st_size, stat.st_mtime_ns]
             for path in sorted(directory.rglob("*")) for stat in [path.lstat()]]
 
 
@@ -112,15 +113,20 @@ class SharedRuns:
         self._built: dict[str, tuple[Path, list]] = {}
         self._data: dict[str, RunData] = {}
 
-    def _build_once(self, name: str) -> Path:
-        """The folder of a build, made by whichever process of the session asks first (the others wait for it)."""
-        return Path(shared_runs.made_once_in(self.root, name, lambda folder: str(BUILDS[name](folder / "run", self))))
+    def _build_once(self, name: str) -> tuple[Path, list]:
+        """(the folder of a build, what it held when built), made by whichever process of the session asks first
+        (the others wait for it and read the same answer)."""
+        def build(folder: Path) -> dict:
+            path = Path(BUILDS[name](folder / "run", self))
+            return {"path": str(path), "fingerprint": _fingerprint(path)}
+
+        made = shared_runs.made_once_in(self.root, name, build)
+        return Path(made["path"]), made["fingerprint"]
 
     def get(self, name: str) -> Path:
         """The shared folder of a build (built now if it is the session's first ask); never change it."""
         if name not in self._built:
-            path = self._build_once(name)
-            self._built[name] = (path, _fingerprint(path))
+            self._built[name] = self._build_once(name)
         path, built = self._built[name]
         assert _fingerprint(path) == built, (f"{path}: the shared '{name}' run was changed by a test; a test that "
                                              f"changes a run must work on runs.copy('{name}', ...)")

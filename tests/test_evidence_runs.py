@@ -63,7 +63,11 @@ def assert_dependents_stopped(found: list[dict], *reason_parts: str) -> None:
     assert not [r for r in found if r["kind"] == "memory"]
 
 
-def test_a_model_loaded_in_float16_with_sdpa_stops_every_dependent(pytester, tmp_path):
+def test_a_model_loaded_in_float16_with_sdpa_stops_every_dependent(pytester, tmp_path, monkeypatch):
+    from inferlab import loading
+
+    # restored after the test on every path, whether or not the inner session got to undo its own patch
+    monkeypatch.setattr(loading, "load_options", loading.load_options)
     result, found = run_tiny(pytester, tmp_path, FLOAT16_SDPA_LOAD)
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.stdout[-3000:]
     by_test = outcomes(found)
@@ -76,8 +80,6 @@ def test_a_model_loaded_in_float16_with_sdpa_stops_every_dependent(pytester, tmp
     assert (load["options"]["dtype"], load["options"]["attn_implementation"]) == ("float16", "sdpa")
     assert_dependents_stopped(found, "model_inspection", "float16")
     assert by_test["test_input[P1]"]["outcome"] == "passed"  # tokenization does not depend on the weights
-    from inferlab import loading
-
     assert loading.load_options()["dtype"] == "float32"  # the inner session's patch was undone in this process
 
 
