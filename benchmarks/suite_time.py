@@ -9,9 +9,8 @@ It prints make test's wall time and exit status; from the JUnit report, the test
 (analytic_tests, tests: summed over both workers, so the parts add up to more than the wall time) and of the
 slowest files; make test-fast's wall time; the stand-in run's time; and each make target's time divided by it,
 so that the ratios are read from one invocation on one machine (a machine twice as slow doubles every figure and
-leaves the ratios). The result,
-with this machine's fingerprint and the commit, is appended to runs/benchmarks/suite_time.jsonl (untracked) or
-to the file --record-to names. It is a benchmark, not a test: nothing asserts a time. The last line is exactly:
+leaves the ratios). The result, with this machine's fingerprint and the commit, is appended to
+runs/benchmarks/suite_time.jsonl (untracked) or to the file --record-to names. It is a benchmark, not a test: nothing asserts a time. The last line is exactly:
   make_test_s=<total> make_test_fast_s=<fast lane> standin_run_s=<one run> ratio=<total/run> fast_ratio=<fast/run>
 """
 
@@ -81,7 +80,8 @@ def test_seconds_by_file(junit: Path) -> Counter:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Time make test, then the reference run; print the table and the last line; append the result."""
+    """Time make test, then make test-fast, then the reference run; print the table and the last line; append the
+    result. Exit 1 when either make target failed."""
     args = build_parser().parse_args(argv)
     make = os.environ.get("MAKE", "make")
     scratch = Path(tempfile.mkdtemp(prefix="inferlab-suite-time-junit-"))
