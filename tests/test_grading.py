@@ -20,7 +20,9 @@ from inferlab.grading.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
 from inferlab.records import RECORDS_FILE, write_json_atomic
 
 from fixtures_records import (
+    REPO_ROOT,
     copy_run,
+    edit_manifest,
     kill_after,
     refresh_manifest,
     rewrite_records,
@@ -231,8 +233,9 @@ def test_a_killed_run_fails_its_items_and_says_its_files_are_not_protected(run_c
     assert statuses(grade)[6] == "fail"
 
 
-def test_a_failed_acquisition_fails_the_dependent_items_with_its_evidence(runs):
-    run = runs.get("failed_ended")
+def test_a_failed_acquisition_fails_the_dependent_items_with_its_evidence(runs, tmp_path):
+    # The fixture's manifest hashes a made-up source; as this checkout's harness would have hashed it:
+    run = with_this_harness(runs.copy("failed_ended", tmp_path / "failed"))
     grade = grade_of(run)
     assert grade.exit_status == 1 and grade.integrity_problems == []
     behind = next(c for c in grade.item(3).checks if c.name == "integrity_tests")
@@ -240,6 +243,15 @@ def test_a_failed_acquisition_fails_the_dependent_items_with_its_evidence(runs):
     assert behind.evidence[0].kind == "test_outcome"
     trials = next(c for c in grade.item(4).checks if c.name == "trials")
     assert "skipped" in trials.detail and "records.jsonl seq" in trials.fix
+
+
+def with_this_harness(run: Path) -> Path:
+    """A run's manifest given this checkout's source hashes (what grade compares with its own copy)."""
+    from inferlab import environment
+
+    edit_manifest(run, source_sha256=environment.source_hashes(REPO_ROOT))
+    refresh_manifest(run)
+    return run
 
 
 def set_outcome(test_suffix: str, **fields):
@@ -352,9 +364,15 @@ def test_the_csv_over_two_runs_has_two_rows_and_the_exit_status_is_the_worse(hon
         assert float(rows[0][column]) > 0
 
 
-def test_the_older_schema_run_is_graded_through_the_upgrade(capsys):
-    assert main(["grade", str(SCHEMA1)]) == 1
-    grade = grade_of(SCHEMA1)
+def test_the_older_schema_run_is_graded_through_the_upgrade(capsys, tmp_path):
+    # An older harness made it: under the default rubric that alone is an integrity problem (exit 3); a rubric
+    # that shows a harness difference as a finding grades what the run recorded.
+    assert grade_of(SCHEMA1).exit_status == 3
+    rubric = tmp_path / "older-harness.toml"
+    rubric.write_text(DEFAULT_RUBRIC.read_text().replace('grader_source = "integrity"', 'grader_source = "finding"'))
+    assert main(["grade", str(SCHEMA1), "--rubric", str(rubric)]) == 1
+    grade = grade_of(SCHEMA1, rubric=rubric)
+    assert any(f["kind"] == "source_differs" for f in grade.findings)
     assert grade.facts["schema"] == 1 and grade.integrity_problems == []
     assert {n: s for n, s in statuses(grade).items() if n in (4, 5, 6)} == {4: "pass", 5: "pass", 6: "pass"}
     # that run hashed only the experiment folder's files, not the harness's own source

@@ -89,6 +89,9 @@ def text_page(grade: RunGrade) -> str:
             lines.append(f"  - {finding['what']} [{where}]: {finding['meaning']}")
     if grade.notes:
         lines += ["", "Notes:"] + [f"  - {note}" for note in grade.notes]
+    if grade.not_checked:
+        lines += ["", "Not checked (what this grade does not establish):"]
+        lines += [f"  - {line}" for line in grade.not_checked]
     return "\n".join(lines) + "\n"
 
 

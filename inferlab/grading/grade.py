@@ -2,8 +2,11 @@
 points, the run's integrity apart from them, the findings, and the exit status.
 
 Integrity is what `verify` finds (inferlab.verify.verify_run, called, never restated), a submission.json
-that disagrees with the run beside it, and whatever the run contradicts in an instructor's reference
-(inferlab.grading.reference). verify's one line for a partial or unfinished run is not an integrity problem:
+that disagrees with the run beside it, a summary flag of the manifest or the ledger that disagrees with what it
+summarises (inferlab.grading.recompute), a harness that is not the grader's copy (inferlab.grading.harness;
+under a rubric whose grader_source is "integrity", the default), and whatever the run contradicts in an
+instructor's reference (inferlab.grading.reference). Every decision is made from the files and the grader's own
+copy; what could not be established is collected in `not_checked`, never passed over in silence. verify's one line for a partial or unfinished run is not an integrity problem:
 it is why items fail (a partial run fails the items it lacks). A failed protocol diagnostic is a finding
 shown with its evidence, never a failed item.
 
@@ -82,6 +85,7 @@ class RunGrade:
     facts: dict = field(default_factory=dict)
     measurements: dict = field(default_factory=dict)
     rubric: Optional[Rubric] = None
+    not_checked: list[str] = field(default_factory=list)  # what the grade could not establish, one reason each
 
     @property
     def integrity_problems(self) -> list[str]:
@@ -183,36 +187,91 @@ def run_facts(view: RunView, completeness: list[str]) -> dict:
 
 def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, source: str = "",
                label: Optional[str] = None, extra_integrity: Iterable[str] = (),
-               rename: Optional[tuple[str, str]] = None, reference_file: Optional[str] = None) -> RunGrade:
-    """Grade one run's view against a rubric (and a reference); rename replaces a temporary folder's path by
-    the archive's name in every line shown."""
+               rename: Optional[tuple[str, str]] = None, reference_file: Optional[str] = None,
+               replay: Optional[object] = None) -> RunGrade:
+    """Grade one run's view against a rubric (and a reference, and a replay's result when one was made); rename
+    replaces a temporary folder's path by the archive's name in every line shown."""
+    from inferlab.grading.harness import compare_harness, grader_root
+    from inferlab.grading.recompute import check_flags, lock_conformance
     from inferlab.grading.reference import compare_reference
+    from inferlab.grading.requirements import requirement_checks
     from inferlab.verify import verify_run
 
-    integrity, completeness = split_verify(verify_run(view))
+    verified = verify_run(view)
+    integrity, completeness = split_verify(verified)
+    root = grader_root()
+    harness = compare_harness(view, root)
+    lock = lock_conformance(view, root)
+    flags = check_flags(view, harness, root, lock)
+    integrity += flags.integrity + (harness.lines() if rubric.grader_source == "integrity" else [])
     if rename:
         integrity = [line.replace(*rename) for line in integrity]
         completeness = [line.replace(*rename) for line in completeness]
     kinds_of = checklist.test_kinds(view)
+    added = requirement_checks(view, rubric, harness, lock, root, replay)
     items = []
     for number, rubric_item in rubric.items.items():
-        checks = checklist.item_checks(view, number, rubric_item.sections, kinds_of)
+        checks = checklist.item_checks(view, number, rubric_item.sections, kinds_of,
+                                       required_answers=rubric.require_answered_predictions)
+        if added.get(number):  # before the integrity tests behind the item, which come last
+            at = len(checks) - 1 if number in checklist.ITEM_KINDS else len(checks)
+            checks[at:at] = added[number]
         items.append(ItemGrade(rubric_item, checklist.item_status(checks), checks))
     notes = [f"the run was written in schema {view.schema} and read through the schema upgrade: {note}"
              for note in view.notes]
     if view.synthetic:
         notes.append(f"SYNTHETIC specimen ({view.specimen_spec().get('name')}): not Pythia; its outputs say nothing "
                      "about the real model")
+    if harness.version_line and harness.same:
+        notes.append(harness.version_line)
     compared = None
     if reference is not None:
         compared = compare_reference(view, reference).as_dict()
         compared["file"] = reference_file
+    findings = findings_of(view, kinds_of) + requirement_findings(rubric, harness, lock)
     return RunGrade(source=source or str(view.directory), label=label or (view.directory.name if view.directory
                                                                           else source),
                     items=items, integrity=integrity + list(extra_integrity), completeness=completeness,
-                    reference=compared, findings=findings_of(view, kinds_of), notes=notes,
+                    reference=compared, findings=findings, notes=notes,
                     facts=unless_malformed(run_facts, view, completeness),
-                    measurements=unless_malformed(key_measurements, view), rubric=rubric)
+                    measurements=unless_malformed(key_measurements, view), rubric=rubric,
+                    not_checked=not_established(verified, harness, flags, compared, replay, rename))
+
+
+def requirement_findings(rubric: Rubric, harness, lock) -> list[dict]:
+    """What the rubric does not hold against the run but a grader should see: a harness that differs (under
+    grader_source = "finding") and distributions that differ from the grader's lock (when not required)."""
+    found = []
+    if rubric.grader_source == "finding" and not harness.same:
+        found.append({"kind": "source_differs", "what": "the run's harness is not the grader's copy: " +
+                      "; ".join(line.removeprefix("source: ") for line in harness.lines()),
+                      "meaning": "this rubric shows it and does not hold it against the run (grader_source).",
+                      "evidence": [Evidence("manifest.json", field="source_sha256").as_dict()]})
+    if not rubric.require_lock_conformance and lock.differences:
+        found.append({"kind": "lock_differs", "what": f"{len(lock.differences)} distribution(s) not as the grader's "
+                      f"requirements.lock pins them: {lock.difference_text()}",
+                      "meaning": "this rubric does not require lock conformance (require_lock_conformance).",
+                      "evidence": [Evidence("manifest.json", field="distributions").as_dict()]})
+    return found
+
+
+def not_established(verified: dict, harness, flags, compared: Optional[dict], replay: Optional[object],
+                    rename: Optional[tuple[str, str]] = None) -> list[str]:
+    """Every reason something was not checked: verify's, the harness's, the flags', the reference's notes of
+    what it did not compare, and no replay or no reference when none was given."""
+    lines = [f"verify: {line}" for line in verified.get("not_checked") or []]
+    lines += harness.not_checked + flags.not_checked
+    if compared is None:
+        lines.append("reference: none given, so the run's deterministic outputs were not compared with an "
+                     "instructor's run (--reference REF.json)")
+    else:
+        lines += [f"reference: {note}" for note in compared.get("notes") or [] if "not compared" in note]
+    if replay is None:
+        lines.append("replay: the run's deterministic outputs were not re-executed on the grader's copy of the "
+                     "specimen (grade --replay)")
+    if rename:
+        lines = [line.replace(*rename) for line in lines]
+    return list(dict.fromkeys(lines))
 
 
 def unless_malformed(read, *args) -> dict:
@@ -230,7 +289,7 @@ def refused(source: Path, why: str, rubric: Rubric) -> RunGrade:
 
 
 def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
-                 reference_file: Optional[str] = None) -> RunGrade:
+                 reference_file: Optional[str] = None, replay: Optional[object] = None) -> RunGrade:
     """Grade a record folder or a submission archive (unpacked into a temporary folder, removed afterwards)."""
     import tarfile
 
@@ -255,7 +314,7 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
             extra = submission_problems(unpacked.submission, view) if unpacked.submission is not None else []
             grade = grade_view(view, rubric, reference, source=str(source), label=source.name,
                                extra_integrity=extra, rename=(str(unpacked.temp_dir), str(source)),
-                               reference_file=reference_file)
+                               reference_file=reference_file, replay=replay)
             grade.facts["archive"] = str(source)
             grade.notes += unpacked.notes + ([] if unpacked.submission is not None else
                                              ["the archive holds no submission.json (it was not made by pack)"])
@@ -272,7 +331,7 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
     view = RunView.read(source)
     if view.is_plan_folder:
         return refused(source, f"{source} is a plan folder (--plan): no test ran, so there is nothing to grade", rubric)
-    return grade_view(view, rubric, reference, source=str(source), reference_file=reference_file)
+    return grade_view(view, rubric, reference, source=str(source), reference_file=reference_file, replay=replay)
 
 
 def submissions_in(folder: Path) -> Optional[list[Path]]:

@@ -4,7 +4,9 @@ their evidence. Pure functions: no model, no writes.
 Items 2 to 6 are what the run recorded, so a machine can check them. Items 1 and 7 are written work: the
 predictions are checked for being there and answered, and the explanation (attached after the run, see
 inferlab.addenda) for being there; its content is for a person to grade, so the item's status is `manual`,
-carrying the structure check attach recorded, and `fail` only when the work is absent.
+carrying its structure check, and `fail` only when the work is absent. Both are judged from the files
+themselves, with the grader's templates (inferlab.grading.recompute), never from the flags the manifest or the
+ledger carries.
 
 A harness-integrity test that failed or did not run fails the item whose records it writes (the plan says
 which kinds a test writes). A failed protocol diagnostic is never an item failure: it is a finding (see
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from inferlab import protocol
+from inferlab import predictions, protocol
 from inferlab.cli import spelled
 from inferlab.grading.evidence import (
     FAIL,
@@ -128,15 +130,18 @@ def explanation_attached(view: RunView) -> Check:
 
 def written_sections(view: RunView, name: str, sections: tuple[str, ...], what: str) -> Check:
     """`manual` when the explanation holds text under at least one of the item's headings (a person grades it),
-    `fail` when it holds none of them; the structure check recorded at attach time says what is missing."""
+    `fail` when it holds none of them. The structure is recomputed from the attached file with the grader's
+    template (inferlab.grading.recompute); the one attach recorded is checked against it, never used."""
+    from inferlab.grading.recompute import explanation_structure
+
     entry = latest_explanation(view)
     if entry is None:
         return failed(name, f"{what}: absent (no explanation attached)",
                       f"write it under the headings of explanation.md and attach the file: {ATTACH_HINT}")
-    structure = entry.get("structure") if isinstance(entry.get("structure"), dict) else None
+    structure, why = explanation_structure(view, entry)
     evidence = _ledger_evidence(entry)
     if structure is None or structure.get("ok") is None:
-        why = (structure or {}).get("note") or "attach recorded no structure check for it"
+        why = why or structure.get("note") or "the structure could not be checked"
         return Check(name, MANUAL, f"{what}: attached, structure not checked ({why}); a person reads it", None,
                      evidence)
     missing = [s for s in sections if s in (structure.get("headings_missing") or [])]
@@ -153,30 +158,43 @@ def written_sections(view: RunView, name: str, sections: tuple[str, ...], what: 
                  "complete: " + "; ".join(gaps) if gaps else None, evidence)
 
 
-def item_1(view: RunView, sections: tuple[str, ...], kinds_of) -> list[Check]:
+def predictions_answered(view: RunView, evidence: list, required: int) -> Check:
+    """Item 1: at least `required` of the six questions answered, judged from predictions.md itself (the rule is
+    inferlab.predictions'; the manifest's template flag is only checked against it)."""
+    from inferlab.grading.recompute import predictions_answers
+
+    found, why = predictions_answers(view)
+    fix = ("answer each of the six questions (every Prediction/Uncertainty/Why field, or one numbered section per "
+           "question, each in a few words of your own), then make a new run with them")
+    if found is None:
+        return failed("predictions_answered", f"the predictions cannot be read: {why}", fix, extra=evidence)
+    count = len(found.answered)
+    if count < required:
+        need = "all six" if required == len(predictions.QUESTIONS) else f"at least {required} of six"
+        return failed("predictions_answered", f"{found.summary()}; this rubric requires {need}", fix, extra=evidence)
+    return passed("predictions_answered", found.summary() + (f" (this rubric requires {required})"
+                                                             if required < len(predictions.QUESTIONS) else ""),
+                  extra=evidence)
+
+
+def item_1(view: RunView, sections: tuple[str, ...], kinds_of,
+           required_answers: int = len(predictions.QUESTIONS)) -> list[Check]:
     """Predictions written before the run, answered; and a separate, revised explanation."""
-    predictions = view.manifest.get("predictions") if isinstance(view.manifest.get("predictions"), dict) else {}
+    recorded = view.manifest.get("predictions") if isinstance(view.manifest.get("predictions"), dict) else {}
     listed = PREDICTIONS_FILE in (view.manifest.get("files") or {})
     evidence = [manifest_evidence("predictions")] + ([Evidence(PREDICTIONS_FILE)] if listed else [])
     checks = []
-    if predictions.get("supplied") and listed:
+    if recorded.get("supplied") and listed:
         checks.append(passed("predictions_supplied", f"{PREDICTIONS_FILE} was copied into the run before any "
-                             f"model computation ({predictions.get('copied_at_utc')})", extra=evidence))
+                             f"model computation ({recorded.get('copied_at_utc')})", extra=evidence))
     else:
-        why = "the manifest says none were supplied" if not predictions.get("supplied") else \
+        why = "the manifest says none were supplied" if not recorded.get("supplied") else \
             f"the manifest says they were, but {PREDICTIONS_FILE} is not in its file inventory"
         checks.append(failed("predictions_supplied", f"no predictions in this run: {why}",
                              "answer predictions.md BEFORE running, then run with --predictions FILE; predictions "
                              "cannot be added to a run afterwards", extra=evidence))
-    if predictions.get("supplied"):
-        if predictions.get("template_unanswered"):
-            checks.append(failed("predictions_answered", f"the predictions are the blank template "
-                                 f"({predictions.get('template_check')})",
-                                 "answer every Prediction/Uncertainty/Why field, then make a new run with them",
-                                 extra=evidence))
-        else:
-            checks.append(passed("predictions_answered", str(predictions.get("template_check") or "answered"),
-                                 extra=evidence))
+    if recorded.get("supplied"):
+        checks.append(predictions_answered(view, evidence, required_answers))
     checks.append(explanation_attached(view))
     checks.append(written_sections(view, "revised_explanation", sections, "the revised explanation of the "
                                    "predictions"))
@@ -453,10 +471,12 @@ ITEM_CHECKS = {1: item_1, 2: item_2, 3: item_3, 4: item_4, 5: item_5, 6: item_6,
 
 
 def item_checks(view: RunView, number: int, sections: tuple[str, ...] = (),
-                kinds_of: Optional[dict] = None) -> list[Check]:
-    """The concrete checks of one checklist item over a run, the integrity tests behind it last."""
+                kinds_of: Optional[dict] = None, required_answers: int = len(predictions.QUESTIONS)) -> list[Check]:
+    """The concrete checks of one checklist item over a run, the integrity tests behind it last; item 1 asks
+    for `required_answers` of the six predictions (the rubric's require_answered_predictions)."""
     kinds_of = test_kinds(view) if kinds_of is None else kinds_of
-    checks = ITEM_CHECKS[number](view, sections, kinds_of)
+    checks = item_1(view, sections, kinds_of, required_answers) if number == 1 else \
+        ITEM_CHECKS[number](view, sections, kinds_of)
     if number in ITEM_KINDS:
         checks.append(integrity_tests_check(view, number, kinds_of))
     return checks

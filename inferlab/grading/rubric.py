@@ -9,6 +9,7 @@ and what was found.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import tomllib
 from dataclasses import dataclass, field
@@ -19,7 +20,18 @@ RUBRIC_SCHEMA = 1
 DEFAULT_RUBRIC = Path(__file__).resolve().with_name("default_rubric.toml")
 ITEM_NUMBERS = tuple(range(1, 8))  # the lab's submission checklist has seven items
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's test visibilities
-TOP_FIELDS = {"schema", "name", "zero_score_on_integrity_problem", "items"}
+# What a course can require beyond the items' own checks (docs/grading.md#what-the-rubric-requires); each unmet
+# requirement fails the item it belongs to (inferlab.grading.requirements), saying what to do.
+GRADER_SOURCE_RULES = ("integrity", "item", "finding")  # what a harness that differs from the grader's copy is
+REQUIREMENT_DEFAULTS = {
+    "require_answered_predictions": 6,   # item 1: how many of the six prediction questions must be answered
+    "require_specimen": [],              # item 3: the specimen names a run may use ([] = any)
+    "allow_synthetic_specimen": True,    # item 3: false = the stand-in or replica specimens fail the item
+    "require_lock_conformance": False,   # item 2: every distribution as requirements.lock pins it
+    "grader_source": "integrity",        # the run's harness against the grader's: integrity, item (2) or finding
+    "require_replay": False,             # item 4: a replay result must be given to grade (grade --replay)
+}
+TOP_FIELDS = {"schema", "name", "zero_score_on_integrity_problem", "items", *REQUIREMENT_DEFAULTS}
 ITEM_FIELDS = {"number", "title", "points", "manual_points", "required", "visibility", "sections"}
 
 
@@ -51,6 +63,12 @@ class Rubric:
     sha256: str = ""
     default: bool = True
     notes: list[str] = field(default_factory=list)
+    require_answered_predictions: int = REQUIREMENT_DEFAULTS["require_answered_predictions"]
+    require_specimen: tuple[str, ...] = ()
+    allow_synthetic_specimen: bool = REQUIREMENT_DEFAULTS["allow_synthetic_specimen"]
+    require_lock_conformance: bool = REQUIREMENT_DEFAULTS["require_lock_conformance"]
+    grader_source: str = REQUIREMENT_DEFAULTS["grader_source"]
+    require_replay: bool = REQUIREMENT_DEFAULTS["require_replay"]
 
     @property
     def max_score(self) -> float:
@@ -61,7 +79,13 @@ class Rubric:
         """Where the rubric came from, for a result."""
         return {"name": self.name, "file": self.file, "sha256": self.sha256, "default": self.default,
                 "max_score": self.max_score,
-                "manual_points": sum(item.manual_points for item in self.items.values())}
+                "manual_points": sum(item.manual_points for item in self.items.values()),
+                "requirements": self.requirements()}
+
+    def requirements(self) -> dict:
+        """The requirement settings, by their rubric keys."""
+        return {name: list(getattr(self, name)) if name == "require_specimen" else getattr(self, name)
+                for name in REQUIREMENT_DEFAULTS}
 
 
 def _number(value: Any) -> bool:
@@ -103,6 +127,24 @@ def _item(where: str, raw: Any, index: int) -> RubricItem:
                       visibility=raw.get("visibility", "visible"), sections=tuple(sections))
 
 
+def _requirements(where: str, data: dict) -> dict:
+    """The requirement settings of a rubric's data, checked; the defaults for those it leaves out."""
+    found = {name: data.get(name, default) for name, default in REQUIREMENT_DEFAULTS.items()}
+    count = found["require_answered_predictions"]
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 6:
+        raise _wrong(where, "require_answered_predictions", "a whole number from 0 to 6", count)
+    names = found["require_specimen"]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        raise _wrong(where, "require_specimen", "a list of specimen names (strings; [] for any)", names)
+    for name in ("allow_synthetic_specimen", "require_lock_conformance", "require_replay"):
+        if not isinstance(found[name], bool):
+            raise _wrong(where, name, "true or false", found[name])
+    if found["grader_source"] not in GRADER_SOURCE_RULES:
+        raise _wrong(where, "grader_source", "one of " + ", ".join(GRADER_SOURCE_RULES), found["grader_source"])
+    found["require_specimen"] = tuple(n.strip() for n in names)
+    return found
+
+
 def parse_rubric(text: str, where: str) -> dict:
     """The rubric's TOML as data; RubricError naming `where` (and the line) when it does not parse."""
     try:
@@ -138,7 +180,7 @@ def rubric_from_data(data: dict, where: str) -> Rubric:
         raise RubricError(f"{where}: item(s) {', '.join(map(str, missing))} missing: a rubric gives every one of "
                           f"the checklist's seven items its points (0 is allowed)")
     return Rubric(name=data.get("name") or Path(where).name, items=dict(sorted(items.items())),
-                  zero_score_on_integrity_problem=zero, file=where)
+                  zero_score_on_integrity_problem=zero, file=where, **_requirements(where, data))
 
 
 def load_rubric(path: Optional[Union[str, Path]] = None) -> Rubric:
@@ -153,6 +195,4 @@ def load_rubric(path: Optional[Union[str, Path]] = None) -> Rubric:
     except UnicodeDecodeError as error:
         raise RubricError(f"{source}: not UTF-8 ({error})") from None
     rubric = rubric_from_data(parse_rubric(text, str(source)), str(source))
-    return Rubric(name=rubric.name, items=rubric.items,
-                  zero_score_on_integrity_problem=rubric.zero_score_on_integrity_problem, file=str(source),
-                  sha256=hashlib.sha256(raw).hexdigest(), default=path is None)
+    return dataclasses.replace(rubric, file=str(source), sha256=hashlib.sha256(raw).hexdigest(), default=path is None)
