@@ -106,9 +106,9 @@ class LockConformance:
         return list((self.recomputed or {}).get("differences") or [])
 
     def difference_text(self, limit: int = 6) -> str:
-        """'torch locked 2.13.0, installed 2.14.0; numpy ...'."""
-        shown = [f"{d.get('name')} locked {d.get('locked')}, installed {d.get('installed')}"
-                 for d in self.differences[:limit]]
+        """'torch locked 2.13.0, installed 2.14.0; numpy ...': other versions first, then missing or extra ones."""
+        ordered = sorted(self.differences, key=lambda d: (d.get("locked") is None or d.get("installed") is None))
+        shown = [f"{d.get('name')} locked {d.get('locked')}, installed {d.get('installed')}" for d in ordered[:limit]]
         more = len(self.differences) - limit
         return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 

@@ -90,6 +90,9 @@ def specimen_check(view: RunView, rubric: Rubric, root: Path) -> Optional[Check]
     if rubric.require_specimen and name not in rubric.require_specimen:
         return failed("required_specimen", f"the run's specimen is {name}" + (" (synthetic)" if view.synthetic else "")
                       + f"; this rubric requires {wanted}", fix, extra=evidence)
+    if view.synthetic and not rubric.allow_synthetic_specimen:
+        return failed("required_specimen", f"the run's specimen {name} is synthetic; this rubric accepts no synthetic "
+                      "specimen", fix, extra=evidence)
     spec, why = _specimen_identity(view, str(name), root)
     if why is not None:
         return failed("required_specimen", f"the run is labelled {name}, but {why}", fix, extra=evidence)

@@ -1,0 +1,403 @@
+"""Grading that rests on nothing a learner can write (issue 31, items 1, 2, 4 and 6): every decision recomputed
+from the files with the grader's own code, every summary flag checked against what it summarises, the run's
+harness compared with the grader's copy, the rubric's requirements, and what a grade could not establish.
+
+The forgeries are made as a learner would (tests/forging.py): edit the JSON, re-hash the inventory. Fixture runs
+(tests/fixture_runs.py) serve most; the session's real stand-in run (standin_run) those that need a run made under
+this checkout's requirements.lock, and one real run from a scratch clone with one line added to
+inferlab/decode_loop.py shows that a changed harness is named by file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from inferlab import predictions
+from inferlab.__main__ import main
+from inferlab.grading import formats
+from inferlab.grading.grade import grade_source
+from inferlab.grading.harness import compare_harness, grader_hashes
+from inferlab.grading.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+from inferlab.records import MANIFEST_FILE
+from inferlab.runview import RunView
+
+from fixtures_records import REPO_ROOT, copy_run
+from forging import rehash
+from grading_helpers import (
+    PREDICTIONS_TEMPLATE,
+    TEMPLATE,
+    answered_explanation,
+    answered_predictions,
+    attach_file,
+    give_predictions,
+)
+from fixture_runs import runs, shared  # noqa: F401 (runs is a fixture)
+
+honest = shared("honest", "honest", "A complete, honest stand-in run with this checkout's source hashes; no "
+                "predictions, nothing attached. Shared: never change it (run_copy is a copy).")
+
+
+@pytest.fixture
+def run_copy(honest, tmp_path) -> Path:
+    return copy_run(honest, tmp_path / "copy")
+
+
+def grade_of(run: Path, rubric=None, **kwargs):
+    return grade_source(run, load_rubric(rubric), **kwargs)
+
+
+def check(grade, number: int, name: str):
+    return next(c for c in grade.item(number).checks if c.name == name)
+
+
+def rubric_with(tmp_path: Path, **settings) -> Path:
+    """The default rubric with some top-level settings replaced (TOML values given as text)."""
+    text = DEFAULT_RUBRIC.read_text()
+    for key, value in settings.items():
+        lines = [line for line in text.splitlines() if line.startswith(f"{key} = ")]
+        assert len(lines) == 1, key
+        text = text.replace(lines[0], f"{key} = {value}")
+    path = tmp_path / "course.toml"
+    path.write_text(text)
+    return path
+
+
+def edit_json(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2))
+
+
+# --- item 1: the predictions, from predictions.md itself --------------------------------------------------
+
+FREE_FORM = """My predictions, written before the run.
+
+1. Yes: greedy decoding takes the argmax each step, so the same environment gives the same ids.
+2. No. Two seeds can draw the same short continuation when the distribution is peaked.
+3) Lower temperature sharpens the whole distribution; lower top-p cuts off its tail, keeping the order.
+Q4: They should agree within a small tolerance, not bitwise: the cached path sums in another order.
+5. Not necessarily; for 14M parameters and short prompts the cache's bookkeeping can cost more than it saves.
+6. Activations, the KV cache, the allocator's slack, the tokenizer, Python and the libraries themselves:
+   1. activations
+   2. the cache
+"""
+
+
+def template_with(answers: dict[int, str]) -> str:
+    """The template with its Prediction/Uncertainty/Why fields filled for the questions in `answers`."""
+    out, question = [], 0
+    for line in PREDICTIONS_TEMPLATE.splitlines():
+        heading = predictions.NUMBERED_HEADING.match(line)
+        if heading:
+            question = int(heading.group(1))
+        field = predictions.FIELD.match(line)
+        out.append(f"{field.group(1)}: {answers[question]}" if field and question in answers else line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("text, why", [
+    ("", "the file is empty"),
+    ("   \n\n\t \n", "the file holds only whitespace"),
+    ("lol\n", "no section numbered for it"),
+    (template_with({n: "TODO" for n in range(1, 7)}), "1, 2, 3, 4, 5, 6 (its Prediction field holds only a "
+                                                        "placeholder (TODO))"),
+    ("1. ?\n2. ...\n3. -\n4. xxx\n5. n/a\n6. tbd\n", "1 (only placeholders (?)); 2 (only placeholders (...))"),
+    (template_with({1: "yes, identical ids, because greedy takes the argmax"}), "1 of 6 questions answered "
+                                                                                "(template); not answered: 2, 3, 4, "
+                                                                                "5, 6 (its Prediction field is blank)"),
+], ids=["empty", "whitespace", "lol", "TODO-fields", "placeholders", "single-answer"])
+def test_predictions_that_answer_fewer_than_six_questions_fail_item_1_saying_which(run_copy, text, why, capsys):
+    give_predictions(run_copy, text)
+    grade = grade_of(run_copy)
+    answered = check(grade, 1, "predictions_answered")
+    assert answered.status == "fail" and why in answered.detail, answered.detail
+    assert "this rubric requires all six" in answered.detail and "each of the six questions" in answered.fix
+    assert grade.exit_status == 1 and grade.integrity_problems == []  # the manifest's flag agrees with the file
+    assert main(["grade", str(run_copy)]) == 1
+    assert "predictions_answered" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", [answered_predictions(), FREE_FORM], ids=["template", "free-form"])
+def test_predictions_answering_all_six_pass_item_1(run_copy, text):
+    give_predictions(run_copy, text)
+    grade = grade_of(run_copy)
+    answered = check(grade, 1, "predictions_answered")
+    assert answered.status == "pass" and "6 of 6 questions answered" in answered.detail, answered.detail
+    assert grade.integrity_problems == []
+
+
+def test_the_question_copied_without_an_answer_does_not_count():
+    found = predictions.question_answers("1. Will repeated greedy runs return identical token IDs in the same "
+                                         "environment?\n2. yes\n", PREDICTIONS_TEMPLATE)
+    assert found.answered == [] and found.missing[1] == "no answer" and "1 word(s)" in found.missing[2]
+
+
+def test_a_rubric_can_ask_for_fewer_answered_questions(run_copy, tmp_path):
+    four = template_with({n: "an answer in my own words" for n in (1, 2, 3, 4)})
+    give_predictions(run_copy, four)
+    assert check(grade_of(run_copy), 1, "predictions_answered").status == "fail"
+    lenient = grade_of(run_copy, rubric_with(tmp_path, require_answered_predictions=4))
+    assert check(lenient, 1, "predictions_answered").status == "pass"
+
+
+# --- summary flags edited alone, re-hashed: integrity ------------------------------------------------------
+
+
+def test_the_predictions_verdict_edited_alone_is_an_integrity_problem(run_copy, capsys):
+    give_predictions(run_copy, PREDICTIONS_TEMPLATE)
+    edit_json(run_copy / MANIFEST_FILE, lambda m: m["predictions"].update(
+        template_unanswered=False, template_check="6 of 6 questions answered (template)"))
+    rehash(run_copy)
+    grade = grade_of(run_copy)
+    assert grade.exit_status == 3
+    line = next(p for p in grade.integrity_problems if "predictions.template_unanswered" in p)
+    assert "the manifest says false, predictions.md says true" in line
+    assert check(grade, 1, "predictions_answered").status == "fail"  # decided from the file, not the flag
+    assert main(["grade", str(run_copy)]) == 3
+    assert "predictions.template_unanswered" in capsys.readouterr().out
+
+
+def test_the_explanation_structure_edited_alone_is_an_integrity_problem(run_copy):
+    give_predictions(run_copy, answered_predictions())
+    attach_file(run_copy, TEMPLATE)  # the blank explanation template
+    ledger = run_copy / "addenda.jsonl"
+    entry = json.loads(ledger.read_text())
+    entry["structure"].update(ok=True, headings_missing=[], empty_sections=[])
+    ledger.write_text(json.dumps(entry) + "\n")
+    grade = grade_of(run_copy)
+    assert grade.exit_status == 3
+    line = next(p for p in grade.integrity_problems if "structure.ok" in p)
+    assert line.startswith("addenda.jsonl seq 0 structure.ok: the ledger says True")
+    assert "addenda/my_explanation.md says False" in line
+    assert any("structure.empty_sections" in p for p in grade.integrity_problems)
+    # items 1 and 7 are judged from the file: the template's text alone is no written work
+    assert check(grade, 7, "conclusions_and_limitations").status == "fail"
+
+
+def test_outcome_counts_edited_alone_are_an_integrity_problem(run_copy):
+    edit_json(run_copy / MANIFEST_FILE, lambda m: m["outcome_counts"].update(
+        passed=m["outcome_counts"]["passed"] + m["outcome_counts"].pop("failed", 0) + 1))
+    rehash(run_copy)
+    grade = grade_of(run_copy)
+    assert grade.exit_status == 3
+    line = next(p for p in grade.integrity_problems if "outcome_counts" in p)
+    assert line.startswith("manifest.json: outcome_counts ") and "records.jsonl holds" in line
+
+
+def forged_real(standin_run: Path, target: Path, change) -> Path:
+    """A copy of the real stand-in run (made under this checkout's lock) whose manifest `change` edited, re-hashed."""
+    run = copy_run(standin_run, target)
+    edit_json(run / MANIFEST_FILE, change)
+    rehash(run)
+    return run
+
+
+def test_an_honest_real_run_has_its_lock_check_recomputed_and_agrees(standin_run):
+    grade = grade_of(standin_run)
+    assert grade.integrity_problems == [], grade.integrity_problems
+    assert not any("lock_check" in line for line in grade.not_checked), grade.not_checked
+
+
+def test_a_torch_version_edited_in_distributions_is_an_integrity_problem(standin_run, tmp_path, capsys):
+    def change(manifest):
+        manifest["distributions"]["torch"] = "2.14.0"
+
+    run = forged_real(standin_run, tmp_path / "torch", change)
+    grade = grade_of(run)
+    assert grade.exit_status == 3
+    line = next(p for p in grade.integrity_problems if p.startswith("manifest.json lock_check.differences"))
+    assert "the manifest says none" in line and "torch locked 2.13.0, installed 2.14.0" in line
+    assert any(p.startswith("manifest.json distributions.torch: the manifest says 2.14.0") for p in
+               grade.integrity_problems)
+    assert main(["grade", str(run)]) == 3
+    assert "lock_check.differences" in capsys.readouterr().out
+
+
+def test_a_torch_version_edited_with_its_build_record_is_still_caught_by_the_lock(standin_run, tmp_path):
+    def change(manifest):
+        manifest["distributions"]["torch"] = "2.14.0"
+        manifest["torch_build"]["version"] = "2.14.0+cpu"
+
+    grade = grade_of(forged_real(standin_run, tmp_path / "torch", change))
+    assert [p for p in grade.integrity_problems if not p.startswith("manifest.json lock_check.")] == []
+    assert any("torch locked 2.13.0, installed 2.14.0" in p for p in grade.integrity_problems)
+
+
+def test_lock_check_edited_alone_is_an_integrity_problem(standin_run, tmp_path):
+    def change(manifest):
+        manifest["lock_check"]["differences"] = [{"name": "torch", "locked": "2.13.0", "installed": "2.14.0"}]
+
+    grade = grade_of(forged_real(standin_run, tmp_path / "lock", change))
+    assert grade.exit_status == 3
+    line = next(p for p in grade.integrity_problems if "lock_check.differences" in p)
+    assert "the manifest says [('torch', '2.13.0', '2.14.0')]" in line and "none" in line
+
+
+# --- the grader's harness --------------------------------------------------------------------------------
+
+
+def test_a_run_whose_manifest_hashes_a_changed_decode_loop_is_an_integrity_problem(run_copy, capsys):
+    """As a forger would leave it: the run's source hash of inferlab/decode_loop.py is that of the file with one
+    line added, everything re-hashed."""
+    changed = (REPO_ROOT / "inferlab" / "decode_loop.py").read_bytes() + b"SPEEDUP = 2.0\n"
+    edit_json(run_copy / MANIFEST_FILE, lambda m: m["source_sha256"].update(
+        {"inferlab/decode_loop.py": hashlib.sha256(changed).hexdigest()}))
+    rehash(run_copy)
+    grade = grade_of(run_copy)
+    assert grade.exit_status == 3
+    source = [p for p in grade.integrity_problems if p.startswith("source: ")]
+    assert len(source) == 1 and source[0].startswith("source: inferlab/decode_loop.py: sha256 "), source
+    assert check(grade, 2, "grader_source").status == "fail"
+    assert main(["grade", str(run_copy)]) == 3
+    assert "inferlab/decode_loop.py" in capsys.readouterr().out
+
+
+def test_files_on_one_side_only_and_another_version_are_named(run_copy):
+    def change(manifest):
+        hashes = manifest["source_sha256"]
+        del hashes["pytest.ini"]
+        hashes["experiments/test_99_mine.py"] = "1" * 64
+        manifest["distributions"] = {**manifest["distributions"], "inferlab": "0.0.9"}
+
+    edit_json(run_copy / MANIFEST_FILE, change)
+    rehash(run_copy)
+    lines = grade_of(run_copy).integrity_problems
+    assert "source: pytest.ini: in the grader's copy, not in the run's source hashes" in lines
+    assert "source: experiments/test_99_mine.py: in the run's source hashes, not in the grader's copy" in lines
+    assert any(line.startswith("source: the run was made with inferlab 0.0.9; the grader's copy is inferlab ")
+               for line in lines)
+
+
+def test_a_rubric_can_make_a_harness_difference_a_finding_or_an_item_failure(run_copy, tmp_path):
+    edit_json(run_copy / MANIFEST_FILE, lambda m: m["source_sha256"].update({"inferlab/decode_loop.py": "0" * 64}))
+    rehash(run_copy)
+    finding = grade_of(run_copy, rubric_with(tmp_path, grader_source='"finding"'))
+    assert not any(p.startswith("source: ") for p in finding.integrity_problems)
+    assert any(f["kind"] == "source_differs" and "inferlab/decode_loop.py" in f["what"] for f in finding.findings)
+    item = grade_of(run_copy, rubric_with(tmp_path, grader_source='"item"'))
+    assert not item.integrity_problems and item.item(2).status == "fail" and item.exit_status == 1
+    assert "inferlab/decode_loop.py" in check(item, 2, "grader_source").detail
+
+
+def test_the_grader_hashes_the_package_it_imported():
+    import inferlab
+
+    ours = grader_hashes()
+    assert "inferlab/decode_loop.py" in ours and "experiments/test_30_sampling.py" in ours
+    assert ours["inferlab/decode_loop.py"] == hashlib.sha256(
+        (Path(inferlab.__file__).parent / "decode_loop.py").read_bytes()).hexdigest()
+    assert not any(path.startswith(("tests/", "benchmarks/")) for path in ours)  # no part of a run's records
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_a_real_run_from_a_clone_with_one_line_added_to_decode_loop_is_named(tmp_path):
+    """The real thing: a scratch clone whose inferlab/ is a copy with one line added to decode_loop.py makes an
+    honest run (its own code hashes itself); the unchanged checkout grades it."""
+    from shared_runs import experiment
+
+    def clone_with_one_line(project: Path) -> None:
+        (project / "inferlab").unlink()
+        shutil.copytree(REPO_ROOT / "inferlab", project / "inferlab", ignore=shutil.ignore_patterns("__pycache__"))
+        with open(project / "inferlab" / "decode_loop.py", "a", encoding="utf-8") as handle:
+            handle.write("LEARNER_NOTE = 'one line added'\n")
+
+    made = experiment(tmp_path, "--specimen", "standin", prepare=clone_with_one_line)
+    assert made.returncode == 0, made.tail()
+    comparison = compare_harness(RunView.read(made.run))
+    assert [line for line in comparison.differs] == [
+        line for line in comparison.differs if line.startswith("inferlab/decode_loop.py: sha256 ")] and \
+        len(comparison.differs) == 1, comparison.differs
+    grade = grade_of(made.run)
+    assert grade.exit_status == 3
+    assert [p for p in grade.integrity_problems if p.startswith("source: ")] == [
+        f"source: {comparison.differs[0]}"]
+
+
+# --- the rubric's requirements ---------------------------------------------------------------------------
+
+
+def test_a_rubric_requiring_pythia_fails_a_stand_in_runs_item_3(run_copy, tmp_path, capsys):
+    rubric = rubric_with(tmp_path, require_specimen='["pythia-14m"]')
+    grade = grade_of(run_copy, rubric)
+    required = check(grade, 3, "required_specimen")
+    assert grade.item(3).status == "fail"
+    assert required.detail == "the run's specimen is standin (synthetic); this rubric requires pythia-14m"
+    assert "--specimen pythia-14m" in required.fix
+    assert main(["grade", str(run_copy), "--rubric", str(rubric)]) == 1
+    assert "this rubric requires pythia-14m" in capsys.readouterr().out
+
+
+def test_a_stand_in_relabelled_as_pythia_fails_the_required_specimen_by_its_hashes(run_copy, tmp_path):
+    edit_json(run_copy / MANIFEST_FILE, lambda m: m.update(specimen={**m["specimen"], "name": "pythia-14m"}))
+    rehash(run_copy)
+    required = check(grade_of(run_copy, rubric_with(tmp_path, require_specimen='["pythia-14m"]')), 3,
+                     "required_specimen")
+    assert required.status == "fail" and required.detail.startswith("the run is labelled pythia-14m, but its ")
+
+
+def test_a_rubric_without_synthetic_specimens_fails_the_stand_in(run_copy, tmp_path):
+    grade = grade_of(run_copy, rubric_with(tmp_path, allow_synthetic_specimen="false"))
+    assert "synthetic" in check(grade, 3, "required_specimen").detail and grade.item(3).status == "fail"
+    assert grade_of(run_copy).item(3).status == "pass"  # the default rubric accepts it
+
+
+def test_a_rubric_requiring_lock_conformance_fails_item_2_with_the_differences(run_copy, tmp_path):
+    grade = grade_of(run_copy, rubric_with(tmp_path, require_lock_conformance="true"))
+    conformance = check(grade, 2, "lock_conformance")
+    assert conformance.status == "fail" and "numpy locked" in conformance.detail and "installed 2.0.0" in conformance.detail
+    assert "another requirements.lock" in conformance.detail and "make" in conformance.fix
+    assert any(f["kind"] == "lock_differs" for f in grade_of(run_copy).findings)  # shown, not held, by default
+
+
+def test_a_rubric_requiring_replay_fails_item_4_until_a_replay_is_given(run_copy, tmp_path):
+    rubric = rubric_with(tmp_path, require_replay="true")
+    replay = check(grade_of(run_copy, rubric), 4, "replay")
+    assert replay.status == "fail" and "grade RUN --replay" in replay.fix
+    assert load_rubric(rubric).require_replay is True and load_rubric().require_replay is False
+    assert check(grade_of(run_copy, rubric, replay={"ok": True}), 4, "replay").status == "pass"
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("grader_source = \"maybe\"", "grader_source must be one of integrity, item, finding"),
+    ("require_answered_predictions = 7", "require_answered_predictions must be a whole number from 0 to 6"),
+    ("require_specimen = \"pythia-14m\"", "require_specimen must be a list of specimen names"),
+    ("require_replay = 1", "require_replay must be true or false"),
+])
+def test_a_rubric_with_a_bad_requirement_is_refused(tmp_path, setting, message):
+    key = setting.split(" = ")[0]
+    rubric = tmp_path / "bad.toml"
+    rubric.write_text("\n".join(setting if line.startswith(f"{key} = ") else line
+                                for line in DEFAULT_RUBRIC.read_text().splitlines()))
+    with pytest.raises(RubricError, match="bad.toml: ") as caught:
+        load_rubric(rubric)
+    assert message in str(caught.value)
+
+
+# --- what was not established ---------------------------------------------------------------------------
+
+
+def test_a_grade_says_what_it_did_not_establish(run_copy, capsys):
+    give_predictions(run_copy, answered_predictions())
+    attach_file(run_copy, answered_explanation())
+    grade = grade_of(run_copy)
+    assert any(line.startswith("verify: decoded texts") and "tokenizer files not at hand" in line
+               for line in grade.not_checked), grade.not_checked
+    assert any(line.startswith("reference: none given") for line in grade.not_checked)
+    assert any(line.startswith("replay: ") and "grade --replay" in line for line in grade.not_checked)
+    assert any("another requirements.lock" in line for line in grade.not_checked)  # the fixture's made-up lock
+    page = formats.text([grade])
+    assert "Not checked (what this grade does not establish):" in page
+    assert all(f"  - {line}" in page for line in grade.not_checked)
+
+
+def test_the_schema_1_runs_missing_stamps_are_said(tmp_path):
+    schema1 = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
+    lines = grade_of(schema1).not_checked
+    assert any("carry no perf_counter_ns" in line for line in lines)
+    assert any(line.startswith("the inferlab version that made the run") for line in lines)
