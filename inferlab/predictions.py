@@ -1,10 +1,10 @@
 """Whether a predictions file answers the lab's six questions (predictions.md at the repository root is the
 blank template), one question at a time.
 
-The session calls template_status when it copies the file (the run goes on either way; the manifest and the
-terminal say so, because predictions written after the run are not predictions). `grade` calls
-question_answers on the run's own copy of the file: its verdict comes from the text, never from the flag the
-manifest carries (inferlab.grading.recompute checks that flag against the text).
+The session calls template_status when it copies the file, to say whether it is still the blank template (the
+run goes on either way; the manifest and the terminal say so, because predictions written after the run are
+not predictions). `grade` calls question_answers on the run's own copy of the file: its verdict comes from the
+text, never from the flag the manifest carries (inferlab.grading.recompute checks that flag against the text).
 
 The rule (docs/grading.md says it for a learner):
 - The file is split into the six questions by their numbers. A question starts at a Markdown heading whose
@@ -135,16 +135,19 @@ def _judge(lines: list[str], wording: list[str]) -> Optional[str]:
     """None when the answer counts, else why not."""
     prediction: Optional[list[str]] = None
     text_lines = []
+    current = None  # the field the line belongs to: an answer may go on the lines after its label
     for line in lines:
         if line.startswith("\0"):  # a numbered heading's text: the question, not an answer
             continue
         match = FIELD.match(line)
         if match:
-            if match.group(1) == "Prediction":
-                prediction = (prediction or []) + [match.group(2)]
-            text_lines.append(match.group(2))
+            current = match.group(1)
+            line = match.group(2)
         else:
-            text_lines.append(_without_wording(line, wording))
+            line = _without_wording(line, wording)
+        if current == "Prediction":
+            prediction = (prediction or []) + [line]
+        text_lines.append(line)
     text = " ".join(" ".join(text_lines).split())
     if prediction is not None and not words(" ".join(prediction)):
         given = " ".join(" ".join(prediction).split())
@@ -187,12 +190,21 @@ def question_answers(text: str, template_text: Optional[str] = None) -> Question
 
 def template_status(text: str, template_text: Optional[str]) -> dict:
     """{template_unanswered, template_check}, as the session records them: unanswered when the text is the
-    template itself, or answers none of the six questions (empty, whitespace, blank fields, placeholders)."""
+    template itself, or when it has the template's answer fields and every one of them is blank. The session
+    does not judge a file in another form; grade judges every file question by question (question_answers)."""
     if template_text is not None and text.strip() == template_text.strip():
         return {"template_unanswered": True,
                 "template_check": f"identical to the blank template {TEMPLATE_FILE}"}
-    found = question_answers(text, template_text)
-    return {"template_unanswered": not found.answered, "template_check": found.summary()}
+    fields = answers(text)
+    if fields and not any(fields):
+        return {"template_unanswered": True,
+                "template_check": f"all {len(fields)} answer fields (Prediction/Uncertainty/Why) are blank"}
+    if fields:
+        blank = sum(1 for answer in fields if not answer)
+        return {"template_unanswered": False,
+                "template_check": f"{len(fields) - blank} of {len(fields)} answer fields filled in"}
+    return {"template_unanswered": False,
+            "template_check": "not in the template's format (grade judges it question by question)"}
 
 
 def read_template(root: Path) -> Optional[str]:

@@ -389,7 +389,7 @@ def test_a_grade_says_what_it_did_not_establish(run_copy, capsys):
     assert any(line.startswith("verify: decoded texts") and "tokenizer files not at hand" in line
                for line in grade.not_checked), grade.not_checked
     assert any(line.startswith("reference: none given") for line in grade.not_checked)
-    assert any(line.startswith("replay: ") and "grade --replay" in line for line in grade.not_checked)
+    assert any(line.startswith("replay: ") and "grade RUN --replay" in line for line in grade.not_checked)
     assert any("another requirements.lock" in line for line in grade.not_checked)  # the fixture's made-up lock
     page = formats.text([grade])
     assert "Not checked (what this grade does not establish):" in page
@@ -401,3 +401,17 @@ def test_the_schema_1_runs_missing_stamps_are_said(tmp_path):
     lines = grade_of(schema1).not_checked
     assert any("carry no perf_counter_ns" in line for line in lines)
     assert any(line.startswith("the inferlab version that made the run") for line in lines)
+
+
+def test_sampled_ids_not_compared_across_torch_versions_are_said(runs, tmp_path):
+    from inferlab.grading.reference import load_reference
+
+    reference = tmp_path / "REF.json"
+    assert main(["reference", str(runs.get("honest")), "-o", str(reference)]) == 0
+    learner = runs.copy("honest_elsewhere", tmp_path / "learner")
+    edit_json(learner / MANIFEST_FILE, lambda m: m["distributions"].update(torch="2.14.0"))
+    rehash(learner)
+    grade = grade_of(learner, reference=load_reference(reference), reference_file=str(reference))
+    line = next(line for line in grade.not_checked if "seeded sampling trials not compared" in line)
+    assert line.startswith("reference: ") and "torch 2.14.0" in line
+    assert not any(line.startswith("reference: none given") for line in grade.not_checked)

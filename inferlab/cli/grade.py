@@ -19,7 +19,8 @@ exit status (over several runs, the worst):
   0  every required checklist item passes (items a person grades, `manual`, do not block)
   1  a checklist item fails (the output names it and says what to fix)
   2  a usage error, a rubric or reference that cannot be used, a folder that is not a run, a refused archive
-  3  an integrity problem: verify finds one, or the run contradicts the --reference
+  3  an integrity problem: verify finds one, a summary flag disagrees with the file it summarises, the run's
+     harness is not this inferlab's (under the default rubric), or the run contradicts the --reference
   141  the reader of the output went away (... | head)"""
 
 

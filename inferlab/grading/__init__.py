@@ -4,7 +4,10 @@ never write into a run folder.
     rubric.py     the points per checklist item (a TOML file; default_rubric.toml ships beside it)
     evidence.py   a check, its status (pass, fail, manual) and its evidence (file, record kind, seq)
     items.py      the lab's seven submission checklist items as concrete checks over a RunView
-    grade.py      one run graded: items, integrity (verify's problems), findings, score, exit status
+    grade.py      one run graded: items, integrity (verify's problems), findings, score, exit status, not_checked
+    recompute.py  every decision recomputed from the files, every summary flag checked against them
+    harness.py    the run's source hashes against the grader's installed copy, file by file
+    requirements.py  the rubric's requirements (specimen, lock, the grader's source, replay) as item checks
     measures.py   the few measurements a class table shows (cache error, TTFT medians, decode ratio)
     formats.py    text, json, junit, gradescope and csv output
     reference.py  the instructor's reference from a trusted run, and a run compared with it

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from inferlab.cli import spelled
 from inferlab.grading import items as checklist
 from inferlab.grading.evidence import FAIL, MANUAL, PASS, Check, Evidence
 from inferlab.grading.measures import key_measurements, prompt_lengths
@@ -263,12 +264,12 @@ def not_established(verified: dict, harness, flags, compared: Optional[dict], re
     lines += harness.not_checked + flags.not_checked
     if compared is None:
         lines.append("reference: none given, so the run's deterministic outputs were not compared with an "
-                     "instructor's run (--reference REF.json)")
+                     f"instructor's run ({spelled('grade RUN --reference REF.json')})")
     else:
         lines += [f"reference: {note}" for note in compared.get("notes") or [] if "not compared" in note]
     if replay is None:
         lines.append("replay: the run's deterministic outputs were not re-executed on the grader's copy of the "
-                     "specimen (grade --replay)")
+                     f"specimen ({spelled('grade RUN --replay')})")
     if rename:
         lines = [line.replace(*rename) for line in lines]
     return list(dict.fromkeys(lines))
