@@ -205,11 +205,7 @@ def partial_sampling_run(directory: Path) -> Path:
                                           tests_without_outcome=[])]
 
     rewrite_records(directory, drop)
-    manifest = json.loads((directory / "manifest.json").read_text())
-    manifest["complete"] = False
-    write_json_atomic(directory / "manifest.json", manifest)
-    refresh_manifest(directory)
-    return directory
+    return as_the_session_ends(directory)
 
 
 def test_a_k_subset_exits_1_and_fails_the_items_it_lacks_not_integrity(run_copy, capsys):
@@ -254,6 +250,26 @@ def with_this_harness(run: Path) -> Path:
     return run
 
 
+def as_the_session_ends(run: Path) -> Path:
+    """After an edit of the records, the manifest says what a session ending so writes: its session_end and the
+    copies of it, and each prerequisite's status by the outcome of the test it names (grade checks both)."""
+    records = [json.loads(line) for line in (run / RECORDS_FILE).read_text().splitlines()]
+    end = {k: v for k, v in next(r for r in records if r["kind"] == "session_end").items()
+           if k not in ("kind", "test", "seq", "wall_time", "perf_counter_ns")}
+    outcomes = {}  # test -> its decisive outcome: the first that did not pass, else passed
+    for record in records:
+        if record["kind"] == "test_outcome" and outcomes.get(record["test"], "passed") == "passed":
+            outcomes[record["test"]] = record["outcome"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(session_end=end, **{k: end[k] for k in ("complete", "status", "exit_status", "exit_code_name")})
+    for entry in (manifest.get("checks") or {}).values():
+        if entry.get("by") in outcomes:
+            entry["status"] = {"skipped": "did not run"}.get(outcomes[entry["by"]], outcomes[entry["by"]])
+    write_json_atomic(run / "manifest.json", manifest)
+    refresh_manifest(run)
+    return run
+
+
 def set_outcome(test_suffix: str, **fields):
     """A records transform: the outcome of the test whose node id ends with `test_suffix` gets `fields`, and
     session_end is written again to agree with the outcomes."""
@@ -270,6 +286,7 @@ def set_outcome(test_suffix: str, **fields):
 def test_a_failed_protocol_diagnostic_is_a_finding_never_a_failed_item(run_copy, honest):
     rewrite_records(run_copy, set_outcome("::test_greedy_repetitions_identical", outcome="failed",
                                           longrepr="E   AssertionError: P2 greedy repetitions differ at 3"))
+    as_the_session_ends(run_copy)
     grade, before = grade_of(run_copy), grade_of(honest)
     assert statuses(grade) == statuses(before) and grade.exit_status == before.exit_status
     (finding,) = [f for f in grade.findings if f["kind"] == "diagnostic_failed"]
@@ -280,6 +297,7 @@ def test_a_failed_protocol_diagnostic_is_a_finding_never_a_failed_item(run_copy,
 def test_a_failed_harness_integrity_test_fails_the_item_its_records_belong_to(run_copy):
     rewrite_records(run_copy, set_outcome("::test_matched_prefix", outcome="failed",
                                           longrepr="E   Failed: the cached path was fed a stale cache"))
+    as_the_session_ends(run_copy)
     grade = grade_of(run_copy)
     assert failing_checks(grade, 5) == ["integrity_tests"] and statuses(grade)[4] == "pass"
     assert "the cached path was fed a stale cache" in grade.item(5).checks[-1].detail
@@ -289,6 +307,7 @@ def test_a_skipped_check_that_left_nothing_missing_does_not_fail_its_item(run_co
     """As a cache prefix beyond an early EOS is 'not applicable': the skip is recorded, no record is missing."""
     rewrite_records(run_copy, set_outcome("::test_thread_controls", outcome="skipped",
                                           skip_reason="not applicable: a test of this test suite"))
+    as_the_session_ends(run_copy)
     check = grade_of(run_copy).item(2).checks[-1]
     assert check.name == "integrity_tests" and check.status == "pass" and "1 skipped" in check.detail
 

@@ -189,6 +189,28 @@ def test_outcome_counts_edited_alone_are_an_integrity_problem(run_copy):
     assert line.startswith("manifest.json: outcome_counts ") and "records.jsonl holds" in line
 
 
+def test_the_session_ending_edited_in_the_manifest_alone_is_an_integrity_problem(run_copy):
+    def change(manifest):
+        manifest["session_end"]["status"] = manifest["status"] = "all planned tests passed"
+
+    edit_json(run_copy / MANIFEST_FILE, change)
+    rehash(run_copy)
+    lines = grade_of(run_copy).integrity_problems
+    assert any(line.startswith("manifest.json session_end.status: the manifest says 'all planned tests passed', "
+                               "the session_end record (seq ") for line in lines), lines
+    assert any(line.startswith("manifest.json status: the manifest says 'all planned tests passed'") for line in lines)
+
+
+def test_a_prerequisite_status_edited_alone_is_an_integrity_problem(runs, tmp_path):
+    run = runs.copy("failed_ended", tmp_path / "failed")
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    name = next(n for n, c in manifest["checks"].items() if c.get("status") == "failed")
+    edit_json(run / MANIFEST_FILE, lambda m: m["checks"][name].update(status="passed", reason=None, root_cause=None))
+    rehash(run)
+    line = next(p for p in grade_of(run).integrity_problems if p.startswith(f"manifest.json checks.{name}.status"))
+    assert "the manifest says 'passed'" in line and "is 'failed'" in line
+
+
 def forged_real(standin_run: Path, target: Path, change) -> Path:
     """A copy of the real stand-in run (made under this checkout's lock) whose manifest `change` edited, re-hashed."""
     run = copy_run(standin_run, target)

@@ -12,7 +12,9 @@ rests on a flag:
   judged against the grader's lock.
 
 Each flag (`predictions.template_unanswered`, `predictions.sha256`, an explanation entry's `structure`,
-`lock_check`, `torch_build.version` against `distributions.torch`) that disagrees with its recomputation is an
+`lock_check`, `torch_build.version` against `distributions.torch`, the final manifest's `session_end` and its
+copies `complete`, `status`, `exit_status`, `exit_code_name` against the session_end record, the prerequisite
+ledger `checks` against the outcomes of the tests it names) that disagrees with its recomputation is an
 integrity problem naming the flag, what the run says and what its file says. `outcome_counts`, the inventory
 and the ledger's sizes and hashes are verify's (inferlab.verify), which grade calls. A flag written by code
 that is not the grader's (HarnessComparison.same_files) is not compared, and that is said under not checked:
@@ -244,6 +246,46 @@ def _check_torch(view: RunView, found: FlagCheck) -> None:
                                f"torch_build.version (what the installed torch said of itself) is {built}")
 
 
+SESSION_END_COPIES = ("complete", "status", "exit_status", "exit_code_name")  # the manifest's own copies
+
+
+def _check_session_end(view: RunView, found: FlagCheck) -> None:
+    """The final manifest's session_end (and its top-level copies) against the session_end record it copies."""
+    from inferlab.runview import ENVELOPE_FIELDS
+
+    summary = view.manifest.get("session_end")
+    ends = view.kind("session_end")
+    if not isinstance(summary, dict) or len(ends) != 1:
+        return  # no final manifest, or a records file verify already finds wrong
+    record = {k: v for k, v in ends[0].items() if k not in ENVELOPE_FIELDS}
+    for name in sorted(set(summary) | set(record)):
+        if summary.get(name) != record.get(name):
+            found.integrity.append(f"{MANIFEST_FILE} session_end.{name}: the manifest says {summary.get(name)!r}, the "
+                                   f"session_end record (seq {ends[0].get('seq')}) says {record.get(name)!r}")
+    for name in SESSION_END_COPIES:
+        if name in view.manifest and name in record and view.manifest.get(name) != record.get(name):
+            found.integrity.append(f"{MANIFEST_FILE} {name}: the manifest says {view.manifest.get(name)!r}, the "
+                                   f"session_end record (seq {ends[0].get('seq')}) says {record.get(name)!r}")
+
+
+def _check_prerequisites(view: RunView, found: FlagCheck) -> None:
+    """The manifest's prerequisite ledger (`checks`): each status against the outcome of the test it names."""
+    ledger = view.manifest.get("checks")
+    if not isinstance(ledger, dict):
+        return
+    for name, entry in sorted(ledger.items()):
+        if not isinstance(entry, dict) or not entry.get("by"):
+            continue
+        outcome = view.decisive_outcome(entry["by"])
+        if outcome is None:
+            continue  # a test stopped inside it has no outcome: the ending says so
+        said = {"skipped": "did not run"}.get(outcome.get("outcome"), outcome.get("outcome"))
+        if entry.get("status") != said:
+            found.integrity.append(f"{MANIFEST_FILE} checks.{name}.status: the manifest says {entry.get('status')!r}, "
+                                   f"the outcome of {entry['by']} (records.jsonl seq {outcome.get('seq')}) is "
+                                   f"{outcome.get('outcome')!r}")
+
+
 def check_flags(view: RunView, harness: HarnessComparison, root: Optional[Path] = None,
                 lock: Optional[LockConformance] = None) -> FlagCheck:
     """Every summary flag of the run against its recomputation from the files (see the module docstring)."""
@@ -253,4 +295,6 @@ def check_flags(view: RunView, harness: HarnessComparison, root: Optional[Path] 
     _check_explanations(view, harness, root, found)
     _check_lock(view, harness, lock or lock_conformance(view, root), found)
     _check_torch(view, found)
+    _check_session_end(view, found)
+    _check_prerequisites(view, found)
     return found
