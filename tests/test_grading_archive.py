@@ -199,6 +199,7 @@ def test_a_read_only_folder_is_refused_before_anything_is_packed(run, tmp_path, 
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_pack_records_the_learner_and_refuses_an_id_that_is_not_one(run, tmp_path, capsys):
     target = tmp_path / "ada.tar.gz"
     assert main(["pack", str(run), "-o", str(target), "--learner", "ada@example.edu"]) in (0, 1)
