@@ -217,3 +217,52 @@ def test_the_json_lists_the_pairs_and_each_grade_carries_its_finding(copies_grad
 def test_the_caption_counts_distinct_machines_by_fingerprint(copies_graded):
     assert copies_graded["json"]["class"]["machines"] == 4  # ann and bea's one run, and three CPUs of their own
     assert "The same protocol in 5 submissions from 4 distinct machines (by fingerprint)." in copies_graded["page"]
+
+
+def test_blank_templates_and_a_shared_machine_are_never_a_flag(class_dir):
+    from inferlab.grading.likeness import Traits, _read_traits, shared_pairs
+    from grading_helpers import PREDICTIONS_TEMPLATE, TEMPLATE
+
+    records = (class_dir / "ada" / "records.jsonl").read_bytes()
+    manifest = (class_dir / "ada" / "manifest.json").read_bytes()
+    blank = []
+    for label, (predictions_text, explanation) in {"one": (PREDICTIONS_TEMPLATE, TEMPLATE),
+                                                   "two": (PREDICTIONS_TEMPLATE.replace("\n", "\r\n") + "\n  ",
+                                                           TEMPLATE + "\n\n")}.items():
+        traits = Traits(label, run_id=label)
+        ledger = json.dumps({"seq": 0, "kind": "explanation", "file": "addenda/e.md"}).encode() + b"\n"
+        _read_traits(traits, {"records.jsonl": records, "manifest.json": manifest,
+                              "predictions.md": predictions_text.encode(),
+                              "addenda.jsonl": ledger, "addenda/e.md": explanation.encode()})
+        assert traits.predictions is None and traits.explanation is None
+        traits.records_sha256, traits.timing, traits.weight_read = label, {}, {}  # their own runs
+        blank.append(traits)
+    assert blank[0].machine is not None and blank[0].machine == blank[1].machine  # one lab machine: no flag
+    assert shared_pairs(blank) == []
+
+
+@pytest.mark.slow
+def test_gradescope_metadata_that_is_not_readable_is_a_note_not_a_failure(class_dir, tmp_path):
+    submissions = tmp_path / "submissions"
+    for name in ("sub-1", "sub-2"):
+        (submissions / name).mkdir(parents=True)
+        shutil.copy(class_dir / "grace.tar.gz", submissions / name / "submission.tar.gz")
+    (submissions / "sub-1" / "submission_metadata.json").write_text("{not json")
+    (submissions / "sub-2" / "submission_metadata.json").write_text(json.dumps({"users": []}))
+    csv_file = tmp_path / "class.csv"
+    assert main(["grade", str(submissions), "--out", str(tmp_path / "page"), "--csv", str(csv_file)]) == 1
+    page = (tmp_path / "page" / CLASS_PAGE).read_text()
+    assert "- 1. sub-1 and 2. sub-2: the same run id" in page  # one archive handed in twice
+    rows = list(csv.DictReader(io.StringIO(csv_file.read_text())))
+    assert [row["learner"] for row in rows] == ["", ""]
+    grade = json.loads(main_json(submissions, tmp_path))["runs"][0]
+    assert any("the learner is not known" in note and "submission_metadata.json" in note for note in grade["notes"])
+
+
+def main_json(submissions: Path, tmp_path: Path) -> str:
+    import contextlib
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        main(["grade", str(submissions), "--out", str(tmp_path / "page-json"), "--format", "json"])
+    return buffer.getvalue()
