@@ -242,7 +242,7 @@ def test_blank_templates_and_a_shared_machine_are_never_a_flag(class_dir):
 
 
 @pytest.mark.slow
-def test_gradescope_metadata_that_is_not_readable_is_a_note_not_a_failure(class_dir, tmp_path):
+def test_gradescope_metadata_that_is_not_readable_is_a_note_not_a_failure(class_dir, tmp_path, capsys):
     submissions = tmp_path / "submissions"
     for name in ("sub-1", "sub-2"):
         (submissions / name).mkdir(parents=True)
@@ -253,6 +253,7 @@ def test_gradescope_metadata_that_is_not_readable_is_a_note_not_a_failure(class_
     assert main(["grade", str(submissions), "--out", str(tmp_path / "page"), "--csv", str(csv_file)]) == 1
     page = (tmp_path / "page" / CLASS_PAGE).read_text()
     assert "- 1. sub-1 and 2. sub-2: the same run id" in page  # one archive handed in twice
+    assert "shares evidence with 2 (a finding for a person)" in capsys.readouterr().out
     rows = list(csv.DictReader(io.StringIO(csv_file.read_text())))
     assert [row["learner"] for row in rows] == ["", ""]
     grade = json.loads(main_json(submissions, tmp_path))["runs"][0]

@@ -19,6 +19,7 @@ from xml.etree import ElementTree
 
 from inferlab.grading.evidence import FAIL, MANUAL, PASS
 from inferlab.grading.grade import GRADE_FORMAT, GRADE_SCHEMA, RunGrade, worst
+from inferlab.grading.likeness import SHARED_FINDING, SHARED_WHAT
 from inferlab.grading.measures import measurement_columns
 from inferlab.grading.rubric import ITEM_NUMBERS
 
@@ -144,8 +145,10 @@ def summary(grades: list[RunGrade]) -> str:
             continue
         failing = ", ".join(str(i.number) for i in grade.items if i.status == FAIL) or "none"
         problems = f"; {len(grade.integrity_problems)} integrity problem(s)" if grade.integrity_problems else ""
+        others = [str(f["other"]) for f in grade.findings if f.get("kind") == SHARED_FINDING]
+        shares = f"; shares evidence with {', '.join(others)} (a finding for a person)" if others else ""
         lines.append(f"{number:3}. {grade.label}: {grade.verdict} (exit {grade.exit_status}), "
-                     f"{_points(grade.score)}/{_points(grade.max_score)}; items to fix: {failing}{problems}")
+                     f"{_points(grade.score)}/{_points(grade.max_score)}; items to fix: {failing}{problems}{shares}")
     return "\n".join(lines + [closing_line(grades)]) + "\n"
 
 
@@ -328,8 +331,6 @@ def _cell(value) -> str:
 def shared_with(grade: RunGrade, labels: list[str]) -> str:
     """'2 ada.tar.gz (the same run id, the same records.jsonl); 4 dee (the same explanation)' from the findings
     the class view added (likeness.flag_grades)."""
-    from inferlab.grading.likeness import SHARED_FINDING, SHARED_WHAT
-
     parts = []
     for finding in grade.findings:
         if finding.get("kind") == SHARED_FINDING:
