@@ -192,3 +192,10 @@ def test_every_output_carries_what_was_not_checked(submitted):
     integrity_test = next(t for t in results["tests"] if t["name"] == "Integrity of the run")
     assert f"not checked: {reason}" in integrity_test["output"]
     assert f"not checked: {reason}" in formats.text_page(grade)
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_the_course_ci_jobs_junit_file_validates(course_ci):
+    """The file GitLab reads in the documented job (.ci/course-grade, run once per session)."""
+    assert xsd_problems((course_ci["out"] / "grade.xml").read_text(encoding="utf-8")) == []
