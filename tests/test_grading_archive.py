@@ -164,3 +164,49 @@ def test_pack_refuses_a_link_in_the_run_folder(run, tmp_path, capsys):
     (linked / "extra").symlink_to("/etc/hostname")
     assert main(["pack", str(linked), "-o", str(tmp_path / "linked.tar.gz")]) == 2
     assert "a symbolic link" in capsys.readouterr().err and not (tmp_path / "linked.tar.gz").exists()
+
+
+def test_pack_refuses_a_plan_folder(tmp_path, tmp_path_factory, capsys):
+    plan = fixture_runs(tmp_path_factory).get("plan")
+    assert main(["pack", str(plan), "-o", str(tmp_path / "plan.tar.gz")]) == 2
+    err = capsys.readouterr().err
+    assert "is a plan folder (--plan): no test ran" in err and "without --plan" in err
+    assert not (tmp_path / "plan.tar.gz").exists()
+
+
+@pytest.mark.parametrize("where", ["under a file", "in a folder that refuses writing"])
+def test_pack_into_a_place_that_cannot_be_written_exits_2_without_a_traceback(run, tmp_path, capsys, where):
+    if where == "under a file":
+        (tmp_path / "a-file").write_text("not a folder")
+        target = tmp_path / "a-file" / "submission.tar.gz"
+    else:
+        target = Path("/proc/inferlab-cannot-write-here/submission.tar.gz")  # refused even to root
+    assert main(["pack", str(run), "-o", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pack: {target}: ") and "Traceback" not in err and not target.exists()
+    assert "choose" in err  # says what to do
+
+
+def test_a_read_only_folder_is_refused_before_anything_is_packed(run, tmp_path, capsys, monkeypatch):
+    import os
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == folder else real_access(path, mode))
+    assert main(["pack", str(run), "-o", str(folder / "submission.tar.gz")]) == 2
+    assert "is not writable; choose a folder you can write to" in capsys.readouterr().err
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_pack_records_the_learner_and_refuses_an_id_that_is_not_one(run, tmp_path, capsys):
+    target = tmp_path / "ada.tar.gz"
+    assert main(["pack", str(run), "-o", str(target), "--learner", "ada@example.edu"]) in (0, 1)
+    with tarfile.open(target) as tar:
+        assert json.loads(tar.extractfile("submission.json").read())["learner"] == "ada@example.edu"
+    assert "learner ada@example.edu" in capsys.readouterr().out
+    assert grade_source(target, load_rubric()).integrity_problems == grade_source(run, load_rubric()).integrity_problems
+    assert main(["pack", str(run), "-o", str(tmp_path / "bad.tar.gz"), "--learner", "two\nlines"]) == 2
+    assert "expected an id of 1 to 200 printable characters" in capsys.readouterr().err
+    assert not (tmp_path / "bad.tar.gz").exists()

@@ -1,8 +1,13 @@
 """A class: `grade CLASS_DIR --out DIR` over a folder of submissions (each subfolder or archive one learner)
-writes a class page with every submission's items and one plot of a measurement across their machines."""
+writes a class page with every submission's items, the pairs of submissions that share evidence, and one plot of
+a measurement across their machines; the CSV has one row per learner."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import random
 import shutil
 from pathlib import Path
 
@@ -13,8 +18,18 @@ from inferlab.grading.classview import CLASS_PAGE, SPREAD_PLOT, ratio_points
 from inferlab.grading.grade import grade_source
 from inferlab.grading.rubric import load_rubric
 
-from fixtures_records import copy_run
-from grading_helpers import answered_predictions, change_one_character, give_predictions
+from inferlab import environment
+from inferlab.grading.likeness import SHARED_FINDING
+
+from fixtures_records import REPO_ROOT, build_rich_run, copy_run, edit_manifest, refresh_manifest
+from grading_helpers import (
+    add_tokenization_phases,
+    answered_explanation,
+    answered_predictions,
+    attach_file,
+    change_one_character,
+    give_predictions,
+)
 from fixture_runs import fixture_runs
 
 
@@ -74,3 +89,181 @@ def test_an_empty_class_folder_is_not_a_run(tmp_path):
     (tmp_path / "empty-class").mkdir()
     assert main(["grade", str(tmp_path / "empty-class"), "--out", str(tmp_path / "page")]) == 2
     shutil.rmtree(tmp_path / "empty-class")
+
+
+# --- copies across a class ------------------------------------------------------------------------------------
+
+
+def own_run(directory: Path, runs, seed: int, cpu: str) -> Path:
+    """Another learner's honest run: timings and weight-read samples of its own (timing seed `seed`), another
+    CPU; built as build_honest_run builds one, with the weight reads its machine measured."""
+    noise = random.Random(seed)
+
+    def own_weight_reads(records: list[dict]) -> list[dict]:
+        for record in records:
+            if record["kind"] == "weight_read":
+                record["seconds"] = [s * (1 + noise.random() / 10) for s in record["seconds"]]
+                record["median_s"] = sorted(record["seconds"])[len(record["seconds"]) // 2]
+        return add_tokenization_phases(records)
+
+    build_rich_run(directory, transform=own_weight_reads, timing_seed=seed)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    edit_manifest(directory, source_sha256=environment.source_hashes(REPO_ROOT),
+                  platform={**manifest["platform"], "cpu_model": cpu})
+    refresh_manifest(directory)
+    return directory
+
+
+def own_work(run: Path, name: str, explanation: str = None) -> Path:
+    """Predictions and an explanation in the learner's own words."""
+    give_predictions(run, answered_predictions().replace("my answer", f"{name}'s answer"))
+    attach_file(run, explanation or answered_explanation().replace("My own words", f"{name}'s own words"))
+    return run
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory) -> Path:
+    """A class where ann and bea hand in one run (each packs it with her own --learner), cy and dee hand in one
+    explanation with runs of their own, and eve and fay (a Gradescope group: their folder holds
+    submission_metadata.json beside the archive) did their own work."""
+    base = tmp_path_factory.mktemp("copies")
+    runs = fixture_runs(tmp_path_factory)
+    build, submissions = base / "build", base / "submissions"
+    submissions.mkdir()
+    shared_run = own_work(runs.copy("honest", build / "2026-12-01T09-00-00Z-standin"), "ann")
+    shared_text = answered_explanation().replace("My own words", "Words cy and dee both handed in")
+    made = {"cy": own_run(build / "2026-12-01T09-10-00Z-standin", runs, 11, "CPU of cy"),
+            "dee": own_run(build / "2026-12-01T09-20-00Z-standin", runs, 12, "CPU of dee"),
+            "eve": own_run(build / "2026-12-01T09-30-00Z-standin", runs, 13, "CPU of eve")}
+    own_work(made["cy"], "cy", shared_text)
+    own_work(made["dee"], "dee", shared_text)
+    own_work(made["eve"], "eve")
+    for learner, run in (("ann", shared_run), ("bea", shared_run), ("cy", made["cy"]), ("dee", made["dee"])):
+        assert main(["pack", str(run), "-o", str(submissions / f"{learner}.tar.gz"), "--learner", learner]) in (0, 1)
+    group = submissions / "group-eve-fay"
+    assert main(["pack", str(made["eve"]), "-o", str(group / "submission.tar.gz")]) in (0, 1)
+    (group / "submission_metadata.json").write_text(json.dumps({
+        "id": 123456, "created_at": "2026-12-01T10:00:00+00:00", "submission_method": "upload",
+        "users": [{"email": "eve@example.edu", "id": 1001, "name": "Eve E."},
+                  {"email": "fay@example.edu", "id": 1002, "name": "Fay F."}]}))
+    return submissions
+
+
+@pytest.fixture(scope="module")
+def copies_graded(copies, tmp_path_factory) -> dict:
+    """grade over the class: its page, CSV and JSON."""
+    out = tmp_path_factory.mktemp("copies-out")
+    json_out = out / "class.json"
+    import contextlib
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main(["grade", str(copies), "--out", str(out / "page"), "--csv", str(out / "class.csv"),
+                       "--format", "json"])
+    json_out.write_text(buffer.getvalue())
+    return {"status": status, "page": (out / "page" / CLASS_PAGE).read_text(),
+            "csv": list(csv.DictReader(io.StringIO((out / "class.csv").read_text()))),
+            "json": json.loads(json_out.read_text())}
+
+
+@pytest.mark.slow
+def test_two_learners_with_one_run_and_two_with_one_explanation_are_flagged_pair_by_pair(copies_graded):
+    page = copies_graded["page"]
+    section = page.split("## Submissions that share evidence")[1].split("\n## ")[0]
+    flagged = [line for line in section.splitlines() if line.startswith("- ")]
+    assert len(flagged) == 2, section
+    assert flagged[0].startswith("- 1. ann.tar.gz and 2. bea.tar.gz: ")
+    for words in ("the same run id (run 2026-12-01T09-00-00Z-standin)", "the same records.jsonl",
+                  "the same timing stamps", "the same weight-read samples", "the same explanation"):
+        assert words in flagged[0], words
+    assert flagged[1].startswith("- 3. cy.tar.gz and 4. dee.tar.gz: the same explanation (")
+    assert "records" not in flagged[1] and "timing" not in flagged[1]  # their runs are their own
+    assert "group-eve-fay" not in section
+    # the table's last column names the other submission; the honest group shares nothing
+    rows = {row.split(" | ")[1]: row for row in page.splitlines() if row.startswith("| ") and " | " in row
+            and not row.startswith("| #")}
+    assert rows["ann.tar.gz"].endswith("| **2** |") and rows["dee.tar.gz"].endswith("| **3** |")
+    assert rows["group-eve-fay"].endswith("| - |")
+
+
+@pytest.mark.slow
+def test_the_csv_has_a_row_per_learner_and_says_what_each_shares(copies_graded):
+    rows = {row["learner"]: row for row in copies_graded["csv"]}
+    assert list(rows) == ["ann", "bea", "cy", "dee", "1001", "1002"]
+    assert (rows["1001"]["learner_name"], rows["1002"]["learner_email"]) == ("Eve E.", "fay@example.edu")
+    assert rows["ann"]["shared_with"].startswith("2 bea.tar.gz (") and "the same records.jsonl" in \
+        rows["ann"]["shared_with"]
+    assert rows["cy"]["shared_with"] == "4 dee.tar.gz (the same explanation)"
+    assert rows["1001"]["shared_with"] == rows["1002"]["shared_with"] == ""
+    # a flag is for a person: the copied submissions' items and score are what they would be alone
+    assert rows["ann"]["score"] == rows["1001"]["score"] and rows["ann"]["exit_status"] == rows["1001"]["exit_status"]
+
+
+@pytest.mark.slow
+def test_the_json_lists_the_pairs_and_each_grade_carries_its_finding(copies_graded):
+    data = copies_graded["json"]
+    shared = data["class"]["shared"]
+    assert [(p["a"], p["b"]) for p in shared] == [(1, 2), (3, 4)]
+    assert [s["what"] for s in shared[1]["shared"]] == ["explanation"]
+    assert {"run_id", "records", "timing", "weight_read", "explanation", "predictions"} <= \
+        {s["what"] for s in shared[0]["shared"]}
+    findings = [[f for f in run["findings"] if f["kind"] == SHARED_FINDING] for run in data["runs"]]
+    assert [len(f) for f in findings] == [1, 1, 1, 1, 0]
+    assert findings[0][0]["other"] == 2 and "no point was taken" in findings[0][0]["meaning"]
+    assert [run["facts"]["learners"][0]["id"] for run in data["runs"]] == ["ann", "bea", "cy", "dee", "1001"]
+
+
+@pytest.mark.slow
+def test_the_caption_counts_distinct_machines_by_fingerprint(copies_graded):
+    assert copies_graded["json"]["class"]["machines"] == 4  # ann and bea's one run, and three CPUs of their own
+    assert "The same protocol in 5 submissions from 4 distinct machines (by fingerprint)." in copies_graded["page"]
+
+
+def test_blank_templates_and_a_shared_machine_are_never_a_flag(class_dir):
+    from inferlab.grading.likeness import Traits, _read_traits, shared_pairs
+    from grading_helpers import PREDICTIONS_TEMPLATE, TEMPLATE
+
+    records = (class_dir / "ada" / "records.jsonl").read_bytes()
+    manifest = (class_dir / "ada" / "manifest.json").read_bytes()
+    blank = []
+    for label, (predictions_text, explanation) in {"one": (PREDICTIONS_TEMPLATE, TEMPLATE),
+                                                   "two": (PREDICTIONS_TEMPLATE.replace("\n", "\r\n") + "\n  ",
+                                                           TEMPLATE + "\n\n")}.items():
+        traits = Traits(label, run_id=label)
+        ledger = json.dumps({"seq": 0, "kind": "explanation", "file": "addenda/e.md"}).encode() + b"\n"
+        _read_traits(traits, {"records.jsonl": records, "manifest.json": manifest,
+                              "predictions.md": predictions_text.encode(),
+                              "addenda.jsonl": ledger, "addenda/e.md": explanation.encode()})
+        assert traits.predictions is None and traits.explanation is None
+        traits.records_sha256, traits.timing, traits.weight_read = label, {}, {}  # their own runs
+        blank.append(traits)
+    assert blank[0].machine is not None and blank[0].machine == blank[1].machine  # one lab machine: no flag
+    assert shared_pairs(blank) == []
+
+
+@pytest.mark.slow
+def test_gradescope_metadata_that_is_not_readable_is_a_note_not_a_failure(class_dir, tmp_path, capsys):
+    submissions = tmp_path / "submissions"
+    for name in ("sub-1", "sub-2"):
+        (submissions / name).mkdir(parents=True)
+        shutil.copy(class_dir / "grace.tar.gz", submissions / name / "submission.tar.gz")
+    (submissions / "sub-1" / "submission_metadata.json").write_text("{not json")
+    (submissions / "sub-2" / "submission_metadata.json").write_text(json.dumps({"users": []}))
+    csv_file = tmp_path / "class.csv"
+    assert main(["grade", str(submissions), "--out", str(tmp_path / "page"), "--csv", str(csv_file)]) == 1
+    page = (tmp_path / "page" / CLASS_PAGE).read_text()
+    assert "- 1. sub-1 and 2. sub-2: the same run id" in page  # one archive handed in twice
+    assert "shares evidence with 2 (a finding for a person)" in capsys.readouterr().out
+    rows = list(csv.DictReader(io.StringIO(csv_file.read_text())))
+    assert [row["learner"] for row in rows] == ["", ""]
+    grade = json.loads(main_json(submissions, tmp_path))["runs"][0]
+    assert any("the learner is not known" in note and "submission_metadata.json" in note for note in grade["notes"])
+
+
+def main_json(submissions: Path, tmp_path: Path) -> str:
+    import contextlib
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        main(["grade", str(submissions), "--out", str(tmp_path / "page-json"), "--format", "json"])
+    return buffer.getvalue()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional
 
 from inferlab.cli import EXIT_UNREADABLE
 
@@ -13,7 +14,11 @@ NAME = "grade"
 HELP = ("grade runs item by item against the lab's submission checklist (record folders, submission archives, or "
         "a folder of submissions); reads files only")
 EPILOG = """RUN may be a run's record folder, an archive made by `pack`, or a folder whose subfolders and archives
-are one learner's submission each (a class: then --out DIR is where the class page goes).
+are one learner's submission each (a class: then --out DIR is where the class page goes). A subfolder that
+holds Gradescope's submission_metadata.json beside one run folder or archive is that learner's submission.
+For a class, pairs of submissions that share a run id, records, timing stamps, weight-read samples, an
+explanation or predictions are flagged on the page, in the CSV and JSON and in both grades (a finding: no
+point is taken).
 
 exit status (over several runs, the worst):
   0  every required checklist item passes (items a person grades, `manual`, do not block)
@@ -54,9 +59,34 @@ def _usage(message: str) -> int:
     return EXIT_UNREADABLE
 
 
+def gradescope_submission(folder: Path) -> Optional[tuple[Path, Path]]:
+    """(the one run folder or archive inside, its submission_metadata.json) for a class member laid out as
+    Gradescope keeps a submission; None for anything else."""
+    from inferlab.grading.archive import ARCHIVE_SUFFIXES
+    from inferlab.grading.likeness import GRADESCOPE_METADATA
+    from inferlab.runview import not_a_run_reason
+
+    metadata = folder / GRADESCOPE_METADATA
+    if not folder.is_dir() or not metadata.is_file() or not_a_run_reason(folder) is None:
+        return None
+    inside = [p for p in folder.iterdir() if p.name != GRADESCOPE_METADATA and not p.name.startswith(".") and (
+        p.is_dir() or p.name.endswith(ARCHIVE_SUFFIXES))]
+    return (inside[0], metadata) if len(inside) == 1 else None
+
+
+def class_members(folder: Path, members: list[Path]) -> list[tuple[Path, str, Optional[Path]]]:
+    """(source to grade, its label on the page, its Gradescope metadata or None) for each member of a class."""
+    found = []
+    for member in members:
+        laid_out = gradescope_submission(member)
+        found.append((laid_out[0], member.name, laid_out[1]) if laid_out else (member, member.name, None))
+    return found
+
+
 def run(args) -> int:
     from inferlab.grading import formats
-    from inferlab.grading.classview import write_class_page
+    from inferlab.grading.classview import review_class, write_class_page
+    from inferlab.grading.likeness import traits_of
     from inferlab.grading.grade import grade_source, submissions_in, worst
     from inferlab.grading.reference import ReferenceError, load_reference
     from inferlab.grading.rubric import RubricError, load_rubric
@@ -72,14 +102,16 @@ def run(args) -> int:
             reference = load_reference(args.reference)
         except ReferenceError as error:
             return _usage(f"the reference cannot be used: {error}")
-    sources, classes = [], []
+    sources, classes, members_of = [], [], {}  # members_of: {source: (label, metadata)} for a class's members
     for given in args.runs:
         members = submissions_in(given)
         if members is None:
             sources.append(given)
         else:
             classes.append(given)
-            sources += members
+            for source, label, metadata in class_members(given, members):
+                sources.append(source)
+                members_of[source] = (label, metadata)
     folders = [p.resolve() for p in sources if p.is_dir()]
     files = [p.resolve() for p in sources if p.is_file()]
     for option, target in (("--out", args.out), ("--csv", args.csv)):
@@ -91,11 +123,19 @@ def run(args) -> int:
         return _usage(f"--format gradescope writes one submission's results.json; {len(sources)} runs were given")
     grades = [grade_source(source, rubric, reference, reference_file=str(args.reference) if reference else None)
               for source in sources]
-    output = formats.render(grades, args.format)
+    review = None
+    if classes:
+        for source, grade in zip(sources, grades):
+            if source in members_of:
+                grade.label = members_of[source][0]
+        traits = [traits_of(source, grade.label, (members_of.get(source) or (None, None))[1])
+                  for source, grade in zip(sources, grades)]
+        review = review_class(grades, traits)
+    output = formats.render(grades, args.format, class_view=review)
     if args.out is None:
         sys.stdout.write(output)
     elif classes:
-        written = write_class_page(grades, args.out)
+        written = write_class_page(grades, args.out, review)
         sys.stdout.write(formats.summary(grades) if args.format == "text" else output)
         print(f"grade: class page {written[0]}", file=sys.stderr)
     else:

@@ -1,4 +1,5 @@
-"""`pack RUN_DIR -o FILE.tar.gz`: one run folder and what was attached to it, as one archive to submit."""
+"""`pack RUN_DIR -o FILE.tar.gz [--learner ID]`: one run folder and what was attached to it, as one archive to
+submit, with who submits it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ HELP = ("bundle a run folder, its addenda and a submission.json (the run, the co
 EPILOG = """exit status:
   0  the archive was written and verify found no problem in the run
   1  the archive was written, but verify found problems in the run (listed; grade will report them)
-  2  a usage error, a folder that is not a run, or an output file that exists or lies inside the run folder"""
+  2  a usage error, a folder that is not a run or is a plan (--plan), or an output file that exists, lies inside
+     the run folder or cannot be written"""
 
 
 def add_arguments(parser) -> None:
@@ -23,6 +25,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("record_dir", type=directory, metavar="RUN_DIR")
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.tar.gz",
                         help="the archive to write (a new file, outside the run folder)")
+    parser.add_argument("--learner", metavar="ID",
+                        help="who submits: your id in the course (a student number, login or e-mail), written "
+                             "into submission.json for the grader's class view")
 
 
 def run(args) -> int:
@@ -34,13 +39,14 @@ def run(args) -> int:
         return EXIT_UNREADABLE
     view = RunView.read(args.record_dir)
     try:
-        packed = pack_run(view, args.output)
+        packed = pack_run(view, args.output, learner=args.learner)
     except PackError as error:
         print(f"pack: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     problems = verify_run(view)["problems"]
     print(f"pack: {packed['archive']}: run {packed['run']}, {packed['files']} files ({packed['addenda']} "
-          f"attached afterwards), {packed['bytes']} bytes, sha256 {packed['sha256']}")
+          f"attached afterwards), {packed['bytes']} bytes, sha256 {packed['sha256']}"
+          + (f", learner {args.learner.strip()}" if args.learner is not None else ""))
     if problems:
         for line in problems:
             print(f"  {line}")

@@ -13,7 +13,9 @@ never write into a run folder.
     reference.py  the instructor's reference from a trusted run, and a run compared with it
     pack.py       a run and its addenda as one .tar.gz with submission.json
     archive.py    reading such an archive safely (every entry checked before anything is written)
-    classview.py  the class page: every submission's items, and one plot across the class's machines
+    likeness.py   what two submissions of a class share (a run, records, timings, written work), and who submits
+    classview.py  the class page: every submission's items, the pairs that share evidence, one plot across the
+                  class's machines
 
 The command line is inferlab/cli/grade.py, reference.py and pack.py; docs/grading.md is the user's page.
 """

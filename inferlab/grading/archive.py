@@ -5,7 +5,8 @@ Refused, with nothing extracted: an absolute path, a '..' part, a link (symbolic
 anything else that is not a plain file or folder, two entries of one name, more than MAX_ENTRIES entries,
 more than MAX_UNPACKED_BYTES in all, or an archive that does not hold exactly one run folder (beside an
 optional submission.json). Files are written by this module itself (never tarfile.extract), each opened
-with O_EXCL in a folder it made, so an entry cannot reach outside the temporary folder.
+with O_EXCL in a folder it made, so an entry cannot reach outside the temporary folder. read_files() reads a
+few of the run's files into memory after the same checks, writing nothing (the class view's second look).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Optional
+from typing import Callable, Optional
 
 MAX_ENTRIES = 1_000
 MAX_UNPACKED_BYTES = 100 * 1024 * 1024
@@ -124,6 +125,35 @@ def _write(handle: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> No
             if written > member.size:
                 raise UnsafeArchive(f"entry {member.name!r}: longer than its header says")
             out.write(chunk)
+
+
+def read_files(archive: Path, wanted: Callable[[str], bool]) -> tuple[str, dict[str, bytes], Optional[dict]]:
+    """(the run folder's name, {path inside it: bytes} for each file where wanted(path), submission.json as data
+    or None), read into memory after every entry is checked as unpack checks them; nothing is written anywhere.
+    UnsafeArchive when an entry is refused, OSError or tarfile.TarError when the archive cannot be read."""
+    archive = Path(archive)
+    with tarfile.open(archive, "r:*") as handle:
+        checked = check_members(archive, handle)
+        folder = _run_folder(archive, checked)
+        files, submission = {}, None
+        for path, member in checked:
+            if not member.isfile():
+                continue
+            inside = PurePosixPath(*path.parts[1:]).as_posix() if len(path.parts) > 1 else None
+            if path.as_posix() == SUBMISSION_FILE or (inside is not None and path.parts[0] == folder
+                                                       and wanted(inside)):
+                source = handle.extractfile(member)
+                data = source.read(member.size + 1) if source is not None else b""
+                if len(data) > member.size:
+                    raise UnsafeArchive(f"{archive}: entry {member.name!r}: longer than its header says")
+                if inside is None:
+                    try:
+                        submission = json.loads(data.decode("utf-8"))
+                    except ValueError:
+                        submission = None
+                else:
+                    files[inside] = data
+    return folder, files, submission if isinstance(submission, dict) else None
 
 
 def unpack(archive: Path) -> Unpacked:

@@ -1,9 +1,11 @@
-"""The class page: every submission's items in one table, and one plot of how the same protocol's measurement
-spreads across the class's machines (the decode-step interval with the cache over the one without, per
-prompt length, one point per submission).
+"""The class page: every submission's items in one table, what pairs of submissions share (a run, records, timing
+stamps, weight-read samples, an explanation, predictions: inferlab.grading.likeness), and one plot of how the
+same protocol's measurement spreads across the class's machines (the decode-step interval with the cache over
+the one without, per prompt length, one point per submission), its caption counting the distinct machines.
 
-write_class_page(grades, folder) writes class.md and its plot into `folder`, which is never a run folder.
-The page is drawn from the grades alone, so it shows what grade found and nothing else.
+review_class(grades, traits) compares the submissions and adds each shared pair to both grades as a finding;
+write_class_page(grades, folder, review) writes class.md and its plot into `folder`, which is never a run
+folder. The page is drawn from the grades and the review alone, so it shows what grade found and nothing else.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Optional
 from inferlab import protocol
 from inferlab.grading.evidence import FAIL
 from inferlab.grading.grade import RunGrade, worst
+from inferlab.grading.likeness import SHARED_FINDING, Traits, distinct_machines, flag_grades, learner_facts, \
+    pair_text, shared_pairs
 from inferlab.grading.rubric import ITEM_NUMBERS
 from inferlab.records import write_text_atomic
 
@@ -25,6 +29,24 @@ STATUS_CELL = {"pass": "pass", "manual": "manual", "fail": "**fail**"}
 
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def review_class(grades: list[RunGrade], traits: list[Traits]) -> dict:
+    """Compare the submissions (traits[i] is grades[i]'s), put their learners and machine into the grades' facts
+    and every shared pair into both grades' findings; returns the class's part of the JSON format:
+    {"submissions", "machines" (distinct fingerprints), "machine_fingerprints", "shared": [pairs]}."""
+    learner_facts(grades, traits)
+    pairs = shared_pairs(traits)
+    flag_grades(grades, pairs)
+    return {"submissions": len(grades), "machines": distinct_machines(traits),
+            "machine_fingerprints": sorted({t.machine for t in traits if t.machine}),
+            "shared": pairs, "unread": {t.label: t.unread for t in traits if t.unread}}
+
+
+def learner_cell(grade: RunGrade) -> str:
+    """The learners a submission names ('-' when none)."""
+    names = [str(x.get("id") or x.get("name") or x.get("email")) for x in grade.facts.get("learners") or []]
+    return ", ".join(names) or "-"
 
 
 def ratio_points(grades: list[RunGrade]) -> list[tuple[int, str, int, float]]:
@@ -40,9 +62,18 @@ def ratio_points(grades: list[RunGrade]) -> list[tuple[int, str, int, float]]:
     return points
 
 
+def plotted_machines(grades: list[RunGrade]) -> Optional[int]:
+    """How many distinct machine fingerprints the plotted submissions carry (None before review_class)."""
+    plotted = {n for n, _, _, _ in ratio_points(grades)}
+    if not all("machine_fingerprint" in grades[n - 1].facts for n in plotted):
+        return None
+    return len({grades[n - 1].facts["machine_fingerprint"] for n in plotted} - {None})
+
+
 def draw_spread(grades: list[RunGrade], path: Optional[Path]):
     """The plot: per timing prompt (labelled with the token lengths the runs found), one point per submission at
-    its cache-on/cache-off decode interval ratio (1 = the cache changed nothing)."""
+    its cache-on/cache-off decode interval ratio (1 = the cache changed nothing); the caption counts the
+    submissions and, when known, the distinct machine fingerprints among them."""
     from inferlab.plots import _figure, _save
 
     points = ratio_points(grades)
@@ -69,15 +100,54 @@ def draw_spread(grades: list[RunGrade], path: Optional[Path]):
     axis.set_ylabel("median decode interval, cache on / cache off\n(axis from 0)")
     axis.grid(True, axis="y", alpha=0.3)
     axis.legend(loc="best", fontsize="small")
-    machines = len({p[0] for p in points})
-    figure.suptitle(f"The same protocol on {machines} machines: each point one submission (its number in the "
-                    "table)\nbelow 1: each decode step was faster with the cache on that machine", fontsize="medium")
+    caption = spread_caption(len({p[0] for p in points}), plotted_machines(grades))
+    figure.suptitle(caption + "\neach point one submission (its number in the table); below 1: each decode step was "
+                    "faster with the cache", fontsize="medium")
     if path is not None:
         _save(figure, path)
     return figure
 
 
-def class_lines(grades: list[RunGrade], plot_written: bool, now: Optional[str] = None) -> list[str]:
+def spread_caption(submissions: int, machines: Optional[int]) -> str:
+    """'The same protocol in 5 submissions from 3 distinct machines (by fingerprint)'."""
+    if machines is None:
+        return f"The same protocol in {submissions} submissions"
+    return (f"The same protocol in {submissions} submissions from {machines} distinct machine"
+            f"{'' if machines == 1 else 's'} (by fingerprint)")
+
+
+def shared_lines(review: Optional[dict]) -> list[str]:
+    """The page's section on what pairs of submissions share."""
+    lines = ["## Submissions that share evidence", ""]
+    if review is None:
+        return lines + ["Not compared (the class view was not asked to compare these submissions).", ""]
+    pairs = review["shared"]
+    if not pairs:
+        lines.append(f"No two of the {review['submissions']} submissions share a run id, records.jsonl, timing "
+                     "stamps, weight-read samples, an explanation or a predictions file.")
+    else:
+        lines += ["Each pair below shares something that honest work on separate machines does not (a run id "
+                  "alone can coincide when two sessions started in the same second). This is for a person to "
+                  "look at: no point was taken and no status changed; each submission's grade lists it as a "
+                  "finding.", ""]
+        for pair in pairs:
+            lines.append(f"- {pair['a']}. {_cell(pair['labels'][0])} and {pair['b']}. {_cell(pair['labels'][1])}: "
+                         f"{_cell(pair_text(pair))}")
+    for label, why in sorted((review.get("unread") or {}).items()):
+        lines.append(f"- {_cell(label)}: not compared ({_cell(why)})")
+    machines = review["machines"]
+    lines += ["", f"Machines: {machines} distinct fingerprint{'' if machines == 1 else 's'} (OS, architecture, CPU "
+              "model, logical CPUs) among the submissions' manifests; identical machines share one.", ""]
+    return lines
+
+
+def _shared_cell(grade: RunGrade) -> str:
+    others = sorted({f["other"] for f in grade.findings if f.get("kind") == SHARED_FINDING})
+    return ", ".join(f"**{n}**" for n in others) or "-"
+
+
+def class_lines(grades: list[RunGrade], plot_written: bool, now: Optional[str] = None,
+                review: Optional[dict] = None) -> list[str]:
     """class.md's lines."""
     now = now or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     rubric = grades[0].rubric.describe() if grades and grades[0].rubric else {}
@@ -86,8 +156,8 @@ def class_lines(grades: list[RunGrade], plot_written: bool, now: Optional[str] =
              f"{worst(g.exit_status for g in grades)} (the worst of the submissions). Items: pass, manual (written "
              "work there, for a person to grade), **fail**. Integrity: what `verify` (and a reference, when given) "
              "found; a submission with an integrity problem earns no automatic points.", ""]
-    header = ["#", "submission", "verdict", "specimen", "complete", "integrity"] + [str(n) for n in ITEM_NUMBERS] + [
-        "score"] + [f"ratio {p}" for p in protocol.TIMING_PROMPTS]
+    header = ["#", "submission", "verdict", "learner", "specimen", "complete", "integrity"] + [
+        str(n) for n in ITEM_NUMBERS] + ["score"] + [f"ratio {p}" for p in protocol.TIMING_PROMPTS] + ["shares with"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for number, grade in enumerate(grades, start=1):
         facts = grade.facts
@@ -96,15 +166,19 @@ def class_lines(grades: list[RunGrade], plot_written: bool, now: Optional[str] =
             f"**{len(grade.integrity_problems)} problem(s)**" if grade.integrity_problems else "ok")
         specimen = f"{facts.get('specimen')}" + (" (synthetic)" if facts.get("synthetic") else "")
         ratios = [grade.measurements.get(f"decode_interval_ratio_on_off_{p}") for p in protocol.TIMING_PROMPTS]
-        row = [str(number), _cell(grade.label), grade.verdict, _cell(specimen) if not grade.error else "-",
+        row = [str(number), _cell(grade.label), grade.verdict, _cell(learner_cell(grade)),
+               _cell(specimen) if not grade.error else "-",
                ("yes" if facts.get("complete") else "no") if not grade.error else "-", integrity]
         row += [statuses.get(n, "-") for n in ITEM_NUMBERS]
         row += [f"{grade.score:g}/{grade.max_score:g}" if not grade.error else "-"]
         row += [f"{r:.3f}" if isinstance(r, float) else "-" for r in ratios]
+        row += [_shared_cell(grade)]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "## How one measurement spreads across the class's machines", ""]
+    lines += [""] + shared_lines(review)
+    lines += ["## How one measurement spreads across the class's machines", ""]
     if plot_written:
         lines += [f"![decode interval ratio per submission]({SPREAD_PLOT})", "",
+                  spread_caption(len({p[0] for p in ratio_points(grades)}), plotted_machines(grades)) + ".",
                   "Each point is one submission: the median post-first-token interval with the cache divided by the "
                   "one without, for each timing prompt at the length that run tokenized it to. The protocol is the "
                   "same everywhere; the spread is the machines (and their load). Below 1 the cache made each decode "
@@ -127,8 +201,9 @@ def class_lines(grades: list[RunGrade], plot_written: bool, now: Optional[str] =
     return lines + [""]
 
 
-def write_class_page(grades: list[RunGrade], folder: Path) -> list[Path]:
-    """Write class.md (and its plot, when any submission measured timing) into `folder`; returns the files."""
+def write_class_page(grades: list[RunGrade], folder: Path, review: Optional[dict] = None) -> list[Path]:
+    """Write class.md (and its plot, when any submission measured timing) into `folder`; returns the files.
+    review: what review_class found (the pairs that share evidence, the machines)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -136,6 +211,6 @@ def write_class_page(grades: list[RunGrade], folder: Path) -> list[Path]:
     if plot_written:
         draw_spread(grades, folder / SPREAD_PLOT)
         written.append(folder / SPREAD_PLOT)
-    write_text_atomic(folder / CLASS_PAGE, "\n".join(class_lines(grades, plot_written)))
+    write_text_atomic(folder / CLASS_PAGE, "\n".join(class_lines(grades, plot_written, review=review)))
     written.insert(0, folder / CLASS_PAGE)
     return written

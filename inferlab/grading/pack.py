@@ -5,8 +5,13 @@ addenda ledger with its files) and, beside it, a small submission.json: which ru
 made from, the SHA-256 of its manifest, the manifest's file inventory and the addenda's hashes. `grade`
 reads the archive directly (inferlab.grading.archive) and checks submission.json against the run inside.
 
+`pack --learner ID` writes who submits into submission.json (`learner`); it is what the learner says, shown
+beside the grade and used by the class view, never a reason for points.
+
 The archive is reproducible: entries in sorted order, no owner names, times set to zero, gzip without a
 time stamp, so packing the same folder twice gives the same bytes. Nothing is written into the run folder.
+A plan folder (--plan: no test ran) is refused, and so is a destination that cannot be written, each with
+a PackError that says why (the command exits 2).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from inferlab.grading.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES, SUBMISSION_FILE
 from inferlab.records import MANIFEST_FILE, sha256_file
@@ -26,6 +32,7 @@ from inferlab.runview import RunView
 
 SUBMISSION_FORMAT = "inferlab-submission"
 SUBMISSION_SCHEMA = 1
+LEARNER_MAX_CHARS = 200
 
 
 class PackError(ValueError):
@@ -45,9 +52,19 @@ def run_files(run_dir: Path) -> list[Path]:
     return found
 
 
-def submission_data(view: RunView) -> dict:
+def checked_learner(value: str) -> str:
+    """A learner id as given to --learner: printable text of 1 to LEARNER_MAX_CHARS characters, no line break;
+    PackError naming what was given otherwise."""
+    text = value.strip()
+    if not text or len(text) > LEARNER_MAX_CHARS or not text.isprintable():
+        raise PackError(f"--learner {value!r}: expected an id of 1 to {LEARNER_MAX_CHARS} printable characters "
+                        "(a student number, a login or an e-mail address)")
+    return text
+
+
+def submission_data(view: RunView, learner: Optional[str] = None) -> dict:
     """submission.json's content for one run: which run, its commit, its manifest's hash and inventory, the
-    addenda's hashes."""
+    addenda's hashes, and who submits it (when --learner was given)."""
     run_dir = view.directory
     manifest_path = run_dir / MANIFEST_FILE
     git = view.manifest.get("git") if isinstance(view.manifest.get("git"), dict) else {}
@@ -62,6 +79,7 @@ def submission_data(view: RunView) -> dict:
         "inventory": view.manifest.get("files") if isinstance(view.manifest.get("files"), dict) else None,
         "addenda": [{"seq": e.get("seq"), "kind": e.get("kind"), "file": e.get("file"), "size": e.get("size"),
                      "sha256": e.get("sha256")} for e in view.addenda if isinstance(e, dict)],
+        **({"learner": learner} if learner is not None else {}),
     }
 
 
@@ -85,7 +103,7 @@ def _info(name: str, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
     return info
 
 
-def archive_bytes(view: RunView) -> bytes:
+def archive_bytes(view: RunView, learner: Optional[str] = None) -> bytes:
     """The .tar.gz of a run folder and its submission.json, as bytes; PackError beyond the archive limits."""
     run_dir = view.directory
     files = run_files(run_dir)
@@ -97,7 +115,7 @@ def archive_bytes(view: RunView) -> bytes:
     raw = io.BytesIO()
     with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as zipped:
         with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            submission = json.dumps(submission_data(view), indent=2, sort_keys=True).encode("utf-8") + b"\n"
+            submission = json.dumps(submission_data(view, learner), indent=2, sort_keys=True).encode("utf-8") + b"\n"
             tar.addfile(_info(SUBMISSION_FILE, len(submission)), io.BytesIO(submission))
             for folder in folders:
                 tar.addfile(_info((Path(run_dir.name) / folder.relative_to(run_dir)).as_posix(), directory=True))
@@ -108,17 +126,38 @@ def archive_bytes(view: RunView) -> bytes:
     return raw.getvalue()
 
 
-def pack_run(view: RunView, target: Path) -> dict:
-    """Write the archive of a run to `target` (a new file outside the run folder); returns what was packed."""
+def _writable_folder(target: Path) -> None:
+    """PackError when the folder `target` goes into cannot be made or written (checked before any work)."""
+    folder = target.parent
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise PackError(f"{target}: {existing} is a file, not a folder; choose another place for the archive")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        what = "the folder" if existing == folder else f"{folder} does not exist and its parent"
+        raise PackError(f"{target}: {what} {existing} is not writable; choose a folder you can write to")
+
+
+def pack_run(view: RunView, target: Path, learner: Optional[str] = None) -> dict:
+    """Write the archive of a run to `target` (a new file outside the run folder); returns what was packed.
+    PackError for a plan folder, a target inside the run or already there, or a place that cannot be written."""
     target = Path(target)
     run_dir = view.directory.resolve()
+    if view.is_plan_folder:
+        raise PackError(f"{view.directory} is a plan folder (--plan): no test ran, so there is no run to submit; "
+                        "run the experiment without --plan and pack that run folder")
+    learner = None if learner is None else checked_learner(learner)
     if target.resolve() == run_dir or run_dir in target.resolve().parents:
         raise PackError(f"{target}: inside the run folder {run_dir}; nothing is written into a run folder")
     if target.exists():
         raise PackError(f"{target}: already exists; choose a new file name")
-    data = archive_bytes(view)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    _writable_folder(target)
+    data = archive_bytes(view, learner)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as error:
+        raise PackError(f"{target}: cannot be written ({error.strerror or error}); choose a folder you can write "
+                        "to") from None
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
@@ -132,6 +171,8 @@ def pack_run(view: RunView, target: Path) -> dict:
             if target.exists():
                 raise PackError(f"{target}: already exists; choose a new file name") from None
             os.replace(temp_name, target)
+    except OSError as error:
+        raise PackError(f"{target}: cannot be written ({error.strerror or error}); nothing was left there") from None
     finally:
         Path(temp_name).unlink(missing_ok=True)
     return {"archive": str(target), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
