@@ -32,11 +32,6 @@ def _points(value: float) -> str:
     return f"{value:g}"
 
 
-def not_checked(grade: RunGrade) -> list[str]:
-    """What the grade could not establish (the reasons verify and the grade give as `not checked`)."""
-    return list(getattr(grade, "not_checked", None) or [])
-
-
 def points_forfeited(grade: RunGrade) -> bool:
     """Whether an integrity problem sets every item's points to 0 (the rubric's zero_score_on_integrity_problem)."""
     return bool(grade.error is None and grade.integrity_problems and grade.rubric
@@ -108,7 +103,6 @@ def text_page(grade: RunGrade) -> str:
                     lines += _check_lines(check)
     lines += ["", _integrity_line(grade)]
     lines += [f"  - {problem}" for problem in grade.integrity_problems]
-    lines += [f"  not checked: {reason}" for reason in not_checked(grade)]
     for note in (grade.reference or {}).get("notes") or []:
         lines.append(f"  reference note: {note}")
     if grade.findings:
@@ -163,7 +157,7 @@ def run_data(grade: RunGrade) -> dict:
             "items": [i.as_dict() for i in grade.items],
             "integrity": {"ok": not grade.integrity_problems, "verify_problems": grade.integrity,
                           "completeness": grade.completeness, "reference": grade.reference},
-            "not_checked": not_checked(grade), "findings": grade.findings, "notes": grade.notes,
+            "not_checked": grade.not_checked, "findings": grade.findings, "notes": grade.notes,
             "measurements": grade.measurements}
 
 
@@ -212,7 +206,7 @@ def _suite_properties(grade: RunGrade) -> dict:
                        f"item_{item.number}_manual_points": _points(item.rubric.manual_points),
                        f"item_{item.number}_required": item.rubric.required})
     values["integrity_problems"] = len(grade.integrity_problems) if grade.error is None else None
-    values.update({f"not_checked_{n}": reason for n, reason in enumerate(not_checked(grade), start=1)})
+    values.update({f"not_checked_{n}": reason for n, reason in enumerate(grade.not_checked, start=1)})
     return values
 
 
@@ -253,7 +247,7 @@ def _suite(root, grade: RunGrade, name: str) -> tuple[int, int, int]:
             ElementTree.SubElement(case, "failure", message=f"{len(grade.integrity_problems)} integrity problem(s): "
                                    f"{grade.integrity_problems[0]}", type="integrity").text = \
                 "\n".join(grade.integrity_problems)
-        lines = [f"not checked: {reason}" for reason in not_checked(grade)]
+        lines = [f"not checked: {reason}" for reason in grade.not_checked]
         lines += [f"finding: {f['what']}: {f['meaning']}" for f in grade.findings]
         ElementTree.SubElement(case, "system-out").text = "\n".join(lines) or "no findings"
     suite.set("tests", str(len(suite.findall("testcase"))))
@@ -302,7 +296,7 @@ def gradescope(grade: RunGrade) -> str:
                       "visibility": item.rubric.visibility, "output": output,
                       "tags": ["checklist"] + (["manual"] if item.status == MANUAL else [])})
     problems = grade.integrity_problems
-    unchecked = [f"not checked: {reason}" for reason in not_checked(grade)]
+    unchecked = [f"not checked: {reason}" for reason in grade.not_checked]
     tests.append({"name": "Integrity of the run", "status": "failed" if problems else "passed",
                   "visibility": "visible",
                   "output": "\n".join((problems if problems else [_integrity_line(grade)]) + unchecked)})
@@ -310,7 +304,7 @@ def gradescope(grade: RunGrade) -> str:
     data = {"score": grade.score, "output": summary, "visibility": "visible", "stdout_visibility": "hidden",
             "tests": tests, "extra_data": {"format": GRADE_FORMAT, "schema": GRADE_SCHEMA,
                                            "exit_status": grade.exit_status, "facts": grade.facts,
-                                           "not_checked": not_checked(grade)}}
+                                           "not_checked": grade.not_checked}}
     return json.dumps(data, indent=2, allow_nan=False, default=str) + "\n"
 
 
