@@ -372,7 +372,8 @@ def test_a_rubric_without_synthetic_specimens_fails_the_stand_in(run_copy, tmp_p
 def test_a_rubric_requiring_lock_conformance_fails_item_2_with_the_differences(run_copy, tmp_path):
     grade = grade_of(run_copy, rubric_with(tmp_path, require_lock_conformance="true"))
     conformance = check(grade, 2, "lock_conformance")
-    assert conformance.status == "fail" and "numpy locked" in conformance.detail and "installed 2.0.0" in conformance.detail
+    assert conformance.status == "fail"
+    assert "numpy locked" in conformance.detail and "installed 2.0.0" in conformance.detail
     assert "another requirements.lock" in conformance.detail and "make" in conformance.fix
     assert any(f["kind"] == "lock_differs" for f in grade_of(run_copy).findings)  # shown, not held, by default
 
@@ -437,3 +438,16 @@ def test_sampled_ids_not_compared_across_torch_versions_are_said(runs, tmp_path)
     line = next(line for line in grade.not_checked if "seeded sampling trials not compared" in line)
     assert line.startswith("reference: ") and "torch 2.14.0" in line
     assert not any(line.startswith("reference: none given") for line in grade.not_checked)
+
+
+def test_the_versions_that_decide_sampled_comparability_come_from_the_lock_check(standin_run, tmp_path):
+    from inferlab.grading.recompute import established_versions
+
+    honest_versions = established_versions(RunView.read(standin_run))
+    assert honest_versions["established"] is True and honest_versions["torch"].startswith("2.13.0")
+
+    def change(manifest):
+        manifest["distributions"]["torch"] = "2.14.0"
+
+    forged = established_versions(RunView.read(forged_real(standin_run, tmp_path / "torch", change)))
+    assert forged["established"] is False and "lock_check does not agree" in forged["how"]
