@@ -6,9 +6,9 @@ that disagrees with the run beside it, a summary flag of the manifest or the led
 summarises (inferlab.grading.recompute), a harness that is not the grader's copy (inferlab.grading.harness;
 under a rubric whose grader_source is "integrity", the default), and whatever the run contradicts in an
 instructor's reference (inferlab.grading.reference). Every decision is made from the files and the grader's own
-copy; what could not be established is collected in `not_checked`, never passed over in silence. verify's one line for a partial or unfinished run is not an integrity problem:
-it is why items fail (a partial run fails the items it lacks). A failed protocol diagnostic is a finding
-shown with its evidence, never a failed item.
+copy; what could not be established is collected in `not_checked`, never passed over in silence. verify's one
+line for a partial or unfinished run is not an integrity problem: it is why items fail (a partial run fails the
+items it lacks). A failed protocol diagnostic is a finding shown with its evidence, never a failed item.
 
 Exit status of one run: 0 every required item passes (manual items do not block), 1 an item fails, 2 the
 source is not a run (or an archive was refused), 3 an integrity problem. Over several runs, the worst.

@@ -298,3 +298,27 @@ def check_flags(view: RunView, harness: HarnessComparison, root: Optional[Path] 
     _check_session_end(view, found)
     _check_prerequisites(view, found)
     return found
+
+
+def established_versions(view: RunView, root: Optional[Path] = None) -> dict:
+    """The torch and transformers versions that decide whether the run's seeded sampling ids are comparable with
+    another run's, from the same check as lock conformance: {torch, transformers, established, how}. They are
+    established when the run's lock is the grader's and its recorded lock_check is what its distributions give
+    (and torch_build agrees with distributions.torch); otherwise `how` says why they are the run's word only."""
+    distributions = view.manifest.get("distributions") if isinstance(view.manifest.get("distributions"), dict) else {}
+    lock = lock_conformance(view, root)
+    found = FlagCheck()
+    _check_torch(view, found)
+    recorded = view.manifest.get("lock_check")
+    agrees = lock.recomputed is not None and isinstance(recorded, dict) and \
+        _comparable_lock_check(recorded) == _comparable_lock_check(lock.recomputed)
+    if not lock.same_lock:
+        how = f"the run was made under another {LOCK_FILE}: its distributions are its own word"
+    elif not agrees:
+        how = f"{MANIFEST_FILE} lock_check does not agree with the recorded distributions"
+    elif found.integrity:
+        how = found.integrity[0]
+    else:
+        how = f"the recorded distributions agree with lock_check under the grader's {LOCK_FILE} and with torch_build"
+    return {"torch": distributions.get("torch"), "transformers": distributions.get("transformers"),
+            "established": lock.same_lock and agrees and not found.integrity, "how": how}

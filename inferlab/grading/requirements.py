@@ -60,7 +60,8 @@ def _specimen_identity(view: RunView, name: str, root: Path) -> tuple[Optional[o
     record = view.first("specimen") or {}
     for key in ("repo_id", "revision"):
         if record.get(key) != getattr(spec, key):
-            return spec, f"its specimen record's {key} is {record.get(key)!r}, the grader's pin is {getattr(spec, key)!r}"
+            return spec, (f"its specimen record's {key} is {record.get(key)!r}, the grader's pin is "
+                          f"{getattr(spec, key)!r}")
     files = {r.get("name"): r for r in view.kind("artifact_file")}
     for file_name, pin in sorted((spec.expected or {}).items()):
         if not isinstance(pin, dict) or pin.get("sha256") is None:
