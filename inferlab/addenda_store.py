@@ -3,8 +3,10 @@ then copy it under addenda/ and append its ledger line, one writer at a time.
 
 Before anything is written: read_text_file() takes the learner's file (a regular UTF-8 text file of at most
 MAX_BYTES, read once, so the bytes hashed are the bytes kept) and check_run() the run folder (a run's record
-dir with a manifest.json, not a plan folder; an unfinished run is allowed and labelled). Either raises
-Refused naming the path, what was expected and what was found.
+dir with a manifest.json, not a plan folder; an unfinished run is allowed and labelled, but not while the
+process its claim.json names may still be its session: inferlab.live_claim), and refuse_run_file() a FILE
+that is one of the run's own files or anything inside the run folder (an addendum is written after the run,
+outside it). Each raises Refused naming the path, what was expected and what was found.
 
 store() then holds an exclusive flock on the run folder itself (so no lock file is left in it; two attaches
 or revises at once wait for each other) while it

@@ -81,6 +81,15 @@ def test_attach_and_revise_refuse_a_run_whose_session_is_still_running(run, expl
     assert "is still being written by its session" in err
 
 
+def test_report_does_not_call_a_running_session_killed(run, capsys):
+    claimed_by(kill_after(run, 10))
+    assert main(["report", str(run)]) == 0
+    assert "has no session_end record: it is still running. The report shows" in capsys.readouterr().err
+    claimed_by(run, pid=4242, hostname="elsewhere")
+    assert main(["report", str(run)]) == 0
+    assert "it never reached its end: it was killed or crashed" in capsys.readouterr().err
+
+
 def test_a_session_in_its_final_writes_is_still_running_too(run, explanation, capsys):
     claimed_by(abandon_finish(run))  # session_end written, the final manifest not yet
     err = refused(["attach", str(run), str(explanation)], run, capsys, 2)
@@ -128,10 +137,13 @@ def test_a_claim_made_on_another_host_is_allowed_and_says_it_was_not_checked(run
     assert "cannot be checked from here" in ledger(run)[0]["run_state"]
 
 
-def test_a_session_records_its_process_start_in_its_claim(standin_run):
+def test_a_session_records_its_process_start_in_its_claim_and_its_report_is_not_stale(standin_run):
+    from inferlab.grading.stale_report import stale_report_problems
+
     claim = json.loads((standin_run / CLAIM_FILE).read_text())
     assert set(claim["process_start"]) == {"boot_id", "start_ticks"}
     assert claim["process_start"]["boot_id"] == live_claim.boot_id()
+    assert stale_report_problems(RunView.read(standin_run)) == []  # a real session's pages are what grade renders
 
 
 def test_the_start_identity_of_this_process_is_read_from_proc():
