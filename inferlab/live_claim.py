@@ -129,7 +129,10 @@ def claimant(claim: Optional[dict], hostname: Optional[str] = None) -> Claimant:
     recorded = claim.get("process_start")
     now = start_identity(pid)
     if isinstance(recorded, dict) and recorded.get("start_ticks") is not None:
-        if now is not None and now == {"boot_id": recorded.get("boot_id"), "start_ticks": recorded.get("start_ticks")}:
+        if now is None:
+            return Claimant("live", f"pid {pid} is running, and its start cannot be read to compare with the claim's, "
+                                    f"so it is taken for the session", pid)
+        if now == {"boot_id": recorded.get("boot_id"), "start_ticks": recorded.get("start_ticks")}:
             return Claimant("live", f"pid {pid} is running, and it is the process that claimed the folder (its start, "
                                     f"boot {now['boot_id'][:8]}... tick {now['start_ticks']}, is the claim's)", pid)
         return Claimant("gone", f"pid {pid} is running but is another process than the claim's (another start "

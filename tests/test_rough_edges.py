@@ -137,6 +137,18 @@ def test_a_claim_made_on_another_host_is_allowed_and_says_it_was_not_checked(run
     assert "cannot be checked from here" in ledger(run)[0]["run_state"]
 
 
+def test_where_proc_cannot_say_a_running_pid_is_taken_for_the_session(monkeypatch, tmp_path):
+    import inferlab.live_claim as module
+
+    claim = {"pid": os.getpid(), "hostname": socket.gethostname(), "claimed_utc": utc_now(),
+             "process_start": module.start_identity(os.getpid())}
+    monkeypatch.setattr(module, "boot_id", lambda: None)  # the start of the process with the pid cannot be read
+    assert module.claimant(claim).state == "live"
+    monkeypatch.setattr(module, "PROC", tmp_path / "no-proc")  # no /proc at all: only whether the pid exists
+    assert module.claimant(claim).state == "live"
+    assert module.claimant({**claim, "pid": 2**22 + 12345}).state == "gone"  # above Linux's largest pid
+
+
 def test_a_session_records_its_process_start_in_its_claim_and_its_report_is_not_stale(standin_run):
     from inferlab.grading.stale_report import stale_report_problems
 
