@@ -143,15 +143,15 @@ def check_run(directory: Path) -> RunState:
                       f"something attached while the session ran?); adding to it would change a file the session "
                       f"wrote")
     if view.unfinished:
-        return RunState(directory, view, False, f"unfinished: {view.unfinished}{_not_live(directory, view)}")
+        return RunState(directory, view, False, f"unfinished: {view.unfinished}{_unless_live(directory, view)}")
     if not view.final_manifest_written:
         return RunState(directory, view, False, f"unfinished: the session's final writes were abandoned "
                                                 f"({MANIFEST_FILE} is still the one written at its start)"
-                                                f"{_not_live(directory, view)}")
+                                                f"{_unless_live(directory, view)}")
     return RunState(directory, view, True, "finished")
 
 
-def _not_live(directory: Path, view: RunView) -> str:
+def _unless_live(directory: Path, view: RunView) -> str:
     """For a run whose session has not ended: Refused (usage) while the process its claim names may still be
     that session (inferlab.live_claim), since the session's end would sweep an addendum kept now into its own
     inventory; otherwise the words added to the run's state (empty when the process is gone)."""
@@ -173,12 +173,12 @@ def refuse_run_file(file: Path, directory: Path, role: str = "FILE") -> None:
     a symbolic or a hard link): an addendum is material written after the run, kept beside it, and a file of
     the run would be kept as if a person had written it."""
     file, directory = Path(file), Path(directory)
-    inside = None
+    relative, through = None, ""
     try:
-        inside = file.resolve().relative_to(directory.resolve()).as_posix()
+        relative = file.resolve().relative_to(directory.resolve()).as_posix()
     except (ValueError, OSError):
         pass
-    if inside is None:
+    if relative is None:
         try:
             identity = (os.stat(file).st_dev, os.stat(file).st_ino)
         except OSError:
@@ -186,11 +186,10 @@ def refuse_run_file(file: Path, directory: Path, role: str = "FILE") -> None:
         for path in directory.rglob("*"):
             with contextlib.suppress(OSError):
                 if path.is_file() and not path.is_symlink() and (path.stat().st_dev, path.stat().st_ino) == identity:
-                    inside = f"{path.relative_to(directory).as_posix()} (a hard link to it)"
+                    relative, through = path.relative_to(directory).as_posix(), " (a hard link to it)"
                     break
-    if inside is None:
+    if relative is None:
         return
-    relative = inside.split(" ")[0]
     if relative in SESSION_FILES or relative.startswith(TENSOR_DIR + "/") or (
             "/" not in relative and relative.endswith(".png")):
         what = "one of the run's own files, written by its session, not an explanation of it"
@@ -198,8 +197,8 @@ def refuse_run_file(file: Path, directory: Path, role: str = "FILE") -> None:
         what = "an addendum kept already (to attach a new version, attach it from a copy outside the run folder)"
     else:
         what = "inside the run folder, where verify calls every file the session did not write added after it"
-    raise Refused(f"{role} {file} is {directory}/{inside}, {what}; expected a file you wrote after the run, from "
-                  f"outside {directory} (for an explanation: a filled-in copy of explanation.md)", usage=True)
+    raise Refused(f"{role} {file} is {directory}/{relative}{through}, {what}; expected a file you wrote after the "
+                  f"run, from outside {directory} (for an explanation: a filled-in copy of explanation.md)", usage=True)
 
 
 def stored_name(original_name: str) -> str:

@@ -95,7 +95,8 @@ def vacuous_reason(prefixes: Iterable[tuple], tolerance: Tolerance) -> Optional[
     finite arrays ((vocab,) each). With lo and hi the smallest and largest of all of them, the criterion is
     vacuous when every cached vector whose values lie in [lo, hi] passes at every prefix: for each uncached
     value b, the farthest value in the range, max(b - lo, hi - b), is within atol + rtol*|b|. (atol >= hi - lo
-    is always vacuous; so is RTOL >= 1, which the parser refuses.)"""
+    is always vacuous. RTOL >= 1 need not be by this rule, where |b| is small, but passes a vector of zeros,
+    and the parser refuses it.)"""
     import numpy
 
     pairs = [(numpy.asarray(a, dtype=numpy.float64).reshape(-1), numpy.asarray(b, dtype=numpy.float64).reshape(-1))
