@@ -74,7 +74,8 @@ def entry_findings(directory: Path, entry: dict, manifest_sha256: Optional[str])
     path = Path(directory) / file
     findings = []
     if path.is_symlink() or not path.is_file():
-        findings.append(f"{file}: missing (or not a regular file); {where} lists it (removed after it was attached?)")
+        findings.append(f"{file}: missing (or not a regular file); {where} lists it (removed after it was attached?)"
+                        f"; {restore_words(directory, entry)}")
     else:
         size = path.stat().st_size
         if size != entry.get("size"):
@@ -83,7 +84,7 @@ def entry_findings(directory: Path, entry: dict, manifest_sha256: Optional[str])
         digest = sha256_of_file(path)
         if digest != entry.get("sha256"):
             findings.append(f"{file}: sha256 {digest}, {where} says {entry.get('sha256')} (edited after it was "
-                            f"attached)")
+                            f"attached); {restore_words(directory, entry)}")
     if manifest_sha256 is None:
         findings.append(f"{file}: {where} binds it to manifest.json sha256 {entry.get('manifest_sha256')}, and the "
                         f"run has no {MANIFEST_FILE} now")
@@ -92,6 +93,26 @@ def entry_findings(directory: Path, entry: dict, manifest_sha256: Optional[str])
                         f"run's {MANIFEST_FILE} is {manifest_sha256} now (attached to another run, or the manifest "
                         f"changed since)")
     return findings
+
+
+def restore_words(directory: Path, entry: dict) -> str:
+    """How to repair an addendum that was edited in place or removed: put back the bytes that were attached (the
+    size and SHA-256 the ledger holds, from the learner's own file), and keep any new text as a new version."""
+    import shlex
+
+    from inferlab.cli import spelled
+
+    where = shlex.quote(str(directory))
+    if entry.get("kind") == REVISED_KIND:
+        source = "a backup of it"
+        command = spelled(f"revise {where} --cache-criterion ATOL,RTOL --justification TEXT")
+        again = f"to have a revision kept, run `{command}` again: it is kept beside this one"
+    else:
+        source = f"your file {entry.get('original_name')!r} as it was then, or a backup"
+        again = (f"to keep new text, attach it as a new version beside it (`{spelled(f'attach {where} FILE')}`: every "
+                 f"version is kept)")
+    return (f"to repair it, put back the very bytes that were attached ({entry.get('size')} bytes, sha256 "
+            f"{entry.get('sha256')}: {source}), since the ledger and the kept copies are never rewritten; {again}")
 
 
 def parse_ledger(raw: bytes) -> tuple[list[dict], list[tuple[int, str]]]:

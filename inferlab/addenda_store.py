@@ -3,8 +3,10 @@ then copy it under addenda/ and append its ledger line, one writer at a time.
 
 Before anything is written: read_text_file() takes the learner's file (a regular UTF-8 text file of at most
 MAX_BYTES, read once, so the bytes hashed are the bytes kept) and check_run() the run folder (a run's record
-dir with a manifest.json, not a plan folder; an unfinished run is allowed and labelled). Either raises
-Refused naming the path, what was expected and what was found.
+dir with a manifest.json, not a plan folder; an unfinished run is allowed and labelled, but not while the
+process its claim.json names may still be its session: inferlab.live_claim), and refuse_run_file() a FILE
+that is one of the run's own files or anything inside the run folder (an addendum is written after the run,
+outside it). Each raises Refused naming the path, what was expected and what was found.
 
 store() then holds an exclusive flock on the run folder itself (so no lock file is left in it; two attaches
 or revises at once wait for each other) while it
@@ -35,13 +37,29 @@ from inferlab.addenda import (
     is_addenda_path,
     parse_ledger,
 )
-from inferlab.records import MANIFEST_FILE, describe_path, dumps, sha256_bytes, sha256_file, utc_now, write_bytes_atomic
+from inferlab.records import (
+    CLAIM_FILE,
+    MANIFEST_FILE,
+    PLAN_FILE,
+    PREDICTIONS_FILE,
+    RECORDS_FILE,
+    REPORT_FILE,
+    TENSOR_DIR,
+    describe_path,
+    dumps,
+    sha256_bytes,
+    sha256_file,
+    utc_now,
+    write_bytes_atomic,
+)
 from inferlab.runview import RunView, not_a_run_reason
 
 MAX_BYTES = 1 << 20  # 1 MiB: an addendum is text a person wrote, not data
 EXPECTED_FILE = f"a regular UTF-8 text file of at most {MAX_BYTES} bytes (1 MiB)"
 NAME_LIMIT = 100  # characters of a stored name
 MAX_VERSIONS = 999
+DETAILS_FILE = "report-details.md"  # inferlab.report.DETAILS_FILE (not imported: the report pulls in the plots)
+SESSION_FILES = (RECORDS_FILE, MANIFEST_FILE, REPORT_FILE, DETAILS_FILE, PLAN_FILE, CLAIM_FILE, PREDICTIONS_FILE)
 
 
 class Refused(Exception):
@@ -125,11 +143,62 @@ def check_run(directory: Path) -> RunState:
                       f"something attached while the session ran?); adding to it would change a file the session "
                       f"wrote")
     if view.unfinished:
-        return RunState(directory, view, False, f"unfinished: {view.unfinished}")
+        return RunState(directory, view, False, f"unfinished: {view.unfinished}{_unless_live(directory, view)}")
     if not view.final_manifest_written:
         return RunState(directory, view, False, f"unfinished: the session's final writes were abandoned "
-                                                f"({MANIFEST_FILE} is still the one written at its start)")
+                                                f"({MANIFEST_FILE} is still the one written at its start)"
+                                                f"{_unless_live(directory, view)}")
     return RunState(directory, view, True, "finished")
+
+
+def _unless_live(directory: Path, view: RunView) -> str:
+    """For a run whose session has not ended: Refused (usage) while the process its claim names may still be
+    that session (inferlab.live_claim), since the session's end would sweep an addendum kept now into its own
+    inventory; otherwise the words added to the run's state (empty when the process is gone)."""
+    from inferlab.live_claim import claimant, read_claim
+
+    found = claimant(read_claim(directory))
+    if found.live:
+        where = ("it has no session_end record yet" if view.session_end is None else
+                 f"it has recorded its end but not yet written its final {MANIFEST_FILE}")
+        raise Refused(f"{directory} is still being written by its session: {found.why}, and {where}. An addendum "
+                      f"kept now would be swept into the session's own inventory when it ends, and the run would "
+                      f"fail verify for good; expected a run whose session has ended: wait for it to end (or stop "
+                      f"it), then run this again", usage=True)
+    return "" if found.state == "gone" else f" ({found.why})"
+
+
+def refuse_run_file(file: Path, directory: Path, role: str = "FILE") -> None:
+    """Refused (usage) when FILE is one of the run's own files or anything inside the run folder (also through
+    a symbolic or a hard link): an addendum is material written after the run, kept beside it, and a file of
+    the run would be kept as if a person had written it."""
+    file, directory = Path(file), Path(directory)
+    relative, through = None, ""
+    try:
+        relative = file.resolve().relative_to(directory.resolve()).as_posix()
+    except (ValueError, OSError):
+        pass
+    if relative is None:
+        try:
+            identity = (os.stat(file).st_dev, os.stat(file).st_ino)
+        except OSError:
+            return  # read_text_file says why it cannot be read
+        for path in directory.rglob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file() and not path.is_symlink() and (path.stat().st_dev, path.stat().st_ino) == identity:
+                    relative, through = path.relative_to(directory).as_posix(), " (a hard link to it)"
+                    break
+    if relative is None:
+        return
+    if relative in SESSION_FILES or relative.startswith(TENSOR_DIR + "/") or (
+            "/" not in relative and relative.endswith(".png")):
+        what = "one of the run's own files, written by its session, not an explanation of it"
+    elif is_addenda_path(relative):
+        what = "an addendum kept already (to attach a new version, attach it from a copy outside the run folder)"
+    else:
+        what = "inside the run folder, where verify calls every file the session did not write added after it"
+    raise Refused(f"{role} {file} is {directory}/{relative}{through}, {what}; expected a file you wrote after the "
+                  f"run, from outside {directory} (for an explanation: a filled-in copy of explanation.md)", usage=True)
 
 
 def stored_name(original_name: str) -> str:

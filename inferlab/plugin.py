@@ -17,7 +17,7 @@ from typing import Optional
 
 import pytest
 
-from inferlab import plan, protocol, revised_criterion, session_status, terminal
+from inferlab import live_claim, plan, protocol, revised_criterion, session_status, terminal
 from inferlab.interrupts import SignalWatch
 from inferlab.plan import EXPERIMENTS_DIR, TestFacts
 from inferlab.records import PLAN_FILE, RecordDirError, TensorStore
@@ -75,6 +75,7 @@ def pytest_configure(config):
         return
     with _usage_error("--runs-dir: " if runs_dir is not None else "--record-dir: "):
         run = lifecycle.claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
+                                  process_start=live_claim.start_identity(os.getpid()),
                                   record_dir=raw_dir and Path(os.path.expanduser(raw_dir)),
                                   runs_dir=runs_dir and Path(os.path.expanduser(runs_dir)))
     run.publish = lambda record: config.hook.pytest_inferlab_record(config=config, record=record)

@@ -357,6 +357,16 @@ def specimen_part(view: RunView, spec, verification: dict, how: str) -> Part:
     return part
 
 
+def refuse_another_specimen(view: RunView, spec, how: str) -> None:
+    """ReplayError (nothing loaded) when the specimen the grader gives is not the run's, by name or revision."""
+    recorded = view.specimen_spec()
+    theirs = (recorded.get("name"), recorded.get("revision"))
+    if theirs != (spec.name, spec.revision):
+        raise ReplayError(f"the run's specimen is {theirs[0]!r} (revision {theirs[1]}), and the copy to replay it on "
+                          f"is {spec.name!r} (revision {spec.revision}; {how}): a replay needs the run's own "
+                          f"specimen, so nothing was loaded")
+
+
 def load_model(directory: Path, verification: dict):
     """The model and tokenizer from the verified copy, under the protocol's controls, with plain transformers."""
     import torch
@@ -389,13 +399,18 @@ def replay_run(run_dir, *, specimen: Optional[str] = None, artifacts: Optional[s
         raise ReplayError(reason)
     view = RunView.read(Path(run_dir))
     spec, how = grader_spec(view, specimen)
+    refuse_another_specimen(view, spec, how)  # before anything is acquired or loaded
     try:
         acquired = acquire(spec, artifacts_dir=artifacts)
     except SpecimenError as error:
         raise ReplayError(f"the grader's copy could not be acquired and verified: {error}") from error
-    model, tokenizer = load_model(Path(acquired["directory"]), acquired["verification"])
     parts = [specimen_part(view, spec, acquired["verification"], how)]
-    parts += Replay(view, model, tokenizer, started).run()
+    if parts[0].agrees:  # the copy's files are the ones the run recorded: only then is the model loaded
+        model, tokenizer = load_model(Path(acquired["directory"]), acquired["verification"])
+        parts += Replay(view, model, tokenizer, started).run()
+    else:
+        parts[0].notes.append("nothing else was replayed and no model was loaded: the grader's copy is not the files "
+                              "the run recorded")
     counted = [p for p in parts if p.compared or p.differences]
     return {"parts": parts, "agree": bool(counted) and all(p.agrees for p in counted),
             "elapsed_s": time.monotonic() - started, "acquisition": acquired["acquisition"],

@@ -1,6 +1,11 @@
 """A justified revised cache criterion applied after the run: the saved matched-prefix logits judged again,
 kept as an addendum (kind revised_criterion, a JSON file under addenda/).
 
+Before anything is judged, revision() refuses a run whose matched-prefix alignment checks (recorded in each
+cache_comparison's `checks`, all but within_tolerance) did not all pass, or do not exist: a tolerance cannot
+make two different prefixes comparable. It also refuses a criterion vacuous for the saved logits
+(revised_criterion.vacuous_reason).
+
 saved_prefixes() takes every cache_comparison record's two tensors, each checked against the SHA-256 and
 shape its record holds (RunView.check_tensor): one that is missing or differs refuses the whole revision,
 naming every such tensor. revision() judges them under the revised criterion with the same function the
@@ -21,13 +26,14 @@ from typing import Any, Optional
 from inferlab import protocol
 from inferlab.addenda import REVISED_KIND
 from inferlab.addenda_store import Refused, RunState
-from inferlab.revised_criterion import LABEL, RevisedCriterion, evaluate, judge
+from inferlab.revised_criterion import LABEL, RevisedCriterion, evaluate, judge, vacuous_reason
 from inferlab.runview import RunView
 
 DOCUMENT_SCHEMA = 1
 DOCUMENT_NAME = "revised_criterion.json"
 TOOL = "inferlab revise"
 PATHS = ("cached", "uncached")
+TOLERANCE_CHECK = "within_tolerance"  # the one check of a cache_comparison that is the diagnostic, not alignment
 
 
 @dataclass
@@ -115,10 +121,37 @@ def _reference(record: dict, path: str) -> dict:
     return {name: reference.get(name) for name in ("file", "key", "sha256")}
 
 
+def misaligned(prefixes: list[SavedPrefix]) -> list[str]:
+    """One line per compared prefix whose alignment checks did not all pass, as its record holds them: every
+    check of `checks` but the tolerance itself (same ids, masks and positions on both paths, finite logits of the
+    vocabulary's size, the cache holding the prefix). A record without them has not shown that they passed."""
+    lines = []
+    for prefix in prefixes:
+        checks = prefix.record.get("checks")
+        where = f"cache_comparison seq {prefix.record.get('seq')} (prefix length {prefix.prefix_length})"
+        if not isinstance(checks, dict) or not [name for name in checks if name != TOLERANCE_CHECK]:
+            lines.append(f"{where}: records no alignment checks")
+            continue
+        failed = sorted(name for name, ok in checks.items() if name != TOLERANCE_CHECK and ok is not True)
+        if failed:
+            lines.append(f"{where}: failed {', '.join(failed)}")
+    return lines
+
+
 def revision(run: RunState, revised: RevisedCriterion, written_utc: str) -> dict:
-    """The revised-criterion document for a run (see the module's docstring); Refused when a tensor fails."""
+    """The revised-criterion document for a run (see the module's docstring); Refused when a tensor fails, when
+    a prefix's alignment checks did not pass, or when the criterion is vacuous for the saved logits."""
     view = run.view
     prefixes = saved_prefixes(view)
+    bad = misaligned(prefixes)
+    if bad:
+        raise Refused(f"{view.directory}: the matched-prefix alignment checks did not all pass ({'; '.join(bad)}), so "
+                      f"the two paths may not have computed the same prefix and no tolerance can make their logits "
+                      f"comparable; expected every prefix's alignment checks passed (fix the harness, run again)")
+    vacuous = vacuous_reason(((p.cached, p.uncached) for p in prefixes), revised.tolerance)
+    if vacuous:
+        raise Refused(f"--cache-criterion {revised.tolerance.atol:g},{revised.tolerance.rtol:g}: {vacuous}; "
+                      f"expected a criterion that some cached vector in that range fails", usage=True)
     declared = declared_criterion(view)
     declared_tolerance = protocol.Tolerance(atol=declared["atol"], rtol=declared["rtol"])
     evaluation = evaluate(((p.name, p.prefix_length, p.cached, p.uncached) for p in prefixes), revised)

@@ -7,6 +7,14 @@ evaluation under it; the declared criterion and its verdict stay exactly as they
 ``inferlab revise RUN_DIR --cache-criterion ATOL,RTOL --justification TEXT`` (inferlab.revise) judges the
 saved tensors again and keeps the result as an addendum.
 
+Both refuse what could not be a criterion at all, through the same parser and checks: RTOL >= 1 (a cached
+vector of zeros would then pass against any uncached one, |0-b| = |b| <= RTOL*|b|) and a justification
+without substance (fewer than MIN_WORDS words of two letters or more, or fewer than MIN_DISTINCT_WORDS
+different ones: "x" says nothing; whether the reason holds is for a person to judge). `revise`, which has the
+saved logits, also refuses a criterion vacuous for them (vacuous_reason: every cached vector within the range
+the run's own logits span would pass at every prefix); the run's option is parsed before any logit exists, so
+there the rule is the parser's.
+
 Both go through the same two functions: judge() (one prefix's logits under a tolerance, in numpy float64,
 the arithmetic of cache_check.compare_vectors) and evaluate() (the shape recorded: a revised verdict per
 prefix, and a summary). This module has no torch import: the plugin uses it while parsing options, and
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -24,6 +33,11 @@ from inferlab.protocol import Tolerance
 
 LABEL = ("revised criterion, supplied by the learner with a justification; evaluated beside the declared "
          "criterion, whose verdict it does not change")
+
+
+MIN_WORDS = 6
+MIN_DISTINCT_WORDS = 4
+WORD = re.compile(r"[^\W\d_]{2,}")  # a run of two letters or more
 
 
 class RevisedCriterionError(argparse.ArgumentTypeError):
@@ -58,7 +72,46 @@ def parse_criterion(text: str) -> CriterionOption:
         if not math.isfinite(value) or value < 0:
             raise RevisedCriterionError(f"expected {expected}, actual {text!r} ({name} {part!r} is not finite and >= 0)")
         values.append(value)
+    if values[1] >= 1:
+        raise RevisedCriterionError(f"expected RTOL below 1, actual {text!r}: with RTOL >= 1 a cached vector of "
+                                    f"zeros passes against any uncached one (|0-b| = |b| <= RTOL*|b|), so the "
+                                    f"criterion could not detect a cache fault")
     return CriterionOption(atol=values[0], rtol=values[1], text=text)
+
+
+def justification_problem(text: Optional[str]) -> Optional[str]:
+    """Why a justification is too thin to be kept (None when it has MIN_WORDS words, MIN_DISTINCT_WORDS of them
+    different): a check of substance only, never of whether the reason is right."""
+    words = [word.lower() for word in WORD.findall(text or "")]
+    if len(words) >= MIN_WORDS and len(set(words)) >= MIN_DISTINCT_WORDS:
+        return None
+    return (f"expected a sentence saying why the criterion is justified, at least {MIN_WORDS} words of two letters "
+            f"or more, {MIN_DISTINCT_WORDS} of them different (it is kept beside the criterion for a person to "
+            f"judge), actual {text!r} ({len(words)} word(s), {len(set(words))} different)")
+
+
+def vacuous_reason(prefixes: Iterable[tuple], tolerance: Tolerance) -> Optional[str]:
+    """Why a criterion is vacuous for a run's saved logits, or None. prefixes are (cached, uncached) pairs of
+    finite arrays ((vocab,) each). With lo and hi the smallest and largest of all of them, the criterion is
+    vacuous when every cached vector whose values lie in [lo, hi] passes at every prefix: for each uncached
+    value b, the farthest value in the range, max(b - lo, hi - b), is within atol + rtol*|b|. (atol >= hi - lo
+    is always vacuous. RTOL >= 1 need not be by this rule, where |b| is small, but passes a vector of zeros,
+    and the parser refuses it.)"""
+    import numpy
+
+    pairs = [(numpy.asarray(a, dtype=numpy.float64).reshape(-1), numpy.asarray(b, dtype=numpy.float64).reshape(-1))
+             for a, b in prefixes]  # (vocab,) each
+    if not pairs:
+        return None
+    lo = min(min(float(a.min()), float(b.min())) for a, b in pairs)
+    hi = max(max(float(a.max()), float(b.max())) for a, b in pairs)
+    for _, b in pairs:
+        farthest = numpy.maximum(b - lo, hi - b)  # (vocab,)
+        if not (farthest <= tolerance.atol + tolerance.rtol * numpy.abs(b)).all():
+            return None
+    return (f"under {tolerance.describe()} every cached vector whose values lie within the range the run's own saved "
+            f"logits span ([{lo:.6g}, {hi:.6g}], {hi - lo:.6g} wide) would pass at every prefix, so the criterion "
+            f"could not detect any cache fault")
 
 
 def check_options(criterion: Optional[CriterionOption], justification: Optional[str]) -> None:
@@ -74,6 +127,9 @@ def check_options(criterion: Optional[CriterionOption], justification: Optional[
             f"--justification {justification!r}: expected it together with --revised-cache-criterion ATOL,RTOL, "
             f"actual no revised criterion"
         )
+    thin = justification_problem(justification) if criterion is not None else None
+    if thin is not None:
+        raise RevisedCriterionError(f"--justification: {thin}")
 
 
 @dataclass(frozen=True)

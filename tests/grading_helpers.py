@@ -24,7 +24,7 @@ from inferlab import addenda, environment, predictions
 from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
 from inferlab.verify import verify_run
 
-from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, refresh_manifest
+from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, rerender
 
 TEMPLATE = (REPO_ROOT / addenda.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
 PREDICTIONS_TEMPLATE = (REPO_ROOT / predictions.TEMPLATE_FILE).read_text(encoding="utf-8")
@@ -64,7 +64,7 @@ def give_predictions(run_dir: Path, text: str) -> Path:
     edit_manifest(run_dir, predictions={"supplied": True, "source": str(target), "copied_to": PREDICTIONS_FILE,
                                         "sha256": sha256_file(target), "source_mtime_utc": manifest["started_utc"],
                                         "copied_at_utc": manifest["started_utc"], **status})
-    refresh_manifest(run_dir)
+    rerender(run_dir)  # the session renders its report with the predictions it copied at its start
     return run_dir
 
 
@@ -112,7 +112,7 @@ def build_honest_run(directory: Path, synthetic: bool = True, seed: int = 0, tim
     build_rich_run(directory, transform=add_tokenization_phases, synthetic=synthetic, seed=seed,
                    timing_seed=timing_seed, base=base)
     edit_manifest(directory, source_sha256=environment.source_hashes(REPO_ROOT))
-    refresh_manifest(directory)
+    rerender(directory)  # its report as a session with these source hashes renders it (grade checks it)
     return Path(directory)
 
 
@@ -147,5 +147,5 @@ def rerun_elsewhere(source: Path, target: Path) -> Path:
     manifest = json.loads((run / MANIFEST_FILE).read_text())
     edit_manifest(run, platform={**manifest["platform"], "cpu_model": "Another CPU"},
                   started_utc="2026-11-30T10:00:00+00:00")
-    refresh_manifest(run)
+    rerender(run)
     return run

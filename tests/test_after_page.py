@@ -15,9 +15,11 @@ from inferlab.runview import RunView
 from fixtures_records import copy_run, edit_manifest, rerender
 from fixture_runs import runs, fixture_runs  # noqa: F401 (runs is a fixture)
 from test_attach import answered_explanation, tree
+from test_revise import aligned
 
 ROOT = Path(__file__).resolve().parents[1]
 PREDICTED = "Prediction: identical ids, every time"
+EXACTNESS = "exactness, for the record: every logit of both paths must be the same number"
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +40,19 @@ def run(built, tmp_path) -> Path:
     return copy_run(built, tmp_path / "run")
 
 
-def after(run: Path, capsys) -> str:
+def after(run: Path, capsys, status: int = 0) -> str:
     before = tree(run)
-    assert main(["report", str(run), "--after"]) == 0
+    assert main(["report", str(run), "--after"]) == status  # 1 when an addendum changed since it was attached
     assert tree(run) == before  # printed, nothing written into the run folder
     return capsys.readouterr().out
 
 
 def test_the_page_sets_each_prediction_beside_its_revisit_and_labels_both(run, tmp_path, capsys):
+    aligned(run)  # the alignment checks revise requires (before anything is attached: it refreshes the inventory)
     explanation = tmp_path / "explanation.md"
     explanation.write_text(answered_explanation())
     assert main(["attach", str(run), str(explanation)]) == 0
-    assert main(["revise", str(run), "--cache-criterion", "0,0", "--justification", "exactness, for the record"]) == 0
+    assert main(["revise", str(run), "--cache-criterion", "0,0", "--justification", EXACTNESS]) == 0
     capsys.readouterr()
     page = after(run, capsys)
     assert page.startswith(f"# Before and after the run: {run.name}\n")
@@ -67,7 +70,7 @@ def test_the_page_sets_each_prediction_beside_its_revisit_and_labels_both(run, t
     criteria = page[page.index("## The cache criterion"):page.index("## Every addendum")]
     assert "| declared | `\\|a-b\\| <= 1e-05 + 0.0001*\\|b\\| (b = uncached reference)`" in criteria
     assert "| revised after the run (seq 1) | `\\|a-b\\| <= 0 + 0*\\|b\\|" in criteria
-    assert "exactness, for the record" in criteria
+    assert EXACTNESS in criteria
     assert "| prefix length | declared (as recorded) | revised after" in criteria
     first, second = [r["prefix_length"] for r in RunView.read(run).kind("cache_comparison")][:2]
     assert f"| {first} | yes | yes |" in criteria and f"| {second} | yes | **no** |" in criteria  # bitwise, then not
@@ -81,7 +84,7 @@ def test_a_changed_explanation_is_labelled_and_verify_s_words_are_shown(run, tmp
     assert main(["attach", str(run), str(explanation)]) == 0
     (run / "addenda/explanation.md").write_text(answered_explanation().replace("My answer", "A later answer"))
     capsys.readouterr()
-    page = after(run, capsys)
+    page = after(run, capsys, status=1)
     assert "now: **changed since it was attached**: addenda/explanation.md: size" in page
     assert "**What `verify` says of the addenda:**" in page and "(edited after it was attached)" in page
 
@@ -132,5 +135,5 @@ def test_a_ledger_entry_pointing_outside_addenda_is_never_read(run, tmp_path, ca
             "tool": "inferlab attach"}
     lines = [{**base, "seq": 0, "file": f"../../{secret.name}"}, {**base, "seq": 1, "file": "addenda/link.md"}]
     (run / "addenda.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    page = after(run, capsys)
+    page = after(run, capsys, status=1)
     assert "not for this page" not in page and "**What `verify` says of the addenda:**" in page

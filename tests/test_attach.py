@@ -266,11 +266,11 @@ def test_a_failure_half_way_leaves_nothing(run, explanation, monkeypatch, capsys
     assert tree(run) == before  # the copy removed, the ledger cut back to its length before
 
 
-def test_a_file_inside_the_run_folder_is_copied_and_the_learner_told_to_move_it(run, capsys):
+def test_a_file_inside_the_run_folder_is_refused_and_the_learner_told_to_keep_it_outside(run, capsys):
+    """(Before issue 32 it was copied with a warning; the run's own files are refused: tests/test_rough_edges.py.)"""
     (run / "conclusions.md").write_text(answered_explanation())
-    assert main(["attach", str(run), str(run / "conclusions.md")]) == 0
-    assert "itself is inside the run folder" in capsys.readouterr().err
-    assert (run / "addenda/conclusions.md").read_bytes() == (run / "conclusions.md").read_bytes()
+    err = refused(["attach", str(run), str(run / "conclusions.md")], run, capsys, 2)
+    assert "inside the run folder" in err and f"expected a file you wrote after the run, from outside {run}" in err
 
 
 def test_stored_names_are_safe_and_never_start_with_a_dot():

@@ -25,6 +25,7 @@ from fixtures_records import (
     edit_manifest,
     kill_after,
     refresh_manifest,
+    rerender,
     rewrite_records,
     session_end_record,
 )
@@ -206,7 +207,7 @@ def partial_sampling_run(directory: Path) -> Path:
                                           tests_without_outcome=[])]
 
     rewrite_records(directory, drop)
-    return as_the_session_ends(directory)
+    return rerender(as_the_session_ends(directory))  # and its report as that session rendered it
 
 
 def test_a_k_subset_exits_1_and_fails_the_items_it_lacks_not_integrity(run_copy, capsys):
@@ -247,8 +248,7 @@ def with_this_harness(run: Path) -> Path:
     from inferlab import environment
 
     edit_manifest(run, source_sha256=environment.source_hashes(REPO_ROOT))
-    refresh_manifest(run)
-    return run
+    return rerender(run)  # and its report as a session with these hashes renders it (grade compares the two)
 
 
 def as_the_session_ends(run: Path) -> Path:
@@ -287,7 +287,7 @@ def set_outcome(test_suffix: str, **fields):
 def test_a_failed_protocol_diagnostic_is_a_finding_never_a_failed_item(run_copy, honest):
     rewrite_records(run_copy, set_outcome("::test_greedy_repetitions_identical", outcome="failed",
                                           longrepr="E   AssertionError: P2 greedy repetitions differ at 3"))
-    as_the_session_ends(run_copy)
+    rerender(as_the_session_ends(run_copy))  # and the report a session with that failure renders
     grade, before = grade_of(run_copy), grade_of(honest)
     assert statuses(grade) == statuses(before) and grade.exit_status == before.exit_status
     (finding,) = [f for f in grade.findings if f["kind"] == "diagnostic_failed"]

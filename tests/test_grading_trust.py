@@ -213,8 +213,12 @@ def test_a_prerequisite_status_edited_alone_is_an_integrity_problem(runs, tmp_pa
 
 def forged_real(standin_run: Path, target: Path, change) -> Path:
     """A copy of the real stand-in run (made under this checkout's lock) whose manifest `change` edited, re-hashed."""
+    from inferlab import report
+
     run = copy_run(standin_run, target)
     edit_json(run / MANIFEST_FILE, change)
+    for name, text in report.render_pages(run).items():  # a thorough forger renders the pages again (grade checks)
+        (run / name).write_text(text, encoding="utf-8")
     rehash(run)
     return run
 

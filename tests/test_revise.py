@@ -15,11 +15,35 @@ from inferlab.revised_criterion import RevisedCriterion, evaluate, judge
 from inferlab.runview import RunView
 from inferlab.verify import verify_run
 
-from fixtures_records import copy_run
+from fixtures_records import copy_run, rewrite_records
 from fixture_runs import runs  # noqa: F401 (a fixture)
 from test_attach import SCHEMA1_RUN, answered_explanation, built, ledger, run, tree  # noqa: F401 (fixtures)
 
 JUSTIFICATION = "the one-token path sums in another order; errors near 1e-6 are rounding, not a cache fault"
+
+
+ALIGNMENT = ("same_prefix", "vocab_dim_cached", "vocab_dim_uncached", "finite", "cache_length_matches_prefix",
+             "fed_masks_aligned", "fed_positions_aligned")  # a real run's cache_comparison checks (cache_check)
+
+
+def aligned(run: Path, change=None) -> Path:
+    """The fixture run with the alignment checks a real run records in each cache_comparison (all passed, unless
+    change(record) alters them) and its summary's all_inputs_aligned: revise takes only a run that has them. The
+    manifest's inventory is refreshed; the report is not rendered again."""
+    def transform(records):
+        for record in records:
+            if record["kind"] == "cache_comparison":
+                record["checks"] = {**{name: True for name in ALIGNMENT}, "within_tolerance": True}
+                if change is not None:
+                    change(record)
+                record["passed"] = all(record["checks"].values())
+        summary = next(r for r in records if r["kind"] == "cache_summary")
+        summary["all_inputs_aligned"] = all(r["checks"][name] for r in records if r["kind"] == "cache_comparison"
+                                            for name in ("fed_masks_aligned", "fed_positions_aligned"))
+        return records
+
+    rewrite_records(run, transform)
+    return run
 
 
 @pytest.fixture
@@ -108,6 +132,7 @@ def test_the_shared_judge_decides_as_the_declared_comparison_does(special):
 
 
 def test_a_strict_criterion_fails_prefixes_and_leaves_the_declared_verdict_as_recorded(run, capsys):
+    aligned(run)
     records = (run / "records.jsonl").read_bytes()
     assert revise(run, "0,0") == 0
     out = capsys.readouterr().out
@@ -131,6 +156,7 @@ def test_evaluate_names_the_failing_prefix_lengths():
 
 
 def test_a_tensor_that_fails_its_hash_refuses_the_whole_revision(run, capsys):
+    aligned(run)
     from safetensors.numpy import load_file, save_file
 
     path = run / "tensors/cache_logits.safetensors"
@@ -190,6 +216,7 @@ def test_help_documents_the_exit_statuses(capsys):
 
 
 def test_a_revision_edited_together_with_its_ledger_entry_is_still_caught(run):
+    aligned(run)
     assert revise(run, "0,0") == 0
     path = run / ledger(run)[0]["file"]
     kept = json.loads(path.read_text())

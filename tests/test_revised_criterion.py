@@ -61,7 +61,11 @@ def suite(suite):
     (["--revised-cache-criterion", "x,1e-3", "--justification", "why"], "*--revised-cache-criterion*'x,1e-3'*"),
     (["--revised-cache-criterion", "1e-4,1e-3"], "*--revised-cache-criterion 1e-4,1e-3: expected a --justification*"),
     (["--justification", "because"], "*--justification 'because': expected it together*"),
-], ids=["one_number", "not_a_number", "no_justification", "justification_alone"])
+    (["--revised-cache-criterion", "1e-4,1e-3", "--justification", "x"],
+     "*--justification: expected a sentence saying why the criterion is justified, at least 6 words*"),
+    (["--revised-cache-criterion", "1e300,1e300", "--justification", "the one-token path sums in another order"],
+     "*expected RTOL below 1*"),
+], ids=["one_number", "not_a_number", "no_justification", "justification_alone", "thin_justification", "rtol_1"])
 def test_bad_options_are_usage_errors_and_write_nothing(suite, arguments, message):
     # in process: only the exit status, the text and the folder are read
     result = suite.runpytest("experiments", "--record-dir", "run", *arguments)

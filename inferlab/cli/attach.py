@@ -19,11 +19,14 @@ EXIT_CODES = """exit status:
   0  attached: the copy and its ledger line are written (a structure warning does not change this)
   1  refused, nothing written: FILE is empty, binary, not UTF-8 or over 1 MiB; RUN_DIR holds a plan,
      has no manifest.json, or its addenda ledger is damaged
-  2  usage, nothing written: FILE is missing, a folder, a FIFO or another special file; RUN_DIR is not
-     a run's record dir; a bad --kind; RUN_DIR cannot be written
+  2  usage, nothing written: FILE is missing, a folder, a FIFO or another special file, or inside
+     RUN_DIR (report.md, manifest.json, anything of the run's); RUN_DIR is not a run's record dir, or
+     its session is still running (its claim.json names a live process); a bad --kind; RUN_DIR cannot
+     be written
 
-Attaching again keeps every version (explanation.md, explanation.2.md, ...). An unfinished run is
-allowed, and the ledger and this output say it was unfinished. `verify RUN_DIR` checks every addendum."""
+Attaching again keeps every version (explanation.md, explanation.2.md, ...). An unfinished run whose
+session is over (killed or crashed) is allowed, and the ledger and this output say it was unfinished.
+`verify RUN_DIR` checks every addendum."""
 TOOL = "inferlab attach"
 KIND = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
@@ -100,6 +103,7 @@ def run_attach(record_dir: Path, file: Path, kind_name: str) -> int:
 
     try:
         state = addenda_store.check_run(record_dir)
+        addenda_store.refuse_run_file(file, record_dir)
         data = addenda_store.read_text_file(file)
         structure = None
         if kind_name == addenda.EXPLANATION_KIND:
@@ -114,10 +118,6 @@ def run_attach(record_dir: Path, file: Path, kind_name: str) -> int:
         print(line)
     if structure is not None:
         print(structure_line(structure), file=sys.stderr if structure.get("ok") is False else sys.stdout)
-    inside = _inside(file, record_dir)
-    if inside is not None and not addenda.is_addenda_path(inside):
-        print(f"{NAME}: {file} itself is inside the run folder, where verify calls it added after the session; the "
-              f"kept copy is {entry['file']}, so move {file} out of {record_dir}", file=sys.stderr)
     print(after_hint(NAME, record_dir))
     return EXIT_OK
 
@@ -135,11 +135,3 @@ def structure_line(structure: dict) -> str:
         [f"section(s) with nothing but the template's guidance: {'; '.join(empty)}"] if empty else [])
     return (f"{NAME}: warning: the explanation does not have {template}'s structure: {'. '.join(parts)}. It was kept "
             f"as it is and the check is recorded with it; attach it again once it is complete (every version is kept)")
-
-
-def _inside(file: Path, directory: Path):
-    """FILE's path relative to the run folder when it is inside it, else None."""
-    try:
-        return Path(file).resolve().relative_to(Path(directory).resolve()).as_posix()
-    except (ValueError, OSError):
-        return None

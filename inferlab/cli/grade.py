@@ -83,6 +83,24 @@ def class_members(folder: Path, members: list[Path]) -> list[tuple[Path, str, Op
     return found
 
 
+def _what_folder(folder: Path) -> str:
+    """What a folder of several runs or submissions is, and the two ways to grade it, for a reader who gave it
+    without --out (a folder of runs, as --runs-dir makes, is not told to give --out DIR as if it were a class)."""
+    import shlex
+
+    from inferlab.cli import spelled
+    from inferlab.grading.grade import submissions_in
+    from inferlab.runview import not_a_run_reason
+
+    members = submissions_in(folder) or []
+    if not all(member.is_dir() and not_a_run_reason(member) is None for member in members):
+        return f"{folder}: a folder of submissions; give --out DIR for the class page"
+    names = ", ".join(member.name for member in members[:3]) + (", ..." if len(members) > 3 else "")
+    one = spelled(f"grade {shlex.quote(str(members[0]))}")
+    return (f"{folder} is a folder of runs ({len(members)}: {names}), not one run: grade one run (`{one}`), or give "
+            f"--out DIR to grade each as one learner's submission on a class page")
+
+
 def run(args) -> int:
     from inferlab.grading import formats
     from inferlab.grading.classview import review_class, write_class_page
@@ -118,7 +136,7 @@ def run(args) -> int:
         if target is not None and (_inside(target, folders) or target.resolve() in files):
             return _usage(f"{option} {target} is inside a run folder or is a submission: grade never writes there")
     if classes and args.out is None:
-        return _usage(f"{', '.join(map(str, classes))}: a folder of submissions; give --out DIR for the class page")
+        return _usage("; ".join(_what_folder(folder) for folder in classes))
     if args.format == "gradescope" and len(sources) != 1:
         return _usage(f"--format gradescope writes one submission's results.json; {len(sources)} runs were given")
     grades = [grade_source(source, rubric, reference, reference_file=str(args.reference) if reference else None)

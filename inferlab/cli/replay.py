@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import sys
 
-from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
+from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run, spelled
 
 NAME = "replay"
+SHOWN_PROBLEMS = 8
 HELP = ("re-execute a run's deterministic computations (prompt ids, the 26 generations with their seeds, first-step "
         "logits, matched prefixes, timing ids, batching) on your own verified copy of the specimen and compare "
-        "them with the records; loads the model (the one command that does), writes nothing into the run; exit 0 "
-        "when every part agrees, 1 when one does not, 2 when it cannot replay")
+        "them with the records; loads the model (the one command that does), writes nothing into the run; first "
+        "checks the run (verify) and that the copy is the run's specimen, before anything is loaded; exit 0 when "
+        "every part agrees, 1 when one does not or the run fails verify, 2 when it cannot replay (another specimen)")
 
 
 def add_arguments(parser) -> None:
@@ -24,11 +26,29 @@ def add_arguments(parser) -> None:
                            "cache)")
 
 
+def integrity_problems(record_dir) -> list[str]:
+    """verify's integrity problems of the run (its one line for an unfinished or partial run is not one: what
+    such a run recorded is replayed, as grade grades it)."""
+    from inferlab.grading.grade import split_verify
+    from inferlab.verify import verify_run
+
+    return split_verify(verify_run(record_dir))[0]
+
+
 def run(args) -> int:
     from inferlab.replay import ReplayError, format_part, replay_run
 
     if refuse_non_run("replay", args.record_dir):
         return EXIT_UNREADABLE
+    problems = integrity_problems(args.record_dir)
+    if problems:  # checked before any specimen is acquired or model loaded
+        for line in problems[:SHOWN_PROBLEMS]:
+            print(f"replay: {line}", file=sys.stderr)
+        more = f" ({len(problems) - SHOWN_PROBLEMS} more)" if len(problems) > SHOWN_PROBLEMS else ""
+        print(f"replay: not replayed: {args.record_dir} fails verify, {len(problems)} integrity problem(s){more}, so "
+              f"its records are not a record of one session to compare with; nothing was loaded "
+              f"(`{spelled('verify RUN_DIR')}` names each)", file=sys.stderr)
+        return EXIT_PROBLEMS
     try:
         result = replay_run(args.record_dir, specimen=args.specimen, artifacts=args.artifacts)
     except ReplayError as error:

@@ -32,7 +32,8 @@ def add_arguments(parser) -> None:
     mode.add_argument("--after", action="store_true",
                       help="print the after-run page instead: your predictions (written before the run) beside the "
                            "explanation attached after it, and any revised cache criterion beside the declared one, "
-                           "from the records and the addenda; it is never written into DIR")
+                           "from the records and the addenda; it is never written into DIR; exit 1 if an addendum "
+                           "changed since it was attached")
 
 
 def run(args) -> int:
@@ -59,12 +60,22 @@ def run_report(record_dir, check: bool, write: bool, after: bool = False) -> int
               f"its schedule is in plan.json", file=sys.stderr)
         return EXIT_OK
     if view.session_end is None:
-        print(f"report: {record_dir} has no session_end record: its session never reached its end (it was killed or "
-              f"crashed). The report shows the records that exist; the run is not complete.", file=sys.stderr)
+        from inferlab.live_claim import claimant, read_claim
+
+        how = ("it is still running" if claimant(read_claim(record_dir)).live else
+               "it never reached its end: it was killed or crashed")
+        print(f"report: {record_dir} has no session_end record: {how}. The report shows the records that exist; "
+              f"the run is not complete.", file=sys.stderr)
     if after:
         from inferlab.report import after as after_page
 
-        sys.stdout.write(after_page.render(view))
+        page = after_page.AfterPage(view)
+        sys.stdout.write(page.render())
+        if page.problems:
+            print(f"report: {len(page.problems)} problem(s) with the addenda of {record_dir} (an addendum changed, "
+                  f"removed or not listed since it was attached; the page's last section names each, and how to "
+                  f"repair it): exit 1", file=sys.stderr)
+            return EXIT_PROBLEMS
         return EXIT_OK
     if write:
         print(report.write_report(view, after_session=True))

@@ -11,17 +11,21 @@ from pathlib import Path
 
 from inferlab.cli import EXIT_OK, EXIT_UNREADABLE
 from inferlab.cli.attach import after_hint, cannot_write, refused, state_lines, waiting
+from inferlab.revised_criterion import MIN_DISTINCT_WORDS, MIN_WORDS
 
 NAME = "revise"
 HELP = ("judge RUN_DIR's saved matched-prefix logits again under a justified revised cache criterion and keep the "
         "result (both criteria, both verdicts per prefix, the justification, the time) as an addendum; the declared "
         "criterion and its verdict stay as recorded")
-EXIT_CODES = """exit status:
+EXIT_CODES = f"""exit status:
   0  judged again and kept as RUN_DIR/addenda/revised_criterion.json (a new name each time)
   1  refused, nothing written: a saved tensor is missing or fails its recorded SHA-256 or shape; the run
-     has no cache comparison; RUN_DIR holds a plan, has no manifest.json, or its addenda ledger is damaged
-  2  usage, nothing written: a bad ATOL,RTOL, no or a blank --justification, RUN_DIR not a run's record
-     dir, or RUN_DIR cannot be written
+     has no cache comparison, or a prefix's alignment checks did not all pass; RUN_DIR holds a plan, has
+     no manifest.json, or its addenda ledger is damaged
+  2  usage, nothing written: a bad ATOL,RTOL (RTOL must be below 1), or one under which every cached
+     vector within the range of the run's own logits passes; no or a blank --justification, or one of
+     fewer than {MIN_WORDS} words ({MIN_DISTINCT_WORDS} of them different); RUN_DIR not a run's record dir,
+     or its session still running; RUN_DIR cannot be written
 
 No model is loaded: the logits are the ones the run saved in tensors/, checked against their hashes first."""
 
@@ -47,12 +51,16 @@ def run_revise(record_dir: Path, criterion, justification: str) -> int:
     from inferlab import addenda_store, revise
     from inferlab.addenda import REVISED_KIND
     from inferlab.records import jsonable, utc_now
-    from inferlab.revised_criterion import RevisedCriterion
+    from inferlab.revised_criterion import RevisedCriterion, justification_problem
 
     if not justification.strip():
         print(f"{NAME}: --justification {justification!r}: expected a sentence saying why "
               f"{criterion.tolerance.describe()} is justified, actual a blank text; nothing was written",
               file=sys.stderr)
+        return EXIT_UNREADABLE
+    thin = justification_problem(justification)
+    if thin is not None:
+        print(f"{NAME}: --justification: {thin}; nothing was written", file=sys.stderr)
         return EXIT_UNREADABLE
     revised = RevisedCriterion(tolerance=criterion.tolerance, justification=justification.strip())
     try:

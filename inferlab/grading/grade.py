@@ -196,6 +196,7 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, 
     from inferlab.grading.recompute import check_flags, lock_conformance
     from inferlab.grading.reference import compare_reference
     from inferlab.grading.requirements import requirement_checks
+    from inferlab.grading.stale_report import stale_report_problems
     from inferlab.verify import verify_run
 
     verified = verify_run(view)
@@ -205,6 +206,7 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, 
     lock = lock_conformance(view, root)
     flags = check_flags(view, harness, root, lock)
     integrity += flags.integrity + (harness.lines() if rubric.grader_source == "integrity" else [])
+    integrity += stale_report_problems(view)  # report --check: a page the records do not say is integrity
     if rename:
         integrity = [line.replace(*rename) for line in integrity]
         completeness = [line.replace(*rename) for line in completeness]

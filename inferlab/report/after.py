@@ -95,6 +95,17 @@ class AfterPage:
         self.manifest_now = manifest_sha256(view)
         self.findings = {entry.get("seq"): entry_findings(view.directory, entry, self.manifest_now)
                          for entry in view.addenda} if view.directory is not None else {}
+        self._problems: Optional[list[str]] = None
+
+    @property
+    def problems(self) -> list[str]:
+        """What verify says of the addenda (inferlab.verify.addenda), once: empty when every addendum is intact
+        and listed. `report --after` exits 1 when it is not."""
+        if self._problems is None:
+            from inferlab.verify.addenda import addenda_problems
+
+            self._problems = addenda_problems(self.view)
+        return self._problems
 
     def origin(self, entry: dict, in_full: bool = True) -> str:
         """Where an addendum comes from, as its ledger says, and whether it is intact now (why not, in_full)."""
@@ -257,8 +268,6 @@ class AfterPage:
 
     def every_addendum(self) -> list[str]:
         """Every ledger entry with its state now, and what verify says of the addenda."""
-        from inferlab.verify.addenda import addenda_problems
-
         lines = ["## Every addendum (added after the session)", ""]
         if not self.view.addenda:
             lines += ["Nothing has been attached to this run.", ""]
@@ -266,7 +275,7 @@ class AfterPage:
             rows = [[str(e.get("seq")), text_cell(e.get("kind")), self.origin(e, in_full=False)]
                     for e in self.view.addenda]
             lines += table(["seq", "kind", "kept as"], rows) + [""]
-        problems = addenda_problems(self.view)
+        problems = self.problems
         if problems:
             lines += ["**What `verify` says of the addenda:**", ""] + [f"- {text_cell(p)}" for p in problems] + [""]
         return lines

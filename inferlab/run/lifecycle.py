@@ -171,12 +171,15 @@ class Ending:
 def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
               pid: int, hostname: str, clock: Callable[[], str] = utc_now,
               surroundings: Optional[Surroundings] = None,
-              stamp: Callable[[], int] = time.perf_counter_ns) -> "Run":
+              stamp: Callable[[], int] = time.perf_counter_ns, process_start: Optional[dict] = None) -> "Run":
     """Claim a new record dir (record_dir, or a new folder under runs_dir) and open the run's files in it.
 
-    The claim is the run's first write; RecordDirError says why a folder cannot be used.
+    The claim is the run's first write; RecordDirError says why a folder cannot be used. process_start is
+    pid's start (inferlab.live_claim.start_identity), recorded so that a later process given the same pid is
+    not taken for this session.
     """
-    claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command)
+    claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command,
+                               process_start=process_start)
     if runs_dir is not None:
         name = options.run_dir_name(invocation.specimen["name"], invocation.mode == "plan")
         record_dir = claim_new_run_dir(Path(runs_dir), name, claim)
