@@ -248,7 +248,14 @@ def generation_trials(view: RunView) -> list[str]:
                      jstr(record.get("text_with_special")), jstr(record.get("eos_positions")),
                      ms(record.get("elapsed_s")), cache_cell, str(record.get("seq"))])
     return table(["#", "trial", "status", "stop", "generated ids", "text with special tokens", "EOS at", "generate ms",
-                  "fresh generation cache", "seq"], rows) + [""]
+                  "fresh generation cache", "seq"], rows) + ["", tables.shared_seed_sentence(), "",
+                                                             GENERATE_MS_NOTE, ""]
+
+
+GENERATE_MS_NOTE = (
+    "*generate ms* is the wall clock around one whole `generate()` call. Every trial asks for `output_logits` and "
+    "`output_scores`, so copying each step's raw logits and processed scores runs inside the timed `generate()`: "
+    "these durations are not Part 5's timing, and are not comparable with it.")
 
 
 def first_step(view: RunView) -> list[str]:

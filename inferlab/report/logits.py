@@ -2,7 +2,7 @@
 
 The report reads the tensors the run saved; nothing here runs a model. Selection rules follow the
 transformers 4.57.1 processors the trials used (TemperatureLogitsWarper divides by T;
-TopPLogitsWarper keeps the smallest set of most probable ids whose mass exceeds top_p, at least one).
+TopPLogitsWarper keeps the smallest set of most probable ids whose mass reaches top_p, at least one).
 """
 
 from __future__ import annotations

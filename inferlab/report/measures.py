@@ -142,6 +142,24 @@ def timing_rows(view: RunView) -> list[list[str]]:
     return rows
 
 
+def throughput_line(view: RunView) -> Optional[str]:
+    """Per condition the throughput n/(t_n - t0) of its measured trials, median of the per-trial values [min–max],
+    with that convention named (the protocol allows another, total tokens over total time, which differs)."""
+    parts = [f"{condition_label(prompt_id, use_cache)} {spread([throughput(t) for t in trials], tokens_per_s)}"
+             for (prompt_id, use_cache), trials in measured_trials(view).items()]
+    if not parts:
+        return None
+    n = protocol.TIMING_NEW_TOKENS
+    return (f"Throughput {n}/(t{n} − t0) in tokens per second, the median of the per-trial values [min{DASH}max] "
+            "(not total tokens over total time, a convention that gives another number); it includes the prompt: "
+            + "; ".join(parts) + ".")
+
+
+def tokens_per_s(value: Any) -> str:
+    """A rate in tokens per second, one decimal."""
+    return f"{value:.1f}" if is_number(value) else MISSING
+
+
 def median(values: list) -> Optional[float]:
     """The median of the numbers among values, or None."""
     numbers = [v for v in values if is_number(v)]
@@ -150,18 +168,14 @@ def median(values: list) -> Optional[float]:
 
 def weight_read_rows(view: RunView) -> tuple[Optional[dict], list[list[str]]]:
     """(the weight_read record or None, rows): per condition the measured post-first interval beside the time one
-    pass reading the decode step's weights took in this run. No row relates the two beyond their ratio."""
+    pass reading the decode step's weights took in this run. No row relates the two: their ratio would read like a
+    bound on the step, and a cache-off step feeds the whole sequence, so it reads more than one pass's worth."""
     record = view.first("weight_read")
     if record is None:
         return None, []
     seconds = [s for s in record.get("seconds") or [] if is_number(s)]
-    read_s = median(seconds)
-    rows = []
-    for (prompt_id, use_cache), trials in measured_trials(view).items():
-        intervals = [post_first_interval(t) for t in trials]
-        measured = median(intervals)
-        rows.append([condition_label(prompt_id, use_cache), spread(intervals), spread(seconds),
-                     f"{measured / read_s:.2f}" if measured and read_s else "-"])
+    rows = [[condition_label(prompt_id, use_cache), spread([post_first_interval(t) for t in trials]), spread(seconds)]
+            for (prompt_id, use_cache), trials in measured_trials(view).items()]
     return record, rows
 
 

@@ -60,7 +60,8 @@ def section_trials(view: RunView, labels: tables.Labels) -> list[str]:
              + ")." + (" The text is made up by construction (a synthetic specimen)." if view.synthetic else
                        " " + BASE_MODEL_TEXT), ""]
     lines += table(["#", "trial", "stop", "tokens", "same ids as", "text", "ids"], tables.trial_rows(view, labels))
-    return lines + [""]
+    return lines + ["", tables.shared_seed_sentence(), ""]
+
 
 
 def section_repeatability(view: RunView) -> list[str]:
@@ -81,7 +82,8 @@ def section_first_step(view: RunView) -> list[str]:
     lines = ["## First-step distribution", "",
              "What the selection settings acted on: the raw first-step logits the run saved "
              "(`tensors/first_step_logits.safetensors`, G's trial per prompt), turned into probabilities here in "
-             "float64. Top-p keeps the smallest set of most probable ids whose mass exceeds p.", ""]
+             "float64. Top-p keeps the smallest set of most probable ids whose mass reaches p "
+             "(at least p; the id that brings it there is the last one kept).", ""]
     distribution = tables.first_step_distribution(view)
     rows, vocab = [], None
     for row in distribution:
@@ -199,6 +201,8 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
     else:
         lines.append(f"No measured timing trial ({labels.gap('timing_trial')}).")
     lines += [""]
+    throughput = measures.throughput_line(view)
+    lines += [throughput, ""] if throughput else []
     lines += section_weight_read(view)
     phases = measures.phase_rows(view)
     if phases:
@@ -244,9 +248,10 @@ def section_weight_read(view: RunView) -> list[str]:
              f"{measures.cache_levels(record.get('caches'))}. The weights fit in the largest: {fit_text}. "
              f"{text_cell(record.get('note'))}.", "",
              "Nothing in this run measures where the rest of a step's time goes, so this report does not explain "
-             "the difference between the two columns.", ""]
+             "the difference between the two columns, and sets no ratio of them: it would bound nothing (a "
+             "cache-off step feeds the whole sequence, not one token).", ""]
     lines += table(["condition", f"mean post-first interval ms, median [min{DASH}max]",
-                    f"one weight pass ms, median [min{DASH}max]", "interval / pass"], rows)
+                    f"one weight pass ms, median [min{DASH}max]"], rows)
     return lines + [""]
 
 
@@ -314,6 +319,9 @@ def section_limitations(view: RunView) -> list[str]:
         "The cache tolerance is a diagnostic for this backend and dtype, not a universal guarantee.",
         "RSS is process-wide; a lifetime peak cannot be reset and isolates no cache increment.",
         "The profiling loop keeps selecting after EOS; those ids are not responses.",
+        "A generation trial's `generate()` duration (" + see("Generation trials in full") + ") includes copying every "
+        "step's raw logits and processed scores for `output_logits` and `output_scores`: they run inside the timed "
+        "`generate()`, so it is no measurement of generation speed; Part 5's instrumented loop is.",
         "Every forward runs one small hook that checks inference mode and the model's training flag (the "
         "`forward_mode` of each record); it is inside the timed loop too, identical for both cache paths, and not "
         "subtracted.",

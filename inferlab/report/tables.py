@@ -53,6 +53,15 @@ def _inactive(value: Any, zero_means: Optional[str] = None) -> str:
     return num(value)
 
 
+def shared_seed_sentence() -> str:
+    """Why two conditions run with one seed can look alike: the seed, not their settings (both pages say it)."""
+    sampled = [name for name, condition in protocol.CONDITIONS.items() if condition.do_sample]
+    return (f"Conditions run with the same seed share the random draws: each sampling trial resets the generator to "
+            f"its seed, so {', '.join(sampled[:-1])} and {sampled[-1]} with seed {protocol.SEEDS[0]} draw the same "
+            "random numbers. Where their ids or texts look alike, that can come from the shared draws, not because "
+            "their settings agree; compare a condition's seeds with one another, not only with another condition's.")
+
+
 def conditions_table(view: RunView) -> tuple[list[str], list[list[str]]]:
     """G/S1/S2/S3 with their selection rule, temperature, top-p, top-k, seeds and number of trials."""
     recorded = recorded_protocol(view)
