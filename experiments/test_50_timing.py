@@ -17,7 +17,7 @@ def schedule_param(trial):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
 def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, forward_window, record):
-    from inferlab import decode_loop, forward_mode, inputs, memory
+    from inferlab import cache_check, decode_loop, forward_mode, inputs, memory
     from inferlab.messages import capture_messages
 
     encoded = encoded_prompts[trial.prompt_id]
@@ -52,9 +52,10 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
     )
     times = result.token_times_ns
     assert all(a < b for a, b in zip(times, times[1:])) and result.t_start_ns <= result.t_prefill_done_ns <= times[0]
-    assert result.last_logits_shape[1] == protocol.LOGITS_TO_KEEP, (
-        f"logits_to_keep={protocol.LOGITS_TO_KEEP}: expected 1 position, the forward returned {result.last_logits_shape}"
-    )
+    # The prefill's shape is the one that tells: a cache-on step's forward feeds one token whatever logits_to_keep is.
+    kept = cache_check.loop_logits_to_keep(result.prefill_logits_shape, result.last_logits_shape,
+                                           protocol.LOGITS_TO_KEEP, model.config.vocab_size)
+    assert kept["ok"], f"logits against logits_to_keep={protocol.LOGITS_TO_KEEP}: {kept}"
     assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
 
 

@@ -42,6 +42,7 @@ class LoopResult:
     eos_token_ids: list[int]
     eos_positions: list[int]
     last_logits_shape: list[int]
+    prefill_logits_shape: list[int]  # the prefill forward's: the one forward whose length logits_to_keep shortens
     cache: Any = field(default=None, repr=False)  # final cache (cache on), for inspection after timing
 
     @property
@@ -96,6 +97,7 @@ class LoopResult:
                 if self.eos_positions else "no EOS selected"
             ),
             "last_logits_shape": list(self.last_logits_shape),
+            "prefill_logits_shape": list(self.prefill_logits_shape),
             "clock": "time.perf_counter_ns (monotonic)",
             "stopping_rule": protocol.TIMING_STOPPING_RULE,
         }
@@ -175,8 +177,8 @@ def run_greedy_loop(
     cache = DynamicCache(config=model.config) if use_cache else None  # fresh cache for every trial
 
     t_start = clock()
-    # 1) prefill: the whole prompt, one forward
-    out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
+    # 1) prefill: the whole prompt, one forward (kept by name too: its logits shape is read after t_n)
+    prefill = out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
     t_prefill_done = clock()
     # 2) first selection (not a forward)
     tokens[0, prompt_length] = out.logits[0, -1].argmax()
@@ -205,6 +207,7 @@ def run_greedy_loop(
         eos_token_ids=eos,
         eos_positions=[i for i, token in enumerate(generated) if token in eos],
         last_logits_shape=list(out.logits.shape),
+        prefill_logits_shape=list(prefill.logits.shape),
         cache=out.past_key_values if use_cache else None,
     )
 
