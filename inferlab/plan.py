@@ -102,6 +102,29 @@ def plan_totals(entries: list[dict]) -> dict:
     return {name: totals.get(name, 0) for name in protocol.CAPS}
 
 
+def planned_forwards(budget: Optional[dict]) -> int:
+    """The most forwards of the model a test with this budget may run: one per selection for a generation trial (an
+    EOS stops it sooner) and a timing trial (exactly that many), the cache test's declared forwards, one per new
+    token per batching call, and for any other spending all it declares; a test without a budget none."""
+    budget = budget or {}
+    category = budget.get("category")
+    if category in ("generation", "timing_warmup", "timing_measured"):
+        return budget.get("selections", 0)
+    if category == "cache":
+        return budget.get("forwards", 0)
+    if category == "batching":
+        return budget.get("forwards", budget.get("calls", 0) * protocol.MAX_NEW_TOKENS)
+    if category is None:
+        return 0
+    return budget.get("forwards", 0) + budget.get("calls", 0) + budget.get("selections", 0)
+
+
+def forward_budget(entries: list[dict]) -> dict:
+    """The plan's forward totals: {"at_most": the session's most forwards, "by_test": {node id: its most}}."""
+    by_test = {planned["test"]: planned_forwards(planned.get("budget")) for planned in entries}
+    return {"at_most": sum(by_test.values()), "by_test": by_test}
+
+
 def named_experiment_paths(args: Iterable[str], invocation_dir: Path, experiments_root: Path) -> tuple[list[str], bool]:
     """The command-line paths inside experiments/ when the folder as a whole was not named; node ids named?"""
     root = Path(experiments_root).resolve()

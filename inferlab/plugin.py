@@ -209,6 +209,18 @@ def pytest_runtest_setup(item):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The forwards each experiment test ran, setup and teardown included, from the session's forward watch."""
+    run = get_run(item.config)
+    before = run.forwards_counted() if run is not None else 0
+    try:
+        return (yield)
+    finally:
+        if run is not None and is_experiment(item):
+            run.forwards_by_test[item.nodeid] = run.forwards_counted() - before
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
     run = get_run(item.config)
@@ -361,13 +373,17 @@ def verification(acquisition):
 
 
 @pytest.fixture(scope="session")
-def loaded_specimen(acquisition, specimen_spec, thread_controls):
+def loaded_specimen(request, acquisition, specimen_spec, thread_controls):
     """The model and tokenizer, loaded once from the verified directory with the protocol's controls, and the
     watch on every forward of the model (inferlab.forward_mode)."""
     from inferlab import forward_mode, loading
 
     loaded = loading.load_specimen(acquisition["directory"], specimen_spec)
-    return {**loaded, "forward_watch": forward_mode.ForwardWatch(loaded["model"])}
+    watch = forward_mode.ForwardWatch(loaded["model"])
+    run = get_run(request.config)
+    if run is not None:  # the session's forward count, reconciled with the plan at its end
+        run.forward_watch = watch
+    return {**loaded, "forward_watch": watch}
 
 
 @pytest.fixture

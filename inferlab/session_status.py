@@ -195,6 +195,42 @@ def session_end_fields(*, exit_status: int, exit_code_name: str, signals: list[s
     }
 
 
+FORWARDS_HOW = ("the session's forward watch (inferlab.forward_mode) counted every forward of the model; the plugin "
+                "read its count at the start and end of each test, and the plan's budgets give each test's most "
+                "(inferlab.plan.planned_forwards)")
+
+
+def reconcile_forwards(counted: int, by_test: dict, budget: dict) -> dict:
+    """session_end's `forward_reconciliation`: every forward of the session against the plan's forward totals.
+
+    counted: the forwards the watch saw in the whole session; by_test: {node id: forwards counted while it ran};
+    budget: plan.forward_budget of the planned schedule. A forward outside every test, a test over its budget, or
+    a session over the plan's total is a problem, each line naming both numbers; any problem is a failed
+    harness-integrity fact (failure_kind). Fewer forwards than the most is no problem: an EOS stops a generation.
+    """
+    allowed = budget.get("by_test") or {}
+    accounted = sum(by_test.values())
+    problems = []
+    if counted != accounted:
+        problems.append(f"forwards: the session ran {counted}, its tests ran {accounted}: "
+                        f"{counted - accounted} ran outside every test")
+    if counted > budget.get("at_most", 0):
+        problems.append(f"forwards: the session ran {counted}, the plan allows at most {budget.get('at_most', 0)}")
+    for nodeid, forwards in by_test.items():
+        if forwards > allowed.get(nodeid, 0):
+            problems.append(f"forwards: {nodeid} ran {forwards}, the plan allows it at most {allowed.get(nodeid, 0)}")
+    return {"counted": counted, "accounted_by_tests": accounted, "planned_at_most": budget.get("at_most", 0),
+            "by_test": {nodeid: {"forwards": forwards, "planned_at_most": allowed.get(nodeid, 0)}
+                        for nodeid, forwards in by_test.items() if forwards or allowed.get(nodeid, 0)},
+            "ok": not problems, "problems": problems, "how": FORWARDS_HOW}
+
+
+def forwards_failed(end: dict) -> bool:
+    """Whether session_end's forward reconciliation found a forward the plan does not account for."""
+    reconciliation = end.get("forward_reconciliation")
+    return isinstance(reconciliation, dict) and reconciliation.get("ok") is False
+
+
 CHECK_KINDS = ("integrity", "diagnostic")  # a harness-integrity check, or a protocol diagnostic (its failure a finding)
 
 
@@ -204,6 +240,8 @@ def failure_kind(end: dict, outcome_counts: dict) -> Optional[str]:
     failed. A session_end without failures_by_check_kind (an older one) counts every failure as the harness's."""
     by_kind = end.get("failures_by_check_kind")
     failed = int(outcome_counts.get("failed") or 0) + int(outcome_counts.get("error") or 0)
+    if forwards_failed(end):  # a harness-integrity fact of the whole session, whatever the tests said
+        return "harness"
     if isinstance(by_kind, dict) and failed and failed == sum(by_kind.get(k, 0) for k in CHECK_KINDS):
         return "harness" if by_kind.get("integrity") else "findings"
     if failed or end.get("exit_code_name") not in ("OK", None):
@@ -219,10 +257,16 @@ def failure_clause(end: dict, outcome_counts: dict) -> str:
         count = by_kind.get("diagnostic", 0)
         return (f"; the protocol ran and found {count} finding(s): failed protocol diagnostic(s), kept with their "
                 f"evidence; no harness-integrity check failed")
+    clause = ""
     if kind == "harness" and by_kind.get("integrity"):
-        return (f"; the HARNESS FAILED: {by_kind['integrity']} harness-integrity check(s) failed or errored, so its "
-                f"results cannot be trusted until the cause is fixed")
-    return ""
+        clause = (f"; the HARNESS FAILED: {by_kind['integrity']} harness-integrity check(s) failed or errored, so its "
+                  f"results cannot be trusted until the cause is fixed")
+    if forwards_failed(end):
+        problems = end["forward_reconciliation"].get("problems") or ["no problem named"]
+        more = f", and {len(problems) - 1} more" if len(problems) > 1 else ""
+        clause += (f"; the HARNESS FAILED its forward count ({problems[0]}{more}: session_end forward_reconciliation), "
+                   f"so the run did not keep to the plan's budget")
+    return clause
 
 
 def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:

@@ -28,7 +28,7 @@ from inferlab import session_status
 from inferlab.checks import CheckLedger, first_line
 from inferlab.cli import spelled
 from inferlab.interrupts import SignalWatch
-from inferlab.plan import EXPERIMENTS_DIR, Schedule, TestFacts
+from inferlab.plan import EXPERIMENTS_DIR, Schedule, TestFacts, forward_budget
 from inferlab.plan import entry as plan_entry
 from inferlab.records import (
     MANIFEST_FILE,
@@ -214,6 +214,8 @@ class Run:
         self.environment: Optional[dict] = None  # as found at the start: the environment the run used
         self.predictions: Optional[dict] = None
         self.thread_request: Optional[dict] = None  # set by the thread controls, before any torch computation
+        self.forward_watch = None  # the watch on every forward of the model (forward_mode), once it is loaded
+        self.forwards_by_test: dict = {}  # node id -> forwards the watch counted while that test ran
         self.network_guard: Optional[contextlib.ExitStack] = None  # held open for the session with --offline
         self.publish: Callable[[dict], None] = self.store  # the record hook; its default implementation is store
         self.on_manifest: Callable[[dict], None] = lambda manifest: None  # the manifest hook
@@ -328,6 +330,18 @@ class Run:
         self.ledger.update(facts.nodeid, facts.provides, outcome, phase, reason)
         return record
 
+    def forwards_counted(self) -> int:
+        """Every forward of the model so far (0 before it is loaded)."""
+        return self.forward_watch.forwards if self.forward_watch is not None else 0
+
+    def forward_reconciliation(self, collect_only: bool) -> Optional[dict]:
+        """Every forward of the session against the plan's forward totals; None for a plan or a collection."""
+        if self.invocation.mode == "plan" or collect_only:
+            return None
+        entries = (self.schedule.plan or {}).get("schedule") or []
+        return session_status.reconcile_forwards(self.forwards_counted(), dict(self.forwards_by_test),
+                                                 forward_budget(entries))
+
     # --- the end -------------------------------------------------------------------------------
 
     def end_session(self, facts: SessionFacts) -> dict:
@@ -348,7 +362,8 @@ class Run:
             partial_reasons=self.schedule.partial_reasons(),
             optional_notes=self.schedule.status.get("optional_left_out", []),
             outcome_counts=self.outcomes.counts, failures_by_check_kind=dict(self.outcomes.failed_by_check_kind),
-            environment_changed=self.ending.environment_changed)
+            environment_changed=self.ending.environment_changed,
+            forward_reconciliation=self.forward_reconciliation(facts.collect_only))
         self.ending.session_end = end
         self.emit("session_end", None, end)
         return end

@@ -3,7 +3,7 @@ session_end record against the records, plan.json against the protocol, and a pl
 
 from __future__ import annotations
 
-from inferlab import protocol
+from inferlab import plan, protocol, session_status
 from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE
 from inferlab.runview import bracket_id
 from inferlab.verify.checker import Checker
@@ -112,6 +112,7 @@ def check_session_end(checker: Checker) -> None:
         checker.problem(f"session_end: the environment changed during the run ({'; '.join(map(str, changed))}): "
                         f"the source hashes and versions in {MANIFEST_FILE} were taken at its start and may not "
                         f"describe the code that ran")
+    check_forwards(checker, end)
     if checker.manifest is not None and checker.manifest.get("complete") != end.get("complete") \
             and not checker.final_records_missing:
         checker.problem(f"{MANIFEST_FILE}: complete is {checker.manifest.get('complete')!r} but session_end says "
@@ -136,3 +137,42 @@ def check_plan_folder(checker: Checker) -> None:
     if checker.plan is not None:
         for violation in protocol.cap_violations(checker.plan.get("totals") or {}):
             checker.problem(f"{PLAN_FILE}: {violation}")
+
+
+def check_forwards(checker: Checker, end: dict) -> None:
+    """session_end's forward_reconciliation, recomputed from its counts and plan.json's budgets: each problem it
+    finds is a failed harness-integrity fact, and no record's forward window may hold more than its test ran."""
+    reconciliation = end.get("forward_reconciliation")
+    if end.get("collect_only"):
+        return
+    if not isinstance(reconciliation, dict):
+        checker.not_checked.append("the session's forward count: session_end has no forward_reconciliation (a run "
+                                   "written before it was recorded)")
+        return
+    counted, by_test = reconciliation.get("counted"), reconciliation.get("by_test")
+    if not isinstance(counted, int) or not isinstance(by_test, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("forwards"), int) for v in by_test.values()):
+        checker.problem(f"session_end: forward_reconciliation holds no usable counted and by_test counts: "
+                        f"{reconciliation!r:.200}")
+        return
+    forwards = {nodeid: entry["forwards"] for nodeid, entry in by_test.items()}
+    entries = (checker.plan or {}).get("schedule") or []
+    budget = plan.forward_budget(entries)
+    expected = session_status.reconcile_forwards(counted, {k: v for k, v in forwards.items() if v}, budget)
+    if checker.plan is not None:
+        if reconciliation.get("planned_at_most") != expected["planned_at_most"]:
+            checker.problem(f"session_end: forward_reconciliation planned_at_most is "
+                            f"{reconciliation.get('planned_at_most')!r}, {PLAN_FILE}'s budgets give "
+                            f"{expected['planned_at_most']}")
+        if reconciliation.get("ok") is not expected["ok"]:
+            checker.problem(f"session_end: forward_reconciliation says ok {reconciliation.get('ok')!r}, its counts "
+                            f"against {PLAN_FILE} give {expected['ok']}")
+    for line in expected["problems"] if checker.plan is not None else reconciliation.get("problems") or []:
+        checker.problem(f"session_end: harness integrity failed: {line}")
+    for record in checker.records:
+        window = record.get("forward_mode")
+        if isinstance(window, dict) and isinstance(window.get("forwards"), int) \
+                and window["forwards"] > forwards.get(record.get("test"), 0):
+            checker.problem(f"{RECORDS_FILE} seq {record.get('seq')}: its forward_mode counts {window['forwards']} "
+                            f"forwards, more than the {forwards.get(record.get('test'), 0)} the session counted for "
+                            f"its test {record.get('test')}")

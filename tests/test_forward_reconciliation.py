@@ -1,0 +1,162 @@
+"""Issue 33 part 6 b: every forward of a session, counted by the forward watch, reconciled with the plan's forward
+totals at its end (session_end's forward_reconciliation), and rechecked by verify. A mismatch is a failed
+harness-integrity fact named with both numbers."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from inferlab import plan, protocol, session_status
+from inferlab.verify import verify_run
+
+from fixtures_records import RunBuilder, all_nodeids, generation_nodeid
+from fixture_runs import runs, shared  # noqa: F401 (fixtures)
+
+complete = shared("complete", "complete", "The shared complete run in memory.", in_memory=True)
+
+MEMORY_TEST = "experiments/test_60_memory.py::test_parameter_storage"
+BATCHING_TEST = "experiments/test_70_batching.py::test_batching_calls"
+FIRST_TRIAL = generation_nodeid(protocol.generation_trials()[0])
+# 26 trials x 16 + 24 timing trials x 16 + the cache test's 16 + 4 batching calls x 16 new tokens
+COMPLETE_PLAN_AT_MOST = 26 * 16 + 24 * 16 + 16 + 4 * 16
+
+
+def entries_of(tests) -> list[dict]:
+    return [{"index": i, "test": nodeid, "budget": budget} for i, (nodeid, budget) in enumerate(tests)]
+
+
+def test_the_plans_forward_totals_give_each_test_its_most():
+    budget = plan.forward_budget(entries_of(all_nodeids()))
+    assert budget["at_most"] == COMPLETE_PLAN_AT_MOST
+    assert budget["by_test"][FIRST_TRIAL] == protocol.MAX_NEW_TOKENS
+    assert budget["by_test"][BATCHING_TEST] == 4 * protocol.MAX_NEW_TOKENS
+    assert budget["by_test"]["experiments/test_40_cache.py::test_matched_prefix"] == 16
+    assert budget["by_test"][MEMORY_TEST] == 0  # no budget: no forward
+
+
+def test_fewer_forwards_than_planned_reconcile():
+    """An EOS stops a generation early: under the budget is no problem."""
+    budget = plan.forward_budget(entries_of(all_nodeids()))
+    found = session_status.reconcile_forwards(9, {FIRST_TRIAL: 9, MEMORY_TEST: 0}, budget)
+    assert found["ok"] and found["problems"] == [] and found["planned_at_most"] == COMPLETE_PLAN_AT_MOST
+    assert found["by_test"][FIRST_TRIAL] == {"forwards": 9, "planned_at_most": 16}
+
+
+def test_a_forward_outside_the_plan_is_named_with_both_numbers():
+    budget = plan.forward_budget(entries_of(all_nodeids()))
+    found = session_status.reconcile_forwards(18, {FIRST_TRIAL: 16, MEMORY_TEST: 1}, budget)
+    assert not found["ok"]
+    assert found["problems"] == [
+        "forwards: the session ran 18, its tests ran 17: 1 ran outside every test",
+        f"forwards: {MEMORY_TEST} ran 1, the plan allows it at most 0",
+    ]
+    over = session_status.reconcile_forwards(COMPLETE_PLAN_AT_MOST + 1, {FIRST_TRIAL: COMPLETE_PLAN_AT_MOST + 1},
+                                             budget)
+    assert f"forwards: the session ran {COMPLETE_PLAN_AT_MOST + 1}, the plan allows at most " \
+           f"{COMPLETE_PLAN_AT_MOST}" in over["problems"]
+
+
+def test_the_session_end_of_a_session_with_an_unplanned_forward_says_the_harness_failed(tmp_path):
+    """Through the lifecycle, as a session ends: the watch's count and the per-test counts the plugin keeps."""
+    builder = RunBuilder(tmp_path / "run", "standin", True, current_format=True, report=False)
+    builder.write_plan([(FIRST_TRIAL, {"category": "generation", "selections": 16}), (MEMORY_TEST, None)])
+    builder.run.forward_watch = types.SimpleNamespace(forwards=17)
+    builder.run.forwards_by_test = {FIRST_TRIAL: 16, MEMORY_TEST: 1}
+    builder.outcome(FIRST_TRIAL)
+    builder.outcome(MEMORY_TEST)
+    end = builder.end_session()
+    reconciliation = end["forward_reconciliation"]
+    assert reconciliation["counted"] == 17 and reconciliation["planned_at_most"] == 16 and not reconciliation["ok"]
+    assert session_status.failure_kind(end, {"passed": 2}) == "harness"
+    assert session_status.outcome_suffix(end, {"passed": 2}) == "-partial-failed"  # two tests: partial
+    assert "the HARNESS FAILED its forward count (forwards: the session ran 17, the plan allows at most 16" \
+        in end["status"]
+
+
+def test_a_session_within_its_plan_ends_with_its_count_recorded(tmp_path):
+    builder = RunBuilder(tmp_path / "run", "standin", True, current_format=True, report=False)
+    builder.write_plan([(FIRST_TRIAL, {"category": "generation", "selections": 16})])
+    builder.run.forward_watch = types.SimpleNamespace(forwards=12)
+    builder.run.forwards_by_test = {FIRST_TRIAL: 12}
+    builder.outcome(FIRST_TRIAL)
+    end = builder.end_session()
+    assert end["forward_reconciliation"]["ok"] and end["forward_reconciliation"]["counted"] == 12
+    assert "forward count" not in end["status"]
+
+
+# --- verify --------------------------------------------------------------------------------------------------
+
+
+def with_reconciliation(data, counted: int, by_test: dict, ok=None):
+    """The run in memory with session_end's forward_reconciliation made from these counts (ok forged if given)."""
+    budget = plan.forward_budget(data.plan["schedule"])
+
+    def change(records):
+        end = next(r for r in records if r["kind"] == "session_end")
+        end["forward_reconciliation"] = session_status.reconcile_forwards(counted, by_test, budget)
+        if ok is not None:
+            end["forward_reconciliation"].update(ok=ok, problems=[])
+        return records
+
+    return data.changed(change).view()
+
+
+def test_verify_accepts_a_session_within_its_plan(complete):
+    assert verify_run(with_reconciliation(complete, 16, {FIRST_TRIAL: 16}))["problems"] == []
+
+
+def test_verify_names_a_session_over_its_plan_as_a_harness_failure(complete):
+    at_most = plan.forward_budget(complete.plan["schedule"])["at_most"]
+    problems = verify_run(with_reconciliation(complete, at_most + 3, {FIRST_TRIAL: at_most + 3}))["problems"]
+    assert f"session_end: harness integrity failed: forwards: the session ran {at_most + 3}, the plan allows at " \
+           f"most {at_most}" in problems
+    assert f"session_end: harness integrity failed: forwards: {FIRST_TRIAL} ran {at_most + 3}, the plan allows it " \
+           f"at most 16" in problems
+
+
+def test_verify_recomputes_a_reconciliation_forged_to_say_ok(complete):
+    problems = verify_run(with_reconciliation(complete, 20, {FIRST_TRIAL: 17, MEMORY_TEST: 1}, ok=True))["problems"]
+    assert any("forward_reconciliation says ok True, its counts against plan.json give False" in p for p in problems)
+    assert any("ran outside every test" in p for p in problems)
+
+
+def test_verify_catches_a_record_whose_forward_window_exceeds_its_tests_count(complete):
+    def change(records):
+        trial = next(r for r in records if r["kind"] == "generation")
+        trial["forward_mode"] = {"forwards": 16, "violation_count": 0, "violations": []}
+        return records
+
+    problems = verify_run(with_reconciliation(complete.changed(change), 12, {FIRST_TRIAL: 12}))["problems"]
+    assert any("its forward_mode counts 16 forwards, more than the 12 the session counted for its test" in p
+               for p in problems), problems
+
+
+def test_verify_says_an_older_run_without_a_reconciliation_is_not_checked(complete):
+    def change(records):
+        next(r for r in records if r["kind"] == "session_end").pop("forward_reconciliation", None)
+        return records
+
+    result = verify_run(complete.changed(change).view())
+    assert result["problems"] == []
+    assert any("session's forward count" in line for line in result["not_checked"])
+
+
+# --- a real session -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_a_real_session_counts_every_forward_and_keeps_to_its_plan(standin_run):
+    from shared_runs import records
+
+    found = records(standin_run)
+    end = next(r for r in found if r["kind"] == "session_end")
+    reconciliation = end["forward_reconciliation"]
+    windows = sum(r["forward_mode"]["forwards"] for r in found if isinstance(r.get("forward_mode"), dict))
+    assert reconciliation["ok"], reconciliation["problems"]
+    assert reconciliation["counted"] == reconciliation["accounted_by_tests"] == windows > 0
+    assert reconciliation["planned_at_most"] == COMPLETE_PLAN_AT_MOST
+    timing = [v["forwards"] for t, v in reconciliation["by_test"].items() if "test_timing_trial[" in t]
+    assert timing == [protocol.TIMING_NEW_TOKENS] * len(protocol.timing_schedule())
