@@ -94,14 +94,28 @@ def test_decode_step_weight_read(model, record):
 @pytest.mark.records("loop_vs_generate")
 @pytest.mark.diagnostic
 @pytest.mark.requires("model_inspection", "inputs")
-def test_loop_matches_generate(inferlab_run, record):
-    """The loop's cache-on selections equal generate()'s greedy ones for P1, up to generate's EOS stop."""
-    check = summaries.loop_vs_generate(inferlab_run.records_of("timing_trial"), inferlab_run.records_of("generation"))
-    record("loop_vs_generate", **check)
+def test_loop_matches_generate(model, inferlab_run, forward_window, record):
+    """The loop's cache-on selections equal generate()'s greedy ones for P1, up to generate's EOS stop. The other
+    timing prompts have no generate() call in the budget: for each, the inputs the loop fed at every step of its
+    first measured cache-on trial equal those generate()'s own preparation builds for the same ids (no forward)."""
+    from inferlab import loop_check
+
+    trials = inferlab_run.records_of("timing_trial")
+    check = summaries.loop_vs_generate(trials, inferlab_run.records_of("generation"))
+    inputs = {}
+    for prompt_id in sorted(check.get("not_compared") or []):
+        trial = next((t for t in summaries.completed(trials)
+                      if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]), None)
+        if trial is not None:
+            inputs[prompt_id] = loop_check.loop_inputs_match_generate(model, prompt_id, trial["prompt_ids"],
+                                                                      trial["generated_ids"], trial["schedule_id"])
+    record("loop_vs_generate", **check, inputs_vs_generate=inputs, forward_mode=forward_window.summary())
     assert check["equal"], (
         f"loop ids {check['loop_ids']} vs generate ids {check['generate_ids']}: first difference at "
         f"{check['first_difference']}"
     )
+    unequal = {prompt_id: found["first_difference"] for prompt_id, found in inputs.items() if not found["equal"]}
+    assert not unequal, f"the loop's inputs against generate()'s preparation: {unequal}"
 
 
 @pytest.mark.records("timing_summary")

@@ -160,6 +160,22 @@ def tokens_per_s(value: Any) -> str:
     return f"{value:.1f}" if is_number(value) else MISSING
 
 
+def loop_inputs_lines(check: dict) -> list[str]:
+    """One bullet per timing prompt whose loop inputs were checked against generate()'s own preparation."""
+    found = check.get("inputs_vs_generate") if isinstance(check.get("inputs_vs_generate"), dict) else {}
+    lines = []
+    for prompt_id, result in found.items():
+        result = result if isinstance(result, dict) else {}
+        difference = result.get("first_difference") if isinstance(result.get("first_difference"), dict) else None
+        lines.append(f"- Loop against `generate()` for {text_cell(prompt_id)} ({text_cell(result.get('trial'))}): no "
+                     "`generate()` call of this prompt is in the budget, so the inputs of each of its "
+                     f"{num(result.get('steps'))} forwards are compared with those `generate()`'s own preparation "
+                     f"builds for the same ids, with no forward run: equal: {yes_no(result.get('equal'))}"
+                     + (f", first difference at step {num(difference.get('step'))} in "
+                        f"`{text_cell(difference.get('field'))}`" if difference else "") + ".")
+    return lines
+
+
 def median(values: list) -> Optional[float]:
     """The median of the numbers among values, or None."""
     numbers = [v for v in values if is_number(v)]

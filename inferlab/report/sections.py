@@ -214,6 +214,7 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
                      f"over {num(check.get('compared_length'))} ids: {yes_no(check.get('equal'))}"
                      + (f", first difference at token {check['first_difference'] + 1}"
                         if isinstance(check.get("first_difference"), int) else "") + ".")
+        lines += measures.loop_inputs_lines(check)
     for record in view.kind("cache_divergence"):
         lines.append(f"- Free-running cache on vs off, {text_cell(record.get('prompt_id'))}: "
                      + (f"**diverged**, first at token {record['first_divergence'] + 1}; these timings then no longer "
