@@ -160,3 +160,4 @@ def test_a_real_session_counts_every_forward_and_keeps_to_its_plan(standin_run):
     assert reconciliation["planned_at_most"] == COMPLETE_PLAN_AT_MOST
     timing = [v["forwards"] for t, v in reconciliation["by_test"].items() if "test_timing_trial[" in t]
     assert timing == [protocol.TIMING_NEW_TOKENS] * len(protocol.timing_schedule())
+

@@ -264,6 +264,21 @@ def test_an_environment_changed_during_the_run_heads_a_run_that_otherwise_passed
     assert "source_sha256: experiments/test_40_cache.py" in headline(page)
 
 
+def test_a_forward_count_over_the_plan_heads_a_run_that_otherwise_passed(complete):
+    """Issue 33 part 6 b: a failed harness-integrity fact of the whole session, never 'every planned test passed'."""
+    from inferlab import plan, session_status
+
+    budget = plan.forward_budget(complete.plan["schedule"])
+    trial = next(t for t in budget["by_test"] if "test_generation_trial[" in t)
+    over = session_status.reconcile_forwards(budget["at_most"] + 1, {trial: budget["at_most"] + 1}, budget)
+    found, page = judged(complete.rich(session_end={"forward_reconciliation": over}))
+    assert found.kind == "forwards_unreconciled" and "passed" not in found.kinds
+    assert (f"forwards: the session ran {budget['at_most'] + 1}, the plan allows at most {budget['at_most']}"
+            in found.headline)
+    within = session_status.reconcile_forwards(16, {trial: 16}, budget)
+    assert judged(complete.rich(session_end={"forward_reconciliation": within}))[0].kind == "passed"
+
+
 def test_every_kind_has_a_test_here():
     source = Path(__file__).read_text()
     for kind in verdicts.KINDS:

@@ -19,7 +19,8 @@ from inferlab.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView
 
 # In order of precedence: the first that applies is the headline, the others follow it as facts.
 KINDS = ("plan_only", "collect_only", "records_damaged", "finish_abandoned", "not_finished", "interrupted", "stopped_early", "partial",
-         "missing_outcomes", "acquisition_failed", "environment_changed", "integrity_failed", "diagnostic_failed",
+         "missing_outcomes", "acquisition_failed", "environment_changed", "integrity_failed", "forwards_unreconciled",
+         "diagnostic_failed",
          "skipped", "unexpected_exit", "passed")
 MEASURED_KINDS = ("input", "generation", "cache_comparison", "timing_trial", "memory", "batching")
 ACQUISITION_KIND = "artifact_acquisition"  # its producer's failure is the headline's subject, not a second finding
@@ -151,9 +152,17 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
             f"**{_plural(len(integrity), 'harness-integrity check')} failed**: the files, controls, plan "
             "or a trial's execution are not as the protocol requires, so results that depend on them cannot be "
             "trusted until the cause is fixed.")
+    reconciliation = (end or {}).get("forward_reconciliation")
+    if isinstance(reconciliation, dict) and reconciliation.get("ok") is False:
+        problems = [str(p) for p in reconciliation.get("problems") or []] or ["no problem named"]
+        statements["forwards_unreconciled"] = (
+            "**The session's forward count does not match its plan** (" + "; ".join(problems[:3]) +
+            ("; …" if len(problems) > 3 else "") + "; `session_end` `forward_reconciliation`): a harness-integrity "
+            "fact, so the run did not keep to the protocol's budget and its results cannot be trusted until the "
+            "cause is fixed.")
     if failing[DIAGNOSTIC]:
         lead = ("every harness-integrity check that ran passed" if not integrity
-                else "read them after the integrity failure is fixed")
+                and "forwards_unreconciled" not in statements else "read them after the integrity failure is fixed")
         statements["diagnostic_failed"] = (
             f"**{_plural(len(failing[DIAGNOSTIC]), 'protocol diagnostic')} failed**, and {lead}. A failed "
             "diagnostic is a finding about the computation, kept with its evidence; it does not mean the harness "
