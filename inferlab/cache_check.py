@@ -272,6 +272,8 @@ def run_matched_prefix(
             "same_prefix": prefix_c == prefix_u,
             "vocab_dim_cached": logits_c.shape[-1] == vocab_size,
             "vocab_dim_uncached": logits_u.shape[-1] == vocab_size,
+            # each uncached forward feeds its whole prefix, so each shows whether logits_to_keep held
+            "uncached_logits_to_keep": logits_to_keep_check(shape_u, logits_to_keep, vocab_size)["ok"],
             "finite": stats["finite_a"] and stats["finite_b"],
             "cache_length_matches_prefix": cache_length == len(prefix_c),
             **alignment,

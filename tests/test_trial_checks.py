@@ -52,6 +52,25 @@ def test_a_trial_whose_forwards_ignore_logits_to_keep_is_caught_at_its_prefill(m
     assert kept["prefill"]["expected_shape"] == [1, protocol.LOGITS_TO_KEEP, vocab]
 
 
+def test_the_cache_test_checks_logits_to_keep_on_every_uncached_forward_not_only_the_first(monkeypatch):
+    """Each uncached forward feeds a whole prefix: one that ignores logits_to_keep after the first is caught."""
+    model = tiny_gpt_neox(seed=0)
+    real_forward = model.forward
+    calls = []
+
+    def full_after_the_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second uncached forward (prompt + y1)
+            kwargs["logits_to_keep"] = 0
+        return real_forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", full_after_the_first)
+    result, _ = cache_check.run_matched_prefix(model, PROMPT, [3, 4, 5])
+    assert all(check["ok"] for check in result["prefill_logits_to_keep"].values())  # the first forwards could not tell
+    assert [p["checks"]["uncached_logits_to_keep"] for p in result["prefixes"]] == [True, False, True]
+    assert not result["prefixes"][1]["passed"] and not result["passed"]
+
+
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
 def test_an_honest_trial_passes_the_check_on_both_forwards(prompt, use_cache):
     model = tiny_gpt_neox(seed=0)
