@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol, session_status, summaries
-from inferlab.plan import EXPERIMENTS_DIR, TestFacts, selection_of
+from inferlab.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of
 from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
 from inferlab.run import lifecycle, writers
 
@@ -582,8 +582,9 @@ def with_check_kinds(records: list[dict]) -> list[dict]:
     return records
 
 
-def session_end_record(records: list[dict], **overrides) -> dict:
-    """A session_end record consistent with the outcomes in `records`, made by the harness's writer.
+def session_end_record(records: list[dict], schedule: Optional[list] = None, **overrides) -> dict:
+    """A session_end record consistent with the outcomes in `records`, made by the harness's writer; its forward
+    reconciliation is a fixture session's (no forward) against `schedule`, plan.json's (default: the complete one).
 
     Overrides that are the writer's inputs (exit_status, exit_code_name, signals, stop_reason, collect_only,
     partial_reasons) go through it, so what follows from them (interrupted, stopped_early, complete, status)
@@ -600,7 +601,10 @@ def session_end_record(records: list[dict], **overrides) -> dict:
         with_outcome={r["test"] for r in outcomes}, partial_reasons=overrides.get("partial_reasons", []),
         optional_notes=[], outcome_counts=counts,
         failures_by_check_kind=collections.Counter(r.get("check_kind", "integrity") for r in outcomes
-                                                   if r["outcome"] in ("failed", "error")))
+                                                   if r["outcome"] in ("failed", "error")),
+        # as a fixture session ends it: no model, so no forward counted, against the plan's forward totals
+        forward_reconciliation=session_status.reconcile_forwards(0, {}, forward_budget(
+            schedule if schedule is not None else [{"test": t, "budget": b} for t, b in all_nodeids()])))
     fields.update(overrides)
     return _envelope("session_end", None, **fields)
 

@@ -203,8 +203,8 @@ def partial_sampling_run(directory: Path) -> Path:
 
     def drop(records):
         kept = [r for r in records if r["kind"] in ("plan",) or keep in (r.get("test") or "")]
-        return kept + [session_end_record(kept, protocol_complete=False, partial_reasons=reasons, complete=False,
-                                          tests_without_outcome=[])]
+        return kept + [session_end_record(kept, plan["schedule"], protocol_complete=False, partial_reasons=reasons,
+                                          complete=False, tests_without_outcome=[])]
 
     rewrite_records(directory, drop)
     return rerender(as_the_session_ends(directory))  # and its report as that session rendered it

@@ -487,8 +487,8 @@ def partial_run(directory: Path, left_out: str) -> None:
                 record.update(summaries.cache_divergence(trials, record["prompt_id"]))
             elif record["kind"] == "loop_vs_generate":
                 record.update(summaries.loop_vs_generate(trials, generations, record["prompt_id"]))
-        return kept + [session_end_record(kept, protocol_complete=False, partial_reasons=reasons, complete=False,
-                                          tests_without_outcome=[])]
+        return kept + [session_end_record(kept, plan["schedule"], protocol_complete=False, partial_reasons=reasons,
+                                          complete=False, tests_without_outcome=[])]
 
     rewrite_records(directory, drop)
     edit_manifest(directory, complete=False)
