@@ -174,7 +174,7 @@ def test_the_aa_noise_is_the_gap_between_prefill_with_and_without_the_cache():
     first = noise["per_prompt"][0]
     assert first["samples"] == "uncontended" and first["cache_on"]["n"] == first["cache_off"]["n"] == 5
     lines = "\n".join(timing_evidence.noise_lines(view_of(records)))
-    assert "This run's noise floor: **±10.0%**" in lines and "apart by 10.0%" in lines
+    assert "This run's noise: **±10.0%**" in lines and "apart by 10.0%" in lines
 
 
 def test_an_effect_within_the_noise_is_this_run_cannot_tell():

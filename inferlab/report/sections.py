@@ -200,7 +200,10 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
                         f"median [min{DASH}max], all samples", f"median [min{DASH}max], uncontended only"], rows)
     else:
         lines.append(f"No measured timing trial ({labels.gap('timing_trial')}).")
-    lines += [""] + timing_evidence.noise_lines(view) + timing_evidence.verdict_lines(view)
+    lines += [""]
+    noise, verdicts = timing_evidence.noise_lines(view), timing_evidence.verdict_lines(view)
+    if noise:  # one paragraph: the noise, then the verdicts measured against it
+        lines += [noise[0] + (verdicts[0] if verdicts else "")] + (verdicts[1:] if verdicts else [""])
     lines += section_weight_read(view)
     phases = measures.phase_rows(view)
     if phases:

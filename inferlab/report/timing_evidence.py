@@ -106,15 +106,15 @@ def contention_lines(view: RunView) -> list[str]:
                      if found["contended"] else "") + ".")
     after = next((r for r in view.kind("timing_machine") if r.get("point") == "after"), None)
     share = (after or {}).get("cpu_pressure_share_during")
-    lines = [f"**Did each sample have the CPU?** Each trial reads its thread's CPU time and context switches at the "
-             f"ends of its spans only, never between tokens; {usage_cost(view)}. Rule ({where}): {text_cell(rule)}. "
-             + marked + (" Each trial's CPU share in schedule order is plotted below." if found["uncontended"]
-                         or found["contended"] else ""), "",
-             f"- Machine before the timing trials: {_machine_cell(declaration)}.",
-             f"- After: {_machine_cell(after)}."
-             + (f" Some task waited for a CPU during {share:.0%} of the time between the two readings "
-                "(/proc/pressure/cpu)." if is_number(share) else ""), ""]
-    return lines
+    machine = ""
+    if declaration or after:
+        machine = (f" The machine before the timing trials: {_machine_cell(declaration)}; after: {_machine_cell(after)}."
+                   + (f" Some task waited for a CPU during {share:.0%} of the time between the two readings "
+                      "(/proc/pressure/cpu)." if is_number(share) else ""))
+    return [f"**Did each sample have the CPU?** Each trial reads its thread's CPU time and context switches at the "
+            f"ends of its spans only, never between tokens; {usage_cost(view)}. Rule ({where}): {text_cell(rule)}. "
+            + marked + (" Each trial's CPU share in schedule order is plotted below." if found["uncontended"]
+                        or found["contended"] else "") + machine, ""]
 
 
 def _group_text(group: dict) -> str:
@@ -138,8 +138,8 @@ def noise_lines(view: RunView) -> list[str]:
     figure = noise["noise_fraction"]
     return [f"**This run's noise (A/A).** Prefill with and without the cache is the same forward over the same ids "
             f"(the cache-on path also keeps its keys and values), so their difference is noise: " + "; ".join(parts)
-            + ". This run's noise floor: " + (f"**±{figure:.1%}**" if is_number(figure) else MISSING)
-            + " (the larger of the two); an effect within it is not a finding.", ""]
+            + ". This run's noise: " + (f"**±{figure:.1%}**" if is_number(figure) else MISSING)
+            + " (the larger of the two); an effect within it is not a finding."]
 
 
 def verdict_items(view: RunView) -> list[str]:
@@ -167,13 +167,13 @@ def verdict_items(view: RunView) -> list[str]:
 
 
 def verdict_lines(view: RunView) -> list[str]:
-    """The verdict paragraph of the Timing section."""
+    """The verdict paragraph of the Timing section (it follows noise_lines' paragraph, on the same line)."""
     items = verdict_items(view)
     if not items:
         return []
-    return ["**Did the cache make this run faster?** Each effect (median without / median with the cache − 1, from "
+    return [" **Did the cache make this run faster?** Each effect (median without / median with the cache − 1, from "
             f"the uncontended samples, at least {protocol.VERDICT_MIN_UNCONTENDED} a side) is claimed only when it "
-            "exceeds the noise floor and the two ranges do not overlap:", ""] + [f"- {item}." for item in items] + [""]
+            "exceeds this run's noise and the two ranges do not overlap:", ""] + [f"- {item}." for item in items] + [""]
 
 
 def short_verdicts(view: RunView) -> str:
