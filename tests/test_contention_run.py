@@ -183,3 +183,10 @@ def test_the_run_verifies_and_a_forged_uncontended_flag_is_caught(busy_run, tmp_
     problems = verify_run(forge(busy_run["run"], tmp_path / "no-readings", drop_readings))["problems"]
     assert any(f"{BUSY[1]}]: contended, contention_reasons, cpu_evidence without the raw cpu_readings" in p
                for p in problems), problems
+
+    def quiet_after(records):
+        record = next(r for r in records if r["kind"] == "timing_machine" and r.get("point") == "after")
+        record["trial_counts"].update(contended=0, contended_ids=[])
+
+    problems = verify_run(forge(busy_run["run"], tmp_path / "quiet-after", quiet_after))["problems"]
+    assert any("trial_counts: recorded" in p for p in problems), problems

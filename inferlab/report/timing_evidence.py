@@ -85,7 +85,7 @@ def usage_cost(view: RunView) -> str:
     record = view.first("clock_overhead") or {}
     if not is_number(record.get("usage_per_read_ns")):
         return "their cost was not measured in this run"
-    return (f"each costs ≈ {record['usage_per_read_ns'] / 1e3:.2f} µs (clock_overhead seq {record.get('seq')}); "
+    return (f"one reading costs ≈ {record['usage_per_read_ns'] / 1e3:.2f} µs (clock_overhead seq {record.get('seq')}); "
             f"{num(record.get('usage_reads_per_trial'))} per trial, {num(record.get('usage_reads_inside_loop'))} of "
             "them inside loop_s (after the prefill, before the first selection)")
 

@@ -66,6 +66,11 @@ def _declared_rule(recheck: Recheck) -> None:
     if first:
         recheck.checker.problem(f"inconsistent: {label(declared)}: the contention rule was declared after "
                                 f"{len(first)} timing trial(s), not before the first")
+    for after in (r for r in recheck.view.kind("timing_machine") if r.get("point") == "after"):
+        recheck.expect(after, "trial_counts", contention.contention_counts(recheck.before("timing_trial", after)),
+                       "the timing trials before it (contention.contention_counts)")
+        recheck.expect(after, "cpu_pressure_share_during", contention.pressure_between(declared, after),
+                       "the CPU pressure totals of the two timing_machine records (contention.pressure_between)")
 
 
 def _trial(recheck: Recheck, record: dict) -> bool:
