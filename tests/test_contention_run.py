@@ -181,7 +181,7 @@ def test_the_run_verifies_and_a_forged_uncontended_flag_is_caught(busy_run, tmp_
         record["contended"] = False
 
     problems = verify_run(forge(busy_run["run"], tmp_path / "no-readings", drop_readings))["problems"]
-    assert any(f"{BUSY[1]}]: contended, contention_reasons, cpu_evidence without the raw cpu_readings" in p
+    assert any(f"{BUSY[1]}]: cpu_evidence, contended, contention_reasons without the raw cpu_readings" in p
                for p in problems), problems
 
     def quiet_after(records):
@@ -190,3 +190,10 @@ def test_the_run_verifies_and_a_forged_uncontended_flag_is_caught(busy_run, tmp_
 
     problems = verify_run(forge(busy_run["run"], tmp_path / "quiet-after", quiet_after))["problems"]
     assert any("trial_counts: recorded" in p for p in problems), problems
+
+    def looser_rule(records):
+        record = next(r for r in records if r["kind"] == "timing_machine" and r.get("point") == "before")
+        record["contention_rule"]["min_cpu_share"] = 0.1
+
+    problems = verify_run(forge(busy_run["run"], tmp_path / "looser-rule", looser_rule))["problems"]
+    assert any("contention_rule.min_cpu_share: recorded 0.1, recomputed 0.9" in p for p in problems), problems
