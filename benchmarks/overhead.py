@@ -4,7 +4,7 @@ Usage (from the repository root):  python -m benchmarks.overhead [--rounds N] [-
 
 In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then over N interleaved
 rounds (the order rotates each round) time one complete 16-selection greedy run of
-  (a) run_greedy_loop   (cache on, timestamps),
+  (a) run_greedy_loop   (cache on, timestamps and the thread-usage readings at the ends of its spans),
   (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
   (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
 each measured from outside with perf_counter_ns and divided by the number of selections.
@@ -28,7 +28,7 @@ import torch
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inferlab import machine, protocol  # noqa: E402
+from inferlab import contention, machine, protocol  # noqa: E402
 from inferlab.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
 MIN_ROUNDS = 7
@@ -112,7 +112,11 @@ def main(argv=None) -> int:
     for name in names:
         values = per_token_ns[name]
         print(f"{name:>12}: median {medians[name] / 1e3:9.2f} us/token  min {min(values) / 1e3:9.2f}  max {max(values) / 1e3:9.2f}")
+    usage = contention.usage_read_cost(10_000)
+    print(f"thread-usage reading ({contention.usage_sources()}): {usage['usage_per_read_ns'] / 1e3:.2f} us per read, "
+          f"3 per trial, 1 of them inside the timed loop")
     result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds)
+    result["usage_read_cost"] = {**usage, "sources": contention.usage_sources()}
     machine.append_result(result, args.results)
     print(f"result appended to {args.results}")
     print(f"overhead_ratio={result['overhead_ratio']:.3f} generate_ratio={result['generate_ratio']:.3f}")

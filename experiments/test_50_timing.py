@@ -13,6 +13,22 @@ def schedule_param(trial):
     return pytest.param(trial, marks=[budget], id=trial.test_id)
 
 
+@pytest.mark.records("timing_machine")
+def test_machine_before_timing(record):
+    """The machine just before the first timing trial, and the contention rule every trial will be judged by,
+    declared here before any trial runs (as the cache tolerance is before any error)."""
+    from inferlab import contention
+
+    state = contention.machine_state()
+    rule = protocol.CONTENTION_RULE
+    record("timing_machine", point="before", **state, usage_sources=contention.usage_sources(),
+           contention_rule={"min_cpu_share": rule.min_cpu_share,
+                            "max_involuntary_switches": rule.max_involuntary_switches, "rule": rule.describe()},
+           verdict_min_uncontended=protocol.VERDICT_MIN_UNCONTENDED)
+    unexplained = contention.unexplained_readings(state)
+    assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
+
+
 @pytest.mark.records("timing_trial", "phase")
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
@@ -57,6 +73,21 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
                                            protocol.LOGITS_TO_KEEP, model.config.vocab_size)
     assert kept["ok"], f"logits against logits_to_keep={protocol.LOGITS_TO_KEEP}: {kept}"
     assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
+
+
+@pytest.mark.records("timing_machine")
+def test_machine_after_timing(inferlab_run, record):
+    """The machine just after the last timing trial, with how many trials the declared rule marked contended."""
+    from inferlab import contention
+
+    state = contention.machine_state()
+    counts = contention.contention_counts(inferlab_run.records_of("timing_trial"))
+    before = next((r for r in inferlab_run.records_of("timing_machine") if r.get("point") == "before"), None)
+    record("timing_machine", point="after", **state, trial_counts=counts,
+           cpu_pressure_share_during=contention.pressure_between(before, state) if before else None)
+    unexplained = contention.unexplained_readings(state)
+    assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
+    assert before is not None, "no timing_machine record from before the timing trials"
 
 
 def _effective_threads():

@@ -93,13 +93,17 @@ def _tensor_agreement(view_a: RunView, view_b: RunView) -> list[dict]:
 TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
 
 
-def _timing_medians(records: list[dict]) -> dict:
-    """Per (prompt, use_cache): the median of each metric over the measured (non-warmup) trials."""
+def _timing_medians(records: list[dict], uncontended_only: bool = False) -> dict:
+    """Per (prompt, use_cache): the median of each metric over the measured (non-warmup) trials; with
+    uncontended_only, over those the declared contention rule did not mark (a trial without evidence is left out)."""
+    from inferlab.contention import trial_contended
     from inferlab.summaries import median_min_max, post_first_interval
 
     values: dict = collections.defaultdict(lambda: collections.defaultdict(list))
     for record in records:
         if record.get("kind") != "timing_trial" or record.get("warmup"):
+            continue
+        if uncontended_only and trial_contended(record) is not False:
             continue
         key = (record.get("prompt_id"), record.get("use_cache"))
         for metric in TIMING_METRICS:
@@ -201,14 +205,21 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
                         for t in protocol.generation_trials()]
     timing_order = [(t.schedule_index, t.test_id) for t in protocol.timing_schedule()]
     medians_a, medians_b = _timing_medians(a.records), _timing_medians(b.records)
+    clean_a, clean_b = _timing_medians(a.records, True), _timing_medians(b.records, True)
+
+    def ratio_of(x, y):
+        return y / x if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x > 0 else None
+
     ratios = []
     for prompt_id, use_cache in timing_combinations():
         key = (prompt_id, use_cache)
         for metric in TIMING_METRICS:
             x, y = medians_a.get(key, {}).get(metric), medians_b.get(key, {}).get(metric)
-            ratio = y / x if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x > 0 else None
+            cx, cy = clean_a.get(key, {}).get(metric), clean_b.get(key, {}).get(metric)
             ratios.append({"prompt_id": prompt_id, "use_cache": use_cache, "metric": metric,
-                           "median_dir1": x, "median_dir2": y, "ratio_dir2_over_dir1": ratio})
+                           "median_dir1": x, "median_dir2": y, "ratio_dir2_over_dir1": ratio_of(x, y),
+                           "uncontended_median_dir1": cx, "uncontended_median_dir2": cy,
+                           "uncontended_ratio_dir2_over_dir1": ratio_of(cx, cy)})
     return {
         "dir1": str(a.directory),
         "dir2": str(b.directory),
@@ -217,10 +228,19 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
         "timing_ids": _id_agreement(timing_rows(a), timing_rows(b), timing_order),
         "tensors": _tensor_agreement(a, b),
         "timing_ratios": ratios,
+        "timing_contention": {"dir1": _contention(a), "dir2": _contention(b)},
         "artifacts": _artifact_differences(a.records, b.records),
         "acquisition": _acquisition(a.records, b.records),
         "environment": _environment_differences(a.manifest, b.manifest),
     }
+
+
+def _contention(view: RunView) -> dict:
+    """Each run's contended trials under the declared rule, and its A/A noise floor (inferlab.contention)."""
+    from inferlab import contention
+
+    trials = view.kind("timing_trial")
+    return {**contention.contention_counts(trials), "noise_fraction": contention.run_noise(trials)["noise_fraction"]}
 
 
 SHOWN_CHARS = 100  # a value longer than this is cut in the text (compare()'s result keeps it whole)
@@ -254,10 +274,20 @@ def format_compare(result: dict) -> str:
         lines.append(f"  {row['file']}[{row['key']}]  max_abs_diff={_fmt(row['max_abs_diff'])}  {row['status']}")
     lines += ["", "timing: per-condition medians of the measured trials, ratio DIR2/DIR1 (two runs of the same code "
               "differ by chance, more so on a shared machine: a ratio away from 1 is no finding by itself)"]
+    contention = result.get("timing_contention") or {}
+    for name in ("dir1", "dir2"):
+        found = contention.get(name)
+        if found:
+            noise = found.get("noise_fraction")
+            lines.append(f"  {name}: {found['contended']} of {found['trials']} timing trials contended, "
+                         f"{found['without_evidence']} without CPU evidence; A/A noise floor "
+                         + (f"±{noise:.1%}" if isinstance(noise, (int, float)) else "-")
+                         + (f"; contended: {', '.join(found['contended_ids'])}" if found["contended_ids"] else ""))
     for row in result["timing_ratios"]:
         cache = "cache_on " if row["use_cache"] else "cache_off"
         lines.append(f"  {row['prompt_id']:<5} {cache} {row['metric']:<27} dir1={_fmt(row['median_dir1'])} s  "
-                     f"dir2={_fmt(row['median_dir2'])} s  ratio={_fmt(row['ratio_dir2_over_dir1'])}")
+                     f"dir2={_fmt(row['median_dir2'])} s  ratio={_fmt(row['ratio_dir2_over_dir1'])}  "
+                     f"uncontended ratio={_fmt(row.get('uncontended_ratio_dir2_over_dir1'))}")
     artifacts = result.get("artifacts") or []
     equal = sum(1 for row in artifacts if row["equal"])
     lines += ["", f"artifacts (sha256 and size of every file each run verified): {equal} of {len(artifacts)} equal"]

@@ -9,6 +9,10 @@ Boundaries (time.perf_counter_ns, monotonic): t_start just before the prefill fo
 when the prefill forward has returned its next-token logits (CPU: no device sync needed);
 t_1..t_n right after each argmax selection. Input buffers are prepared before t_start (like
 tokenization); converting results to lists happens after t_n.
+
+The thread's own usage (CPU time, voluntary and involuntary context switches: inferlab.contention) is read at
+the ends of the spans only, never between tokens: just before t_start, just after t_prefill_done (the one read
+inside loop_s, before the first selection) and just after t_n.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, Iterable, Optional, Union
 import torch
 from transformers import DynamicCache, GenerationConfig
 
-from inferlab import protocol
+from inferlab import contention, protocol
 from inferlab.sampling import build_generation_config
 from inferlab.summaries import first_divergence, post_first_interval_s
 
@@ -43,6 +47,7 @@ class LoopResult:
     eos_positions: list[int]
     last_logits_shape: list[int]
     prefill_logits_shape: list[int]  # the prefill forward's: the one forward whose length logits_to_keep shortens
+    cpu_readings: dict = field(default_factory=dict)  # {start, prefill_done, end}: contention.READING_FIELDS each
     cache: Any = field(default=None, repr=False)  # final cache (cache on), for inspection after timing
 
     @property
@@ -100,6 +105,17 @@ class LoopResult:
             "prefill_logits_shape": list(self.prefill_logits_shape),
             "clock": "time.perf_counter_ns (monotonic)",
             "stopping_rule": protocol.TIMING_STOPPING_RULE,
+            **self.contention_fields(),
+        }
+
+    def contention_fields(self) -> dict:
+        """The raw usage readings and what the declared rule derives from them (contention.trial_evidence)."""
+        return {
+            "cpu_readings": {point: list(values) for point, values in self.cpu_readings.items()},
+            "cpu_reading_fields": list(contention.READING_FIELDS),
+            "cpu_usage_sources": contention.usage_sources(),
+            **contention.trial_evidence(self.cpu_readings, self.t_start_ns, self.t_prefill_done_ns,
+                                        self.token_times_ns[-1]),
         }
 
 
@@ -174,12 +190,15 @@ def run_greedy_loop(
     tokens, prompt_length = buffers.tokens, buffers.prompt_length
     times = [0] * new_tokens
     clock = time.perf_counter_ns
+    usage_at_start, usage_at_end = contention.usage_reader()
     cache = DynamicCache(config=model.config) if use_cache else None  # fresh cache for every trial
 
+    usage_start = usage_at_start()
     t_start = clock()
     # 1) prefill: the whole prompt, one forward (kept by name too: its logits shape is read after t_n)
     prefill = out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
     t_prefill_done = clock()
+    usage_prefill = usage_at_end()
     # 2) first selection (not a forward)
     tokens[0, prompt_length] = out.logits[0, -1].argmax()
     times[0] = clock()
@@ -192,6 +211,7 @@ def run_greedy_loop(
             out = _forward(model, buffers, 0, end, None, False, logits_to_keep)
         tokens[0, end] = out.logits[0, -1].argmax()
         times[i] = clock()
+    usage_end = usage_at_end()
 
     generated = tokens[0, prompt_length:].tolist()
     eos = _eos_list(eos_token_id)
@@ -208,6 +228,7 @@ def run_greedy_loop(
         eos_positions=[i for i, token in enumerate(generated) if token in eos],
         last_logits_shape=list(out.logits.shape),
         prefill_logits_shape=list(prefill.logits.shape),
+        cpu_readings={"start": usage_start, "prefill_done": usage_prefill, "end": usage_end},
         cache=out.past_key_values if use_cache else None,
     )
 
@@ -243,11 +264,17 @@ def clock_reads_per_trial(new_tokens: int = protocol.TIMING_NEW_TOKENS) -> int:
     return 2 + new_tokens
 
 
+USAGE_READS_PER_TRIAL = 3  # before t_start, after t_prefill_done, after t_n
+USAGE_READS_INSIDE_LOOP = 1  # the one after t_prefill_done lies inside loop_s and TTFT (not inside prefill_s)
+
+
 CLOCK_OVERHEAD_READS = 200_000
 CLOCK_OVERHEAD_METHOD = (
     "{reads} consecutive calls of time.perf_counter_ns in a plain Python for loop, bracketed by two more "
     "reads; per_read_ns = elapsed_ns / reads. The loop's own iteration is included, so this bounds the cost "
-    "of one read from above. No model forward and no timed region is involved"
+    "of one read from above. No model forward and no timed region is involved. The thread-usage readings "
+    "(inferlab.contention.usage_reader) are timed the same way: {usage_pairs} start-and-end pairs, "
+    "usage_per_read_ns = usage_elapsed_ns / usage_reads"
 )
 
 
@@ -265,6 +292,8 @@ def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol
     elapsed = clock() - start
     per_read = elapsed / reads
     reads_per_trial = clock_reads_per_trial(new_tokens)
+    usage_pairs = max(1, reads // 20)  # a usage read is a system call: fewer of them give the same precision
+    usage = contention.usage_read_cost(usage_pairs)
     return {
         "clock": "time.perf_counter_ns",
         "reads": reads,
@@ -272,7 +301,12 @@ def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol
         "per_read_ns": per_read,
         "reads_per_trial": reads_per_trial,
         "per_trial_overhead_ns": per_read * reads_per_trial,
-        "method": CLOCK_OVERHEAD_METHOD.format(reads=reads),
+        **usage,
+        "usage_sources": contention.usage_sources(),
+        "usage_reads_per_trial": USAGE_READS_PER_TRIAL,
+        "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
+        "usage_inside_loop_ns": usage["usage_per_read_ns"] * USAGE_READS_INSIDE_LOOP,
+        "method": CLOCK_OVERHEAD_METHOD.format(reads=reads, usage_pairs=usage_pairs),
     }
 
 

@@ -1,4 +1,4 @@
-"""The report's three plots, drawn from records alone with matplotlib's Agg canvas (no display, no pyplot state).
+"""The report's four plots, drawn from records alone with matplotlib's Agg canvas (no display, no pyplot state).
 
 Each plot is available only when its records exist; plot_specs() says which and why, so the
 report can name a skipped plot without drawing anything. The plots are meant to survive a noisy
@@ -22,6 +22,7 @@ from inferlab.records import write_bytes_atomic
 TOKEN_TIMES_PNG = "plot_token_times.png"
 TTFT_INTERVAL_PNG = "plot_ttft_interval.png"
 CACHE_DIFF_PNG = "plot_cache_max_abs_diff.png"
+CPU_SHARE_PNG = "plot_cpu_share.png"
 CACHE_COLOURS = {True: "tab:blue", False: "tab:orange"}
 PARTIAL_PREFIX = "PARTIAL RUN"
 DPI = 100
@@ -45,6 +46,15 @@ def _prompt_length(trials: list[dict], prompt_id: str) -> str:
     return "/".join(str(n) for n in lengths)
 
 
+def trials_with_evidence(records: list[dict]) -> list[dict]:
+    """Completed timing trials (warmups included) whose loop span has a CPU share, in schedule order."""
+    from inferlab.contention import loop_cpu_share
+
+    found = [r for r in records if r.get("kind") == "timing_trial" and r.get("status", "ok") == "ok"
+             and loop_cpu_share(r) is not None and isinstance(r.get("loop_s"), (int, float))]
+    return sorted(found, key=lambda r: r.get("schedule_index", 0))
+
+
 def _cache_rows(records: list[dict]) -> list[dict]:
     return [r for r in records if r.get("kind") == "cache_comparison"
             and isinstance(r.get("prefix_length"), int) and isinstance(r.get("max_abs_diff"), (int, float))]
@@ -55,6 +65,7 @@ def plot_specs(records: list[dict]) -> list[dict]:
     measured = measured_timing_trials(records)
     with_ttft = [r for r in measured if isinstance(r.get("ttft_s"), (int, float))]
     comparisons = _cache_rows(records)
+    evidence = trials_with_evidence(records)
     return [
         {"name": "token_times", "file": TOKEN_TIMES_PNG, "section": "timing",
          "title": "Per-token time against token index, cache on and off, every measured trial",
@@ -64,6 +75,10 @@ def plot_specs(records: list[dict]) -> list[dict]:
          "title": "Local TTFT and mean post-first-token interval per condition (individual values)",
          "available": bool(with_ttft),
          "reason": None if with_ttft else "no measured timing_trial record with ttft_s"},
+        {"name": "cpu_share", "file": CPU_SHARE_PNG, "section": "timing",
+         "title": "Each timing trial in schedule order: its loop time, and the CPU share of its loop and prefill",
+         "available": bool(evidence),
+         "reason": None if evidence else "no timing_trial record with its thread's CPU readings"},
         {"name": "cache_max_abs_diff", "file": CACHE_DIFF_PNG, "section": "cache",
          "title": "Matched-prefix cache comparison: max abs diff, and max error as a fraction of each element's bound",
          "available": bool(comparisons),
@@ -220,6 +235,60 @@ def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optio
     return figure
 
 
+def draw_cpu_share(records: list[dict], path: Optional[Path], partial: Optional[str] = None):
+    """Two panels sharing the schedule index: each trial's loop time above, its spans' CPU share below, against the
+    declared rule's threshold; contended trials are drawn red, warmups hollow."""
+    from inferlab.contention import loop_cpu_share
+
+    trials = trials_with_evidence(records)
+    rule = protocol.CONTENTION_RULE
+    figure = _figure(11, 6.4)
+    top, bottom = figure.subplots(2, 1, sharex=True)
+    for use_cache in (True, False):
+        chosen = [r for r in trials if r.get("use_cache") is use_cache]
+        colour = CACHE_COLOURS[use_cache]
+        for warmup in (False, True):
+            group = [r for r in chosen if bool(r.get("warmup")) is warmup]
+            if not group:
+                continue
+            xs = [r.get("schedule_index", 0) for r in group]
+            label = f"cache {'on' if use_cache else 'off'}" + (" (warmup)" if warmup else "")
+            face = "none" if warmup else colour
+            top.scatter(xs, [r["loop_s"] * 1e3 for r in group], s=26, facecolors=face, edgecolors=colour, zorder=3,
+                        label=label)
+            bottom.scatter(xs, [loop_cpu_share(r) for r in group], s=26, facecolors=face, edgecolors=colour,
+                           zorder=3)
+    contended = [r for r in trials if r.get("contended") is True]
+    if contended:
+        xs = [r.get("schedule_index", 0) for r in contended]
+        top.scatter(xs, [r["loop_s"] * 1e3 for r in contended], marker="x", s=60, color="tab:red", zorder=4,
+                    label="contended (declared rule)")
+        bottom.scatter(xs, [loop_cpu_share(r) for r in contended], marker="x", s=60, color="tab:red", zorder=4)
+    prefill = [(r.get("schedule_index", 0), ((r.get("cpu_evidence") or {}).get("prefill") or {}).get("cpu_share"))
+               for r in trials]
+    prefill = [(x, y) for x, y in prefill if isinstance(y, (int, float))]
+    if prefill:
+        bottom.scatter([x for x, _ in prefill], [y for _, y in prefill], marker="_", s=80, color="black", zorder=2,
+                       label="prefill span's share")
+    bottom.axhline(rule.min_cpu_share, color="tab:red", linestyle="--",
+                   label=f"rule: contended below {rule.min_cpu_share:g}")
+    top.set_ylim(bottom=0)
+    top.set_ylabel("loop ms (axis from 0)")
+    top.set_title("Loop time per trial (16 selections, prefill included)")
+    shares = [loop_cpu_share(r) for r in trials] + [y for _, y in prefill]
+    bottom.set_ylim(0, max(1.05, max(shares, default=1) * 1.02))
+    bottom.set_ylabel("thread CPU time / wall time")
+    bottom.set_xlabel("schedule index (order the trials ran)")
+    bottom.set_title("CPU share of each trial's loop span (dots) and prefill span (bars)")
+    for axis in (top, bottom):
+        axis.grid(True, alpha=0.3)
+    _legend_below(figure, [top, bottom])
+    _title(figure, f"{len(trials)} timing trials, {len(contended)} contended", partial)
+    if path is not None:
+        _save(figure, path)
+    return figure
+
+
 def cache_floor(values: list[float], reference: float) -> float:
     """Where exact zeros are drawn on a log axis: a decade below the smallest non-zero value or the reference."""
     positive = [d for d in values if d > 0]
@@ -277,7 +346,8 @@ def draw_cache_diff(records: list[dict], path: Optional[Path], partial: Optional
     return figure
 
 
-DRAWERS = {"token_times": draw_token_times, "ttft_interval": draw_ttft_interval, "cache_max_abs_diff": draw_cache_diff}
+DRAWERS = {"token_times": draw_token_times, "ttft_interval": draw_ttft_interval, "cpu_share": draw_cpu_share,
+           "cache_max_abs_diff": draw_cache_diff}
 
 
 def write_plots(record_dir: Path, records: list[dict], partial: Optional[str] = None,

@@ -174,6 +174,38 @@ TIMING_STOPPING_RULE = (
 
 
 @dataclass(frozen=True)
+class ContentionRule:
+    """When a timed span did not have the CPU to itself: declared before any timing trial runs.
+
+    A span (a trial's loop, or its prefill) is contended when its thread's CPU time over its wall time is below
+    min_cpu_share, or when the thread was preempted (involuntary context switches) more than
+    max_involuntary_switches times inside it. A trial is contended when either of its spans is.
+    """
+
+    min_cpu_share: float
+    max_involuntary_switches: int
+
+    def describe(self) -> str:
+        return (f"a span is contended when its thread CPU time / wall time < {self.min_cpu_share:g} or its "
+                f"involuntary context switches > {self.max_involuntary_switches}; a trial is contended when its "
+                "loop span or its prefill span is; a contended sample is kept and shown, never dropped")
+
+    def span_contended(self, cpu_share: Optional[float], involuntary: Optional[int]) -> Optional[bool]:
+        """Whether one span is contended; None when neither reading exists (the evidence is unavailable)."""
+        if cpu_share is None and involuntary is None:
+            return None
+        return bool((cpu_share is not None and cpu_share < self.min_cpu_share)
+                    or (involuntary is not None and involuntary > self.max_involuntary_switches))
+
+
+# A single tick-level preemption by a kernel thread costs microseconds and leaves the share near 1; a competing
+# runnable process on the same CPU takes whole time slices (milliseconds), which the share sees at once.
+CONTENTION_RULE = ContentionRule(min_cpu_share=0.9, max_involuntary_switches=10)
+# The cache verdict needs this many uncontended samples per condition; with fewer, the run cannot tell.
+VERDICT_MIN_UNCONTENDED = 3
+
+
+@dataclass(frozen=True)
 class TimingTrial:
     """One run of the instrumented loop, in schedule order."""
 
@@ -292,6 +324,8 @@ def as_dict() -> dict:
         "timing_new_tokens": TIMING_NEW_TOKENS,
         "timing_stopping_rule": TIMING_STOPPING_RULE,
         "logits_to_keep": LOGITS_TO_KEEP,
+        "contention_rule": {**asdict(CONTENTION_RULE), "rule": CONTENTION_RULE.describe()},
+        "verdict_min_uncontended": VERDICT_MIN_UNCONTENDED,
         "batching_max_calls": BATCHING_MAX_CALLS,
         "caps": dict(CAPS),
         "totals": budget_totals(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional, Sequence
 
-from inferlab import protocol
+from inferlab import contention, protocol
 
 
 def median_min_max(values: Sequence) -> dict:
@@ -224,14 +224,31 @@ def timing_summary(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
         "throughput_convention": THROUGHPUT_CONVENTION,
         "units": "seconds; throughput in tokens per second",
     }
+    flags = [contention.trial_contended(t) for t in measured]
+    summary["contended_trials"] = [t["schedule_id"] for t, flag in zip(measured, flags) if flag is True]
+    summary["trials_without_evidence"] = [t["schedule_id"] for t, flag in zip(measured, flags) if flag is None]
+    summary["contention_rule"] = protocol.CONTENTION_RULE.describe()
     if not measured:
         return summary
-    summary["prefill_s"] = median_min_max([t["prefill_s"] for t in measured])
-    summary["ttft_s"] = median_min_max([t["ttft_s"] for t in measured])
-    summary["mean_post_first_interval_s"] = median_min_max([_trial_interval(t) for t in measured])
-    summary["loop_s"] = median_min_max([t["loop_s"] for t in measured])
-    summary["throughput_tok_s"] = median_min_max([throughput_including_prompt(t["token_times_s"]) for t in measured])
+    summary.update(_metric_summaries(measured))
+    clean = [t for t, flag in zip(measured, flags) if flag is False]
+    summary["uncontended"] = {
+        "label": "median [min, max] of the uncontended samples only; the figures above hold every sample",
+        "n": len(clean), "schedule_indices": [t["schedule_index"] for t in clean],
+        **(_metric_summaries(clean) if clean else {}),
+    }
     return summary
+
+
+def _metric_summaries(measured: list[dict]) -> dict:
+    """median_min_max of every timing metric over these trials (none is dropped)."""
+    return {
+        "prefill_s": median_min_max([t["prefill_s"] for t in measured]),
+        "ttft_s": median_min_max([t["ttft_s"] for t in measured]),
+        "mean_post_first_interval_s": median_min_max([_trial_interval(t) for t in measured]),
+        "loop_s": median_min_max([t["loop_s"] for t in measured]),
+        "throughput_tok_s": median_min_max([throughput_including_prompt(t["token_times_s"]) for t in measured]),
+    }
 
 
 def loop_vs_generate(trials: list[dict], generations: list[dict], prompt_id: str = "P1") -> dict:

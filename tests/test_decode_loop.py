@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from inferlab import protocol
+from inferlab import contention, protocol
 from inferlab import decode_loop
 from inferlab.cache_check import compare_vectors
 from inferlab.decode_loop import (
@@ -209,3 +209,48 @@ def test_record_is_json_ready(runs):
 def test_rejects_inputs_it_does_not_support(model, ids, mask):
     with pytest.raises(ValueError, match="decode loop"):
         run_greedy_loop(model, ids, mask, use_cache=True)
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
+def test_thread_usage_is_read_at_the_span_ends_only_never_between_tokens(model, prompt, monkeypatch, use_cache):
+    """The usage reads around the clock reads: one before t_start, one right after t_prefill_done, one after t_n."""
+    events = []
+    real_clock = decode_loop.time.perf_counter_ns
+    real_start, real_end = contention.usage_reader()
+
+    def clock():
+        events.append("clock")
+        return real_clock()
+
+    def reader():
+        def start():
+            events.append("usage")
+            return real_start()
+
+        def end():
+            events.append("usage")
+            return real_end()
+
+        return start, end
+
+    monkeypatch.setattr(decode_loop.time, "perf_counter_ns", clock)
+    monkeypatch.setattr(decode_loop.contention, "usage_reader", reader)
+    result = run_greedy_loop(model, *prompt, use_cache=use_cache)
+    assert events == ["usage", "clock", "clock", "usage"] + ["clock"] * N + ["usage"]
+    assert events.count("usage") == decode_loop.USAGE_READS_PER_TRIAL
+    record = result.to_record()
+    assert set(record["cpu_readings"]) == set(contention.READING_POINTS)
+    assert record["cpu_evidence"] == contention.recorded_evidence(record)["cpu_evidence"]
+    assert record["contended"] == contention.recorded_evidence(record)["contended"]
+    loop = record["cpu_evidence"]["loop"]
+    assert loop["wall_ns"] == result.token_times_ns[-1] - result.t_start_ns  # exactly the span of loop_s
+    if loop["cpu_ns"] is not None:
+        assert 0 < loop["cpu_ns"] <= loop["wall_ns"] + 200_000
+
+
+def test_clock_overhead_measures_the_usage_reads_too():
+    overhead = decode_loop.clock_overhead(reads=2_000)
+    assert overhead["usage_reads"] == 2 * (2_000 // 20) and overhead["usage_per_read_ns"] > 0
+    assert overhead["usage_reads_per_trial"] == 3 and overhead["usage_reads_inside_loop"] == 1
+    assert overhead["usage_inside_loop_ns"] == overhead["usage_per_read_ns"]
+    assert overhead["usage_sources"] == contention.usage_sources()

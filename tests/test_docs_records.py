@@ -111,7 +111,7 @@ def test_every_file_a_run_writes_is_documented(written_run):
         records.CLAIM_FILE, records.MANIFEST_FILE, records.PLAN_FILE, records.RECORDS_FILE, records.PREDICTIONS_FILE,
         records.REPORT_FILE, DETAILS_FILE)})
     expected.update({name: "a plot inferlab.plots draws" for name in
-                     (plots.TOKEN_TIMES_PNG, plots.TTFT_INTERVAL_PNG, plots.CACHE_DIFF_PNG)})
+                     (plots.TOKEN_TIMES_PNG, plots.TTFT_INTERVAL_PNG, plots.CPU_SHARE_PNG, plots.CACHE_DIFF_PNG)})
     expected.update({addenda.LEDGER_FILE: "the addenda ledger (inferlab.addenda)",
                      f"{addenda.ADDENDA_DIR}/": "the addenda's folder (inferlab.addenda)"})
     expected.update(tensor_files())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import protocol, summaries
+from inferlab import contention, protocol, summaries
 from inferlab.__main__ import main
 from inferlab.verify import verify_run
 
@@ -236,23 +236,43 @@ def test_a_trial_moved_in_time_runs_the_clock_backwards(standin_run, tmp_path):
 # --- what no file can expose (docs/trust.md) -----------------------------------------------------------------
 
 
-def test_timings_forged_consistently_are_not_caught_by_any_file(standin_run, tmp_path):
-    """Forgery 2: the P1 cache-on loops made twice as fast, every stamp, second and summary recomputed."""
-    def edit(records):
-        for trial in records:
-            if trial["kind"] == "timing_trial" and trial["prompt_id"] == "P1" and trial["use_cache"]:
-                start = trial["t_start_ns"]
-                halve = lambda t: start + (t - start) // 2  # noqa: E731
-                trial["t_prefill_done_ns"] = halve(trial["t_prefill_done_ns"])
-                trial["token_times_ns"] = [halve(t) for t in trial["token_times_ns"]]
-                times = trial["token_times_ns"]
-                trial.update(prefill_s=(trial["t_prefill_done_ns"] - start) / 1e9, ttft_s=(times[0] - start) / 1e9,
-                             loop_s=(times[-1] - start) / 1e9, token_times_s=[(t - start) / 1e9 for t in times],
-                             mean_post_first_interval_s=summaries.post_first_interval_s(times))
-        resummarize(records)
+def faster_p1_cache_on_loops(records: list[dict], cpu_too: bool) -> None:
+    """The P1 cache-on loops made faster: twice as fast with their thread CPU readings halved too (cpu_too), else
+    shrunk to half the CPU time the thread recorded, its readings left as measured. The derived contention fields
+    and every second and summary are recomputed with the project's own functions either way."""
+    for trial in records:
+        if trial["kind"] == "timing_trial" and trial["prompt_id"] == "P1" and trial["use_cache"]:
+            start = trial["t_start_ns"]
+            factor = 0.5 if cpu_too else contention.loop_cpu_share(trial) / 2
+            shrink = lambda t: start + int((t - start) * factor)  # noqa: E731
+            trial["t_prefill_done_ns"] = shrink(trial["t_prefill_done_ns"])
+            trial["token_times_ns"] = [shrink(t) for t in trial["token_times_ns"]]
+            times = trial["token_times_ns"]
+            trial.update(prefill_s=(trial["t_prefill_done_ns"] - start) / 1e9, ttft_s=(times[0] - start) / 1e9,
+                         loop_s=(times[-1] - start) / 1e9, token_times_s=[(t - start) / 1e9 for t in times],
+                         mean_post_first_interval_s=summaries.post_first_interval_s(times))
+            readings = trial["cpu_readings"]
+            if cpu_too:
+                first = readings["start"][0]
+                for point in ("prefill_done", "end"):
+                    readings[point][0] = first + (readings[point][0] - first) // 2
+            trial.update(contention.trial_evidence(readings, start, trial["t_prefill_done_ns"], times[-1]))
+    resummarize(records)
 
-    result = verify_run(forge(standin_run, tmp_path / "forged", edit))
+
+def test_timings_forged_consistently_are_not_caught_by_any_file(standin_run, tmp_path):
+    """Forgery 2: the P1 cache-on loops made twice as fast, every stamp, second, CPU reading and summary
+    recomputed."""
+    result = verify_run(forge(standin_run, tmp_path / "forged", lambda r: faster_p1_cache_on_loops(r, True)))
     assert result["problems"] == []  # only running the experiment again (a course's own CI) can tell
+
+
+def test_loops_made_shorter_than_their_own_cpu_time_are_caught(standin_run, tmp_path):
+    """The thread's CPU readings bound a forgery of its wall times: a loop shrunk below the CPU time its thread
+    recorded (readings left as measured, everything derived recomputed) is one no thread could have run."""
+    problems = caught(forge(standin_run, tmp_path / "forged", lambda r: faster_p1_cache_on_loops(r, False)))
+    assert any("P1-cache_on-rep1] cpu_readings: the loop span used" in p and "one thread cannot" in p
+               for p in problems), problems
 
 
 def test_predictions_written_after_the_run_are_not_caught_by_any_file(fixture_run, tmp_path):

@@ -397,7 +397,7 @@ def test_timing_labels_follow_the_protocols_selection_count(rich_run, monkeypatc
     pages = report.render_pages(rich_run)
     timing = section(pages[REPORT_FILE], "Timing")
     assert "mean post-first interval = (t8 − t1)/7; throughput = 8/(t8 − t0)" in timing
-    assert any(row[3] == "loop (8 selections)" for row in table_rows(timing) if len(row) == 6)
+    assert any(row[3] == "loop (8 selections)" for row in table_rows(timing) if len(row) == 7)
     assert "t16" not in timing and "16 selections" not in timing
     assert "selection times t1..t8 (ms from loop start)" in pages[DETAILS_FILE]
 

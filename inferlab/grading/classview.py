@@ -157,7 +157,8 @@ def class_lines(grades: list[RunGrade], plot_written: bool, now: Optional[str] =
              "work there, for a person to grade), **fail**. Integrity: what `verify` (and a reference, when given) "
              "found; a submission with an integrity problem earns no automatic points.", ""]
     header = ["#", "submission", "verdict", "learner", "specimen", "complete", "integrity"] + [
-        str(n) for n in ITEM_NUMBERS] + ["score"] + [f"ratio {p}" for p in protocol.TIMING_PROMPTS] + ["shares with"]
+        str(n) for n in ITEM_NUMBERS] + ["score"] + [f"ratio {p}" for p in protocol.TIMING_PROMPTS] + [
+        "timing trials contended", "shares with"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for number, grade in enumerate(grades, start=1):
         facts = grade.facts
@@ -172,6 +173,9 @@ def class_lines(grades: list[RunGrade], plot_written: bool, now: Optional[str] =
         row += [statuses.get(n, "-") for n in ITEM_NUMBERS]
         row += [f"{grade.score:g}/{grade.max_score:g}" if not grade.error else "-"]
         row += [f"{r:.3f}" if isinstance(r, float) else "-" for r in ratios]
+        contended = grade.measurements.get("timing_trials_contended")
+        row += [f"**{contended}**" if isinstance(contended, int) and contended else
+                str(contended) if isinstance(contended, int) else "unknown"]
         row += [_shared_cell(grade)]
         lines.append("| " + " | ".join(row) + " |")
     lines += [""] + shared_lines(review)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from inferlab import protocol
 from inferlab.cli import spelled
 from inferlab.records import PREDICTIONS_FILE
-from inferlab.report import measures, tables
+from inferlab.report import measures, tables, timing_evidence
 from inferlab.report.fmt import (
     DASH,
     MISSING,
@@ -136,8 +136,10 @@ def section_conclusions(view: RunView) -> list[str]:
              + (yes_no(all(r.get("argmax_cached") == r.get("argmax_uncached") for r in comparisons))
                 if comparisons else MISSING) + ". "
              + ("; ".join(timing(p) for p in protocol.TIMING_PROMPTS) if groups else "No timing was measured")
-             + ". Prompt: does the cache change what is computed, or only how much is repeated? Is the speed "
-             "difference clear at this workload, given the ranges?", "",
+             + ". Whether the cache made this run faster, against this run's A/A noise and from uncontended "
+             f"samples only (the Timing section): {timing_evidence.short_verdicts(view)}. Prompt: does the cache "
+             "change what is computed, or only how much is repeated? Is the speed difference clear at this workload, "
+             "given the ranges and the noise?", "",
              "**Limitation 1.** Prompt: which limitation above most weakens your selection claim, and what "
              "experiment would remove it?", "",
              "**Limitation 2.** Prompt: which most weakens your computation or timing claim (overhead, the tiny CPU "

@@ -11,7 +11,7 @@ import collections
 import statistics
 from typing import Any, Optional
 
-from inferlab import protocol, summaries
+from inferlab import contention, protocol, summaries
 from inferlab.report import logits as logit_math
 from inferlab.report.fmt import (
     DASH,
@@ -130,15 +130,24 @@ def lengths_of(trials: list[dict], field_name: str) -> str:
     return "/".join(num(v) for v in values) or MISSING
 
 
+CONTENDED_MARK = "‡"  # a sample of a contended trial (inferlab.contention)
+
+
 def timing_rows(view: RunView) -> list[list[str]]:
-    """Per condition and metric: every measured sample in schedule order, the median and [min–max]."""
+    """Per condition and metric: every measured sample in schedule order (a contended trial's marked, never left
+    out), the median and [min–max] of all, and of the uncontended samples only with their count."""
     rows = []
     for (prompt_id, use_cache), trials in measured_trials(view).items():
+        flags = [contention.trial_contended(t) for t in trials]
         for metric, value_of, scale in timing_metrics():
             values = [value_of(t) for t in trials]
+            samples = ", ".join((scale(v) if is_number(v) else MISSING) + (CONTENDED_MARK if flag else "")
+                                for v, flag in zip(values, flags))
+            clean = [v for v, flag in zip(values, flags) if flag is False]
             rows.append([condition_label(prompt_id, use_cache), lengths_of(trials, "prompt_length"),
-                         lengths_of(trials, "output_length"), metric,
-                         ", ".join(scale(v) if is_number(v) else MISSING for v in values), spread(values, scale)])
+                         lengths_of(trials, "output_length"), metric, samples, spread(values, scale),
+                         f"{spread(clean, scale)}, n={len(clean)}" if clean else
+                         ("none uncontended" if all(f is True for f in flags) else "no CPU evidence")])
     return rows
 
 
@@ -223,9 +232,16 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
             else f"{ms(min(loops), 1)}{DASH}{ms(max(loops), 1)} ms") if loops else "(no measured loop)"
     share = (f" ({overhead / 1e9 / shortest * 100:.2g} % of the shortest measured loop, {ms(shortest, 1)} ms)"
              if shortest and is_number(overhead) else "")
+    usage = record.get("usage_per_read_ns")
+    usage_text = (f" The thread-usage readings that say whether a sample had the CPU: "
+                  f"{num(record.get('usage_reads_per_trial'))} per trial, ≈ {us(usage)} µs each, "
+                  f"{num(record.get('usage_reads_inside_loop'))} of them inside the loop span"
+                  + (f" ({record['usage_inside_loop_ns'] / 1e9 / shortest * 100:.2g} % of the shortest measured loop)"
+                     if shortest and is_number(record.get("usage_inside_loop_ns")) else "") + "."
+                  if is_number(usage) else "")
     return (f"{num(reads)} clock reads ≈ {(us(overhead) if is_number(overhead) else MISSING)} µs of a ≈ {loop} "
             f"loop{share}: {text_cell(record.get('clock'))}, {num(record.get('per_read_ns'), 3)} ns per read "
-            f"({text_cell(record.get('method'))}).")
+            f"({text_cell(record.get('method'))}).{usage_text}")
 
 
 def phase_rows(view: RunView) -> list[list[str]]:

@@ -6,7 +6,7 @@ tables.py and measures.py; page.py puts them in order.
 from __future__ import annotations
 
 from inferlab import protocol
-from inferlab.report import measures, tables
+from inferlab.report import measures, tables, timing_evidence
 from inferlab.report.details import link as details_page_link
 from inferlab.report.fmt import (
     DASH,
@@ -195,14 +195,19 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
              + see("Timing trials in full") + ").",
              ""]
     rows = measures.timing_rows(view)
+    lines += timing_evidence.contention_lines(view)
     if rows:
         lines += table(["condition", "prompt len", "output len", "metric (ms unless noted)",
-                        "samples in schedule order", f"median [min{DASH}max]"], rows)
+                        f"samples in schedule order ({measures.CONTENDED_MARK}: contended)",
+                        f"median [min{DASH}max], all samples", f"median [min{DASH}max], uncontended only"], rows)
     else:
         lines.append(f"No measured timing trial ({labels.gap('timing_trial')}).")
     lines += [""]
     throughput = measures.throughput_line(view)
     lines += [throughput, ""] if throughput else []
+    noise, verdicts = timing_evidence.noise_lines(view), timing_evidence.verdict_lines(view)
+    if noise:  # one paragraph: the noise, then the verdicts measured against it
+        lines += [noise[0] + (verdicts[0] if verdicts else "")] + (verdicts[1:] if verdicts else [""])
     lines += section_weight_read(view)
     phases = measures.phase_rows(view)
     if phases:

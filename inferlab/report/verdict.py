@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from inferlab.cli import spelled
+from inferlab.report import timing_evidence
 from inferlab.report.fmt import skip_text
 from inferlab.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView
 
@@ -181,7 +182,10 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
             f"({counts[(INTEGRITY, 'passed')]} harness-integrity checks, {counts[(DIAGNOSTIC, 'passed')]} protocol "
             "diagnostics); the run finished, and its schedule is the complete protocol.")
     ordered = [kind for kind in KINDS if kind in statements]
-    return Verdict(kind=ordered[0], headline=statements[ordered[0]], kinds=ordered, facts=[statements[k] for k in ordered[1:]],
+    # whether the timing samples had the CPU is a fact about the machine, never the headline
+    timing = timing_evidence.status_fact(view)
+    return Verdict(kind=ordered[0], headline=statements[ordered[0]], kinds=ordered,
+                   facts=[statements[k] for k in ordered[1:]] + ([timing] if timing else []),
                    counts=dict(counts), failing=failing, skipped=skipped, not_reached=not_reached,
                    finished=None if end is None else not (end.get("interrupted") or end.get("stopped_early")),
                    measured_anything=any(view.kind(k) for k in MEASURED_KINDS))

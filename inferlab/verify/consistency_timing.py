@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from inferlab import protocol, summaries
+from inferlab import contention, protocol, summaries
 from inferlab.records import STAMP_FIELD
 from inferlab.verify.consistency import Recheck, common_leaves, label, same
 
@@ -42,6 +42,35 @@ def check(recheck: Recheck) -> None:
     _clock_order(recheck)
     _durations(recheck)
     _summaries(recheck)
+    _declared_rule(recheck)
+
+
+def _declared_rule(recheck: Recheck) -> None:
+    """The contention rule was declared (timing_machine, point before) before the first timing trial, and it is
+    the protocol's rule, by which verify recomputed every trial's flag."""
+    before = [r for r in recheck.view.kind("timing_machine") if r.get("point") == "before"]
+    trials = recheck.view.kind("timing_trial")
+    if not before:
+        if any("contended" in t for t in trials):  # verify judged them by the protocol's rule all the same
+            recheck.not_checked("the contention rule's declaration", "no timing_machine record (point before): "
+                                "its test did not run, so the trials' flags were checked against the protocol's rule")
+        return
+    declared = before[0]
+    rule = declared.get("contention_rule") if isinstance(declared.get("contention_rule"), dict) else {}
+    wanted = {"min_cpu_share": protocol.CONTENTION_RULE.min_cpu_share,
+              "max_involuntary_switches": protocol.CONTENTION_RULE.max_involuntary_switches}
+    for name, value in wanted.items():
+        if not same(rule.get(name), value):
+            recheck.differs(declared, f"contention_rule.{name}", rule.get(name), value, "protocol.CONTENTION_RULE")
+    first = recheck.before("timing_trial", declared)
+    if first:
+        recheck.checker.problem(f"inconsistent: {label(declared)}: the contention rule was declared after "
+                                f"{len(first)} timing trial(s), not before the first")
+    for after in (r for r in recheck.view.kind("timing_machine") if r.get("point") == "after"):
+        recheck.expect(after, "trial_counts", contention.contention_counts(recheck.before("timing_trial", after)),
+                       "the timing trials before it (contention.contention_counts)")
+        recheck.expect(after, "cpu_pressure_share_during", contention.pressure_between(declared, after),
+                       "the CPU pressure totals of the two timing_machine records (contention.pressure_between)")
 
 
 def _trial(recheck: Recheck, record: dict) -> bool:
@@ -74,7 +103,45 @@ def _trial(recheck: Recheck, record: dict) -> bool:
         recheck.checker.problem(f"inconsistent: {label(record)} ttft_s: recorded {ttft}, below its own prefill_s "
                                 f"{prefill}: the first token is selected after the prompt's prefill, never before")
     _trial_ids(recheck, record)
+    _trial_contention(recheck, record)
     return found is not None
+
+
+# A thread's CPU clock is read just outside the wall-clock stamps at both ends, so its span exceeds the wall span
+# by those reads (about a microsecond); more than this is not a reading of one thread.
+CPU_OVER_WALL_SLACK_NS = 200_000
+
+
+def _trial_contention(recheck: Recheck, record: dict) -> None:
+    """The trial's derived contention fields (cpu_evidence, contended, contention_reasons) recomputed from its raw
+    cpu_readings and clock stamps under the protocol's rule; a flag without the readings it derives from is a
+    problem, and so is a thread that used more CPU time than its span's wall time."""
+    derived = [name for name in ("cpu_evidence", "contended", "contention_reasons") if name in record]
+    if not derived and "cpu_readings" not in record:
+        recheck.not_checked("timing trials' contention evidence",
+                            "trials written before trials recorded their thread's CPU time carry none")
+        return
+    expected = contention.recorded_evidence(record)
+    if expected is None:
+        recheck.checker.problem(f"inconsistent: {label(record)}: {', '.join(derived) or 'its evidence'} without the "
+                                "raw cpu_readings and clock stamps they derive from")
+        return
+    source = "its cpu_readings and clock stamps (contention.trial_evidence under protocol.CONTENTION_RULE)"
+    for name in ("contended", "contention_reasons", "cpu_evidence"):
+        if name not in record:
+            recheck.checker.problem(f"inconsistent: {label(record)}: no {name}, which its cpu_readings give as "
+                                    f"{expected[name]!r}")
+        elif name != "cpu_evidence" or not isinstance(record[name], dict):
+            recheck.expect(record, name, expected[name], source)
+        else:
+            for path, recorded, computed in common_leaves(record[name], expected[name], name):
+                if not same(recorded, computed):
+                    recheck.differs(record, path, recorded, computed, source)
+    for span, evidence in expected["cpu_evidence"].items():
+        cpu, wall = evidence["cpu_ns"], evidence["wall_ns"]
+        if cpu is not None and wall is not None and cpu > wall + CPU_OVER_WALL_SLACK_NS:
+            recheck.checker.problem(f"inconsistent: {label(record)} cpu_readings: the {span} span used {cpu} ns of "
+                                    f"thread CPU time in {wall} ns of wall time; one thread cannot")
 
 
 def _trial_ids(recheck: Recheck, record: dict) -> None:

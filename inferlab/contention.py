@@ -1,0 +1,404 @@
+"""Whether a timing sample had the CPU: the thread's own usage over each timed span, the declared rule's verdict
+on it, the machine around the timing block, and what this run's timings can and cannot tell.
+
+- usage_reader(): the function the loop calls at the ends of its spans (never between tokens): the thread's CPU
+  time (time.thread_time_ns) and its voluntary and involuntary context switches (getrusage(RUSAGE_THREAD)), each
+  None where the platform lacks it.
+- trial_evidence(): a trial's derived contention fields from its raw readings and its clock stamps; the writer
+  and verify call the same function, so a forged flag differs from its recomputation.
+- machine_state(): load average, running processes, CPU pressure and frequency, each said unavailable when the
+  platform does not give it (never a made-up value).
+- aa_noise() and cache_verdict(): prefill with and without the cache is the same forward over the same ids, so
+  their difference is this run's noise; an effect is claimed only beyond it, with separate ranges, from
+  uncontended samples.
+
+Nothing here reads the model; everything but the readers is arithmetic on records.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from inferlab import protocol
+
+try:  # not on every platform (Windows has no resource module; macOS has no RUSAGE_THREAD)
+    import resource
+
+    _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)
+except ImportError:  # pragma: no cover - platform dependent
+    resource = None
+    _RUSAGE_THREAD = None
+
+_THREAD_TIME_NS = getattr(time, "thread_time_ns", None)
+_CLOCK = time.perf_counter_ns  # bound once: the cost measurement keeps its own clock
+
+SPANS = ("prefill", "loop")
+READING_POINTS = ("start", "prefill_done", "end")
+READING_FIELDS = ("thread_cpu_ns", "voluntary_switches", "involuntary_switches")
+
+
+def usage_sources() -> dict:
+    """Where this platform's readings come from, or None for a reading it cannot take."""
+    cpu = ("time.thread_time_ns (the thread's CPU clock)" if _THREAD_TIME_NS is not None
+           else "resource.getrusage(RUSAGE_THREAD) ru_utime + ru_stime" if _RUSAGE_THREAD is not None else None)
+    switches = ("resource.getrusage(RUSAGE_THREAD) ru_nvcsw, ru_nivcsw" if _RUSAGE_THREAD is not None else None)
+    return {"thread_cpu": cpu, "context_switches": switches}
+
+
+def usage_reader() -> tuple[Callable[[], list], Callable[[], list]]:
+    """(read_at_start, read_at_end): each returns [thread_cpu_ns, voluntary, involuntary] (None where unavailable).
+
+    At a span's start the switches are read first and the CPU clock last, at its end the other way round, so the
+    CPU clock sits next to the wall clock read on both sides.
+    """
+    thread_time, who = _THREAD_TIME_NS, _RUSAGE_THREAD
+    if who is not None:
+        getrusage = resource.getrusage
+        if thread_time is not None:
+            def start() -> list:
+                usage = getrusage(who)
+                return [thread_time(), usage.ru_nvcsw, usage.ru_nivcsw]
+
+            def end() -> list:
+                cpu = thread_time()
+                usage = getrusage(who)
+                return [cpu, usage.ru_nvcsw, usage.ru_nivcsw]
+
+            return start, end
+
+        def both() -> list:
+            usage = getrusage(who)
+            return [round((usage.ru_utime + usage.ru_stime) * 1e9), usage.ru_nvcsw, usage.ru_nivcsw]
+
+        return both, both
+    if thread_time is not None:
+        def cpu_only() -> list:
+            return [thread_time(), None, None]
+
+        return cpu_only, cpu_only
+
+    def nothing() -> list:
+        return [None, None, None]
+
+    return nothing, nothing
+
+
+def usage_read_cost(reads: int) -> dict:
+    """What one span reading (read_at_start, then read_at_end) costs, from `reads` consecutive pairs."""
+    start, end = usage_reader()
+    clock = _CLOCK
+    began = clock()
+    for _ in range(reads):
+        start()
+        end()
+    elapsed = clock() - began
+    return {"usage_reads": 2 * reads, "usage_elapsed_ns": elapsed, "usage_per_read_ns": elapsed / (2 * reads)}
+
+
+# --- one trial's evidence ------------------------------------------------------------------------
+
+
+def _int(value) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _delta(readings: dict, first: str, last: str, index: int) -> Optional[int]:
+    a, b = readings.get(first), readings.get(last)
+    if not (isinstance(a, list) and isinstance(b, list) and len(a) > index and len(b) > index):
+        return None
+    x, y = _int(a[index]), _int(b[index])
+    return None if x is None or y is None else y - x
+
+
+def span_evidence(readings: dict, first: str, last: str, wall_ns: Optional[int],
+                  rule: protocol.ContentionRule = protocol.CONTENTION_RULE) -> dict:
+    """One span's CPU time, share of its wall time, switches and contention under the rule."""
+    cpu = _delta(readings, first, last, 0)
+    share = cpu / wall_ns if cpu is not None and isinstance(wall_ns, int) and wall_ns > 0 else None
+    involuntary = _delta(readings, first, last, 2)
+    return {"wall_ns": wall_ns, "cpu_ns": cpu, "cpu_share": share,
+            "voluntary_switches": _delta(readings, first, last, 1), "involuntary_switches": involuntary,
+            "contended": rule.span_contended(share, involuntary)}
+
+
+def trial_evidence(readings: dict, t_start_ns: int, t_prefill_done_ns: int, t_end_ns: int,
+                   rule: protocol.ContentionRule = protocol.CONTENTION_RULE) -> dict:
+    """A trial's derived fields: `cpu_evidence` per span and `contended` (None when nothing could be read).
+
+    readings: {"start": [...], "prefill_done": [...], "end": [...]} as usage_reader() returned them; the prefill
+    span is start..prefill_done against t_prefill_done_ns - t_start_ns, the loop span start..end against
+    t_end_ns - t_start_ns (exactly loop_s).
+    """
+    spans = {"prefill": span_evidence(readings, "start", "prefill_done", t_prefill_done_ns - t_start_ns, rule),
+             "loop": span_evidence(readings, "start", "end", t_end_ns - t_start_ns, rule)}
+    flags = [spans[name]["contended"] for name in SPANS]
+    contended = None if all(f is None for f in flags) else any(bool(f) for f in flags)
+    reasons = []
+    for name in SPANS:
+        span = spans[name]
+        if span["cpu_share"] is not None and span["cpu_share"] < rule.min_cpu_share:
+            reasons.append(f"{name} CPU share {span['cpu_share']:.3f} < {rule.min_cpu_share:g}")
+        if span["involuntary_switches"] is not None and span["involuntary_switches"] > rule.max_involuntary_switches:
+            reasons.append(f"{name} involuntary switches {span['involuntary_switches']} > "
+                           f"{rule.max_involuntary_switches}")
+    return {"cpu_evidence": spans, "contended": contended, "contention_reasons": reasons}
+
+
+def recorded_evidence(record: dict) -> Optional[dict]:
+    """trial_evidence() recomputed from a timing_trial record's raw fields, or None when it has none."""
+    readings = record.get("cpu_readings")
+    start, prefill, tokens = record.get("t_start_ns"), record.get("t_prefill_done_ns"), record.get("token_times_ns")
+    if not isinstance(readings, dict) or _int(start) is None or _int(prefill) is None \
+            or not isinstance(tokens, list) or not tokens or _int(tokens[-1]) is None:
+        return None
+    return trial_evidence(readings, start, prefill, tokens[-1])
+
+
+def trial_contended(record: dict) -> Optional[bool]:
+    """A trial's recorded contention flag; None when the trial carries no evidence (an older run)."""
+    flag = record.get("contended")
+    return flag if isinstance(flag, bool) else None
+
+
+def loop_cpu_share(record: dict) -> Optional[float]:
+    """The loop span's recorded CPU share, or None."""
+    evidence = record.get("cpu_evidence")
+    loop = evidence.get("loop") if isinstance(evidence, dict) else None
+    share = loop.get("cpu_share") if isinstance(loop, dict) else None
+    return share if isinstance(share, (int, float)) and not isinstance(share, bool) else None
+
+
+# --- the machine around the timing block -----------------------------------------------------------
+
+PROC = Path("/proc")
+CPU_SYS = Path("/sys/devices/system/cpu")
+
+
+def _read(path: Path) -> tuple[Optional[str], Optional[str]]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace"), None
+    except OSError as error:
+        return None, f"{path}: {type(error).__name__}: {error.strerror or error}"
+
+
+def _load_average() -> dict:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except (AttributeError, OSError) as error:
+        return {"available": False, "reason": f"os.getloadavg: {type(error).__name__}: {error}"}
+    return {"available": True, "1m": one, "5m": five, "15m": fifteen, "source": "os.getloadavg"}
+
+
+def _running_processes() -> dict:
+    text, problem = _read(PROC / "loadavg")
+    if text is not None:
+        fields = text.split()
+        if len(fields) >= 4 and "/" in fields[3]:
+            running, total = fields[3].split("/", 1)
+            if running.isdigit() and total.isdigit():
+                return {"available": True, "running": int(running), "total": int(total),
+                        "source": "/proc/loadavg (running/total scheduling entities, this process included)"}
+    stat, stat_problem = _read(PROC / "stat")
+    for line in (stat or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == "procs_running" and value.strip().isdigit():
+            return {"available": True, "running": int(value), "source": "/proc/stat procs_running"}
+    return {"available": False, "reason": "; ".join(p for p in (problem, stat_problem) if p)
+            or "/proc/loadavg and /proc/stat hold no running count"}
+
+
+def _cpu_pressure() -> dict:
+    text, problem = _read(PROC / "pressure" / "cpu")
+    if text is None:
+        return {"available": False, "reason": f"no CPU pressure information ({problem})"}
+    parsed = {}
+    for line in text.splitlines():
+        kind, *pairs = line.split()
+        values = {}
+        for pair in pairs:
+            key, _, value = pair.partition("=")
+            try:
+                values[key] = int(value) if key == "total" else float(value)
+            except ValueError:
+                continue
+        parsed[kind] = values
+    if "some" not in parsed:
+        return {"available": False, "reason": f"{PROC / 'pressure' / 'cpu'}: no 'some' line in {text!r}"}
+    return {"available": True, **parsed,
+            "source": "/proc/pressure/cpu (share of time some runnable task waited for a CPU; total in µs)"}
+
+
+def _cpu_frequency() -> dict:
+    found = {}
+    for folder in sorted(CPU_SYS.glob("cpu[0-9]*/cpufreq")):
+        text, _ = _read(folder / "scaling_cur_freq")
+        if text is not None and text.strip().isdigit():
+            found[folder.parent.name] = int(text.strip()) / 1000
+    if found:
+        return {"available": True, "mhz": found, "source": f"{CPU_SYS}/cpu*/cpufreq/scaling_cur_freq"}
+    text, problem = _read(PROC / "cpuinfo")
+    mhz = []
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "cpu MHz":
+            try:
+                mhz.append(float(value))
+            except ValueError:
+                continue
+    if mhz:
+        return {"available": True, "mhz": {f"cpu{i}": v for i, v in enumerate(mhz)},
+                "source": "/proc/cpuinfo 'cpu MHz' (may be the nominal rate on a virtual machine)"}
+    return {"available": False, "reason": f"no cpufreq folder and no 'cpu MHz' in /proc/cpuinfo ({problem})"
+            if problem else "no cpufreq folder and no 'cpu MHz' in /proc/cpuinfo"}
+
+
+def _affinity() -> dict:
+    try:
+        return {"available": True, "cpus": sorted(os.sched_getaffinity(0)), "source": "os.sched_getaffinity"}
+    except (AttributeError, OSError) as error:
+        return {"available": False, "reason": f"os.sched_getaffinity: {type(error).__name__}: {error}"}
+
+
+def machine_state() -> dict:
+    """The machine now: each reading with `available` and its source, or the reason it is unavailable."""
+    return {"read_at_ns": time.perf_counter_ns(), "load_average": _load_average(),
+            "running_processes": _running_processes(), "cpu_pressure": _cpu_pressure(),
+            "cpu_frequency": _cpu_frequency(), "affinity": _affinity(), "cpu_count": os.cpu_count()}
+
+
+MACHINE_READINGS = ("load_average", "running_processes", "cpu_pressure", "cpu_frequency", "affinity")
+
+
+def unexplained_readings(state: dict) -> list[str]:
+    """The machine readings that are neither available nor said unavailable with a reason."""
+    return [name for name in MACHINE_READINGS if not isinstance(state.get(name), dict)
+            or not (state[name].get("available") is True or state[name].get("reason"))]
+
+
+def pressure_between(before: dict, after: dict) -> Optional[float]:
+    """The share of the time between two machine_state readings in which some task waited for a CPU (from
+    /proc/pressure/cpu 'some total'), or None when either lacks it."""
+    try:
+        stalled_us = after["cpu_pressure"]["some"]["total"] - before["cpu_pressure"]["some"]["total"]
+        wall_us = (after["read_at_ns"] - before["read_at_ns"]) / 1e3
+    except (KeyError, TypeError):
+        return None
+    return stalled_us / wall_us if wall_us > 0 else None
+
+
+# --- this run's noise and the cache verdict --------------------------------------------------------
+
+VERDICT_METRICS = ("mean_post_first_interval_s", "loop_s")
+
+
+def _value(record: dict, metric: str) -> Optional[float]:
+    from inferlab.summaries import post_first_interval
+
+    value = post_first_interval(record) if metric == "mean_post_first_interval_s" else record.get(metric)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _measured(trials: list[dict], prompt_id: str, use_cache: bool) -> list[dict]:
+    return sorted((t for t in trials if t.get("status", "ok") == "ok" and t.get("warmup") is False
+                   and t.get("prompt_id") == prompt_id and t.get("use_cache") == use_cache),
+                  key=lambda t: t.get("schedule_index", 0))
+
+
+def _group(trials: list[dict], metric: str, uncontended_only: bool) -> dict:
+    chosen = [t for t in trials if not uncontended_only or trial_contended(t) is False]
+    values = [(t, _value(t, metric)) for t in chosen]
+    values = [(t, v) for t, v in values if v is not None]
+    numbers = [v for _, v in values]
+    return {"n": len(numbers), "schedule_ids": [t.get("schedule_id") for t, _ in values],
+            "median": statistics.median(numbers) if numbers else None,
+            "min": min(numbers) if numbers else None, "max": max(numbers) if numbers else None}
+
+
+def _uncontended_or_all(on: list[dict], off: list[dict]) -> bool:
+    """Whether both groups hold enough uncontended samples to rest on them alone."""
+    minimum = protocol.VERDICT_MIN_UNCONTENDED
+    return all(sum(1 for t in group if trial_contended(t) is False) >= minimum for group in (on, off))
+
+
+def aa_noise(trials: list[dict], prompt_id: str) -> dict:
+    """The A/A comparison of one timing prompt: prefill_s with and without the cache (the same forward over the same
+    ids), |median_on - median_off| / the smaller median; from the uncontended samples when each side has enough."""
+    on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
+    uncontended = _uncontended_or_all(on, off)
+    a, b = _group(on, "prefill_s", uncontended), _group(off, "prefill_s", uncontended)
+    fraction = None
+    if a["median"] is not None and b["median"] is not None and min(a["median"], b["median"]) > 0:
+        fraction = abs(a["median"] - b["median"]) / min(a["median"], b["median"])
+    return {"prompt_id": prompt_id, "metric": "prefill_s", "samples": "uncontended" if uncontended else "all",
+            "cache_on": a, "cache_off": b, "noise_fraction": fraction}
+
+
+def run_noise(trials: list[dict]) -> dict:
+    """This run's noise floor: the largest A/A fraction over the timing prompts (None when none was measured)."""
+    per_prompt = [aa_noise(trials, p) for p in protocol.TIMING_PROMPTS]
+    fractions = [n["noise_fraction"] for n in per_prompt if n["noise_fraction"] is not None]
+    return {"per_prompt": per_prompt, "noise_fraction": max(fractions) if fractions else None,
+            "definition": "prefill with and without the cache is one forward over the same ids (the cache-on path "
+                          "also stores its keys and values): |median on - median off| / the smaller median, the "
+                          "largest over the timing prompts"}
+
+
+def _decide(on: dict, off: dict, noise: Optional[float]) -> tuple[str, str, Optional[float]]:
+    if on["median"] is None or off["median"] is None or not on["median"] > 0:
+        return "cannot_tell", "a condition has no sample", None
+    effect = off["median"] / on["median"] - 1
+    if noise is None:
+        return "cannot_tell", "this run has no A/A noise figure", effect
+    if abs(effect) <= noise:
+        return "cannot_tell", f"the effect {effect:+.1%} is within this run's noise ±{noise:.1%}", effect
+    if effect > 0 and on["max"] < off["min"]:
+        return "faster", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} and the ranges do not overlap", \
+            effect
+    if effect < 0 and on["min"] > off["max"]:
+        return "slower", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} and the ranges do not overlap", \
+            effect
+    return "cannot_tell", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} but the ranges overlap", effect
+
+
+def cache_verdict(trials: list[dict], prompt_id: str, metric: str, noise: Optional[float]) -> dict:
+    """Whether the cache made this metric faster for this prompt in this run: 'faster', 'slower' or 'cannot_tell'.
+
+    The verdict rests on the uncontended samples only; with fewer than protocol.VERDICT_MIN_UNCONTENDED on either
+    side it is 'cannot_tell'. effect = median without / median with the cache - 1 (positive: the cache is faster).
+    The all-sample verdict is given beside it, labelled, and is never the claim.
+    """
+    on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
+    clean_on, clean_off = _group(on, metric, True), _group(off, metric, True)
+    every_on, every_off = _group(on, metric, False), _group(off, metric, False)
+    excluded = [t.get("schedule_id") for t in on + off if trial_contended(t) is not False]
+    minimum = protocol.VERDICT_MIN_UNCONTENDED
+    if min(clean_on["n"], clean_off["n"]) < minimum:
+        verdict, reason, effect = ("cannot_tell", f"fewer than {minimum} uncontended samples on a side "
+                                   f"(cache on {clean_on['n']}, off {clean_off['n']})", None)
+    else:
+        verdict, reason, effect = _decide(clean_on, clean_off, noise)
+    all_verdict, _, all_effect = _decide(every_on, every_off, noise)
+    return {"prompt_id": prompt_id, "metric": metric, "verdict": verdict, "reason": reason, "effect": effect,
+            "noise_fraction": noise, "cache_on": clean_on, "cache_off": clean_off, "not_used": excluded,
+            "all_samples": {"verdict": all_verdict, "effect": all_effect, "cache_on": every_on,
+                            "cache_off": every_off}}
+
+
+def cache_verdicts(trials: list[dict]) -> dict:
+    """The noise floor and one verdict per timing prompt and metric (VERDICT_METRICS)."""
+    noise = run_noise(trials)
+    return {"noise": noise, "verdicts": [cache_verdict(trials, p, m, noise["noise_fraction"])
+                                         for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS]}
+
+
+def contention_counts(trials: list[dict]) -> dict:
+    """How many completed trials (warmups included) were contended, uncontended, or carry no evidence."""
+    done = [t for t in trials if t.get("status", "ok") == "ok"]
+    flags = [trial_contended(t) for t in done]
+    return {"trials": len(done), "contended": flags.count(True), "uncontended": flags.count(False),
+            "without_evidence": flags.count(None),
+            "contended_ids": [t.get("schedule_id") for t, f in zip(done, flags) if f is True]}

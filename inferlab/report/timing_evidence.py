@@ -1,0 +1,186 @@
+"""What the report says about whether the timing samples had the CPU: the declared rule and which trials it marked,
+the machine before and after the timing block, this run's A/A noise, and whether the cache made this run faster.
+
+Every sentence is a pure function of one run's view; the arithmetic is inferlab.contention's.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from inferlab import contention, protocol
+from inferlab.report import measures
+from inferlab.report.fmt import MISSING, is_number, ms, num, text_cell
+from inferlab.runview import RunView
+
+CONTENDED_MARK = measures.CONTENDED_MARK  # after a sample of a contended trial, in the timing table
+VERDICT_WORDS = {"faster": "**the cache made it faster**", "slower": "**the cache made it slower**",
+                 "cannot_tell": "**this run cannot tell**"}
+METRIC_WORDS = {"mean_post_first_interval_s": "mean post-first interval", "loop_s": "loop", "prefill_s": "prefill"}
+RERUN_ADVICE = ("rerun on a quieter machine (close browsers and builds, keep other jobs off this computer) "
+                "before citing these timings")
+
+
+def declared_rule(view: RunView) -> tuple[Optional[dict], str]:
+    """(the timing_machine record that declared the rule, or None; the rule's text)."""
+    before = next((r for r in view.kind("timing_machine") if r.get("point") == "before"), None)
+    rule = (before or {}).get("contention_rule")
+    text = rule.get("rule") if isinstance(rule, dict) and rule.get("rule") else protocol.CONTENTION_RULE.describe()
+    return before, text
+
+
+def counts(view: RunView) -> dict:
+    """contention.contention_counts over every timing trial of the run (warmups included)."""
+    return contention.contention_counts(view.kind("timing_trial"))
+
+
+def status_fact(view: RunView) -> Optional[str]:
+    """The run status's sentence on the timing part: contended (with the advice to rerun), quiet, or unknown."""
+    found = counts(view)
+    if not found["trials"]:
+        return None
+    if found["without_evidence"] == found["trials"]:
+        return ("Timing: these trials carry no record of their thread's CPU time (an older inferlab wrote them), so "
+                "whether they had the CPU is unknown.")
+    if found["contended"]:
+        shown = ", ".join(found["contended_ids"][:8]) + (" …" if found["contended"] > 8 else "")
+        return (f"**The timing part was contended**: {found['contended']} of {found['trials']} timing trials did not "
+                f"have the CPU to themselves under the declared rule ({shown}). They are kept and marked "
+                f"{CONTENDED_MARK} in the Timing section, and the cache verdict rests on the others only; "
+                f"{RERUN_ADVICE}.")
+    return (f"Timing: none of the {found['trials']} timing trials was contended under the declared rule "
+            "(each had at least the rule's share of the CPU over its spans).")
+
+
+def _machine_cell(record: Optional[dict]) -> str:
+    if not record:
+        return MISSING
+    parts = []
+    load = record.get("load_average") or {}
+    parts.append(f"load {num(load.get('1m'), 3)}/{num(load.get('5m'), 3)}/{num(load.get('15m'), 3)}"
+                 if load.get("available") else f"load average unavailable ({text_cell(load.get('reason'))})")
+    running = record.get("running_processes") or {}
+    parts.append(f"{num(running.get('running'))} running" + (f" of {num(running.get('total'))}"
+                                                             if is_number(running.get("total")) else "")
+                 if running.get("available") else f"running processes unavailable ({text_cell(running.get('reason'))})")
+    pressure = record.get("cpu_pressure") or {}
+    some = pressure.get("some") if isinstance(pressure.get("some"), dict) else {}
+    parts.append(f"CPU pressure some avg10 {num(some.get('avg10'), 3)} %" if pressure.get("available")
+                 else f"CPU pressure unavailable ({text_cell(pressure.get('reason'))})")
+    frequency = record.get("cpu_frequency") or {}
+    mhz = frequency.get("mhz") if isinstance(frequency.get("mhz"), dict) else {}
+    values = sorted({v for v in mhz.values() if is_number(v)})
+    parts.append((f"CPU {num(values[0], 5)} MHz" if len(values) == 1 else
+                  f"CPU {num(values[0], 5)}–{num(values[-1], 5)} MHz") + f" ({text_cell(frequency.get('source'))})"
+                 if frequency.get("available") and values else
+                 f"CPU frequency unavailable ({text_cell(frequency.get('reason'))})")
+    affinity = record.get("affinity") or {}
+    if affinity.get("available"):
+        parts.append(f"pinned to CPUs {affinity.get('cpus')} of {num(record.get('cpu_count'))}")
+    return text_cell(f"seq {record.get('seq')}: " + ", ".join(parts))
+
+
+def usage_cost(view: RunView) -> str:
+    """What the usage readings cost, from the clock_overhead record."""
+    record = view.first("clock_overhead") or {}
+    if not is_number(record.get("usage_per_read_ns")):
+        return "their cost was not measured in this run"
+    return (f"one reading costs ≈ {record['usage_per_read_ns'] / 1e3:.2f} µs (clock_overhead seq {record.get('seq')}); "
+            f"{num(record.get('usage_reads_per_trial'))} per trial, {num(record.get('usage_reads_inside_loop'))} of "
+            "them inside loop_s (after the prefill, before the first selection)")
+
+
+def contention_lines(view: RunView) -> list[str]:
+    """The rule, which trials it marked, the machine around the block and what the readings cost."""
+    found = counts(view)
+    if not found["trials"]:
+        return []
+    declaration, rule = declared_rule(view)
+    where = (f"declared at seq {declaration.get('seq')}, before the first trial" if declaration
+             else "the protocol's; this run recorded no declaration")
+    if found["without_evidence"] == found["trials"]:
+        marked = "These trials carry no CPU readings, so no sample is marked."
+    else:
+        marked = (f"Contended: {found['contended']} of {found['trials']} trials (warmups included)"
+                  + (f": {', '.join(found['contended_ids'])}; their samples are marked {CONTENDED_MARK} and kept"
+                     if found["contended"] else "") + ".")
+    after = next((r for r in view.kind("timing_machine") if r.get("point") == "after"), None)
+    share = (after or {}).get("cpu_pressure_share_during")
+    machine = ""
+    if declaration or after:
+        machine = (f" The machine before the timing trials: {_machine_cell(declaration)}; after: {_machine_cell(after)}."
+                   + (f" Some task waited for a CPU during {share:.0%} of the time between the two readings "
+                      "(/proc/pressure/cpu)." if is_number(share) else ""))
+    return [f"**Did each sample have the CPU?** Each trial reads its thread's CPU time and context switches at the "
+            f"ends of its spans only, never between tokens; {usage_cost(view)}. Rule ({where}): {text_cell(rule)}. "
+            + marked + (" Each trial's CPU share in schedule order is plotted below." if found["uncontended"]
+                        or found["contended"] else "") + machine, ""]
+
+
+def _group_text(group: dict) -> str:
+    if not group.get("n"):
+        return "no sample"
+    return f"{ms(group['median'])} [{ms(group['min'])}–{ms(group['max'])}] ms, n={group['n']}"
+
+
+def noise_lines(view: RunView) -> list[str]:
+    """The A/A comparison of each timing prompt and the run's noise figure."""
+    trials = view.kind("timing_trial")
+    if not trials:
+        return []
+    noise = contention.run_noise(trials)
+    parts = []
+    for entry in noise["per_prompt"]:
+        fraction = entry["noise_fraction"]
+        parts.append(f"{entry['prompt_id']}: {_group_text(entry['cache_on'])} with the cache, "
+                     f"{_group_text(entry['cache_off'])} without ({entry['samples']} samples), apart by "
+                     + (f"{fraction:.1%}" if is_number(fraction) else MISSING))
+    figure = noise["noise_fraction"]
+    return [f"**This run's noise (A/A).** Prefill with and without the cache is the same forward over the same ids "
+            f"(the cache-on path also keeps its keys and values), so their difference is noise: " + "; ".join(parts)
+            + ". This run's noise: " + (f"**±{figure:.1%}**" if is_number(figure) else MISSING)
+            + " (the larger of the two); an effect within it is not a finding."]
+
+
+def verdict_items(view: RunView) -> list[str]:
+    """One sentence per timing prompt and metric: faster, slower, or this run cannot tell, and why."""
+    trials = view.kind("timing_trial")
+    if not trials:
+        return []
+    items = []
+    for entry in contention.cache_verdicts(trials)["verdicts"]:
+        other = entry["all_samples"]["verdict"]
+        everything = entry["all_samples"]["cache_on"]["n"] + entry["all_samples"]["cache_off"]["n"]
+        used = entry["cache_on"]["n"] + entry["cache_off"]["n"]
+        note = ""
+        if entry["not_used"]:
+            left_out = ("every sample" if not used else ", ".join(map(str, entry["not_used"])))
+            note = f"; left out as contended or without evidence: {left_out}"
+            if other != entry["verdict"]:
+                note += (f"; all {everything} samples, contended ones included, would say {other.replace('_', ' ')}, "
+                         "which this report does not claim")
+        groups = (f"; uncontended: with the cache {_group_text(entry['cache_on'])}, without "
+                  f"{_group_text(entry['cache_off'])}" if used else "")
+        items.append(f"{entry['prompt_id']}, {METRIC_WORDS[entry['metric']]}: {VERDICT_WORDS[entry['verdict']]} "
+                     f"({entry['reason']}{groups}{note})")
+    return items
+
+
+def verdict_lines(view: RunView) -> list[str]:
+    """The verdict paragraph of the Timing section (it follows noise_lines' paragraph, on the same line)."""
+    items = verdict_items(view)
+    if not items:
+        return []
+    return [" **Did the cache make this run faster?** Each effect (median without / median with the cache − 1, from "
+            f"the uncontended samples, at least {protocol.VERDICT_MIN_UNCONTENDED} a side) is claimed only when it "
+            "exceeds this run's noise and the two ranges do not overlap:", ""] + [f"- {item}." for item in items] + [""]
+
+
+def short_verdicts(view: RunView) -> str:
+    """The verdicts in one clause each, for the conclusions scaffold."""
+    trials = view.kind("timing_trial")
+    if not trials:
+        return MISSING
+    found = contention.cache_verdicts(trials)
+    words = {"faster": "faster with the cache", "slower": "slower with the cache", "cannot_tell": "this run cannot tell"}
+    return "; ".join(f"{v['prompt_id']} {METRIC_WORDS[v['metric']]}: {words[v['verdict']]}" for v in found["verdicts"])

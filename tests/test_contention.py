@@ -1,0 +1,257 @@
+"""inferlab.contention and what the report, compare, the class view and verify make of it: the declared rule, a
+trial's evidence from its raw readings, the machine readings (said unavailable, never invented), the run's A/A
+noise and the cache verdict ("this run cannot tell"), all on records built in memory."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from inferlab import contention, plots, protocol, summaries
+from inferlab.report import measures, tables, timing_evidence
+from inferlab.report.sections import section_timing
+from inferlab.report.verdict import decide
+from inferlab.runview import RunView
+
+RULE = protocol.CONTENTION_RULE
+MS = 1_000_000  # ns
+
+
+# --- the rule and one trial's evidence ---------------------------------------------------------------
+
+
+def test_the_rule_marks_a_low_cpu_share_or_many_preemptions_and_says_unknown_without_readings():
+    assert RULE.span_contended(0.95, 0) is False
+    assert RULE.span_contended(RULE.min_cpu_share - 0.01, 0) is True
+    assert RULE.span_contended(0.99, RULE.max_involuntary_switches + 1) is True
+    assert RULE.span_contended(0.99, RULE.max_involuntary_switches) is False
+    assert RULE.span_contended(None, None) is None
+    assert RULE.span_contended(0.5, None) is True  # a platform without switch counts still has the share
+
+
+def readings(prefill_cpu_ns: int, loop_cpu_ns: int, involuntary: int = 0, start_cpu: int = 5 * MS) -> dict:
+    return {"start": [start_cpu, 3, 1], "prefill_done": [start_cpu + prefill_cpu_ns, 3, 1],
+            "end": [start_cpu + loop_cpu_ns, 4, 1 + involuntary]}
+
+
+def test_a_trials_evidence_is_its_spans_cpu_time_over_their_wall_time():
+    # prefill 2 ms wall, 1.96 ms CPU; loop 10 ms wall, 4 ms CPU: the loop lost the CPU, the prefill did not
+    evidence = contention.trial_evidence(readings(1_960_000, 4 * MS), 100 * MS, 102 * MS, 110 * MS)
+    prefill, loop = evidence["cpu_evidence"]["prefill"], evidence["cpu_evidence"]["loop"]
+    assert prefill["wall_ns"] == 2 * MS and prefill["cpu_ns"] == 1_960_000 and prefill["cpu_share"] == 0.98
+    assert prefill["contended"] is False
+    assert loop["wall_ns"] == 10 * MS and loop["cpu_share"] == 0.4 and loop["contended"] is True
+    assert loop["voluntary_switches"] == 1 and loop["involuntary_switches"] == 0
+    assert evidence["contended"] is True and evidence["contention_reasons"] == ["loop CPU share 0.400 < 0.9"]
+    quiet = contention.trial_evidence(readings(1_990_000, 9_950_000), 100 * MS, 102 * MS, 110 * MS)
+    assert quiet["contended"] is False and quiet["contention_reasons"] == []
+    preempted = contention.trial_evidence(readings(1_990_000, 9_950_000, involuntary=11), 0, 2 * MS, 10 * MS)
+    assert preempted["contended"] is True and preempted["contention_reasons"] == ["loop involuntary switches 11 > 10"]
+
+
+def test_a_platform_without_any_reading_gives_no_flag_rather_than_a_made_up_one():
+    nothing = {"start": [None, None, None], "prefill_done": [None, None, None], "end": [None, None, None]}
+    evidence = contention.trial_evidence(nothing, 0, 2 * MS, 10 * MS)
+    assert evidence["contended"] is None and evidence["cpu_evidence"]["loop"]["cpu_share"] is None
+
+
+def test_the_readers_return_the_threads_cpu_time_and_switches(monkeypatch):
+    start, end = contention.usage_reader()
+    first = start()
+    total = 0
+    for i in range(200_000):  # some CPU work of this thread
+        total += i
+    second = end()
+    assert len(first) == len(second) == len(contention.READING_FIELDS)
+    if contention.usage_sources()["thread_cpu"] is not None:
+        assert second[0] > first[0]
+    if contention.usage_sources()["context_switches"] is not None:
+        assert second[1] >= first[1] and second[2] >= first[2]
+    cost = contention.usage_read_cost(100)
+    assert cost["usage_reads"] == 200 and cost["usage_per_read_ns"] == cost["usage_elapsed_ns"] / 200
+
+
+# --- the machine around the block --------------------------------------------------------------------
+
+
+def test_machine_readings_come_from_the_platforms_files(tmp_path, monkeypatch):
+    proc, cpus = tmp_path / "proc", tmp_path / "cpu"
+    (proc / "pressure").mkdir(parents=True)
+    (proc / "loadavg").write_text("0.50 0.40 0.30 2/345 6789\n")
+    (proc / "pressure" / "cpu").write_text("some avg10=1.50 avg60=2.00 avg300=3.00 total=123456\n"
+                                           "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    (cpus / "cpu0" / "cpufreq").mkdir(parents=True)
+    (cpus / "cpu0" / "cpufreq" / "scaling_cur_freq").write_text("2400000\n")
+    monkeypatch.setattr(contention, "PROC", proc)
+    monkeypatch.setattr(contention, "CPU_SYS", cpus)
+    state = contention.machine_state()
+    assert state["running_processes"] == {"available": True, "running": 2, "total": 345,
+                                          "source": state["running_processes"]["source"]}
+    assert state["cpu_pressure"]["some"] == {"avg10": 1.5, "avg60": 2.0, "avg300": 3.0, "total": 123456}
+    assert state["cpu_frequency"]["mhz"] == {"cpu0": 2400.0}
+    assert contention.unexplained_readings(state) == []
+    later = {**state, "read_at_ns": state["read_at_ns"] + 10_000_000,
+             "cpu_pressure": {**state["cpu_pressure"], "some": {**state["cpu_pressure"]["some"], "total": 125456}}}
+    assert contention.pressure_between(state, later) == pytest.approx(0.2)  # 2 ms of waiting in 10 ms
+
+
+def test_a_platform_without_those_files_says_each_reading_is_unavailable_and_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(contention, "PROC", tmp_path / "no-proc")
+    monkeypatch.setattr(contention, "CPU_SYS", tmp_path / "no-sys")
+    state = contention.machine_state()
+    for name in ("running_processes", "cpu_pressure", "cpu_frequency"):
+        assert state[name]["available"] is False and "no-proc" in state[name]["reason"], state[name]
+        assert set(state[name]) == {"available", "reason"}  # nothing made up beside the reason
+    assert contention.unexplained_readings(state) == []
+    assert contention.unexplained_readings({**state, "cpu_pressure": {"available": False}}) == ["cpu_pressure"]
+    assert contention.pressure_between(state, state) is None
+
+
+# --- trials in memory: the summaries, the noise and the verdict ----------------------------------------
+
+
+def trial(schedule_index: int, prompt_id: str, use_cache: bool, prefill_ms: float, step_ms: float,
+          contended: bool = False, warmup: bool = False, repetition: int = 1) -> dict:
+    """A timing_trial record with nanosecond stamps and the CPU readings that give `contended`."""
+    start = 1_000 * MS * (schedule_index + 1)
+    prefill_done = start + round(prefill_ms * MS)
+    tokens = [prefill_done + 20_000 + round(i * step_ms * MS) for i in range(protocol.TIMING_NEW_TOKENS)]
+    share = 0.45 if contended else 0.99
+    raw = readings(round((prefill_done - start) * share), round((tokens[-1] - start) * share))
+    record = {"kind": "timing_trial", "test": f"t[{schedule_index}]", "seq": schedule_index, "status": "ok",
+              "schedule_index": schedule_index, "prompt_id": prompt_id, "use_cache": use_cache, "warmup": warmup,
+              "repetition": repetition,
+              "schedule_id": f"{prompt_id}-cache_{'on' if use_cache else 'off'}-{'warmup' if warmup else repetition}",
+              "prompt_length": 8 if prompt_id == "P1" else 64, "output_length": 16,
+              "t_start_ns": start, "t_prefill_done_ns": prefill_done, "token_times_ns": tokens,
+              "token_times_s": [(t - start) / 1e9 for t in tokens], "prefill_s": (prefill_done - start) / 1e9,
+              "ttft_s": (tokens[0] - start) / 1e9, "loop_s": (tokens[-1] - start) / 1e9,
+              "mean_post_first_interval_s": summaries.post_first_interval_s(tokens),
+              "stopping_rule": protocol.TIMING_STOPPING_RULE, "cpu_readings": raw}
+    record.update(contention.trial_evidence(raw, start, prefill_done, tokens[-1]))
+    assert record["contended"] is contended
+    return record
+
+
+def schedule(p1_off_step: float, p1x8_off_step: float, prefill=(2.0, 2.0), contended=(), slow=1.0,
+             slow_prefill=1.0) -> list[dict]:
+    """Trials for both prompts, five per side; the ids in `contended` lost the CPU, and their steps are `slow` (their
+    prefill `slow_prefill`) times slower."""
+    records = []
+    for prompt_id, off_step in (("P1", p1_off_step), ("P1x8", p1x8_off_step)):
+        for repetition in range(1, 6):
+            for use_cache in (True, False):
+                name = f"{prompt_id}-cache_{'on' if use_cache else 'off'}-{repetition}"
+                busy = name in contended
+                jitter = 1 + 0.01 * repetition
+                step = (1.0 if use_cache else off_step) * jitter * (slow if busy else 1)
+                first = (prefill[0] if use_cache else prefill[1]) * jitter * (slow_prefill if busy else 1)
+                records.append(trial(len(records), prompt_id, use_cache, first, step, busy, repetition=repetition))
+    return records
+
+
+def view_of(records: list[dict]) -> RunView:
+    return RunView.from_data(copy.deepcopy(records), {}, {"tests": []})
+
+
+def test_summaries_give_the_median_of_all_samples_and_labelled_of_the_uncontended():
+    records = schedule(1.0, 3.0, contended={"P1-cache_on-2", "P1-cache_on-4"}, slow=4)
+    summary = summaries.timing_summary(records, "P1", True)
+    assert summary["measured_trials"] == 5 and summary["contended_trials"] == ["P1-cache_on-2", "P1-cache_on-4"]
+    assert summary["loop_s"]["n"] == 5  # none dropped
+    clean = summary["uncontended"]
+    assert clean["n"] == 3 and "uncontended" in clean["label"]
+    assert clean["loop_s"]["values"] == [r["loop_s"] for r in records if r["prompt_id"] == "P1" and r["use_cache"]
+                                         and r["schedule_id"] in ("P1-cache_on-1", "P1-cache_on-3", "P1-cache_on-5")]
+    assert clean["loop_s"]["max"] < summary["loop_s"]["max"]
+
+
+def test_the_aa_noise_is_the_gap_between_prefill_with_and_without_the_cache():
+    records = schedule(1.0, 3.0, prefill=(2.0, 2.2))  # cache-off prefill 10 % slower on both prompts
+    noise = contention.run_noise(records)
+    assert noise["noise_fraction"] == pytest.approx(0.1)
+    first = noise["per_prompt"][0]
+    assert first["samples"] == "uncontended" and first["cache_on"]["n"] == first["cache_off"]["n"] == 5
+    lines = "\n".join(timing_evidence.noise_lines(view_of(records)))
+    assert "This run's noise: **±10.0%**" in lines and "apart by 10.0%" in lines
+
+
+def test_an_effect_within_the_noise_is_this_run_cannot_tell():
+    # P1: cache off 5 % slower per step, the A/A gap 10 %: within the noise. P1x8: 3x slower, far beyond it.
+    records = schedule(1.05, 3.0, prefill=(2.0, 2.2))
+    found = {(v["prompt_id"], v["metric"]): v for v in contention.cache_verdicts(records)["verdicts"]}
+    p1 = found[("P1", "mean_post_first_interval_s")]
+    assert p1["verdict"] == "cannot_tell" and "within this run's noise" in p1["reason"]
+    assert p1["effect"] == pytest.approx(0.05, rel=1e-3)
+    assert found[("P1x8", "mean_post_first_interval_s")]["verdict"] == "faster"
+    section = "\n".join(section_timing(view_of(records), tables.Labels(view_of(records)), {}))
+    assert "- P1, mean post-first interval: **this run cannot tell** (the effect +5.0% is within this run's " \
+           "noise ±10.0%" in section
+    assert "- P1x8, mean post-first interval: **the cache made it faster**" in section
+
+
+def test_a_speed_up_that_contended_samples_produced_is_never_claimed():
+    # Uncontended, P1's cache-off steps are 6 % slower, within the A/A noise of 10 %; three of its cache-off samples
+    # lost the CPU and look five times slower, which over every sample would read as a clear speed-up.
+    busy = {"P1-cache_off-1", "P1-cache_off-2", "P1-cache_off-3"}
+    records = schedule(1.06, 3.0, prefill=(2.0, 2.2), contended=busy, slow=5)
+    found = {(v["prompt_id"], v["metric"]): v for v in contention.cache_verdicts(records)["verdicts"]}
+    p1 = found[("P1", "loop_s")]
+    assert p1["all_samples"]["verdict"] == "faster"  # what a verdict over every sample would claim
+    assert p1["verdict"] == "cannot_tell" and "fewer than 3 uncontended samples" in p1["reason"]
+    assert set(p1["not_used"]) == busy and not busy & set(p1["cache_off"]["schedule_ids"])
+    view = view_of(records)
+    section = "\n".join(section_timing(view, tables.Labels(view), {}))
+    assert "- P1, loop: **this run cannot tell**" in section
+    assert "would say faster, which this report does not claim" in section
+    # the table marks exactly those samples, and keeps them
+    rows = {(r[0], r[3]): r for r in measures.timing_rows(view)}
+    loop = rows[("P1, cache off", f"loop ({protocol.TIMING_NEW_TOKENS} selections)")]
+    assert loop[4].count(measures.CONTENDED_MARK) == 3 and len(loop[4].split(", ")) == 5 and loop[6].endswith("n=2")
+    assert "Contended: 3 of 20 trials" in section and all(name in section for name in busy)
+
+
+def test_the_run_status_says_the_timing_part_was_contended_and_advises_a_quieter_rerun():
+    records = schedule(1.0, 3.0, contended={"P1x8-cache_on-3"}, slow=3)
+    fact = timing_evidence.status_fact(view_of(records))
+    assert fact.startswith("**The timing part was contended**: 1 of 20") and "P1x8-cache_on-3" in fact
+    assert "rerun on a quieter machine" in fact
+    assert fact in decide(view_of(records)).facts
+    quiet = timing_evidence.status_fact(view_of(schedule(1.0, 3.0)))
+    assert quiet.startswith("Timing: none of the 20 timing trials was contended")
+    older = [{k: v for k, v in r.items() if k not in ("cpu_readings", "cpu_evidence", "contended",
+                                                       "contention_reasons")} for r in records]
+    assert "carry no record of their thread's CPU time" in timing_evidence.status_fact(view_of(older))
+
+
+def test_the_cpu_share_plot_is_drawn_from_the_trials_evidence():
+    records = schedule(1.0, 3.0, contended={"P1x8-cache_on-3"}, slow=3)
+    spec = next(s for s in plots.plot_specs(records) if s["name"] == "cpu_share")
+    assert spec["available"] and spec["section"] == "timing"
+    figure = plots.draw_cpu_share(records, None)
+    top, bottom = figure.axes[:2]
+    assert "1 contended" in figure._suptitle.get_text()
+    shares = sorted(y for collection in bottom.collections for _, y in collection.get_offsets())
+    assert shares[0] == pytest.approx(0.45, abs=1e-3) and shares[-1] == pytest.approx(0.99, abs=1e-3)
+    older = [{k: v for k, v in r.items() if k != "cpu_evidence"} for r in records]
+    assert not next(s for s in plots.plot_specs(older) if s["name"] == "cpu_share")["available"]
+
+
+def test_compare_and_the_class_measures_carry_the_same_evidence():
+    from inferlab import compare
+    from inferlab.grading import measures as class_measures
+
+    quiet, busy = schedule(1.0, 3.0), schedule(1.0, 3.0, contended={"P1-cache_off-2", "P1-cache_on-2"}, slow=4)
+    result = compare.compare(view_of(quiet), view_of(busy))
+    assert result["timing_contention"]["dir1"]["contended"] == 0
+    assert result["timing_contention"]["dir2"]["contended_ids"] == ["P1-cache_on-2", "P1-cache_off-2"]
+    row = next(r for r in result["timing_ratios"] if r["prompt_id"] == "P1" and r["use_cache"] is False
+               and r["metric"] == "loop_s")
+    assert row["ratio_dir2_over_dir1"] > 1 and row["uncontended_ratio_dir2_over_dir1"] == pytest.approx(1, rel=0.02)
+    text = compare.format_compare(result)
+    assert "dir2: 2 of 20 timing trials contended" in text and "uncontended ratio=" in text
+    found = class_measures.key_measurements(view_of(busy))
+    assert found["timing_trials_contended"] == 2 and found["timing_trials_without_cpu_evidence"] == 0
+    assert found["cache_verdict_interval_P1x8"] == "faster" and found["timing_aa_noise_fraction"] is not None
+    assert set(class_measures.measurement_columns()) >= set(found)

@@ -1,0 +1,199 @@
+"""A real stand-in run with a busy loop pinned to the experiment's CPU during chosen timing trials: exactly those
+trials (and any the kernel says another task held the CPU from) are marked contended from their own records, the
+report's timing section and run status say so, the cache verdict does not rest on them, and verify catches a
+forged "uncontended" flag.
+
+Made robust for a shared 2-core machine: the experiment and the busy loop are pinned to the same single CPU, so a
+busy trial shares its CPU for certain, whatever else runs; the busy loop is started and stopped by a plugin in the
+experiment's own conftest around the chosen trials' test calls (and is running before the call starts). That
+plugin also reads the kernel's run delay of the experiment's thread (/proc/thread-self/schedstat: time spent
+runnable but waiting for a CPU) around every trial's call, an account of the contention independent of the
+run's own readings: a trial the busy loop did not touch may be contended only when the kernel says it waited.
+One run for the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferlab import contention
+from inferlab.records import REPORT_FILE
+from inferlab.verify import verify_run
+
+import shared_runs
+from forging import forge
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+BUSY = ("P1-cache_on-rep2", "P1-cache_off-rep2", "P1x8-cache_off-rep3", "P1x8-cache_on-rep4")
+
+# Appended to the scratch project's conftest.py: the busy loop around the chosen trials, the kernel's run delay
+# around every trial. Nothing of the experiment is patched.
+BUSY_PLUGIN = '''
+
+import json as _busy_json
+import os as _busy_os
+import subprocess as _busy_subprocess
+import sys as _busy_sys
+
+import pytest as _busy_pytest
+
+_BUSY_TRIALS = set(_busy_os.environ["INFERLAB_TEST_BUSY_TRIALS"].split(","))
+_BUSY_LOG = _busy_os.environ["INFERLAB_TEST_BUSY_LOG"]
+_BUSY_CPU = int(_busy_os.environ["INFERLAB_TEST_BUSY_CPU"])
+# it spins until the experiment's process is gone, so a crashed run leaves no busy loop behind
+_SPIN = ("import os, sys\\nparent = os.getppid()\\nsys.stdout.write('r')\\nsys.stdout.flush()\\n"
+         "while os.getppid() == parent:\\n    for _ in range(100000):\\n        pass\\n")
+
+
+def _busy_schedstat():
+    try:
+        with open("/proc/thread-self/schedstat") as stat:
+            cpu, delay = stat.read().split()[:2]
+        return {"cpu_ns": int(cpu), "run_delay_ns": int(delay)}
+    except (OSError, ValueError):
+        return None
+
+
+@_busy_pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    callspec = getattr(item, "callspec", None)
+    trial = callspec.params.get("trial") if callspec is not None else None
+    schedule_id = getattr(trial, "test_id", None)
+    spinner = None
+    if schedule_id in _BUSY_TRIALS:
+        spinner = _busy_subprocess.Popen([_busy_sys.executable, "-c", _SPIN], stdout=_busy_subprocess.PIPE,
+                                         preexec_fn=lambda: _busy_os.sched_setaffinity(0, {_BUSY_CPU}))
+        spinner.stdout.read(1)  # it is spinning before the trial starts
+    before = _busy_schedstat()
+    try:
+        return (yield)
+    finally:
+        after = _busy_schedstat()
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+        if schedule_id is not None:
+            with open(_BUSY_LOG, "a") as log:
+                log.write(_busy_json.dumps({"schedule_id": schedule_id, "busy": spinner is not None,
+                                            "before": before, "after": after}) + "\\n")
+'''
+
+
+@pytest.fixture(scope="module")
+def busy_run(tmp_path_factory) -> dict:
+    """The run (pinned with its busy loop to one CPU), its records and the plugin's log."""
+    folder = tmp_path_factory.mktemp("busy")
+    project = shared_runs.make_project(folder / "project", BUSY_PLUGIN)
+    cpu = min(os.sched_getaffinity(0))
+    log = folder / "busy-log.jsonl"
+    env = shared_runs.child_env({"INFERLAB_TEST_BUSY_TRIALS": ",".join(BUSY), "INFERLAB_TEST_BUSY_LOG": str(log),
+                                 "INFERLAB_TEST_BUSY_CPU": str(cpu)})
+    done = subprocess.run([sys.executable, "-m", "pytest", "experiments", "--specimen", "standin", "--offline",
+                           "--record-dir", "run", "-p", "no:cacheprovider"], cwd=project, env=env,
+                          capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=1200,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    run = project / "run"
+    tail = f"the run: {run}\n" + done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, tail
+    calls = {entry["schedule_id"]: entry for entry in map(json.loads, log.read_text().splitlines())}
+    return {"run": run, "records": shared_runs.records(run), "calls": calls, "tail": tail}
+
+
+def trials_of(busy_run) -> dict:
+    return {r["schedule_id"]: r for r in busy_run["records"] if r["kind"] == "timing_trial"}
+
+
+def waited_ns(call: dict):
+    """The kernel's run delay of the experiment's thread over one trial's test call, or None without schedstat."""
+    if not call.get("before") or not call.get("after"):
+        return None
+    return call["after"]["run_delay_ns"] - call["before"]["run_delay_ns"]
+
+
+def test_exactly_the_busy_trials_and_those_the_kernel_saw_waiting_are_marked_contended(busy_run):
+    trials = trials_of(busy_run)
+    calls = busy_run["calls"]
+    assert {name for name, call in calls.items() if call["busy"]} == set(BUSY), calls
+    for name in BUSY:
+        record = trials[name]
+        assert record["contended"] is True, (name, record["cpu_evidence"], busy_run["tail"])
+        assert contention.loop_cpu_share(record) < 0.75, (name, record["cpu_evidence"])  # it shared its CPU
+    for name, record in trials.items():
+        assert record["contended"] == contention.recorded_evidence(record)["contended"]  # from its own readings
+        if name in BUSY or record["contended"] is False:
+            continue
+        # not touched by the busy loop, yet contended: the kernel must say this thread waited for its CPU
+        waited = waited_ns(calls[name])
+        assert waited is not None, f"{name} is contended without the busy loop, and no schedstat says why"
+        spans = [s for s in record["cpu_evidence"].values() if s["contended"]]
+        lost = max(s["wall_ns"] - s["cpu_ns"] for s in spans)
+        assert waited >= 0.5 * lost or any(s["voluntary_switches"] for s in spans), (
+            f"{name}: its spans lost {lost} ns of CPU, the kernel saw it wait only {waited} ns: {spans}")
+    quiet = [n for n, r in trials.items() if n not in BUSY and r["contended"] is False]
+    print(f"contended without the busy loop: {len(trials) - len(BUSY) - len(quiet)} of {len(trials) - len(BUSY)}")
+
+
+def test_the_report_and_run_status_say_which_trials_were_contended(busy_run):
+    text = (busy_run["run"] / REPORT_FILE).read_text(encoding="utf-8")
+    timing = text[text.index("## Timing"):text.index("\n## ", text.index("## Timing") + 1)]
+    status = text[text.index("## Run status"):text.index("\n## ", text.index("## Run status") + 1)]
+    contended = [n for n, r in trials_of(busy_run).items() if r["contended"]]
+    assert f"Contended: {len(contended)} of 24 trials" in timing
+    assert all(name in timing for name in BUSY)
+    assert f"**The timing part was contended**: {len(contended)} of 24 timing trials" in status
+    assert "rerun on a quieter machine" in status
+    assert "![Each timing trial in schedule order" in timing and (busy_run["run"] / "plot_cpu_share.png").is_file()
+
+
+def test_the_cache_verdict_never_rests_on_the_contended_trials(busy_run):
+    trials = list(trials_of(busy_run).values())
+    contended = {t["schedule_id"] for t in trials if t["contended"]}
+    for verdict in contention.cache_verdicts(trials)["verdicts"]:
+        used = set(verdict["cache_on"]["schedule_ids"]) | set(verdict["cache_off"]["schedule_ids"])
+        assert not used & contended, verdict
+        assert {n for n in BUSY if n.startswith(verdict["prompt_id"] + "-")} <= set(verdict["not_used"])
+        if verdict["verdict"] != "cannot_tell":
+            assert min(verdict["cache_on"]["n"], verdict["cache_off"]["n"]) >= 3
+
+
+def test_the_run_verifies_and_a_forged_uncontended_flag_is_caught(busy_run, tmp_path):
+    assert verify_run(busy_run["run"])["problems"] == []
+
+    def edit(records):
+        record = next(r for r in records if r["kind"] == "timing_trial" and r.get("schedule_id") == BUSY[0])
+        record["contended"], record["contention_reasons"] = False, []
+        record["cpu_evidence"]["loop"]["contended"] = record["cpu_evidence"]["prefill"]["contended"] = False
+
+    problems = verify_run(forge(busy_run["run"], tmp_path / "forged", edit))["problems"]
+    assert any(f"{BUSY[0]}] contended: recorded False, recomputed True" in p for p in problems), problems
+    assert any("cpu_evidence.loop.contended" in p for p in problems), problems
+
+    def drop_readings(records):
+        record = next(r for r in records if r["kind"] == "timing_trial" and r.get("schedule_id") == BUSY[1])
+        del record["cpu_readings"]
+        record["contended"] = False
+
+    problems = verify_run(forge(busy_run["run"], tmp_path / "no-readings", drop_readings))["problems"]
+    assert any(f"{BUSY[1]}]: cpu_evidence, contended, contention_reasons without the raw cpu_readings" in p
+               for p in problems), problems
+
+    def quiet_after(records):
+        record = next(r for r in records if r["kind"] == "timing_machine" and r.get("point") == "after")
+        record["trial_counts"].update(contended=0, contended_ids=[])
+
+    problems = verify_run(forge(busy_run["run"], tmp_path / "quiet-after", quiet_after))["problems"]
+    assert any("trial_counts: recorded" in p for p in problems), problems
+
+    def looser_rule(records):
+        record = next(r for r in records if r["kind"] == "timing_machine" and r.get("point") == "before")
+        record["contention_rule"]["min_cpu_share"] = 0.1
+
+    problems = verify_run(forge(busy_run["run"], tmp_path / "looser-rule", looser_rule))["problems"]
+    assert any("contention_rule.min_cpu_share: recorded 0.1, recomputed 0.9" in p for p in problems), problems
