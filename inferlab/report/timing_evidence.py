@@ -147,8 +147,11 @@ def verdict_items(view: RunView) -> list[str]:
     trials = view.kind("timing_trial")
     if not trials:
         return []
+    verdicts = contention.cache_verdicts(trials)["verdicts"]
+    if verdicts and not any(entry["cache_on"]["n"] + entry["cache_off"]["n"] for entry in verdicts):
+        return [_no_uncontended_sample(verdicts)]
     items = []
-    for entry in contention.cache_verdicts(trials)["verdicts"]:
+    for entry in verdicts:
         other = entry["all_samples"]["verdict"]
         everything = entry["all_samples"]["cache_on"]["n"] + entry["all_samples"]["cache_off"]["n"]
         used = entry["cache_on"]["n"] + entry["cache_off"]["n"]
@@ -164,6 +167,17 @@ def verdict_items(view: RunView) -> list[str]:
         items.append(f"{entry['prompt_id']}, {METRIC_WORDS[entry['metric']]}: {VERDICT_WORDS[entry['verdict']]} "
                      f"({entry['reason']}{groups}{note})")
     return items
+
+
+def _no_uncontended_sample(verdicts: list[dict]) -> str:
+    """One sentence for every prompt and metric when no sample on either side is uncontended (the same reason)."""
+    claimed_elsewhere = [f"{entry['prompt_id']} {METRIC_WORDS[entry['metric']]} "
+                         f"{entry['all_samples']['verdict'].replace('_', ' ')}"
+                         for entry in verdicts if entry["all_samples"]["verdict"] != entry["verdict"]]
+    return (f"every prompt and metric: {VERDICT_WORDS['cannot_tell']} (no uncontended sample on either side: every "
+            "sample is contended or carries no CPU evidence"
+            + (f"; all samples, contended ones included, would say {', '.join(claimed_elsewhere)}, which this report "
+               "does not claim" if claimed_elsewhere else "") + ")")
 
 
 def verdict_lines(view: RunView) -> list[str]:
