@@ -162,7 +162,7 @@ def run(args) -> int:
     copy = GraderCopy(args.specimen, args.artifacts) if replay else None
     try:
         if copy is not None:
-            copy.prepare()
+            copy.prepare(load=args.jobs == 1)
     except GraderCopyError as error:
         return _usage(f"--replay: {error}")
     grades = grade_sources(sources, rubric, reference, reference_file=str(args.reference) if reference else None,

@@ -1,6 +1,6 @@
-"""Re-execution in the grade: `grade --replay` (or a rubric that requires it) replays every deterministic part of
-a run on the grader's own verified copy of the specimen (inferlab.replay is the engine, called, never restated)
-and folds the result into the run's grade.
+"""Re-execution in the grade: `grade --replay` (or a rubric that requires it) replays every deterministic part of a
+run on the grader's own verified copy of the specimen (inferlab.replay is the engine, called, never restated) and
+folds the result into the run's grade.
 
 A part that disagrees is an integrity problem naming the part and its first difference; a run that cannot be
 replayed at all (its specimen is not one of this checkout's, the grader's copy fails verification against it) is
@@ -8,17 +8,73 @@ one too, saying why: the grader asked that every run be re-executed, and this on
 could not establish (seeded sampling ids drawn by another torch) goes into the grade's not_checked, as the
 absence of a replay does when none was asked for (grade.not_established).
 
-The grader's copy is acquired offline (grading never opens the network) and loaded once per process and
-specimen (GraderCopy): a class replays one run after another on the same model. The specimen is --specimen NAME
-when given, else the one the run names, looked up in this checkout's artifacts/ only; the pins a run recorded for
-a specimen this checkout does not know are never used, since the learner wrote them.
+The grader's copy is acquired offline (grading never opens the network) and loaded once per process and specimen
+(GraderCopy): a class replays one run after another on the same model. What a replay computes does not depend on
+the run: the protocol fixes the prompts, the seeds and every generation config, and the replay tokenizes the
+prompts itself. So the model's calls are remembered (OnceModel): a call with the same inputs (and, for generate,
+the same random generator state) is computed once per process and its output handed to every later run, which is
+then compared with it as the first run was. A call that feeds a cache object is always computed again. The specimen
+is --specimen NAME when given, else the one the run names, looked up in this checkout's artifacts/ only; the pins a
+run recorded for a specimen this checkout does not know are never used, since the learner wrote them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Optional
+
+
+class OnceModel:
+    """The grader's model, each of its computations made once per process: model(...) and model.generate(...)
+    with the same inputs (every tensor by shape, dtype and bytes, every other argument by value, and for generate
+    torch's random generator state) return the output computed the first time. A forward that is given a cache
+    (past_key_values) changes that cache, so it is always computed. Everything else is the model's own."""
+
+    def __init__(self, model):
+        self._model = model
+        self._outputs: dict = {}
+        self.computed = self.reused = 0  # how many calls were computed, and how many handed an earlier output
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    @staticmethod
+    def _key(value):
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), str(value.dtype),
+                    hashlib.sha256(value.detach().contiguous().cpu().numpy().tobytes()).hexdigest())
+        if hasattr(value, "to_json_string"):  # a GenerationConfig: all its values
+            return ("config", value.to_json_string(use_diff=False))
+        if isinstance(value, (list, tuple)):
+            return tuple(OnceModel._key(v) for v in value)
+        if isinstance(value, dict):
+            return tuple(sorted((k, OnceModel._key(v)) for k, v in value.items()))
+        return ("value", repr(value))
+
+    def _once(self, call, key, args, kwargs):
+        if key in self._outputs:
+            self.reused += 1
+            return self._outputs[key]
+        self.computed += 1
+        output = call(*args, **kwargs)
+        self._outputs[key] = output
+        return output
+
+    def __call__(self, *args, **kwargs):
+        if kwargs.get("past_key_values") is not None:
+            self.computed += 1
+            return self._model(*args, **kwargs)
+        return self._once(self._model, ("forward", self._key(args), self._key(kwargs)), args, kwargs)
+
+    def generate(self, *args, **kwargs):
+        import torch
+
+        state = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
+        return self._once(self._model.generate, ("generate", state, self._key(args), self._key(kwargs)), args, kwargs)
 
 
 class GraderCopyError(Exception):
@@ -37,16 +93,18 @@ class GraderCopy:
         self._failed: dict[str, str] = {}
         self.loads = 0  # how many models this process loaded (a test and the benchmark read it)
 
-    def prepare(self) -> None:
-        """With --specimen NAME, acquire and load it now: a copy that cannot be used is the grader's error."""
+    def prepare(self, load: bool = True) -> None:
+        """With --specimen NAME, acquire it now (and load it, unless the runs are graded in other processes, which
+        load their own): a copy that cannot be used is the grader's error."""
         if self.specimen is None:
             return
-        problem = self._load(self.specimen)
+        problem = self._load(self.specimen, load)
         if problem:
             raise GraderCopyError(problem)
 
-    def _load(self, name: str) -> Optional[str]:
-        """Acquire (offline), verify and load the specimen `name` once; the reason when it cannot be."""
+    def _load(self, name: str, load: bool = True) -> Optional[str]:
+        """Acquire (offline), verify and (unless load is False) load the specimen `name` once; the reason when it
+        cannot be."""
         from inferlab.replay import load_model
         from inferlab.specimen import SpecimenError, acquire, load_spec
 
@@ -63,11 +121,15 @@ class GraderCopy:
         where = f"your copy in {self.artifacts}" if self.artifacts else "this checkout's project cache"
         try:
             acquired = acquire(spec, artifacts_dir=self.artifacts, offline=True)
+            if not load:
+                return None
             model, tokenizer = load_model(Path(acquired["directory"]), acquired["verification"])
         except (SpecimenError, OSError) as error:
-            self._failed[name] = f"the grader's copy of {name} ({where}) could not be acquired offline and verified: {error}"
+            self._failed[name] = (f"the grader's copy of {name} ({where}) could not be acquired offline and "
+                                  f"verified: {error}")
             return self._failed[name]
         self.loads += 1
+        model = OnceModel(model)
         how = f"this checkout's artifacts/{name}.json ({acquired['acquisition']}: {acquired['directory']})"
         self._loaded[name] = (spec, how, acquired, model, tokenizer)
         return None
