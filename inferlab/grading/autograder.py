@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Optional
@@ -345,7 +346,9 @@ def grade_submission(root: Path) -> tuple[str, Optional[object]]:
                      f"{config['specimen']}")
     else:
         work = root / "work"
-        work.mkdir(parents=True, exist_ok=False)
+        if work.exists():  # run again in the same container: a new folder, nothing overwritten
+            work = Path(tempfile.mkdtemp(prefix="work-", dir=root))
+        work.mkdir(parents=True, exist_ok=True)
         predictions = None
         if found["predictions"] is not None:
             predictions = work / "predictions.md"
@@ -380,6 +383,8 @@ def run(root: Path) -> int:
         text, grade = grade_submission(Path(root))
     except AutograderError as error:
         text, grade = _refusal(f"the autograder is not set up: {error}"), None
+    except (OSError, subprocess.SubprocessError, ValueError) as error:  # still a results.json that says why
+        text, grade = _refusal(f"the autograder failed: {type(error).__name__}: {error}"), None
     write_text_atomic(results / "results.json", text)
     print(f"autograder: results.json written to {results}"
           + (f" (grade exit {grade.exit_status}, score {grade.score:g} of {grade.max_score:g})" if grade else ""))

@@ -22,7 +22,7 @@ cd "$SOURCE"
 install() {
   local base=${BASE_PYTHON:-python3}
   if ! "$base" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-    apt-get install -y python3.11 python3.11-venv
+    apt-get update && apt-get install -y python3.11 python3.11-venv
     base=python3.11
   fi
   "$base" -m venv .venv
