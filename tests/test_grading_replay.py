@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from inferlab import protocol, summaries
+from inferlab import protocol, report, summaries
 from inferlab.grading.grade import EXIT_INTEGRITY, EXIT_PASSED, grade_source
 from inferlab.grading.replayed import GraderCopy
 from inferlab.grading.rubric import load_rubric
@@ -52,8 +52,8 @@ def rebind(run) -> None:
 
 def forge_greedy(run, target, standin_dir):
     """P2's three greedy trials given another id at FORGED_STEP, with everything derived from the ids redone as a
-    careful forger would (sequence, decoded texts and pieces, P2's sampling summary), the inventory re-hashed and
-    the attached explanation bound to the new manifest."""
+    careful forger would (sequence, decoded texts and pieces, P2's sampling summary, the report's pages), the
+    inventory re-hashed and the attached explanation bound to the new manifest."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(standin_dir / "tokenizer.json"))
@@ -80,6 +80,8 @@ def forge_greedy(run, target, standin_dir):
     records = [json.loads(line) for line in (target / "records.jsonl").read_text().splitlines()]
     edit(records)
     (target / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    for name, text in report.render_pages(target).items():  # the report rendered again, as grade compares it
+        (target / name).write_text(text, encoding="utf-8")
     rebind(target)
     return target
 
