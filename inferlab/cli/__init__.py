@@ -34,7 +34,8 @@ EXIT_CODES = """exit status:
        report --check: the pages were written by another report renderer version (not compared)
   141  the reader of the output went away (... | head)"""
 # The subcommands in the order --help lists them: modules of this package.
-COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack", "replay", "attach", "revise")
+COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack", "replay", "attach", "revise",
+            "autograder")
 
 
 def spelled(args: str, program: str = PROG) -> str:

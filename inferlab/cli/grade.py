@@ -12,7 +12,7 @@ from inferlab.cli import EXIT_UNREADABLE
 
 NAME = "grade"
 HELP = ("grade runs item by item against the lab's submission checklist (record folders, submission archives, or "
-        "a folder of submissions); reads files only")
+        "a folder of submissions); reads files only, unless --replay re-executes them on your copy of the specimen")
 EPILOG = """RUN may be a run's record folder, an archive made by `pack`, or a folder whose subfolders and archives
 are one learner's submission each (a class: then --out DIR is where the class page goes). A subfolder that
 holds Gradescope's submission_metadata.json beside one run folder or archive is that learner's submission.
@@ -25,7 +25,8 @@ exit status (over several runs, the worst):
   1  a checklist item fails (the output names it and says what to fix)
   2  a usage error, a rubric or reference that cannot be used, a folder that is not a run, a refused archive
   3  an integrity problem: verify finds one, a summary flag disagrees with the file it summarises, the run's
-     harness is not this inferlab's (under the default rubric), or the run contradicts the --reference
+     harness is not this inferlab's (under the default rubric), the run contradicts the --reference, or a
+     part of it disagrees with its --replay on your own copy of the specimen (or could not be replayed)
   141  the reader of the output went away (... | head)"""
 
 
@@ -47,6 +48,19 @@ def add_arguments(parser) -> None:
                         help="write the format's output to FILE (the text page is still printed); for a folder of "
                              "submissions, the folder to write the class page into")
     parser.add_argument("--csv", type=Path, metavar="FILE", help="also write one CSV row per run to FILE")
+    parser.add_argument("--replay", action="store_true",
+                        help="re-execute each run's deterministic parts on your own verified copy of the specimen "
+                             "(offline; the model is loaded once per process) and fold the result into the grade: a "
+                             "part that disagrees is an integrity problem (a rubric's require_replay turns it on)")
+    parser.add_argument("--specimen", metavar="NAME",
+                        help="with --replay: the specimen to replay every run on, from this checkout's artifacts/ "
+                             "(default: the one each run names, if this checkout has its spec)")
+    parser.add_argument("--artifacts", metavar="DIR",
+                        help="with --replay: your own copy of the specimen's files, verified against its pins "
+                             "before anything is loaded (default: this checkout's project cache; the stand-in is "
+                             "built there)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="grade in N processes (default 1); with --replay each loads the model once")
 
 
 def _inside(path: Path, folders: list[Path]) -> bool:
@@ -105,7 +119,8 @@ def run(args) -> int:
     from inferlab.grading import formats
     from inferlab.grading.classview import review_class, write_class_page
     from inferlab.grading.likeness import traits_of
-    from inferlab.grading.grade import grade_source, submissions_in, worst
+    from inferlab.grading.grade import submissions_in, worst
+    from inferlab.grading.replayed import GraderCopy, GraderCopyError, grade_sources
     from inferlab.grading.reference import ReferenceError, load_reference
     from inferlab.grading.rubric import RubricError, load_rubric
     from inferlab.records import write_text_atomic
@@ -139,8 +154,19 @@ def run(args) -> int:
         return _usage("; ".join(_what_folder(folder) for folder in classes))
     if args.format == "gradescope" and len(sources) != 1:
         return _usage(f"--format gradescope writes one submission's results.json; {len(sources)} runs were given")
-    grades = [grade_source(source, rubric, reference, reference_file=str(args.reference) if reference else None)
-              for source in sources]
+    replay = args.replay or bool(getattr(rubric, "require_replay", False))
+    if not replay and (args.specimen or args.artifacts):
+        return _usage("--specimen and --artifacts name the copy a replay runs on: give --replay too")
+    if args.jobs < 1:
+        return _usage(f"--jobs {args.jobs}: expected at least 1")
+    copy = GraderCopy(args.specimen, args.artifacts) if replay else None
+    try:
+        if copy is not None:
+            copy.prepare(load=args.jobs == 1)
+    except GraderCopyError as error:
+        return _usage(f"--replay: {error}")
+    grades = grade_sources(sources, rubric, reference, reference_file=str(args.reference) if reference else None,
+                           copy=copy, jobs=args.jobs)
     review = None
     if classes:
         for source, grade in zip(sources, grades):

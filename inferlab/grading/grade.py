@@ -10,9 +10,13 @@ copy; what could not be established is collected in `not_checked`, never passed 
 line for a partial or unfinished run is not an integrity problem: it is why items fail (a partial run fails the
 items it lacks). A failed protocol diagnostic is a finding shown with its evidence, never a failed item.
 
+With a GraderCopy (inferlab.grading.replayed: grade --replay), the run's deterministic parts are also
+re-executed on the grader's own copy of the specimen, and a part that disagrees is an integrity problem.
+
 Exit status of one run: 0 every required item passes (manual items do not block), 1 an item fails, 2 the
 source is not a run (or an archive was refused), 3 an integrity problem. Over several runs, the worst.
-Grading reads files only: no model is loaded and nothing is written into a run folder.
+Grading reads files only (no model is loaded unless a replay is asked for) and nothing is written into a run
+folder.
 """
 
 from __future__ import annotations
@@ -190,8 +194,10 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, 
                label: Optional[str] = None, extra_integrity: Iterable[str] = (),
                rename: Optional[tuple[str, str]] = None, reference_file: Optional[str] = None,
                replay: Optional[object] = None) -> RunGrade:
-    """Grade one run's view against a rubric (and a reference, and a replay's result when one was made); rename
-    replaces a temporary folder's path by the archive's name in every line shown."""
+    """Grade one run's view against a rubric (and a reference, and a replay: a replayed.GraderCopy re-executes the
+    run on the grader's copy and folds the result in; None when no replay was asked for); rename replaces a
+    temporary folder's path by the archive's name in every line shown."""
+    from inferlab.grading import replayed
     from inferlab.grading.harness import compare_harness, grader_root
     from inferlab.grading.recompute import check_flags, lock_conformance
     from inferlab.grading.reference import compare_reference
@@ -232,13 +238,15 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, 
         compared = compare_reference(view, reference).as_dict()
         compared["file"] = reference_file
     findings = findings_of(view, kinds_of) + requirement_findings(rubric, harness, lock)
-    return RunGrade(source=source or str(view.directory), label=label or (view.directory.name if view.directory
-                                                                          else source),
-                    items=items, integrity=integrity + list(extra_integrity), completeness=completeness,
-                    reference=compared, findings=findings, notes=notes,
-                    facts=unless_malformed(run_facts, view, completeness),
-                    measurements=unless_malformed(key_measurements, view), rubric=rubric,
-                    not_checked=not_established(verified, harness, flags, compared, replay, rename))
+    grade = RunGrade(source=source or str(view.directory), label=label or (view.directory.name if view.directory
+                                                                           else source),
+                     items=items, integrity=integrity + list(extra_integrity), completeness=completeness,
+                     reference=compared, findings=findings, notes=notes,
+                     facts=unless_malformed(run_facts, view, completeness),
+                     measurements=unless_malformed(key_measurements, view), rubric=rubric,
+                     not_checked=not_established(verified, harness, flags, compared, replay, rename))
+    replayed.fold(grade, view, replay, rename)
+    return grade
 
 
 def requirement_findings(rubric: Rubric, harness, lock) -> list[dict]:
@@ -270,8 +278,8 @@ def not_established(verified: dict, harness, flags, compared: Optional[dict], re
     else:
         lines += [f"reference: {note}" for note in compared.get("notes") or [] if "not compared" in note]
     if replay is None:
-        lines.append("replay: the run's deterministic outputs were not re-executed on the grader's copy of the "
-                     f"specimen ({spelled('grade RUN --replay')})")
+        lines.append("replay: none made, so the run's deterministic outputs were not re-executed on the grader's "
+                     f"copy of the specimen ({spelled('grade RUN --replay')})")
     if rename:
         lines = [line.replace(*rename) for line in lines]
     return list(dict.fromkeys(lines))
@@ -293,7 +301,8 @@ def refused(source: Path, why: str, rubric: Rubric) -> RunGrade:
 
 def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
                  reference_file: Optional[str] = None, replay: Optional[object] = None) -> RunGrade:
-    """Grade a record folder or a submission archive (unpacked into a temporary folder, removed afterwards)."""
+    """Grade a record folder or a submission archive (unpacked into a temporary folder, removed afterwards);
+    replay: the grader's copy to re-execute the run on (replayed.GraderCopy), or None."""
     import tarfile
 
     from inferlab.grading.archive import UnsafeArchive, is_archive, unpack

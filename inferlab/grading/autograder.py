@@ -1,0 +1,409 @@
+"""A Gradescope autograder that runs the instructor's copy: `inferlab autograder gradescope -o autograder.zip`
+writes the zip, and the two scripts in it call this module inside Gradescope's container.
+
+The zip holds, at its root (Gradescope unpacks it into /autograder/source):
+    setup.sh         run once when Gradescope builds the image: a Python of the lock's version, .venv from
+                     requirements.lock with CPU torch from PyTorch's CPU index (inferlab.installation, as the
+                     Makefile does), then `python -m inferlab.grading.autograder prepare` (the specimen acquired
+                     and verified offline, so a submission is graded without the network)
+    run_autograder   run for every submission: `python -m inferlab.grading.autograder run`
+    the project      inferlab/, experiments/, conftest.py, pytest.ini, pyproject.toml, the lock, the templates and
+                     the specimen specs, exactly as in this checkout (the course's copy of the harness)
+    course/          autograder.json (the settings, the commit and the lock's hash), and the optional
+                     reference.json, rubric.toml and specimen/ (the instructor's copy of the pinned files)
+
+`run` grades what /autograder/submission holds: one `pack` archive (graded, and replayed on the course's copy of
+the specimen), or the learner's predictions and explanation only (then it makes the run itself, offline, on the
+configured specimen, with those predictions, attaches the explanation, and grades that). The submission is data:
+nothing in it is imported, collected or executed (its conftest.py, .py files and pytest.ini never reach a path
+Python or pytest reads; the experiment runs from the course's copy with the submission's two files copied out
+as text). It writes /autograder/results/results.json (the gradescope format of inferlab.grading.formats).
+
+The root folder is AUTOGRADER_ROOT (default /autograder), so a test runs the whole thing in a temporary folder;
+AUTOGRADER_PYTHON names a Python that already has the lock installed, and setup.sh then skips its installation
+step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+from inferlab.grading.autograder_scripts import SCRIPTS
+
+ROOT_VARIABLE, DEFAULT_ROOT = "AUTOGRADER_ROOT", "/autograder"
+PYTHON_VARIABLE = "AUTOGRADER_PYTHON"
+CONFIG_FORMAT, CONFIG_SCHEMA = "inferlab-autograder", 1
+COURSE = "course"  # the folder of the zip that holds the course's settings and files
+CONFIG_FILE = f"{COURSE}/autograder.json"
+# What of this checkout goes into the zip: the harness (what a run's source hashes cover) and what installs it.
+PROJECT_TREES = ("inferlab", "experiments")
+PROJECT_FILES = ("conftest.py", "pytest.ini", "pyproject.toml", "requirements.lock", "requirements.in", "Makefile",
+                 "predictions.md", "explanation.md")
+SKIPPED = ("__pycache__", ".pyc", ".egg-info")
+PREDICTION_NAMES = ("my_predictions.md", "predictions.md")  # the first found wins, at the shallowest depth
+EXPLANATION_NAMES = ("my_explanation.md", "explanation.md")
+MAX_TEXT_BYTES = 1_000_000  # a predictions or explanation file larger than this is not a learner's text
+RUN_TIMEOUT_S = 900  # the experiment's own session limit is well below; Gradescope's default limit is 10 minutes
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every entry's timestamp: the same checkout gives the same bytes
+
+
+class AutograderError(Exception):
+    """The autograder cannot be built from what was given (a usage error: exit 2)."""
+
+
+# --- building the zip ----------------------------------------------------------------------------------
+
+
+def _project_root() -> Path:
+    from inferlab.specimen import PROJECT_ROOT
+
+    return PROJECT_ROOT
+
+
+def project_files(root: Path) -> list[str]:
+    """The checkout's files that go into the zip, relative and sorted (no caches, no built specimens)."""
+    found = [name for name in PROJECT_FILES if (root / name).is_file()]
+    for tree in PROJECT_TREES:
+        for path in (root / tree).rglob("*"):
+            relative = path.relative_to(root).as_posix()
+            if path.is_file() and not path.is_symlink() and not any(part in relative for part in SKIPPED):
+                found.append(relative)
+    found += [p.relative_to(root).as_posix() for p in (root / "artifacts").glob("*.json") if p.is_file()]
+    return sorted(found)
+
+
+def _git(root: Path, *args: str) -> Optional[str]:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def course_settings(specimen: Optional[str], artifacts: Optional[Path], reference: Optional[Path],
+                    rubric: Optional[Path]) -> tuple[dict, dict]:
+    """The zip's autograder.json and the course files to copy ({name in the zip: source path}), every input
+    checked first (AutograderError naming what is wrong)."""
+    from inferlab import protocol
+    from inferlab.grading.reference import ReferenceError, load_reference
+    from inferlab.grading.rubric import RubricError, load_rubric
+    from inferlab.specimen import SpecimenError, check_specimen_files, load_runnable_spec
+
+    root = _project_root()
+    name = specimen or (protocol.DEFAULT_SPECIMEN if artifacts is not None else "standin")
+    try:
+        spec = load_runnable_spec(name)
+    except SpecimenError as error:
+        raise AutograderError(f"--specimen {name}: {error}") from None
+    copies: dict[str, Path] = {}
+    if artifacts is not None:
+        verification = check_specimen_files(Path(artifacts), spec)
+        if not verification.get("ok"):
+            raise AutograderError(f"--artifacts {artifacts}: the copy fails verification against {spec.name}'s pins: "
+                                  f"{'; '.join(verification.get('problems') or ['see check-artifacts'])}")
+        for row in verification["files"]:
+            if row.get("present"):
+                copies[f"{COURSE}/specimen/{row['name']}"] = Path(artifacts) / row["name"]
+    elif not spec.synthetic:
+        raise AutograderError(f"the specimen {spec.name} is not built offline: give --artifacts DIR (your verified "
+                              f"copy of its files, which go into the zip), or --specimen standin")
+    if reference is not None:
+        try:
+            load_reference(reference)
+        except ReferenceError as error:
+            raise AutograderError(f"--reference: {error}") from None
+        copies[f"{COURSE}/reference.json"] = Path(reference)
+    if rubric is not None:
+        try:
+            load_rubric(rubric)
+        except RubricError as error:
+            raise AutograderError(f"--rubric: {error}") from None
+        copies[f"{COURSE}/rubric.toml"] = Path(rubric)
+    import inferlab
+
+    config = {"format": CONFIG_FORMAT, "schema": CONFIG_SCHEMA,
+              "made_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "specimen": spec.name, "artifacts": f"{COURSE}/specimen" if artifacts is not None else None,
+              "reference": f"{COURSE}/reference.json" if reference is not None else None,
+              "rubric": f"{COURSE}/rubric.toml" if rubric is not None else None, "replay": True,
+              "project": {"inferlab_version": inferlab.__version__, "git_commit": _git(root, "rev-parse", "HEAD"),
+                          "git_dirty": bool(_git(root, "status", "--porcelain", "--untracked-files=no")),
+                          "lock_sha256": _sha256(root / "requirements.lock")}}
+    return config, copies
+
+
+def _entry(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:
+    info = zipfile.ZipInfo(name, date_time=ZIP_TIME)
+    info.external_attr = (0o755 if executable else 0o644) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    archive.writestr(info, data)
+
+
+def write_gradescope_zip(output: Path, specimen: Optional[str] = None, artifacts: Optional[Path] = None,
+                         reference: Optional[Path] = None, rubric: Optional[Path] = None) -> dict:
+    """Write the autograder zip (a new file; written beside and moved into place whole). Returns the config."""
+    output = Path(output)
+    if output.exists():
+        raise AutograderError(f"{output} exists: the autograder is written to a new file")
+    config, copies = course_settings(specimen, artifacts, reference, rubric)
+    root = _project_root()
+    temporary = output.with_name(output.name + ".partial")
+    try:
+        with zipfile.ZipFile(temporary, "w") as archive:
+            for name, text in SCRIPTS.items():
+                _entry(archive, name, text.encode(), executable=True)
+            for name in project_files(root):
+                _entry(archive, name, (root / name).read_bytes())
+            _entry(archive, CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode())
+            for name, source in sorted(copies.items()):
+                _entry(archive, name, Path(source).read_bytes())
+        os.replace(temporary, output)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return config
+
+
+# --- inside the container ------------------------------------------------------------------------------
+
+
+def autograder_root() -> Path:
+    """AUTOGRADER_ROOT, else /autograder."""
+    return Path(os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT)
+
+
+def read_config(source: Path) -> dict:
+    """The zip's autograder.json (inside the container: source is /autograder/source)."""
+    path = Path(source) / CONFIG_FILE
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise AutograderError(f"{path}: expected the autograder's settings, actual: unreadable ({error})") from None
+    if not isinstance(config, dict) or config.get("format") != CONFIG_FORMAT or config.get("schema") != CONFIG_SCHEMA:
+        raise AutograderError(f"{path}: expected format {CONFIG_FORMAT} schema {CONFIG_SCHEMA}")
+    return config
+
+
+def grader_copy(source: Path, config: dict):
+    """The course's copy of the specimen as the replay's GraderCopy."""
+    from inferlab.grading.replayed import GraderCopy
+
+    artifacts = Path(source) / config["artifacts"] if config.get("artifacts") else None
+    return GraderCopy(config["specimen"], artifacts)
+
+
+def prepare(source: Path) -> int:
+    """setup.sh's last step: acquire (offline: the stand-in is built) and verify the course's specimen."""
+    from inferlab.specimen import SpecimenError, acquire, load_spec
+
+    config = read_config(source)
+    artifacts = Path(source) / config["artifacts"] if config.get("artifacts") else None
+    try:
+        acquired = acquire(load_spec(config["specimen"]), artifacts_dir=artifacts, offline=True)
+    except SpecimenError as error:
+        print(f"autograder prepare: the course's copy of {config['specimen']} cannot be used: {error}", file=sys.stderr)
+        return 2
+    print(f"autograder prepare: {config['specimen']} ready ({acquired['acquisition']}: {acquired['directory']})")
+    return 0
+
+
+def _candidates(folder: Path) -> list[Path]:
+    """Every regular file under folder, shallowest first, never through a symbolic link."""
+    found = []
+    for top, folders, files in os.walk(folder, followlinks=False):
+        folders[:] = sorted(f for f in folders if not (Path(top) / f).is_symlink())
+        found += [Path(top) / f for f in sorted(files) if not (Path(top) / f).is_symlink()]
+    return sorted(found, key=lambda p: (len(p.relative_to(folder).parts), str(p)))
+
+
+def _one(found: list[Path], names: tuple[str, ...], folder: Path) -> Optional[Path]:
+    """The file of the first name (in names' order) found at the shallowest depth; AutograderError when two files
+    of that name sit at that depth."""
+    for name in names:
+        matches = [p for p in found if p.name == name]
+        if not matches:
+            continue
+        depth = len(matches[0].relative_to(folder).parts)
+        level = [p for p in matches if len(p.relative_to(folder).parts) == depth]
+        if len(level) > 1:
+            raise AutograderError(f"the submission holds {len(level)} files named {name} at the same depth: "
+                                  f"{', '.join(p.relative_to(folder).as_posix() for p in level)}; keep one")
+        return level[0]
+    return None
+
+
+def find_submission(folder: Path) -> dict:
+    """What the submission holds: {"kind": "pack", "archive": path} or {"kind": "files", "predictions": path or
+    None, "explanation": path or None}; AutograderError when it holds neither, or is ambiguous."""
+    from inferlab.grading.archive import ARCHIVE_SUFFIXES
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise AutograderError(f"{folder}: no submission folder")
+    found = _candidates(folder)
+    archives = [p for p in found if p.name.endswith(ARCHIVE_SUFFIXES)]
+    if len(archives) > 1:
+        raise AutograderError(f"the submission holds {len(archives)} archives "
+                              f"({', '.join(p.relative_to(folder).as_posix() for p in archives)}); submit one `pack` "
+                              "archive, or your predictions and explanation only")
+    if archives:
+        return {"kind": "pack", "archive": archives[0]}
+    predictions, explanation = _one(found, PREDICTION_NAMES, folder), _one(found, EXPLANATION_NAMES, folder)
+    if predictions is None and explanation is None:
+        raise AutograderError(f"the submission holds no `pack` archive ({', '.join(ARCHIVE_SUFFIXES)}) and no "
+                              f"predictions ({' or '.join(PREDICTION_NAMES)}) or explanation "
+                              f"({' or '.join(EXPLANATION_NAMES)})")
+    return {"kind": "files", "predictions": predictions, "explanation": explanation}
+
+
+def _copy_text(source: Path, target: Path) -> None:
+    """A learner's text file copied out of the submission as bytes (a bounded size), never opened as code."""
+    size = source.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise AutograderError(f"{source.name}: {size} bytes, more than {MAX_TEXT_BYTES} for a text file")
+    target.write_bytes(source.read_bytes())
+
+
+def clean_environment() -> dict:
+    """This process's environment without what would let a file outside the course's copy into Python or pytest."""
+    dropped = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT")
+    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("PYTEST_")}
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def make_run(source: Path, config: dict, work: Path, predictions: Optional[Path]) -> tuple[Path, str]:
+    """The experiment, offline, on the course's specimen, from the course's copy (cwd = source), with the learner's
+    predictions: (the run folder, the end of its output)."""
+    run_dir = work / "run"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "experiments",
+               "--specimen", config["specimen"], "--offline", "--record-dir", str(run_dir)]
+    if config.get("artifacts"):
+        command += ["--artifacts", str(Path(source) / config["artifacts"])]
+    if predictions is not None:
+        command += ["--predictions", str(predictions)]
+    done = subprocess.run(command, cwd=source, env=clean_environment(), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
+    return run_dir, (done.stdout + done.stderr)[-3000:]
+
+
+def _attach(run_dir: Path, explanation: Path) -> int:
+    from inferlab.__main__ import main
+
+    return main(["attach", str(run_dir), str(explanation), "--kind", "explanation"])
+
+
+def _refusal(message: str) -> str:
+    """results.json for a submission that cannot be graded: no points, and why."""
+    data = {"score": 0.0, "output": message, "visibility": "visible",
+            "tests": [{"name": "A submission to grade", "status": "failed", "output": message,
+                       "visibility": "visible"}]}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _metadata(root: Path) -> dict:
+    """The submission's id and time from Gradescope's submission_metadata.json, when it is there (shown only)."""
+    try:
+        data = json.loads((root / "submission_metadata.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: data.get(k) for k in ("id", "created_at") if isinstance(data, dict) and k in data}
+
+
+def grade_submission(root: Path) -> tuple[str, Optional[object]]:
+    """The results.json text for root/submission, and the grade (None when it could not be graded)."""
+    from inferlab.grading import formats
+    from inferlab.grading.grade import grade_source
+    from inferlab.grading.reference import load_reference
+    from inferlab.grading.rubric import load_rubric
+
+    source = root / "source"
+    config = read_config(source)
+    rubric = load_rubric(source / config["rubric"] if config.get("rubric") else None)
+    reference_file = source / config["reference"] if config.get("reference") else None
+    reference = load_reference(reference_file) if reference_file else None
+    try:
+        found = find_submission(root / "submission")
+    except AutograderError as error:
+        return _refusal(str(error)), None
+    lines = []
+    if found["kind"] == "pack":
+        target = found["archive"]
+        lines.append(f"graded the archive {found['archive'].name}, replayed on the course's copy of "
+                     f"{config['specimen']}")
+    else:
+        work = root / "work"
+        if work.exists():  # run again in the same container: a new folder, nothing overwritten
+            work = Path(tempfile.mkdtemp(prefix="work-", dir=root))
+        work.mkdir(parents=True, exist_ok=True)
+        predictions = None
+        if found["predictions"] is not None:
+            predictions = work / "predictions.md"
+            _copy_text(found["predictions"], predictions)
+        target, tail = make_run(source, config, work, predictions)
+        if not (target / "manifest.json").is_file():
+            return _refusal(f"the course's experiment run did not start:\n{tail}"), None
+        lines.append(f"the autograder ran the experiment on {config['specimen']} (offline) with "
+                     + (f"your {found['predictions'].name}" if predictions else "no predictions file"))
+        if found["explanation"] is not None:
+            explanation = work / "explanation.md"
+            _copy_text(found["explanation"], explanation)
+            status = _attach(target, explanation)
+            lines.append(f"attached your {found['explanation'].name}" + ("" if status == 0 else
+                                                                            f" (attach exit {status})"))
+    grade = grade_source(target, rubric, reference, reference_file=str(reference_file) if reference_file else None,
+                         replay=grader_copy(source, config) if config.get("replay", True) else None)
+    data = json.loads(formats.gradescope(grade))
+    data["output"] = "\n".join(lines) + "\n\n" + data["output"]
+    data.setdefault("extra_data", {})["autograder"] = {"submission": _metadata(root), "course": config["project"],
+                                                       "how": lines}
+    return json.dumps(data, indent=2, allow_nan=False, default=str) + "\n", grade
+
+
+def run(root: Path) -> int:
+    """run_autograder: grade the submission and write root/results/results.json (always, even for a refusal)."""
+    from inferlab.records import write_text_atomic
+
+    results = Path(root) / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    try:
+        text, grade = grade_submission(Path(root))
+    except AutograderError as error:
+        text, grade = _refusal(f"the autograder is not set up: {error}"), None
+    except (OSError, subprocess.SubprocessError, ValueError) as error:  # still a results.json that says why
+        text, grade = _refusal(f"the autograder failed: {type(error).__name__}: {error}"), None
+    write_text_atomic(results / "results.json", text)
+    print(f"autograder: results.json written to {results}"
+          + (f" (grade exit {grade.exit_status}, score {grade.score:g} of {grade.max_score:g})" if grade else ""))
+    return 0
+
+
+def main(argv=None) -> int:
+    """`python -m inferlab.grading.autograder prepare|run` (setup.sh's last step, and run_autograder)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="inferlab.grading.autograder",
+                                     description="inside Gradescope's container: prepare (setup.sh) or run")
+    parser.add_argument("step", choices=("prepare", "run"))
+    args = parser.parse_args(argv)
+    root = autograder_root()
+    if args.step == "prepare":
+        return prepare(root / "source")
+    return run(root)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Re-execution in the grade: `grade --replay` (or a rubric that requires it) replays every deterministic part of a
+run on the grader's own verified copy of the specimen (inferlab.replay is the engine, called, never restated) and
+folds the result into the run's grade.
+
+A part that disagrees is an integrity problem naming the part and its first difference; a run that cannot be
+replayed at all (its specimen is not one of this checkout's, the grader's copy fails verification against it) is
+one too, saying why: the grader asked that every run be re-executed, and this one could not be. What the replay
+could not establish (seeded sampling ids drawn by another torch) goes into the grade's not_checked, as the
+absence of a replay does when none was asked for (grade.not_established).
+
+The grader's copy is acquired offline (grading never opens the network) and loaded once per process and specimen
+(GraderCopy): a class replays one run after another on the same model. What a replay computes does not depend on
+the run: the protocol fixes the prompts, the seeds and every generation config, and the replay tokenizes the
+prompts itself. So the model's calls are remembered (OnceModel): a call with the same inputs (and, for generate,
+the same random generator state) is computed once per process and its output handed to every later run, which is
+then compared with it as the first run was. A call that feeds a cache object is always computed again. The specimen
+is --specimen NAME when given, else the one the run names, looked up in this checkout's artifacts/ only; the pins a
+run recorded for a specimen this checkout does not know are never used, since the learner wrote them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Optional
+
+
+class OnceModel:
+    """The grader's model, each of its computations made once per process: model(...) and model.generate(...)
+    with the same inputs (every tensor by shape, dtype and bytes, every other argument by value, and for generate
+    torch's random generator state) return the output computed the first time. A forward that is given a cache
+    (past_key_values) changes that cache, so it is always computed. Everything else is the model's own."""
+
+    def __init__(self, model):
+        self._model = model
+        self._outputs: dict = {}
+        self.computed = self.reused = 0  # how many calls were computed, and how many handed an earlier output
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    @staticmethod
+    def _key(value):
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), str(value.dtype),
+                    hashlib.sha256(value.detach().contiguous().cpu().numpy().tobytes()).hexdigest())
+        if hasattr(value, "to_json_string"):  # a GenerationConfig: all its values
+            return ("config", value.to_json_string(use_diff=False))
+        if isinstance(value, (list, tuple)):
+            return tuple(OnceModel._key(v) for v in value)
+        if isinstance(value, dict):
+            return tuple(sorted((k, OnceModel._key(v)) for k, v in value.items()))
+        return ("value", repr(value))
+
+    def _once(self, call, key, args, kwargs):
+        if key in self._outputs:
+            self.reused += 1
+            return self._outputs[key]
+        self.computed += 1
+        output = call(*args, **kwargs)
+        self._outputs[key] = output
+        return output
+
+    def __call__(self, *args, **kwargs):
+        if kwargs.get("past_key_values") is not None:
+            self.computed += 1
+            return self._model(*args, **kwargs)
+        return self._once(self._model, ("forward", self._key(args), self._key(kwargs)), args, kwargs)
+
+    def generate(self, *args, **kwargs):
+        import torch
+
+        state = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
+        return self._once(self._model.generate, ("generate", state, self._key(args), self._key(kwargs)), args, kwargs)
+
+
+class GraderCopyError(Exception):
+    """The grader's own copy cannot be used (a usage error of the grader, exit 2): an unknown --specimen, or a
+    copy that fails verification before any run is read."""
+
+
+class GraderCopy:
+    """The grader's verified copies of the specimen, each loaded once per process: {name: (spec, how, acquired,
+    model, tokenizer)}, or the reason a name could not be acquired (so 40 runs do not try 40 times)."""
+
+    def __init__(self, specimen: Optional[str] = None, artifacts: Optional[str] = None):
+        self.specimen = specimen
+        self.artifacts = None if artifacts is None else str(artifacts)
+        self._loaded: dict[str, tuple] = {}
+        self._failed: dict[str, str] = {}
+        self.loads = 0  # how many models this process loaded (a test and the benchmark read it)
+
+    def prepare(self, load: bool = True) -> None:
+        """With --specimen NAME, acquire it now (and load it, unless the runs are graded in other processes, which
+        load their own): a copy that cannot be used is the grader's error."""
+        if self.specimen is None:
+            return
+        problem = self._load(self.specimen, load)
+        if problem:
+            raise GraderCopyError(problem)
+
+    def _load(self, name: str, load: bool = True) -> Optional[str]:
+        """Acquire (offline), verify and (unless load is False) load the specimen `name` once; the reason when it
+        cannot be."""
+        from inferlab.replay import load_model
+        from inferlab.specimen import SpecimenError, acquire, load_spec
+
+        if name in self._loaded:
+            return None
+        if name in self._failed:
+            return self._failed[name]
+        try:
+            spec = load_spec(name)
+        except SpecimenError as error:
+            self._failed[name] = (f"the specimen {name!r} is not one of this checkout's specimens ({error}); the "
+                                  "pins a run records are not used to fetch a copy")
+            return self._failed[name]
+        where = f"your copy in {self.artifacts}" if self.artifacts else "this checkout's project cache"
+        try:
+            acquired = acquire(spec, artifacts_dir=self.artifacts, offline=True)
+            if not load:
+                return None
+            model, tokenizer = load_model(Path(acquired["directory"]), acquired["verification"])
+        except (SpecimenError, OSError) as error:
+            self._failed[name] = (f"the grader's copy of {name} ({where}) could not be acquired offline and "
+                                  f"verified: {error}")
+            return self._failed[name]
+        self.loads += 1
+        model = OnceModel(model)
+        how = f"this checkout's artifacts/{name}.json ({acquired['acquisition']}: {acquired['directory']})"
+        self._loaded[name] = (spec, how, acquired, model, tokenizer)
+        return None
+
+    def replay(self, view) -> dict:
+        """Every part of the run replayed on the grader's copy: {made, specimen, parts, agree, elapsed_s}, or
+        {made: False, reason}."""
+        from inferlab.replay import Replay, specimen_part
+
+        started = time.monotonic()
+        name = self.specimen or view.specimen_spec().get("name")
+        if not isinstance(name, str) or not name:
+            return {"made": False, "reason": "the run names no specimen to replay it on"}
+        problem = self._load(name)
+        if problem:
+            return {"made": False, "reason": problem}
+        spec, how, acquired, model, tokenizer = self._loaded[name]
+        parts = [specimen_part(view, spec, acquired["verification"], how)]
+        parts += Replay(view, model, tokenizer, started).run()
+        counted = [p for p in parts if p.compared or p.differences]
+        return {"made": True, "specimen": spec.name, "parts": parts,
+                "agree": bool(counted) and all(p.agrees for p in counted), "elapsed_s": time.monotonic() - started}
+
+
+def summary(result: dict) -> dict:
+    """The replay as plain data for the grade's facts: made, specimen, agree, seconds, and per part its counts."""
+    if not result.get("made"):
+        return {"made": False, "reason": result.get("reason")}
+    return {"made": True, "specimen": result["specimen"], "agree": result["agree"],
+            "elapsed_s": round(result["elapsed_s"], 3),
+            "parts": {p.name: {"compared": p.compared, "differences": len(p.differences), "agrees": p.agrees}
+                      for p in result["parts"]}}
+
+
+def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
+    """The replay of `view` on `copy` (a GraderCopy) folded into `grade`. Without one there is nothing to fold
+    (grade.not_established has said 'replay: none made' in the grade's not_checked)."""
+    if not isinstance(copy, GraderCopy):
+        return
+    result = copy.replay(view)
+    grade.facts["replay"] = summary(result)
+    if not result["made"]:
+        reason = result["reason"].replace(*rename) if rename else result["reason"]
+        grade.integrity.append(f"replay: not made: {reason}")
+        return
+    on = f"the grader's copy of {result['specimen']}"
+    for part in result["parts"]:
+        if part.differences:
+            grade.integrity.append(f"replay: {part.name} disagrees on {on} ({len(part.differences)} of "
+                                   f"{part.compared} differ); first: {part.differences[0]}")
+        elif part.name.startswith("generation (seeded") and part.notes and part.notes[0].startswith("not counted"):
+            grade.not_checked.append(f"replay: seeded sampling ids: {part.notes[0][len('not counted: '):]}")
+        elif not part.compared:
+            grade.notes.append(f"replay: {part.name}: nothing to compare" +
+                               (f" ({part.notes[0]})" if part.notes else ""))
+    if not result["agree"] and not any(p.differences for p in result["parts"]):
+        grade.integrity.append(f"replay: nothing of the run could be compared on {on}")
+    if result["agree"]:
+        counted = sum(1 for p in result["parts"] if p.compared)
+        grade.notes.append(f"replay: all {counted} compared parts agree on {on} ({result['elapsed_s']:.1f} s)")
+
+
+# --- a class, in one process or several ------------------------------------------------------------------
+
+_WORKER: dict = {}  # in a worker process: the grader's copy, the rubric and the reference, set once
+
+
+def _start_worker(specimen, artifacts, replay: bool, rubric, reference, reference_file) -> None:
+    from inferlab import protocol
+
+    import torch
+
+    torch.set_num_threads(protocol.INTRA_OP_THREADS)
+    _WORKER.update(copy=GraderCopy(specimen, artifacts) if replay else None, rubric=rubric, reference=reference,
+                   reference_file=reference_file)
+
+
+def _grade_in_worker(source):
+    from inferlab.grading.grade import grade_source
+
+    return grade_source(source, _WORKER["rubric"], _WORKER["reference"], reference_file=_WORKER["reference_file"],
+                        replay=_WORKER["copy"])
+
+
+def grade_sources(sources: list, rubric, reference=None, reference_file=None, copy: Optional[GraderCopy] = None,
+                  jobs: int = 1) -> list:
+    """Every source graded, in order: in this process with `copy` (one model per specimen for all of them), or,
+    with jobs > 1, in that many processes, each loading its own copy once and grading its share one after another."""
+    from inferlab.grading.grade import grade_source
+
+    if jobs <= 1 or len(sources) <= 1:
+        return [grade_source(s, rubric, reference, reference_file=reference_file, replay=copy) for s in sources]
+    import concurrent.futures
+    import multiprocessing
+
+    specimen, artifacts = (copy.specimen, copy.artifacts) if copy is not None else (None, None)
+    # spawn, not fork: a forked child would inherit torch's thread pools from this process
+    with concurrent.futures.ProcessPoolExecutor(
+            max_workers=min(jobs, len(sources)), mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(specimen, artifacts, copy is not None, rubric, reference, reference_file)) as pool:
+        return list(pool.map(_grade_in_worker, sources))

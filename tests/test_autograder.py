@@ -1,0 +1,278 @@
+"""`inferlab autograder gradescope`: the zip, and its run_autograder end to end with Gradescope's folders replaced
+by a temporary root (AUTOGRADER_ROOT), for a pack archive and for predictions + explanation only (issue 31 item 5).
+
+The "image" is built once per module as Gradescope builds it: the zip unpacked into root/source and its setup.sh
+run, with the installation step skipped (AUTOGRADER_PYTHON is this .venv's Python, which has the lock). Each
+submission then gets a fresh copy of that root, as each Gradescope submission gets a fresh container. Every
+submission also carries code that, if anything ran it, would write a marker file: a conftest.py, a pytest.ini
+that loads a plugin, a sitecustomize.py, an experiments/ test and an inferlab/ package."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from inferlab.grading import autograder
+from inferlab.grading.evidence import FAIL
+
+from fixtures_records import REPO_ROOT
+from grading_helpers import answered_explanation, answered_predictions
+from shared_runs import COURSE_CI_SCRIPT, inferlab_command, made_once
+
+DOC = REPO_ROOT / "docs" / "grading.md"
+
+
+def evil_files(folder: Path, marker: Path) -> None:
+    """Code a submission could carry, each piece writing `marker` if it were ever imported or run."""
+    payload = f"open({str(marker)!r}, 'a').write(__file__ + '\\n')\n"
+    (folder / "conftest.py").write_text(payload)
+    (folder / "sitecustomize.py").write_text(payload)
+    (folder / "evil_plugin.py").write_text(payload)
+    (folder / "pytest.ini").write_text("[pytest]\naddopts = -p evil_plugin\n")
+    (folder / "experiments").mkdir()
+    (folder / "experiments" / "test_evil.py").write_text(payload + "def test_evil():\n    pass\n")
+    (folder / "inferlab").mkdir()
+    (folder / "inferlab" / "__init__.py").write_text(payload)
+
+
+def unzip(archive: Path, target: Path) -> None:
+    """What Gradescope does with the zip: its files into target, with their modes."""
+    with zipfile.ZipFile(archive) as opened:
+        for info in opened.infolist():
+            opened.extract(info, target)
+            mode = info.external_attr >> 16
+            if mode:
+                os.chmod(target / info.filename, mode)
+
+
+def script_env(root: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
+    env.update({autograder.ROOT_VARIABLE: str(root), autograder.PYTHON_VARIABLE: sys.executable})
+    return env
+
+
+def run_script(root: Path, name: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(root / "source" / name)], cwd=root, env=script_env(root), capture_output=True,
+                          text=True, timeout=900, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    """The autograder zip (default: the stand-in), unpacked and set up once: {zip, root, setup}."""
+    def make(folder: Path) -> dict:
+        status, printed = inferlab_command("autograder", "gradescope", "-o", folder / "autograder.zip")
+        assert status == 0, printed
+        root = folder / "root"
+        unzip(folder / "autograder.zip", root / "source")
+        done = run_script(root, "setup.sh")
+        return {"zip": str(folder / "autograder.zip"), "root": str(root), "returncode": done.returncode,
+                "output": done.stdout + done.stderr}
+
+    return made_once(tmp_path_factory, "autograder-image", make)
+
+
+def submit(image: dict, tmp_path: Path, files: dict) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """A fresh container: the set-up root copied, the submission's files and the evil code put in place, and
+    run_autograder run. (root, the marker path, the finished process)."""
+    root = tmp_path / "autograder"
+    shutil.copytree(image["root"], root, symlinks=True)
+    submission = root / "submission"
+    submission.mkdir()
+    for name, content in files.items():
+        target = submission / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copy(content, target)
+        else:
+            target.write_text(content)
+    marker = tmp_path / "code-from-the-submission-ran"
+    evil_files(submission, marker)
+    (root / "submission_metadata.json").write_text(json.dumps({"id": 123456, "created_at": "2026-12-01T20:00:00Z"}))
+    done = run_script(root, "run_autograder")
+    return root, marker, done
+
+
+def consistent_with_grade_json(results: dict, graded: dict) -> None:
+    """results.json has one test per item plus integrity, with grade --format json's scores and statuses."""
+    run = graded["runs"][0]
+    tests = {t.get("number"): t for t in results["tests"] if "number" in t}
+    assert sorted(tests, key=int) == [str(n) for n in range(1, 8)], results["tests"]
+    for item in run["items"]:
+        test = tests[str(item["number"])]
+        assert test["score"] == item["points"] and test["max_score"] == item["max_points"], (test, item)
+        assert test["status"] == ("failed" if item["status"] == FAIL else "passed"), (test, item)
+    assert results["score"] == run["score"]
+    integrity = [t for t in results["tests"] if t["name"] == "Integrity of the run"]
+    assert len(integrity) == 1 and integrity[0]["status"] == ("passed" if run["integrity"]["ok"] else "failed")
+    assert results["extra_data"]["exit_status"] == run["exit_status"]
+
+
+def grade_json(target: Path, standin_dir: Path) -> dict:
+    status, printed = inferlab_command("grade", target, "--format", "json", "--replay", "--specimen", "standin",
+                                       "--artifacts", standin_dir)
+    return json.loads(printed)
+
+
+# --- the zip ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_zip_holds_the_two_scripts_at_its_root_and_the_course_copy_pinned(tmp_path):
+    status, printed = inferlab_command("autograder", "gradescope", "-o", tmp_path / "autograder.zip")
+    assert status == 0 and "specimen standin" in printed, printed
+    with zipfile.ZipFile(tmp_path / "autograder.zip") as opened:
+        names = {info.filename: info for info in opened.infolist()}
+        config = json.loads(opened.read(autograder.CONFIG_FILE))
+        lock = opened.read("requirements.lock")
+    for name in ("setup.sh", "run_autograder"):
+        assert names[name].external_attr >> 16 & stat.S_IXUSR, name
+    for name in ("inferlab/grading/grade.py", "experiments/test_10_specimen.py", "conftest.py", "pytest.ini",
+                 "pyproject.toml", "requirements.lock", "artifacts/standin.json",
+                 "inferlab/grading/default_rubric.toml"):
+        assert name in names, name
+    assert not [n for n in names if "__pycache__" in n or n.startswith("artifacts/cache") or n.startswith("tests/")]
+    assert lock == (REPO_ROOT / "requirements.lock").read_bytes()
+    assert config["specimen"] == "standin" and config["replay"] is True
+    assert config["project"]["lock_sha256"] == __import__("hashlib").sha256(lock).hexdigest()
+    setup = autograder.SCRIPTS["setup.sh"]
+    assert "--cpu-index" in setup and "https://download.pytorch.org/whl/cpu" in setup
+    assert "inferlab.installation --lock requirements.lock" in setup
+
+
+def test_the_zip_is_refused_for_a_copy_reference_or_rubric_that_cannot_be_used(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert inferlab_command("autograder", "gradescope", "-o", tmp_path / "a.zip", "--artifacts",
+                            tmp_path / "empty")[0] == 2
+    assert "fails verification against pythia-14m's pins" in capsys.readouterr().err
+    (tmp_path / "ref.json").write_text("{}")
+    assert inferlab_command("autograder", "gradescope", "-o", tmp_path / "a.zip", "--reference",
+                            tmp_path / "ref.json")[0] == 2
+    assert "--reference: " in capsys.readouterr().err
+    (tmp_path / "rubric.toml").write_text("schema = 1\n")
+    assert inferlab_command("autograder", "gradescope", "-o", tmp_path / "a.zip", "--rubric",
+                            tmp_path / "rubric.toml")[0] == 2
+    assert "--rubric: " in capsys.readouterr().err
+    assert inferlab_command("autograder", "gradescope", "-o", tmp_path / "a.zip", "--specimen", "pythia-14m")[0] == 2
+    assert "give --artifacts DIR" in capsys.readouterr().err
+    assert not (tmp_path / "a.zip").exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_what_a_submission_holds_is_found_by_name_never_through_a_link(tmp_path):
+    folder = tmp_path / "submission"
+    (folder / "repo").mkdir(parents=True)
+    (folder / "repo" / "my_predictions.md").write_text("p")
+    (folder / "explanation.md").write_text("e")
+    found = autograder.find_submission(folder)
+    assert found == {"kind": "files", "predictions": folder / "repo" / "my_predictions.md",
+                     "explanation": folder / "explanation.md"}
+    (folder / "linked.tar.gz").symlink_to(tmp_path)
+    assert autograder.find_submission(folder)["kind"] == "files"  # a link is never followed, nor read
+    (folder / "a.tar.gz").write_bytes(b"")
+    assert autograder.find_submission(folder) == {"kind": "pack", "archive": folder / "a.tar.gz"}
+    (folder / "repo" / "b.tgz").write_bytes(b"")
+    with pytest.raises(autograder.AutograderError, match="2 archives"):
+        autograder.find_submission(folder)
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(autograder.AutograderError, match="no `pack` archive"):
+        autograder.find_submission(tmp_path / "nothing")
+
+
+# --- run_autograder end to end ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_setup_sh_skips_its_installation_and_prepares_the_specimen_offline(image):
+    assert image["returncode"] == 0, image["output"][-3000:]
+    assert "the installation step is skipped" in image["output"]
+    assert "autograder prepare: standin ready" in image["output"]
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_run_autograder_grades_a_pack_archive_replayed_and_never_runs_the_submissions_code(
+        image, course_ci, standin_dir, tmp_path):
+    archive = course_ci["out"] / "submission.tar.gz"
+    root, marker, done = submit(image, tmp_path, {"my-run.tar.gz": archive})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert not marker.exists(), marker.read_text()
+    consistent_with_grade_json(results, grade_json(root / "submission" / "my-run.tar.gz", standin_dir))
+    assert results["extra_data"]["exit_status"] == 0, results["output"][-3000:]
+    assert "graded the archive my-run.tar.gz" in results["output"]
+    assert re.search(r"replay: all \d+ compared parts agree on the grader's copy of standin", results["output"])
+    assert results["extra_data"]["autograder"]["submission"] == {"id": 123456, "created_at": "2026-12-01T20:00:00Z"}
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_run_autograder_makes_the_run_itself_from_predictions_and_an_explanation(image, standin_dir, tmp_path):
+    root, marker, done = submit(image, tmp_path, {"lab12/my_predictions.md": answered_predictions(),
+                                                  "lab12/my_explanation.md": answered_explanation()})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert not marker.exists(), marker.read_text()
+    run = root / "work" / "run"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["specimen"]["name"] == "standin" and "--offline" in manifest["command"]
+    consistent_with_grade_json(results, grade_json(run, standin_dir))
+    assert results["extra_data"]["exit_status"] == 0, results["output"][-3000:]
+    items = {t["number"]: t["status"] for t in results["tests"] if "number" in t}
+    assert items == {str(n): "passed" for n in range(1, 8)}
+    assert "the autograder ran the experiment on standin (offline) with your my_predictions.md" in results["output"]
+    assert "attached your my_explanation.md" in results["output"]
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_run_autograder_writes_a_results_json_that_says_why_for_an_empty_submission(image, tmp_path):
+    root, marker, done = submit(image, tmp_path, {})
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert done.returncode == 0 and results["score"] == 0.0 and not marker.exists()
+    assert "no `pack` archive" in results["tests"][0]["output"]
+
+
+# --- the CI examples ---------------------------------------------------------------------------------------
+
+
+def ci_blocks() -> dict[str, str]:
+    text = DOC.read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    return {("github" if "runs-on:" in block else "gitlab"): block for block in blocks if "course-grade" in block}
+
+
+def test_the_ci_examples_take_the_harness_from_the_courses_repository_at_a_pinned_commit():
+    blocks = ci_blocks()
+    github, gitlab = blocks["github"], blocks["gitlab"]
+    assert "repository: " in github and "ref: ${{ env.HARNESS_COMMIT }}" in github and "path: harness" in github
+    assert "path: learner" in github and "harness/.ci/course-grade" in github
+    assert "PREDICTIONS: learner/my_predictions.md" in github
+    assert 'checkout --detach "$HARNESS_COMMIT"' in gitlab and "HARNESS_COMMIT" in gitlab
+    for name, block in blocks.items():
+        assert re.search(r"^\s*(- )?(run: )?\.ci/course-grade", block, flags=re.M) is None, name
+    text = DOC.read_text(encoding="utf-8")
+    assert "learner-side ci is feedback" in " ".join(text.lower().split())
+
+
+@pytest.mark.process
+def test_the_course_script_refuses_a_harness_that_is_not_the_pinned_commit_or_holds_the_learners_files(tmp_path):
+    harness = tmp_path / "harness"
+    (harness / ".ci").mkdir(parents=True)
+    shutil.copy(COURSE_CI_SCRIPT, harness / ".ci" / COURSE_CI_SCRIPT.name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    script = [str(harness / ".ci" / COURSE_CI_SCRIPT.name)]
+    done = subprocess.run(script, cwd=tmp_path, env={**env, "HARNESS_COMMIT": "0" * 40}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and f"not the pinned commit {'0' * 40}" in done.stderr, done.stderr
+    (harness / "my_predictions.md").write_text("mine")
+    done = subprocess.run(script, cwd=harness, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "inside the harness" in done.stderr, done.stderr
