@@ -37,6 +37,7 @@ from inferlab.addenda import (
     is_addenda_path,
     parse_ledger,
 )
+from inferlab.cli import spelled
 from inferlab.records import (
     CLAIM_FILE,
     MANIFEST_FILE,
@@ -128,7 +129,8 @@ def check_run(directory: Path) -> RunState:
         raise Refused(f"RUN_DIR {directory} {describe_path(directory)}; expected a run's record dir", usage=True)
     reason = not_a_run_reason(directory)
     if reason:
-        raise Refused(f"{reason}; expected the folder a run wrote (`pytest experiments --record-dir DIR`)", usage=True)
+        raise Refused(f"{reason}; expected the folder a run wrote "
+                      f"(`{spelled('-m pytest experiments --record-dir DIR', 'python')}`)", usage=True)
     view = RunView.read(directory)
     if view.is_plan_folder:
         raise Refused(f"{directory} is a plan folder (written by --plan): no test ran, so nothing there can be "

@@ -146,15 +146,40 @@ def _environment_differences(manifest_a: dict, manifest_b: dict) -> list[dict]:
 
 
 def run_state(view: RunView) -> str:
-    """One phrase for how a run ended, so that a comparison with an unfinished or partial run says so."""
+    """One phrase for how a run ended, so that a comparison with an unfinished, partial or unmeasured run says so."""
+    from inferlab.report.verdict import acquisition_failure
+
     end = view.session_end
     if end is None:
         return "UNFINISHED: no session_end record (the session was killed or crashed); only what it recorded is compared"
     if end.get("interrupted") or end.get("stopped_early"):
         return f"did NOT finish ({end.get('stop_reason') or 'no reason recorded'}); only what it recorded is compared"
+    if acquisition_failure(view) is not None:  # it reached its end, but had no specimen to measure
+        return "the specimen was NOT acquired, so nothing was measured"
     if end.get("partial_reasons") or end.get("protocol_complete") is False:
         return "PARTIAL, not the complete protocol: " + "; ".join(map(str, end.get("partial_reasons") or []))
     return "finished, the complete protocol"
+
+
+def specimen_of(view: RunView) -> dict:
+    """The run's specimen as its manifest names it: {name, repo_id, revision, synthetic}."""
+    specimen = view.manifest.get("specimen") if isinstance(view.manifest.get("specimen"), dict) else {}
+    return {key: specimen.get(key) for key in ("name", "repo_id", "revision", "synthetic")}
+
+
+def specimen_words(specimen: dict) -> str:
+    """'standin (inferlab/standin at revision ..., SYNTHETIC)': a specimen named for the header."""
+    synthetic = ", SYNTHETIC" if specimen.get("synthetic") else ""
+    return f"{specimen.get('name')} ({specimen.get('repo_id')} at revision {specimen.get('revision')}{synthetic})"
+
+
+def integrity_problems(view: RunView) -> list[str]:
+    """What verify finds wrong with the run's files and records (a hash, a seq, a derived number): compare checks
+    both runs first, so that an edited run is never reported as agreeing. How the run ended (unfinished, partial)
+    is the header's business, not an integrity problem."""
+    from inferlab.verify import verify_run
+
+    return [line for line in verify_run(view)["problems"] if not line.startswith(("unfinished: ", "partial: "))]
 
 
 def _artifact_rows(records: list[dict]) -> dict:
@@ -220,9 +245,12 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
                            "median_dir1": x, "median_dir2": y, "ratio_dir2_over_dir1": ratio_of(x, y),
                            "uncontended_median_dir1": cx, "uncontended_median_dir2": cy,
                            "uncontended_ratio_dir2_over_dir1": ratio_of(cx, cy)})
+    specimens = {"dir1": specimen_of(a), "dir2": specimen_of(b)}
     return {
         "dir1": str(a.directory),
         "dir2": str(b.directory),
+        "integrity": {"dir1": integrity_problems(a), "dir2": integrity_problems(b)},
+        "specimens": {**specimens, "equal": specimens["dir1"] == specimens["dir2"]},
         "runs": {"dir1": run_state(a), "dir2": run_state(b)},
         "generation": _id_agreement(generation_rows(a), generation_rows(b), generation_order),
         "timing_ids": _id_agreement(timing_rows(a), timing_rows(b), timing_order),
@@ -255,11 +283,37 @@ def _fmt(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}… ({len(text)} chars)"
 
 
+INTEGRITY_SHOWN = 5  # problem lines shown per run in the header (verify DIR lists them all)
+
+
+def header_warnings(result: dict) -> list[str]:
+    """What the reader must know before any row: a run whose files fail verify, and runs of two specimens."""
+    from inferlab.cli import spelled
+
+    lines = []
+    for name in ("dir1", "dir2"):
+        problems = (result.get("integrity") or {}).get(name) or []
+        if problems:
+            lines.append(f"INTEGRITY: {name.upper()} fails verify ({len(problems)} problem(s)): its files are not what "
+                         f"its session wrote, so the rows below compare altered material; "
+                         f"`{spelled('verify ' + result[name])}` lists every problem:")
+            lines += [f"  {line}" for line in problems[:INTEGRITY_SHOWN]]
+            if len(problems) > INTEGRITY_SHOWN:
+                lines.append(f"  ... and {len(problems) - INTEGRITY_SHOWN} more")
+    specimens = result.get("specimens") or {}
+    if specimens and not specimens.get("equal"):
+        lines.append(f"DIFFERENT SPECIMENS: DIR1 is of {specimen_words(specimens['dir1'])}, DIR2 of "
+                     f"{specimen_words(specimens['dir2'])}: every difference below may be the specimens', not the "
+                     f"machines' or the code's")
+    return lines
+
+
 def format_compare(result: dict) -> str:
     """A readable plain-text rendering of compare()'s result."""
     runs = result.get("runs") or {}
     lines = [f"compare: DIR1 = {result['dir1']}" + (f"  ({runs['dir1']})" if runs.get("dir1") else ""),
-             f"         DIR2 = {result['dir2']}" + (f"  ({runs['dir2']})" if runs.get("dir2") else ""), ""]
+             f"         DIR2 = {result['dir2']}" + (f"  ({runs['dir2']})" if runs.get("dir2") else "")]
+    lines += header_warnings(result) + [""]
     for title, rows in (("generation trials (exact generated ids)", result["generation"]),
                         ("timing trials (exact generated ids)", result["timing_ids"])):
         equal = sum(1 for r in rows if r["equal"])

@@ -35,8 +35,8 @@ def option_spelling(flag: str, settings: dict) -> str:
 def generated_block() -> str:
     """The Markdown between BEGIN and END: the options with their help text, the limits, the markers."""
     lines = [BEGIN, "", "### Every option of the `inferlab` group", "",
-             "Each line is the option's help text exactly as `pytest --help` prints it (under \"inferlab "
-             "experiment\"); each says its default.", ""]
+             f"Each line is the option's help text exactly as `{spelled('-m pytest --help', 'python')}` prints it "
+             f"(under \"inferlab experiment\"); each says its default.", ""]
     lines += [f"- `{option_spelling(flag, settings)}`: {settings['help']}" for flag, settings in options.OPTIONS.items()]
     minutes = protocol.SESSION_LIMIT_S / 60
     lines += ["", "### The limits of every run (inferlab/protocol.py)", "",

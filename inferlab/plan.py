@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from inferlab import protocol, session_status
+from inferlab.cli import spelled
 
 EXPERIMENTS_DIR = "experiments"  # the protocol's tests, below the project root
 
@@ -169,7 +170,7 @@ def last_failed_refusal(option, last_failed_plugin, cache, specimen: str) -> Opt
         return None
     return (f"--lf: the last-failed list was written by a run of specimen {recorded!r}, and this run is of "
             f"{specimen!r}: its failures are not this specimen's. Rerun with --specimen {recorded} --lf, or run "
-            f"{specimen!r} without --lf (pytest --cache-clear empties the list)")
+            f"{specimen!r} without --lf (`{spelled('-m pytest --cache-clear', 'python')}` empties the list)")
 
 
 def core_deselected(deselected: Iterable[str], parts: list[dict]) -> list[str]:

@@ -30,7 +30,8 @@ EXIT_CODES = """exit status:
        content (nothing written), replay disagreed, or report --check found a difference
   2    a usage error, a folder that cannot be read, one that is not a run's record dir, or a Python
        without the modules reading a run needs (numpy, safetensors; matplotlib for report --write)
-  3    an integrity problem (grade: verify found one, or the reference contradicts the run);
+  3    an integrity problem (grade: verify found one, or the reference contradicts the run; compare:
+       a run fails verify);
        report --check: the pages were written by another report renderer version (not compared)
   141  the reader of the output went away (... | head)"""
 # The subcommands in the order --help lists them: modules of this package.

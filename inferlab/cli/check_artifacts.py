@@ -27,7 +27,31 @@ def artifact_row_line(row: dict) -> str:
         return f"{state} {row['name']}: absent (optional): {row.get('absence') or 'no reason recorded'}"
     if not row.get("present"):
         return f"{state} {row['name']}: missing"
+    if row.get("size") is None:  # present, but refused before it was read (a link, a folder, a device)
+        return f"{state} {row['name']}: present, not read ({row.get('problem') or 'refused'})"
+    if row.get("sha256") is None:  # listed, not hashed (the bundle cap)
+        return f"{state} {row['name']}: {row['size']:,} bytes, not hashed ({row.get('problem') or 'not read'})"
     return f"{state} {row['name']}: {row['size']} bytes, sha256 {row['sha256']}"
+
+
+def other_specimen_match(artifacts_dir, asked: str):
+    """The spec of another known specimen (artifacts/*.json) that the folder is a valid copy of, with its check;
+    None when it is no other specimen's copy either. A stand-in copy checked against Pythia is named, not called
+    a damaged Pythia."""
+    from inferlab import specimen
+    from inferlab.specimen.spec import DEFAULT_ARTIFACTS_ROOT
+
+    for path in sorted(DEFAULT_ARTIFACTS_ROOT.glob("*.json")):
+        if path.stem == asked:
+            continue
+        try:
+            other = specimen.load_spec(path.stem)
+        except specimen.SpecimenError:
+            continue
+        result = specimen.check_specimen_files(artifacts_dir, other)
+        if result["ok"]:
+            return other, result
+    return None
 
 
 def run_check_artifacts(artifacts_dir, specimen_name) -> int:
@@ -41,6 +65,18 @@ def run_check_artifacts(artifacts_dir, specimen_name) -> int:
         print(f"check-artifacts: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     result = specimen.check_specimen_files(artifacts_dir, spec)
+    match = None if result["ok"] else other_specimen_match(artifacts_dir, name)
+    if match is not None:
+        other, other_result = match
+        for row in other_result["files"]:
+            print(artifact_row_line(row))
+        kind = "the SYNTHETIC" if other.synthetic else "the"
+        print(f"check-artifacts: {artifacts_dir} is NOT a copy of {spec.repo_id} at {spec.revision} (specimen "
+              f"{name}): it is a valid copy of {kind} {other.name} specimen ({other.repo_id} at {other.revision}), "
+              f"every file as artifacts/{other.name}.json pins it"
+              + (", so it is not Pythia" if other.synthetic else "") +
+              f". Use it with --specimen {other.name} --artifacts {artifacts_dir}")
+        return EXIT_PROBLEMS
     for row in result["files"]:
         print(artifact_row_line(row))
     for line in result["problems"]:

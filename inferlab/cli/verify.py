@@ -30,7 +30,7 @@ def run_verify(record_dir, all_passed: bool) -> int:
     result = verify_run(record_dir)
     problems = list(result["problems"])
     if all_passed and not result["all_tests_passed"]:
-        problems.append(f"not every test passed: {result['outcome_counts']}")
+        problems.append(f"not every test passed: {counts_text(result['outcome_counts'])}")
     if all_passed and result["plan_folder"]:
         problems.append("a plan folder: no test ran, so no test passed")
     for line in problems:
@@ -49,10 +49,16 @@ def run_verify(record_dir, all_passed: bool) -> int:
         return EXIT_OK
     gaps = len(result["explained_gaps"])
     tail = "" if result["all_tests_passed"] else (
-        f"; not every test passed ({result['outcome_counts']}), and each gap has its recorded evidence ({gaps})")
+        f"; not every test passed ({counts_text(result['outcome_counts'])}), and each of the {gaps} gap(s) this "
+        f"leaves (a record or outcome the protocol expects that is not there) has its recorded evidence")
     print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}{attached}"
           f"{findings_clause(result)}")
     return EXIT_OK
+
+
+def counts_text(counts: dict) -> str:
+    """Test outcomes as words, "1 failed, 3 passed, 111 skipped", never a Python dict."""
+    return ", ".join(f"{number} {outcome}" for outcome, number in sorted(counts.items())) or "no test outcome"
 
 
 def print_not_checked(result: dict) -> None:

@@ -21,6 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
+from inferlab.cli import spelled
+
 MAX_HEADER_BYTES = 1_000_000  # pythia-14m's is 8,488; safetensors itself allows 100 MB
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2")
 DEDUPED_REPO = "EleutherAI/pythia-14m-deduped"
@@ -91,7 +93,7 @@ def diagnose(path: Path, *, repo_id: str, revision: str, pinned_size: int, pinne
     specimen is built offline, never downloaded, and the advice says so."""
     if built_by is not None:
         fetch = (f"Get a verified copy instead: run without --artifacts and inferlab builds one itself, or build "
-                 f"a fresh copy with `python -m {built_by} NEWDIR` (NEWDIR new or empty); its model.safetensors "
+                 f"a fresh copy with `{spelled(f'-m {built_by} NEWDIR', 'python')}` (NEWDIR new or empty); its model.safetensors "
                  f"is {pinned_size:,} bytes with SHA-256 {pinned_sha256}.")
     else:
         fetch = (f"Get {repo_id} at revision {revision} instead: run without --artifacts "

@@ -1,0 +1,184 @@
+"""A new user's second trial (issue 34): the rough edges a first real use of the run and its commands met."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from inferlab import cli, guidance, protocol, specimen
+from inferlab.__main__ import main
+from inferlab.compare import compare, format_compare
+from inferlab.records import MANIFEST_FILE, RECORDS_FILE
+
+from fixtures_records import copy_run
+from fixture_runs import runs, shared  # noqa: F401 (fixtures)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+complete_run = shared("complete_run", "complete", "The shared complete run (never change it: copy it first).")
+failed_run = shared("failed_run", "failed", "The shared run that failed at acquisition.")
+
+
+# --- 5: check-artifacts names the specimen a valid copy is ---------------------------------------------------
+
+
+def test_check_artifacts_names_a_valid_stand_in_copy_instead_of_calling_it_a_damaged_pythia(standin_copy, capsys):
+    assert main(["check-artifacts", str(standin_copy)]) == cli.EXIT_PROBLEMS  # it is not Pythia
+    out = capsys.readouterr().out
+    assert "Delete it" not in out
+    last = out.splitlines()[-1]
+    assert "is a valid copy of the SYNTHETIC standin specimen" in last and "not Pythia" in last, last
+    assert f"--specimen standin --artifacts {standin_copy}" in last
+
+
+# --- 9: no raw Python value in a message -----------------------------------------------------------------------
+
+
+def test_check_artifacts_never_prints_none_for_a_file_it_did_not_read(standin_copy, tmp_path, capsys):
+    (standin_copy / "config.json").unlink()
+    (standin_copy / "config.json").mkdir()  # present, refused before it is read
+    assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == cli.EXIT_PROBLEMS
+    lines = capsys.readouterr().out.splitlines()
+    assert not [line for line in lines if "None" in line], lines
+    assert any(line.startswith("PROBLEM config.json: present, not read (") for line in lines), lines
+
+
+def test_verify_says_the_outcome_counts_and_the_gaps_in_words(failed_run, capsys):
+    assert main(["verify", str(failed_run)]) == cli.EXIT_OK
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "{" not in last and "'" not in last, last
+    assert re.search(r"not every test passed \(\d+ failed, \d+ passed, \d+ skipped\), and each of the \d+ gap\(s\) "
+                     r"this leaves \(a record or outcome the protocol expects that is not there\) has its recorded "
+                     r"evidence", last), last
+    assert main(["verify", str(failed_run), "--all-passed"]) == cli.EXIT_PROBLEMS
+    assert re.search(r"^not every test passed: \d+ failed, \d+ passed, \d+ skipped$", capsys.readouterr().out, re.M)
+
+
+# --- 6: every command the tool prints starts with .venv/bin/ -----------------------------------------------------
+
+# A command a reader would type: python -m, pytest with a path or an option, inferlab with a subcommand and an
+# argument. Prose that names a program ("not an inferlab reference", "pytest ended with") is not one.
+SUBCOMMANDS = "|".join(re.escape(name.replace("_", "-")) for name in cli.COMMANDS)
+COMMAND = re.compile(r"(?<![\w/.-])(?:python3?\s+-m\s|(?<!-m\s)pytest\s+(?:experiments|analytic_tests|tests|-{1,2}[a-z])|"
+                     rf"inferlab\s+(?:{SUBCOMMANDS})\s+[-~./A-Z{{])")
+
+
+def literal_texts(path: Path):
+    """(line, text) of every string a module can print: each constant that is not a docstring, and each f-string
+    whole, its replacement fields as {} (so that `python -m {module} DIR` is seen as the command it is)."""
+    module = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(module)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    for node in ast.walk(module):
+        if isinstance(node, ast.JoinedStr):
+            yield node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def test_no_string_in_the_library_spells_a_command_without_the_environments_prefix():
+    found = sorted({f"{path.relative_to(REPO_ROOT)}:{line}: {text!r}"
+                    for path in (REPO_ROOT / "inferlab").rglob("*.py") for line, text in literal_texts(path)
+                    if COMMAND.search(text)})
+    assert not found, "a command printed without inferlab.cli.spelled:\n" + "\n".join(found)
+
+
+def test_the_scan_sees_an_unprefixed_command_in_an_f_string(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('def f(m):\n    return f"build one with `python -m {m} NEWDIR`"\n'
+                      'X = "rerun `pytest experiments --record-dir DIR`"\nY = "run `inferlab verify DIR`"\n'
+                      'Z = "not an inferlab reference (format 1)"\n')
+    assert sorted({line for line, text in literal_texts(module) if COMMAND.search(text)}) == [2, 3, 4]
+
+
+def backticked_commands(text: str) -> set[str]:
+    """Every `...` in a text that reads as a command (COMMAND, or one already spelled with .venv/bin/)."""
+    return {quoted for quoted in re.findall(r"`([^`\n]+)`", text)
+            if COMMAND.search(quoted) or quoted.startswith((cli.VENV_BIN, "python", "pytest", "inferlab "))}
+
+
+def printed_texts(runs, standin_copy, tmp_path, capsys) -> list[str]:
+    """What the tool prints where commands are given: the guidance for every specimen and failed path, a weight
+    file's diagnosis, the failed run's report and verify's output, refusals of a folder that is not a run."""
+    from inferlab.specimen import weights
+
+    texts = []
+    for name in ("pythia-14m", "standin", "replica"):
+        for failed_path in (None, "reuse:artifacts_dir", "download"):
+            texts += guidance.acquisition_next_steps(specimen.load_spec(name).as_dict(), failed_path)
+    (standin_copy / "model.safetensors").write_bytes(b"not a weight file at all")
+    for built_by in (None, "inferlab.standin", "inferlab.replica"):
+        texts.append(weights.diagnose(standin_copy / "model.safetensors", repo_id="r", revision="v", pinned_size=1,
+                                      pinned_sha256="0" * 64, built_by=built_by)["advice"])
+    failed = runs.copy("failed", tmp_path / "run")
+    # The report quotes the command the run was started with: history, not a command to type, so left out.
+    typed = json.loads((failed / MANIFEST_FILE).read_text())["command"]
+    texts.append((failed / "report.md").read_text(encoding="utf-8").replace(f"`{typed}`", ""))
+    not_a_run = tmp_path / "notes"
+    not_a_run.mkdir()
+    for argv in (["verify", str(failed)], ["check-artifacts", str(standin_copy)], ["attach", str(not_a_run), "x.md"]):
+        main(argv) if argv[0] != "attach" else _ignore_exit(main, argv)
+        said = capsys.readouterr()
+        texts += [said.out, said.err]
+    return texts
+
+
+def _ignore_exit(function, argv):
+    try:
+        function(argv)
+    except SystemExit:
+        pass
+
+
+def test_every_command_the_tool_prints_starts_with_the_environments_prefix(runs, standin_copy, tmp_path, capsys):
+    commands = {command for text in printed_texts(runs, standin_copy, tmp_path, capsys)
+                for command in backticked_commands(text)}
+    assert any("inferlab.standin" in c for c in commands) and any(" verify " in c for c in commands), commands
+    unprefixed = sorted(c for c in commands if not c.startswith(f"{cli.VENV_BIN}/"))
+    assert not unprefixed, unprefixed
+
+
+# --- 7: compare verifies first and says when the specimens differ ------------------------------------------------
+
+
+def test_compare_of_an_edited_run_says_so_first_and_exits_3(complete_run, tmp_path, capsys):
+    edited = copy_run(complete_run, tmp_path / "edited")
+    lines = (edited / RECORDS_FILE).read_text(encoding="ascii").splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if '"kind": "generation"' in line)
+    record = json.loads(lines[index])
+    record["note"] = "edited by hand"  # the manifest is left as it was: only its hash can tell
+    lines[index] = json.dumps(record) + "\n"
+    (edited / RECORDS_FILE).write_text("".join(lines), encoding="ascii")
+    assert main(["compare", str(complete_run), str(edited)]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("INTEGRITY: DIR2 fails verify ("), lines[:4]
+    assert any(RECORDS_FILE in line and "sha256" in line for line in lines[3:8]), lines[:8]
+
+
+def test_compare_of_runs_of_two_specimens_says_so_before_any_row_and_never_calls_a_failed_acquisition_finished(
+        complete_run, failed_run):
+    result = compare(complete_run, failed_run)
+    assert result["specimens"]["equal"] is False
+    assert result["runs"]["dir2"] == "the specimen was NOT acquired, so nothing was measured"
+    lines = format_compare(result).splitlines()
+    assert "finished, the complete protocol" not in lines[1]
+    assert lines[2].startswith("DIFFERENT SPECIMENS: DIR1 is of standin (") and "SYNTHETIC" in lines[2], lines[:4]
+    assert "DIR2 of pythia-14m (EleutherAI/pythia-14m" in lines[2]
+
+
+# --- 11: the submission archive is never committed by accident ---------------------------------------------------
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("name", ["submission.tar.gz", "my-run.tar.gz"])
+def test_git_ignores_the_archive_pack_writes(name):
+    if not (REPO_ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["git", "check-ignore", "--no-index", "-q", name], cwd=REPO_ROOT, check=False)
+    assert done.returncode == 0, f"git would commit {name}: add it to .gitignore"
