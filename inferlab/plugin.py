@@ -38,6 +38,10 @@ def pytest_addhooks(pluginmanager):
 
 
 def pytest_addoption(parser):
+    from inferlab.cli import accept_dash_numbers
+
+    if getattr(parser, "optparser", None) is not None:  # `--revised-cache-criterion -1,0` reaches its own message
+        accept_dash_numbers(parser.optparser)
     group = parser.getgroup("inferlab", "inferlab experiment")
     for flag, settings in options.OPTIONS.items():
         group.addoption(flag, **settings)

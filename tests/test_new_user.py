@@ -15,8 +15,11 @@ from inferlab.__main__ import main
 from inferlab.compare import compare, format_compare
 from inferlab.records import MANIFEST_FILE, RECORDS_FILE
 
+import inner_session
 from fixtures_records import copy_run
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)
+
+inner_session.preload()  # before any pytester fixture: see tests/inner_session.py
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,3 +185,33 @@ def test_git_ignores_the_archive_pack_writes(name):
         pytest.skip("not a git checkout")
     done = subprocess.run(["git", "check-ignore", "--no-index", "-q", name], cwd=REPO_ROOT, check=False)
     assert done.returncode == 0, f"git would commit {name}: add it to .gitignore"
+
+
+# --- 10: a value that starts with '-' reaches the option's own message --------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["-1,0", "-1e-4,1e-3"])
+def test_revise_with_a_negative_criterion_in_the_space_form_gets_the_criterions_message(value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["revise", str(tmp_path), "--cache-criterion", value, "--justification", "why"])
+    assert stopped.value.code == cli.EXIT_UNREADABLE
+    err = capsys.readouterr().err
+    assert "expected one argument" not in err
+    assert f"argument --cache-criterion: expected ATOL,RTOL" in err and repr(value) in err, err
+
+
+def test_a_word_that_is_no_number_is_still_read_as_an_option(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["revise", str(tmp_path), "--cache-criterion", "--justification", "why"])
+    assert "argument --cache-criterion: expected one argument" in capsys.readouterr().err
+
+
+@pytest.mark.process
+def test_the_runs_revised_criterion_with_a_negative_value_in_the_space_form_gets_its_message(suite):
+    (suite.path / "experiments" / "test_exp.py").write_text("def test_a():\n    pass\n")
+    result = suite.runpytest("experiments", "--record-dir", "run", "--revised-cache-criterion", "-1,0",
+                             "--justification", "why")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "expected one argument" not in result.stderr.str()
+    result.stderr.fnmatch_lines(["*--revised-cache-criterion*'-1,0'*"])
+    assert not (suite.path / "run").exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -47,6 +48,21 @@ def spelled(args: str, program: str = PROG) -> str:
     step before it; the text is the same on every machine, so a report rendered again elsewhere is identical.
     """
     return f"{VENV_BIN}/{program} {args}"
+
+
+# A value that reads as numbers, alone or comma-separated ("-1,0", "-1e-4,1e-3"). argparse takes a word that starts
+# with '-' for an option unless it looks like a negative number, and its "negative number" is one integer or
+# decimal: `--cache-criterion -1,0` then met "expected one argument" instead of the criterion's own message.
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+NUMBERS = re.compile(rf"^-(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:,{_NUMBER})*$")
+
+
+def accept_dash_numbers(parser: argparse.ArgumentParser) -> None:
+    """Let an option's value start with '-' when it reads as numbers (NUMBERS), so that the space form
+    `--cache-criterion -1,0` reaches the option's own check as `--cache-criterion=-1,0` does. A word that does
+    not read as numbers (`-x`) is still an option. argparse has no public setting for this: its matcher of negative
+    numbers is replaced on this parser only (the parser then has no option that looks like a number, as before)."""
+    parser._negative_number_matcher = NUMBERS
 
 
 def directory(value: str) -> Path:
@@ -113,9 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line parser with every subcommand of COMMANDS."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    accept_dash_numbers(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     for module in command_modules():
         sub = commands.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        accept_dash_numbers(sub)
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
     return parser
