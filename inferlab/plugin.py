@@ -66,6 +66,7 @@ def pytest_configure(config):
     refusal = options.trial_bound_refusal(sys.platform, hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer"),
                                           config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN)) or \
         options.parallel_refusal(config.getoption("numprocesses", None)) or \
+        options.reordering_refusal(config.option, config.pluginmanager.has_plugin) or \
         plan.last_failed_refusal(config.option, config.pluginmanager.get_plugin("lfplugin"),
                                  getattr(config, "cache", None), invocation.specimen["name"])
     if refusal is not None:
@@ -174,6 +175,12 @@ def pytest_collection_finish(session):
     experiments = [item for item in session.items if is_experiment(item)]
     if run is None or not experiments:
         return
+    # After every plugin's reordering: an order that is not the protocol's is refused before the plan is written.
+    disorder = options.order_refusal([(item.nodeid, item.location[0], item.location[1] or 0) for item in experiments],
+                                     run.schedule.collected)
+    if disorder is not None:
+        run.refused = disorder
+        raise pytest.UsageError(disorder)
     named_paths, named_tests = plan.named_experiment_paths(config.args, config.invocation_params.dir,
                                                            config.rootpath / EXPERIMENTS_DIR)
     written = run.write_plan([facts_of(item) for item in experiments], named_paths=named_paths,

@@ -138,8 +138,9 @@ def selection_reasons(selection: dict, deselected_core: int, named_paths: list[s
 
 
 def stop_reason(*, exit_code_name: str, signals: list[str], should_stop, should_fail, tests_failed: int,
-                session_limit_skips: int) -> Optional[str]:
-    """Why the session stopped before its end, or None when it ran through its schedule."""
+                session_limit_skips: int, refused: Optional[str] = None) -> Optional[str]:
+    """Why the session stopped before its end, or None when it ran through its schedule; refused: why the run was
+    refused after it claimed its folder (a test order that is not the protocol's), before any test ran."""
     if signals:
         more = f", then {len(signals) - 1} more signal(s)" if len(signals) > 1 else ""
         return f"interrupted by {signals[0]}{more}"
@@ -152,7 +153,7 @@ def stop_reason(*, exit_code_name: str, signals: list[str], should_stop, should_
     if exit_code_name == "INTERNAL_ERROR":
         return "internal error (see the traceback above the summary)"
     if exit_code_name == "USAGE_ERROR":
-        return "usage error"
+        return f"usage error: {refused}" if refused else "usage error"
     if session_limit_skips:
         return (f"session limit: {session_limit_skips} test(s) not started after the {protocol.SESSION_LIMIT_S} s "
                 f"limit")

@@ -215,3 +215,71 @@ def test_the_runs_revised_criterion_with_a_negative_value_in_the_space_form_gets
     assert "expected one argument" not in result.stderr.str()
     result.stderr.fnmatch_lines(["*--revised-cache-criterion*'-1,0'*"])
     assert not (suite.path / "run").exists()
+
+
+# --- 1: a run never reorders its tests -------------------------------------------------------------------------
+
+TWO_FILES = {"test_10_first.py": "def test_a():\n    pass\ndef test_b():\n    pass\n",
+             "test_20_second.py": "def test_c():\n    pass\n"}
+
+
+def two_file_suite(suite):
+    for name, source in TWO_FILES.items():
+        (suite.path / "experiments" / name).write_text(source)
+    return suite
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("flags, named", [
+    (["--ff"], "--ff (--failed-first)"),
+    (["--failed-first"], "--ff (--failed-first)"),
+    (["--nf"], "--nf (--new-first)"),
+    (["--sw"], "--sw (--stepwise)"),
+    (["--stepwise"], "--sw (--stepwise)"),
+    (["--sw-skip"], "--sw-skip (--stepwise-skip)"),
+], ids=["ff", "failed-first", "nf", "sw", "stepwise", "sw-skip"])
+def test_an_option_that_reorders_the_tests_is_refused_before_anything_is_written(suite, flags, named):
+    two_file_suite(suite)
+    result = suite.runpytest("experiments", "--runs-dir", "runs", *flags)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{named} *the experiment runs in the protocol's order*"])
+    assert not (suite.path / "runs").exists()
+
+
+@pytest.mark.process
+def test_a_random_order_plugin_enabled_with_p_is_refused_naming_it(suite):
+    two_file_suite(suite)
+    (suite.path / "randomly.py").write_text(
+        "import pytest\n@pytest.hookimpl(tryfirst=True)\ndef pytest_collection_modifyitems(items):\n"
+        "    items.reverse()\n")
+    suite.syspathinsert()
+    result = suite.runpytest("-p", "randomly", "experiments", "--runs-dir", "runs")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*-p randomly shuffles the tests*leave -p randomly out*"])
+    assert not (suite.path / "runs").exists()
+
+
+@pytest.mark.process
+def test_any_other_reordering_is_found_in_the_collected_order_and_refused_before_the_plan(suite):
+    two_file_suite(suite)
+    with open(suite.path / "conftest.py", "a") as conftest:  # an unknown plugin's shuffle: the order tells
+        conftest.write("\ndef pytest_collection_modifyitems(items):\n    items.reverse()\n")
+    result = suite.runpytest("experiments", "--record-dir", "run")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the tests are not in the protocol's order: experiments/test_20_second.py::test_c "
+                                 "would run at position 1, where experiments/test_10_first.py::test_a belongs*"])
+    run = suite.path / "run"
+    assert not (run / "plan.json").exists()  # refused before the plan: no test ran
+    ends = [json.loads(line) for line in (run / RECORDS_FILE).read_text().splitlines()
+            if '"session_end"' in line]
+    assert ends and ends[0]["stop_reason"].startswith("usage error: the tests are not in the protocol's order")
+    assert ends[0]["complete"] is False
+
+
+@pytest.mark.process
+def test_the_files_named_out_of_their_order_are_refused_and_in_their_order_run(suite):
+    two_file_suite(suite)
+    swapped = suite.runpytest("experiments/test_20_second.py", "experiments/test_10_first.py", "--record-dir", "a")
+    assert swapped.ret == pytest.ExitCode.USAGE_ERROR
+    in_order = suite.runpytest("experiments/test_10_first.py", "experiments/test_20_second.py", "--record-dir", "b")
+    in_order.assert_outcomes(passed=3)

@@ -217,6 +217,7 @@ class Run:
         self.forward_watch = None  # the watch on every forward of the model (forward_mode), once it is loaded
         self.forwards_by_test: dict = {}  # node id -> forwards the watch counted while that test ran
         self.network_guard: Optional[contextlib.ExitStack] = None  # held open for the session with --offline
+        self.refused: Optional[str] = None  # why the session was refused after its folder was claimed (its order)
         self.publish: Callable[[dict], None] = self.store  # the record hook; its default implementation is store
         self.on_manifest: Callable[[dict], None] = lambda manifest: None  # the manifest hook
 
@@ -353,7 +354,7 @@ class Run:
         reason = session_status.stop_reason(
             exit_code_name=code_name, signals=signals, should_stop=facts.should_stop,
             should_fail=facts.should_fail, tests_failed=facts.tests_failed,
-            session_limit_skips=self.ledger.session_limit_skips)
+            session_limit_skips=self.ledger.session_limit_skips, refused=self.refused)
         end = writers.make_session_end(
             exit_status=facts.interrupted_status if signals else facts.exit_status, exit_code_name=code_name,
             signals=signals, collect_only=facts.collect_only, plan_only=self.invocation.mode == "plan",

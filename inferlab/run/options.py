@@ -193,6 +193,49 @@ def parallel_refusal(workers) -> Optional[str]:
             "parallel workers; leave out -n (it is for the harness's own tests in tests/)")
 
 
+# pytest's options that change the order the tests run in: (option dest, as typed, what it does).
+REORDERING_OPTIONS = (
+    ("failedfirst", "--ff (--failed-first)", "runs the tests that failed last time first"),
+    ("newfirst", "--nf (--new-first)", "runs the tests of the most recently changed files first"),
+    ("stepwise", "--sw (--stepwise)", "starts at the test that failed last time and stops at the next failure"),
+    ("stepwise_skip", "--sw-skip (--stepwise-skip)", "starts at the test that failed last time and skips it"),
+)
+# Random-order plugins under the names pytest registers them by (pytest.ini blocks them; -p NAME unblocks one).
+REORDERING_PLUGINS = ("randomly", "random_order", "pytest_randomly", "pytest_random_order", "random-order")
+KEEPS_ORDER = ("the experiment runs in the protocol's order (every test after the checks it relies on, the trials "
+               "in their schedule), so a run never changes it")
+
+
+def reordering_refusal(option, has_plugin) -> Optional[str]:
+    """Why a run whose options or plugins would reorder its tests must not start (None when none does), naming
+    the option or plugin: checked before anything is written. option is pytest's option namespace; has_plugin(name)
+    whether a plugin of that name is registered (pytest's pluginmanager.has_plugin). --lf is no reordering: it
+    keeps the order and leaves tests out, which the run records as partial."""
+    named = [(flag, what) for dest, flag, what in REORDERING_OPTIONS if getattr(option, dest, False)]
+    named += [(f"-p {name}", "shuffles the tests") for name in REORDERING_PLUGINS if has_plugin(name)]
+    if not named:
+        return None
+    flag, what = named[0]
+    also = f" (and {', '.join(f for f, _ in named[1:])})" if len(named) > 1 else ""
+    return f"{flag} {what}{also}: {KEEPS_ORDER}; leave {flag.split(' (')[0]} out"
+
+
+def order_refusal(items: list[tuple[str, str, int]], collected: list[str]) -> Optional[str]:
+    """Why the experiment tests, in the order they are about to run, are not in the protocol's order, naming the
+    first test out of place; None when they are. items: (node id, file, line of its definition) in run order;
+    collected: the node ids as pytest first collected them (their parametrized variants in declared order).
+    The protocol's order is the files' name order, then each file's definition order, then the variants'."""
+    first_seen = {nodeid: index for index, nodeid in enumerate(collected)}
+    expected = sorted(items, key=lambda item: (item[1], item[2], first_seen.get(item[0], len(first_seen))))
+    for position, (actual, wanted) in enumerate(zip(items, expected)):
+        if actual[0] != wanted[0]:
+            return (f"the tests are not in the protocol's order: {actual[0]} would run at position {position + 1}, "
+                    f"where {wanted[0]} belongs. An option or plugin reordered them (pytest's --ff, --nf or --sw, a "
+                    f"random-order plugin, a conftest hook), or the command named the experiment files out of their "
+                    f"order; {KEEPS_ORDER}")
+    return None
+
+
 def run_dir_name(specimen_name: str, plan: bool) -> str:
     """<UTC time>-<specimen>, and -plan for a plan: `ls runs` tells specimens and plans apart."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
