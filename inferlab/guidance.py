@@ -14,6 +14,22 @@ from inferlab.cli import spelled
 CHECK_COMMAND = spelled("check-artifacts DIR")
 
 
+def acquisition_cause(record: dict, offline: bool = False) -> str:
+    """What could not happen, in a few words, from the artifact_acquisition record (its path and error)."""
+    path, error = record.get("acquisition"), str(record.get("error") or "")
+    if path == "reuse:artifacts_dir":
+        return "your --artifacts copy was refused"
+    if path == "reuse:project_cache":
+        return "the copy in artifacts/cache/ was refused"
+    if path == "built_offline":
+        return "inferlab could not build the synthetic specimen"
+    if offline:
+        return "--offline, and no verified copy was found"
+    if "accept a connection" in error or "connection" in error.lower():
+        return "no connection to the hub"
+    return "the download from the hub failed"
+
+
 def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] = None) -> list[str]:
     """The ways forward after a failed acquisition, as Markdown-free lines of text (one step per line).
 

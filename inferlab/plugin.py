@@ -277,6 +277,9 @@ def pytest_sessionfinish(session, exitstatus):
     if end["interrupted"]:
         # pytest may not know: a second Ctrl-C inside its own interrupt handling used to leave exit status 0.
         session.exitstatus = pytest.ExitCode.INTERRUPTED
+    elif end["measured_nothing"] and session.exitstatus == pytest.ExitCode.OK:
+        # Every selected test was skipped: a selection that measured nothing does not exit as a success.
+        session.exitstatus = session_status.NOTHING_MEASURED_EXIT
     if getattr(session.config, "cache", None) is not None and run.invocation.mode == "run":
         session.config.cache.set(plan.LAST_FAILED_SPECIMEN_KEY, run.invocation.specimen["name"])  # for --lf
     run.finish()

@@ -163,9 +163,13 @@ def stop_reason(*, exit_code_name: str, signals: list[str], should_stop, should_
 def session_end_fields(*, exit_status: int, exit_code_name: str, signals: list[str], collect_only: bool,
                        plan_only: bool, stopped_reason: Optional[str], planned: list[str],
                        with_outcome: set, partial_reasons: list[str], optional_notes: list[str],
-                       failures_by_check_kind: Optional[dict] = None) -> dict:
-    """The `session_end` record's fields (schema 1), plus `complete`, `plan_only`, `signals`, `optional_left_out`
-    and `failures_by_check_kind` ({integrity: n, diagnostic: m}: the failed or errored tests of each kind).
+                       failures_by_check_kind: Optional[dict] = None, acquisition_failure: Optional[dict] = None,
+                       outcome_counts: Optional[dict] = None) -> dict:
+    """The `session_end` record's fields (schema 1), plus `complete`, `plan_only`, `signals`, `optional_left_out`,
+    `failures_by_check_kind` ({integrity: n, diagnostic: m}: the failed or errored tests of each kind),
+    `acquisition_failure` ({cause, failed_tests}: the specimen could not be acquired, and how many failed tests
+    check its acquisition and files; None when it was) and `measured_nothing` (the session reached its end and
+    every test it ran was skipped: the selection left out what its tests need).
 
     complete: the session reached its end, every planned test has an outcome, and the plan is the
     complete protocol. Nothing else may be called complete.
@@ -192,6 +196,9 @@ def session_end_fields(*, exit_status: int, exit_code_name: str, signals: list[s
         "partial_reasons": list(partial_reasons),
         "optional_left_out": list(optional_notes),
         "failures_by_check_kind": {kind: int((failures_by_check_kind or {}).get(kind, 0)) for kind in CHECK_KINDS},
+        "acquisition_failure": dict(acquisition_failure) if acquisition_failure else None,
+        "measured_nothing": reached_end and bool(planned) and outcome_counts is not None
+        and measured_nothing(outcome_counts),
         "complete": reached_end and not without and protocol_complete and bool(planned),
     }
 
@@ -232,18 +239,34 @@ def forwards_failed(end: dict) -> bool:
     return isinstance(reconciliation, dict) and reconciliation.get("ok") is False
 
 
+def measured_nothing(outcome_counts: dict) -> bool:
+    """Whether no test ran to an outcome other than a skip: nothing passed, failed or errored."""
+    return not any(int(outcome_counts.get(outcome) or 0) for outcome in ("passed", "failed", "error"))
+
+
+# The checks a failed acquisition fails with it: the acquisition itself, and the files it should have verified.
+SPECIMEN_CHECKS = ("acquisition", "artifacts_verified")
+
+
+NOTHING_MEASURED_EXIT = 5  # pytest's "no tests ran" (ExitCode.NO_TESTS_COLLECTED): a selection that measured nothing
 CHECK_KINDS = ("integrity", "diagnostic")  # a harness-integrity check, or a protocol diagnostic (its failure a finding)
 
 
 def failure_kind(end: dict, outcome_counts: dict) -> Optional[str]:
-    """'harness' when a harness-integrity check failed or errored (or pytest ended badly with no test failing);
+    """'acquisition' when the specimen could not be acquired and every failed test is one that checks its
+    acquisition or files (nothing could be measured, and nothing else failed: not a harness fault);
+    'harness' when a harness-integrity check failed or errored (or pytest ended badly with no test failing);
     'findings' when only protocol diagnostics failed: the protocol ran and found something; None when nothing
     failed. A session_end without failures_by_check_kind (an older one) counts every failure as the harness's."""
     by_kind = end.get("failures_by_check_kind")
     failed = int(outcome_counts.get("failed") or 0) + int(outcome_counts.get("error") or 0)
     if forwards_failed(end):  # a harness-integrity fact of the whole session, whatever the tests said
         return "harness"
+    acquisition = end.get("acquisition_failure") if isinstance(end.get("acquisition_failure"), dict) else None
     if isinstance(by_kind, dict) and failed and failed == sum(by_kind.get(k, 0) for k in CHECK_KINDS):
+        if acquisition is not None and not by_kind.get("diagnostic") \
+                and by_kind.get("integrity") == acquisition.get("failed_tests"):
+            return "acquisition"
         return "harness" if by_kind.get("integrity") else "findings"
     if failed or end.get("exit_code_name") not in ("OK", None):
         return "harness"
@@ -259,6 +282,9 @@ def failure_clause(end: dict, outcome_counts: dict) -> str:
         return (f"; the protocol ran and found {count} finding(s): failed protocol diagnostic(s), kept with their "
                 f"evidence; no harness-integrity check failed")
     clause = ""
+    if kind == "acquisition":
+        return ("; no harness check failed: the acquisition's reason and the next steps are printed once, above, "
+                "and in the report")
     if kind == "harness" and by_kind.get("integrity"):
         clause = (f"; the HARNESS FAILED: {by_kind['integrity']} harness-integrity check(s) failed or errored, so its "
                   f"results cannot be trusted until the cause is fixed")
@@ -292,6 +318,13 @@ def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
     optional = end.get("optional_left_out") or []
     left_out = ("; the optional extension was left out: " + "; ".join(optional)) if optional else ""
     head += failure_clause(end, outcome_counts or {}) if not (end["plan_only"] or end["collect_only"]) else ""
+    if end.get("measured_nothing"):
+        head = (f"NOTHING was measured: every one of the {planned} selected tests was skipped (the checks they need "
+                f"were not in the selection; each skip names the one it waited for), so the session exits with status "
+                f"{NOTHING_MEASURED_EXIT}; " + head)
+    elif failure_kind(end, outcome_counts or {}) == "acquisition" and not (end["plan_only"] or end["collect_only"]):
+        cause = (end.get("acquisition_failure") or {}).get("cause") or "the acquisition failed"
+        head = f"NOTHING was measured: the specimen could not be acquired ({cause}); " + head
     if end.get("environment_changed_during_run"):
         head += ("; the ENVIRONMENT CHANGED during the run (" + "; ".join(end["environment_changed_during_run"]) +
                  "), so what the manifest recorded at its start may not be what ran")
@@ -315,7 +348,7 @@ def outcome_suffix(end: dict, outcome_counts: dict) -> Optional[str]:
     if end["interrupted"] or end["stopped_early"] or end["collect_only"] or end["tests_without_outcome"]:
         return "-incomplete"
     kind = failure_kind(end, outcome_counts)
-    ending = {"harness": "failed", "findings": "findings", None: None}[kind]
+    ending = {"harness": "failed", "acquisition": "failed", "findings": "findings", None: None}[kind]
     if not end["protocol_complete"]:
         return f"-partial-{ending}" if ending else "-partial"
     return f"-{ending}" if ending else None

@@ -80,7 +80,8 @@ def write_last_line(write: Callable[..., None], run) -> None:
     if end is None:
         return
     kind = session_status.failure_kind(end, run.outcomes.counts)
-    harness = (not end["complete"] and not end["plan_only"]) or kind == "harness"
+    harness = (not end["complete"] and not end["plan_only"]) or kind in ("harness", "acquisition") \
+        or bool(end.get("measured_nothing"))
     write(f"inferlab: {end['status']}", bold=True, red=harness, yellow=kind == "findings" and not harness)
 
 
@@ -107,15 +108,38 @@ def shortened_longrepr(longrepr, outcome: str, provides, run, seq: int):
     The failed acquisition points to the summary, which explains it once with the next steps; a skip
     whose reason quotes a message printed elsewhere says where instead of repeating it.
     """
+    from inferlab.session_status import SPECIMEN_CHECKS
+
     acquisition_error = run.log.acquisition_error
     if outcome == "failed" and ACQUISITION_CHECK in provides and acquisition_error:
         return (f"The specimen could not be acquired. The reason and the next steps are printed once, "
                 f"in full, in the inferlab summary below; the traceback is kept in {RECORDS_FILE} seq {seq}.")
+    acquired = acquisition_failed_check(run)
+    if outcome in ("failed", "error") and set(provides) & set(SPECIMEN_CHECKS) and acquired and acquisition_error:
+        # A file check of the copy the acquisition refused: its own problem in one line, never a traceback.
+        problem = first_line(str(longrepr)).removeprefix("AssertionError: ")
+        return (f"{problem} (one of the reasons the specimen could not be acquired: the reason and the next steps "
+                f"are printed once in the inferlab summary below; the full text is kept in {RECORDS_FILE} seq {seq})")
     if outcome != "skipped" or not (isinstance(longrepr, tuple) and len(longrepr) == 3):
         return None
     path, lineno, reason = longrepr
     shorter = shortened_skip_reason(str(reason), known_messages(run.ledger.checks, acquisition_error))
+    if acquired and acquisition_error and (SEE_SUMMARY in shorter or any(
+            f"prerequisite '{name}' failed" in shorter for name in SPECIMEN_CHECKS)):
+        # Every skip that the failed acquisition explains is one line of -ra's summary, at the acquisition test:
+        # each test's own reason stays in its record.
+        return (str(run.invocation.root / acquired["by"].split("::")[0]), None, NOT_ACQUIRED_SKIP)
     return (path, lineno, shorter) if shorter != reason else None
+
+
+NOT_ACQUIRED_SKIP = (f"not run: the specimen could not be acquired, so no test could use it {SEE_SUMMARY[:-1]}; "
+                     f"each test's own reason is kept in {RECORDS_FILE}]")
+
+
+def acquisition_failed_check(run) -> Optional[dict]:
+    """The ledger's acquisition check when it failed (its `by` names the test), else None."""
+    check = run.ledger.checks.get(ACQUISITION_CHECK) or {}
+    return check if check.get("status") in ("failed", "error") and check.get("by") else None
 
 
 def known_messages(checks: dict, acquisition_error: Optional[str]) -> dict:

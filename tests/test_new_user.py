@@ -283,3 +283,121 @@ def test_the_files_named_out_of_their_order_are_refused_and_in_their_order_run(s
     assert swapped.ret == pytest.ExitCode.USAGE_ERROR
     in_order = suite.runpytest("experiments/test_10_first.py", "experiments/test_20_second.py", "--record-dir", "b")
     in_order.assert_outcomes(passed=3)
+
+
+# --- 2, 3, 4: how a run that measured nothing ends ------------------------------------------------------------
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    """A scratch copy of the experiment (tests, specs, plugin registration) with its own artifact cache."""
+    import os
+
+    from shared_runs import make_project
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    make_project(pytester.path)
+    return pytester
+
+
+def session_end_of(run: Path) -> dict:
+    ends = [json.loads(line) for line in (run / RECORDS_FILE).read_text().splitlines() if '"session_end"' in line]
+    assert len(ends) == 1, ends
+    return ends[0]
+
+
+def closed_loopback_endpoint() -> str:
+    """An http endpoint on 127.0.0.1 where nothing listens (the port was just released)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_the_default_run_without_a_hub_says_once_that_the_specimen_could_not_be_acquired(tmp_path_factory):
+    from shared_runs import experiment_once
+
+    # The same run as tests/test_experiment_runs.py's no_hub (made once per session under this name).
+    no_hub = experiment_once(tmp_path_factory, "no-hub", "-p", "cacheprovider",
+                             env={"HF_ENDPOINT": closed_loopback_endpoint()})
+    assert no_hub.returncode == pytest.ExitCode.TESTS_FAILED, no_hub.tail()
+    out = no_hub.stdout
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("inferlab: NOTHING was measured: the specimen could not be acquired (no connection to "
+                           "the hub); "), last
+    assert "HARNESS" not in out and "no harness check failed" in last
+    skipped = [line for line in out.splitlines() if line.startswith("SKIPPED [")]
+    assert len(skipped) == 1 and "not run: the specimen could not be acquired" in skipped[0], skipped
+    assert out.count("Next steps:") == 1 and "Traceback" not in out
+    end = session_end_of(no_hub.run)
+    assert end["acquisition_failure"] == {"cause": "no connection to the hub", "failed_tests": 1}
+    skips = [json.loads(line) for line in (no_hub.run / RECORDS_FILE).read_text().splitlines()
+             if '"skipped"' in line and '"test_outcome"' in line]
+    assert skips and all("not run: the specimen could not be acquired" not in r["skip_reason"] for r in skips)
+
+
+def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
+    from inferlab import session_status
+
+    def end(by_kind, acquisition):
+        return session_status.session_end_fields(
+            exit_status=1, exit_code_name="TESTS_FAILED", signals=[], collect_only=False, plan_only=False,
+            stopped_reason=None, planned=["a", "b", "c"], with_outcome={"a", "b", "c"}, partial_reasons=[],
+            optional_notes=[], failures_by_check_kind=by_kind, acquisition_failure=acquisition,
+            outcome_counts={"failed": sum(by_kind.values()), "skipped": 1})
+
+    counts = {"failed": 2, "skipped": 1}
+    refused = end({"integrity": 2}, {"cause": "your --artifacts copy was refused", "failed_tests": 2})
+    assert session_status.failure_kind(refused, counts) == "acquisition"
+    line = session_status.status_line(refused, counts)
+    assert line.startswith("NOTHING was measured: the specimen could not be acquired (your --artifacts copy was "
+                           "refused); ") and "HARNESS" not in line
+    broken = end({"integrity": 2}, {"cause": "no connection to the hub", "failed_tests": 1})
+    assert session_status.failure_kind(broken, counts) == "harness"
+    assert "the HARNESS FAILED" in session_status.status_line(broken, counts)
+
+
+@pytest.mark.process
+def test_a_refused_artifacts_copy_prints_one_line_per_failure_and_no_traceback(project, tmp_path):
+    empty = tmp_path / "empty-copy"
+    empty.mkdir()
+    result = project.runpytest("experiments", "--record-dir", "run", "--artifacts", str(empty))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    assert "Traceback" not in out and "def test_" not in out and "AssertionError" not in out and "E  " not in out
+    failures = out.split("= FAILURES =")[1].split("short test summary info")[0].splitlines()
+    body = [line for line in failures if line.strip() and not line.startswith(("_", "="))]
+    assert len(body) == 6, body  # the acquisition and each of the five required files: one line each
+    assert all("printed once" in line for line in body), body
+    assert "config.json in " in body[1] and "actual: missing (one of the reasons the specimen" in body[1]
+    assert len([line for line in out.splitlines() if line.startswith("SKIPPED [")]) == 1
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("inferlab: NOTHING was measured: the specimen could not be acquired (your --artifacts copy "
+                           "was refused); "), last
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("selection", [["experiments", "-k", "cache"], ["experiments/test_40_cache.py"]],
+                         ids=["k-cache", "one-file"])
+def test_a_selection_that_measures_nothing_says_so_last_and_exits_5(project, selection):
+    result = project.runpytest(*selection, "--specimen", "standin", "--record-dir", "run")
+    assert result.ret == 5
+    last = result.stdout.str().strip().splitlines()[-1]
+    assert last.startswith("inferlab: NOTHING was measured: every one of the "), last
+    assert "selected tests was skipped" in last and "exits with status 5" in last and "PARTIAL" in last
+    end = session_end_of(project.path / "run")
+    assert end["measured_nothing"] is True and end["complete"] is False
+    report = (project.path / "run" / "report.md").read_text()
+    assert "each names the failure above" not in report
+
+
+@pytest.mark.process
+def test_a_plan_of_a_selection_that_would_measure_nothing_is_still_a_plan(project):
+    result = project.runpytest("experiments", "-k", "cache", "--specimen", "standin", "--record-dir", "plan", "--plan")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED or result.ret == pytest.ExitCode.OK
+    assert session_end_of(project.path / "plan")["measured_nothing"] is False
+    assert "a PLAN only" in result.stdout.str().strip().splitlines()[-1]

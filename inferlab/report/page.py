@@ -238,12 +238,14 @@ def failed_page(view: RunView, verdict: Verdict) -> list[str]:
         lines += [f"`{first.get('test')}` {first.get('outcome')}, and nothing was measured after it. Its message, in "
                   "full:", "", "```text", *message_lines(first.get("longrepr")), "```"]
     else:
-        lines += ["No model computation was recorded, and no test failed."]
+        lines += ["No model computation was recorded, and no test failed: every test this run selected was skipped, "
+                  "for the reasons below (a check they need was left out of the selection, for example)."]
     lines += ["", "## What did not run", ""]
     lines += table(["protocol part", "planned", "passed", "failed", "did not run"], tables.not_run_by_part(view))
     reasons = {o.get("skip_reason") for o in verdict.skipped}
+    names = "the failure above" if reason is not None or first is not None else "why it did not run"
     lines += ["", f"Every test that did not run was skipped for a recorded reason ({len(reasons)} distinct; each names "
-              "the failure above): " + see("Test outcomes") + ".", "", "## This run", ""]
+              f"{names}): " + see("Test outcomes") + ".", "", "## This run", ""]
     lines += run_table(view)
     recorded = sorted({str(r.get("kind")) for r in view.records} - {"test_outcome"})
     lines += [f"Records of kinds {', '.join(f'`{k}`' for k in recorded) or '(none)'}; the environment and the "

@@ -157,6 +157,7 @@ class Outcomes:
     counts: collections.Counter = field(default_factory=collections.Counter)
     failure_lines: list = field(default_factory=list)
     failed_by_check_kind: collections.Counter = field(default_factory=collections.Counter)  # integrity, diagnostic
+    specimen_failures: int = 0  # failed tests that check the specimen's acquisition or files
 
 
 @dataclass
@@ -325,6 +326,7 @@ class Run:
             check_kind=facts.check_kind))
         if outcome in ("failed", "error"):
             self.outcomes.failed_by_check_kind[facts.check_kind] += 1
+            self.outcomes.specimen_failures += bool(set(facts.provides) & set(session_status.SPECIMEN_CHECKS))
             self.outcomes.failure_lines.append(
                 f"{outcome.upper()} {facts.nodeid} (full text: {RECORDS_FILE} seq {record['seq']})")
         reason = skip_reason if outcome == "skipped" else first_line(longrepr)
@@ -364,10 +366,22 @@ class Run:
             optional_notes=self.schedule.status.get("optional_left_out", []),
             outcome_counts=self.outcomes.counts, failures_by_check_kind=dict(self.outcomes.failed_by_check_kind),
             environment_changed=self.ending.environment_changed,
-            forward_reconciliation=self.forward_reconciliation(facts.collect_only))
+            forward_reconciliation=self.forward_reconciliation(facts.collect_only),
+            acquisition_failure=self.acquisition_failure())
         self.ending.session_end = end
         self.emit("session_end", None, end)
         return end
+
+    def acquisition_failure(self) -> Optional[dict]:
+        """{cause, failed_tests} when the acquisition check failed (the specimen could not be acquired), else None."""
+        from inferlab import guidance
+
+        check = self.ledger.checks.get(session_status.SPECIMEN_CHECKS[0]) or {}
+        if check.get("status") not in ("failed", "error"):
+            return None
+        record = (self.records_of("artifact_acquisition") or [{}])[-1]
+        return {"cause": guidance.acquisition_cause(record, bool(self.invocation.options.get("offline"))),
+                "failed_tests": self.outcomes.specimen_failures}
 
     def finish(self) -> None:
         """After session_end: the report (not for a plan), close the records, rename, the final manifest."""

@@ -21,7 +21,8 @@ HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
                   "--runs-dir is given; no default)",
     "runs_dir": "make a new record dir under this directory, named <UTC time>-<specimen> (and -plan with --plan); "
-                "at the end a suffix says how the run ended: -failed (the harness failed), -findings (only protocol "
+                "at the end a suffix says how the run ended: -failed (the harness failed, or the specimen could not be "
+                "acquired), -findings (only protocol "
                 "diagnostics failed: the protocol ran and found something), -partial, -partial-failed, "
                 "-partial-findings or -incomplete (default: none)",
     "specimen": f"specimen to run: a name with a spec in artifacts/<name>.json (default: {protocol.DEFAULT_SPECIMEN}; "

@@ -115,13 +115,15 @@ def make_session_end(*, exit_status: int, exit_code_name: str, signals: list[str
                      plan_only: bool, stopped_reason: Optional[str], planned: list[str], with_outcome: set,
                      partial_reasons: list[str], optional_notes: list[str], outcome_counts: dict,
                      failures_by_check_kind: Optional[dict] = None,
-                     environment_changed: Iterable[str] = (), forward_reconciliation: Optional[dict] = None) -> dict:
+                     environment_changed: Iterable[str] = (), forward_reconciliation: Optional[dict] = None,
+                     acquisition_failure: Optional[dict] = None) -> dict:
     """The session_end record's fields: how the session ended, whether that is the complete protocol, which kind
     of check failed, and the one line that says so (session_status.session_end_fields and status_line)."""
     end = session_status.session_end_fields(
         exit_status=exit_status, exit_code_name=exit_code_name, signals=signals, collect_only=collect_only,
         plan_only=plan_only, stopped_reason=stopped_reason, planned=planned, with_outcome=with_outcome,
-        partial_reasons=partial_reasons, optional_notes=optional_notes, failures_by_check_kind=failures_by_check_kind)
+        partial_reasons=partial_reasons, optional_notes=optional_notes, failures_by_check_kind=failures_by_check_kind,
+        acquisition_failure=acquisition_failure, outcome_counts=dict(outcome_counts))
     end["environment_changed_during_run"] = list(environment_changed)  # what the report and verify say too
     if forward_reconciliation is not None:  # every forward of the session against the plan (session_status)
         end["forward_reconciliation"] = forward_reconciliation
