@@ -58,6 +58,7 @@ def test_verify_says_the_outcome_counts_and_the_gaps_in_words(failed_run, capsys
     assert re.search(r"not every test passed \(\d+ failed, \d+ passed, \d+ skipped\), and each of the \d+ gap\(s\) "
                      r"this leaves \(a record or outcome the protocol expects that is not there\) has its recorded "
                      r"evidence", last), last
+    assert "nothing was measured: the specimen could not be acquired (" in last and "harness failed" not in last
     assert main(["verify", str(failed_run), "--all-passed"]) == cli.EXIT_PROBLEMS
     assert re.search(r"^not every test passed: \d+ failed, \d+ passed, \d+ skipped$", capsys.readouterr().out, re.M)
 

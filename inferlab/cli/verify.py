@@ -71,6 +71,10 @@ def findings_clause(result: dict) -> str:
     """What the failed tests were, from their recorded check kinds: the harness failed, or the protocol ran and
     found something (failed protocol diagnostics only); empty when no test failed."""
     failing = result.get("failures_by_check_kind") or {}
+    acquisition = result.get("acquisition_failure") or {}
+    if acquisition and not failing.get("diagnostic") and failing.get("integrity") == acquisition.get("failed_tests"):
+        return (f"; nothing was measured: the specimen could not be acquired ({acquisition.get('cause')}), which is "
+                f"no harness fault (its reason and next steps: the report)")
     if failing.get("integrity"):
         return (f"; the harness failed: {failing['integrity']} harness-integrity check(s) failed or errored"
                 + (f" (and {failing['diagnostic']} protocol diagnostic(s))" if failing.get("diagnostic") else ""))

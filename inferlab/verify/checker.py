@@ -135,6 +135,24 @@ class Checker:
                 self.guarded(check)
         return self.result(plan_folder=False)
 
+    def acquisition_failure(self) -> Optional[dict]:
+        """{cause, failed_tests} when the specimen could not be acquired (the session_end says so, or, in a run
+        older than that field, its artifact_acquisition record), else None; failed_tests counts the failed tests
+        that check the acquisition or the files."""
+        from inferlab.guidance import acquisition_cause
+        from inferlab.session_status import SPECIMEN_CHECKS
+
+        end = self.view.session_end or {}
+        if isinstance(end.get("acquisition_failure"), dict):
+            return dict(end["acquisition_failure"])
+        failed = next((r for r in self.of_kind("artifact_acquisition") if r.get("ok") is False), None)
+        if failed is None:
+            return None
+        checking = {e.get("test") for e in self.view.planned if set(e.get("provides") or ()) & set(SPECIMEN_CHECKS)}
+        count = sum(1 for o in self.view.tests_by_outcome().values()
+                    if o.get("outcome") in FAILING and o.get("test") in checking)
+        return {"cause": acquisition_cause(failed), "failed_tests": count}
+
     def guarded(self, check) -> None:
         """Run one check; records of the wrong shape where it reads them (a list where an id belongs, a text
         where a number does) are a problem that names the check, and the other checks still run."""
@@ -171,6 +189,7 @@ class Checker:
             # From the outcomes' check kinds, never from the folder's name: a failed harness-integrity check, or
             # only failed protocol diagnostics (the protocol ran and found something).
             "failures_by_check_kind": {kind: failing.get(kind, 0) for kind in (INTEGRITY, DIAGNOSTIC)},
+            "acquisition_failure": self.acquisition_failure(),
             "records": len(self.records),
             "files_checked": self.files_checked,
             "outcome_counts": dict(sorted(outcomes.items())),
