@@ -93,6 +93,12 @@ def pytest_configure(config):
     run.start(predictions)
 
 
+def pytest_report_header(config):
+    """At the start: the earlier runs of --runs-dir found killed before their end, and renamed."""
+    run = get_run(config)
+    return list(run.ended_elsewhere) if run is not None else []
+
+
 @contextlib.contextmanager
 def _usage_error(prefix: str = ""):
     """The library's refusal of an option, as pytest's usage error (no traceback), prefixed with the option."""

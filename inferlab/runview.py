@@ -268,6 +268,8 @@ class RunView:
         self._entry = {e.get("test"): e for e in self.planned}
         parts = (self.plan or {}).get("parts")
         self._parts = {p.get("file"): p for p in parts if isinstance(p, dict)} if isinstance(parts, list) else {}
+        self.claim: Optional[dict] = None  # claim.json, when read from a folder
+        self.rename_note: Optional[dict] = None  # inferlab.run.ended's note, when a later run renamed the folder
         self._given_tensors = tensors
         self._tensor_files: dict[str, tuple[Optional[dict], Optional[TensorFileError]]] = {}
         self._tensor_problems: dict[str, str] = {}
@@ -292,8 +294,12 @@ class RunView:
         plan, problem = _read_json(directory, PLAN_FILE)
         problems += [problem] if problem else []
         entries, ledger_problems = _read_ledger(directory)
-        return cls(records, manifest, plan, directory=directory, problems=problems, addenda=entries,
+        view = cls(records, manifest, plan, directory=directory, problems=problems, addenda=entries,
                    addenda_problems=ledger_problems)
+        from inferlab.run.ended import RENAME_NOTE  # who claimed it, and a later run's note: how it ended
+
+        view.claim, view.rename_note = _read_json(directory, CLAIM_FILE)[0], _read_json(directory, RENAME_NOTE)[0]
+        return view
 
     @classmethod
     def from_data(cls, records: list[dict], manifest: Optional[dict] = None, plan: Optional[dict] = None,
@@ -404,7 +410,10 @@ class RunView:
         """Why the run did not reach its end, in words; None when it did (or is a plan)."""
         ending = self.ending
         if ending == "killed":
-            return "no session_end record: the session never reached its end (it was killed or crashed)"
+            from inferlab.run.ended import killed_detail
+
+            return "no session_end record: the session never reached its end (it was killed or crashed)" + \
+                killed_detail(self.claim, self.rename_note)
         if ending == "collect_only":
             return "collect only (--co): no test ran"
         if ending in ("interrupted", "stopped_early"):

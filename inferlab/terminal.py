@@ -33,6 +33,8 @@ def write_summary(write: Callable[..., None], run) -> None:
     from inferlab import guidance
 
     write(f"record dir: {run.record_dir}")
+    for line in getattr(run, "ended_elsewhere", []):
+        write(line, yellow=True)
     rename = run.ending.rename
     if rename and not rename["renamed"]:
         write(f"record dir: NOT renamed to end in {rename['suffix']} ({rename['error']}); its name does not "

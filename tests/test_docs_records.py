@@ -14,7 +14,7 @@ from fixtures_records import REPO_ROOT, RunBuilder, experiment_markers
 from inferlab import addenda, environment, plots, records
 from inferlab.plan import EXPERIMENTS_DIR
 from inferlab.report import DETAILS_FILE
-from inferlab.run import writers
+from inferlab.run import ended, writers
 
 PAGE = REPO_ROOT / "docs" / "records.md"
 KINDS, MANIFEST, ENVELOPE, FILES = ("Record kinds", "manifest.json", "The record envelope",
@@ -114,6 +114,7 @@ def test_every_file_a_run_writes_is_documented(written_run):
                      (plots.TOKEN_TIMES_PNG, plots.TTFT_INTERVAL_PNG, plots.CPU_SHARE_PNG, plots.CACHE_DIFF_PNG)})
     expected.update({addenda.LEDGER_FILE: "the addenda ledger (inferlab.addenda)",
                      f"{addenda.ADDENDA_DIR}/": "the addenda's folder (inferlab.addenda)"})
+    expected.update({ended.RENAME_NOTE: "a later run's note on a killed run it renamed (inferlab.run.ended)"})
     expected.update(tensor_files())
     assert len(tensor_files()) >= 4  # first-step logits and scores, cache logits, batching
     problems = mismatch(FILES, expected, "| `{name}` | what it holds |")

@@ -402,3 +402,127 @@ def test_a_plan_of_a_selection_that_would_measure_nothing_is_still_a_plan(projec
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED or result.ret == pytest.ExitCode.OK
     assert session_end_of(project.path / "plan")["measured_nothing"] is False
     assert "a PLAN only" in result.stdout.str().strip().splitlines()[-1]
+
+
+# --- 8: a run killed before its end is said to be, and renamed -incomplete by the next run ------------------------
+
+
+def ended_pid() -> int:
+    """The pid of a process that has ended (started, waited for, reaped)."""
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def killed_folder(runs: Path, name: str, claim: dict, records: str = '{"kind": "plan", "seq": 0}\n') -> Path:
+    """A run folder as a killed session leaves it: its claim, the records so far, the start manifest."""
+    folder = runs / name
+    folder.mkdir(parents=True)
+    (folder / "claim.json").write_text(json.dumps(claim))
+    (folder / RECORDS_FILE).write_text(records)
+    (folder / MANIFEST_FILE).write_text(json.dumps({"mode": "run", "protocol": {}, "complete": False,
+                                                    "session_end": None}))
+    return folder
+
+
+def test_whether_a_claims_process_runs_is_told_by_its_pid_and_start(tmp_path):
+    import os
+    import socket
+
+    from inferlab.records import claim_process_alive, process_start_marker
+
+    host = socket.gethostname()
+    me = {"pid": os.getpid(), "hostname": host, "process_start": process_start_marker(os.getpid())}
+    assert claim_process_alive(me, host) is True
+    if me["process_start"] is not None:  # Linux: a later process under the same pid is not the claim's
+        assert claim_process_alive({**me, "process_start": "another-boot:1"}, host) is False
+    assert claim_process_alive({"pid": ended_pid(), "hostname": host}, host) is False
+    assert claim_process_alive({**me, "hostname": "another-machine"}, host) is None
+    assert claim_process_alive({"pid": "12", "hostname": host}, host) is None
+
+
+@pytest.mark.process
+def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_renamed(tmp_path):
+    import os
+    import socket
+
+    from inferlab.records import process_start_marker
+    from inferlab.run import ended
+
+    host, runs = socket.gethostname(), tmp_path / "runs"
+    dead = {"pid": ended_pid(), "hostname": host, "claimed_utc": "2026-12-01T10:00:00Z", "command": "make run"}
+    killed = killed_folder(runs, "20261201T100000Z-standin", dead)
+    before = {p.name: p.read_bytes() for p in killed.iterdir()}
+    live = killed_folder(runs, "20261201T100001Z-standin", {"pid": os.getpid(), "hostname": host,
+                                                           "process_start": process_start_marker(os.getpid())})
+    elsewhere = killed_folder(runs, "20261201T100002Z-standin", {**dead, "hostname": "another-machine"})
+    finished = killed_folder(runs, "20261201T100003Z-standin", dead,
+                             records='{"kind": "plan", "seq": 0}\n{"kind": "session_end", "seq": 1}\n')
+    suffixed = killed_folder(runs, "20261201T100004Z-standin-incomplete", dead)
+    found = ended.rename_ended_runs(runs, hostname=host, now=lambda: "2026-12-01T11:00:00Z",
+                                    by={"pid": 1, "hostname": host, "command": "make run"})
+    assert [(e["from"], e["to"], e["error"]) for e in found] == [
+        ("20261201T100000Z-standin", "20261201T100000Z-standin-incomplete", None)]
+    renamed = runs / "20261201T100000Z-standin-incomplete"
+    assert not killed.exists() and {n: (renamed / n).read_bytes() for n in before} == before  # nothing changed
+    note = json.loads((renamed / ended.RENAME_NOTE).read_text())
+    assert note["renamed_from"] == killed.name and note["claim"] == dead and "no longer running" in note["why"]
+    assert all(folder.exists() for folder in (live, elsewhere, finished, suffixed))
+
+
+@pytest.mark.process
+def test_verify_says_whether_the_process_of_a_run_without_a_session_end_still_runs(tmp_path, capsys):
+    import os
+    import socket
+
+    from inferlab.records import process_start_marker
+
+    host = socket.gethostname()
+    gone = killed_folder(tmp_path, "gone", {"pid": ended_pid(), "hostname": host})
+    running = killed_folder(tmp_path, "running", {"pid": os.getpid(), "hostname": host,
+                                                  "process_start": process_start_marker(os.getpid())})
+    main(["verify", str(gone)])
+    assert f"its process (pid {json.loads((gone / 'claim.json').read_text())['pid']} on {host}) is no longer " \
+           f"running" in capsys.readouterr().out
+    main(["verify", str(running)])
+    assert "is STILL RUNNING: the session may not have ended yet" in capsys.readouterr().out
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_sigkilled_run_is_found_by_the_next_run_renamed_incomplete_and_said_so(suite, capsys):
+    import signal
+    import sys
+    import time
+
+    from child_process import popen_signallable
+
+    (suite.path / "experiments" / "test_exp.py").write_text(
+        "import time, pytest\n@pytest.mark.records('waiting')\ndef test_waits(record):\n    record('waiting')\n"
+        "    time.sleep(120)\n")
+    runs = suite.path / "runs"
+    process = popen_signallable([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "experiments",
+                                 "--runs-dir", str(runs)], cwd=suite.path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not any('"waiting"' in p.read_text() for p in runs.glob(f"*/{RECORDS_FILE}")):
+            assert time.monotonic() < deadline and process.poll() is None, "the first run never started its test"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    [killed] = list(runs.iterdir())
+    assert not killed.name.endswith("-incomplete")  # SIGKILL leaves no chance to rename itself
+    (suite.path / "experiments" / "test_exp.py").write_text("def test_quick():\n    pass\n")
+    again = suite.runpytest("experiments", "--runs-dir", str(runs))
+    said = again.stdout.str()
+    assert f"earlier run {killed}: its session (pid {process.pid} on " in said
+    assert f"renamed {killed.name}-incomplete (renamed-incomplete.json in it says so)" in said
+    assert (runs / f"{killed.name}-incomplete" / "renamed-incomplete.json").is_file()
+    capsys.readouterr()
+    main(["verify", str(runs / f"{killed.name}-incomplete")])
+    assert f"renamed from {killed.name} to {killed.name}-incomplete by a later run" in capsys.readouterr().out

@@ -179,17 +179,25 @@ def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs
     pid's start (inferlab.live_claim.start_identity), recorded so that a later process given the same pid is
     not taken for this session.
     """
+    from inferlab.run import ended
+
     claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command,
                                process_start=process_start)
+    found_ended = []
     if runs_dir is not None:
+        # An earlier run there whose process was killed before its end gets the -incomplete its name lacks.
+        found_ended = ended.rename_ended_runs(Path(runs_dir), hostname=hostname, now=clock,
+                                              by={"pid": pid, "hostname": hostname, "command": invocation.command})
         name = options.run_dir_name(invocation.specimen["name"], invocation.mode == "plan")
         record_dir = claim_new_run_dir(Path(runs_dir), name, claim)
     else:
         record_dir = Path(record_dir)
         claim_record_dir(record_dir, claim)
     (record_dir / TENSOR_DIR).mkdir(exist_ok=True)
-    return Run(record_dir, invocation, clock=clock, surroundings=surroundings or Surroundings(invocation.root),
-               stamp=stamp)
+    run = Run(record_dir, invocation, clock=clock, surroundings=surroundings or Surroundings(invocation.root),
+              stamp=stamp)
+    run.ended_elsewhere = ended.found_lines(found_ended, runs_dir) if runs_dir is not None else []
+    return run
 
 
 class Run:
@@ -219,6 +227,7 @@ class Run:
         self.forwards_by_test: dict = {}  # node id -> forwards the watch counted while that test ran
         self.network_guard: Optional[contextlib.ExitStack] = None  # held open for the session with --offline
         self.refused: Optional[str] = None  # why the session was refused after its folder was claimed (its order)
+        self.ended_elsewhere: list[str] = []  # earlier runs of --runs-dir found killed before their end (one line each)
         self.publish: Callable[[dict], None] = self.store  # the record hook; its default implementation is store
         self.on_manifest: Callable[[dict], None] = lambda manifest: None  # the manifest hook
 
