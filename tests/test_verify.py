@@ -451,7 +451,9 @@ def test_a_killed_run_says_so_once(run_copy):
     kill_after(run_copy, tests_done=40)
     (problem,) = problems_of(run_copy)
     assert problem.startswith("unfinished: no session_end record: the session never reached its end (it was killed "
-                              "or crashed); 26 of 66 planned tests have no outcome (the first: ")
+                              "or crashed); its process (pid 4242 on fixture-host) runs on another machine, so "
+                              "whether it still runs is not known here; 26 of 66 planned tests have no outcome (the "
+                              "first: ")
     assert problem.endswith("its manifest is the one written when the run began (complete is False, no file "
                             "inventory), so no file hash can be checked")
 
