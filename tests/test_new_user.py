@@ -526,3 +526,13 @@ def test_a_sigkilled_run_is_found_by_the_next_run_renamed_incomplete_and_said_so
     capsys.readouterr()
     main(["verify", str(runs / f"{killed.name}-incomplete")])
     assert f"renamed from {killed.name} to {killed.name}-incomplete by a later run" in capsys.readouterr().out
+
+
+def test_grade_of_a_file_that_is_no_archive_says_so_in_one_line(tmp_path, capsys):
+    fake = tmp_path / "submission.tar.gz"
+    fake.write_text("not an archive at all\n")
+    assert main(["grade", str(fake)]) == cli.EXIT_UNREADABLE
+    said = capsys.readouterr()
+    lines = [line for line in (said.out + said.err).splitlines() if line.strip()]
+    assert "ReadError" not in said.out + said.err and len(lines) <= 2, lines
+    assert "not a readable archive (it is no tar archive: neither gzip, bz2, xz nor plain tar opens it)" in lines[-1]

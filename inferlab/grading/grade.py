@@ -315,7 +315,9 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
         except UnsafeArchive as error:
             return refused(source, f"refused: {error}; nothing was extracted outside a temporary folder", rubric)
         except (OSError, tarfile.TarError, EOFError) as error:
-            return refused(source, f"{source}: not a readable archive ({error})", rubric)
+            lines = str(error).splitlines()  # tarfile's "r:*" lists each method it tried, one line each
+            why = lines[0] if len(lines) == 1 else "it is no tar archive: neither gzip, bz2, xz nor plain tar opens it"
+            return refused(source, f"{source}: not a readable archive ({why})", rubric)
         try:
             reason = not_a_run_reason(unpacked.run_dir)
             if reason:
