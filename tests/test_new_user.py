@@ -126,6 +126,19 @@ def printed_texts(runs, standin_copy, tmp_path, capsys) -> list[str]:
     texts.append((failed / "report.md").read_text(encoding="utf-8").replace(f"`{typed}`", ""))
     not_a_run = tmp_path / "notes"
     not_a_run.mkdir()
+    from inferlab import addenda_store, plan
+
+    try:
+        addenda_store.check_run(not_a_run)
+    except addenda_store.Refused as refused:
+        texts.append(str(refused))
+    option = type("Option", (), {"lf": True})()
+    texts.append(plan.last_failed_refusal(option, type("LF", (), {"lastfailed": {"x": True}})(),
+                                          {plan.LAST_FAILED_SPECIMEN_KEY: "standin"}, "pythia-14m"))
+    edited = runs.copy("complete", tmp_path / "edited")
+    with open(edited / "report.md", "a") as report:  # its hash no longer matches: compare's integrity header
+        report.write("edited\n")
+    texts.append(format_compare(compare(runs.get("complete"), edited)))
     for argv in (["verify", str(failed)], ["check-artifacts", str(standin_copy)], ["attach", str(not_a_run), "x.md"]):
         main(argv) if argv[0] != "attach" else _ignore_exit(main, argv)
         said = capsys.readouterr()
@@ -144,6 +157,8 @@ def test_every_command_the_tool_prints_starts_with_the_environments_prefix(runs,
     commands = {command for text in printed_texts(runs, standin_copy, tmp_path, capsys)
                 for command in backticked_commands(text)}
     assert any("inferlab.standin" in c for c in commands) and any(" verify " in c for c in commands), commands
+    assert {"-m pytest --cache-clear", "-m pytest experiments --record-dir DIR"} <= {
+        c.partition("python ")[2] for c in commands}, commands
     unprefixed = sorted(c for c in commands if not c.startswith(f"{cli.VENV_BIN}/"))
     assert not unprefixed, unprefixed
 
