@@ -30,6 +30,7 @@ failed_run = shared("failed_run", "failed", "The shared run that failed at acqui
 # --- 5: check-artifacts names the specimen a valid copy is ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_check_artifacts_names_a_valid_stand_in_copy_instead_of_calling_it_a_damaged_pythia(standin_copy, capsys):
     assert main(["check-artifacts", str(standin_copy)]) == cli.EXIT_PROBLEMS  # it is not Pythia
     out = capsys.readouterr().out
@@ -42,6 +43,7 @@ def test_check_artifacts_names_a_valid_stand_in_copy_instead_of_calling_it_a_dam
 # --- 9: no raw Python value in a message -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_check_artifacts_never_prints_none_for_a_file_it_did_not_read(standin_copy, tmp_path, capsys):
     (standin_copy / "config.json").unlink()
     (standin_copy / "config.json").mkdir()  # present, refused before it is read
@@ -86,6 +88,7 @@ def literal_texts(path: Path):
             yield node.lineno, node.value
 
 
+@pytest.mark.slow
 def test_no_string_in_the_library_spells_a_command_without_the_environments_prefix():
     found = sorted({f"{path.relative_to(REPO_ROOT)}:{line}: {text!r}"
                     for path in (REPO_ROOT / "inferlab").rglob("*.py") for line, text in literal_texts(path)
@@ -153,6 +156,7 @@ def _ignore_exit(function, argv):
         pass
 
 
+@pytest.mark.slow
 def test_every_command_the_tool_prints_starts_with_the_environments_prefix(runs, standin_copy, tmp_path, capsys):
     commands = {command for text in printed_texts(runs, standin_copy, tmp_path, capsys)
                 for command in backticked_commands(text)}
@@ -275,6 +279,7 @@ def test_a_random_order_plugin_enabled_with_p_is_refused_naming_it(suite):
     assert not (suite.path / "runs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.process
 def test_any_other_reordering_is_found_in_the_collected_order_and_refused_before_the_plan(suite):
     two_file_suite(suite)
@@ -292,6 +297,7 @@ def test_any_other_reordering_is_found_in_the_collected_order_and_refused_before
     assert ends[0]["complete"] is False
 
 
+@pytest.mark.slow
 @pytest.mark.process
 def test_the_files_named_out_of_their_order_are_refused_and_in_their_order_run(suite):
     two_file_suite(suite)
@@ -377,6 +383,7 @@ def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_
     assert "the HARNESS FAILED" in session_status.status_line(broken, counts)
 
 
+@pytest.mark.slow
 @pytest.mark.process
 def test_a_refused_artifacts_copy_prints_one_line_per_failure_and_no_traceback(project, tmp_path):
     empty = tmp_path / "empty-copy"
@@ -396,6 +403,7 @@ def test_a_refused_artifacts_copy_prints_one_line_per_failure_and_no_traceback(p
                            "was refused); "), last
 
 
+@pytest.mark.slow
 @pytest.mark.process
 @pytest.mark.parametrize("selection", [["experiments", "-k", "cache"], ["experiments/test_40_cache.py"]],
                          ids=["k-cache", "one-file"])
@@ -411,6 +419,7 @@ def test_a_selection_that_measures_nothing_says_so_last_and_exits_5(project, sel
     assert "each names the failure above" not in report
 
 
+@pytest.mark.slow
 @pytest.mark.process
 def test_a_plan_of_a_selection_that_would_measure_nothing_is_still_a_plan(project):
     result = project.runpytest("experiments", "-k", "cache", "--specimen", "standin", "--record-dir", "plan", "--plan")
@@ -442,6 +451,7 @@ def killed_folder(runs: Path, name: str, claim: dict, records: str = '{"kind": "
     return folder
 
 
+@pytest.mark.process
 def test_whether_a_claims_process_runs_is_told_by_its_pid_and_start(tmp_path):
     import os
     import socket
@@ -487,6 +497,7 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     assert all(folder.exists() for folder in (live, elsewhere, finished, suffixed))
 
 
+@pytest.mark.slow
 @pytest.mark.process
 def test_verify_says_whether_the_process_of_a_run_without_a_session_end_still_runs(tmp_path, capsys):
     import os
