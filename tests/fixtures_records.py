@@ -582,6 +582,23 @@ def with_check_kinds(records: list[dict]) -> list[dict]:
     return records
 
 
+def acquisition_failure_of(records: list[dict]) -> Optional[dict]:
+    """session_end's acquisition_failure as the plugin makes it: when the test that provides the acquisition
+    failed, the cause from its artifact_acquisition record and the failed tests that check the specimen."""
+    from inferlab.guidance import acquisition_cause
+
+    outcomes = [r for r in records if r["kind"] == "test_outcome"]
+    failing = [r for r in outcomes if r["outcome"] in ("failed", "error")]
+    checks = set(session_status.SPECIMEN_CHECKS)
+    if not any("acquisition" in experiment_markers().get(function_of(r["test"]), {}).get("provides", ())
+               for r in failing):
+        return None
+    acquisition = ([r for r in records if r["kind"] == "artifact_acquisition"] or [{}])[-1]
+    provided = {r["test"]: set(experiment_markers().get(function_of(r["test"]), {}).get("provides", ()))
+                for r in failing}
+    return {"cause": acquisition_cause(acquisition), "failed_tests": sum(1 for r in failing if checks & provided[r["test"]])}
+
+
 def session_end_record(records: list[dict], schedule: Optional[list] = None, **overrides) -> dict:
     """A session_end record consistent with the outcomes in `records`, made by the harness's writer; its forward
     reconciliation is a fixture session's (no forward) against `schedule`, plan.json's (default: the complete one).
@@ -604,7 +621,8 @@ def session_end_record(records: list[dict], schedule: Optional[list] = None, **o
                                                    if r["outcome"] in ("failed", "error")),
         # as a fixture session ends it: no model, so no forward counted, against the plan's forward totals
         forward_reconciliation=session_status.reconcile_forwards(0, {}, forward_budget(
-            schedule if schedule is not None else [{"test": t, "budget": b} for t, b in all_nodeids()])))
+            schedule if schedule is not None else [{"test": t, "budget": b} for t, b in all_nodeids()])),
+        acquisition_failure=acquisition_failure_of(records))
     fields.update(overrides)
     return _envelope("session_end", None, **fields)
 

@@ -70,7 +70,8 @@ def test_verify_says_the_outcome_counts_and_the_gaps_in_words(failed_run, capsys
 # A command a reader would type: python -m, pytest with a path or an option, inferlab with a subcommand and an
 # argument. Prose that names a program ("not an inferlab reference", "pytest ended with") is not one.
 SUBCOMMANDS = "|".join(re.escape(name.replace("_", "-")) for name in cli.COMMANDS)
-COMMAND = re.compile(r"(?<![\w/.-])(?:python3?\s+-m\s|(?<!-m\s)pytest\s+(?:experiments|analytic_tests|tests|-{1,2}[a-z])|"
+COMMAND = re.compile(r"(?<![\w/.-])(?:python3?\s+-m\s|"
+                     r"(?<!-m\s)pytest\s+(?:experiments|analytic_tests|tests|-{1,2}[a-z])|"
                      rf"inferlab\s+(?:{SUBCOMMANDS})\s+[-~./A-Z{{])")
 
 

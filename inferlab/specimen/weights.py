@@ -92,8 +92,9 @@ def diagnose(path: Path, *, repo_id: str, revision: str, pinned_size: int, pinne
     built_by names the module that builds a synthetic specimen (inferlab.standin, inferlab.replica): such a
     specimen is built offline, never downloaded, and the advice says so."""
     if built_by is not None:
+        build = spelled(f"-m {built_by} NEWDIR", "python")
         fetch = (f"Get a verified copy instead: run without --artifacts and inferlab builds one itself, or build "
-                 f"a fresh copy with `{spelled(f'-m {built_by} NEWDIR', 'python')}` (NEWDIR new or empty); its model.safetensors "
+                 f"a fresh copy with `{build}` (NEWDIR new or empty); its model.safetensors "
                  f"is {pinned_size:,} bytes with SHA-256 {pinned_sha256}.")
     else:
         fetch = (f"Get {repo_id} at revision {revision} instead: run without --artifacts "
