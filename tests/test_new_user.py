@@ -453,28 +453,11 @@ def killed_folder(runs: Path, name: str, claim: dict, records: str = '{"kind": "
 
 
 @pytest.mark.process
-def test_whether_a_claims_process_runs_is_told_by_its_pid_and_start(tmp_path):
-    import os
-    import socket
-
-    from inferlab.records import claim_process_alive, process_start_marker
-
-    host = socket.gethostname()
-    me = {"pid": os.getpid(), "hostname": host, "process_start": process_start_marker(os.getpid())}
-    assert claim_process_alive(me, host) is True
-    if me["process_start"] is not None:  # Linux: a later process under the same pid is not the claim's
-        assert claim_process_alive({**me, "process_start": "another-boot:1"}, host) is False
-    assert claim_process_alive({"pid": ended_pid(), "hostname": host}, host) is False
-    assert claim_process_alive({**me, "hostname": "another-machine"}, host) is None
-    assert claim_process_alive({"pid": "12", "hostname": host}, host) is None
-
-
-@pytest.mark.process
 def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_renamed(tmp_path):
     import os
     import socket
 
-    from inferlab.records import process_start_marker
+    from inferlab.live_claim import start_identity
     from inferlab.run import ended
 
     host, runs = socket.gethostname(), tmp_path / "runs"
@@ -482,7 +465,7 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     killed = killed_folder(runs, "20261201T100000Z-standin", dead)
     before = {p.name: p.read_bytes() for p in killed.iterdir()}
     live = killed_folder(runs, "20261201T100001Z-standin", {"pid": os.getpid(), "hostname": host,
-                                                           "process_start": process_start_marker(os.getpid())})
+                                                           "process_start": start_identity(os.getpid())})
     elsewhere = killed_folder(runs, "20261201T100002Z-standin", {**dead, "hostname": "another-machine"})
     finished = killed_folder(runs, "20261201T100003Z-standin", dead,
                              records='{"kind": "plan", "seq": 0}\n{"kind": "session_end", "seq": 1}\n')
@@ -504,12 +487,12 @@ def test_verify_says_whether_the_process_of_a_run_without_a_session_end_still_ru
     import os
     import socket
 
-    from inferlab.records import process_start_marker
+    from inferlab.live_claim import start_identity
 
     host = socket.gethostname()
     gone = killed_folder(tmp_path, "gone", {"pid": ended_pid(), "hostname": host})
     running = killed_folder(tmp_path, "running", {"pid": os.getpid(), "hostname": host,
-                                                  "process_start": process_start_marker(os.getpid())})
+                                                  "process_start": start_identity(os.getpid())})
     main(["verify", str(gone)])
     assert f"its process (pid {json.loads((gone / 'claim.json').read_text())['pid']} on {host}) is no longer " \
            f"running" in capsys.readouterr().out
