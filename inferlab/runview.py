@@ -410,10 +410,7 @@ class RunView:
         """Why the run did not reach its end, in words; None when it did (or is a plan)."""
         ending = self.ending
         if ending == "killed":
-            from inferlab.run.ended import killed_detail
-
-            return "no session_end record: the session never reached its end (it was killed or crashed)" + \
-                killed_detail(self.claim, self.rename_note)
+            return "no session_end record: the session never reached its end (it was killed or crashed)"
         if ending == "collect_only":
             return "collect only (--co): no test ran"
         if ending in ("interrupted", "stopped_early"):

@@ -34,6 +34,10 @@ def report_ending(checker: Checker) -> None:
     schedule = checker.view.schedule
     if checker.unfinished:
         line = f"unfinished: {checker.unfinished}"
+        if checker.view.ending == "killed":  # what the claim says: its process gone (renamed?) or still running
+            from inferlab.run.ended import killed_detail
+
+            line += killed_detail(checker.view.claim, checker.view.rename_note)
         if schedule and not (checker.end or {}).get("collect_only"):
             first = next((n for n in schedule if n in checker.unreached), None)
             line += f"; {len(checker.unreached)} of {len(schedule)} planned tests have no outcome" + \
