@@ -260,6 +260,7 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
         "artifacts": _artifact_differences(a.records, b.records),
         "acquisition": _acquisition(a.records, b.records),
         "environment": _environment_differences(a.manifest, b.manifest),
+        "cpu_kernels": _cpu_kernels(a.manifest, b.manifest),
     }
 
 
@@ -269,6 +270,13 @@ def _contention(view: RunView) -> dict:
 
     trials = view.kind("timing_trial")
     return {**contention.contention_counts(trials), "noise_fraction": contention.run_noise(trials)["noise_fraction"]}
+
+
+def _cpu_kernels(manifest_a: dict, manifest_b: dict) -> dict:
+    """Each run's CPU kernels as its manifest recorded them (environment.cpu_kernels), and whether they agree."""
+    kernels = [(m.get("torch_build") or {}).get("cpu_kernels") if isinstance(m.get("torch_build"), dict) else None
+               for m in (manifest_a, manifest_b)]
+    return {"dir1": kernels[0], "dir2": kernels[1], "equal": kernels[0] == kernels[1]}
 
 
 SHOWN_CHARS = 100  # a value longer than this is cut in the text (compare()'s result keeps it whole)
@@ -357,6 +365,13 @@ def format_compare(result: dict) -> str:
     if acquisition:
         lines.append(f"acquisition (how each run got its files; not an artifact): dir1={_fmt(acquisition['dir1'])}  "
                      f"dir2={_fmt(acquisition['dir2'])}" + ("" if acquisition["equal"] else "  differ"))
+    kernels = result.get("cpu_kernels")
+    if kernels:
+        from inferlab.environment import describe_kernels
+
+        lines += ["", "CPU kernels (logits of other kernel sets differ by rounding; ids may then part at a near tie)"
+                  + ("" if kernels["equal"] else ": DIFFER"),
+                  f"  dir1: {describe_kernels(kernels['dir1'])}", f"  dir2: {describe_kernels(kernels['dir2'])}"]
     lines += ["", "environment differences"]
     if not result["environment"]:
         lines.append("  none (platform, distributions, thread environment, git, specimen, lock and deviations agree)")

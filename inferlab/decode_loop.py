@@ -12,7 +12,9 @@ tokenization); converting results to lists happens after t_n.
 
 The thread's own usage (CPU time, voluntary and involuntary context switches: inferlab.contention) is read at
 the ends of the spans only, never between tokens: just before t_start, just after t_prefill_done (the one read
-inside loop_s, before the first selection) and just after t_n.
+inside loop_s, before the first selection) and just after t_n. The loop keeps a reference to each step's
+logits (one list store, no copy) so that every step's top two raw logits are read after t_n, for a reference
+across machines (inferlab.near_tie).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 from inferlab import contention, protocol
-from inferlab.sampling import build_generation_config
+from inferlab.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
+from inferlab.sampling import build_generation_config, step_top_two
 from inferlab.summaries import first_divergence, post_first_interval_s
 
 EosIds = Union[int, Iterable[int], None]
@@ -48,6 +51,8 @@ class LoopResult:
     last_logits_shape: list[int]
     prefill_logits_shape: list[int]  # the prefill forward's: the one forward whose length logits_to_keep shortens
     cpu_readings: dict = field(default_factory=dict)  # {start, prefill_done, end}: contention.READING_FIELDS each
+    step_top2_logits: list[list[float]] = field(default_factory=list)  # per step: [selected id's logit, best other]
+    step_top2_ids: list[list[int]] = field(default_factory=list)  # per step: [selected id, runner-up id]
     cache: Any = field(default=None, repr=False)  # final cache (cache on), for inspection after timing
 
     @property
@@ -103,6 +108,8 @@ class LoopResult:
             ),
             "last_logits_shape": list(self.last_logits_shape),
             "prefill_logits_shape": list(self.prefill_logits_shape),
+            STEP_VALUES_FIELD: [list(pair) for pair in self.step_top2_logits],
+            STEP_IDS_FIELD: [list(pair) for pair in self.step_top2_ids],
             "clock": "time.perf_counter_ns (monotonic)",
             "stopping_rule": protocol.TIMING_STOPPING_RULE,
             **self.contention_fields(),
@@ -193,6 +200,7 @@ def run_greedy_loop(
     usage_at_start, usage_at_end = contention.usage_reader()
     cache = DynamicCache(config=model.config) if use_cache else None  # fresh cache for every trial
 
+    kept = [None] * new_tokens  # each step's logits tensor, held by reference (no copy) and read after t_n
     usage_start = usage_at_start()
     t_start = clock()
     # 1) prefill: the whole prompt, one forward (kept by name too: its logits shape is read after t_n)
@@ -200,6 +208,7 @@ def run_greedy_loop(
     t_prefill_done = clock()
     usage_prefill = usage_at_end()
     # 2) first selection (not a forward)
+    kept[0] = out.logits
     tokens[0, prompt_length] = out.logits[0, -1].argmax()
     times[0] = clock()
     # 3) the remaining selections, one forward each
@@ -209,11 +218,15 @@ def run_greedy_loop(
             out = _forward(model, buffers, end - 1, end, out.past_key_values, True, logits_to_keep)
         else:
             out = _forward(model, buffers, 0, end, None, False, logits_to_keep)
+        kept[i] = out.logits
         tokens[0, end] = out.logits[0, -1].argmax()
         times[i] = clock()
     usage_end = usage_at_end()
 
     generated = tokens[0, prompt_length:].tolist()
+    # After t_n: every step's top two raw logits, from the logits the loop selected from (steps x (1, keep, vocab)).
+    steps = step_top_two(torch.cat([logits[0, -1:] for logits in kept]), generated)
+    del kept
     eos = _eos_list(eos_token_id)
     return LoopResult(
         use_cache=use_cache,
@@ -229,6 +242,8 @@ def run_greedy_loop(
         last_logits_shape=list(out.logits.shape),
         prefill_logits_shape=list(prefill.logits.shape),
         cpu_readings={"start": usage_start, "prefill_done": usage_prefill, "end": usage_end},
+        step_top2_logits=steps[STEP_VALUES_FIELD],
+        step_top2_ids=steps[STEP_IDS_FIELD],
         cache=out.past_key_values if use_cache else None,
     )
 

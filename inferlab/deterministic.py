@@ -2,8 +2,8 @@
 same specimen and software must reproduce.
 
 deterministic_outputs(view) reads them from a run's records and tensors (through the one reader, RunView):
-the prompts' token ids, every generation trial's ids, the timing trials' ids, the matched-prefix argmaxes and
-margins, the raw first-step logits (their hashes, and the top ids and values from the saved tensors), and the
+the prompts' token ids, every generation trial's ids (a greedy trial's with its per-step top two raw logits and
+ids, inferlab.near_tie), the timing trials' ids (with theirs), the matched-prefix argmaxes, margins and top two, the raw first-step logits (their hashes, and the top ids and values from the saved tensors), and the
 batching rows. An instructor's reference and a grader's replay compare these, never the timings.
 
 Greedy ids, the cache comparison and raw logits depend on the specimen and the arithmetic only. Seeded
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from inferlab import protocol
+from inferlab import near_tie, protocol
 
-OUTPUTS_SCHEMA = 1
+OUTPUTS_SCHEMA = 2  # 2: greedy trials' per-step top two, prefixes' top two
 TOP_K = 20  # how many of the largest raw first-step logits are kept per prompt and condition
 
 
@@ -47,8 +47,19 @@ def _generation(view) -> tuple[dict, dict]:
             "ids": list(record["generated_ids"]), "stop_reason": record.get("stop_reason"),
             "first_step_logits_sha256": record.get("first_step_logits_sha256"),
             "first_step_argmax": record.get("first_step_logits_argmax"),
+            **_steps(record),
         }
     return found, absent
+
+
+def _steps(record: dict) -> dict:
+    """A greedy trial's per-step top two raw logits and ids (inferlab.near_tie), when it recorded them whole."""
+    found = {}
+    if near_tie.steps_of(record) is not None:
+        found[near_tie.STEP_VALUES_FIELD] = record[near_tie.STEP_VALUES_FIELD]
+        if record.get(near_tie.STEP_IDS_FIELD) is not None:
+            found[near_tie.STEP_IDS_FIELD] = record[near_tie.STEP_IDS_FIELD]
+    return found
 
 
 def _timing(view) -> tuple[dict, dict]:
@@ -65,7 +76,7 @@ def _timing(view) -> tuple[dict, dict]:
             absent[planned.test_id] = "no record" if record is None else f"status {record.get('status')!r}"
             continue
         found[planned.test_id] = {"prompt_id": planned.prompt_id, "use_cache": planned.use_cache,
-                                  "warmup": planned.warmup, "ids": list(record["generated_ids"])}
+                                  "warmup": planned.warmup, "ids": list(record["generated_ids"]), **_steps(record)}
     return found, absent
 
 
@@ -80,8 +91,17 @@ def _cache(view) -> Optional[dict]:
         "prefixes": [{"prefix_length": r.get("prefix_length"), "next_target_id": r.get("next_target_id"),
                       "argmax_cached": r.get("argmax_cached"), "argmax_uncached": r.get("argmax_uncached"),
                       "top2_margin_uncached": r.get("top2_margin_uncached"), "max_abs_diff": r.get("max_abs_diff"),
-                      "bitwise_equal": r.get("bitwise_equal")} for r in comparisons],
+                      "bitwise_equal": r.get("bitwise_equal"), **_uncached_top(view, r)} for r in comparisons],
     }
+
+
+def _uncached_top(view, record: dict) -> dict:
+    """A prefix's two largest uncached logits with their ids ({top2_uncached: {ids, values}}), from its saved tensor
+    when it matches its record's SHA-256; nothing otherwise."""
+    tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
+    reference = tensors.get("uncached")
+    array = view.verified_tensor(reference) if isinstance(reference, dict) else None
+    return {} if array is None else {"top2_uncached": top_logits(array, 2)}
 
 
 def top_logits(array, k: int = TOP_K) -> dict:

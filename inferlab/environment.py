@@ -164,7 +164,7 @@ def torch_build() -> dict:
         version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         return {"version": None, "local_label": None, "cpu_only": None, "how_known": "torch is not installed",
-                "cuda": None, "installed_from": None, "install_route": None}
+                "cuda": None, "installed_from": None, "install_route": None, "cpu_kernels": None}
     local_label = version.split("+", 1)[1] if "+" in version else None
     cpu_only, how = _build_from_metadata(local_label)
     cuda = None
@@ -183,7 +183,50 @@ def torch_build() -> dict:
         "installed_from": torch_install.get("download_url"),
         "install_route": torch_install.get("route"),
         "install_record": str(Path(sys.prefix) / INSTALL_RECORD_FILE) if record else None,
+        "cpu_kernels": cpu_kernels(),
     }
+
+
+KERNEL_ENV_VAR = "ATEN_CPU_CAPABILITY"  # torch's switch of its CPU kernel set (default, avx2, avx512, ...)
+
+
+def cpu_kernels() -> Optional[dict]:
+    """Which CPU kernels this torch uses here, asked of torch itself once it is imported (None before): the kernel
+    set torch.backends.cpu.get_cpu_capability() dispatches to, ATEN_CPU_CAPABILITY as set, whether MKL and oneDNN
+    (mkldnn) are available and enabled, and the lines of torch.__config__.show() that name the capability, MKL and
+    oneDNN. Two machines' logits differ by rounding when these differ."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    found: dict = {"env_" + KERNEL_ENV_VAR: os.environ.get(KERNEL_ENV_VAR)}
+    for name, ask in (("capability", lambda: torch.backends.cpu.get_cpu_capability()),
+                      ("mkl_available", lambda: bool(torch.backends.mkl.is_available())),
+                      ("mkldnn_available", lambda: bool(torch.backends.mkldnn.is_available())),
+                      ("mkldnn_enabled", lambda: bool(torch.backends.mkldnn.enabled))):
+        try:
+            found[name] = ask()
+        except (AttributeError, RuntimeError) as error:  # a build without the backend
+            found[name] = None
+            found.setdefault("errors", []).append(f"{name}: {type(error).__name__}: {error}")
+    try:
+        shown = torch.__config__.show()
+    except (AttributeError, RuntimeError):
+        shown = ""
+    found["config_lines"] = [line.strip(" -") for line in shown.splitlines() if "Build settings" not in line
+                             and any(word in line for word in ("CPU capability", "MKL", "oneDNN", "Math Kernel"))]
+    return found
+
+
+def describe_kernels(kernels: Optional[dict]) -> str:
+    """A few words for cpu_kernels(): 'AVX512 kernels (ATEN_CPU_CAPABILITY unset), MKL yes, oneDNN yes'."""
+    if not isinstance(kernels, dict):
+        return "did not record its CPU kernels"
+    def yes(value):
+        return {True: "yes", False: "no"}.get(value, "unknown")
+    env = kernels.get("env_" + KERNEL_ENV_VAR)
+    return (f"{kernels.get('capability') or 'unknown'} kernels ({KERNEL_ENV_VAR}="
+            f"{env if env is not None else 'unset'}), MKL {yes(kernels.get('mkl_available'))}, oneDNN "
+            f"{yes(kernels.get('mkldnn_available'))}")
 
 
 def typed_command(orig_argv: Optional[Sequence[str]], argv: Sequence[str], invocation_args: Sequence[str],

@@ -7,7 +7,9 @@ timing trials' ids (one loop per prompt and cache setting: the 6 trials of a com
 computation) and the batching calls. Ids must agree exactly; logits within the protocol's declared tolerance,
 |a-b| <= atol + rtol*|b| with b the replayed value. Seeded sampling ids are compared only where the torch that
 drew them is the installed one (another torch may draw other numbers from the same seed); elsewhere they are
-listed, not counted.
+listed, not counted. Greedy ids (generation, the matched prefix's continuation, the timing trials) follow the
+near-tie rule of inferlab.near_tie, the one a reference uses: a first difference at a near tie of either side is
+a note with the step and both margins, and the ids after it are not compared.
 
 The computations are written here with plain transformers calls (from_pretrained under the protocol's controls,
 model.generate, and the model's forward), never through inferlab.sampling, decode_loop, cache_check or batching:
@@ -28,7 +30,7 @@ from typing import Optional
 
 import numpy
 
-from inferlab import protocol
+from inferlab import near_tie, protocol
 from inferlab.deterministic import deterministic_outputs, describe
 from inferlab.runview import RunView, not_a_run_reason
 
@@ -63,6 +65,24 @@ class Part:
             return False
         return True
 
+    def greedy(self, what: str, recorded: dict, replayed_ids: list, replayed_steps: list) -> None:
+        """Greedy ids by the near-tie rule (inferlab.near_tie), the replay the trusted side and the protocol's
+        declared tolerance its allowance: a near-tie divergence is a note, with the step and both margins."""
+        tolerance = protocol.CACHE_TOLERANCE
+        self.compared += 1
+        found = near_tie.compare_greedy(recorded.get("ids") or [], replayed_ids, near_tie.steps_of(recorded),
+                                        replayed_steps, tolerance.atol, tolerance.rtol)
+        if found.value_problems:
+            self.differences.append(f"{what}: top two raw logits beyond {tolerance.describe('the replayed value')} at "
+                                    + "; ".join(found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]))
+        if found.status == "near_tie":
+            self.notes.append(f"{what}: a near-tie divergence at step {found.step} "
+                              f"({found.margins_text('the run', 'the replay')}); the ids after it are not compared")
+        elif found.status == "differ":
+            self.differences.append(f"{what}: recorded {describe(recorded.get('ids'))}, replayed "
+                                    f"{describe(replayed_ids)} (first differ at step {found.step}; "
+                                    f"{found.margins_text('the run', 'the replay')})")
+
     def close(self, what: str, recorded, replayed) -> None:
         """One comparison within the declared tolerance (b = the replayed value), of numbers or arrays."""
         self.compared += 1
@@ -78,6 +98,16 @@ class Part:
         if not bool((diff <= tolerance.atol + tolerance.rtol * numpy.abs(b)).all()):
             self.differences.append(f"{what}: max |recorded - replayed| {float(diff.max()):.3g} exceeds "
                                     f"{tolerance.describe('the replayed value')}")
+
+
+def replayed_step(logits) -> tuple[int, "near_tie.Step"]:
+    """The greedy selection of one step's raw logits (vocab,) and its top two, in numpy: (id, Step)."""
+    values = numpy.asarray(logits, dtype=numpy.float32).reshape(-1)  # (vocab,)
+    selected = int(numpy.argmax(values))
+    others = values.copy()
+    others[selected] = -numpy.inf
+    runner_up = int(numpy.argmax(others))
+    return selected, near_tie.Step(float(values[selected]), float(others[runner_up]), runner_up)
 
 
 def _greedy_config(tokens: dict, **overrides):
@@ -104,6 +134,7 @@ class Replay:
                        else eos, "bos_token_id": tokenizer.bos_token_id}
         self.prompt_ids: dict[str, list[int]] = {}
         self.greedy: dict[str, list[int]] = {}  # trial id -> the replayed ids of every greedy trial
+        self.greedy_steps: dict[str, list] = {}  # trial id -> the replayed top two of each of its steps
 
     # --- the bound ------------------------------------------------------------------------------------
 
@@ -157,24 +188,32 @@ class Replay:
             part = sampled if condition.do_sample else greedy
             if not self.within_limit(part):
                 return greedy, sampled
-            config = GenerationConfig(**protocol.GENERATION_FIXED, **condition.generate_kwargs(), **self.tokens)
+            steps_out = {} if condition.do_sample else {"output_logits": True, "return_dict_in_generate": True}
+            config = GenerationConfig(**protocol.GENERATION_FIXED, **condition.generate_kwargs(), **self.tokens,
+                                      **steps_out)
             input_ids = self.prompt_tensor(trial.prompt_id)  # (1, T)
             if condition.do_sample:
                 torch.manual_seed(trial.seed)
                 random.seed(trial.seed)
                 numpy.random.seed(trial.seed)
             output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                                         generation_config=config, use_model_defaults=False)  # (1, T + n)
-            ids = output[0, input_ids.shape[1]:].tolist()
+                                         generation_config=config, use_model_defaults=False)
+            sequences = output if condition.do_sample else output.sequences  # (1, T + n)
+            ids = sequences[0, input_ids.shape[1]:].tolist()
             if not condition.do_sample:
                 self.greedy[trial.test_id] = ids
+                # the raw logits of each step (n x (1, vocab)): the step's top two, beside the selected id
+                self.greedy_steps[trial.test_id] = [replayed_step(step[0].float().numpy())[1]
+                                                    for step in output.logits[:len(ids)]]
             if trial.test_id not in recorded:
                 part.notes.append(f"{trial.test_id}: not in the run ({absent.get(trial.test_id, 'no record')})")
             elif condition.do_sample and not same_torch:
                 agreed = recorded[trial.test_id]["ids"] == ids
                 part.notes.append(f"{trial.test_id}: {'the same ids' if agreed else 'other ids'} (not counted)")
-            else:
+            elif condition.do_sample:
                 part.check(f"{trial.test_id} ids", recorded[trial.test_id]["ids"], ids)
+            else:
+                part.greedy(f"{trial.test_id} ids", recorded[trial.test_id], ids, self.greedy_steps[trial.test_id])
         return greedy, sampled
 
     def first_step(self) -> Part:
@@ -213,8 +252,17 @@ class Replay:
         if not cache or not comparisons or reference not in self.greedy:
             part.notes.append("the run holds no matched-prefix comparison")
             return part
-        continuation = self.greedy[reference][:protocol.CACHE_MAX_TARGET_TOKENS]
-        part.check("continuation (the reference trial's first ids)", cache.get("continuation"), continuation)
+        m = protocol.CACHE_MAX_TARGET_TOKENS
+        replayed = self.greedy[reference][:m]
+        run_trial = (self.outputs["generation"].get(reference) or {})
+        recorded = {"ids": cache.get("continuation"), **{k: (v[:m] if isinstance(v, list) else v) for k, v in
+                                                          run_trial.items() if k.startswith("step_top2")}}
+        part.greedy("continuation (the reference trial's first ids)", recorded, replayed,
+                    self.greedy_steps.get(reference, [])[:m])
+        # The run's own continuation is what its prefixes were fed: replayed as it is (a difference is said above).
+        recorded_ids = cache.get("continuation")
+        continuation = recorded_ids if isinstance(recorded_ids, list) and all(
+            isinstance(i, int) for i in recorded_ids) and len(recorded_ids) == len(replayed) else replayed
         prompt = self.prompt_ids[prompt_id]
         past = DynamicCache(config=self.model.config)
         for k, record in enumerate(comparisons[:len(continuation)]):
@@ -252,19 +300,21 @@ class Replay:
                 break
             sequence = list(self.prompt_ids[prompt_id])
             past = DynamicCache(config=self.model.config) if use_cache else None
-            fed = sequence
+            fed, steps = sequence, []
             for _ in range(protocol.TIMING_NEW_TOKENS):
                 output = self.model(input_ids=torch.tensor([fed]), past_key_values=past, use_cache=use_cache,
                                     logits_to_keep=protocol.LOGITS_TO_KEEP)
                 past = output.past_key_values if use_cache else None
-                sequence.append(int(output.logits[0, -1].argmax()))
+                selected, step = replayed_step(output.logits[0, -1].float().numpy())  # (vocab,)
+                sequence.append(selected)
+                steps.append(step)
                 fed = sequence[-1:] if use_cache else sequence
             ids = sequence[len(self.prompt_ids[prompt_id]):]
             for trial in protocol.timing_schedule():
                 if (trial.prompt_id, trial.use_cache) != (prompt_id, use_cache):
                     continue
                 if trial.test_id in recorded:
-                    part.check(f"{trial.test_id} ids", recorded[trial.test_id]["ids"], ids)
+                    part.greedy(f"{trial.test_id} ids", recorded[trial.test_id], ids, steps)
                 else:
                     part.notes.append(f"{trial.test_id}: not in the run ({absent.get(trial.test_id, 'no record')})")
         return part

@@ -36,9 +36,10 @@ def add_arguments(parser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN")
-    parser.add_argument("--reference", type=Path, metavar="REF.json",
+    parser.add_argument("--reference", type=Path, metavar="REF.json", action="append",
                         help="an instructor's reference (made by the reference subcommand): what the run contradicts in it "
-                             "is an integrity problem")
+                             "is an integrity problem; once per specimen (each run is graded against the one of its "
+                             "specimen; none of it: exit 2)")
     parser.add_argument("--rubric", type=Path, metavar="FILE",
                         help="the points per item (TOML; default: the rubric that ships with inferlab, see "
                              "docs/grading.md)")
@@ -121,7 +122,7 @@ def run(args) -> int:
     from inferlab.grading.likeness import traits_of
     from inferlab.grading.grade import submissions_in, worst
     from inferlab.grading.replayed import GraderCopy, GraderCopyError, grade_sources
-    from inferlab.grading.reference import ReferenceError, load_reference
+    from inferlab.grading.reference import ReferenceError, load_reference, specimens_given
     from inferlab.grading.rubric import RubricError, load_rubric
     from inferlab.records import write_text_atomic
 
@@ -129,12 +130,15 @@ def run(args) -> int:
         rubric = load_rubric(args.rubric)
     except RubricError as error:
         return _usage(f"the rubric cannot be used: {error}")
-    reference = None
-    if args.reference is not None:
+    references = []
+    for path in args.reference or []:
         try:
-            reference = load_reference(args.reference)
+            references.append((str(path), load_reference(path)))
         except ReferenceError as error:
             return _usage(f"the reference cannot be used: {error}")
+    twice = specimens_given(references)
+    if twice:
+        return _usage(twice)
     sources, classes, members_of = [], [], {}  # members_of: {source: (label, metadata)} for a class's members
     for given in args.runs:
         members = submissions_in(given)
@@ -165,8 +169,7 @@ def run(args) -> int:
             copy.prepare(load=args.jobs == 1)
     except GraderCopyError as error:
         return _usage(f"--replay: {error}")
-    grades = grade_sources(sources, rubric, reference, reference_file=str(args.reference) if reference else None,
-                           copy=copy, jobs=args.jobs)
+    grades = grade_sources(sources, rubric, references or None, copy=copy, jobs=args.jobs)
     review = None
     if classes:
         for source, grade in zip(sources, grades):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
 
 from inferlab.cli import spelled
 from inferlab.grading import items as checklist
@@ -190,7 +190,7 @@ def run_facts(view: RunView, completeness: list[str]) -> dict:
             "git_commit": git.get("commit"), "ending": view.ending, "prompt_lengths": prompt_lengths(view)}
 
 
-def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, source: str = "",
+def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, list]] = None, source: str = "",
                label: Optional[str] = None, extra_integrity: Iterable[str] = (),
                rename: Optional[tuple[str, str]] = None, reference_file: Optional[str] = None,
                replay: Optional[object] = None) -> RunGrade:
@@ -198,9 +198,10 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, 
     run on the grader's copy and folds the result in; None when no replay was asked for); rename replaces a
     temporary folder's path by the archive's name in every line shown."""
     from inferlab.grading import replayed
+    from inferlab.environment import describe_kernels
     from inferlab.grading.harness import compare_harness, grader_root
     from inferlab.grading.recompute import check_flags, lock_conformance
-    from inferlab.grading.reference import compare_reference
+    from inferlab.grading.reference import ReferenceMismatch, choose_reference, compare_reference
     from inferlab.grading.requirements import requirement_checks
     from inferlab.grading.stale_report import stale_report_problems
     from inferlab.verify import verify_run
@@ -233,8 +234,15 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[dict] = None, 
                      "about the real model")
     if harness.version_line and harness.same:
         notes.append(harness.version_line)
+    notes.append(f"CPU kernels: {describe_kernels((view.manifest.get('torch_build') or {}).get('cpu_kernels'))}")
     compared = None
-    if reference is not None:
+    if reference is not None:  # one reference, or [(file, reference)] of one per specimen
+        references = reference if isinstance(reference, list) else [(reference_file, reference)]
+        try:
+            reference_file, reference = choose_reference(view, references)
+        except ReferenceMismatch as error:
+            return RunGrade(source=source or str(view.directory), label=label or source, rubric=rubric,
+                            error=f"the reference does not apply to this run: {error}")
         compared = compare_reference(view, reference).as_dict()
         compared["file"] = reference_file
     findings = findings_of(view, kinds_of) + requirement_findings(rubric, harness, lock)
@@ -299,7 +307,7 @@ def refused(source: Path, why: str, rubric: Rubric) -> RunGrade:
     return RunGrade(source=str(source), label=Path(source).name, error=why, rubric=rubric)
 
 
-def grade_source(source: Path, rubric: Rubric, reference: Optional[dict] = None,
+def grade_source(source: Path, rubric: Rubric, reference: Optional[Union[dict, list]] = None,
                  reference_file: Optional[str] = None, replay: Optional[object] = None) -> RunGrade:
     """Grade a record folder or a submission archive (unpacked into a temporary folder, removed afterwards);
     replay: the grader's copy to re-execute the run on (replayed.GraderCopy), or None."""

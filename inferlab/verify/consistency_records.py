@@ -8,7 +8,7 @@ import statistics
 import types
 from typing import Optional
 
-from inferlab import protocol, sizes, summaries
+from inferlab import near_tie, protocol, sizes, summaries
 from inferlab.verify.consistency import Recheck, label, same
 
 FLOAT32_BYTES = 4  # the protocol's dtype (protocol.TORCH_DTYPE): parameters and cache entries are float32
@@ -67,10 +67,33 @@ def _generation(recheck: Recheck, record: dict) -> None:
         reason = "eos" if ids and ids[-1] == eos else "max_new_tokens" if len(ids) == budget else "unexplained"
         recheck.expect(record, "stop_reason", reason, "generated_ids, eos_token_id and max_new_tokens")
     condition = protocol.CONDITIONS.get(record.get("condition"))
+    if condition is not None and not condition.do_sample:
+        greedy_steps(recheck, record)
     argmax = record.get("first_step_logits_argmax")
     if condition is not None and not condition.do_sample and ids and isinstance(argmax, int) and ids[0] != argmax:
         recheck.differs(record, "generated_ids[0]", ids[0], argmax,
                         "first_step_logits_argmax (greedy selects the argmax of the raw first-step logits)")
+
+
+def greedy_steps(recheck: Recheck, record: dict) -> None:
+    """A greedy trial's per-step top two (inferlab.near_tie), when it recorded them: a [top, second] pair per
+    generated id, top >= second, and the selected id of each step the id the trial generated there."""
+    values, ids = record.get(near_tie.STEP_VALUES_FIELD), record.get(near_tie.STEP_IDS_FIELD)
+    problem = near_tie.shape_problem(values, ids)
+    if problem is not None:
+        recheck.checker.problem(f"inconsistent: {label(record)} {problem}")
+        return
+    generated = record.get("generated_ids")
+    if values is None or not isinstance(generated, list):
+        return
+    if len(values) != len(generated):
+        recheck.differs(record, f"len({near_tie.STEP_VALUES_FIELD})", len(values), len(generated),
+                        "len(generated_ids) (one pair per greedy step)")
+    if ids is not None:
+        selected = [pair[0] for pair in ids]
+        if not same(selected, generated[:len(selected)]):
+            recheck.differs(record, f"{near_tie.STEP_IDS_FIELD}[*][0]", selected, generated,
+                            "generated_ids (greedy selects the top of each step)")
 
 
 # --- memory ------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import numpy
 
-from inferlab import protocol
+from inferlab import near_tie, protocol
 from inferlab.runview import tensor_sha256
 from inferlab.verify.consistency import Recheck, label, same
 
@@ -126,6 +126,27 @@ def _generation(recheck: Recheck, first_step: dict) -> None:
         # forward pass), so the saved ones decide every such trial's argmax (and a greedy trial's first id, which
         # consistency_records checks against that argmax).
         recheck.expect(record, "first_step_logits_argmax", argmax(array), source)
+        condition = protocol.CONDITIONS.get(record.get("condition"))
+        steps = near_tie.steps_of(record)
+        if condition is not None and not condition.do_sample and steps and record.get("generated_ids"):
+            _first_greedy_step(recheck, record, steps[0], array, source)
+
+
+def _first_greedy_step(recheck: Recheck, record: dict, step, array, source: str) -> None:
+    """A greedy trial's step 0 top two against the saved first-step logits of the same call: the selected id's
+    logit, the best other one and its id, exactly (float32 values read as float64)."""
+    values = numpy.asarray(array, dtype=numpy.float32).reshape(-1)  # (vocab,)
+    selected = record["generated_ids"][0]
+    if not isinstance(selected, int) or not 0 <= selected < values.size:
+        return
+    others = values.astype(numpy.float64)
+    others[selected] = -numpy.inf
+    runner_up = int(numpy.argmax(others))
+    recorded = [step.top, step.second] + ([step.runner_up] if step.runner_up is not None else [])
+    expected = [float(values[selected]), float(others[runner_up])] + ([runner_up] if step.runner_up is not None
+                                                                       else [])
+    if not same(recorded, expected):
+        recheck.differs(record, f"{near_tie.STEP_VALUES_FIELD}[0]", recorded, expected, source)
 
 
 def _first_step_checks(recheck: Recheck, first_step: dict) -> None:

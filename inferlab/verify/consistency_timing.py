@@ -158,6 +158,9 @@ def _trial_ids(recheck: Recheck, record: dict) -> None:
             if _is_int(new_tokens):
                 recheck.expect(record, "continued_past_eos", bool(positions) and positions[0] < new_tokens - 1,
                                "eos_positions and new_tokens")
+    from inferlab.verify.consistency_records import greedy_steps
+
+    greedy_steps(recheck, record)  # the loop is greedy: each step's top two, when recorded
     prompt = record.get("prompt_ids")
     if isinstance(prompt, list):
         recheck.expect(record, "prompt_length", len(prompt), "len(prompt_ids)")
