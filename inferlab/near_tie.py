@@ -9,10 +9,10 @@ largest are close they may swap. The rule:
 - the ids are compared step by step up to the first difference; at every step compared, and at the step of the
   difference, the top two values of both sides must agree within the tolerance, |a - b| <= atol + rtol*|b| with b
   the trusted side (the reference, or the replay), because up to there both computed from the same ids;
-- at the first difference, a side whose margin (top - second) is at or below near_tie_limit(its top) = 2(atol +
-  rtol*|top|), the most the criterion lets the two logits close, and whose runner-up is the other side's id, is a
-  near tie: a near-tie divergence, noted with the step and both margins, never a contradiction; the ids after it
-  are not compared (they continue from other ids);
+- at the first difference, when a side's margin (top - second) is at or below near_tie_limit(its top) = 2(atol +
+  rtol*|top|), the most the criterion lets the two logits close, and the two ids swapped places (each side's
+  runner-up, where known, is the other side's id), the step is a near tie: a near-tie divergence, noted with the
+  step and both margins, never a contradiction; the ids after it are not compared (they continue from other ids);
 - the untrusted side's margin counts only where its top two values were checked against the trusted side's at
   that step; any other first difference is a contradiction.
 """
@@ -135,8 +135,10 @@ def compare_greedy(ours: Sequence[int], theirs: Sequence[int], ours_steps: Optio
     result.ours_margin, result.theirs_margin = (a.margin if a else None), (b.margin if b else None)
     if step >= min(len(ours), len(theirs)):
         return result  # one list ends where the other goes on, with no id of its own there: no near tie
-    if b is not None and b.near_tie(atol, rtol) and b.runner_up in (None, ours[step]):
-        result.status = "near_tie"
-    elif a is not None and step in checked and a.near_tie(atol, rtol) and a.runner_up in (None, theirs[step]):
+    # a swap of the two: each side's runner-up (where known) is the other side's id at that step
+    swapped = (b is None or b.runner_up in (None, ours[step])) and (a is None or a.runner_up in (None, theirs[step]))
+    trusted_tie = b is not None and b.near_tie(atol, rtol)
+    checked_tie = a is not None and step in checked and a.near_tie(atol, rtol)
+    if swapped and (trusted_tie or checked_tie):
         result.status = "near_tie"
     return result

@@ -193,7 +193,10 @@ class FixedSurroundings(lifecycle.Surroundings):
     def torch_build(self) -> dict:
         return {"version": "2.13.0+cpu", "local_label": "cpu", "cpu_only": True,
                 "how_known": "its version carries the +cpu label", "cuda": None, "installed_from": None,
-                "install_route": None, "install_record": None}
+                "install_route": None, "install_record": None,
+                "cpu_kernels": {"env_ATEN_CPU_CAPABILITY": None, "capability": "AVX2", "mkl_available": True,
+                                "mkldnn_available": True, "mkldnn_enabled": True,
+                                "config_lines": ["CPU capability usage: AVX2"]}}
 
 
 PLAN_FIELDS_ADDED_LATER = ("mode", "parts", "selection", "protocol_complete", "partial_reasons", "optional_left_out")
