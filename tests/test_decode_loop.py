@@ -254,3 +254,23 @@ def test_clock_overhead_measures_the_usage_reads_too():
     assert overhead["usage_reads_per_trial"] == 3 and overhead["usage_reads_inside_loop"] == 1
     assert overhead["usage_inside_loop_ns"] == overhead["usage_per_read_ns"]
     assert overhead["usage_sources"] == contention.usage_sources()
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_each_steps_top_two_come_from_the_logits_it_selected_from(runs, model, prompt, use_cache):
+    """The loop records every step's selected id's logit and the best other id (after t_n, from its own logits):
+    checked against a plain full forward over the same ids, within rounding."""
+    result = runs[use_cache]
+    record = result.to_record()
+    assert len(record["step_top2_logits"]) == len(record["step_top2_ids"]) == protocol.TIMING_NEW_TOKENS
+    assert [p[0] for p in record["step_top2_ids"]] == result.generated_ids
+    ids, _ = prompt
+    sequence = ids[0].tolist() + result.generated_ids
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([sequence])).logits[0]  # (T + n, vocab)
+    for step in range(protocol.TIMING_NEW_TOKENS):
+        row = logits[len(PROMPT) - 1 + step].clone()  # the position whose logits selected step `step`
+        top = float(row[result.generated_ids[step]])
+        row[result.generated_ids[step]] = float("-inf")
+        assert abs(record["step_top2_logits"][step][0] - top) < 1e-4
+        assert abs(record["step_top2_logits"][step][1] - float(row.max())) < 1e-4

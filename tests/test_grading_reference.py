@@ -225,18 +225,27 @@ def test_a_near_tie_only_excuses_the_runner_up(learner_copy, reference_file):
     assert any(c.startswith("generation P2-G-rep1: ids first differ at step 9") for c in found), found
 
 
-def test_an_honest_partial_run_fails_its_missing_items_with_no_integrity_problem(learner, reference_file, tmp_path):
-    """Must show: a run killed half way through the generation matrix, graded against the full reference: what it
-    lacks is not compared (a note each), its items fail for it, and the reference adds no integrity problem."""
+@pytest.mark.parametrize("part, trials", [("test_10_specimen", 0), ("test_30_sampling", 10), ("test_40_cache", 2),
+                                          ("test_50_timing", 7)])
+def test_an_honest_partial_run_fails_its_missing_items_with_no_integrity_problem(learner, reference_file, tmp_path,
+                                                                                 part, trials):
+    """Must show: a run killed part way (before its specimen was verified: no pins and no prompts yet, which gave 8
+    contradictions before; ten generation trials in; in the cache test; seven timing trials in), graded against
+    the full reference: what it lacks is not compared, its items fail for it, and the reference adds no
+    integrity problem."""
     partial = copy_run(learner, tmp_path / "partial")
     outcomes = [r for r in RunView.read(partial).records if r["kind"] == "test_outcome"]
-    first_generation = next(i for i, r in enumerate(outcomes) if "test_30_sampling" in r["test"])
-    kill_after(partial, first_generation + 10)
+    first = next(i for i, r in enumerate(outcomes) if part in r["test"])
+    kill_after(partial, max(first + trials, 1))
     grade = grade_against(partial, reference_file)
-    assert contradictions(grade) == [] and grade.integrity_problems == [], grade.integrity_problems
-    assert grade.exit_status == 1 and any(i.status == "fail" for i in grade.items)
-    assert any(n.endswith("not in the run; not compared") for n in grade.reference["notes"])
-    assert 0 < grade.reference["compared"]["generation"] < 26 and grade.reference["compared"]["timing"] == 0
+    assert contradictions(grade) == [], contradictions(grade)
+    alone = grade_source(partial, load_rubric())
+    assert grade.integrity_problems == alone.integrity_problems and grade.exit_status == alone.exit_status
+    if part != "test_10_specimen":  # (there the fixture's truncated plan is a problem of verify's own)
+        assert grade.integrity_problems == [] and grade.exit_status == 1
+    assert any(i.status == "fail" for i in grade.items)
+    compared = grade.reference["compared"]
+    assert compared["generation"] < 26 or compared["timing"] < 24
 
 
 def test_a_reference_of_another_specimen_is_a_usage_error_naming_both(learner, reference_file, tmp_path, capsys):

@@ -185,11 +185,20 @@ def _compare_exact(result: Comparison, label: str, ours: Any, theirs: Any) -> No
 
 
 def _compare_pins(result: Comparison, run_pins: dict, ref_pins: dict) -> None:
+    """The specimen's identity and files, where the run recorded them (a partial run that stopped before its
+    specimen was verified has none: not compared, and its items fail for that)."""
+    compared = 0
     for name in ("name", "repo_id", "revision", "synthetic", "weights_sha256"):
+        if run_pins.get(name) is None and ref_pins.get(name) is not None:
+            continue  # not recorded by the run
+        compared += 1
         _compare_exact(result, f"specimen {name}", run_pins.get(name), ref_pins.get(name))
     run_files, ref_files = run_pins.get("files") or {}, ref_pins.get("files") or {}
-    for name in sorted(set(run_files) | set(ref_files)):
+    if ref_files and not run_files:
+        result.notes.append("specimen files: the run recorded none; not compared")
+    for name in sorted(set(run_files) | set(ref_files) if run_files else ()):
         ours, theirs = run_files.get(name), ref_files.get(name)
+        compared += 1
         if ours is None or theirs is None:
             result.contradictions.append(f"specimen file {name}: recorded in the "
                                          f"{'reference' if ours is None else 'run'} only")
@@ -197,7 +206,7 @@ def _compare_pins(result: Comparison, run_pins: dict, ref_pins: dict) -> None:
             result.contradictions.append(f"specimen file {name}: size {ours.get('size')} sha256 {ours.get('sha256')} "
                                          f"in the run, size {theirs.get('size')} sha256 {theirs.get('sha256')} in "
                                          "the reference")
-    result.compared["pins"] = 5 + len(set(run_files) | set(ref_files))
+    result.compared["pins"] = compared
 
 
 def _compare_sources(result: Comparison, ours: dict, theirs: dict) -> None:
