@@ -364,3 +364,20 @@ def test_a_replica_run_relabelled_as_pythia_contradicts_a_reference_of_pythia(tm
     assert not any(c.startswith("specimen ") for c in found)  # the labels were forged to agree
     assert found[0].startswith("prompt P1 token ids")
     assert any(c.startswith("generation P1-G-rep1: ids first differ at step ") for c in found)
+
+
+@pytest.mark.parametrize("moved, contradicts", [(0.9, False), (1.1, True)])
+def test_a_prefix_margin_may_move_by_the_tolerance_at_its_top_value(learner, reference_file, tmp_path, moved,
+                                                                    contradicts):
+    """The cache prefixes' margins agree within 2*(atol + rtol*|top|) with the true top value (not |margin|): a
+    reference margin moved by 0.9 of that is no contradiction, by 1.1 of it is."""
+    reference = json.loads(reference_file.read_text())
+    prefix = reference["outputs"]["cache"]["prefixes"][3]
+    top = prefix["top2_uncached"]["values"][0]
+    limit = 2 * (reference["tolerance"]["atol"] + reference["tolerance"]["rtol"] * abs(top))
+    assert limit > 2 * (reference["tolerance"]["atol"] + reference["tolerance"]["rtol"] * prefix["top2_margin_uncached"])
+    prefix["top2_margin_uncached"] += moved * limit
+    moved_ref = tmp_path / "REF-moved.json"
+    write_json_atomic(moved_ref, reference)
+    found = [c for c in contradictions(grade_against(learner, moved_ref)) if c.startswith("cache prefix")]
+    assert bool(found) == contradicts, found

@@ -31,6 +31,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from inferlab.environment import describe_kernels
     from inferlab.grading.reference import make_reference
     from inferlab.records import write_json_atomic
     from inferlab.runview import RunView
@@ -62,5 +63,6 @@ def run(args) -> int:
     print(f"reference: {target} from {args.record_dir} (specimen {reference['specimen'].get('name')}"
           f"{', SYNTHETIC' if reference['specimen'].get('synthetic') else ''}): {len(reference['sources'])} source "
           f"hashes, {len(outputs['generation'])} generation and {len(outputs['timing'])} timing trials, "
-          f"{len(outputs['first_step'])} first-step logit summaries; tolerance {reference['tolerance']['rule']}")
+          f"{len(outputs['first_step'])} first-step logit summaries; tolerance {reference['tolerance']['rule']}; "
+          f"the run used {describe_kernels(reference['from_run'].get('cpu_kernels'))}")
     return EXIT_OK

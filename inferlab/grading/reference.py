@@ -328,7 +328,10 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
             counts["timing"] += _compare_ids(result, f"timing {trial_id}", run, ref, prompt_steps, tolerance)
     run_cache, ref_cache = ours.get("cache") or {}, theirs.get("cache") or {}
     if ref_cache and run_cache:
-        _compare_cache(result, run_cache, ref_cache, prompt_steps, tolerance, counts)
+        trial = _cache_reference_trial()
+        steps = [{k: v for k, v in ((side.get("generation") or {}).get(trial) or {}).items()
+                  if k in (near_tie.STEP_VALUES_FIELD, near_tie.STEP_IDS_FIELD)} for side in (ours, theirs)]
+        _compare_cache(result, run_cache, ref_cache, prompt_steps, tolerance, counts, steps)
     for call, ref in (theirs.get("batching") or {}).items():
         run = (ours.get("batching") or {}).get(call)
         if run is not None:
@@ -340,14 +343,22 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
     result.compared.update(counts)
 
 
+def _cache_reference_trial() -> Optional[str]:
+    """The greedy trial whose first ids the matched-prefix comparison follows (protocol.CACHE_REFERENCE_TRIAL)."""
+    return next((t.test_id for t in protocol.generation_trials()
+                 if (t.prompt_id, t.condition, t.repetition) == protocol.CACHE_REFERENCE_TRIAL), None)
+
+
 def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_steps: _PromptSteps,
-                   tolerance: dict, counts: dict) -> None:
+                   tolerance: dict, counts: dict, steps: list) -> None:
     """The fixed continuation by the near-tie rule, then each prefix both hold: its argmaxes (unless the
     reference's uncached margin there is a near tie by its true top value) and its margin, within twice the
     tolerance at that top value. The prefixes after a near-tie divergence of the continuation are not compared."""
     prompt_id = protocol.CACHE_REFERENCE_TRIAL[0]
-    ours = {"ids": run_cache.get("continuation") or [], "prompt_id": prompt_id}
-    theirs = {"ids": ref_cache.get("continuation") or [], "prompt_id": prompt_id}
+    # each side's continuation with the steps of the trial it follows, as far as it goes
+    ours, theirs = ({"ids": cache.get("continuation") or [], "prompt_id": prompt_id,
+                     **{k: v[:len(cache.get("continuation") or [])] for k, v in side.items()}}
+                    for cache, side in ((run_cache, steps[0]), (ref_cache, steps[1])))
     before = len(result.notes)
     _compare_ids(result, "cache continuation", ours, theirs, prompt_steps, tolerance)
     diverged = first_divergence(ours["ids"], theirs["ids"]) if len(result.notes) > before else None
