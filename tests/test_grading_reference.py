@@ -266,12 +266,25 @@ def test_a_reference_of_another_specimen_is_a_usage_error_naming_both(learner, r
     assert "two references of specimen 'standin'" in capsys.readouterr().err
 
 
-def test_a_reference_of_another_protocol_is_a_usage_error(learner_copy, reference_file, capsys):
+def test_a_reference_of_another_protocol_is_a_usage_error(learner, reference_file, tmp_path, capsys):
+    reference = json.loads(reference_file.read_text())
+    reference["protocol"]["fields"]["seeds"] = [1, 2, 3]
+    reference["protocol"]["sha256"] = "0" * 64
+    other = tmp_path / "REF-other-protocol.json"
+    write_json_atomic(other, reference)
+    assert main(["grade", str(learner), "--reference", str(other)]) == 2
+    assert "differing: seeds" in capsys.readouterr().out
+
+
+def test_a_run_that_records_another_protocol_is_no_usage_error_but_an_integrity_problem(learner_copy,
+                                                                                      reference_file, capsys):
+    """A run cannot turn its exit 3 into a wrong-reference exit 2 by recording another protocol: verify names the
+    protocol this checkout does not have, and the reference is said not to apply."""
     manifest = json.loads((learner_copy / MANIFEST_FILE).read_text())
     edit_manifest(learner_copy, protocol={**manifest["protocol"], "seeds": [1, 2, 3]})
     refresh_manifest(learner_copy)
-    assert main(["grade", str(learner_copy), "--reference", str(reference_file)]) == 2
-    assert "differing: seeds" in capsys.readouterr().out
+    assert main(["grade", str(learner_copy), "--reference", str(reference_file)]) == 3
+    assert "the reference does not apply to this run, so it was not compared" in capsys.readouterr().out
 
 
 def test_a_schema_1_reference_is_refused_with_how_to_make_it_again(learner, reference_file, tmp_path, capsys):

@@ -238,13 +238,20 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
     compared = None
     if reference is not None:  # one reference, or [(file, reference)] of one per specimen
         references = reference if isinstance(reference, list) else [(reference_file, reference)]
+        extra_integrity = list(extra_integrity)  # read twice below
         try:
             reference_file, reference = choose_reference(view, references)
         except ReferenceMismatch as error:
-            return RunGrade(source=source or str(view.directory), label=label or source, rubric=rubric,
-                            error=f"the reference does not apply to this run: {error}")
-        compared = compare_reference(view, reference).as_dict()
-        compared["file"] = reference_file
+            # A wrong reference is the grader's usage error (exit 2), unless the run already has an integrity
+            # problem: then it stays exit 3 (a run cannot escape it by recording another specimen or protocol).
+            if not integrity and not extra_integrity:
+                return RunGrade(source=source or str(view.directory), label=label or source, rubric=rubric,
+                                error=f"the reference does not apply to this run: {error}")
+            notes.append(f"the reference does not apply to this run, so it was not compared: {error}")
+            reference = None
+        if reference is not None:
+            compared = compare_reference(view, reference).as_dict()
+            compared["file"] = reference_file
     findings = findings_of(view, kinds_of) + requirement_findings(rubric, harness, lock)
     grade = RunGrade(source=source or str(view.directory), label=label or (view.directory.name if view.directory
                                                                            else source),
