@@ -21,7 +21,7 @@ from inferlab.runview import RunView, tensor_sha256
 from inferlab.verify import verify_run
 
 from fixtures_records import NEAR_TIE_PROMPT, NEAR_TIE_STEP, build_complete_run, copy_run, edit_manifest, kill_after, \
-    refresh_manifest, rewrite_records
+    refresh_manifest, rerender, rewrite_records
 from grading_helpers import submit_ready, verify_reads_addenda
 from fixture_runs import fixture_runs
 
@@ -186,6 +186,7 @@ def flip_greedy(run: Path, prompt_id: str, step: int, values=None, runner_up=Non
         return records
 
     rewrite_records(run, edit)
+    rerender(run)  # the pages say what the edited records say, as a forger would leave them
 
 
 def test_a_near_tie_that_flips_is_a_noted_divergence_not_a_contradiction(learner_copy, reference_file, capsys):
