@@ -64,6 +64,8 @@ def forge_greedy(run, target, standin_dir):
                 ids = record["generated_ids"]
                 ids[FORGED_STEP] = (ids[FORGED_STEP] + 7) % 1000 + 1000  # an ordinary token, not the EOS
                 record["sequence_ids"] = record["prompt_ids"] + ids
+                if isinstance(record.get("step_top2_ids"), list):  # each step's selected id is a derived field too
+                    record["step_top2_ids"][FORGED_STEP][0] = ids[FORGED_STEP]
                 record["text"] = tokenizer.decode(ids, skip_special_tokens=True)
                 record["text_with_special"] = tokenizer.decode(ids, skip_special_tokens=False)
                 if isinstance(record.get("generated_pieces"), dict):
