@@ -7,7 +7,11 @@ rounds (the order rotates each round) time one complete 16-selection greedy run 
   (a) run_greedy_loop   (cache on, timestamps and the thread-usage readings at the ends of its spans),
   (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
   (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
-each measured from outside with perf_counter_ns and divided by the number of selections.
+  (b') bare_greedy_loop again, an A/A control: the same code as (b), so its distance from (b) is this
+       benchmark's own noise, the smallest overhead it can resolve,
+each measured from outside with perf_counter_ns and divided by the number of selections. Besides the ratio of
+medians, each round's a/b and b'/b are taken (neighbours in time, so a slow drift of the machine cancels), and
+the verdict on the 1 % bound is drawn only when the A/A noise is below it: otherwise it says it cannot tell.
 The model is the synthetic stand-in (pythia-14m's architecture), built offline. The result, with this
 machine's fingerprint, the date and the commit it ran, is appended to runs/benchmarks/overhead.jsonl (untracked),
 or to the file --record-to names (benchmarks/results.jsonl to add it to the tracked record). No experiment run
@@ -32,6 +36,7 @@ from inferlab import contention, machine, protocol  # noqa: E402
 from inferlab.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
 MIN_ROUNDS = 7
+OVERHEAD_BOUND = 0.01  # the instrumented loop's goal: within 1 % of the bare one
 
 
 def load_model(workdir: Path):
@@ -89,7 +94,7 @@ def main(argv=None) -> int:
             )
         return out[0, input_ids.shape[1] :].tolist()
 
-    variants = {"instrumented": instrumented, "bare": bare, "generate": generate}
+    variants = {"instrumented": instrumented, "bare": bare, "bare_again": bare, "generate": generate}
     warm = {name: fn() for name, fn in variants.items()}  # warmup, not measured
     for name, ids in warm.items():
         if len(ids) != n:
@@ -112,6 +117,9 @@ def main(argv=None) -> int:
     for name in names:
         values = per_token_ns[name]
         print(f"{name:>12}: median {medians[name] / 1e3:9.2f} us/token  min {min(values) / 1e3:9.2f}  max {max(values) / 1e3:9.2f}")
+    paired = paired_ratios(per_token_ns)
+    print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f}, "
+          f"A/A bare again/bare {paired['aa']:.4f}: noise ±{paired['noise']:.2%}; {paired['verdict']}")
     usage = contention.usage_read_cost(10_000)
     print(f"thread-usage reading ({contention.usage_sources()}): {usage['usage_per_read_ns'] / 1e3:.2f} us per read, "
           f"3 per trial, 1 of them inside the timed loop")
@@ -121,6 +129,24 @@ def main(argv=None) -> int:
     print(f"result appended to {args.results}")
     print(f"overhead_ratio={result['overhead_ratio']:.3f} generate_ratio={result['generate_ratio']:.3f}")
     return 0
+
+
+def paired_ratios(per_token_ns: dict) -> dict:
+    """Each round's instrumented/bare and bare_again/bare, their medians, the A/A noise and the 1 % verdict."""
+    bare = per_token_ns["bare"]
+    overhead = statistics.median(a / b for a, b in zip(per_token_ns["instrumented"], bare))
+    aa = statistics.median(a / b for a, b in zip(per_token_ns["bare_again"], bare))
+    noise = abs(aa - 1)
+    if noise >= OVERHEAD_BOUND:
+        verdict = (f"this run cannot tell whether the overhead is within {OVERHEAD_BOUND:.0%}: the A/A noise is "
+                   "not below it (rerun on a quieter machine, or with more rounds)")
+    elif overhead - 1 <= OVERHEAD_BOUND:
+        verdict = f"within {OVERHEAD_BOUND:.0%}"
+    elif overhead - 1 > OVERHEAD_BOUND + noise:
+        verdict = f"over {OVERHEAD_BOUND:.0%}"
+    else:
+        verdict = f"this run cannot tell: over {OVERHEAD_BOUND:.0%} by less than the A/A noise"
+    return {"overhead": overhead, "aa": aa, "noise": noise, "verdict": verdict}
 
 
 def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tokens: int, selections: int,
@@ -151,6 +177,7 @@ def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tok
         "ids_equal": {"instrumented_vs_bare": warm_ids["instrumented"] == warm_ids["bare"],
                       "instrumented_vs_generate": warm_ids["instrumented"] == warm_ids["generate"]},
         "overhead_ratio": medians["instrumented"] / medians["bare"],
+        "paired": paired_ratios(per_token_ns),
         "generate_ratio": medians["generate"] / medians["bare"],
     }
 

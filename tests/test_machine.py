@@ -87,7 +87,7 @@ def test_benchmark_result_carries_the_fingerprint_and_ratios():
     from benchmarks.overhead import make_result
 
     per_token_ns = {"instrumented": [110.0, 100.0, 105.0], "bare": [100.0, 100.0, 100.0],
-                    "generate": [120.0, 121.0, 119.0]}
+                    "bare_again": [100.0, 100.5, 99.0], "generate": [120.0, 121.0, 119.0]}
     warm = {"instrumented": [1, 2], "bare": [1, 2], "generate": [1, 2]}
     result = make_result(per_token_ns, warm, "stand-in", prompt_tokens=9, selections=16, rounds=3)
     assert result["machine"] == machine.machine_fingerprint() and result["recorded_utc"]
@@ -95,7 +95,23 @@ def test_benchmark_result_carries_the_fingerprint_and_ratios():
     assert (result["overhead_ratio"], result["generate_ratio"]) == (1.05, 1.2)
     assert result["per_token_ns"]["instrumented"] == {"median": 105.0, "min": 100.0, "max": 110.0}
     assert result["ids_equal"] == {"instrumented_vs_bare": True, "instrumented_vs_generate": True}
+    assert result["paired"]["overhead"] == 1.05 and result["paired"]["aa"] == 1.0
     assert json.loads(json.dumps(result)) == result
+
+
+@pytest.mark.parametrize("instrumented, bare_again, verdict", [
+    ([100.4, 100.6, 100.5], [100.2, 99.9, 100.1], "within 1%"),
+    ([105.0, 104.0, 106.0], [100.2, 99.9, 100.1], "over 1%"),
+    ([101.5, 101.4, 101.6], [100.9, 100.8, 100.7], "this run cannot tell: over 1% by less than the A/A noise"),
+    ([100.4, 100.6, 100.5], [103.0, 102.0, 104.0], "this run cannot tell whether the overhead is within 1%"),
+])
+def test_the_benchmark_claims_the_1_percent_bound_only_when_its_own_a_a_noise_is_below_it(
+        instrumented, bare_again, verdict):
+    """The A/A control (the bare loop timed twice) is the benchmark's noise: an overhead within it is not claimed."""
+    from benchmarks.overhead import paired_ratios
+
+    found = paired_ratios({"instrumented": instrumented, "bare": [100.0] * 3, "bare_again": bare_again})
+    assert found["verdict"].startswith(verdict), found
 
 
 def test_cache_sizes_are_read_from_sysfs_and_unknown_where_absent(tmp_path):
