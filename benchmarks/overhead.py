@@ -11,7 +11,8 @@ rounds (the order rotates each round) time one complete 16-selection greedy run 
        benchmark's own noise, the smallest overhead it can resolve,
 each measured from outside with perf_counter_ns and divided by the number of selections. Besides the ratio of
 medians, each round's a/b and b'/b are taken (neighbours in time, so a slow drift of the machine cancels), and
-the verdict on the 1 % bound is drawn only when the A/A noise is below it: otherwise it says it cannot tell.
+the verdict on the 1 % bound is drawn only when the noise (the A/A distance, or the width of the paired median's
+interval, whichever is larger) is below it: otherwise it says it cannot tell.
 The model is the synthetic stand-in (pythia-14m's architecture), built offline. The result, with this
 machine's fingerprint, the date and the commit it ran, is appended to runs/benchmarks/overhead.jsonl (untracked),
 or to the file --record-to names (benchmarks/results.jsonl to add it to the tracked record). No experiment run
@@ -21,6 +22,7 @@ reads it. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -134,9 +136,13 @@ def main(argv=None) -> int:
 def paired_ratios(per_token_ns: dict) -> dict:
     """Each round's instrumented/bare and bare_again/bare, their medians, the A/A noise and the 1 % verdict."""
     bare = per_token_ns["bare"]
-    overhead = statistics.median(a / b for a, b in zip(per_token_ns["instrumented"], bare))
+    ratios = [a / b for a, b in zip(per_token_ns["instrumented"], bare)]
+    overhead = statistics.median(ratios)
     aa = statistics.median(a / b for a, b in zip(per_token_ns["bare_again"], bare))
-    noise = abs(aa - 1)
+    # the noise: how far the A/A control landed from 1, or the half-width of an approximate 95 % interval of the
+    # median ratio (1.2533 sd / sqrt(n) is a median's standard error), whichever is larger
+    half_width = 2 * 1.2533 * statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else math.inf
+    noise = max(abs(aa - 1), half_width)
     if noise >= OVERHEAD_BOUND:
         verdict = (f"this run cannot tell whether the overhead is within {OVERHEAD_BOUND:.0%}: the A/A noise is "
                    "not below it (rerun on a quieter machine, or with more rounds)")
@@ -146,7 +152,7 @@ def paired_ratios(per_token_ns: dict) -> dict:
         verdict = f"over {OVERHEAD_BOUND:.0%}"
     else:
         verdict = f"this run cannot tell: over {OVERHEAD_BOUND:.0%} by less than the A/A noise"
-    return {"overhead": overhead, "aa": aa, "noise": noise, "verdict": verdict}
+    return {"overhead": overhead, "aa": aa, "interval_half_width": half_width, "noise": noise, "verdict": verdict}
 
 
 def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tokens: int, selections: int,
