@@ -143,15 +143,15 @@ def paired_ratios(per_token_ns: dict) -> dict:
     # median ratio (1.2533 sd / sqrt(n) is a median's standard error), whichever is larger
     half_width = 2 * 1.2533 * statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else math.inf
     noise = max(abs(aa - 1), half_width)
-    if noise >= OVERHEAD_BOUND:
-        verdict = (f"this run cannot tell whether the overhead is within {OVERHEAD_BOUND:.0%}: the A/A noise is "
-                   "not below it (rerun on a quieter machine, or with more rounds)")
-    elif overhead - 1 <= OVERHEAD_BOUND:
-        verdict = f"within {OVERHEAD_BOUND:.0%}"
-    elif overhead - 1 > OVERHEAD_BOUND + noise:
+    if overhead - 1 > OVERHEAD_BOUND + noise:
         verdict = f"over {OVERHEAD_BOUND:.0%}"
+    elif noise >= OVERHEAD_BOUND:
+        verdict = (f"this run cannot tell whether the overhead is within {OVERHEAD_BOUND:.0%}: the noise is not "
+                   "below it (rerun on a quieter machine, or with more rounds)")
+    elif overhead - 1 + noise <= OVERHEAD_BOUND:
+        verdict = f"within {OVERHEAD_BOUND:.0%}"
     else:
-        verdict = f"this run cannot tell: over {OVERHEAD_BOUND:.0%} by less than the A/A noise"
+        verdict = f"this run cannot tell: the overhead is within the noise of {OVERHEAD_BOUND:.0%}"
     return {"overhead": overhead, "aa": aa, "interval_half_width": half_width, "noise": noise, "verdict": verdict}
 
 
