@@ -7,7 +7,7 @@ VENV := .venv
 STAMP := $(VENV)/.lock-installed
 PY := $(VENV)/bin/python
 INFERLAB := $(VENV)/bin/inferlab
-# torch comes from PyTorch's CPU wheel index first (no CUDA build); see inferlab/installation.py.
+# torch comes from PyTorch's CPU wheel index first (no CUDA build); see inferlab/host/installation.py.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # Empty: each run gets a new folder runs/<UTC time>-<specimen>[-plan], unique even within one second,
 # with -failed, -findings, -partial, -partial-failed, -partial-findings or -incomplete added when that is how it
@@ -15,16 +15,16 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 RUN_DIR ?=
 WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),--runs-dir runs)
 ARGS ?=
-# The published small files the replica specimen is built from (see inferlab/replica.py); optional.
+# The published small files the replica specimen is built from (see inferlab/synthetic/replica.py); optional.
 REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 # The same folder for the replica builder, as an absolute path (tests run some commands from other folders).
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))
 
 .PHONY: run test test-analytic test-harness test-fast plan docs lock clean-venv
 
-$(STAMP): requirements.lock requirements.in pyproject.toml inferlab/installation.py
+$(STAMP): requirements.lock requirements.in pyproject.toml inferlab/host/installation.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m inferlab.installation --lock requirements.lock --cpu-index $(TORCH_CPU_INDEX) --editable .
+	$(PY) -m inferlab.host.installation --lock requirements.lock --cpu-index $(TORCH_CPU_INDEX) --editable .
 	cp requirements.lock $(STAMP)
 
 # The experiment itself. Pass options through ARGS, e.g.
@@ -69,12 +69,12 @@ test-fast: $(STAMP)
 
 # Rewrite docs/options.md's generated part from the option definitions (a harness test fails when it is stale).
 docs: $(STAMP)
-	$(PY) -m inferlab.docgen
+	$(PY) -m inferlab.run.docgen
 
 # Re-pin after a deliberate upgrade: keeps the header, and pins torch without the +cpu local tag
 # so that the same line resolves to the platform's build elsewhere.
 lock:
-	$(PY) -m inferlab.installation --lock requirements.lock --write-lock
+	$(PY) -m inferlab.host.installation --lock requirements.lock --write-lock
 
 clean-venv:
 	rm -rf $(VENV)

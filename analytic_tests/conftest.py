@@ -3,7 +3,7 @@
 import pytest
 
 from inferlab import protocol
-from inferlab.netguard import block_network
+from inferlab.specimen.netguard import block_network
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from inferlab.netguard import NetworkBlocked
+from inferlab.specimen.netguard import NetworkBlocked
 
 # TEST-NET addresses (RFC 5737): never routable, so a failure to raise cannot be a lucky timeout.
 EXTERNAL = ("203.0.113.7", 443)

@@ -1,4 +1,4 @@
-"""Part 5 summary formulas on worked examples with exact fractions (inferlab.summaries).
+"""Part 5 summary formulas on worked examples with exact fractions (inferlab.measure.summaries).
 
 Worked run: t0 = 0 s (loop start), prefill plus first selection end at t1 = 1/2 s, then one
 selection every 1/10 s, so t16 = 1/2 + 15/10 = 2 s.
@@ -8,7 +8,8 @@ from fractions import Fraction
 
 import pytest
 
-from inferlab import protocol, summaries
+from inferlab import protocol
+from inferlab.measure import summaries
 
 N = protocol.TIMING_NEW_TOKENS
 T1 = Fraction(1, 2)

@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         print(f"one stand-in run (the experiment itself) took {run_seconds:.1f} s here: grading one run{how} took "
               f"{per_run / run_seconds:.2f} of it, the class of {args.runs} {seconds / run_seconds:.1f} times it")
     if args.record_to is not None:
-        from inferlab import machine
+        from inferlab.host import machine
 
         machine.append_result({"benchmark": "grading", "runs": args.runs, "seconds": seconds, "per_run_s": per_run,
                                "run_bytes": size, "replay": args.replay, "jobs": args.jobs if args.replay else 1,

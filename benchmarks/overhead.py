@@ -34,8 +34,10 @@ import torch
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inferlab import contention, machine, protocol  # noqa: E402
-from inferlab.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
+from inferlab.measure import contention  # noqa: E402
+from inferlab.host import machine  # noqa: E402
+from inferlab import protocol  # noqa: E402
+from inferlab.measure.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
 MIN_ROUNDS = 7
 OVERHEAD_BOUND = 0.01  # the instrumented loop's goal: within 1 % of the bare one
@@ -43,8 +45,8 @@ OVERHEAD_BOUND = 0.01  # the instrumented loop's goal: within 1 % of the bare on
 
 def load_model(workdir: Path):
     """(model, input_ids, eos id, description): the stand-in, built offline, with P1 tokenized."""
-    from inferlab import standin
-    from inferlab.loading import load_specimen
+    from inferlab.synthetic import standin
+    from inferlab.measure.loading import load_specimen
     from inferlab.specimen import load_spec
 
     standin.build(workdir)
@@ -164,7 +166,7 @@ def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tok
     import transformers
 
     medians = {name: statistics.median(values) for name, values in per_token_ns.items()}
-    from inferlab.environment import git_state
+    from inferlab.host.environment import git_state
 
     return {
         "benchmark": "benchmarks/overhead.py",

@@ -31,7 +31,7 @@ from xml.etree import ElementTree
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inferlab import environment, machine  # noqa: E402
+from inferlab.host import environment, machine  # noqa: E402
 
 ROOT = machine.PROJECT_ROOT
 SLOWEST_FILES = 8  # how many files the table lists

@@ -21,7 +21,7 @@ def test_network_guard_matches_the_offline_option(pytestconfig, record):
     """With --offline every connection is refused for the whole session, loopback included; without it, none is."""
     import socket
 
-    from inferlab.netguard import NetworkBlocked
+    from inferlab.specimen.netguard import NetworkBlocked
 
     offline = pytestconfig.getoption("inferlab_offline")
     probe = ("127.0.0.1", 9)  # loopback discard port: nothing leaves the machine either way
@@ -96,7 +96,7 @@ def test_model_load(loaded_specimen, specimen_spec, record):
 @pytest.mark.requires("model_load")
 @pytest.mark.provides("model_inspection")
 def test_model_inspection(model, acquisition, specimen_spec, record):
-    from inferlab import loading
+    from inferlab.measure import loading
 
     inspection = loading.inspect_model(model, acquisition["directory"], specimen_spec.architecture)
     record("model_inspection", **inspection)

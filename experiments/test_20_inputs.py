@@ -28,7 +28,7 @@ def test_input(prompt_id, encoded_prompts, record):
 @pytest.mark.requires("model_load")
 def test_eos_ids_agree_across_the_checkpoint_files(tokenizer, model, acquisition, record):
     """The tokenizer, config.json and (if the checkpoint has one) generation_config.json name one EOS id."""
-    from inferlab import inputs
+    from inferlab.measure import inputs
 
     check = inputs.eos_cross_check(acquisition["directory"], tokenizer, model.config)
     record("eos_ids", **check)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from inferlab import protocol, summaries
+from inferlab import protocol
+from inferlab.measure import summaries
 
 TRIALS = protocol.generation_trials()
 FIRST_STEP_FILE = "first_step_logits"
@@ -21,7 +22,7 @@ def trial_param(trial):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [trial_param(t) for t in TRIALS])
 def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store, forward_window, record):
-    from inferlab import forward_mode, sampling
+    from inferlab.measure import forward_mode, sampling
 
     encoded = encoded_prompts[trial.prompt_id]
     identity = {"trial_index": trial.index, "trial_id": trial.test_id, "prompt_id": trial.prompt_id,
@@ -59,7 +60,7 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
 @pytest.mark.parametrize("condition", list(protocol.CONDITIONS))
 def test_processors_are_only_the_conditions_controls(condition, inferlab_run):
     """generate() built exactly the processors the condition implies: no hidden top-k, penalty or filter."""
-    from inferlab.sampling import expected_processor_classes
+    from inferlab.measure.sampling import expected_processor_classes
 
     expected = expected_processor_classes(protocol.CONDITIONS[condition])
     built = {r["trial_id"]: [p["class"] for p in r["processors"]]
@@ -83,7 +84,7 @@ def test_no_generation_warnings(inferlab_run):
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, record):
     """Selection settings act after the forward pass, so every condition sees the same raw logits."""
-    from inferlab.cache_check import compare_vectors
+    from inferlab.measure.cache_check import compare_vectors
 
     reference = tensor_store.get(FIRST_STEP_FILE, f"{prompt_id}/G")
     comparisons = {}
@@ -104,7 +105,7 @@ def test_first_step_logits_do_not_depend_on_selection(prompt_id, tensor_store, r
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_store, record):
     """The processed scores are not the raw logits when the temperature rescales them (S2)."""
-    from inferlab.cache_check import compare_vectors
+    from inferlab.measure.cache_check import compare_vectors
 
     rows = {}
     for name, condition in protocol.CONDITIONS.items():

@@ -10,7 +10,7 @@ CACHE_FILE = "cache_logits"
 @pytest.fixture
 def revised_criterion(pytestconfig):
     """The learner's justified revised criterion (--revised-cache-criterion, --justification), or None."""
-    from inferlab import revised_criterion
+    from inferlab.measure import revised_criterion
 
     return revised_criterion.from_options(pytestconfig.getoption("inferlab_revised_cache_criterion"),
                                           pytestconfig.getoption("inferlab_justification"))
@@ -33,7 +33,7 @@ def test_cache_criterion_declared(revised_criterion, record):
 @pytest.mark.provides("cache_comparison")
 @pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)
 def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, forward_window, record):
-    from inferlab import cache_check, forward_mode
+    from inferlab.measure import cache_check, forward_mode
 
     prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
     reference = next((r for r in inferlab_run.records_of("generation")

@@ -2,7 +2,8 @@
 
 import pytest
 
-from inferlab import protocol, summaries
+from inferlab import protocol
+from inferlab.measure import summaries
 
 SCHEDULE = protocol.timing_schedule()
 
@@ -17,7 +18,7 @@ def schedule_param(trial):
 def test_machine_before_timing(record):
     """The machine just before the first timing trial, and the contention rule every trial will be judged by,
     declared here before any trial runs (as the cache tolerance is before any error)."""
-    from inferlab import contention
+    from inferlab.measure import contention
 
     state = contention.machine_state()
     rule = protocol.CONTENTION_RULE
@@ -33,8 +34,8 @@ def test_machine_before_timing(record):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
 def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, forward_window, record):
-    from inferlab import cache_check, decode_loop, forward_mode, inputs, memory
-    from inferlab.messages import capture_messages
+    from inferlab.measure import cache_check, decode_loop, forward_mode, inputs, memory
+    from inferlab.measure.messages import capture_messages
 
     encoded = encoded_prompts[trial.prompt_id]
     eos_id = encoded["record"]["eos_token_id"]
@@ -78,7 +79,7 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
 @pytest.mark.records("timing_machine")
 def test_machine_after_timing(inferlab_run, record):
     """The machine just after the last timing trial, with how many trials the declared rule marked contended."""
-    from inferlab import contention
+    from inferlab.measure import contention
 
     state = contention.machine_state()
     counts = contention.contention_counts(inferlab_run.records_of("timing_trial"))
@@ -100,7 +101,7 @@ def _effective_threads():
 def test_timestamp_overhead(record):
     """What the loop's own clock reads cost, measured in this run from the clock alone (no forward, between
     trials). benchmarks/overhead.py's fuller comparison is another machine's and another run's, so it is not quoted."""
-    from inferlab import decode_loop
+    from inferlab.measure import decode_loop
 
     overhead = decode_loop.clock_overhead()
     record("clock_overhead", **overhead)
@@ -113,7 +114,8 @@ def test_timestamp_overhead(record):
 def test_decode_step_weight_read(model, record):
     """How long reading the decode step's own weight tensors once takes, in the session's thread setting and
     outside every timed region (no forward), beside this machine's cache sizes and whether the weights fit."""
-    from inferlab import machine, memory
+    from inferlab.host import machine
+    from inferlab.measure import memory
 
     read = memory.weight_read_time(model, caches=machine.cache_sizes())
     record("weight_read", **read)
@@ -129,7 +131,7 @@ def test_loop_matches_generate(model, inferlab_run, forward_window, record):
     """The loop's cache-on selections equal generate()'s greedy ones for P1, up to generate's EOS stop. The other
     timing prompts have no generate() call in the budget: for each, the inputs the loop fed at every step of its
     first measured cache-on trial equal those generate()'s own preparation builds for the same ids (no forward)."""
-    from inferlab import loop_check
+    from inferlab.measure import loop_check
 
     trials = inferlab_run.records_of("timing_trial")
     check = summaries.loop_vs_generate(trials, inferlab_run.records_of("generation"))

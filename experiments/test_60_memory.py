@@ -2,13 +2,14 @@
 
 import pytest
 
-from inferlab import protocol, summaries
+from inferlab import protocol
+from inferlab.measure import summaries
 
 
 @pytest.mark.records("memory")
 @pytest.mark.requires("model_inspection")
 def test_parameter_storage(model, record):
-    from inferlab import memory
+    from inferlab.measure import memory
 
     storage = memory.parameter_storage(model)
     analytic_count = memory.gpt_neox_parameter_count(model.config)
@@ -29,7 +30,7 @@ def test_parameter_storage(model, record):
 def test_cache_storage_at_each_prefix(model, inferlab_run, record):
     """The cache the cache test's cached path built, weighed after each of its forwards (outside every timed
     region): the bytes at every prefix length, with no forward of its own."""
-    from inferlab import memory
+    from inferlab.measure import memory
 
     comparisons = inferlab_run.records_of("cache_comparison")
     per_prefix = [{"prefix_length": r["prefix_length"], "logical_length": r["cache_seq_length_after_forward"],
@@ -53,7 +54,7 @@ def test_cache_storage_at_each_prefix(model, inferlab_run, record):
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, record):
     """The cache a measured cache-on timing trial ended with: prompt plus the 15 fed-back selections."""
-    from inferlab import memory
+    from inferlab.measure import memory
 
     trials = [t for t in summaries.completed(inferlab_run.records_of("timing_trial"))
               if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]]
@@ -71,7 +72,7 @@ def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, reco
 @pytest.mark.records("memory")
 @pytest.mark.requires("model_inspection")
 def test_process_memory(thread_controls, record):
-    from inferlab import memory
+    from inferlab.measure import memory
 
     baseline, now = thread_controls["baseline_process_memory"], memory.process_memory()
     record("memory", measure="process_rss", baseline=baseline, now=now,
@@ -88,7 +89,7 @@ def test_process_memory(thread_controls, record):
 @pytest.mark.requires("model_inspection")
 def test_unmeasured_categories(inferlab_run, record):
     """The tensors we can count are a fraction of the process: the rest is in categories we do not measure."""
-    from inferlab import memory
+    from inferlab.measure import memory
 
     counted = [r for r in inferlab_run.records_of("memory") if r["measure"] in ("parameter_storage", "cache_storage")]
     counted_bytes = sum(r["unique_bytes"] for r in counted if r["measure"] == "parameter_storage") + max(

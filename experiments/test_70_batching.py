@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.batching, pytest.mark.optional_extension]
 @pytest.mark.provides("batching")
 @pytest.mark.budget(category="batching", calls=4, selections=6 * protocol.MAX_NEW_TOKENS)
 def test_batching_calls(model, tokenizer, tensor_store, forward_window, record):
-    from inferlab import batching, forward_mode
+    from inferlab.measure import batching, forward_mode
 
     result, tensors = batching.run_batching(model, tokenizer, dict(protocol.PROMPTS))
     mode = forward_window.summary()

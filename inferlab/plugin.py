@@ -2,7 +2,7 @@
 
 This and hookspec.py are the only modules that import pytest. Each hook reads what it needs from pytest
 (node ids, markers, reports, exit codes) and delegates: the run's lifecycle to inferlab.run.lifecycle,
-the schedule to inferlab.plan, the prerequisite ledger to inferlab.checks, the summary to inferlab.terminal.
+the schedule to inferlab.run.plan, the prerequisite ledger to inferlab.run.checks, the summary to inferlab.run.terminal.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from typing import Optional
 
 import pytest
 
-from inferlab import live_claim, plan, protocol, revised_criterion, session_status, terminal
-from inferlab.interrupts import SignalWatch
-from inferlab.plan import EXPERIMENTS_DIR, TestFacts
-from inferlab.records import PLAN_FILE, RecordDirError, TensorStore
+from inferlab.run import live_claim, plan, session_status, terminal
+from inferlab import protocol
+from inferlab.measure import revised_criterion
+from inferlab.run.interrupts import SignalWatch
+from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts
+from inferlab.base.records import PLAN_FILE, RecordDirError, TensorStore
 from inferlab.run import lifecycle, options
 
 RUN_KEY = pytest.StashKey["lifecycle.Run"]()
@@ -368,7 +370,7 @@ def specimen_spec(pytestconfig):
 @pytest.fixture(scope="session")
 def thread_controls(inferlab_run):
     """Set torch's thread counts before any torch computation; the requested and effective values."""
-    from inferlab import loading, memory
+    from inferlab.measure import loading, memory
 
     baseline_memory = memory.process_memory()  # before the model exists: the RSS baseline
     controls = loading.set_threads(protocol.INTRA_OP_THREADS, protocol.INTER_OP_THREADS)
@@ -395,8 +397,8 @@ def verification(acquisition):
 @pytest.fixture(scope="session")
 def loaded_specimen(request, acquisition, specimen_spec, thread_controls):
     """The model and tokenizer, loaded once from the verified directory with the protocol's controls, and the
-    watch on every forward of the model (inferlab.forward_mode)."""
-    from inferlab import forward_mode, loading
+    watch on every forward of the model (inferlab.measure.forward_mode)."""
+    from inferlab.measure import forward_mode, loading
 
     loaded = loading.load_specimen(acquisition["directory"], specimen_spec)
     watch = forward_mode.ForwardWatch(loaded["model"])
@@ -425,6 +427,6 @@ def tokenizer(loaded_specimen):
 @pytest.fixture(scope="session")
 def encoded_prompts(tokenizer):
     """Every prompt of the lab tokenized once: {prompt_id: {record, input_ids, attention_mask, elapsed_s}}."""
-    from inferlab import inputs
+    from inferlab.measure import inputs
 
     return inputs.encode_prompts(tokenizer, {**protocol.PROMPTS, **protocol.TIMING_PROMPTS})

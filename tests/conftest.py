@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import specimen, standin
+from inferlab import specimen
+from inferlab.synthetic import standin
 
 
 def runs_tests(config) -> bool:
@@ -111,7 +112,7 @@ HUB_README_BYTES = 10_560
 
 def require_reference_dir() -> Path:
     """The published small files of pythia-14m, or a skip that says where they are expected."""
-    from inferlab import replica
+    from inferlab.synthetic import replica
 
     try:
         return replica.require_reference()
@@ -128,7 +129,7 @@ def replica_listing(tmp_path_factory):
     2023 generation's 111-byte generation_config.json is added for "six", and README.md, 10,560 bytes of
     filler listed by the hub and never to be requested.
     """
-    from inferlab import replica
+    from inferlab.synthetic import replica
 
     reference = require_reference_dir()
     six = tmp_path_factory.mktemp("replica-listing") / "six"
@@ -213,7 +214,7 @@ def standin_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def replica_run(tmp_path_factory):
     """The same for `--specimen replica` (built from pythia-14m's published small files, skipped without them)."""
-    from inferlab import replica
+    from inferlab.synthetic import replica
     from shared_runs import experiment_once
 
     reference = require_reference_dir()

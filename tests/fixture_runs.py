@@ -29,8 +29,8 @@ from typing import Callable, Optional
 
 import pytest
 
-from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR
-from inferlab.runview import RunView
+from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR
+from inferlab.reading.runview import RunView
 
 import fixtures_records as fixtures
 import grading_helpers
@@ -177,7 +177,7 @@ def plots_not_drawn(monkeypatch) -> list:
     """During the test, write_report (and so `report --write`) renders and writes both pages as it does when every
     plot is drawn, and draws none: for the tests of pages and commands that read no PNG (tests/test_plots.py
     draws them). The list holds the keyword arguments of each write_plots call."""
-    from inferlab import plots
+    from inferlab.report import plots
 
     calls = []
 

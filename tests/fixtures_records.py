@@ -37,9 +37,11 @@ import types
 from pathlib import Path
 from typing import Optional
 
-from inferlab import protocol, session_status, summaries
-from inferlab.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of
-from inferlab.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
+from inferlab import protocol
+from inferlab.run import session_status
+from inferlab.measure import summaries
+from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of
+from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
 from inferlab.run import lifecycle, writers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -325,7 +327,7 @@ NEAR_TIE_PROMPT, NEAR_TIE_STEP, NEAR_TIE_MARGIN = "P2", 9, 1e-3
 
 
 def greedy_steps(prompt_id: str, ids: list[int], first_logits=None) -> dict:
-    """A greedy trial's step_top2_logits and step_top2_ids (inferlab.near_tie): step 0 from the raw first-step
+    """A greedy trial's step_top2_logits and step_top2_ids (inferlab.measure.near_tie): step 0 from the raw first-step
     logits when given (as verify recomputes it), every other step an invented top value with a wide margin, but
     NEAR_TIE_STEP of NEAR_TIE_PROMPT, a near tie."""
     values, pairs = [], []
@@ -623,7 +625,7 @@ def with_check_kinds(records: list[dict]) -> list[dict]:
 def acquisition_failure_of(records: list[dict]) -> Optional[dict]:
     """session_end's acquisition_failure as the plugin makes it: when the test that provides the acquisition
     failed, the cause from its artifact_acquisition record and the failed tests that check the specimen."""
-    from inferlab.guidance import acquisition_cause
+    from inferlab.specimen.guidance import acquisition_cause
 
     outcomes = [r for r in records if r["kind"] == "test_outcome"]
     failing = [r for r in outcomes if r["outcome"] in ("failed", "error")]
@@ -763,8 +765,9 @@ def write_pages(directory: Path, plots: bool = False) -> None:
     """Write both pages of the report as the session's write_report does; plots=False draws no plot (the pages
     are the text write_report renders when every plot is drawn) and removes any plot left by an earlier
     rendering, since it was drawn from other records."""
-    from inferlab import plots as plots_module, report
-    from inferlab.records import write_text_atomic
+    from inferlab.report import plots as plots_module
+    from inferlab import report
+    from inferlab.base.records import write_text_atomic
 
     directory = Path(directory)
     if plots:

@@ -2,9 +2,9 @@
 written work a learner adds: predictions and an attached explanation.
 
 `attach` does not exist on this branch yet (issue 23 builds it), so attach_file() writes the addenda ledger
-and its file exactly as /work/plan/ADDENDA-CONTRACT.md (and inferlab.addenda's docstring) describe: the file
+and its file exactly as /work/plan/ADDENDA-CONTRACT.md (and inferlab.reading.addenda's docstring) describe: the file
 under addenda/, one ledger line with its size, SHA-256, the manifest's SHA-256 and the structure check of
-inferlab.addenda.structure_of. When the real attach is merged these tests read what it writes through the
+inferlab.reading.addenda.structure_of. When the real attach is merged these tests read what it writes through the
 same reader (RunView.addenda).
 
 A fixture run's manifest says no predictions were supplied (its builder starts the session without them);
@@ -20,8 +20,10 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from inferlab import addenda, environment, predictions
-from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
+from inferlab.reading import addenda
+from inferlab.host import environment
+from inferlab.run import predictions
+from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
 from inferlab.verify import verify_run
 
 from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, rerender

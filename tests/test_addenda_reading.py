@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inferlab import addenda
-from inferlab.runview import RunView
+from inferlab.reading import addenda
+from inferlab.reading.runview import RunView
 
 from fixture_runs import runs  # noqa: F401 (a fixture)
 

@@ -9,8 +9,8 @@ import pytest
 
 from inferlab import report
 from inferlab.__main__ import main
-from inferlab.records import PREDICTIONS_FILE, sha256_file
-from inferlab.runview import RunView
+from inferlab.base.records import PREDICTIONS_FILE, sha256_file
+from inferlab.reading.runview import RunView
 
 from fixtures_records import copy_run, edit_manifest, rerender
 from fixture_runs import runs, fixture_runs  # noqa: F401 (runs is a fixture)

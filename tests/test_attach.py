@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import addenda, addenda_store
+from inferlab.reading import addenda, addenda_store
 from inferlab.__main__ import main
 from inferlab.verify import verify_run
 

@@ -145,7 +145,7 @@ def test_the_zip_holds_the_two_scripts_at_its_root_and_the_course_copy_pinned(tm
     assert config["project"]["lock_sha256"] == __import__("hashlib").sha256(lock).hexdigest()
     setup = autograder.SCRIPTS["setup.sh"]
     assert "--cpu-index" in setup and "https://download.pytorch.org/whl/cpu" in setup
-    assert "inferlab.installation --lock requirements.lock" in setup
+    assert "inferlab.host.installation --lock requirements.lock" in setup
 
 
 def test_the_zip_is_refused_for_a_copy_reference_or_rubric_that_cannot_be_used(tmp_path, capsys):

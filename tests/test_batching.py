@@ -1,4 +1,4 @@
-"""inferlab.batching: singletons vs a left-padded two-row batch in both orders, on the tiny model."""
+"""inferlab.measure.batching: singletons vs a left-padded two-row batch in both orders, on the tiny model."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 
 
 from inferlab import protocol
-from inferlab.batching import left_pad, positions_by_rule, run_batching, truncate_after_eos
-from inferlab.summaries import first_divergence
-from inferlab.tiny_model import tiny_gpt_neox, tiny_tokenizer
+from inferlab.measure.batching import left_pad, positions_by_rule, run_batching, truncate_after_eos
+from inferlab.measure.summaries import first_divergence
+from inferlab.synthetic.tiny_model import tiny_gpt_neox, tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer():

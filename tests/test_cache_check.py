@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
-from inferlab import cache_check, protocol
-from inferlab.cache_check import compare_vectors, run_matched_prefix
-from inferlab.summaries import first_divergence
-from inferlab.decode_loop import run_greedy_loop
-from inferlab.memory import expected_kv_cache_bytes
-from inferlab.tiny_model import tiny_gpt_neox
+from inferlab.measure import cache_check
+from inferlab import protocol
+from inferlab.measure.cache_check import compare_vectors, run_matched_prefix
+from inferlab.measure.summaries import first_divergence
+from inferlab.measure.decode_loop import run_greedy_loop
+from inferlab.measure.memory import expected_kv_cache_bytes
+from inferlab.synthetic.tiny_model import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
 M = protocol.CACHE_MAX_TARGET_TOKENS
@@ -232,7 +233,7 @@ def test_no_warnings_on_a_clean_run(comparison):
 
 
 def _revised(atol, rtol):
-    from inferlab.revised_criterion import RevisedCriterion
+    from inferlab.measure.revised_criterion import RevisedCriterion
 
     return RevisedCriterion(protocol.Tolerance(atol=atol, rtol=rtol), "a reason the learner gives")
 

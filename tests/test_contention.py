@@ -1,4 +1,4 @@
-"""inferlab.contention and what the report, compare, the class view and verify make of it: the declared rule, a
+"""inferlab.measure.contention and what the report, compare, the class view and verify make of it: the declared rule, a
 trial's evidence from its raw readings, the machine readings (said unavailable, never invented), the run's A/A
 noise and the cache verdict ("this run cannot tell"), all on records built in memory."""
 
@@ -8,11 +8,13 @@ import copy
 
 import pytest
 
-from inferlab import contention, plots, protocol, summaries
+from inferlab.measure import contention, summaries
+from inferlab.report import plots
+from inferlab import protocol
 from inferlab.report import measures, tables, timing_evidence
 from inferlab.report.sections import section_timing
 from inferlab.report.verdict import decide
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 RULE = protocol.CONTENTION_RULE
 MS = 1_000_000  # ns
@@ -239,7 +241,7 @@ def test_the_cpu_share_plot_is_drawn_from_the_trials_evidence():
 
 
 def test_compare_and_the_class_measures_carry_the_same_evidence():
-    from inferlab import compare
+    from inferlab.report import compare
     from inferlab.grading import measures as class_measures
 
     quiet, busy = schedule(1.0, 3.0), schedule(1.0, 3.0, contended={"P1-cache_off-2", "P1-cache_on-2"}, slow=4)

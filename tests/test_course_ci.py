@@ -22,7 +22,7 @@ import pytest
 from inferlab.grading.grade import grade_source
 from inferlab.grading.reference import compare_reference, make_reference
 from inferlab.grading.rubric import load_rubric
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 from fixtures_records import REPO_ROOT, copy_run, rewrite_records
 from shared_runs import COURSE_CI_SCRIPT as SCRIPT

@@ -6,15 +6,16 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from inferlab import contention, protocol
-from inferlab import decode_loop
-from inferlab.cache_check import compare_vectors
-from inferlab.decode_loop import (
+from inferlab.measure import contention
+from inferlab import protocol
+from inferlab.measure import decode_loop
+from inferlab.measure.cache_check import compare_vectors
+from inferlab.measure.decode_loop import (
     bare_greedy_loop,
     loop_matches_generate,
     run_greedy_loop,
 )
-from inferlab.tiny_model import tiny_gpt_neox
+from inferlab.synthetic.tiny_model import tiny_gpt_neox
 
 N = protocol.TIMING_NEW_TOKENS
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
@@ -116,7 +117,7 @@ def test_clock_overhead_counts_the_reads_it_claims(monkeypatch):
 
 
 def test_profiling_text_is_decoded_with_special_tokens_kept():
-    from inferlab.tiny_model import tiny_tokenizer
+    from inferlab.synthetic.tiny_model import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     ids = tokenizer("A small boat", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

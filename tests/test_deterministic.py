@@ -9,8 +9,8 @@ import numpy
 import pytest
 
 from inferlab import protocol
-from inferlab.deterministic import deterministic_outputs, sampled_trials, top_logits
-from inferlab.runview import RunView
+from inferlab.reading.deterministic import deterministic_outputs, sampled_trials, top_logits
+from inferlab.reading.runview import RunView
 
 from fixtures_records import build_complete_run
 

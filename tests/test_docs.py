@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import docgen
+from inferlab.run import docgen
 from inferlab.run import options
 
 from project_help import project_help

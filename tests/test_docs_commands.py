@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import cli, guidance, protocol, specimen
-from inferlab.records import REPORT_FILE
+from inferlab import cli, protocol, specimen
+from inferlab.specimen import guidance
+from inferlab.base.records import REPORT_FILE
 
 from fixture_runs import runs  # noqa: F401 (a fixture)
 

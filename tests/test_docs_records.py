@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from fixtures_records import REPO_ROOT, RunBuilder, experiment_markers
-from inferlab import addenda, environment, plots, records
-from inferlab.plan import EXPERIMENTS_DIR
+from inferlab.reading import addenda
+from inferlab.host import environment
+from inferlab.report import plots
+from inferlab.base import records
+from inferlab.run.plan import EXPERIMENTS_DIR
 from inferlab.report import DETAILS_FILE
 from inferlab.run import ended, writers
 
@@ -70,7 +73,7 @@ def manifest_fields(written_run) -> dict[str, str]:
     taken from this checkout (the fixture's machine is a stand-in)."""
     manifest = json.loads((written_run / records.MANIFEST_FILE).read_text(encoding="utf-8"))
     fields = {name: "inferlab.run.writers.make_manifest" for name in manifest}
-    fields.update({name: "inferlab.environment.environment_record" for name in environment.environment_record(REPO_ROOT)})
+    fields.update({name: "inferlab.host.environment.environment_record" for name in environment.environment_record(REPO_ROOT)})
     fields["files"] = "the inventory inferlab.run.lifecycle adds at the end"
     return fields
 
@@ -107,13 +110,13 @@ def tensor_files() -> dict[str, str]:
 def test_every_file_a_run_writes_is_documented(written_run):
     expected = {path.relative_to(written_run).as_posix(): "written by the lifecycle" for path in written_run.rglob("*")
                 if path.is_file()}
-    expected.update({name: "a file inferlab.records names" for name in (
+    expected.update({name: "a file inferlab.base.records names" for name in (
         records.CLAIM_FILE, records.MANIFEST_FILE, records.PLAN_FILE, records.RECORDS_FILE, records.PREDICTIONS_FILE,
         records.REPORT_FILE, DETAILS_FILE)})
-    expected.update({name: "a plot inferlab.plots draws" for name in
+    expected.update({name: "a plot inferlab.report.plots draws" for name in
                      (plots.TOKEN_TIMES_PNG, plots.TTFT_INTERVAL_PNG, plots.CPU_SHARE_PNG, plots.CACHE_DIFF_PNG)})
-    expected.update({addenda.LEDGER_FILE: "the addenda ledger (inferlab.addenda)",
-                     f"{addenda.ADDENDA_DIR}/": "the addenda's folder (inferlab.addenda)"})
+    expected.update({addenda.LEDGER_FILE: "the addenda ledger (inferlab.reading.addenda)",
+                     f"{addenda.ADDENDA_DIR}/": "the addenda's folder (inferlab.reading.addenda)"})
     expected.update({ended.RENAME_NOTE: "a later run's note on a killed run it renamed (inferlab.run.ended)"})
     expected.update(tensor_files())
     assert len(tensor_files()) >= 4  # first-step logits and scores, cache logits, batching

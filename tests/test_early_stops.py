@@ -2,7 +2,7 @@
 through the whole experiment, its records, `verify` and the report.
 
 A real Pythia run takes these paths; the base stand-in almost never does under greedy selection, so the
-variants force EOS after chosen clusters (inferlab.recipe.Variant) and are pinned on the fly in the
+variants force EOS after chosen clusters (inferlab.synthetic.recipe.Variant) and are pinned on the fly in the
 scratch project's own spec file, used through --artifacts like a learner's copy.
 """
 
@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inferlab import cache_check, loading, protocol, recipe, specimen, standin
+from inferlab.measure import cache_check, loading
+from inferlab import protocol, specimen
+from inferlab.synthetic import recipe, standin
 from shared_runs import experiment_in_process, inferlab_command, make_project, records
 from variants import pin_variant
 

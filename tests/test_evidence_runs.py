@@ -24,7 +24,7 @@ DEPENDENT_SELECTION = ("test_10_specimen or test_input or P1-G-rep1 or test_cach
                        "test_matched_prefix or P1-cache_on-warmup or test_cache_storage_at_each_prefix or "
                        "test_parameter_storage or test_batching_calls")
 FLOAT16_SDPA_LOAD = '''
-import inferlab.loading as _loading
+import inferlab.measure.loading as _loading
 
 _protocol_options = _loading.load_options
 
@@ -64,7 +64,7 @@ def assert_dependents_stopped(found: list[dict], *reason_parts: str) -> None:
 
 
 def test_a_model_loaded_in_float16_with_sdpa_stops_every_dependent(pytester, tmp_path, monkeypatch):
-    from inferlab import loading
+    from inferlab.measure import loading
 
     # restored after the test on every path, whether or not the inner session got to undo its own patch
     monkeypatch.setattr(loading, "load_options", loading.load_options)

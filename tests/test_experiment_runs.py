@@ -106,7 +106,7 @@ def test_offline_default_run_names_the_missing_files(project):
 
 
 def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_path):
-    from inferlab import standin
+    from inferlab.synthetic import standin
 
     copy = tmp_path / "tampered"
     standin.build(copy)
@@ -238,7 +238,7 @@ def the_experiment_passed(course_ci) -> Path:
 def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, course_ci):
     """The session's complete run and a second complete one (the course CI script's, --offline) in another
     process."""
-    from inferlab.compare import compare
+    from inferlab.report.compare import compare
 
     comparison = compare(standin_run, the_experiment_passed(course_ci))
     rows = comparison["generation"]
@@ -271,7 +271,8 @@ def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(no
     assert output.count("Connection refused") == 1 and error in output
     skip_reason = outcome(found, "test_model_load")["skip_reason"]  # the records keep every reason uncut
     assert error in skip_reason and len(skip_reason) > 300
-    from inferlab import guidance, specimen
+    from inferlab.specimen import guidance
+    from inferlab import specimen
 
     steps = guidance.acquisition_next_steps(specimen.load_spec("pythia-14m").as_dict())
     lines = no_hub.lines
@@ -343,7 +344,7 @@ def test_no_experiment_spends_forwards_outside_the_protocols_budget():
     (such as an extra prefill to weigh a cache) is a cap violation, and the experiments declare none."""
     import ast
 
-    from inferlab import plan
+    from inferlab.run import plan
 
     categories = set()
     for path in (REPO_ROOT / "experiments").glob("test_*.py"):

@@ -8,7 +8,7 @@ import pytest
 from shared_runs import experiment_in_process
 
 FAIL_THIRD_CALL = '''
-import inferlab.sampling as sampling
+import inferlab.measure.sampling as sampling
 
 _real = sampling.run_generation_trial
 _calls = []
@@ -31,10 +31,10 @@ def pytest_unconfigure(config):
 
 @pytest.mark.process
 def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(pytester, standin_dir, monkeypatch):
-    import inferlab.sampling
+    import inferlab.measure.sampling
 
     # restored after the test on every path, whether or not the inner session got to undo its own patch
-    monkeypatch.setattr(inferlab.sampling, "run_generation_trial", inferlab.sampling.run_generation_trial)
+    monkeypatch.setattr(inferlab.measure.sampling, "run_generation_trial", inferlab.measure.sampling.run_generation_trial)
     result = experiment_in_process(pytester, "--specimen", "standin", "--artifacts", str(standin_dir),
                                    "-k", "test_10_specimen or test_20_inputs or test_30_sampling",
                                    conftest_extra=FAIL_THIRD_CALL)
@@ -51,4 +51,4 @@ def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(p
     greedy = outcomes["test_greedy_repetitions_identical[P1]"]
     assert greedy["outcome"] == "skipped" and "not decidable: 2 of 3" in greedy["skip_reason"]
     assert outcomes["test_greedy_repetitions_identical[P2]"]["outcome"] == "passed"
-    assert inferlab.sampling.run_generation_trial.__name__ == "run_generation_trial"  # the patch was undone
+    assert inferlab.measure.sampling.run_generation_trial.__name__ == "run_generation_trial"  # the patch was undone

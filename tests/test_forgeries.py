@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import contention, protocol, summaries
+from inferlab.measure import contention, summaries
+from inferlab import protocol
 from inferlab.__main__ import main
 from inferlab.verify import verify_run
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferlab import forward_mode
-from inferlab.cache_check import run_matched_prefix
-from inferlab.decode_loop import run_greedy_loop
-from inferlab.tiny_model import tiny_gpt_neox
+from inferlab.measure import forward_mode
+from inferlab.measure.cache_check import run_matched_prefix
+from inferlab.measure.decode_loop import run_greedy_loop
+from inferlab.synthetic.tiny_model import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9]
 

@@ -15,9 +15,9 @@ from inferlab import protocol
 from inferlab.__main__ import main
 from inferlab.grading import formats
 from inferlab.grading.grade import grade_source
-from inferlab.plan import plan_totals
+from inferlab.run.plan import plan_totals
 from inferlab.grading.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
-from inferlab.records import RECORDS_FILE, write_json_atomic
+from inferlab.base.records import RECORDS_FILE, write_json_atomic
 
 from fixtures_records import (
     REPO_ROOT,
@@ -245,7 +245,7 @@ def test_a_failed_acquisition_fails_the_dependent_items_with_its_evidence(runs, 
 
 def with_this_harness(run: Path) -> Path:
     """A run's manifest given this checkout's source hashes (what grade compares with its own copy)."""
-    from inferlab import environment
+    from inferlab.host import environment
 
     edit_manifest(run, source_sha256=environment.source_hashes(REPO_ROOT))
     return rerender(run)  # and its report as a session with these hashes renders it (grade compares the two)
@@ -450,7 +450,7 @@ def test_a_course_rubric_changes_points_and_what_is_required(run_copy, tmp_path)
 
 
 def test_the_default_rubric_names_the_templates_answer_headings():
-    from inferlab import addenda
+    from inferlab.reading import addenda
 
     rubric = load_rubric()
     headings = [heading for level, heading, _ in addenda.sections(TEMPLATE)[1:]]

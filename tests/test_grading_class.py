@@ -18,7 +18,7 @@ from inferlab.grading.classview import CLASS_PAGE, SPREAD_PLOT, ratio_points
 from inferlab.grading.grade import grade_source
 from inferlab.grading.rubric import load_rubric
 
-from inferlab import environment
+from inferlab.host import environment
 from inferlab.grading.likeness import SHARED_FINDING
 
 from fixtures_records import REPO_ROOT, build_rich_run, copy_run, edit_manifest, refresh_manifest

@@ -16,8 +16,8 @@ from inferlab.grading.grade import grade_source
 from inferlab.grading.reference import REFERENCE_FORMAT, REFERENCE_SCHEMA, experiment_source, load_reference, \
     make_reference
 from inferlab.grading.rubric import load_rubric
-from inferlab.records import MANIFEST_FILE, write_json_atomic
-from inferlab.runview import RunView, tensor_sha256
+from inferlab.base.records import MANIFEST_FILE, write_json_atomic
+from inferlab.reading.runview import RunView, tensor_sha256
 from inferlab.verify import verify_run
 
 from fixtures_records import NEAR_TIE_PROMPT, NEAR_TIE_STEP, build_complete_run, copy_run, edit_manifest, kill_after, \
@@ -162,7 +162,7 @@ def flip_greedy(run: Path, prompt_id: str, step: int, values=None, runner_up=Non
     the runner-up: that id selected, its old top the runner-up, the top two `values` (default: within the
     tolerance of both old values), every later id another; and every record derived from the ids redone, as a
     forger re-hashing a copy would."""
-    from inferlab import summaries
+    from inferlab.measure import summaries
 
     def edit(records):
         for record in records:

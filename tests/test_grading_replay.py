@@ -15,7 +15,8 @@ import shutil
 
 import pytest
 
-from inferlab import protocol, report, summaries
+from inferlab import protocol, report
+from inferlab.measure import summaries
 from inferlab.grading.grade import EXIT_INTEGRITY, EXIT_PASSED, grade_source
 from inferlab.grading.replayed import GraderCopy
 from inferlab.grading.rubric import load_rubric

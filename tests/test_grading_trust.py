@@ -5,7 +5,7 @@ harness compared with the grader's copy, the rubric's requirements, and what a g
 The forgeries are made as a learner would (tests/forging.py): edit the JSON, re-hash the inventory. Fixture runs
 (tests/fixture_runs.py) serve most; the session's real stand-in run (standin_run) those that need a run made under
 this checkout's requirements.lock, and one real run from a scratch clone with one line added to
-inferlab/decode_loop.py shows that a changed harness is named by file.
+inferlab/measure/decode_loop.py shows that a changed harness is named by file.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import predictions
+from inferlab.run import predictions
 from inferlab.__main__ import main
 from inferlab.grading import formats
 from inferlab.grading.grade import grade_source
 from inferlab.grading.harness import compare_harness, grader_hashes
 from inferlab.grading.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
-from inferlab.records import MANIFEST_FILE
-from inferlab.runview import RunView
+from inferlab.base.records import MANIFEST_FILE
+from inferlab.reading.runview import RunView
 
 from fixtures_records import REPO_ROOT, copy_run
 from forging import rehash
@@ -272,19 +272,19 @@ def test_lock_check_edited_alone_is_an_integrity_problem(standin_run, tmp_path):
 
 
 def test_a_run_whose_manifest_hashes_a_changed_decode_loop_is_an_integrity_problem(run_copy, capsys):
-    """As a forger would leave it: the run's source hash of inferlab/decode_loop.py is that of the file with one
+    """As a forger would leave it: the run's source hash of inferlab/measure/decode_loop.py is that of the file with one
     line added, everything re-hashed."""
     changed = (REPO_ROOT / "inferlab" / "decode_loop.py").read_bytes() + b"SPEEDUP = 2.0\n"
     edit_json(run_copy / MANIFEST_FILE, lambda m: m["source_sha256"].update(
-        {"inferlab/decode_loop.py": hashlib.sha256(changed).hexdigest()}))
+        {"inferlab/measure/decode_loop.py": hashlib.sha256(changed).hexdigest()}))
     rehash(run_copy)
     grade = grade_of(run_copy)
     assert grade.exit_status == 3
     source = [p for p in grade.integrity_problems if p.startswith("source: ")]
-    assert len(source) == 1 and source[0].startswith("source: inferlab/decode_loop.py: sha256 "), source
+    assert len(source) == 1 and source[0].startswith("source: inferlab/measure/decode_loop.py: sha256 "), source
     assert check(grade, 2, "grader_source").status == "fail"
     assert main(["grade", str(run_copy)]) == 3
-    assert "inferlab/decode_loop.py" in capsys.readouterr().out
+    assert "inferlab/measure/decode_loop.py" in capsys.readouterr().out
 
 
 def test_files_on_one_side_only_and_another_version_are_named(run_copy):
@@ -304,22 +304,22 @@ def test_files_on_one_side_only_and_another_version_are_named(run_copy):
 
 
 def test_a_rubric_can_make_a_harness_difference_a_finding_or_an_item_failure(run_copy, tmp_path):
-    edit_json(run_copy / MANIFEST_FILE, lambda m: m["source_sha256"].update({"inferlab/decode_loop.py": "0" * 64}))
+    edit_json(run_copy / MANIFEST_FILE, lambda m: m["source_sha256"].update({"inferlab/measure/decode_loop.py": "0" * 64}))
     rehash(run_copy)
     finding = grade_of(run_copy, rubric_with(tmp_path, grader_source='"finding"'))
     assert not any(p.startswith("source: ") for p in finding.integrity_problems)
-    assert any(f["kind"] == "source_differs" and "inferlab/decode_loop.py" in f["what"] for f in finding.findings)
+    assert any(f["kind"] == "source_differs" and "inferlab/measure/decode_loop.py" in f["what"] for f in finding.findings)
     item = grade_of(run_copy, rubric_with(tmp_path, grader_source='"item"'))
     assert not item.integrity_problems and item.item(2).status == "fail" and item.exit_status == 1
-    assert "inferlab/decode_loop.py" in check(item, 2, "grader_source").detail
+    assert "inferlab/measure/decode_loop.py" in check(item, 2, "grader_source").detail
 
 
 def test_the_grader_hashes_the_package_it_imported():
     import inferlab
 
     ours = grader_hashes()
-    assert "inferlab/decode_loop.py" in ours and "experiments/test_30_sampling.py" in ours
-    assert ours["inferlab/decode_loop.py"] == hashlib.sha256(
+    assert "inferlab/measure/decode_loop.py" in ours and "experiments/test_30_sampling.py" in ours
+    assert ours["inferlab/measure/decode_loop.py"] == hashlib.sha256(
         (Path(inferlab.__file__).parent / "decode_loop.py").read_bytes()).hexdigest()
     assert not any(path.startswith(("tests/", "benchmarks/")) for path in ours)  # no part of a run's records
 
@@ -341,7 +341,7 @@ def test_a_real_run_from_a_clone_with_one_line_added_to_decode_loop_is_named(tmp
     assert made.returncode == 0, made.tail()
     comparison = compare_harness(RunView.read(made.run))
     assert [line for line in comparison.differs] == [
-        line for line in comparison.differs if line.startswith("inferlab/decode_loop.py: sha256 ")] and \
+        line for line in comparison.differs if line.startswith("inferlab/measure/decode_loop.py: sha256 ")] and \
         len(comparison.differs) == 1, comparison.differs
     grade = grade_of(made.run)
     assert grade.exit_status == 3

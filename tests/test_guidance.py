@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferlab import guidance, specimen
+from inferlab.specimen import guidance
+from inferlab import specimen
 
 
 def test_a_valid_copy_is_described_as_the_verification_accepts_it():
@@ -46,7 +47,7 @@ def test_a_synthetic_weight_file_is_never_advised_a_download(tmp_path, name, bui
 
 def test_the_files_cell_has_no_stray_full_stop_before_its_count(tmp_path):
     from fixtures_records import build_failed_run, edit_manifest, rewrite_records
-    from inferlab.runview import RunView
+    from inferlab.reading.runview import RunView
     from inferlab.report import page
 
     run = build_failed_run(tmp_path / "failed")

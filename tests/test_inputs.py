@@ -1,4 +1,4 @@
-"""inferlab.inputs: tokenization records for Part 3, on a small trained byte-level BPE tokenizer."""
+"""inferlab.measure.inputs: tokenization records for Part 3, on a small trained byte-level BPE tokenizer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from tokenizers import normalizers
 
 from inferlab import protocol
-from inferlab.inputs import choose_pad_token, encode_prompt
-from inferlab.tiny_model import ENDOFTEXT, tiny_tokenizer
+from inferlab.measure.inputs import choose_pad_token, encode_prompt
+from inferlab.synthetic.tiny_model import ENDOFTEXT, tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer():
@@ -102,7 +102,7 @@ def test_pad_without_eos_or_pad_is_an_error():
 def test_eos_cross_check_reads_a_present_generation_config_and_flags_disagreement(tmp_path, tokenizer):
     from types import SimpleNamespace
 
-    from inferlab.inputs import eos_cross_check
+    from inferlab.measure.inputs import eos_cross_check
 
     config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                              pad_token_id=None)

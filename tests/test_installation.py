@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import installation
+from inferlab.host import installation
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA1_RUN = REPO_ROOT / "tests" / "fixtures" / "schema1-run"
@@ -88,7 +88,7 @@ def run_installer(venv: Path, lock: Path, cpu_index: str, default_index: str) ->
     env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=default_index, PIP_NO_CACHE_DIR="1",
                PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([str(venv / "bin" / "python"), "-m", "inferlab.installation", "--lock", str(lock),
+    return subprocess.run([str(venv / "bin" / "python"), "-m", "inferlab.host.installation", "--lock", str(lock),
                            "--cpu-index", cpu_index, "--timeout", "2"], capture_output=True, text=True, env=env,
                           cwd=REPO_ROOT, timeout=600)
 
@@ -148,7 +148,7 @@ def test_the_torch_line_is_read_from_the_lock():
 
 
 def test_the_manifest_says_which_torch_build_is_installed():
-    from inferlab import environment
+    from inferlab.host import environment
 
     import torch  # noqa: F401  # imported, so the build itself is asked
 
@@ -181,7 +181,7 @@ def project_distribution() -> importlib.metadata.Distribution:
              if dist.metadata["Name"] == installation.PROJECT_DISTRIBUTION]
     if len(found) != 1:
         pytest.fail(f"{sys.prefix} has {len(found)} {installation.PROJECT_DISTRIBUTION} distributions, not 1: run `make` in the "
-                    f"project folder, which installs the project editable (inferlab/installation.py --editable)")
+                    f"project folder, which installs the project editable (inferlab/host/installation.py --editable)")
     return found[0]
 
 

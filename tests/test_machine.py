@@ -1,4 +1,4 @@
-"""inferlab.machine and benchmarks/overhead.py: the machine fingerprint, its caches, where benchmark results go."""
+"""inferlab.host.machine and benchmarks/overhead.py: the machine fingerprint, its caches, where benchmark results go."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from inferlab import machine
+from inferlab.host import machine
 
 OTHER_MACHINE = {"system": "Darwin", "machine": "arm64", "cpu_model": "Apple M9", "logical_cpus": 64}
 
@@ -52,7 +52,7 @@ def test_the_benchmark_records_to_the_file_it_is_given(tmp_path, monkeypatch):
 
     import benchmarks.overhead as overhead
     from inferlab import protocol
-    from inferlab.tiny_model import tiny_gpt_neox
+    from inferlab.synthetic.tiny_model import tiny_gpt_neox
 
     threads = {}
     set_intra_op = torch.set_num_threads

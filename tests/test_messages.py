@@ -1,4 +1,4 @@
-"""inferlab.messages: warnings and library log messages captured around model calls."""
+"""inferlab.measure.messages: warnings and library log messages captured around model calls."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from inferlab.messages import capture_messages
+from inferlab.measure.messages import capture_messages
 
 
 def test_capture_sees_library_log_records_and_python_warnings():

@@ -1,4 +1,4 @@
-"""The near-tie rule (inferlab/near_tie.py) that a reference and a replay share, the greedy steps' top two as
+"""The near-tie rule (inferlab/measure/near_tie.py) that a reference and a replay share, the greedy steps' top two as
 verify checks them, and the CPU kernels a run records and compare shows. No model: constructed steps, and
 fixture runs in memory."""
 
@@ -8,11 +8,11 @@ import copy
 
 import pytest
 
-from inferlab import near_tie
-from inferlab.compare import compare, format_compare
-from inferlab.environment import cpu_kernels, describe_kernels
-from inferlab.near_tie import Step, compare_greedy, near_tie_limit
-from inferlab.replay import Part, replayed_step
+from inferlab.measure import near_tie
+from inferlab.report.compare import compare, format_compare
+from inferlab.host.environment import cpu_kernels, describe_kernels
+from inferlab.measure.near_tie import Step, compare_greedy, near_tie_limit
+from inferlab.recheck.replay import Part, replayed_step
 from inferlab.verify import verify_run
 
 from fixture_runs import fixture_runs

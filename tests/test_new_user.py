@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import cli, guidance, protocol, specimen
+from inferlab import cli, protocol, specimen
+from inferlab.specimen import guidance
 from inferlab.__main__ import main
-from inferlab.compare import compare, format_compare
-from inferlab.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.report.compare import compare, format_compare
+from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
 
 import inner_session
 from fixtures_records import copy_run
@@ -130,7 +131,8 @@ def printed_texts(runs, standin_copy, tmp_path, capsys) -> list[str]:
     texts.append((failed / "report.md").read_text(encoding="utf-8").replace(f"`{typed}`", ""))
     not_a_run = tmp_path / "notes"
     not_a_run.mkdir()
-    from inferlab import addenda_store, plan
+    from inferlab.reading import addenda_store
+    from inferlab.run import plan
 
     try:
         addenda_store.check_run(not_a_run)
@@ -364,7 +366,7 @@ def test_the_default_run_without_a_hub_says_once_that_the_specimen_could_not_be_
 
 
 def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
-    from inferlab import session_status
+    from inferlab.run import session_status
 
     def end(by_kind, acquisition):
         return session_status.session_end_fields(
@@ -457,7 +459,7 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     import os
     import socket
 
-    from inferlab.live_claim import start_identity
+    from inferlab.run.live_claim import start_identity
     from inferlab.run import ended
 
     host, runs = socket.gethostname(), tmp_path / "runs"
@@ -487,7 +489,7 @@ def test_verify_says_whether_the_process_of_a_run_without_a_session_end_still_ru
     import os
     import socket
 
-    from inferlab.live_claim import start_identity
+    from inferlab.run.live_claim import start_identity
 
     host = socket.gethostname()
     gone = killed_folder(tmp_path, "gone", {"pid": ended_pid(), "hostname": host})

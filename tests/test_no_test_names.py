@@ -46,7 +46,7 @@ def test_no_library_module_spells_an_experiment_test_or_file_name(module):
     text = (ROOT / module).read_text(encoding="utf-8")
     found = sorted(name for name in experiment_names()  # the substring test first: most names are absent
                    if name in text and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text))
-    assert not found, f"{module} spells {found}: ask the plan (inferlab.runview) which test does what instead"
+    assert not found, f"{module} spells {found}: ask the plan (inferlab.reading.runview) which test does what instead"
 
 
 # --- renaming a test: a built run whose node ids are renamed consistently, re-hashed ---------------------------

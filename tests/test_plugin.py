@@ -493,7 +493,7 @@ def test_a_ctrl_c_that_abandons_the_final_records_prints_one_line_and_keeps_the_
 
 
 def test_abandoning_says_where_the_run_stands_and_exits_with_128_plus_the_signal(capsys):
-    from inferlab.interrupts import SignalWatch
+    from inferlab.run.interrupts import SignalWatch
 
     exits = []
     watch = SignalWatch(exit_process=exits.append)
@@ -566,7 +566,7 @@ def test_collect_only_lists_the_tests_and_writes_no_run_folder(suite, where):
 
 def test_a_collect_only_session_end_is_never_complete():
     """What an older inferlab recorded for --co (and verify and the report still read) is never complete."""
-    from inferlab import session_status
+    from inferlab.run import session_status
 
     end = session_status.session_end_fields(
         exit_status=0, exit_code_name="OK", signals=[], collect_only=True, plan_only=False, stopped_reason=None,
@@ -630,7 +630,7 @@ def test_a_new_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite)
 
 
 def test_two_new_run_dirs_with_the_same_name_in_the_same_second_stay_apart(tmp_path):
-    from inferlab.records import claim_new_run_dir
+    from inferlab.base.records import claim_new_run_dir
 
     first = claim_new_run_dir(tmp_path / "runs", "20250101T000000Z-standin", {"pid": 1})
     second = claim_new_run_dir(tmp_path / "runs", "20250101T000000Z-standin", {"pid": 2})
@@ -655,7 +655,7 @@ def test_a_second_run_ending_the_same_way_in_the_same_second_gets_a_numbered_hon
 def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
     import errno
 
-    from inferlab import records
+    from inferlab.base import records
 
     rename = os.rename
 
@@ -675,7 +675,7 @@ def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
 
 
 def test_the_name_of_a_failed_run_says_whether_it_was_also_partial():
-    from inferlab.session_status import outcome_suffix
+    from inferlab.run.session_status import outcome_suffix
 
     ended = {"plan_only": False, "interrupted": False, "stopped_early": False, "collect_only": False,
              "tests_without_outcome": [], "exit_code_name": "TESTS_FAILED", "protocol_complete": True}
@@ -688,7 +688,7 @@ def test_the_name_of_a_failed_run_says_whether_it_was_also_partial():
 
 def test_the_name_tells_a_finding_of_the_protocol_from_a_failed_harness():
     """Issue 26 A7: a failed protocol diagnostic is a finding (-findings); a failed integrity check is not."""
-    from inferlab.session_status import outcome_suffix
+    from inferlab.run.session_status import outcome_suffix
 
     ended = {"plan_only": False, "interrupted": False, "stopped_early": False, "collect_only": False,
              "tests_without_outcome": [], "exit_code_name": "TESTS_FAILED", "protocol_complete": True}
@@ -734,7 +734,7 @@ def test_a_failed_integrity_check_says_the_harness_failed_on_the_last_line(suite
 
 
 def test_renaming_never_takes_over_a_name_another_run_holds(tmp_path):
-    from inferlab.records import rename_with_suffix
+    from inferlab.base.records import rename_with_suffix
 
     run = tmp_path / "20250101T000000Z-standin"
     run.mkdir()
@@ -854,7 +854,7 @@ def test_predictions_that_are_not_a_regular_file_say_what_they_are(suite):
 def test_a_read_only_record_dir_is_refused_naming_the_reason(tmp_path, monkeypatch):
     import errno
 
-    from inferlab.records import RecordDirError, claim_record_dir
+    from inferlab.base.records import RecordDirError, claim_record_dir
 
     def read_only(self, *args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system", str(self))
@@ -925,7 +925,7 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
     run = suite.path / "run"
     manifest = json.loads((run / "manifest.json").read_text())
     source = suite.path / "experiments" / "test_exp.py"
-    from inferlab.records import sha256_file
+    from inferlab.base.records import sha256_file
 
     assert manifest["source_sha256"]["experiments/test_exp.py"] != sha256_file(source)  # the start's hash
     assert manifest["environment_changed_during_run"] == ["source_sha256: experiments/test_exp.py"]

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from inferlab import cache_check, loading, protocol, recipe
+from inferlab.measure import cache_check, loading
+from inferlab import protocol
+from inferlab.synthetic import recipe
 
 # The issue's bar for the stand-in's first step under G, and a realistic logit range.
 MAX_ENTROPY_NATS = 6.0
@@ -22,7 +24,7 @@ def model_from_recipe(variant: recipe.Variant = recipe.BASE):
     """GPTNeoXForCausalLM with the stand-in's architecture holding the recipe's tensors (as float32)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from inferlab import standin
+    from inferlab.synthetic import standin
 
     fields = {key: value for key, value in standin.CONFIG.items() if not key.startswith("inferlab_")}
     config = GPTNeoXConfig(**fields, attn_implementation="eager")
@@ -212,7 +214,7 @@ def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, 
 def test_the_standins_matrix_stops_early_on_eos_and_greedy_p1_gives_the_cache_test_8_tokens(loaded, prompt_ids):
     """Issue 12's bar, kept by a test: some of the 26 protocol trials end on EOS before 16 tokens, while
     P1's greedy trial does not stop before the cache test's 8 target tokens."""
-    from inferlab import sampling
+    from inferlab.measure import sampling
 
     model, tokenizer = loaded["model"], loaded["tokenizer"]
     early, greedy_p1 = [], None

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from inferlab import protocol, replica, specimen, standin
+from inferlab import protocol, specimen
+from inferlab.synthetic import replica, standin
 
 REFERENCE = replica.reference_dir()
 pytestmark = pytest.mark.skipif(
@@ -76,7 +77,7 @@ def test_second_build_gives_identical_bytes(replica_build, tmp_path):
 
 @pytest.mark.slow
 def test_the_real_configuration_loads_as_float32(replica_dir):
-    from inferlab import loading
+    from inferlab.measure import loading
 
     loaded = loading.load_specimen(replica_dir, specimen.load_spec("replica"))
     config = loaded["model"].config
@@ -153,7 +154,7 @@ def test_replica_without_its_reference_is_a_usage_error(pytester, monkeypatch, t
 
 
 def test_pieces_of_rows_without_a_token_are_null_with_a_note(tokenizer):
-    from inferlab.inputs import NO_TOKEN_NOTE, token_pieces
+    from inferlab.measure.inputs import NO_TOKEN_NOTE, token_pieces
 
     pieces = token_pieces(tokenizer, [510, 50290, 0])
     assert pieces["pieces"] == ["The", None, "<|endoftext|>"]
@@ -165,7 +166,7 @@ def test_pieces_of_rows_without_a_token_are_null_with_a_note(tokenizer):
 def test_eos_ids_agree_and_the_missing_generation_config_is_recorded(tokenizer, replica_dir):
     from transformers import AutoConfig
 
-    from inferlab.inputs import eos_cross_check
+    from inferlab.measure.inputs import eos_cross_check
 
     check = eos_cross_check(replica_dir, tokenizer, AutoConfig.from_pretrained(replica_dir, local_files_only=True))
     assert check["eos_token_id_by_source"] == {"tokenizer": 0, "config.json": 0}

@@ -9,11 +9,12 @@ import math
 import numpy
 import pytest
 
-from inferlab import guidance, protocol, report
+from inferlab.specimen import guidance
+from inferlab import protocol, report
 from inferlab.__main__ import main
-from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
+from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
 from inferlab.report import details, logits, tables
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 from fixtures_records import (
     BANDWIDTH_BYTES_PER_S,
@@ -775,9 +776,9 @@ def test_a_real_specimens_text_is_said_to_be_data_that_can_be_false_offensive_or
 def test_a_run_whose_environment_changed_is_never_called_passed(runs, tmp_path):
     """B4: the session_end names what changed; the verdict says so before any 'every planned test passed'."""
     run = build_rich_run(tmp_path / "edited", session_end={"environment_changed_during_run": [
-        "source_sha256: inferlab/cache_check.py"]}, base=runs.get("complete"))
+        "source_sha256: inferlab/measure/cache_check.py"]}, base=runs.get("complete"))
     status = section(page(run), "Run status")
-    assert "**Verdict:** **The environment changed during the run** (source_sha256: inferlab/cache_check.py)" in status
+    assert "**Verdict:** **The environment changed during the run** (source_sha256: inferlab/measure/cache_check.py)" in status
     assert "Every planned test passed" not in status
     from inferlab.verify import verify_run
 

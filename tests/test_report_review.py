@@ -8,8 +8,9 @@ import re
 import statistics
 from pathlib import Path
 
-from inferlab import protocol, report, summaries
-from inferlab.records import RECORDS_FILE, REPORT_FILE
+from inferlab import protocol, report
+from inferlab.measure import summaries
+from inferlab.base.records import RECORDS_FILE, REPORT_FILE
 
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)
 

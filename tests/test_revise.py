@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy
 import pytest
 
-from inferlab import addenda, protocol
+from inferlab.reading import addenda
+from inferlab import protocol
 from inferlab.__main__ import main
-from inferlab.revised_criterion import RevisedCriterion, evaluate, judge
-from inferlab.runview import RunView
+from inferlab.measure.revised_criterion import RevisedCriterion, evaluate, judge
+from inferlab.reading.runview import RunView
 from inferlab.verify import verify_run
 
 from fixtures_records import copy_run, rewrite_records
@@ -101,7 +102,7 @@ def test_revise_and_the_run_option_record_the_same_shape_and_numbers(standin):
     import torch
     from safetensors.torch import load_file
 
-    from inferlab import cache_check
+    from inferlab.measure import cache_check
 
     assert revise(standin, "1e-7,0") == 0
     kept = document(standin)
@@ -118,7 +119,7 @@ def test_revise_and_the_run_option_record_the_same_shape_and_numbers(standin):
 def test_the_shared_judge_decides_as_the_declared_comparison_does(special):
     import torch
 
-    from inferlab.cache_check import compare_vectors
+    from inferlab.measure.cache_check import compare_vectors
 
     generator = torch.Generator().manual_seed(3)
     uncached = torch.randn(257, generator=generator)

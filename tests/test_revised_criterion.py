@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferlab import protocol
-from inferlab.revised_criterion import (
+from inferlab.measure.revised_criterion import (
     RevisedCriterionError,
     check_options,
     from_options,

@@ -21,12 +21,14 @@ from types import SimpleNamespace
 import numpy
 import pytest
 
-from inferlab import addenda_store, protocol, replay
-from inferlab import revised_criterion as criteria
+from inferlab.reading import addenda_store
+from inferlab import protocol
+from inferlab.recheck import replay
+from inferlab.measure import revised_criterion as criteria
 from inferlab.__main__ import main
-from inferlab.records import CLAIM_FILE, MANIFEST_FILE, RECORDS_FILE, REPORT_FILE, utc_now
-from inferlab.revised_criterion import RevisedCriterionError, check_options, parse_criterion
-from inferlab.runview import RunView
+from inferlab.base.records import CLAIM_FILE, MANIFEST_FILE, RECORDS_FILE, REPORT_FILE, utc_now
+from inferlab.measure.revised_criterion import RevisedCriterionError, check_options, parse_criterion
+from inferlab.reading.runview import RunView
 from inferlab.verify import verify_run
 
 from fixtures_records import abandon_finish, copy_run, kill_after
@@ -37,12 +39,12 @@ from test_revise import JUSTIFICATION, aligned
 
 
 class LiveClaim:
-    """inferlab.live_claim, imported when a test uses it (so that each test here fails on its own without it)."""
+    """inferlab.run.live_claim, imported when a test uses it (so that each test here fails on its own without it)."""
 
     def __getattr__(self, name):
         import importlib
 
-        return getattr(importlib.import_module("inferlab.live_claim"), name)
+        return getattr(importlib.import_module("inferlab.run.live_claim"), name)
 
 
 live_claim = LiveClaim()
@@ -138,7 +140,7 @@ def test_a_claim_made_on_another_host_is_allowed_and_says_it_was_not_checked(run
 
 
 def test_where_proc_cannot_say_a_running_pid_is_taken_for_the_session(monkeypatch, tmp_path):
-    import inferlab.live_claim as module
+    import inferlab.run.live_claim as module
 
     claim = {"pid": os.getpid(), "hostname": socket.gethostname(), "claimed_utc": utc_now(),
              "process_start": module.start_identity(os.getpid())}

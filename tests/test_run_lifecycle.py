@@ -8,8 +8,8 @@ import types
 import pytest
 
 from fixtures_records import REPO_ROOT, FixedSurroundings, TickingClock, TickingStamp
-from inferlab import session_status
-from inferlab.plan import EXPERIMENTS_DIR, TestFacts, selection_of
+from inferlab.run import session_status
+from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, selection_of
 from inferlab.run import lifecycle, writers
 
 

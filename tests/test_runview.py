@@ -1,4 +1,4 @@
-"""inferlab.runview and inferlab.schema: one reader of a run, built from data in memory or read from disk once,
+"""inferlab.reading.runview and inferlab.reading.schema: one reader of a run, built from data in memory or read from disk once,
 and the run written by inferlab before runs named their schema (tests/fixtures/schema1-run)."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy
 import pytest
 
-from inferlab import report, schema
+from inferlab import report
+from inferlab.reading import schema
 from inferlab.__main__ import main
-from inferlab.compare import compare
-from inferlab.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
-from inferlab.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
+from inferlab.report.compare import compare
+from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
+from inferlab.reading.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
 from inferlab.verify import verify_run
 
 SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"

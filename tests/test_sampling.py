@@ -1,4 +1,4 @@
-"""inferlab.sampling: one generate() trial, its complete config, processors and raw logits (a recorded trial replayed
+"""inferlab.measure.sampling: one generate() trial, its complete config, processors and raw logits (a recorded trial replayed
 in a fresh process with plain transformers is tests/test_experiment_runs.py's, on the stand-in run)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import torch
 from transformers import GenerationConfig
 
 from inferlab import protocol
-from inferlab.inputs import encode_prompt
-from inferlab.messages import capture_messages
-from inferlab.sampling import (
+from inferlab.measure.inputs import encode_prompt
+from inferlab.measure.messages import capture_messages
+from inferlab.measure.sampling import (
     build_generation_config,
     generation_cache_record,
     observe_generation_cache,
@@ -22,7 +22,7 @@ from inferlab.sampling import (
     run_generation_trial,
     stop_reason,
 )
-from inferlab.tiny_model import tiny_gpt_neox, tiny_tokenizer
+from inferlab.synthetic.tiny_model import tiny_gpt_neox, tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer():
@@ -260,7 +260,7 @@ def test_replay_in_process_reproduces_a_sampling_trial(model, first_trials):
 
 @pytest.mark.parametrize("condition_name", list(protocol.CONDITIONS))
 def test_expected_processors_match_what_generate_builds(model, condition_name):
-    from inferlab.sampling import expected_processor_classes
+    from inferlab.measure.sampling import expected_processor_classes
 
     condition = protocol.CONDITIONS[condition_name]
     config = build_generation_config(condition, eos_token_id=0, pad_token_id=0)
@@ -269,7 +269,7 @@ def test_expected_processors_match_what_generate_builds(model, condition_name):
 
 
 def test_expected_processors_include_a_top_k_that_is_not_zero():
-    from inferlab.sampling import expected_processor_classes
+    from inferlab.measure.sampling import expected_processor_classes
 
     condition = protocol.Condition("K", do_sample=True, temperature=0.7, top_p=0.9, top_k=50)
     assert expected_processor_classes(condition) == ["TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"]
@@ -339,7 +339,7 @@ def test_the_same_cache_object_twice_is_not_new(model):
     assert not cache["new_object"] and not cache["fresh"] and "NOT a new object" in cache["how"]
 
 
-# --- every greedy step's top two (a reference across machines, inferlab.near_tie) --------------------------
+# --- every greedy step's top two (a reference across machines, inferlab.measure.near_tie) --------------------------
 
 
 def test_a_greedy_trial_records_each_steps_top_two_from_its_own_raw_logits(model, first_trials, prompt):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferlab import environment, predictions, session_status
+from inferlab.host import environment
+from inferlab.run import predictions, session_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,9 @@ import hashlib
 
 import pytest
 
-from inferlab import loading, protocol, specimen
-from inferlab.netguard import NetworkBlocked, block_network
+from inferlab.measure import loading
+from inferlab import protocol, specimen
+from inferlab.specimen.netguard import NetworkBlocked, block_network
 from inferlab.specimen import SpecimenError
 
 WEIGHTS = "model.safetensors"

@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from inferlab import loading, protocol, specimen
+from inferlab.measure import loading
+from inferlab import protocol, specimen
 from inferlab.specimen import SpecimenError
 
 PINS_FILE = "model.safetensors"

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from inferlab import protocol, specimen, standin
+from inferlab import protocol, specimen
+from inferlab.synthetic import standin
 
 
 def test_build_matches_every_pin(standin_build, standin_spec):
@@ -51,8 +52,8 @@ def test_weight_tensors_follow_pythia_names_shapes_and_float16(standin_dir):
 
 @pytest.mark.slow
 def test_weights_are_the_recipes(standin_dir):
-    """The stand-in stores inferlab.recipe's tensors, bit for bit, under the real names."""
-    from inferlab import recipe
+    """The stand-in stores inferlab.synthetic.recipe's tensors, bit for bit, under the real names."""
+    from inferlab.synthetic import recipe
 
     expected = recipe.weights()
     with safe_open(standin_dir / "model.safetensors", framework="numpy") as handle:
@@ -148,7 +149,7 @@ def test_command_line_reports_a_target_it_cannot_create_without_a_traceback(tmp_
 
 def test_a_refusal_counts_its_entries_in_good_grammar(tmp_path):
     """Issue 26 B10: it said 'holds 1 entries'."""
-    from inferlab import standin
+    from inferlab.synthetic import standin
 
     (tmp_path / "one").mkdir()
     (tmp_path / "one" / "x").write_text("x")

@@ -1,9 +1,9 @@
-"""inferlab.summaries: what the sampling summary counts."""
+"""inferlab.measure.summaries: what the sampling summary counts."""
 
 from __future__ import annotations
 
 from inferlab import protocol
-from inferlab.summaries import sampling_summary
+from inferlab.measure.summaries import sampling_summary
 
 
 def test_an_eos_as_the_last_allowed_token_is_not_an_early_stop():
@@ -18,7 +18,7 @@ def test_an_eos_as_the_last_allowed_token_is_not_an_early_stop():
 
 
 def test_the_post_first_interval_comes_from_the_nanosecond_stamps_when_a_record_has_them():
-    from inferlab.summaries import post_first_interval, post_first_interval_s, token_times
+    from inferlab.measure.summaries import post_first_interval, post_first_interval_s, token_times
 
     stamps = [1_000_000_007, 1_000_100_011, 1_000_200_013]  # perf_counter_ns values, t_1..t_3
     assert post_first_interval_s(stamps) == (stamps[-1] - stamps[0]) / 2 / 1e9

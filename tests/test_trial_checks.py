@@ -3,7 +3,7 @@
 a. logits_to_keep is checked on the prefill forward of every timing trial: the last forward of a cache-on trial
    feeds one token, so its logits have one position whether or not the setting was honoured.
 g. The P1x8 loop, which has no generate() call in the budget, is checked against generate() by what it feeds the
-   model at every step (inferlab.loop_check), with no forward run; P1's stays checked by ids.
+   model at every step (inferlab.measure.loop_check), with no forward run; P1's stays checked by ids.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferlab import cache_check, decode_loop, forward_mode, loop_check, protocol
-from inferlab.decode_loop import run_greedy_loop
-from inferlab.tiny_model import tiny_gpt_neox
+from inferlab.measure import cache_check, decode_loop, forward_mode, loop_check
+from inferlab import protocol
+from inferlab.measure.decode_loop import run_greedy_loop
+from inferlab.synthetic.tiny_model import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import protocol, summaries
-from inferlab.plan import plan_totals
+from inferlab import protocol
+from inferlab.measure import summaries
+from inferlab.run.plan import plan_totals
 from inferlab.__main__ import main
-from inferlab.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
-from inferlab.compare import compare, format_compare
+from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
+from inferlab.report.compare import compare, format_compare
 from inferlab.verify import verify_run
 
 from fixtures_records import (

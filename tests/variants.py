@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from inferlab import recipe
+from inferlab.synthetic import recipe
 
 
 def pin_variant(project_path: Path, name: str, builder, variant: recipe.Variant, directory: Path) -> dict:

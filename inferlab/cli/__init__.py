@@ -75,7 +75,7 @@ def directory(value: str) -> Path:
 
 def refuse_non_run(command: str, *record_dirs: Path) -> bool:
     """Say so, and return True, when a folder is not a run's record dir: no command reads or writes in one."""
-    from inferlab.runview import not_a_run_reason
+    from inferlab.reading.runview import not_a_run_reason
 
     reasons = [reason for reason in map(not_a_run_reason, record_dirs) if reason]
     for reason in reasons:
@@ -104,7 +104,7 @@ def refuse_missing_dependencies(command: str, record_dirs, names=READER_DEPENDEN
     missing = missing_dependencies(names)
     if not missing:
         return False
-    from inferlab.runview import RunView
+    from inferlab.reading.runview import RunView
 
     recorded = []
     for record_dir in record_dirs:

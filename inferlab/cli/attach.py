@@ -1,5 +1,5 @@
 """`attach RUN_DIR FILE [--kind KIND]`: keep a file written after the run (by default the learner's explanation)
-beside the run's records, as an addendum (inferlab.addenda_store); nothing the session wrote changes."""
+beside the run's records, as an addendum (inferlab.reading.addenda_store); nothing the session wrote changes."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ KIND = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 def kind(value: str) -> str:
     """An argparse type: a lower-case word, and not the kind only `revise` writes."""
-    from inferlab.addenda import REVISED_KIND
+    from inferlab.reading.addenda import REVISED_KIND
 
     if not KIND.match(value):
         raise argparse.ArgumentTypeError(f"expected a lower-case word (a-z, 0-9, _; at most 40 characters, for "
@@ -73,7 +73,7 @@ def refused(command: str, error) -> int:
 
 def cannot_write(command: str, directory: Path, error: OSError) -> int:
     """An OSError met while writing (after undoing what was written): the exit code 2."""
-    from inferlab.records import os_error_words
+    from inferlab.base.records import os_error_words
 
     print(f"{command}: {directory} could not be written ({os_error_words(error)}); nothing was kept",
           file=sys.stderr)
@@ -99,7 +99,7 @@ def after_hint(command: str, directory: Path) -> str:
 
 def run_attach(record_dir: Path, file: Path, kind_name: str) -> int:
     """`attach RUN_DIR FILE`: check both, keep the copy and its ledger line, say what was kept; the exit code."""
-    from inferlab import addenda, addenda_store
+    from inferlab.reading import addenda, addenda_store
 
     try:
         state = addenda_store.check_run(record_dir)

@@ -25,7 +25,7 @@ def run(args) -> int:
 def run_compare(dir1, dir2) -> int:
     """`compare DIR1 DIR2`: the comparison as text; exit 0, 2 when a directory cannot be read, 3 when a run fails
     verify (its integrity problems head the output)."""
-    from inferlab.compare import compare, format_compare
+    from inferlab.report.compare import compare, format_compare
 
     if refuse_non_run("compare", dir1, dir2) or refuse_missing_dependencies("compare", [dir1, dir2]):
         return EXIT_UNREADABLE

@@ -79,7 +79,7 @@ def gradescope_submission(folder: Path) -> Optional[tuple[Path, Path]]:
     Gradescope keeps a submission; None for anything else."""
     from inferlab.grading.archive import ARCHIVE_SUFFIXES
     from inferlab.grading.likeness import GRADESCOPE_METADATA
-    from inferlab.runview import not_a_run_reason
+    from inferlab.reading.runview import not_a_run_reason
 
     metadata = folder / GRADESCOPE_METADATA
     if not folder.is_dir() or not metadata.is_file() or not_a_run_reason(folder) is None:
@@ -105,7 +105,7 @@ def _what_folder(folder: Path) -> str:
 
     from inferlab.cli import spelled
     from inferlab.grading.grade import submissions_in
-    from inferlab.runview import not_a_run_reason
+    from inferlab.reading.runview import not_a_run_reason
 
     members = submissions_in(folder) or []
     if not all(member.is_dir() and not_a_run_reason(member) is None for member in members):
@@ -124,7 +124,7 @@ def run(args) -> int:
     from inferlab.grading.replayed import GraderCopy, GraderCopyError, grade_sources
     from inferlab.grading.reference import ReferenceError, load_reference, specimens_given
     from inferlab.grading.rubric import RubricError, load_rubric
-    from inferlab.records import write_text_atomic
+    from inferlab.base.records import write_text_atomic
 
     try:
         rubric = load_rubric(args.rubric)

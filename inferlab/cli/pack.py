@@ -32,7 +32,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from inferlab.grading.pack import PackError, pack_run
-    from inferlab.runview import RunView
+    from inferlab.reading.runview import RunView
     from inferlab.verify import verify_run
 
     if refuse_non_run("pack", args.record_dir):

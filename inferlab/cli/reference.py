@@ -31,10 +31,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from inferlab.environment import describe_kernels
+    from inferlab.host.environment import describe_kernels
     from inferlab.grading.reference import make_reference
-    from inferlab.records import write_json_atomic
-    from inferlab.runview import RunView
+    from inferlab.base.records import write_json_atomic
+    from inferlab.reading.runview import RunView
     from inferlab.verify import verify_run
 
     if refuse_non_run("reference", args.record_dir):

@@ -36,7 +36,7 @@ def integrity_problems(record_dir) -> list[str]:
 
 
 def run(args) -> int:
-    from inferlab.replay import ReplayError, format_part, replay_run
+    from inferlab.recheck.replay import ReplayError, format_part, replay_run
 
     if refuse_non_run("replay", args.record_dir):
         return EXIT_UNREADABLE

@@ -52,7 +52,7 @@ def run_report(record_dir, check: bool, write: bool, after: bool = False) -> int
     needed = READER_DEPENDENCIES + (PLOT_DEPENDENCIES if write else ())
     if refuse_missing_dependencies("report", [record_dir], needed):
         return EXIT_UNREADABLE
-    from inferlab.runview import RunView
+    from inferlab.reading.runview import RunView
 
     view = RunView.read(record_dir)
     if view.is_plan_folder:
@@ -60,7 +60,7 @@ def run_report(record_dir, check: bool, write: bool, after: bool = False) -> int
               f"its schedule is in plan.json", file=sys.stderr)
         return EXIT_OK
     if view.session_end is None:
-        from inferlab.live_claim import claimant, read_claim
+        from inferlab.run.live_claim import claimant, read_claim
 
         how = ("it is still running" if claimant(read_claim(record_dir)).live else
                "it never reached its end: it was killed or crashed")

@@ -1,5 +1,5 @@
 """`revise RUN_DIR --cache-criterion ATOL,RTOL --justification TEXT`: the run's saved matched-prefix logits judged
-again under a justified revised criterion (inferlab.revise), kept as an addendum; the declared criterion and its
+again under a justified revised criterion (inferlab.recheck.revise), kept as an addendum; the declared criterion and its
 verdict stay as recorded."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from inferlab.cli import EXIT_OK, EXIT_UNREADABLE
 from inferlab.cli.attach import after_hint, cannot_write, refused, state_lines, waiting
-from inferlab.revised_criterion import MIN_DISTINCT_WORDS, MIN_WORDS
+from inferlab.measure.revised_criterion import MIN_DISTINCT_WORDS, MIN_WORDS
 
 NAME = "revise"
 HELP = ("judge RUN_DIR's saved matched-prefix logits again under a justified revised cache criterion and keep the "
@@ -31,7 +31,7 @@ No model is loaded: the logits are the ones the run saved in tensors/, checked a
 
 
 def add_arguments(parser) -> None:
-    from inferlab.revised_criterion import parse_criterion
+    from inferlab.measure.revised_criterion import parse_criterion
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXIT_CODES
@@ -48,10 +48,11 @@ def run(args) -> int:
 
 def run_revise(record_dir: Path, criterion, justification: str) -> int:
     """`revise RUN_DIR ...`: check, judge again, keep, and print both verdicts per prefix; the exit code."""
-    from inferlab import addenda_store, revise
-    from inferlab.addenda import REVISED_KIND
-    from inferlab.records import jsonable, utc_now
-    from inferlab.revised_criterion import RevisedCriterion, justification_problem
+    from inferlab.reading import addenda_store
+    from inferlab.recheck import revise
+    from inferlab.reading.addenda import REVISED_KIND
+    from inferlab.base.records import jsonable, utc_now
+    from inferlab.measure.revised_criterion import RevisedCriterion, justification_problem
 
     if not justification.strip():
         print(f"{NAME}: --justification {justification!r}: expected a sentence saying why "

@@ -3,7 +3,7 @@ writes the zip, and the two scripts in it call this module inside Gradescope's c
 
 The zip holds, at its root (Gradescope unpacks it into /autograder/source):
     setup.sh         run once when Gradescope builds the image: a Python of the lock's version, .venv from
-                     requirements.lock with CPU torch from PyTorch's CPU index (inferlab.installation, as the
+                     requirements.lock with CPU torch from PyTorch's CPU index (inferlab.host.installation, as the
                      Makefile does), then `python -m inferlab.grading.autograder prepare` (the specimen acquired
                      and verified offline, so a submission is graded without the network)
     run_autograder   run for every submission: `python -m inferlab.grading.autograder run`
@@ -375,7 +375,7 @@ def grade_submission(root: Path) -> tuple[str, Optional[object]]:
 
 def run(root: Path) -> int:
     """run_autograder: grade the submission and write root/results/results.json (always, even for a refusal)."""
-    from inferlab.records import write_text_atomic
+    from inferlab.base.records import write_text_atomic
 
     results = Path(root) / "results"
     results.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ lock installed: setup.sh then skips its installation step, and run_autograder us
 SETUP_SH = r"""#!/usr/bin/env bash
 # Gradescope runs this once when it builds the autograder's image (the zip is unpacked in $ROOT/source).
 #   1. install: a Python of the lock's version (apt on Gradescope's Ubuntu image when the default one is older),
-#      .venv from requirements.lock, torch from PyTorch's CPU index first (inferlab/installation.py, as the
+#      .venv from requirements.lock, torch from PyTorch's CPU index first (inferlab/host/installation.py, as the
 #      Makefile does), and the course's copy of inferlab itself, editable. Skipped when AUTOGRADER_PYTHON names a
 #      Python that already has the lock installed.
 #   2. prepare: the course's specimen acquired offline and verified (the stand-in is built here), so that no
@@ -26,7 +26,7 @@ install() {
     base=python3.11
   fi
   "$base" -m venv .venv
-  .venv/bin/python -m inferlab.installation --lock requirements.lock --cpu-index "$TORCH_CPU_INDEX" --editable .
+  .venv/bin/python -m inferlab.host.installation --lock requirements.lock --cpu-index "$TORCH_CPU_INDEX" --editable .
 }
 
 if [ -n "${AUTOGRADER_PYTHON:-}" ]; then

@@ -20,7 +20,7 @@ from inferlab.grading.grade import RunGrade, worst
 from inferlab.grading.likeness import SHARED_FINDING, Traits, distinct_machines, flag_grades, learner_facts, \
     pair_text, shared_pairs
 from inferlab.grading.rubric import ITEM_NUMBERS
-from inferlab.records import write_text_atomic
+from inferlab.base.records import write_text_atomic
 
 CLASS_PAGE = "class.md"
 SPREAD_PLOT = "class_decode_interval_ratio.png"
@@ -74,7 +74,7 @@ def draw_spread(grades: list[RunGrade], path: Optional[Path]):
     """The plot: per timing prompt (labelled with the token lengths the runs found), one point per submission at
     its cache-on/cache-off decode interval ratio (1 = the cache changed nothing); the caption counts the
     submissions and, when known, the distinct machine fingerprints among them."""
-    from inferlab.plots import _figure, _save
+    from inferlab.report.plots import _figure, _save
 
     points = ratio_points(grades)
     figure = _figure(7.5, 5.0)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
-from inferlab.records import MANIFEST_FILE, RECORDS_FILE
-from inferlab.runview import RunView, function_name
+from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.reading.runview import RunView, function_name
 
 PASS, FAIL, MANUAL = "pass", "fail", "manual"
 EVIDENCE_SHOWN = 8  # a check lists at most this many records; the count says how many there are

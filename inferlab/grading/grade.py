@@ -30,9 +30,9 @@ from inferlab.grading import items as checklist
 from inferlab.grading.evidence import FAIL, MANUAL, PASS, Check, Evidence
 from inferlab.grading.measures import key_measurements, prompt_lengths
 from inferlab.grading.rubric import Rubric, RubricItem
-from inferlab.records import RECORDS_FILE
+from inferlab.base.records import RECORDS_FILE
 from inferlab.report.fmt import message_lines
-from inferlab.runview import RunView, not_a_run_reason, short_test
+from inferlab.reading.runview import RunView, not_a_run_reason, short_test
 
 GRADE_FORMAT = "inferlab-grade"
 GRADE_SCHEMA = 1
@@ -198,7 +198,7 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
     run on the grader's copy and folds the result in; None when no replay was asked for); rename replaces a
     temporary folder's path by the archive's name in every line shown."""
     from inferlab.grading import replayed
-    from inferlab.environment import describe_kernels
+    from inferlab.host.environment import describe_kernels
     from inferlab.grading.harness import compare_harness, grader_root
     from inferlab.grading.recompute import check_flags, lock_conformance
     from inferlab.grading.reference import ReferenceMismatch, choose_reference, compare_reference

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 HARNESS_PARTS = ("inferlab/", "experiments/", "artifacts/", "conftest.py", "pytest.ini")
 SHOWN = 12  # files named one by one; the count says how many more
@@ -45,7 +45,7 @@ def grader_root() -> Path:
 
 @functools.lru_cache(maxsize=4)
 def _hashes_of(root: str) -> tuple[tuple[str, str], ...]:
-    from inferlab.environment import source_hashes
+    from inferlab.host.environment import source_hashes
 
     return tuple((path, digest) for path, digest in source_hashes(Path(root)).items() if in_harness(path))
 

@@ -3,7 +3,7 @@ their evidence. Pure functions: no model, no writes.
 
 Items 2 to 6 are what the run recorded, so a machine can check them. Items 1 and 7 are written work: the
 predictions are checked for being there and answered, and the explanation (attached after the run, see
-inferlab.addenda) for being there; its content is for a person to grade, so the item's status is `manual`,
+inferlab.reading.addenda) for being there; its content is for a person to grade, so the item's status is `manual`,
 carrying its structure check, and `fail` only when the work is absent. Both are judged from the files
 themselves, with the grader's templates (inferlab.grading.recompute), never from the flags the manifest or the
 ledger carries.
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from inferlab import predictions, protocol
+from inferlab.run import predictions
+from inferlab import protocol
 from inferlab.cli import spelled
 from inferlab.grading.evidence import (
     FAIL,
@@ -32,9 +33,9 @@ from inferlab.grading.evidence import (
     missing_check,
     passed,
 )
-from inferlab.records import PLAN_FILE, PREDICTIONS_FILE
+from inferlab.base.records import PLAN_FILE, PREDICTIONS_FILE
 from inferlab.report.fmt import message_lines
-from inferlab.runview import DIAGNOSTIC, FAILING, RunView, file_of, short_test
+from inferlab.reading.runview import DIAGNOSTIC, FAILING, RunView, file_of, short_test
 
 # The record kinds each item rests on: a harness-integrity test that writes one of them and did not pass fails
 # that item. Kinds that only protocol diagnostics write (first_step_logits_check, sampling_summary,
@@ -110,7 +111,7 @@ def latest_explanation(view: RunView) -> Optional[dict]:
 
 
 def _ledger_evidence(entry: dict) -> list[Evidence]:
-    from inferlab.addenda import LEDGER_FILE
+    from inferlab.reading.addenda import LEDGER_FILE
 
     seq = entry.get("seq") if isinstance(entry.get("seq"), int) else None
     return [Evidence(LEDGER_FILE, EXPLANATION_KIND, seq), Evidence(str(entry.get("file")))]
@@ -160,7 +161,7 @@ def written_sections(view: RunView, name: str, sections: tuple[str, ...], what: 
 
 def predictions_answered(view: RunView, evidence: list, required: int) -> Check:
     """Item 1: at least `required` of the six questions answered, judged from predictions.md itself (the rule is
-    inferlab.predictions'; the manifest's template flag is only checked against it)."""
+    inferlab.run.predictions'; the manifest's template flag is only checked against it)."""
     from inferlab.grading.recompute import predictions_answers
 
     found, why = predictions_answers(view)

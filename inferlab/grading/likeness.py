@@ -4,7 +4,7 @@ Each submission (a run folder or a `pack` archive) is read once more, from its f
 run's id (its folder's name), the SHA-256 of records.jsonl, the token timestamps of every timing trial, the
 weight-read samples, the attached explanation and predictions.md (compared as text with line endings and
 trailing spaces set aside, and never when they are blank or the template itself), the machine's fingerprint
-(inferlab.machine.fingerprint_of), and the learner: pack's `--learner` in submission.json, or the users of
+(inferlab.host.machine.fingerprint_of), and the learner: pack's `--learner` in submission.json, or the users of
 Gradescope's submission_metadata.json beside the submission.
 
 shared_pairs() compares every pair of submissions and returns, pair by pair, what they have in common;
@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from inferlab import addenda, predictions
-from inferlab.machine import fingerprint_of
-from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE
-from inferlab.runview import parse_records
+from inferlab.reading import addenda
+from inferlab.run import predictions
+from inferlab.host.machine import fingerprint_of
+from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE
+from inferlab.reading.runview import parse_records
 
 GRADESCOPE_METADATA = "submission_metadata.json"
 SHARED_FINDING = "shared_with_another_submission"

@@ -2,7 +2,7 @@
 local TTFT per timing prompt and cache setting, and the ratio of the median post-first-token intervals with
 and without the cache per timing prompt (below 1: the cache made decode steps faster on that machine); beside
 them the evidence those timings rest on: how many timing trials the declared rule marked contended, the run's
-A/A noise floor, and the run's own cache verdict per timing prompt (inferlab.contention: from uncontended
+A/A noise floor, and the run's own cache verdict per timing prompt (inferlab.measure.contention: from uncontended
 samples only, 'cannot_tell' within the noise).
 
 They are read from the run's records through the report's own functions (inferlab.report.measures), so the
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from inferlab import contention, protocol
+from inferlab.measure import contention
+from inferlab import protocol
 from inferlab.report import measures as report_measures
 from inferlab.report.fmt import is_number
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 
 def _median(values: list) -> Optional[float]:

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab.grading.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES, SUBMISSION_FILE
-from inferlab.records import MANIFEST_FILE, sha256_file
-from inferlab.runview import RunView
+from inferlab.base.records import MANIFEST_FILE, sha256_file
+from inferlab.reading.runview import RunView
 
 SUBMISSION_FORMAT = "inferlab-submission"
 SUBMISSION_SCHEMA = 1

@@ -3,10 +3,10 @@ side; and every summary flag the run carries checked against what it summarises.
 
 A learner can write any field of manifest.json or addenda.jsonl and re-hash the inventory. So the grade never
 rests on a flag:
-- the predictions: which of the six questions predictions.md answers (inferlab.predictions.question_answers of
+- the predictions: which of the six questions predictions.md answers (inferlab.run.predictions.question_answers of
   the run's own copy, with the grader's template);
-- the explanation's structure: inferlab.addenda.structure_of of the attached file, with the grader's template;
-- lock conformance: inferlab.environment.lock_check of the run's recorded `distributions` and Python against
+- the explanation's structure: inferlab.reading.addenda.structure_of of the attached file, with the grader's template;
+- lock conformance: inferlab.host.environment.lock_check of the run's recorded `distributions` and Python against
   the grader's requirements.lock. When the run's lock (its `requirements_lock_sha256`) is the grader's, the
   run's own `lock_check` must be exactly that; when it is another lock, that is said, and conformance is
   judged against the grader's lock.
@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from inferlab import addenda, predictions
+from inferlab.reading import addenda
+from inferlab.run import predictions
 from inferlab.grading.harness import HarnessComparison, grader_root
-from inferlab.records import MANIFEST_FILE, PREDICTIONS_FILE
-from inferlab.runview import RunView
+from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE
+from inferlab.reading.runview import RunView
 
 LOCK_FILE = "requirements.lock"
 STRUCTURE_FIELDS = ("ok", "headings_present", "headings_missing", "empty_sections")
@@ -96,7 +97,7 @@ class LockConformance:
     grader_lock: str
     grader_sha256: Optional[str]
     run_sha256: Optional[str]
-    recomputed: Optional[dict] = None  # inferlab.environment.lock_check over the run's distributions
+    recomputed: Optional[dict] = None  # inferlab.host.environment.lock_check over the run's distributions
     why_not: Optional[str] = None  # why conformance cannot be judged
 
     @property
@@ -117,8 +118,8 @@ class LockConformance:
 
 def lock_conformance(view: RunView, root: Optional[Path] = None) -> LockConformance:
     """The run's distributions and Python (manifest.json distributions, platform.python_version) against the
-    grader's requirements.lock, with inferlab.environment.lock_check (the function that wrote the run's own)."""
-    from inferlab.environment import lock_check
+    grader's requirements.lock, with inferlab.host.environment.lock_check (the function that wrote the run's own)."""
+    from inferlab.host.environment import lock_check
 
     lock = Path(root or grader_root()) / LOCK_FILE
     result = LockConformance(str(lock), _sha256(lock), view.manifest.get("requirements_lock_sha256"))
@@ -165,9 +166,9 @@ def _check_predictions(view: RunView, harness: HarnessComparison, root: Path, fo
                                f"the file {PREDICTIONS_FILE} is {digest}")
     if "template_unanswered" not in recorded:
         return
-    if not harness.same_files("inferlab/predictions.py"):
+    if not harness.same_files("inferlab/run/predictions.py"):
         found.not_checked.append(f"{MANIFEST_FILE} predictions.template_unanswered against {PREDICTIONS_FILE}: the "
-                                 "run's inferlab/predictions.py is not the grader's (the grade judged the answers "
+                                 "run's inferlab/run/predictions.py is not the grader's (the grade judged the answers "
                                  "with the grader's own)")
         return
     status = predictions.template_status(text, predictions.read_template(root))
@@ -179,7 +180,7 @@ def _check_predictions(view: RunView, harness: HarnessComparison, root: Path, fo
 
 
 def _check_explanations(view: RunView, harness: HarnessComparison, root: Path, found: FlagCheck) -> None:
-    same_code = harness.same_files("inferlab/addenda.py")
+    same_code = harness.same_files("inferlab/reading/addenda.py")
     for entry in view.addenda:
         if not isinstance(entry, dict) or entry.get("kind") != addenda.EXPLANATION_KIND:
             continue
@@ -192,7 +193,7 @@ def _check_explanations(view: RunView, harness: HarnessComparison, root: Path, f
         if not isinstance(recorded, dict):
             continue  # no structure recorded: the grade uses its own recomputation, nothing to contradict
         if not same_code:
-            found.not_checked.append(f"{where} against {entry.get('file')}: the run's inferlab/addenda.py is not "
+            found.not_checked.append(f"{where} against {entry.get('file')}: the run's inferlab/reading/addenda.py is not "
                                      "the grader's (the grade judged the structure with the grader's own)")
             continue
         if recorded.get("ok") is None and structure.get("ok") is not None and recorded.get("note"):
@@ -222,9 +223,9 @@ def _check_lock(view: RunView, harness: HarnessComparison, lock: LockConformance
         found.not_checked.append(f"{MANIFEST_FILE} lock_check: not recorded (an older run); conformance is judged "
                                  "against the grader's lock from the recorded distributions")
         return
-    if not harness.same_files("inferlab/environment.py", "inferlab/installation.py"):
+    if not harness.same_files("inferlab/host/environment.py", "inferlab/host/installation.py"):
         found.not_checked.append(f"{MANIFEST_FILE} lock_check against distributions: the run's "
-                                 "inferlab/environment.py or installation.py is not the grader's")
+                                 "inferlab/host/environment.py or installation.py is not the grader's")
         return
     ours, theirs = _comparable_lock_check(lock.recomputed), _comparable_lock_check(recorded)
     for name in ours:
@@ -251,7 +252,7 @@ SESSION_END_COPIES = ("complete", "status", "exit_status", "exit_code_name")  # 
 
 def _check_session_end(view: RunView, found: FlagCheck) -> None:
     """The final manifest's session_end (and its top-level copies) against the session_end record it copies."""
-    from inferlab.runview import ENVELOPE_FIELDS
+    from inferlab.reading.runview import ENVELOPE_FIELDS
 
     summary = view.manifest.get("session_end")
     ends = view.kind("session_end")

@@ -4,10 +4,10 @@ make_reference(view) takes, from a run the instructor trusts (in a course, their
 pythia-14m): the specimen's pins (name, repository, revision, synthetic or not, every allowlisted file's size
 and SHA-256), the SHA-256 of every experiment source file as the run's manifest recorded it (inferlab/,
 experiments/, conftest.py, pytest.ini, artifacts/*.json), every deterministic output
-(inferlab.deterministic.deterministic_outputs), and the declared tolerance for logits.
+(inferlab.reading.deterministic.deterministic_outputs), and the declared tolerance for logits.
 
 compare_reference(view, reference) checks a graded run against it, and only what both hold (an output the run
-lacks is not compared: its items fail for it). Greedy ids follow the near-tie rule of inferlab.near_tie: at
+lacks is not compared: its items fail for it). Greedy ids follow the near-tie rule of inferlab.measure.near_tie: at
 the first difference, a step whose top-two margin on either side is within the tolerance's near-tie limit at its
 true top value (and whose runner-up is the other side's id) is a near-tie divergence, noted with the step and
 both margins, and the ids after it are not compared; any other difference is a contradiction, and so are top-two
@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from inferlab import near_tie, protocol
+from inferlab.measure import near_tie
+from inferlab import protocol
 from inferlab.cli import spelled
-from inferlab.deterministic import describe, deterministic_outputs
-from inferlab.records import MANIFEST_FILE
-from inferlab.runview import RunView
-from inferlab.summaries import first_divergence
+from inferlab.reading.deterministic import describe, deterministic_outputs
+from inferlab.base.records import MANIFEST_FILE
+from inferlab.reading.runview import RunView
+from inferlab.measure.summaries import first_divergence
 
 REFERENCE_FORMAT = "inferlab-reference"
 REFERENCE_SCHEMA = 2  # 2: greedy steps' top two, the protocol, the CPU kernels
@@ -227,7 +228,7 @@ def _steps(entry: dict) -> Optional[list]:
 
 def _compare_ids(result: Comparison, label: str, ours: dict, theirs: dict, prompt_steps: _PromptSteps,
                  tolerance: dict) -> bool:
-    """A greedy trial's ids by the near-tie rule (inferlab.near_tie): equal, a near-tie divergence (noted), or a
+    """A greedy trial's ids by the near-tie rule (inferlab.measure.near_tie): equal, a near-tie divergence (noted), or a
     contradiction; top-two values beyond the tolerance at a compared step are a contradiction too."""
     ours_ids, theirs_ids = ours.get("ids") or [], theirs.get("ids") or []
     theirs_steps = prompt_steps.steps(theirs.get("prompt_id"), _steps(theirs), len(theirs_ids))
@@ -476,7 +477,7 @@ def compare_reference(view: RunView, reference: dict) -> Comparison:
 
 def kernels_line(manifest: dict, reference_kernels: Optional[dict]) -> Optional[str]:
     """One line saying which CPU kernels the run and the reference's run used (environment.cpu_kernels)."""
-    from inferlab.environment import describe_kernels
+    from inferlab.host.environment import describe_kernels
 
     run_kernels = (manifest.get("torch_build") or {}).get("cpu_kernels") if isinstance(manifest, dict) else None
     if run_kernels is None and reference_kernels is None:

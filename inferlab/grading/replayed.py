@@ -1,5 +1,5 @@
 """Re-execution in the grade: `grade --replay` (or a rubric that requires it) replays every deterministic part of a
-run on the grader's own verified copy of the specimen (inferlab.replay is the engine, called, never restated) and
+run on the grader's own verified copy of the specimen (inferlab.recheck.replay is the engine, called, never restated) and
 folds the result into the run's grade.
 
 A part that disagrees is an integrity problem naming the part and its first difference; a run that cannot be
@@ -105,7 +105,7 @@ class GraderCopy:
     def _load(self, name: str, load: bool = True) -> Optional[str]:
         """Acquire (offline), verify and (unless load is False) load the specimen `name` once; the reason when it
         cannot be."""
-        from inferlab.replay import load_model
+        from inferlab.recheck.replay import load_model
         from inferlab.specimen import SpecimenError, acquire, load_spec
 
         if name in self._loaded:
@@ -137,7 +137,7 @@ class GraderCopy:
     def replay(self, view) -> dict:
         """Every part of the run replayed on the grader's copy: {made, specimen, parts, agree, elapsed_s}, or
         {made: False, reason}."""
-        from inferlab.replay import Replay, specimen_part
+        from inferlab.recheck.replay import Replay, specimen_part
 
         started = time.monotonic()
         name = self.specimen or view.specimen_spec().get("name")

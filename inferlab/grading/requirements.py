@@ -15,7 +15,7 @@ from inferlab.grading.evidence import Check, Evidence, failed, manifest_evidence
 from inferlab.grading.harness import HARNESS_PARTS, HarnessComparison
 from inferlab.grading.recompute import LockConformance
 from inferlab.grading.rubric import Rubric
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 HARNESS_FIX = ("make the run with the course's harness unchanged (a fresh clone at the course's commit, set up "
                "with make) and submit that run")

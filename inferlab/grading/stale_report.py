@@ -15,8 +15,8 @@ never finalised); every other run as `report DIR --check` compares it.
 
 from __future__ import annotations
 
-from inferlab.records import REPORT_FILE
-from inferlab.runview import RunView
+from inferlab.base.records import REPORT_FILE
+from inferlab.reading.runview import RunView
 
 STALE = "stale"
 

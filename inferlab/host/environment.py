@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from inferlab.records import sha256_file
+from inferlab.base.records import sha256_file
 
 REFERENCE_ENVIRONMENT = {
     "python": "CPython 3.13.13",
@@ -134,11 +134,11 @@ def deviations(distributions: dict) -> list[str]:
     return found
 
 
-INSTALL_RECORD_FILE = "inferlab-install.json"  # written into the venv by `python -m inferlab.installation`
+INSTALL_RECORD_FILE = "inferlab-install.json"  # written into the venv by `python -m inferlab.host.installation`
 
 
 def install_record(prefix: Optional[str] = None) -> Optional[dict]:
-    """What inferlab.installation recorded when it built this environment, or None (built another way)."""
+    """What inferlab.host.installation recorded when it built this environment, or None (built another way)."""
     path = Path(prefix or sys.prefix) / INSTALL_RECORD_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -268,7 +268,7 @@ def lock_check(lock: Path, distributions: dict, python_version: str) -> dict:
     distribution are not compared. torch's local label (+cpu) is not a difference: the lock leaves it out so
     that one line resolves to each platform's build.
     """
-    from inferlab import installation
+    from inferlab.host import installation
 
     if not lock.is_file():
         return {"file": lock.name, "found": False, "differences": [], "python_locked": None,

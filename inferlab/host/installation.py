@@ -1,6 +1,6 @@
 """Install requirements.lock into this Python environment, with a CPU-only build of torch wherever one exists.
 
-    .venv/bin/python -m inferlab.installation --lock requirements.lock --editable .
+    .venv/bin/python -m inferlab.host.installation --lock requirements.lock --editable .
 
 Run it with the virtual environment's own Python (the Makefile does). Two steps, and a third with --editable:
 
@@ -232,7 +232,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 def main(argv=None) -> int:
     """Command line: install the lock; exit with pip's status for the lock."""
     # Spelled as the Makefile runs it; not through inferlab.cli.spelled, so the installer needs no other module.
-    parser = argparse.ArgumentParser(prog=".venv/bin/python -m inferlab.installation",
+    parser = argparse.ArgumentParser(prog=".venv/bin/python -m inferlab.host.installation",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--lock", type=Path, default=Path("requirements.lock"), help="the lock file")
     parser.add_argument("--cpu-index", default=CPU_INDEX, help=f"PyTorch's CPU wheel index (default {CPU_INDEX})")

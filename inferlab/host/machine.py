@@ -47,7 +47,7 @@ def machine_fingerprint() -> dict:
 
 
 def fingerprint_of(platform_record: dict) -> dict:
-    """The same fingerprint, read from a run manifest's `platform` (inferlab.environment.platform_record, which
+    """The same fingerprint, read from a run manifest's `platform` (inferlab.host.environment.platform_record, which
     names the system `os`): how grade's class view counts the machines of a class."""
     return {"system": platform_record.get("os"), "machine": platform_record.get("machine"),
             "cpu_model": platform_record.get("cpu_model"), "logical_cpus": platform_record.get("logical_cpus")}

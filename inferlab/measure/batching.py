@@ -18,11 +18,11 @@ from __future__ import annotations
 import torch
 
 from inferlab import protocol
-from inferlab.cache_check import top2_margin
-from inferlab.inputs import choose_pad_token, encode_prompt
-from inferlab.messages import capture_messages
-from inferlab.sampling import build_generation_config, processors_for, timed_generate
-from inferlab.summaries import first_divergence
+from inferlab.measure.cache_check import top2_margin
+from inferlab.measure.inputs import choose_pad_token, encode_prompt
+from inferlab.measure.messages import capture_messages
+from inferlab.measure.sampling import build_generation_config, processors_for, timed_generate
+from inferlab.measure.summaries import first_divergence
 
 BATCH_CONDITION = "G"
 PADDING_SIDE = "left"

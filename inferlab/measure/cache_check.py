@@ -13,8 +13,9 @@ from typing import Any, Optional, Sequence
 import torch
 from transformers import DynamicCache
 
-from inferlab import memory, protocol
-from inferlab.messages import capture_messages
+from inferlab.measure import memory
+from inferlab import protocol
+from inferlab.measure.messages import capture_messages
 from inferlab.protocol import Tolerance
 
 NOTE_PREFILL_ONLY = "prefill only: cache reuse not exercised (one target token, so only the prompt's logits were compared)"
@@ -344,14 +345,14 @@ def run_matched_prefix(
 
 
 def evaluate_revised(result: dict, tensors: dict[str, torch.Tensor], revised) -> dict:
-    """The same stored logits judged under a revised criterion (inferlab.revised_criterion.RevisedCriterion).
+    """The same stored logits judged under a revised criterion (inferlab.measure.revised_criterion.RevisedCriterion).
 
     Returns {"per_prefix": {name: {atol, rtol, passed, fail_count, fail_fraction}}, "summary": {atol, rtol,
     rule, justification, label, all_within_tolerance, failing_prefix_lengths}}: revised_criterion.evaluate,
     which `inferlab revise` also uses on the saved tensors. No forward is made, and the declared evaluation in
     `result` is left exactly as it is.
     """
-    from inferlab.revised_criterion import evaluate
+    from inferlab.measure.revised_criterion import evaluate
 
     return evaluate(((p["name"], p["prefix_length"], tensors[f"cached/{p['name']}"].detach().cpu().numpy(),
                       tensors[f"uncached/{p['name']}"].detach().cpu().numpy()) for p in result["prefixes"]), revised)

@@ -296,7 +296,7 @@ VERDICT_METRICS = ("mean_post_first_interval_s", "loop_s")
 
 
 def _value(record: dict, metric: str) -> Optional[float]:
-    from inferlab.summaries import post_first_interval
+    from inferlab.measure.summaries import post_first_interval
 
     value = post_first_interval(record) if metric == "mean_post_first_interval_s" else record.get(metric)
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -10,11 +10,11 @@ when the prefill forward has returned its next-token logits (CPU: no device sync
 t_1..t_n right after each argmax selection. Input buffers are prepared before t_start (like
 tokenization); converting results to lists happens after t_n.
 
-The thread's own usage (CPU time, voluntary and involuntary context switches: inferlab.contention) is read at
+The thread's own usage (CPU time, voluntary and involuntary context switches: inferlab.measure.contention) is read at
 the ends of the spans only, never between tokens: just before t_start, just after t_prefill_done (the one read
 inside loop_s, before the first selection) and just after t_n. The loop keeps a reference to each step's
 logits (one list store, no copy) so that every step's top two raw logits are read after t_n, for a reference
-across machines (inferlab.near_tie).
+across machines (inferlab.measure.near_tie).
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from typing import Any, Iterable, Optional, Union
 import torch
 from transformers import DynamicCache, GenerationConfig
 
-from inferlab import contention, protocol
-from inferlab.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
-from inferlab.sampling import build_generation_config, step_top_two
-from inferlab.summaries import first_divergence, post_first_interval_s
+from inferlab.measure import contention
+from inferlab import protocol
+from inferlab.measure.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
+from inferlab.measure.sampling import build_generation_config, step_top_two
+from inferlab.measure.summaries import first_divergence, post_first_interval_s
 
 EosIds = Union[int, Iterable[int], None]
 
@@ -291,7 +292,7 @@ CLOCK_OVERHEAD_METHOD = (
     "{reads} consecutive calls of time.perf_counter_ns in a plain Python for loop, bracketed by two more "
     "reads; per_read_ns = elapsed_ns / reads. The loop's own iteration is included, so this bounds the cost "
     "of one read from above. No model forward and no timed region is involved. The thread-usage readings "
-    "(inferlab.contention.usage_reader) are timed the same way: {usage_pairs} start-and-end pairs, "
+    "(inferlab.measure.contention.usage_reader) are timed the same way: {usage_pairs} start-and-end pairs, "
     "usage_per_read_ns = usage_elapsed_ns / usage_reads"
 )
 

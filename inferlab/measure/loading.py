@@ -19,7 +19,8 @@ from typing import Optional
 
 import torch
 
-from inferlab import memory, protocol
+from inferlab.measure import memory
+from inferlab import protocol
 from inferlab.specimen import WEIGHT_FILE, SpecimenError, SpecimenSpec, require_verified
 
 MODEL_CLASS = "GPTNeoXForCausalLM"

@@ -20,8 +20,9 @@ import torch
 from transformers import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from inferlab import decode_loop, protocol
-from inferlab.summaries import first_divergence
+from inferlab.measure import decode_loop
+from inferlab import protocol
+from inferlab.measure.summaries import first_divergence
 
 COMPARED = ("input_ids", "attention_mask", "position_ids", "cache_position", "logits_to_keep", "use_cache")
 HOW = ("each step's model inputs from decode_loop's own buffers and slices, against those generate()'s preparation "

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import torch
 
 # Re-exported: sizes from a config alone live where readers without torch (verify) can use them too.
-from inferlab.sizes import expected_kv_cache_bytes, gpt_neox_parameter_count  # noqa: F401
+from inferlab.measure.sizes import expected_kv_cache_bytes, gpt_neox_parameter_count  # noqa: F401
 
 PROC_STATUS = Path("/proc/self/status")
 
@@ -190,7 +190,7 @@ def weight_read_time(model: torch.nn.Module, passes: int = WEIGHT_READ_PASSES, c
     """How long one pass reading the decode step's own weight tensors takes: the weight_read record's fields.
 
     No forward is made and the thread setting is left as the session set it (recorded). caches is this
-    machine's cache description (inferlab.machine.cache_sizes()); the record says whether the weights fit in
+    machine's cache description (inferlab.host.machine.cache_sizes()); the record says whether the weights fit in
     its largest level, and says "unknown" when the sizes are not known.
     """
     import statistics

@@ -1,5 +1,5 @@
 """The near-tie rule for greedy ids computed twice (an instructor's reference and a run, or a run and its replay):
-one place, used by inferlab.grading.reference and inferlab.replay.
+one place, used by inferlab.grading.reference and inferlab.recheck.replay.
 
 Each greedy step records its top two raw logits as the selected id's logit and the best other id with its logit
 (`step_top2_ids` [[selected, runner-up], ...] and `step_top2_logits` [[top, second], ...]: sampling.py and
@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from inferlab.summaries import first_divergence
+from inferlab.measure.summaries import first_divergence
 
 STEP_VALUES_FIELD = "step_top2_logits"  # [[top, second], ...]: the selected id's raw logit, the best other one
 STEP_IDS_FIELD = "step_top2_ids"  # [[selected id, runner-up id], ...]

@@ -4,7 +4,7 @@ The protocol declares |a-b| <= 1e-5 + 1e-4*|b| before any error is seen and neve
 who has found, and can justify, a reason for another bound may name it with
 ``--revised-cache-criterion ATOL,RTOL --justification TEXT``. The run then records a second, labelled
 evaluation under it; the declared criterion and its verdict stay exactly as they are. After the run,
-``inferlab revise RUN_DIR --cache-criterion ATOL,RTOL --justification TEXT`` (inferlab.revise) judges the
+``inferlab revise RUN_DIR --cache-criterion ATOL,RTOL --justification TEXT`` (inferlab.recheck.revise) judges the
 saved tensors again and keeps the result as an addendum.
 
 Both refuse what could not be a criterion at all, through the same parser and checks: RTOL >= 1 (a cached

@@ -23,10 +23,10 @@ from transformers.cache_utils import Cache
 from transformers.generation import LogitsProcessorList
 
 from inferlab import protocol
-from inferlab.inputs import token_pieces
-from inferlab.messages import capture_messages
-from inferlab.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
-from inferlab.records import jsonable, tensor_sha256
+from inferlab.measure.inputs import token_pieces
+from inferlab.measure.messages import capture_messages
+from inferlab.measure.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
+from inferlab.base.records import jsonable, tensor_sha256
 
 # generate() receives our config as is; with None it would fall back to the checkpoint's,
 # and with True (or None on a >=4.50 checkpoint) it would overwrite our default-valued fields.
@@ -272,7 +272,7 @@ def reset_random_state(seed: int) -> list[dict]:
 def step_top_two(step_logits: torch.Tensor, selected_ids: list[int]) -> dict:
     """Per greedy step, the selected id's raw logit and the best other id with its logit, from logits the call
     already returned (no forward): {STEP_VALUES_FIELD: [[top, second], ...], STEP_IDS_FIELD: [[selected, runner-up],
-    ...]} (inferlab.near_tie). Relative to the selection, so an exact tie still names the selected id first."""
+    ...]} (inferlab.measure.near_tie). Relative to the selection, so an exact tie still names the selected id first."""
     logits = step_logits.detach().to(dtype=torch.float32)  # (n, vocab)
     selected = torch.tensor(selected_ids, dtype=torch.long).reshape(-1, 1)  # (n, 1)
     top = logits.gather(1, selected)  # (n, 1)

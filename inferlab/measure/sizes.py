@@ -1,7 +1,7 @@
 """Sizes of a GPT-NeoX model that follow from its config alone: its parameter count and its KV-cache bytes.
 
 Pure arithmetic on a config's attributes (a transformers config, or any object with the same names), with no
-torch, so that the experiment (inferlab.memory) and a reader of a finished run (verify's consistency checks)
+torch, so that the experiment (inferlab.measure.memory) and a reader of a finished run (verify's consistency checks)
 use one formula.
 """
 

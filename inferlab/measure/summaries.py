@@ -9,7 +9,8 @@ from __future__ import annotations
 import statistics
 from typing import Optional, Sequence
 
-from inferlab import contention, protocol
+from inferlab.measure import contention
+from inferlab import protocol
 
 
 def median_min_max(values: Sequence) -> dict:

@@ -11,7 +11,7 @@ sha256, attached_utc, manifest_sha256 (of manifest.json when it was attached, wh
 structure (None, or the structure check of an explanation) and tool (the command that wrote it).
 Since inferlab attach and revise exist it also holds run_finished (whether the session had reached its end
 and written its final manifest when the addendum was attached) and run_state (that in words: "finished",
-or why not). A line is written once, whole, by inferlab.addenda_store (the one writer of addenda); the one
+or why not). A line is written once, whole, by inferlab.reading.addenda_store (the one writer of addenda); the one
 reader (RunView) reads the ledger; verify (inferlab.verify.addenda) checks every entry against its file.
 
 Nothing here proves who wrote an addendum or when beyond what the files say: the ledger binds an addendum
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from inferlab.records import MANIFEST_FILE, sha256_file
+from inferlab.base.records import MANIFEST_FILE, sha256_file
 
 LEDGER_FILE = "addenda.jsonl"
 ADDENDA_DIR = "addenda"

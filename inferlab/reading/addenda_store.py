@@ -1,10 +1,10 @@
-"""The one writer of a run's addenda (inferlab.addenda has the format): check what is to be kept and where,
+"""The one writer of a run's addenda (inferlab.reading.addenda has the format): check what is to be kept and where,
 then copy it under addenda/ and append its ledger line, one writer at a time.
 
 Before anything is written: read_text_file() takes the learner's file (a regular UTF-8 text file of at most
 MAX_BYTES, read once, so the bytes hashed are the bytes kept) and check_run() the run folder (a run's record
 dir with a manifest.json, not a plan folder; an unfinished run is allowed and labelled, but not while the
-process its claim.json names may still be its session: inferlab.live_claim), and refuse_run_file() a FILE
+process its claim.json names may still be its session: inferlab.run.live_claim), and refuse_run_file() a FILE
 that is one of the run's own files or anything inside the run folder (an addendum is written after the run,
 outside it). Each raises Refused naming the path, what was expected and what was found.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from inferlab.addenda import (
+from inferlab.reading.addenda import (
     ADDENDA_DIR,
     LEDGER_FILE,
     LEDGER_SCHEMA,
@@ -38,7 +38,7 @@ from inferlab.addenda import (
     parse_ledger,
 )
 from inferlab.cli import spelled
-from inferlab.records import (
+from inferlab.base.records import (
     CLAIM_FILE,
     MANIFEST_FILE,
     PLAN_FILE,
@@ -53,7 +53,7 @@ from inferlab.records import (
     utc_now,
     write_bytes_atomic,
 )
-from inferlab.runview import RunView, not_a_run_reason
+from inferlab.reading.runview import RunView, not_a_run_reason
 
 MAX_BYTES = 1 << 20  # 1 MiB: an addendum is text a person wrote, not data
 EXPECTED_FILE = f"a regular UTF-8 text file of at most {MAX_BYTES} bytes (1 MiB)"
@@ -155,9 +155,9 @@ def check_run(directory: Path) -> RunState:
 
 def _unless_live(directory: Path, view: RunView) -> str:
     """For a run whose session has not ended: Refused (usage) while the process its claim names may still be
-    that session (inferlab.live_claim), since the session's end would sweep an addendum kept now into its own
+    that session (inferlab.run.live_claim), since the session's end would sweep an addendum kept now into its own
     inventory; otherwise the words added to the run's state (empty when the process is gone)."""
-    from inferlab.live_claim import claimant, read_claim
+    from inferlab.run.live_claim import claimant, read_claim
 
     found = claimant(read_claim(directory))
     if found.live:

@@ -3,7 +3,7 @@ same specimen and software must reproduce.
 
 deterministic_outputs(view) reads them from a run's records and tensors (through the one reader, RunView):
 the prompts' token ids, every generation trial's ids (a greedy trial's with its per-step top two raw logits and
-ids, inferlab.near_tie), the timing trials' ids (with theirs), the matched-prefix argmaxes, margins and top two, the raw first-step logits (their hashes, and the top ids and values from the saved tensors), and the
+ids, inferlab.measure.near_tie), the timing trials' ids (with theirs), the matched-prefix argmaxes, margins and top two, the raw first-step logits (their hashes, and the top ids and values from the saved tensors), and the
 batching rows. An instructor's reference and a grader's replay compare these, never the timings.
 
 Greedy ids, the cache comparison and raw logits depend on the specimen and the arithmetic only. Seeded
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from inferlab import near_tie, protocol
+from inferlab.measure import near_tie
+from inferlab import protocol
 
 OUTPUTS_SCHEMA = 2  # 2: greedy trials' per-step top two, prefixes' top two
 TOP_K = 20  # how many of the largest raw first-step logits are kept per prompt and condition
@@ -53,7 +54,7 @@ def _generation(view) -> tuple[dict, dict]:
 
 
 def _steps(record: dict) -> dict:
-    """A greedy trial's per-step top two raw logits and ids (inferlab.near_tie), when it recorded them whole."""
+    """A greedy trial's per-step top two raw logits and ids (inferlab.measure.near_tie), when it recorded them whole."""
     found = {}
     if near_tie.steps_of(record) is not None:
         found[near_tie.STEP_VALUES_FIELD] = record[near_tie.STEP_VALUES_FIELD]

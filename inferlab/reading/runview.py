@@ -1,7 +1,7 @@
 """The one reader of a run's record directory: records, manifest, plan and tensors, with every problem met.
 
 RunView.read(DIR) reads records.jsonl, manifest.json and plan.json once and upgrades them to the current
-schema (inferlab.schema); a tensor file is read when a tensor of it is first asked for, and a tensor is
+schema (inferlab.reading.schema); a tensor file is read when a tensor of it is first asked for, and a tensor is
 checked against the SHA-256 its record holds. Nothing here raises over a damaged or partial directory:
 what could not be read, or was not written as the writers write it, is a Problem (file, line, what).
 RunView.from_data(records, manifest, plan, tensors) builds one from data in memory, without a disk.
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from inferlab import schema as schemas
-from inferlab.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, STAMP_FIELD, TENSOR_DIR
+from inferlab.reading import schema as schemas
+from inferlab.base.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, STAMP_FIELD, TENSOR_DIR
 
 REQUIRED_ENVELOPE_FIELDS = ("kind", "test", "seq", "wall_time")  # every record has them
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
@@ -127,7 +127,7 @@ def tensor_references(value: Any, path: str = "") -> Iterable[tuple[str, dict]]:
 
 
 def tensor_sha256(array) -> str:
-    """SHA-256 of a tensor's raw little-endian bytes, as inferlab.records.TensorStore hashes them."""
+    """SHA-256 of a tensor's raw little-endian bytes, as inferlab.base.records.TensorStore hashes them."""
     import numpy
 
     data = numpy.ascontiguousarray(array)
@@ -183,7 +183,7 @@ def _read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Pro
 
 def _read_ledger(directory: Path) -> tuple[list[dict], list[Problem]]:
     """The addenda ledger's entries and problems; a run with nothing attached has no ledger, which is no problem."""
-    from inferlab.addenda import LEDGER_FILE, parse_ledger
+    from inferlab.reading.addenda import LEDGER_FILE, parse_ledger
 
     path = directory / LEDGER_FILE
     if not path.exists():
@@ -237,7 +237,7 @@ class RunView:
                  directory: Optional[Path] = None, problems: Iterable[Problem] = (), tensors: Optional[dict] = None,
                  addenda: Iterable[dict] = (), addenda_problems: Iterable[Problem] = ()):
         self.directory = Path(directory) if directory is not None else None
-        # Material attached after the session (inferlab.addenda): its ledger's entries in order, and what was
+        # Material attached after the session (inferlab.reading.addenda): its ledger's entries in order, and what was
         # wrong with the ledger. Kept apart from the session's own problems: the session's pages do not depend
         # on what was attached later.
         self.addenda: list[dict] = list(addenda)

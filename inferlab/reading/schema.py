@@ -4,7 +4,7 @@ Schema 1 is every run written before a run named its schema (no "schema" field i
 plan.json). Schema 2 (records.RECORD_SCHEMA) adds, per plan entry, the record kinds the test writes
 ("records") and whether its part of the protocol is optional ("optional"); each field has one name.
 
-upgrade() is applied once, when a run is read (inferlab.runview), so that every reader knows one
+upgrade() is applied once, when a run is read (inferlab.reading.runview), so that every reader knows one
 name per field and one shape of plan:
 - timing_trial records: token_times -> token_times_s; cache_comparison: top2_margin -> top2_margin_uncached;
   manifest.json: command_line -> argv. A run that holds both names (the runs of schema 2 written before the
@@ -21,7 +21,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Optional
 
-from inferlab.records import RECORD_SCHEMA
+from inferlab.base.records import RECORD_SCHEMA
 
 CURRENT = RECORD_SCHEMA
 OLDEST = 1

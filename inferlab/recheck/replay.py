@@ -8,11 +8,11 @@ computation) and the batching calls. Ids must agree exactly; logits within the p
 |a-b| <= atol + rtol*|b| with b the replayed value. Seeded sampling ids are compared only where the torch that
 drew them is the installed one (another torch may draw other numbers from the same seed); elsewhere they are
 listed, not counted. Greedy ids (generation, the matched prefix's continuation, the timing trials) follow the
-near-tie rule of inferlab.near_tie, the one a reference uses: a first difference at a near tie of either side is
+near-tie rule of inferlab.measure.near_tie, the one a reference uses: a first difference at a near tie of either side is
 a note with the step and both margins, and the ids after it are not compared.
 
 The computations are written here with plain transformers calls (from_pretrained under the protocol's controls,
-model.generate, and the model's forward), never through inferlab.sampling, decode_loop, cache_check or batching:
+model.generate, and the model's forward), never through inferlab.measure.sampling, decode_loop, cache_check or batching:
 a fault in the experiment's own code path cannot agree with itself. The specimen is acquired and verified by
 inferlab.specimen (a stand-in is built or reused in the project cache; --artifacts DIR is verified against the
 pins). Nothing is written into the run. The work is bounded by the protocol's own counts (26 + 4 generate calls,
@@ -30,9 +30,10 @@ from typing import Optional
 
 import numpy
 
-from inferlab import near_tie, protocol
-from inferlab.deterministic import deterministic_outputs, describe
-from inferlab.runview import RunView, not_a_run_reason
+from inferlab.measure import near_tie
+from inferlab import protocol
+from inferlab.reading.deterministic import deterministic_outputs, describe
+from inferlab.reading.runview import RunView, not_a_run_reason
 
 LIMIT_S = protocol.SESSION_LIMIT_S  # a replay is bounded like the experiment's session
 SHOWN_DIFFERENCES = 8  # per part; the count says how many more
@@ -66,7 +67,7 @@ class Part:
         return True
 
     def greedy(self, what: str, recorded: dict, replayed_ids: list, replayed_steps: list) -> None:
-        """Greedy ids by the near-tie rule (inferlab.near_tie), the replay the trusted side and the protocol's
+        """Greedy ids by the near-tie rule (inferlab.measure.near_tie), the replay the trusted side and the protocol's
         declared tolerance its allowance: a near-tie divergence is a note, with the step and both margins."""
         tolerance = protocol.CACHE_TOLERANCE
         self.compared += 1
@@ -422,7 +423,7 @@ def load_model(directory: Path, verification: dict):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from inferlab.loading import verified_copy
+    from inferlab.measure.loading import verified_copy
 
     torch.set_num_threads(protocol.INTRA_OP_THREADS)
     try:

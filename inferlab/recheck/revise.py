@@ -9,7 +9,7 @@ make two different prefixes comparable. It also refuses a criterion vacuous for 
 saved_prefixes() takes every cache_comparison record's two tensors, each checked against the SHA-256 and
 shape its record holds (RunView.check_tensor): one that is missing or differs refuses the whole revision,
 naming every such tensor. revision() judges them under the revised criterion with the same function the
-run's --revised-cache-criterion uses (inferlab.revised_criterion.evaluate), and under the declared one
+run's --revised-cache-criterion uses (inferlab.measure.revised_criterion.evaluate), and under the declared one
 too, as a check that the tensors still say what the records say. The declared criterion and its verdict
 stay exactly as recorded in records.jsonl: the document repeats them beside the revised ones, labelled.
 check_revision() recomputes a kept document from the tensors (verify uses it).
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from inferlab import protocol
-from inferlab.addenda import REVISED_KIND
-from inferlab.addenda_store import Refused, RunState
-from inferlab.revised_criterion import LABEL, RevisedCriterion, evaluate, judge, vacuous_reason
-from inferlab.runview import RunView
+from inferlab.reading.addenda import REVISED_KIND
+from inferlab.reading.addenda_store import Refused, RunState
+from inferlab.measure.revised_criterion import LABEL, RevisedCriterion, evaluate, judge, vacuous_reason
+from inferlab.reading.runview import RunView
 
 DOCUMENT_SCHEMA = 1
 DOCUMENT_NAME = "revised_criterion.json"

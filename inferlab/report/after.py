@@ -1,7 +1,7 @@
 """The after-run page: what was written before the run beside what was written after it, each labelled as what
 it is. `python -m inferlab report DIR --after` prints it; it is never written into the run folder.
 
-It is rendered from the run's records, its manifest and its addenda (inferlab.addenda), every time anew:
+It is rendered from the run's records, its manifest and its addenda (inferlab.reading.addenda), every time anew:
   - the predictions (predictions.md, copied by the session before any model computation, with the SHA-256
     and times the manifest holds) beside the latest attached explanation, question by question (a
     prediction's heading "N. ..." meets the explanation's "N. ..."), then the explanation's conclusions
@@ -19,7 +19,7 @@ import json
 import re
 from typing import Optional
 
-from inferlab.addenda import (
+from inferlab.reading.addenda import (
     EXPLANATION_KIND,
     REVISED_KIND,
     entry_findings,
@@ -28,10 +28,10 @@ from inferlab.addenda import (
     stored_path_error,
 )
 from inferlab.cli import spelled
-from inferlab.records import PREDICTIONS_FILE
+from inferlab.base.records import PREDICTIONS_FILE
 from inferlab.report.fmt import MISSING, code, table, text_cell, yes_no
 from inferlab.report.page import SYNTHETIC_BANNER
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 NUMBERED = re.compile(r"^(\d+)[.)]\s*")
 NOTHING = "*(nothing written under this heading)*"
@@ -221,7 +221,7 @@ class AfterPage:
 
     def criteria(self) -> list[str]:
         """The declared criterion beside every revised one, and their verdicts per prefix."""
-        from inferlab.revise import declared_verdict
+        from inferlab.recheck.revise import declared_verdict
 
         view = self.view
         declared = view.first("cache_criterion")

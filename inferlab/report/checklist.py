@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from inferlab import protocol
 from inferlab.cli import spelled
-from inferlab.records import PREDICTIONS_FILE
+from inferlab.base.records import PREDICTIONS_FILE
 from inferlab.report import measures, tables, timing_evidence
 from inferlab.report.fmt import (
     DASH,
@@ -18,7 +18,7 @@ from inferlab.report.fmt import (
     text_cell,
     yes_no,
 )
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 
 def _present(view: RunView, kind: str, at_least: int = 1) -> tuple[bool, str]:

@@ -1,7 +1,7 @@
 """Compare two finished record directories from their files alone (no model, no torch): `python -m inferlab
 compare`. It reports and does not judge: exact-id agreement per generation and timing trial, the max abs
 difference of every saved tensor, the ratio of the timing medians, and every difference of artifact hashes
-and environment. Each run is read through its view (inferlab.runview).
+and environment. Each run is read through its view (inferlab.reading.runview).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Union
 
 from inferlab import protocol
-from inferlab.records import MANIFEST_FILE, RECORDS_FILE
-from inferlab.runview import RunView, TensorFileError
-from inferlab.summaries import first_divergence
+from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.reading.runview import RunView, TensorFileError
+from inferlab.measure.summaries import first_divergence
 from inferlab.verify.completeness import timing_combinations
 
 
@@ -96,8 +96,8 @@ TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
 def _timing_medians(records: list[dict], uncontended_only: bool = False) -> dict:
     """Per (prompt, use_cache): the median of each metric over the measured (non-warmup) trials; with
     uncontended_only, over those the declared contention rule did not mark (a trial without evidence is left out)."""
-    from inferlab.contention import trial_contended
-    from inferlab.summaries import median_min_max, post_first_interval
+    from inferlab.measure.contention import trial_contended
+    from inferlab.measure.summaries import median_min_max, post_first_interval
 
     values: dict = collections.defaultdict(lambda: collections.defaultdict(list))
     for record in records:
@@ -265,8 +265,8 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
 
 
 def _contention(view: RunView) -> dict:
-    """Each run's contended trials under the declared rule, and its A/A noise floor (inferlab.contention)."""
-    from inferlab import contention
+    """Each run's contended trials under the declared rule, and its A/A noise floor (inferlab.measure.contention)."""
+    from inferlab.measure import contention
 
     trials = view.kind("timing_trial")
     return {**contention.contention_counts(trials), "noise_fraction": contention.run_noise(trials)["noise_fraction"]}
@@ -367,7 +367,7 @@ def format_compare(result: dict) -> str:
                      f"dir2={_fmt(acquisition['dir2'])}" + ("" if acquisition["equal"] else "  differ"))
     kernels = result.get("cpu_kernels")
     if kernels:
-        from inferlab.environment import describe_kernels
+        from inferlab.host.environment import describe_kernels
 
         lines += ["", "CPU kernels (logits of other kernel sets differ by rounding; ids may then part at a near tie)"
                   + ("" if kernels["equal"] else ": DIFFER"),

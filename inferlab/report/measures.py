@@ -1,5 +1,5 @@
 """The report's tables of what was measured: the cache comparison, timing and the weight read, phases, memory, batching
-and captured warnings, each a pure function of one run's view (inferlab.runview.RunView).
+and captured warnings, each a pure function of one run's view (inferlab.reading.runview.RunView).
 
 Every function returns plain data or Markdown cells; the pages arrange them with their prose. A missing
 record gives a placeholder cell, never an error.
@@ -11,7 +11,8 @@ import collections
 import statistics
 from typing import Any, Optional
 
-from inferlab import contention, protocol, summaries
+from inferlab.measure import contention, summaries
+from inferlab import protocol
 from inferlab.report import logits as logit_math
 from inferlab.report.fmt import (
     DASH,
@@ -28,7 +29,7 @@ from inferlab.report.fmt import (
     us,
     yes_no,
 )
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 # --- cache --------------------------------------------------------------------------------------
 
@@ -130,7 +131,7 @@ def lengths_of(trials: list[dict], field_name: str) -> str:
     return "/".join(num(v) for v in values) or MISSING
 
 
-CONTENDED_MARK = "‡"  # a sample of a contended trial (inferlab.contention)
+CONTENDED_MARK = "‡"  # a sample of a contended trial (inferlab.measure.contention)
 
 
 def timing_rows(view: RunView) -> list[list[str]]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from inferlab import guidance
+from inferlab.specimen import guidance
 from inferlab.cli import spelled
-from inferlab.records import PREDICTIONS_FILE, RECORDS_FILE
+from inferlab.base.records import PREDICTIONS_FILE, RECORDS_FILE
 from inferlab.report import details as details_page
 from inferlab.report import checklist, measures, sections, tables
 from inferlab.report.fmt import (
@@ -26,7 +26,7 @@ from inferlab.report.fmt import (
     text_cell,
 )
 from inferlab.report.verdict import Verdict, acquisition_failure, outcome_summary
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 SYNTHETIC_BANNER = "SYNTHETIC SPECIMEN - NOT PYTHIA"
 SYNTHETIC_KINDS = {  # what each offline specimen is, by name; any other synthetic spec says so generically
@@ -136,7 +136,7 @@ def _lock_cell(view: RunView) -> str:
 
 
 def _forwards_cell(view: RunView) -> str:
-    """What the watch inside every forward saw (inferlab.forward_mode): inference mode on, the model not training."""
+    """What the watch inside every forward saw (inferlab.measure.forward_mode): inference mode on, the model not training."""
     modes = [r["forward_mode"] for r in view.records if isinstance(r.get("forward_mode"), dict)]
     if not modes:
         return "not observed (no record of this run carries `forward_mode`)"

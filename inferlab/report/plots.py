@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.summaries import post_first_interval, token_times
-from inferlab.records import write_bytes_atomic
+from inferlab.measure.summaries import post_first_interval, token_times
+from inferlab.base.records import write_bytes_atomic
 
 TOKEN_TIMES_PNG = "plot_token_times.png"
 TTFT_INTERVAL_PNG = "plot_ttft_interval.png"
@@ -48,7 +48,7 @@ def _prompt_length(trials: list[dict], prompt_id: str) -> str:
 
 def trials_with_evidence(records: list[dict]) -> list[dict]:
     """Completed timing trials (warmups included) whose loop span has a CPU share, in schedule order."""
-    from inferlab.contention import loop_cpu_share
+    from inferlab.measure.contention import loop_cpu_share
 
     found = [r for r in records if r.get("kind") == "timing_trial" and r.get("status", "ok") == "ok"
              and loop_cpu_share(r) is not None and isinstance(r.get("loop_s"), (int, float))]
@@ -238,7 +238,7 @@ def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optio
 def draw_cpu_share(records: list[dict], path: Optional[Path], partial: Optional[str] = None):
     """Two panels sharing the schedule index: each trial's loop time above, its spans' CPU share below, against the
     declared rule's threshold; contended trials are drawn red, warmups hollow."""
-    from inferlab.contention import loop_cpu_share
+    from inferlab.measure.contention import loop_cpu_share
 
     trials = trials_with_evidence(records)
     rule = protocol.CONTENTION_RULE

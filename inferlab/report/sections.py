@@ -20,7 +20,7 @@ from inferlab.report.fmt import (
     text_cell,
     yes_no,
 )
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 see = details_page_link
 
@@ -114,7 +114,7 @@ def _plot(spec: dict, plot_errors: dict) -> list[str]:
 
 
 def _plots(view: RunView, section: str, plot_errors: dict) -> list[str]:
-    from inferlab import plots
+    from inferlab.report import plots
 
     lines = []
     for spec in plots.plot_specs(view.records):

@@ -1,17 +1,18 @@
 """What the report says about whether the timing samples had the CPU: the declared rule and which trials it marked,
 the machine before and after the timing block, this run's A/A noise, and whether the cache made this run faster.
 
-Every sentence is a pure function of one run's view; the arithmetic is inferlab.contention's.
+Every sentence is a pure function of one run's view; the arithmetic is inferlab.measure.contention's.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from inferlab import contention, protocol
+from inferlab.measure import contention
+from inferlab import protocol
 from inferlab.report import measures
 from inferlab.report.fmt import MISSING, is_number, ms, num, text_cell
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 
 CONTENDED_MARK = measures.CONTENDED_MARK  # after a sample of a contended trial, in the timing table
 VERDICT_WORDS = {"faster": "**the cache made it faster**", "slower": "**the cache made it slower**",

@@ -4,7 +4,7 @@ longer shows them with the plain name of a good run.
 
 A folder is renamed only when all of these hold: it is a run's folder (claim.json) whose name carries no ending
 suffix yet, it has no session_end (neither in records.jsonl nor in manifest.json), its claim names this host, and
-the process the claim names is not running (inferlab.live_claim.claimant: the pid is gone, a zombie, or reused
+the process the claim names is not running (inferlab.run.live_claim.claimant: the pid is gone, a zombie, or reused
 by a later process). Nothing the session wrote is changed: the folder is renamed, and a note beside the session's
 files (RENAME_NOTE) says when, by which process and why. A folder that cannot be renamed keeps its name.
 """
@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from inferlab.live_claim import claimant
-from inferlab.records import (
+from inferlab.run.live_claim import claimant
+from inferlab.base.records import (
     CLAIM_FILE,
     MANIFEST_FILE,
     RECORDS_FILE,

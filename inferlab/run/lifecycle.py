@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from inferlab import session_status
-from inferlab.checks import CheckLedger, first_line
+from inferlab.run import session_status
+from inferlab.run.checks import CheckLedger, first_line
 from inferlab.cli import spelled
-from inferlab.interrupts import SignalWatch
-from inferlab.plan import EXPERIMENTS_DIR, Schedule, TestFacts, forward_budget
-from inferlab.plan import entry as plan_entry
-from inferlab.records import (
+from inferlab.run.interrupts import SignalWatch
+from inferlab.run.plan import EXPERIMENTS_DIR, Schedule, TestFacts, forward_budget
+from inferlab.run.plan import entry as plan_entry
+from inferlab.base.records import (
     MANIFEST_FILE,
     PLAN_FILE,
     PREDICTIONS_FILE,
@@ -73,7 +73,7 @@ def invocation_of(config, specimen: dict, offline_from: Optional[str], pytest_ve
     and plugins; read, never kept), the specimen spec and what made the session offline."""
     import sys
 
-    from inferlab import environment
+    from inferlab.host import environment
 
     command, command_how = environment.typed_command(getattr(sys, "orig_argv", None), sys.argv,
                                                      config.invocation_params.args, config.invocation_params.dir)
@@ -96,19 +96,19 @@ class Surroundings:
 
     def environment(self) -> dict:
         """Platform, distributions, lock and source hashes (environment.environment_record)."""
-        from inferlab import environment
+        from inferlab.host import environment
 
         return environment.environment_record(self.root)
 
     def torch_threads(self, requested: Optional[dict]) -> dict:
         """Requested and effective torch thread counts."""
-        from inferlab import environment
+        from inferlab.host import environment
 
         return environment.torch_threads(requested)
 
     def torch_build(self) -> dict:
         """Which torch build is installed."""
-        from inferlab import environment
+        from inferlab.host import environment
 
         return environment.torch_build()
 
@@ -176,7 +176,7 @@ def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs
     """Claim a new record dir (record_dir, or a new folder under runs_dir) and open the run's files in it.
 
     The claim is the run's first write; RecordDirError says why a folder cannot be used. process_start is
-    pid's start (inferlab.live_claim.start_identity), recorded so that a later process given the same pid is
+    pid's start (inferlab.run.live_claim.start_identity), recorded so that a later process given the same pid is
     not taken for this session.
     """
     from inferlab.run import ended
@@ -278,7 +278,7 @@ class Run:
     def _copy_predictions(self, source: Optional[str]) -> dict:
         """Copy the predictions into the record dir; say so when there are none, and when the file is still
         the blank template (the run goes on either way)."""
-        from inferlab import predictions
+        from inferlab.run import predictions
 
         if source is None:
             return dict(NO_PREDICTIONS)
@@ -319,7 +319,7 @@ class Run:
     def refusal(self, facts: TestFacts) -> Optional[str]:
         """Why this test must not start (checks.CheckLedger.refusal), naming any prerequisite test that is not in
         this session's schedule and how to include it."""
-        from inferlab.checks import absent_prerequisite
+        from inferlab.run.checks import absent_prerequisite
 
         selection = (self.schedule.plan or {}).get("selection") or {}
         not_run = [name for name in facts.requires if self.ledger.status_of(name) is None]
@@ -383,7 +383,7 @@ class Run:
 
     def acquisition_failure(self) -> Optional[dict]:
         """{cause, failed_tests} when the acquisition check failed (the specimen could not be acquired), else None."""
-        from inferlab import guidance
+        from inferlab.specimen import guidance
 
         check = self.ledger.checks.get(session_status.SPECIMEN_CHECKS[0]) or {}
         if check.get("status") not in ("failed", "error"):
@@ -449,7 +449,7 @@ class Run:
 
     def environment_changes(self) -> list[str]:
         """What differs now from the environment recorded at the start, one line per changed field."""
-        from inferlab import environment
+        from inferlab.host import environment
 
         if self.environment is None:
             return []

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from inferlab.records import CLAIM_FILE
+from inferlab.base.records import CLAIM_FILE
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 START_MARGIN_S = 1.0  # /proc/stat's boot time is in whole seconds; a process this close to the claim may be it

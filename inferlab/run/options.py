@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from inferlab import protocol, revised_criterion
+from inferlab import protocol
+from inferlab.measure import revised_criterion
 from inferlab.cli import spelled
-from inferlab.records import describe_path
+from inferlab.base.records import describe_path
 
 HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from inferlab import protocol, session_status
+from inferlab import protocol
+from inferlab.run import session_status
 from inferlab.cli import spelled
 
 EXPERIMENTS_DIR = "experiments"  # the protocol's tests, below the project root

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from inferlab import protocol
-from inferlab.checks import first_line
-from inferlab.records import RECORDS_FILE, REPORT_FILE
+from inferlab.run.checks import first_line
+from inferlab.base.records import RECORDS_FILE, REPORT_FILE
 
 ACQUISITION_CHECK = "acquisition"  # the check whose failure the summary explains with next steps
 SEE_FAILURES = "[its message: see FAILURES above]"
@@ -30,7 +30,7 @@ def specimen_line(specimen: dict) -> str:
 
 def write_summary(write: Callable[..., None], run) -> None:
     """The inferlab section's lines: record dir, specimen, outcomes, failures, predictions, acquisition, status."""
-    from inferlab import guidance
+    from inferlab.specimen import guidance
 
     write(f"record dir: {run.record_dir}")
     for line in getattr(run, "ended_elsewhere", []):
@@ -76,7 +76,7 @@ def write_summary(write: Callable[..., None], run) -> None:
 def write_last_line(write: Callable[..., None], run) -> None:
     """The session's last line, after pytest's own counts: what the run is, and whether a failure is the
     harness's (red) or a finding of the protocol that ran (yellow)."""
-    from inferlab import session_status
+    from inferlab.run import session_status
 
     end = run.ending.session_end
     if end is None:
@@ -110,7 +110,7 @@ def shortened_longrepr(longrepr, outcome: str, provides, run, seq: int):
     The failed acquisition points to the summary, which explains it once with the next steps; a skip
     whose reason quotes a message printed elsewhere says where instead of repeating it.
     """
-    from inferlab.session_status import SPECIMEN_CHECKS
+    from inferlab.run.session_status import SPECIMEN_CHECKS
 
     acquisition_error = run.log.acquisition_error
     if outcome == "failed" and ACQUISITION_CHECK in provides and acquisition_error:

@@ -13,7 +13,7 @@ One module per job:
     offline.py       --offline: hub flags and the network guard
 """
 
-from inferlab.records import sha256_file
+from inferlab.base.records import sha256_file
 from inferlab.specimen.acquire import (
     ACQUISITION_LABELS,
     ACQUISITIONS,

@@ -178,7 +178,7 @@ def local_builder(spec: SpecimenSpec):
 
     A builder is recognised by its revision (sha1 of its recipe), so a spec pins exactly one recipe.
     """
-    from inferlab import replica, standin
+    from inferlab.synthetic import replica, standin
 
     if not spec.synthetic:
         return None
@@ -187,7 +187,7 @@ def local_builder(spec: SpecimenSpec):
 
 def local_build_problem(spec: SpecimenSpec) -> Optional[str]:
     """Why this spec's local builder cannot run here (the replica without its reference folder), or None."""
-    from inferlab import replica
+    from inferlab.synthetic import replica
 
     if local_builder(spec) is replica:
         try:
@@ -208,7 +208,7 @@ def load_runnable_spec(name: str, artifacts_root=None) -> SpecimenSpec:
 
 
 def _require_local_builder(spec: SpecimenSpec):
-    from inferlab import replica, standin
+    from inferlab.synthetic import replica, standin
 
     builder = local_builder(spec)
     if builder is None:

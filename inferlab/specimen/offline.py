@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 
-from inferlab import netguard
+from inferlab.specimen import netguard
 
 
 @contextlib.contextmanager

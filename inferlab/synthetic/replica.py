@@ -5,7 +5,7 @@ never copied into the repository):
 
 - config.json, tokenizer.json, tokenizer_config.json and special_tokens_map.json, byte for byte;
 - model.safetensors: the real file's exact header (same tensor names, dtypes, shapes and offsets,
-  28,143,920 bytes in all) holding weights from inferlab.recipe, the stand-in's recipe;
+  28,143,920 bytes in all) holding weights from inferlab.synthetic.recipe, the stand-in's recipe;
 - no generation_config.json: the pinned revision very probably has none, and a replica must meet
   that case the way a learner's run will.
 
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from inferlab import recipe
+from inferlab.synthetic import recipe
 from inferlab.cli import spelled
-from inferlab.records import sha256_file
-from inferlab.standin import BuildRefused, check_target, command_line, write_files
+from inferlab.base.records import sha256_file
+from inferlab.synthetic.standin import BuildRefused, check_target, command_line, write_files
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_ENV = "INFERLAB_PYTHIA_REFERENCE"  # tests point it elsewhere; learners never need it

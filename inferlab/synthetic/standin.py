@@ -6,7 +6,7 @@ mean nothing about pythia-14m. Every file carries the same bytes on every build,
 specimen spec `artifacts/standin.json` pins the size and SHA-256 of all six files.
 
 Design notes:
-- The weights come from inferlab.recipe (numpy PCG64, no torch), which writes down a small
+- The weights come from inferlab.synthetic.recipe (numpy PCG64, no torch), which writes down a small
   "successor" structure by hand so that next-token distributions are peaked and depend on
   the last three tokens, logits span tens of units and EOS is sometimes sampled: a trained
   model's shape without its knowledge. The replica specimen uses the same recipe.
@@ -31,12 +31,15 @@ import sys
 import time
 from pathlib import Path
 
-from inferlab import protocol, recipe
+from inferlab import protocol
+from inferlab.synthetic import recipe
 from inferlab.cli import spelled
-from inferlab.records import write_bytes_atomic
+from inferlab.base.records import write_bytes_atomic
 
 # Bump the version suffix whenever any built byte changes; the revision follows it.
 RECIPE = f"inferlab-standin-pythia-14m-architecture/recipe-{recipe.VERSION}"
+# Written into config.json, so these bytes are pinned (artifacts/standin.json): the text names the recipe module by
+# the path it had when they were pinned (now inferlab.synthetic.recipe); changing it means a new recipe version.
 SYNTHETIC_NOTE = (
     "Synthetic stand-in built offline by inferlab.standin: pythia-14m's architecture with constructed "
     f"weights (inferlab.recipe {recipe.VERSION}, numpy PCG64 seed {recipe.SEED}), not trained. "

@@ -3,7 +3,7 @@
 verify_run(DIR) re-hashes every file against the manifest and checks that the records are complete
 for the protocol: counts per kind, the schedule, the budgets, the tensor references, and that every
 failure or gap has its evidence (a recorded failed, errored or skipped test with its message). Which
-test should have written a missing record is asked of the plan (inferlab.runview), never spelled here.
+test should have written a missing record is asked of the plan (inferlab.reading.runview), never spelled here.
 
 A run that did not finish (interrupted, stopped early, killed) or that ran only part of the protocol
 (-k, -m, one file) says so once: "unfinished: ..." and "partial: ...". The records such a run could
@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
-from inferlab.runview import RunView
+from inferlab.reading.runview import RunView
 from inferlab.verify.checker import Checker
 
 __all__ = ["Checker", "verify_run"]

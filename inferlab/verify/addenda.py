@@ -1,4 +1,4 @@
-"""verify's check of what was attached after the session (inferlab.addenda): the ledger as written, every
+"""verify's check of what was attached after the session (inferlab.reading.addenda): the ledger as written, every
 entry against its file (present, size, SHA-256) and against the run (its manifest_sha256 is the manifest's
 now), a kept revised criterion against the tensors it judged, and no file under addenda/ that no entry lists.
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from inferlab.addenda import ADDENDA_DIR, LEDGER_FILE, REVISED_KIND, entry_findings, sha256_of_file, stored_path_error
-from inferlab.records import MANIFEST_FILE
-from inferlab.runview import RunView
+from inferlab.reading.addenda import ADDENDA_DIR, LEDGER_FILE, REVISED_KIND, entry_findings, sha256_of_file, stored_path_error
+from inferlab.base.records import MANIFEST_FILE
+from inferlab.reading.runview import RunView
 
 
 def manifest_sha256(view: RunView) -> Optional[str]:
@@ -43,7 +43,7 @@ def entry_problems(view: RunView) -> list[str]:
     """Every entry against its file and the run's manifest; a revised criterion also against its tensors."""
     if view.directory is None:  # a view built from data has no files to check
         return []
-    from inferlab.revise import check_revision
+    from inferlab.recheck.revise import check_revision
 
     now = manifest_sha256(view)
     problems = []

@@ -10,8 +10,8 @@ from __future__ import annotations
 import collections
 from typing import Optional
 
-from inferlab.records import MANIFEST_FILE, PLAN_FILE
-from inferlab.runview import DIAGNOSTIC, FAILING, INTEGRITY, Missing, Problem, RunView, function_name
+from inferlab.base.records import MANIFEST_FILE, PLAN_FILE
+from inferlab.reading.runview import DIAGNOSTIC, FAILING, INTEGRITY, Missing, Problem, RunView, function_name
 
 
 class Checker:
@@ -139,8 +139,8 @@ class Checker:
         """{cause, failed_tests} when the specimen could not be acquired (the session_end says so, or, in a run
         older than that field, its artifact_acquisition record), else None; failed_tests counts the failed tests
         that check the acquisition or the files."""
-        from inferlab.guidance import acquisition_cause
-        from inferlab.session_status import SPECIMEN_CHECKS
+        from inferlab.specimen.guidance import acquisition_cause
+        from inferlab.run.session_status import SPECIMEN_CHECKS
 
         end = self.view.session_end or {}
         if isinstance(end.get("acquisition_failure"), dict):

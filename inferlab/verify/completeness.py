@@ -7,8 +7,8 @@ from __future__ import annotations
 import collections
 
 from inferlab import protocol
-from inferlab.records import MANIFEST_FILE, RECORDS_FILE
-from inferlab.runview import FAILING, NOT_PASSING, bracket_id
+from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.reading.runview import FAILING, NOT_PASSING, bracket_id
 from inferlab.verify.checker import Checker
 
 # Kinds a complete run holds at least one record of.

@@ -9,7 +9,7 @@ line naming the record (kind, seq, the trial it belongs to, the field) and both 
 files do not allow (no tokenizer at hand, no stamp, a tensor that fails its hash) is said once in `not_checked`,
 never passed in silence.
 
-Recomputation uses the writer's own function on the writer's inputs (summaries.*, inferlab.sizes) and compares
+Recomputation uses the writer's own function on the writer's inputs (summaries.*, inferlab.measure.sizes) and compares
 exactly; where the writer's arithmetic is float32 or float64 matters, it is redone that way (see the tensor
 checks). A trial that failed or never ran is not recomputed: only what was completed is read.
 
@@ -26,9 +26,9 @@ from dataclasses import asdict
 from typing import Any, Iterable, Optional
 
 from inferlab import protocol
-from inferlab.deterministic import describe
-from inferlab.plan import plan_totals
-from inferlab.records import MANIFEST_FILE, PLAN_FILE
+from inferlab.reading.deterministic import describe
+from inferlab.run.plan import plan_totals
+from inferlab.base.records import MANIFEST_FILE, PLAN_FILE
 
 # Protocol entries that are prose, not constants: a rewording is no different protocol. The rule string of the
 # declared tolerance is checked instead as the text of the recorded atol and rtol.
@@ -212,7 +212,7 @@ def _protocol_differences(recheck: Recheck, file: str, recorded: dict, expected:
 
 def _criterion_texts(recheck: Recheck, record: dict) -> None:
     """Every criterion text a record holds (rule, criterion, tolerance, at any depth) names the protocol's atol
-    and rtol; a revised criterion (inferlab.revised_criterion) is the learner's, declared beside it, and is left."""
+    and rtol; a revised criterion (inferlab.measure.revised_criterion) is the learner's, declared beside it, and is left."""
     if record.get("kind") in ("cache_criterion_revised",):
         return
     for path, value in _texts(record):

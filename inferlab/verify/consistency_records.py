@@ -1,5 +1,5 @@
 """Consistency of the records that need no tensor and no tokenizer: each generation trial's fields from its ids,
-the sampling summaries from their trials, the memory records against their formulas (inferlab.sizes) and each
+the sampling summaries from their trials, the memory records against their formulas (inferlab.measure.sizes) and each
 other, the clock-overhead and bandwidth arithmetic, and the batching calls and rows from their own ids."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import statistics
 import types
 from typing import Optional
 
-from inferlab import near_tie, protocol, sizes, summaries
+from inferlab.measure import near_tie, sizes, summaries
+from inferlab import protocol
 from inferlab.verify.consistency import Recheck, label, same
 
 FLOAT32_BYTES = 4  # the protocol's dtype (protocol.TORCH_DTYPE): parameters and cache entries are float32
@@ -76,7 +77,7 @@ def _generation(recheck: Recheck, record: dict) -> None:
 
 
 def greedy_steps(recheck: Recheck, record: dict) -> None:
-    """A greedy trial's per-step top two (inferlab.near_tie), when it recorded them: a [top, second] pair per
+    """A greedy trial's per-step top two (inferlab.measure.near_tie), when it recorded them: a [top, second] pair per
     generated id, top >= second, and the selected id of each step the id the trial generated there."""
     values, ids = record.get(near_tie.STEP_VALUES_FIELD), record.get(near_tie.STEP_IDS_FIELD)
     problem = near_tie.shape_problem(values, ids)

@@ -5,9 +5,9 @@ generation trial's first-step argmax and hash, and the batching rows' first-step
 Only a tensor that matches the SHA-256 its record holds is read (RunView.verified_tensor); one that does not is
 already a problem of verify's tensor check, and its derived numbers are said to be not checked.
 
-The statistics are redone in numpy as inferlab.cache_check.compare_vectors and top2_margin do them in torch: in
+The statistics are redone in numpy as inferlab.measure.cache_check.compare_vectors and top2_margin do them in torch: in
 float64, from the float32 tensors, so the criterion adds no rounding and the values agree bit for bit. The
-batching rows' differences are float32, as inferlab.batching computes them on its float32 step logits.
+batching rows' differences are float32, as inferlab.measure.batching computes them on its float32 step logits.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any, Optional
 
 import numpy
 
-from inferlab import near_tie, protocol
-from inferlab.runview import tensor_sha256
+from inferlab.measure import near_tie
+from inferlab import protocol
+from inferlab.reading.runview import tensor_sha256
 from inferlab.verify.consistency import Recheck, label, same
 
 
@@ -280,7 +281,7 @@ def _prefix(recheck: Recheck, k: int, record: dict, prompt, continuation, revise
 
 def _batching(recheck: Recheck) -> None:
     """Each row comparison's first-step difference, argmaxes and margins from the calls' saved first-step logits
-    (float32 differences, as inferlab.batching takes them; float64 margins, as top2_margin does)."""
+    (float32 differences, as inferlab.measure.batching takes them; float64 margins, as top2_margin does)."""
     records = recheck.view.kind("batching")
     calls = {r.get("call_index"): r for r in records if r.get("record_type") == "call"}
     for summary in (r for r in records if r.get("record_type") == "summary"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from inferlab.records import sha256_file
+from inferlab.base.records import sha256_file
 from inferlab.verify.consistency import Recheck
 
 TOKENIZER_FILE = "tokenizer.json"

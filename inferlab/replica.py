@@ -1,0 +1,12 @@
+"""`python -m inferlab.replica DIR`, the command the docs, the specimen specs and earlier runs name: it builds the
+replica with inferlab.synthetic.replica, where the code lives since the layout by stage (docs/architecture.md).
+Imported, this name is that module itself, so `from inferlab import replica` keeps working too."""
+
+import sys
+
+from inferlab.synthetic import replica as _module
+
+if __name__ == "__main__":
+    sys.exit(_module.main())
+else:
+    sys.modules[__name__] = _module
