@@ -34,9 +34,9 @@ import torch
 if __package__ in (None, ""):  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inferlab.measure import contention  # noqa: E402
-from inferlab.host import machine  # noqa: E402
 from inferlab import protocol  # noqa: E402
+from inferlab.host import machine  # noqa: E402
+from inferlab.measure import contention  # noqa: E402
 from inferlab.measure.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
 MIN_ROUNDS = 7
@@ -45,9 +45,9 @@ OVERHEAD_BOUND = 0.01  # the instrumented loop's goal: within 1 % of the bare on
 
 def load_model(workdir: Path):
     """(model, input_ids, eos id, description): the stand-in, built offline, with P1 tokenized."""
-    from inferlab.synthetic import standin
     from inferlab.measure.loading import load_specimen
     from inferlab.specimen import load_spec
+    from inferlab.synthetic import standin
 
     standin.build(workdir)
     loaded = load_specimen(workdir, load_spec("standin"))

@@ -17,13 +17,13 @@ from typing import Optional
 
 import pytest
 
-from inferlab.run import live_claim, plan, session_status, terminal
 from inferlab import protocol
+from inferlab.base.records import PLAN_FILE, RecordDirError, TensorStore
 from inferlab.measure import revised_criterion
+from inferlab.run import live_claim, plan, session_status, terminal
+from inferlab.run import lifecycle, options
 from inferlab.run.interrupts import SignalWatch
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts
-from inferlab.base.records import PLAN_FILE, RecordDirError, TensorStore
-from inferlab.run import lifecycle, options
 
 RUN_KEY = pytest.StashKey["lifecycle.Run"]()
 FACTS_KEY = pytest.StashKey[TestFacts]()
@@ -87,12 +87,20 @@ def pytest_configure(config):
                                   runs_dir=runs_dir and Path(os.path.expanduser(runs_dir)))
     run.publish = lambda record: config.hook.pytest_inferlab_record(config=config, record=record)
     run.on_manifest = lambda manifest: config.hook.pytest_inferlab_manifest(config=config, manifest=manifest)
+    run.write_report = _write_report
     config.stash[RUN_KEY] = run
     if run.signals.install():
         config.pluginmanager.register(_StoppingListener(run.signals), STOPPING_LISTENER)
     if config.getoption("inferlab_offline"):
         run.block_network()  # for the whole session, not only acquisition
     run.start(predictions)
+
+
+def _write_report(record_dir: Path) -> None:
+    """The session's report.md and plots, at its end (inferlab.report is imported then, not at the start)."""
+    from inferlab import report
+
+    report.write_report(record_dir)
 
 
 def pytest_report_header(config):

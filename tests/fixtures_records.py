@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.run import session_status
-from inferlab.measure import summaries
-from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of
 from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
+from inferlab.measure import summaries
+from inferlab.run import session_status
 from inferlab.run import lifecycle, writers
+from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 64  # tiny on purpose: the tests check plumbing, not a real vocabulary
@@ -241,9 +241,11 @@ class RunBuilder:
         # An --offline session as its manifest tells it; nothing is blocked in the test process itself.
         self.run.network_guard = contextlib.ExitStack()
         if not report:  # the caller rewrites the records and renders the report itself (rerender)
-            self.run._write_report = lambda: None
+            self.run.write_report = None
         elif not plots:  # the session's report, as write_report renders it, without drawing the plots
-            self.run._write_report = lambda: write_pages(self.run.record_dir, plots=False)
+            self.run.write_report = lambda record_dir: write_pages(record_dir, plots=False)
+        else:  # as the plugin wires it
+            self.run.write_report = session_report
         self.current_format = current_format
         self.specimen = specimen
         self.synthetic = synthetic
@@ -761,13 +763,20 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
     return records[:outcomes_start] + added + records[outcomes_start:]
 
 
+def session_report(record_dir: Path) -> None:
+    """The report as a session writes it at its end: the plugin gives each run inferlab.report.write_report."""
+    from inferlab import report
+
+    report.write_report(record_dir)
+
+
 def write_pages(directory: Path, plots: bool = False) -> None:
     """Write both pages of the report as the session's write_report does; plots=False draws no plot (the pages
     are the text write_report renders when every plot is drawn) and removes any plot left by an earlier
     rendering, since it was drawn from other records."""
-    from inferlab.report import plots as plots_module
     from inferlab import report
     from inferlab.base.records import write_text_atomic
+    from inferlab.report import plots as plots_module
 
     directory = Path(directory)
     if plots:

@@ -20,10 +20,10 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from inferlab.reading import addenda
-from inferlab.host import environment
-from inferlab.run import predictions
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
+from inferlab.host import environment
+from inferlab.reading import addenda
+from inferlab.run import predictions
 from inferlab.verify import verify_run
 
 from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, rerender

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.reading import addenda, addenda_store
 from inferlab.__main__ import main
+from inferlab.reading import addenda, addenda_store
 from inferlab.verify import verify_run
 
 from fixtures_records import copy_run, edit_manifest, kill_after

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from inferlab.measure import cache_check
 from inferlab import protocol
+from inferlab.measure import cache_check
 from inferlab.measure.cache_check import compare_vectors, run_matched_prefix
-from inferlab.measure.summaries import first_divergence
 from inferlab.measure.decode_loop import run_greedy_loop
 from inferlab.measure.memory import expected_kv_cache_bytes
+from inferlab.measure.summaries import first_divergence
 from inferlab.synthetic.tiny_model import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9, 40, 11]

@@ -8,13 +8,13 @@ import copy
 
 import pytest
 
-from inferlab.measure import contention, summaries
-from inferlab.report import plots
 from inferlab import protocol
+from inferlab.measure import contention, summaries
+from inferlab.reading.runview import RunView
+from inferlab.report import plots
 from inferlab.report import measures, tables, timing_evidence
 from inferlab.report.sections import section_timing
 from inferlab.report.verdict import decide
-from inferlab.reading.runview import RunView
 
 RULE = protocol.CONTENTION_RULE
 MS = 1_000_000  # ns
@@ -241,8 +241,8 @@ def test_the_cpu_share_plot_is_drawn_from_the_trials_evidence():
 
 
 def test_compare_and_the_class_measures_carry_the_same_evidence():
-    from inferlab.report import compare
     from inferlab.grading import measures as class_measures
+    from inferlab.report import compare
 
     quiet, busy = schedule(1.0, 3.0), schedule(1.0, 3.0, contended={"P1-cache_off-2", "P1-cache_on-2"}, slow=4)
     result = compare.compare(view_of(quiet), view_of(busy))

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.measure import contention
 from inferlab.base.records import REPORT_FILE
+from inferlab.measure import contention
 from inferlab.verify import verify_run
 
 import shared_runs

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from inferlab.measure import contention
 from inferlab import protocol
+from inferlab.measure import contention
 from inferlab.measure import decode_loop
 from inferlab.measure.cache_check import compare_vectors
 from inferlab.measure.decode_loop import (

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from inferlab import cli, protocol, specimen
-from inferlab.specimen import guidance
 from inferlab.base.records import REPORT_FILE
+from inferlab.specimen import guidance
 
 from fixture_runs import runs  # noqa: F401 (a fixture)
 

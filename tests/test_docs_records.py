@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from fixtures_records import REPO_ROOT, RunBuilder, experiment_markers
-from inferlab.reading import addenda
-from inferlab.host import environment
-from inferlab.report import plots
 from inferlab.base import records
-from inferlab.run.plan import EXPERIMENTS_DIR
+from inferlab.host import environment
+from inferlab.reading import addenda
+from inferlab.report import plots
 from inferlab.report import DETAILS_FILE
 from inferlab.run import ended, writers
+from inferlab.run.plan import EXPERIMENTS_DIR
 
 PAGE = REPO_ROOT / "docs" / "records.md"
 KINDS, MANIFEST, ENVELOPE, FILES = ("Record kinds", "manifest.json", "The record envelope",

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inferlab.measure import cache_check, loading
 from inferlab import protocol, specimen
+from inferlab.measure import cache_check, loading
 from inferlab.synthetic import recipe, standin
 from shared_runs import experiment_in_process, inferlab_command, make_project, records
 from variants import pin_variant

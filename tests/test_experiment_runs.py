@@ -271,8 +271,8 @@ def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(no
     assert output.count("Connection refused") == 1 and error in output
     skip_reason = outcome(found, "test_model_load")["skip_reason"]  # the records keep every reason uncut
     assert error in skip_reason and len(skip_reason) > 300
-    from inferlab.specimen import guidance
     from inferlab import specimen
+    from inferlab.specimen import guidance
 
     steps = guidance.acquisition_next_steps(specimen.load_spec("pythia-14m").as_dict())
     lines = no_hub.lines

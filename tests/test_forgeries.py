@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.measure import contention, summaries
 from inferlab import protocol
 from inferlab.__main__ import main
+from inferlab.measure import contention, summaries
 from inferlab.verify import verify_run
 
 from fixtures_records import build_complete_run

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from inferlab.run import plan, session_status
 from inferlab import protocol
+from inferlab.run import plan, session_status
 from inferlab.verify import verify_run
 
 from fixtures_records import RunBuilder, all_nodeids, generation_nodeid

@@ -13,11 +13,11 @@ import pytest
 
 from inferlab import protocol
 from inferlab.__main__ import main
+from inferlab.base.records import RECORDS_FILE, write_json_atomic
 from inferlab.grading import formats
 from inferlab.grading.grade import grade_source
-from inferlab.run.plan import plan_totals
 from inferlab.grading.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
-from inferlab.base.records import RECORDS_FILE, write_json_atomic
+from inferlab.run.plan import plan_totals
 
 from fixtures_records import (
     REPO_ROOT,

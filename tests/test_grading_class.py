@@ -18,8 +18,8 @@ from inferlab.grading.classview import CLASS_PAGE, SPREAD_PLOT, ratio_points
 from inferlab.grading.grade import grade_source
 from inferlab.grading.rubric import load_rubric
 
-from inferlab.host import environment
 from inferlab.grading.likeness import SHARED_FINDING
+from inferlab.host import environment
 
 from fixtures_records import REPO_ROOT, build_rich_run, copy_run, edit_manifest, refresh_manifest
 from grading_helpers import (

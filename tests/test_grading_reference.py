@@ -15,8 +15,8 @@ from inferlab.__main__ import main
 from inferlab.grading.grade import grade_source
 from inferlab.grading.reference import REFERENCE_FORMAT, REFERENCE_SCHEMA, experiment_source, load_reference, \
     make_reference
-from inferlab.grading.rubric import load_rubric
 from inferlab.base.records import MANIFEST_FILE, write_json_atomic
+from inferlab.grading.rubric import load_rubric
 from inferlab.reading.runview import RunView, tensor_sha256
 from inferlab.verify import verify_run
 

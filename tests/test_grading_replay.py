@@ -16,10 +16,10 @@ import shutil
 import pytest
 
 from inferlab import protocol, report
-from inferlab.measure import summaries
 from inferlab.grading.grade import EXIT_INTEGRITY, EXIT_PASSED, grade_source
 from inferlab.grading.replayed import GraderCopy
 from inferlab.grading.rubric import load_rubric
+from inferlab.measure import summaries
 from inferlab.verify import verify_run
 
 from fixture_runs import runs  # noqa: F401 (a fixture)

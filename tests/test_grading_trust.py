@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.run import predictions
 from inferlab.__main__ import main
+from inferlab.base.records import MANIFEST_FILE
 from inferlab.grading import formats
 from inferlab.grading.grade import grade_source
 from inferlab.grading.harness import compare_harness, grader_hashes
 from inferlab.grading.rubric import DEFAULT_RUBRIC, RubricError, load_rubric
-from inferlab.base.records import MANIFEST_FILE
 from inferlab.reading.runview import RunView
+from inferlab.run import predictions
 
 from fixtures_records import REPO_ROOT, copy_run
 from forging import rehash
@@ -274,7 +274,7 @@ def test_lock_check_edited_alone_is_an_integrity_problem(standin_run, tmp_path):
 def test_a_run_whose_manifest_hashes_a_changed_decode_loop_is_an_integrity_problem(run_copy, capsys):
     """As a forger would leave it: the run's source hash of inferlab/measure/decode_loop.py is that of the file with one
     line added, everything re-hashed."""
-    changed = (REPO_ROOT / "inferlab" / "decode_loop.py").read_bytes() + b"SPEEDUP = 2.0\n"
+    changed = (REPO_ROOT / "inferlab" / "measure" / "decode_loop.py").read_bytes() + b"SPEEDUP = 2.0\n"
     edit_json(run_copy / MANIFEST_FILE, lambda m: m["source_sha256"].update(
         {"inferlab/measure/decode_loop.py": hashlib.sha256(changed).hexdigest()}))
     rehash(run_copy)
@@ -320,7 +320,7 @@ def test_the_grader_hashes_the_package_it_imported():
     ours = grader_hashes()
     assert "inferlab/measure/decode_loop.py" in ours and "experiments/test_30_sampling.py" in ours
     assert ours["inferlab/measure/decode_loop.py"] == hashlib.sha256(
-        (Path(inferlab.__file__).parent / "decode_loop.py").read_bytes()).hexdigest()
+        (Path(inferlab.__file__).parent / "measure" / "decode_loop.py").read_bytes()).hexdigest()
     assert not any(path.startswith(("tests/", "benchmarks/")) for path in ours)  # no part of a run's records
 
 
@@ -334,7 +334,7 @@ def test_a_real_run_from_a_clone_with_one_line_added_to_decode_loop_is_named(tmp
     def clone_with_one_line(project: Path) -> None:
         (project / "inferlab").unlink()
         shutil.copytree(REPO_ROOT / "inferlab", project / "inferlab", ignore=shutil.ignore_patterns("__pycache__"))
-        with open(project / "inferlab" / "decode_loop.py", "a", encoding="utf-8") as handle:
+        with open(project / "inferlab" / "measure" / "decode_loop.py", "a", encoding="utf-8") as handle:
             handle.write("LEARNER_NOTE = 'one line added'\n")
 
     made = experiment(tmp_path, "--specimen", "standin", prepare=clone_with_one_line)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferlab.specimen import guidance
 from inferlab import specimen
+from inferlab.specimen import guidance
 
 
 def test_a_valid_copy_is_described_as_the_verification_accepts_it():

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from inferlab.measure import loading, memory
 from inferlab import protocol
+from inferlab.measure import loading, memory
 from inferlab.synthetic.tiny_model import tiny_gpt_neox
 
 STANDIN_PARAMETERS = 14_067_712  # pythia-14m's parameter count

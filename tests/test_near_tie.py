@@ -8,11 +8,11 @@ import copy
 
 import pytest
 
-from inferlab.measure import near_tie
-from inferlab.report.compare import compare, format_compare
 from inferlab.host.environment import cpu_kernels, describe_kernels
+from inferlab.measure import near_tie
 from inferlab.measure.near_tie import Step, compare_greedy, near_tie_limit
 from inferlab.recheck.replay import Part, replayed_step
+from inferlab.report.compare import compare, format_compare
 from inferlab.verify import verify_run
 
 from fixture_runs import fixture_runs

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from inferlab import cli, protocol, specimen
-from inferlab.specimen import guidance
 from inferlab.__main__ import main
-from inferlab.report.compare import compare, format_compare
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.report.compare import compare, format_compare
+from inferlab.specimen import guidance
 
 import inner_session
 from fixtures_records import copy_run
@@ -459,8 +459,8 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     import os
     import socket
 
-    from inferlab.run.live_claim import start_identity
     from inferlab.run import ended
+    from inferlab.run.live_claim import start_identity
 
     host, runs = socket.gethostname(), tmp_path / "runs"
     dead = {"pid": ended_pid(), "hostname": host, "claimed_utc": "2026-12-01T10:00:00Z", "command": "make run"}

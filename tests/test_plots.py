@@ -6,12 +6,12 @@ import copy
 
 import pytest
 
-from inferlab.report import plots
 from inferlab import report
 from inferlab.base.records import RECORDS_FILE, REPORT_FILE
+from inferlab.reading.runview import RunView
+from inferlab.report import plots
 from inferlab.report import measures
 from inferlab.report.verdict import decide, partial_note
-from inferlab.reading.runview import RunView
 
 from fixtures_records import copy_run
 from fixture_runs import runs, shared, fixture_runs  # noqa: F401 (runs is a fixture)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from inferlab.measure import cache_check, loading
 from inferlab import protocol
+from inferlab.measure import cache_check, loading
 from inferlab.synthetic import recipe
 
 # The bar for the stand-in's first step under G, and a realistic logit range.

@@ -14,8 +14,8 @@ import pytest
 from inferlab import protocol, specimen
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, file_inventory
-from inferlab.recheck.replay import Replay, load_model
 from inferlab.reading.runview import RunView
+from inferlab.recheck.replay import Replay, load_model
 
 from forging import find, forge
 from shared_runs import inferlab_command, made_once

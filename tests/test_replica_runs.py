@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from inferlab import protocol
-from inferlab.synthetic import recipe, replica
 from inferlab.measure.inputs import NO_TOKEN_NOTE
+from inferlab.synthetic import recipe, replica
 from shared_runs import experiment_in_process, inferlab_command, records
 from variants import pin_variant
 

@@ -9,12 +9,12 @@ import math
 import numpy
 import pytest
 
-from inferlab.specimen import guidance
 from inferlab import protocol, report
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
-from inferlab.report import details, logits, tables
 from inferlab.reading.runview import RunView
+from inferlab.report import details, logits, tables
+from inferlab.specimen import guidance
 
 from fixtures_records import (
     BANDWIDTH_BYTES_PER_S,

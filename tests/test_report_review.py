@@ -9,8 +9,8 @@ import statistics
 from pathlib import Path
 
 from inferlab import protocol, report
-from inferlab.measure import summaries
 from inferlab.base.records import RECORDS_FILE, REPORT_FILE
+from inferlab.measure import summaries
 
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)
 

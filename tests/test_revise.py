@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy
 import pytest
 
-from inferlab.reading import addenda
 from inferlab import protocol
 from inferlab.__main__ import main
 from inferlab.measure.revised_criterion import RevisedCriterion, evaluate, judge
+from inferlab.reading import addenda
 from inferlab.reading.runview import RunView
 from inferlab.verify import verify_run
 

@@ -21,14 +21,14 @@ from types import SimpleNamespace
 import numpy
 import pytest
 
-from inferlab.reading import addenda_store
 from inferlab import protocol
-from inferlab.recheck import replay
-from inferlab.measure import revised_criterion as criteria
 from inferlab.__main__ import main
 from inferlab.base.records import CLAIM_FILE, MANIFEST_FILE, RECORDS_FILE, REPORT_FILE, utc_now
+from inferlab.measure import revised_criterion as criteria
 from inferlab.measure.revised_criterion import RevisedCriterionError, check_options, parse_criterion
+from inferlab.reading import addenda_store
 from inferlab.reading.runview import RunView
+from inferlab.recheck import replay
 from inferlab.verify import verify_run
 
 from fixtures_records import abandon_finish, copy_run, kill_after

@@ -9,8 +9,8 @@ import pytest
 
 from fixtures_records import REPO_ROOT, FixedSurroundings, TickingClock, TickingStamp
 from inferlab.run import session_status
-from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, selection_of
 from inferlab.run import lifecycle, writers
+from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, selection_of
 
 
 def test_the_envelope_refuses_its_own_fields_and_keeps_what_is_not_json_as_its_repr():

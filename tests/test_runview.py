@@ -11,11 +11,11 @@ import numpy
 import pytest
 
 from inferlab import report
-from inferlab.reading import schema
 from inferlab.__main__ import main
-from inferlab.report.compare import compare
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
+from inferlab.reading import schema
 from inferlab.reading.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
+from inferlab.report.compare import compare
 from inferlab.verify import verify_run
 
 SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"

@@ -10,10 +10,10 @@ import hashlib
 
 import pytest
 
-from inferlab.measure import loading
 from inferlab import protocol, specimen
-from inferlab.specimen.netguard import NetworkBlocked, block_network
+from inferlab.measure import loading
 from inferlab.specimen import SpecimenError
+from inferlab.specimen.netguard import NetworkBlocked, block_network
 
 WEIGHTS = "model.safetensors"
 

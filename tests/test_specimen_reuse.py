@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from inferlab.measure import loading
 from inferlab import protocol, specimen
+from inferlab.measure import loading
 from inferlab.specimen import SpecimenError
 
 PINS_FILE = "model.safetensors"

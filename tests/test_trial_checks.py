@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferlab.measure import cache_check, decode_loop, forward_mode, loop_check
 from inferlab import protocol
+from inferlab.measure import cache_check, decode_loop, forward_mode, loop_check
 from inferlab.measure.decode_loop import run_greedy_loop
 from inferlab.synthetic.tiny_model import tiny_gpt_neox
 

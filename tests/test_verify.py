@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from inferlab import protocol
-from inferlab.measure import summaries
-from inferlab.run.plan import plan_totals
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
+from inferlab.measure import summaries
 from inferlab.report.compare import compare, format_compare
+from inferlab.run.plan import plan_totals
 from inferlab.verify import verify_run
 
 from fixtures_records import (

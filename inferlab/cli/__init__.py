@@ -18,10 +18,10 @@ import re
 import sys
 from pathlib import Path
 
+from inferlab.base.commands import PROG, VENV_BIN, spelled  # noqa: F401 - spelled keeps its old path too
+
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_OTHER_RENDERER = 0, 1, 2, 3
 EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
-PROG = "inferlab"  # the console script `make` installs (pyproject.toml); `python -m inferlab` is the same parser
-VENV_BIN = ".venv/bin"  # where `make` puts the environment's programs, relative to the project folder
 DESCRIPTION = ("Check, grade, report and compare inferlab runs and keep what you write after one, from their files alone "
                "(no model, no network), or "
                "replay one on your own copy of the specimen.")
@@ -38,16 +38,6 @@ EXIT_CODES = """exit status:
 # The subcommands in the order --help lists them: modules of this package.
 COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack", "replay", "attach", "revise",
             "autograder")
-
-
-def spelled(args: str, program: str = PROG) -> str:
-    """A command as the terminal, the guidance, the report and the errors print it: `spelled("verify DIR")` is
-    `.venv/bin/inferlab verify DIR`, and `spelled("-m inferlab.standin DIR", "python")` the environment's Python.
-
-    Typed as printed in the project folder it runs this project's environment whatever is first on PATH, with no
-    step before it; the text is the same on every machine, so a report rendered again elsewhere is identical.
-    """
-    return f"{VENV_BIN}/{program} {args}"
 
 
 # A value that reads as numbers, alone or comma-separated ("-1,0", "-1e-4,1e-3"). argparse takes a word that starts

@@ -117,14 +117,15 @@ def _what_folder(folder: Path) -> str:
 
 
 def run(args) -> int:
-    from inferlab.grading import formats
-    from inferlab.grading.classview import review_class, write_class_page
-    from inferlab.grading.likeness import traits_of
-    from inferlab.grading.grade import submissions_in, worst
-    from inferlab.grading.replayed import GraderCopy, GraderCopyError, grade_sources
-    from inferlab.grading.reference import ReferenceError, load_reference, specimens_given
-    from inferlab.grading.rubric import RubricError, load_rubric
     from inferlab.base.records import write_text_atomic
+    from inferlab.grading import formats
+    from inferlab.grading.batch import grade_sources
+    from inferlab.grading.classview import review_class, write_class_page
+    from inferlab.grading.grade import submissions_in, worst
+    from inferlab.grading.likeness import traits_of
+    from inferlab.grading.reference import ReferenceError, load_reference, specimens_given
+    from inferlab.grading.replayed import GraderCopy, GraderCopyError
+    from inferlab.grading.rubric import RubricError, load_rubric
 
     try:
         rubric = load_rubric(args.rubric)

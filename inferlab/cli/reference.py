@@ -31,9 +31,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from inferlab.host.environment import describe_kernels
-    from inferlab.grading.reference import make_reference
     from inferlab.base.records import write_json_atomic
+    from inferlab.grading.reference import make_reference
+    from inferlab.host.environment import describe_kernels
     from inferlab.reading.runview import RunView
     from inferlab.verify import verify_run
 

@@ -48,11 +48,11 @@ def run(args) -> int:
 
 def run_revise(record_dir: Path, criterion, justification: str) -> int:
     """`revise RUN_DIR ...`: check, judge again, keep, and print both verdicts per prefix; the exit code."""
-    from inferlab.reading import addenda_store
-    from inferlab.recheck import revise
-    from inferlab.reading.addenda import REVISED_KIND
     from inferlab.base.records import jsonable, utc_now
     from inferlab.measure.revised_criterion import RevisedCriterion, justification_problem
+    from inferlab.reading import addenda_store
+    from inferlab.reading.addenda import REVISED_KIND
+    from inferlab.recheck import revise
 
     if not justification.strip():
         print(f"{NAME}: --justification {justification!r}: expected a sentence saying why "

@@ -16,7 +16,9 @@ folder and load no model, except replayed.py (the grader's own copy, for grade -
     likeness.py   what two submissions of a class share (a run, records, timings, written work), and who submits
     classview.py  the class page: every submission's items, the pairs that share evidence, one plot across the
                   class's machines
-    replayed.py   grade --replay: each run re-executed on the grader's copy (inferlab.recheck.replay), folded into its grade
+    replayed.py   grade --replay: each run re-executed on the grader's copy (inferlab.recheck.replay), folded into
+                  its grade
+    batch.py      many runs graded in one call, in this process or in --jobs N processes
     autograder.py the Gradescope autograder zip, and what its scripts (autograder_scripts.py) run in the container
 
 The command line is inferlab/cli/grade.py, reference.py, pack.py and autograder.py; docs/grading.md is the user's page.

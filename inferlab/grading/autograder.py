@@ -54,6 +54,7 @@ PREDICTION_NAMES = ("my_predictions.md", "predictions.md")  # the first found wi
 EXPLANATION_NAMES = ("my_explanation.md", "explanation.md")
 MAX_TEXT_BYTES = 1_000_000  # a predictions or explanation file larger than this is not a learner's text
 RUN_TIMEOUT_S = 900  # the experiment's own session limit is well below; Gradescope's default limit is 10 minutes
+ATTACH_TIMEOUT_S = 120  # attach reads one file and writes one copy: seconds, unless the machine is stuck
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every entry's timestamp: the same checkout gives the same bytes
 
 
@@ -300,10 +301,12 @@ def make_run(source: Path, config: dict, work: Path, predictions: Optional[Path]
     return run_dir, (done.stdout + done.stderr)[-3000:]
 
 
-def _attach(run_dir: Path, explanation: Path) -> int:
-    from inferlab.__main__ import main
-
-    return main(["attach", str(run_dir), str(explanation), "--kind", "explanation"])
+def _attach(source: Path, run_dir: Path, explanation: Path) -> int:
+    """`inferlab attach RUN_DIR FILE --kind explanation` in its own process from the course's copy, as the run was
+    made (grading sits below the command line and does not import it); its exit status."""
+    command = [sys.executable, "-m", "inferlab", "attach", str(run_dir), str(explanation), "--kind", "explanation"]
+    return subprocess.run(command, cwd=source, env=clean_environment(), stdin=subprocess.DEVNULL,
+                          timeout=ATTACH_TIMEOUT_S).returncode
 
 
 def _refusal(message: str) -> str:
@@ -361,7 +364,7 @@ def grade_submission(root: Path) -> tuple[str, Optional[object]]:
         if found["explanation"] is not None:
             explanation = work / "explanation.md"
             _copy_text(found["explanation"], explanation)
-            status = _attach(target, explanation)
+            status = _attach(source, target, explanation)
             lines.append(f"attached your {found['explanation'].name}" + ("" if status == 0 else
                                                                             f" (attach exit {status})"))
     grade = grade_source(target, rubric, reference, reference_file=str(reference_file) if reference_file else None,

@@ -19,8 +19,8 @@ from inferlab.grading.evidence import FAIL
 from inferlab.grading.grade import RunGrade, worst
 from inferlab.grading.likeness import SHARED_FINDING, Traits, distinct_machines, flag_grades, learner_facts, \
     pair_text, shared_pairs
-from inferlab.grading.rubric import ITEM_NUMBERS
 from inferlab.base.records import write_text_atomic
+from inferlab.grading.rubric import ITEM_NUMBERS
 
 CLASS_PAGE = "class.md"
 SPREAD_PLOT = "class_decode_interval_ratio.png"

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
+from inferlab.base.records import RECORDS_FILE
 from inferlab.grading import items as checklist
 from inferlab.grading.evidence import FAIL, MANUAL, PASS, Check, Evidence
 from inferlab.grading.measures import key_measurements, prompt_lengths
 from inferlab.grading.rubric import Rubric, RubricItem
-from inferlab.base.records import RECORDS_FILE
-from inferlab.report.fmt import message_lines
 from inferlab.reading.runview import RunView, not_a_run_reason, short_test
+from inferlab.report.fmt import message_lines
 
 GRADE_FORMAT = "inferlab-grade"
 GRADE_SCHEMA = 1
@@ -198,12 +198,12 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
     run on the grader's copy and folds the result in; None when no replay was asked for); rename replaces a
     temporary folder's path by the archive's name in every line shown."""
     from inferlab.grading import replayed
-    from inferlab.host.environment import describe_kernels
     from inferlab.grading.harness import compare_harness, grader_root
     from inferlab.grading.recompute import check_flags, lock_conformance
     from inferlab.grading.reference import ReferenceMismatch, choose_reference, compare_reference
     from inferlab.grading.requirements import requirement_checks
     from inferlab.grading.stale_report import stale_report_problems
+    from inferlab.host.environment import describe_kernels
     from inferlab.verify import verify_run
 
     verified = verify_run(view)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from inferlab.run import predictions
 from inferlab import protocol
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
+from inferlab.run import predictions
 from inferlab.grading.evidence import (
     FAIL,
     MANUAL,
@@ -34,8 +34,8 @@ from inferlab.grading.evidence import (
     passed,
 )
 from inferlab.base.records import PLAN_FILE, PREDICTIONS_FILE
-from inferlab.report.fmt import message_lines
 from inferlab.reading.runview import DIAGNOSTIC, FAILING, RunView, file_of, short_test
+from inferlab.report.fmt import message_lines
 
 # The record kinds each item rests on: a harness-integrity test that writes one of them and did not pass fails
 # that item. Kinds that only protocol diagnostics write (first_step_logits_check, sampling_summary,

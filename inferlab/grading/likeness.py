@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from inferlab.reading import addenda
-from inferlab.run import predictions
-from inferlab.host.machine import fingerprint_of
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE
+from inferlab.host.machine import fingerprint_of
+from inferlab.reading import addenda
 from inferlab.reading.runview import parse_records
+from inferlab.run import predictions
 
 GRADESCOPE_METADATA = "submission_metadata.json"
 SHARED_FINDING = "shared_with_another_submission"

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from inferlab.measure import contention
 from inferlab import protocol
+from inferlab.measure import contention
+from inferlab.reading.runview import RunView
 from inferlab.report import measures as report_measures
 from inferlab.report.fmt import is_number
-from inferlab.reading.runview import RunView
 
 
 def _median(values: list) -> Optional[float]:

@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from inferlab.grading.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES, SUBMISSION_FILE
 from inferlab.base.records import MANIFEST_FILE, sha256_file
+from inferlab.grading.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES, SUBMISSION_FILE
 from inferlab.reading.runview import RunView
 
 SUBMISSION_FORMAT = "inferlab-submission"

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from inferlab.reading import addenda
-from inferlab.run import predictions
-from inferlab.grading.harness import HarnessComparison, grader_root
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE
+from inferlab.grading.harness import HarnessComparison, grader_root
+from inferlab.reading import addenda
 from inferlab.reading.runview import RunView
+from inferlab.run import predictions
 
 LOCK_FILE = "requirements.lock"
 STRUCTURE_FIELDS = ("ok", "headings_present", "headings_missing", "empty_sections")

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from inferlab.measure import near_tie
 from inferlab import protocol
-from inferlab.cli import spelled
-from inferlab.reading.deterministic import describe, deterministic_outputs
+from inferlab.base.commands import spelled
 from inferlab.base.records import MANIFEST_FILE
-from inferlab.reading.runview import RunView
+from inferlab.measure import near_tie
 from inferlab.measure.summaries import first_divergence
+from inferlab.reading.deterministic import describe, deterministic_outputs
+from inferlab.reading.runview import RunView
 
 REFERENCE_FORMAT = "inferlab-reference"
 REFERENCE_SCHEMA = 2  # 2: greedy steps' top two, the protocol, the CPU kernels

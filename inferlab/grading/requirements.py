@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
 from inferlab.grading.evidence import Check, Evidence, failed, manifest_evidence, passed
 from inferlab.grading.harness import HARNESS_PARTS, HarnessComparison
 from inferlab.grading.recompute import LockConformance

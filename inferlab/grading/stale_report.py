@@ -26,7 +26,7 @@ def stale_report_problems(view: RunView) -> list[str]:
     if view.directory is None or not (view.directory / REPORT_FILE).is_file():
         return []  # no report to be stale: verify says whether one should exist
     from inferlab import report
-    from inferlab.cli import spelled
+    from inferlab.base.commands import spelled
 
     checked = report.check(view, after_session=view.final_manifest_written)
     if checked.status != "differs":

@@ -14,7 +14,8 @@ import platform
 from pathlib import Path
 from typing import Optional
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from inferlab.base.checkout import PROJECT_ROOT
+
 RESULTS_FILE = PROJECT_ROOT / "runs" / "benchmarks" / "overhead.jsonl"  # untracked: the default destination
 TRACKED_RESULTS_FILE = PROJECT_ROOT / "benchmarks" / "results.jsonl"  # only with --record-to
 CPUINFO = Path("/proc/cpuinfo")

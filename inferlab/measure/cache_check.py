@@ -13,8 +13,8 @@ from typing import Any, Optional, Sequence
 import torch
 from transformers import DynamicCache
 
-from inferlab.measure import memory
 from inferlab import protocol
+from inferlab.measure import memory
 from inferlab.measure.messages import capture_messages
 from inferlab.protocol import Tolerance
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab import protocol
+from inferlab.measure.summaries import post_first_interval, trial_contended
 
 try:  # not on every platform (Windows has no resource module; macOS has no RUSAGE_THREAD)
     import resource
@@ -158,12 +159,6 @@ def recorded_evidence(record: dict) -> Optional[dict]:
     return trial_evidence(readings, start, prefill, tokens[-1])
 
 
-def trial_contended(record: dict) -> Optional[bool]:
-    """A trial's recorded contention flag; None when the trial carries no evidence (an older run)."""
-    flag = record.get("contended")
-    return flag if isinstance(flag, bool) else None
-
-
 def loop_cpu_share(record: dict) -> Optional[float]:
     """The loop span's recorded CPU share, or None."""
     evidence = record.get("cpu_evidence")
@@ -296,8 +291,6 @@ VERDICT_METRICS = ("mean_post_first_interval_s", "loop_s")
 
 
 def _value(record: dict, metric: str) -> Optional[float]:
-    from inferlab.measure.summaries import post_first_interval
-
     value = post_first_interval(record) if metric == "mean_post_first_interval_s" else record.get(metric)
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 

@@ -26,8 +26,8 @@ from typing import Any, Iterable, Optional, Union
 import torch
 from transformers import DynamicCache, GenerationConfig
 
-from inferlab.measure import contention
 from inferlab import protocol
+from inferlab.measure import contention
 from inferlab.measure.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
 from inferlab.measure.sampling import build_generation_config, step_top_two
 from inferlab.measure.summaries import first_divergence, post_first_interval_s

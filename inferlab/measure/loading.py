@@ -19,8 +19,8 @@ from typing import Optional
 
 import torch
 
-from inferlab.measure import memory
 from inferlab import protocol
+from inferlab.measure import memory
 from inferlab.specimen import WEIGHT_FILE, SpecimenError, SpecimenSpec, require_verified
 
 MODEL_CLASS = "GPTNeoXForCausalLM"

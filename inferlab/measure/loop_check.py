@@ -20,8 +20,8 @@ import torch
 from transformers import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from inferlab.measure import decode_loop
 from inferlab import protocol
+from inferlab.measure import decode_loop
 from inferlab.measure.summaries import first_divergence
 
 COMPARED = ("input_ids", "attention_mask", "position_ids", "cache_position", "logits_to_keep", "use_cache")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import statistics
 from typing import Optional, Sequence
 
-from inferlab.measure import contention
 from inferlab import protocol
 
 
@@ -73,6 +72,12 @@ def token_times(record: dict) -> Optional[list]:
     if isinstance(times, list) and times and all(_is_number(t) for t in times):
         return times
     return None
+
+
+def trial_contended(record: dict) -> Optional[bool]:
+    """A trial's recorded contention flag; None when the trial carries no evidence (an older run)."""
+    flag = record.get("contended")
+    return flag if isinstance(flag, bool) else None
 
 
 def post_first_interval(record: dict) -> Optional[float]:
@@ -225,7 +230,7 @@ def timing_summary(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
         "throughput_convention": THROUGHPUT_CONVENTION,
         "units": "seconds; throughput in tokens per second",
     }
-    flags = [contention.trial_contended(t) for t in measured]
+    flags = [trial_contended(t) for t in measured]
     summary["contended_trials"] = [t["schedule_id"] for t, flag in zip(measured, flags) if flag is True]
     summary["trials_without_evidence"] = [t["schedule_id"] for t, flag in zip(measured, flags) if flag is None]
     summary["contention_rule"] = protocol.CONTENTION_RULE.describe()

@@ -25,13 +25,13 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from inferlab.base.checkout import PROJECT_ROOT
 from inferlab.base.records import MANIFEST_FILE, sha256_file
 
 LEDGER_FILE = "addenda.jsonl"
 ADDENDA_DIR = "addenda"
 LEDGER_SCHEMA = 1
 EXPLANATION_TEMPLATE = "explanation.md"  # at the repository root, beside predictions.md
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # where this checkout's explanation.md is
 ENTRY_FIELDS = ("schema", "seq", "kind", "file", "original_name", "size", "sha256", "attached_utc",
                 "manifest_sha256", "structure", "tool")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -100,7 +100,7 @@ def restore_words(directory: Path, entry: dict) -> str:
     size and SHA-256 the ledger holds, from the learner's own file), and keep any new text as a new version."""
     import shlex
 
-    from inferlab.cli import spelled
+    from inferlab.base.commands import spelled
 
     where = shlex.quote(str(directory))
     if entry.get("kind") == REVISED_KIND:

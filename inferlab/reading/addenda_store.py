@@ -37,7 +37,7 @@ from inferlab.reading.addenda import (
     is_addenda_path,
     parse_ledger,
 )
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
 from inferlab.base.records import (
     CLAIM_FILE,
     MANIFEST_FILE,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from inferlab.measure import near_tie
 from inferlab import protocol
+from inferlab.measure import near_tie
 
 OUTPUTS_SCHEMA = 2  # 2: greedy trials' per-step top two, prefixes' top two
 TOP_K = 20  # how many of the largest raw first-step logits are kept per prompt and condition

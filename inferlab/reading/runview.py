@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from inferlab.reading import schema as schemas
 from inferlab.base.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, STAMP_FIELD, TENSOR_DIR
+from inferlab.reading import schema as schemas
 
 REQUIRED_ENVELOPE_FIELDS = ("kind", "test", "seq", "wall_time")  # every record has them
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp

@@ -30,8 +30,8 @@ from typing import Optional
 
 import numpy
 
-from inferlab.measure import near_tie
 from inferlab import protocol
+from inferlab.measure import near_tie
 from inferlab.reading.deterministic import deterministic_outputs, describe
 from inferlab.reading.runview import RunView, not_a_run_reason
 

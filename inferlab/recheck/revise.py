@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from inferlab import protocol
+from inferlab.measure.revised_criterion import LABEL, RevisedCriterion, evaluate, judge, vacuous_reason
 from inferlab.reading.addenda import REVISED_KIND
 from inferlab.reading.addenda_store import Refused, RunState
-from inferlab.measure.revised_criterion import LABEL, RevisedCriterion, evaluate, judge, vacuous_reason
 from inferlab.reading.runview import RunView
 
 DOCUMENT_SCHEMA = 1

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-from inferlab.report import plots
 from inferlab.base.records import REPORT_FILE, REPORT_RENDERER_VERSION, write_text_atomic
+from inferlab.reading.runview import RunView
+from inferlab.report import plots
 from inferlab.report import details, measures, page
 from inferlab.report.fmt import MISSING, code, jstr
 from inferlab.report.verdict import Verdict, decide, partial_note
-from inferlab.reading.runview import RunView
 
 RENDERER_VERSION = REPORT_RENDERER_VERSION
 DETAILS_FILE = details.DETAILS_FILE

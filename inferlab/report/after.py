@@ -27,11 +27,11 @@ from inferlab.reading.addenda import (
     sha256_of_file,
     stored_path_error,
 )
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
 from inferlab.base.records import PREDICTIONS_FILE
+from inferlab.reading.runview import RunView
 from inferlab.report.fmt import MISSING, code, table, text_cell, yes_no
 from inferlab.report.page import SYNTHETIC_BANNER
-from inferlab.reading.runview import RunView
 
 NUMBERED = re.compile(r"^(\d+)[.)]\s*")
 NOTHING = "*(nothing written under this heading)*"

@@ -14,8 +14,8 @@ from typing import Any, Union
 
 from inferlab import protocol
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
-from inferlab.reading.runview import RunView, TensorFileError
 from inferlab.measure.summaries import first_divergence
+from inferlab.reading.runview import RunView, TensorFileError
 from inferlab.verify.completeness import timing_combinations
 
 
@@ -96,7 +96,7 @@ TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
 def _timing_medians(records: list[dict], uncontended_only: bool = False) -> dict:
     """Per (prompt, use_cache): the median of each metric over the measured (non-warmup) trials; with
     uncontended_only, over those the declared contention rule did not mark (a trial without evidence is left out)."""
-    from inferlab.measure.contention import trial_contended
+    from inferlab.measure.summaries import trial_contended
     from inferlab.measure.summaries import median_min_max, post_first_interval
 
     values: dict = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -296,7 +296,7 @@ INTEGRITY_SHOWN = 5  # problem lines shown per run in the header (verify DIR lis
 
 def header_warnings(result: dict) -> list[str]:
     """What the reader must know before any row: a run whose files fail verify, and runs of two specimens."""
-    from inferlab.cli import spelled
+    from inferlab.base.commands import spelled
 
     lines = []
     for name in ("dir1", "dir2"):

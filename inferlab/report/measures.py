@@ -11,8 +11,8 @@ import collections
 import statistics
 from typing import Any, Optional
 
-from inferlab.measure import contention, summaries
 from inferlab import protocol
+from inferlab.measure import contention, summaries
 from inferlab.report import logits as logit_math
 from inferlab.report.fmt import (
     DASH,
@@ -139,7 +139,7 @@ def timing_rows(view: RunView) -> list[list[str]]:
     out), the median and [min–max] of all, and of the uncontended samples only with their count."""
     rows = []
     for (prompt_id, use_cache), trials in measured_trials(view).items():
-        flags = [contention.trial_contended(t) for t in trials]
+        flags = [summaries.trial_contended(t) for t in trials]
         for metric, value_of, scale in timing_metrics():
             values = [value_of(t) for t in trials]
             samples = ", ".join((scale(v) if is_number(v) else MISSING) + (CONTENDED_MARK if flag else "")

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from inferlab.specimen import guidance
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
 from inferlab.base.records import PREDICTIONS_FILE, RECORDS_FILE
 from inferlab.report import details as details_page
 from inferlab.report import checklist, measures, sections, tables
+from inferlab.specimen import guidance
 from inferlab.report.fmt import (
     MISSING,
     bullet_list,
@@ -25,8 +25,8 @@ from inferlab.report.fmt import (
     table,
     text_cell,
 )
-from inferlab.report.verdict import Verdict, acquisition_failure, outcome_summary
 from inferlab.reading.runview import RunView
+from inferlab.report.verdict import Verdict, acquisition_failure, outcome_summary
 
 SYNTHETIC_BANNER = "SYNTHETIC SPECIMEN - NOT PYTHIA"
 SYNTHETIC_KINDS = {  # what each offline specimen is, by name; any other synthetic spec says so generically

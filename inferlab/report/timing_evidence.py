@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from inferlab.measure import contention
 from inferlab import protocol
+from inferlab.measure import contention
+from inferlab.reading.runview import RunView
 from inferlab.report import measures
 from inferlab.report.fmt import MISSING, is_number, ms, num, text_cell
-from inferlab.reading.runview import RunView
 
 CONTENDED_MARK = measures.CONTENDED_MARK  # after a sample of a contended trial, in the timing table
 VERDICT_WORDS = {"faster": "**the cache made it faster**", "slower": "**the cache made it slower**",

@@ -13,10 +13,10 @@ import collections
 from dataclasses import dataclass, field
 from typing import Optional
 
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
+from inferlab.reading.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView
 from inferlab.report import timing_evidence
 from inferlab.report.fmt import skip_text
-from inferlab.reading.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView
 
 # In order of precedence: the first that applies is the headline, the others follow it as facts.
 KINDS = ("plan_only", "collect_only", "records_damaged", "finish_abandoned", "not_finished", "interrupted", "stopped_early", "partial",

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from inferlab.base.commands import spelled
 from inferlab.run import session_status
 from inferlab.run.checks import CheckLedger, first_line
-from inferlab.cli import spelled
 from inferlab.run.interrupts import SignalWatch
 from inferlab.run.plan import EXPERIMENTS_DIR, Schedule, TestFacts, forward_budget
 from inferlab.run.plan import entry as plan_entry
@@ -230,6 +230,9 @@ class Run:
         self.ended_elsewhere: list[str] = []  # earlier runs of --runs-dir found killed before their end (one line each)
         self.publish: Callable[[dict], None] = self.store  # the record hook; its default implementation is store
         self.on_manifest: Callable[[dict], None] = lambda manifest: None  # the manifest hook
+        # report.md's writer (inferlab.report.write_report), given by the plugin: the report is a reader of runs, a
+        # layer above the run as it is written, so this module does not import it; None writes no report
+        self.write_report: Optional[Callable[[Path], None]] = None
 
     # --- records ---------------------------------------------------------------------------------
 
@@ -404,10 +407,10 @@ class Run:
 
     def _write_report(self) -> None:
         """The report is evidence too: a failure to write it is recorded, not raised over the outcome."""
+        if self.write_report is None:
+            return
         try:
-            from inferlab import report
-
-            report.write_report(self.record_dir)
+            self.write_report(self.record_dir)
         except Exception as error:  # the run's records must survive a broken report
             self.emit("report_error", None, {"error": f"{type(error).__name__}: {error}"})
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.measure import revised_criterion
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
 from inferlab.base.records import describe_path
+from inferlab.measure import revised_criterion
 
 HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from inferlab import protocol
+from inferlab.base.commands import spelled
 from inferlab.run import session_status
-from inferlab.cli import spelled
 
 EXPERIMENTS_DIR = "experiments"  # the protocol's tests, below the project root
 

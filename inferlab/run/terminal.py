@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from inferlab import protocol
-from inferlab.run.checks import first_line
 from inferlab.base.records import RECORDS_FILE, REPORT_FILE
+from inferlab.run.checks import first_line
 
 ACQUISITION_CHECK = "acquisition"  # the check whose failure the summary explains with next steps
 SEE_FAILURES = "[its message: see FAILURES above]"

@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from inferlab import protocol
+from inferlab.base.records import CLAIM_FILE, PLAN_FILE, RECORD_SCHEMA, REPORT_RENDERER_VERSION, STAMP_FIELD, jsonable
 from inferlab.run import session_status
 from inferlab.run.plan import core_deselected, plan_totals
-from inferlab.base.records import CLAIM_FILE, PLAN_FILE, RECORD_SCHEMA, REPORT_RENDERER_VERSION, STAMP_FIELD, jsonable
 
 RESERVED_FIELDS = frozenset({"kind", "test", "seq", "wall_time", STAMP_FIELD})
 STARTED_STATUS = ("started: this is the manifest written when the run began; if it still says so, the session "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
 
 CHECK_COMMAND = spelled("check-artifacts DIR")
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
+from inferlab.base.checkout import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ARTIFACTS_ROOT = PROJECT_ROOT / "artifacts"
 WEIGHT_FILE = "model.safetensors"
 SPEC_FIELDS = (

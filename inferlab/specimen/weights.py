@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
 
 MAX_HEADER_BYTES = 1_000_000  # pythia-14m's is 8,488; safetensors itself allows 100 MB
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2")

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from inferlab.synthetic import recipe
-from inferlab.cli import spelled
+from inferlab.base.checkout import PROJECT_ROOT
+from inferlab.base.commands import spelled
 from inferlab.base.records import sha256_file
+from inferlab.synthetic import recipe
 from inferlab.synthetic.standin import BuildRefused, check_target, command_line, write_files
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_ENV = "INFERLAB_PYTHIA_REFERENCE"  # tests point it elsewhere; learners never need it
 DEFAULT_REFERENCE_DIR = PROJECT_ROOT.parent / "shared" / "reference" / "pythia-14m"
 COPIED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")

@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 from inferlab import protocol
-from inferlab.synthetic import recipe
-from inferlab.cli import spelled
+from inferlab.base.commands import spelled
 from inferlab.base.records import write_bytes_atomic
+from inferlab.synthetic import recipe
 
 # Bump the version suffix whenever any built byte changes; the revision follows it.
 RECIPE = f"inferlab-standin-pythia-14m-architecture/recipe-{recipe.VERSION}"

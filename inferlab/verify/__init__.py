@@ -10,8 +10,8 @@ A run that did not finish (interrupted, stopped early, killed) or that ran only 
 never have written (for tests it deselected, or never reached) are then not listed one by one; every
 other problem (a hash, a seq gap, a record that contradicts its outcome) still is.
 
-The checks live in small modules over one Checker (checker.py): the files and the records file
-(files.py), how the session ended and the plan (ending.py), the protocol's completeness
+The checks live in small modules over one Checker (checker.py), walked in order by walk.py: the files and the
+records file (files.py), how the session ended and the plan (ending.py), the protocol's completeness
 (completeness.py), and the consistency of every derived number with its source and of the recorded protocol
 with this checkout's (consistency*.py; what the files do not allow to check is listed in `not_checked`).
 """
@@ -23,6 +23,7 @@ from typing import Union
 
 from inferlab.reading.runview import RunView
 from inferlab.verify.checker import Checker
+from inferlab.verify.walk import walk
 
 __all__ = ["Checker", "verify_run"]
 
@@ -32,4 +33,4 @@ def verify_run(run: Union[Path, str, RunView]) -> dict:
     files_checked, outcome_counts, all_tests_passed, plan_folder, unfinished, partial, not_listed, schema, notes,
     not_checked}."""
     view = run if isinstance(run, RunView) else RunView.read(Path(run))
-    return Checker(view).run()
+    return walk(Checker(view))

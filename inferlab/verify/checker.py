@@ -102,45 +102,12 @@ class Checker:
             return False
         return True
 
-    # --- the whole walk -------------------------------------------------------------------------------
-
-    def run(self) -> dict:
-        """Every check, in the order verify states them; returns the result."""
-        from inferlab.verify import addenda, completeness, consistency, ending, files
-
-        view = self.view
-        for problem in view.problems_of(MANIFEST_FILE):
-            self.reading_problem(problem)
-        readable = files.check_records_file(self)
-        if readable and view.is_plan_folder:
-            files.check_manifest_and_files(self)
-            addenda.check_addenda(self)
-            ending.check_plan_folder(self)
-            return self.result(plan_folder=True)
-        if readable:
-            ending.read_ending(self)
-            ending.report_ending(self)
-        files.check_manifest_and_files(self)
-        addenda.check_addenda(self)
-        explained = self.unfinished or (self.partial and self.end is not None and self.end.get("complete") is False)
-        if self.manifest is not None and self.manifest.get("complete") is not True and not explained:
-            self.problem(f"{MANIFEST_FILE}: complete is {self.manifest.get('complete')!r}, expected true "
-                         f"(the session did not finish, was interrupted, or is not the complete protocol: "
-                         f"{self.manifest.get('status', 'no status recorded')})")
-        if readable:
-            for check in (completeness.check_outcome_evidence, ending.check_plan, ending.check_session_end,
-                          completeness.check_kinds, completeness.check_generation, completeness.check_timing,
-                          completeness.check_budgets, files.check_report, files.check_tensors,
-                          consistency.check_consistency):
-                self.guarded(check)
-        return self.result(plan_folder=False)
-
     def acquisition_failure(self) -> Optional[dict]:
         """{cause, failed_tests} when the specimen could not be acquired (the session_end says so, or, in a run
         older than that field, its artifact_acquisition record), else None; failed_tests counts the failed tests
         that check the acquisition or the files."""
-        from inferlab.specimen.guidance import acquisition_cause
         from inferlab.run.session_status import SPECIMEN_CHECKS
+        from inferlab.specimen.guidance import acquisition_cause
 
         end = self.view.session_end or {}
         if isinstance(end.get("acquisition_failure"), dict):

@@ -8,9 +8,9 @@ import statistics
 import types
 from typing import Optional
 
-from inferlab.measure import near_tie, sizes, summaries
 from inferlab import protocol
-from inferlab.verify.consistency import Recheck, label, same
+from inferlab.measure import near_tie, sizes, summaries
+from inferlab.verify.consistency_shared import Recheck, label, same
 
 FLOAT32_BYTES = 4  # the protocol's dtype (protocol.TORCH_DTYPE): parameters and cache entries are float32
 

@@ -16,10 +16,10 @@ from typing import Any, Optional
 
 import numpy
 
-from inferlab.measure import near_tie
 from inferlab import protocol
+from inferlab.measure import near_tie
 from inferlab.reading.runview import tensor_sha256
-from inferlab.verify.consistency import Recheck, label, same
+from inferlab.verify.consistency_shared import Recheck, label, same
 
 
 def compare_arrays(a, b, atol: float, rtol: float) -> dict:

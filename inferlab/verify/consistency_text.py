@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab.base.records import sha256_file
-from inferlab.verify.consistency import Recheck
+from inferlab.verify.consistency_shared import Recheck
 
 TOKENIZER_FILE = "tokenizer.json"
 WHAT = "decoded texts and token pieces against their ids"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from inferlab.measure import contention, summaries
 from inferlab import protocol
 from inferlab.base.records import STAMP_FIELD
-from inferlab.verify.consistency import Recheck, common_leaves, label, same
+from inferlab.measure import contention, summaries
+from inferlab.verify.consistency_shared import Recheck, common_leaves, label, same
 
 NS_PER_S = 1e9  # the loop divides its integer stamps by this float (decode_loop.LoopResult), and so does this check
 

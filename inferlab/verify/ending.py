@@ -3,10 +3,10 @@ session_end record against the records, plan.json against the protocol, and a pl
 
 from __future__ import annotations
 
-from inferlab.run import plan, session_status
 from inferlab import protocol
 from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE
 from inferlab.reading.runview import bracket_id
+from inferlab.run import plan, session_status
 from inferlab.verify.checker import Checker
 
 

@@ -4,8 +4,8 @@ the SHA-256 and shape its record holds."""
 
 from __future__ import annotations
 
-from inferlab.reading.addenda import is_addenda_path
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, REPORT_FILE, TENSOR_DIR, sha256_file
+from inferlab.reading.addenda import is_addenda_path
 from inferlab.reading.runview import tensor_references
 from inferlab.verify.checker import Checker
 

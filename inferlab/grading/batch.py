@@ -1,0 +1,44 @@
+"""A class of runs graded in one call (`grade DIR...`, `--jobs N`): in this process with one grader's copy for all of
+them, or in N processes, each loading its own copy once. It sits above grade.py and replayed.py (it calls the one
+and holds the other's GraderCopy), so neither imports it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from inferlab import protocol
+from inferlab.grading.grade import grade_source
+from inferlab.grading.replayed import GraderCopy
+
+_WORKER: dict = {}  # in a worker process: the grader's copy, the rubric and the reference, set once
+
+
+def _start_worker(specimen, artifacts, replay: bool, rubric, reference, reference_file) -> None:
+    import torch
+
+    torch.set_num_threads(protocol.INTRA_OP_THREADS)
+    _WORKER.update(copy=GraderCopy(specimen, artifacts) if replay else None, rubric=rubric, reference=reference,
+                   reference_file=reference_file)
+
+
+def _grade_in_worker(source):
+    return grade_source(source, _WORKER["rubric"], _WORKER["reference"], reference_file=_WORKER["reference_file"],
+                        replay=_WORKER["copy"])
+
+
+def grade_sources(sources: list, rubric, reference=None, reference_file=None, copy: Optional[GraderCopy] = None,
+                  jobs: int = 1) -> list:
+    """Every source graded, in order: in this process with `copy` (one model per specimen for all of them), or,
+    with jobs > 1, in that many processes, each loading its own copy once and grading its share one after another."""
+    if jobs <= 1 or len(sources) <= 1:
+        return [grade_source(s, rubric, reference, reference_file=reference_file, replay=copy) for s in sources]
+    import concurrent.futures
+    import multiprocessing
+
+    specimen, artifacts = (copy.specimen, copy.artifacts) if copy is not None else (None, None)
+    # spawn, not fork: a forked child would inherit torch's thread pools from this process
+    with concurrent.futures.ProcessPoolExecutor(
+            max_workers=min(jobs, len(sources)), mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(specimen, artifacts, copy is not None, rubric, reference, reference_file)) as pool:
+        return list(pool.map(_grade_in_worker, sources))

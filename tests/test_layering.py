@@ -1,0 +1,74 @@
+"""inferlab's imports run one way, read from the source (tests/layering.py): each part directly in inferlab/ has a
+layer, no module imports from a higher layer or from another part of its own, no module imports one that imports it
+(directly or in a cycle), and nothing below the command line imports inferlab.cli."""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import layering
+
+
+def test_every_part_directly_in_inferlab_has_exactly_one_layer():
+    declared = [part for layer in layering.LAYERS for part in layer]
+    assert len(declared) == len(set(declared)), "a part is named in two layers"
+    assert set(declared) == layering.parts(), (
+        f"not in a layer: {sorted(layering.parts() - set(declared))}; "
+        f"in a layer but not in inferlab/: {sorted(set(declared) - layering.parts())}")
+
+
+def test_at_most_eight_files_lie_directly_in_inferlab():
+    files = sorted(p.name for p in layering.PACKAGE.iterdir() if p.is_file() and p.suffix == ".py")
+    assert len(files) <= 8, files
+
+
+def test_imports_run_one_way():
+    upward = layering.upward_imports(layering.imports())
+    assert not upward, "\n".join(upward)
+
+
+def test_no_module_imports_a_module_that_imports_it():
+    found = layering.cycles(layering.imports())
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(group) for group in found)
+
+
+def test_nothing_below_the_command_line_imports_it():
+    index = layering.layer_index()
+    below = [f"{i.file}:{i.line}: {i.module} imports {i.target}" for i in layering.imports()
+             if layering.part_of(i.target) == layering.COMMAND_LINE
+             and index[layering.part_of(i.module)] < index[layering.COMMAND_LINE]]
+    assert not below, "\n".join(below)
+
+
+def test_the_checks_find_an_upward_import_a_cycle_and_a_relative_one(tmp_path):
+    package = tmp_path / "inferlab"
+    files = {
+        "__init__.py": "",
+        "low/__init__.py": "",
+        "low/a.py": "def f():\n    from inferlab.high import b  # a lazy import counts too\n",
+        "high/__init__.py": "",
+        "high/b.py": "from inferlab.low.a import f\nfrom . import c\n",
+        "high/c.py": "from .b import f\n",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(textwrap.dedent(text))
+    found = layering.imports(package)
+    upward = layering.upward_imports(found, layers=(("low",), ("high",)))
+    assert len(upward) == 1 and "inferlab.low.a imports inferlab.high.b, from a higher layer" in upward[0], upward
+    assert layering.cycles(found) == [["inferlab.high.b", "inferlab.high.c", "inferlab.low.a"]]
+    across = layering.upward_imports(found, layers=(("low", "high"),))
+    assert len(across) == 2 and all("from the same layer" in line for line in across), across
+
+
+def test_the_old_import_paths_still_work():
+    """What a course's conftest.py or script may name: the hook specs, the stand-in and replica modules (python -m
+    inferlab.standin runs through the same shim: tests/test_standin.py), and spelled's old home."""
+    assert hasattr(importlib.import_module("inferlab.hookspec"), "pytest_inferlab_record")
+    for name in ("standin", "replica"):
+        assert importlib.import_module(f"inferlab.{name}") is importlib.import_module(f"inferlab.synthetic.{name}")
+    from inferlab.base.commands import spelled
+    from inferlab.cli import spelled as old_spelled
+
+    assert old_spelled is spelled
