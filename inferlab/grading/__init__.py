@@ -19,6 +19,7 @@ folder and load no model, except replayed.py (the grader's own copy, for grade -
     replayed.py   grade --replay: each run re-executed on the grader's copy (inferlab.recheck.replay), folded into
                   its grade
     batch.py      many runs graded in one call, in this process or in --jobs N processes
+    stale_report.py  whether the run's report.md is the one its records render now
     autograder.py the Gradescope autograder zip, and what its scripts (autograder_scripts.py) run in the container
 
 The command line is inferlab/cli/grade.py, reference.py, pack.py and autograder.py; docs/grading.md is the user's page.

@@ -63,7 +63,7 @@ def undeclared_kind(nodeid: str, kind: str, declared: Iterable[str]) -> Optional
 def make_claim(*, pid: int, hostname: str, claimed_utc: str, command: str,
                process_start: Optional[dict] = None) -> dict:
     """claim.json: who claimed the record dir, when, and with which command; process_start tells the process
-    from a later one given the same pid (inferlab.live_claim; None where /proc cannot say)."""
+    from a later one given the same pid (inferlab.run.live_claim; None where /proc cannot say)."""
     return {"pid": pid, "hostname": hostname, "claimed_utc": claimed_utc, "command": command,
             "process_start": process_start}
 
