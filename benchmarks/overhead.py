@@ -3,13 +3,16 @@
 Usage (from the repository root):  python -m benchmarks.overhead [--rounds N] [--record-to FILE]
 
 In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then over N interleaved
-rounds (the order rotates each round) time one complete 16-selection greedy run of
+rounds time one complete 16-selection greedy run of
   (a) run_greedy_loop   (cache on, timestamps and the thread-usage readings at the ends of its spans),
   (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
   (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
   (b') bare_greedy_loop again, an A/A control: the same code as (b), so its distance from (b) is this
        benchmark's own noise, the smallest overhead it can resolve,
-each measured from outside with perf_counter_ns and divided by the number of selections. Besides the ratio of
+each measured from outside with perf_counter_ns and divided by the number of selections. The calls form one
+stream in which every variant comes right after each other variant equally often (balanced_cycle; a rotation of
+one fixed order would put (a) after (c) in 3 of 4 rounds and (b') never, so whatever generate leaves behind would
+count as instrumentation, and the A/A control would not share it). Besides the ratio of
 medians, each round's a/b and b'/b are taken (neighbours in time, so a slow drift of the machine cancels), and
 the verdict on the 1 % bound is drawn only when the noise (the A/A distance, or the width of the paired median's
 interval, whichever is larger) is below it: otherwise it says it cannot tell.
@@ -22,6 +25,7 @@ reads it. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import statistics
 import sys
@@ -99,16 +103,17 @@ def main(argv=None) -> int:
         return out[0, input_ids.shape[1] :].tolist()
 
     variants = {"instrumented": instrumented, "bare": bare, "bare_again": bare, "generate": generate}
-    warm = {name: fn() for name, fn in variants.items()}  # warmup, not measured
+    names = list(variants)
+    orders = round_orders(names, args.rounds)
+    # warmup, not measured, in the cycle's last order: the first measured call follows what the cycle puts before it
+    warm = {names[i]: variants[names[i]]() for i in balanced_cycle(len(names))[-1]}
     for name, ids in warm.items():
         if len(ids) != n:
             raise RuntimeError(f"benchmark: {name} made {len(ids)} selections, expected {n}")
 
     per_token_ns = {name: [] for name in variants}
-    names = list(variants)
-    for round_index in range(args.rounds):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:  # rotate the order to spread drift and order effects
+    for order in orders:
+        for name in order:
             start = time.perf_counter_ns()
             variants[name]()
             per_token_ns[name].append((time.perf_counter_ns() - start) / n)
@@ -121,6 +126,11 @@ def main(argv=None) -> int:
     for name in names:
         values = per_token_ns[name]
         print(f"{name:>12}: median {medians[name] / 1e3:9.2f} us/token  min {min(values) / 1e3:9.2f}  max {max(values) / 1e3:9.2f}")
+    preceded = preceded_by(orders)
+    print("order: each variant right after each other one (balanced_cycle, "
+          f"{len(balanced_cycle(len(names)))} rounds a cycle): "
+          + "; ".join(f"{name} after " + ", ".join(f"{before} {count}" for before, count in preceded[name].items())
+                      for name in names))
     paired = paired_ratios(per_token_ns)
     print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f}, "
           f"A/A bare again/bare {paired['aa']:.4f}: noise ±{paired['noise']:.2%}; {paired['verdict']}")
@@ -128,11 +138,72 @@ def main(argv=None) -> int:
     print(f"thread-usage reading ({contention.usage_sources()}): {usage['usage_per_read_ns'] / 1e3:.2f} us per read, "
           f"3 per trial, 1 of them inside the timed loop")
     result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds)
+    result["order"] = {"design": ORDER_DESIGN, "cycle_rounds": len(balanced_cycle(len(names))), "preceded_by": preceded}
     result["usage_read_cost"] = {**usage, "sources": contention.usage_sources()}
     machine.append_result(result, args.results)
     print(f"result appended to {args.results}")
     print(f"overhead_ratio={result['overhead_ratio']:.3f} generate_ratio={result['generate_ratio']:.3f}")
     return 0
+
+
+ORDER_DESIGN = ("every round runs each variant once; over a cycle of rounds, counting the stream across round "
+                "boundaries too, every variant comes right after each other variant equally often")
+
+
+def balanced_cycle(count: int) -> list[tuple[int, ...]]:
+    """The shortest cycle of rounds (each a permutation of range(count)) in which, read as one repeating stream,
+    every ordered pair of different variants stands next to each other equally often and no variant follows itself.
+
+    Found by a depth-first search, the same every time; for 4 variants it is 3 rounds, each pair once.
+    """
+    if count < 2:
+        return [tuple(range(count))]
+    perms = list(itertools.permutations(range(count)))
+    rounds = count - 1
+    while True:  # a variant's `rounds` predecessors must split evenly over the count - 1 others
+        found = _cycle_search([], {}, rounds, rounds // (count - 1), perms)
+        if found:
+            return found
+        rounds += count - 1
+
+
+def _cycle_search(cycle: list, counts: dict, rounds: int, target: int, perms: list) -> list:
+    if len(cycle) == rounds:
+        closing = (cycle[-1][-1], cycle[0][0])
+        if closing[0] == closing[1] or counts.get(closing, 0) + 1 > target:
+            return []
+        total = dict(counts)
+        total[closing] = total.get(closing, 0) + 1
+        count = len(cycle[0])
+        every = all(total.get((a, b), 0) == target for a in range(count) for b in range(count) if a != b)
+        return list(cycle) if every else []
+    for perm in perms:
+        pairs = list(zip(perm, perm[1:])) + ([(cycle[-1][-1], perm[0])] if cycle else [])
+        new = dict(counts)
+        for pair in pairs:
+            new[pair] = new.get(pair, 0) + 1
+        if any(a == b for a, b in pairs) or any(new[pair] > target for pair in pairs):
+            continue
+        found = _cycle_search(cycle + [perm], new, rounds, target, perms)
+        if found:
+            return found
+    return []
+
+
+def round_orders(names: list, rounds: int) -> list[list]:
+    """The order of each round: balanced_cycle over `names`, repeated (balanced exactly when rounds is a multiple
+    of the cycle's length, off by the last partial cycle otherwise: preceded_by says by how much)."""
+    cycle = balanced_cycle(len(names))
+    return [[names[i] for i in cycle[r % len(cycle)]] for r in range(rounds)]
+
+
+def preceded_by(orders: list[list]) -> dict:
+    """For each variant, how often each other variant ran right before it in the measured stream."""
+    stream = [name for order in orders for name in order]
+    counts = {name: {} for name in (orders[0] if orders else [])}
+    for before, name in zip(stream, stream[1:]):
+        counts[name][before] = counts[name].get(before, 0) + 1
+    return {name: dict(sorted(found.items())) for name, found in counts.items()}
 
 
 def paired_ratios(per_token_ns: dict) -> dict:

@@ -275,3 +275,26 @@ def test_each_steps_top_two_come_from_the_logits_it_selected_from(runs, model, p
         row[result.generated_ids[step]] = float("-inf")
         assert abs(record["step_top2_logits"][step][0] - top) < 1e-4
         assert abs(record["step_top2_logits"][step][1] - float(row.max())) < 1e-4
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
+def test_recorded_top_two_are_exactly_those_of_the_raw_logits_each_forward_returned(model, prompt, use_cache):
+    """Exact, not within rounding: each forward's logits are cloned as it returns them (a forward hook, outside the
+    loop's code), and the record's top two per step are the selected id's raw logit and the largest other one, equal
+    to the bit, with the runner-up's id; the loop itself selected the argmax of that same row."""
+    returned = []
+    hook = model.register_forward_hook(lambda module, args, output: returned.append(output.logits.detach().clone()))
+    try:
+        result = run_greedy_loop(model, *prompt, use_cache=use_cache, eos_token_id=EOS)
+    finally:
+        hook.remove()
+    record = result.to_record()
+    assert len(returned) == N
+    for step, logits in enumerate(returned):
+        row = logits[0, -1].to(torch.float32)  # (vocab,), the row step `step` selected from
+        selected = result.generated_ids[step]
+        assert selected == int(row.argmax())
+        others = row.clone()
+        others[selected] = float("-inf")
+        assert record["step_top2_logits"][step] == [row[selected].item(), others.max().item()]
+        assert record["step_top2_ids"][step] == [selected, int(others.argmax())]

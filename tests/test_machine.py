@@ -130,3 +130,38 @@ def test_cache_sizes_are_read_from_sysfs_and_unknown_where_absent(tmp_path):
     assert found["largest_bytes"] == 32 * 2**20
     missing = machine.cache_sizes(tmp_path / "nowhere")
     assert missing["levels"] == [] and missing["largest_bytes"] == "unknown" and "unknown" in missing["note"]
+
+
+def test_the_benchmark_order_puts_every_variant_after_each_other_one_equally_often():
+    """A rotation of one fixed order put the instrumented loop right after generate in 3 of 4 rounds and the A/A
+    control never; the balanced cycle, read as one stream across round boundaries, has every ordered pair of
+    different variants equally often and no variant twice in a row, and every round runs each variant once."""
+    from benchmarks.overhead import balanced_cycle, preceded_by, round_orders
+
+    names = ["instrumented", "bare", "bare_again", "generate"]
+    for count in (2, 3, 4, 5):
+        cycle = balanced_cycle(count)
+        assert all(sorted(order) == list(range(count)) for order in cycle)
+        stream = [i for order in cycle + cycle[:1] for i in order][: len(cycle) * count + 1]  # closed once
+        pairs = [(a, b) for a, b in zip(stream, stream[1:])]
+        assert all(a != b for a, b in pairs)
+        assert len({pairs.count((a, b)) for a in range(count) for b in range(count) if a != b}) == 1
+    cycle_rounds = len(balanced_cycle(len(names)))
+    orders = round_orders(names, 10 * cycle_rounds)
+    assert all(sorted(order) == sorted(names) for order in orders)
+    counts = preceded_by(orders)
+    # the first call follows the warmup (the cycle's last order), which the stream does not see: one pair short
+    assert counts["instrumented"] == {"bare": 10, "bare_again": 9, "generate": 10}
+    assert all(found == {other: 10 for other in names if other != name}
+               for name, found in counts.items() if name != "instrumented")
+
+
+def test_the_old_rotation_is_what_the_balanced_order_replaces():
+    """The bias the balanced order removes, kept checkable: rotating one fixed order of the four variants puts the
+    instrumented loop right after generate in 3 of 4 rounds, the bare loop in 1, the A/A control never."""
+    from benchmarks.overhead import preceded_by
+
+    names = ["instrumented", "bare", "bare_again", "generate"]
+    rotated = [names[r % 4:] + names[: r % 4] for r in range(40)]
+    after_generate = {name: found.get("generate", 0) for name, found in preceded_by(rotated).items()}
+    assert after_generate == {"instrumented": 30, "bare": 10, "bare_again": 0, "generate": 0}
