@@ -7,7 +7,15 @@ from __future__ import annotations
 import importlib
 import textwrap
 
+import pytest
+
 import layering
+
+
+@pytest.fixture(scope="module")
+def found():
+    """Every import of the package, read once for the module's tests."""
+    return layering.imports()
 
 
 def test_every_part_directly_in_inferlab_has_exactly_one_layer():
@@ -23,19 +31,22 @@ def test_at_most_eight_files_lie_directly_in_inferlab():
     assert len(files) <= 8, files
 
 
-def test_imports_run_one_way():
-    upward = layering.upward_imports(layering.imports())
+@pytest.mark.slow  # the three share one read of every module of inferlab (about half a second here)
+def test_imports_run_one_way(found):
+    upward = layering.upward_imports(found)
     assert not upward, "\n".join(upward)
 
 
-def test_no_module_imports_a_module_that_imports_it():
-    found = layering.cycles(layering.imports())
-    assert not found, "import cycles:\n" + "\n".join(" -> ".join(group) for group in found)
+@pytest.mark.slow  # the three share one read of every module of inferlab (about half a second here)
+def test_no_module_imports_a_module_that_imports_it(found):
+    groups = layering.cycles(found)
+    assert not groups, "import cycles:\n" + "\n".join(" -> ".join(group) for group in groups)
 
 
-def test_nothing_below_the_command_line_imports_it():
+@pytest.mark.slow  # the three share one read of every module of inferlab (about half a second here)
+def test_nothing_below_the_command_line_imports_it(found):
     index = layering.layer_index()
-    below = [f"{i.file}:{i.line}: {i.module} imports {i.target}" for i in layering.imports()
+    below = [f"{i.file}:{i.line}: {i.module} imports {i.target}" for i in found
              if layering.part_of(i.target) == layering.COMMAND_LINE
              and index[layering.part_of(i.module)] < index[layering.COMMAND_LINE]]
     assert not below, "\n".join(below)
@@ -54,11 +65,11 @@ def test_the_checks_find_an_upward_import_a_cycle_and_a_relative_one(tmp_path):
     for name, text in files.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(textwrap.dedent(text))
-    found = layering.imports(package)
-    upward = layering.upward_imports(found, layers=(("low",), ("high",)))
+    planted = layering.imports(package)
+    upward = layering.upward_imports(planted, layers=(("low",), ("high",)))
     assert len(upward) == 1 and "inferlab.low.a imports inferlab.high.b, from a higher layer" in upward[0], upward
-    assert layering.cycles(found) == [["inferlab.high.b", "inferlab.high.c", "inferlab.low.a"]]
-    across = layering.upward_imports(found, layers=(("low", "high"),))
+    assert layering.cycles(planted) == [["inferlab.high.b", "inferlab.high.c", "inferlab.low.a"]]
+    across = layering.upward_imports(planted, layers=(("low", "high"),))
     assert len(across) == 2 and all("from the same layer" in line for line in across), across
 
 
