@@ -193,8 +193,8 @@ def _check_explanations(view: RunView, harness: HarnessComparison, root: Path, f
         if not isinstance(recorded, dict):
             continue  # no structure recorded: the grade uses its own recomputation, nothing to contradict
         if not same_code:
-            found.not_checked.append(f"{where} against {entry.get('file')}: the run's inferlab/reading/addenda.py is not "
-                                     "the grader's (the grade judged the structure with the grader's own)")
+            found.not_checked.append(f"{where} against {entry.get('file')}: the run's inferlab/reading/addenda.py is "
+                                     "not the grader's (the grade judged the structure with the grader's own)")
             continue
         if recorded.get("ok") is None and structure.get("ok") is not None and recorded.get("note"):
             continue  # attach had no template at hand; the grader has one, and its recomputation decides

@@ -1,6 +1,6 @@
 """Re-execution in the grade: `grade --replay` (or a rubric that requires it) replays every deterministic part of a
-run on the grader's own verified copy of the specimen (inferlab.recheck.replay is the engine, called, never restated) and
-folds the result into the run's grade.
+run on the grader's own verified copy of the specimen (inferlab.recheck.replay is the engine, called, never
+restated) and folds the result into the run's grade.
 
 A part that disagrees is an integrity problem naming the part and its first difference; a run that cannot be
 replayed at all (its specimen is not one of this checkout's, the grader's copy fails verification against it) is

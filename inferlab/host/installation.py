@@ -231,7 +231,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def main(argv=None) -> int:
     """Command line: install the lock; exit with pip's status for the lock."""
-    # Spelled as the Makefile runs it; not through inferlab.base.commands.spelled, so the installer needs no other module.
+    # Spelled as the Makefile runs it; not through inferlab.base.commands.spelled, so the installer needs no other
+    # module.
     parser = argparse.ArgumentParser(prog=".venv/bin/python -m inferlab.host.installation",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--lock", type=Path, default=Path("requirements.lock"), help="the lock file")

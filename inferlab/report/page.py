@@ -136,7 +136,8 @@ def _lock_cell(view: RunView) -> str:
 
 
 def _forwards_cell(view: RunView) -> str:
-    """What the watch inside every forward saw (inferlab.measure.forward_mode): inference mode on, the model not training."""
+    """What the watch inside every forward saw (inferlab.measure.forward_mode): inference mode on, the model not
+    training."""
     modes = [r["forward_mode"] for r in view.records if isinstance(r.get("forward_mode"), dict)]
     if not modes:
         return "not observed (no record of this run carries `forward_mode`)"

@@ -70,7 +70,8 @@ def updated_page(text: str, where: Path = OPTIONS_PAGE) -> str:
 
 def main(argv=None) -> int:
     """Rewrite docs/options.md's generated part, or with --check say whether it is current (exit 0) or not (1)."""
-    parser = argparse.ArgumentParser(prog=spelled("-m inferlab.run.docgen", "python"), description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=spelled("-m inferlab.run.docgen", "python"),
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if the page is stale")
     parser.add_argument("--page", type=Path, default=OPTIONS_PAGE, help=f"the page (default: {OPTIONS_PAGE})")
     args = parser.parse_args(argv)

@@ -203,9 +203,9 @@ def session_end_fields(*, exit_status: int, exit_code_name: str, signals: list[s
     }
 
 
-FORWARDS_HOW = ("the session's forward watch (inferlab.measure.forward_mode) counted every forward of the model; the plugin "
-                "read its count at the start and end of each test, and the plan's budgets give each test's most "
-                "(inferlab.run.plan.planned_forwards)")
+FORWARDS_HOW = ("the session's forward watch (inferlab.measure.forward_mode) counted every forward of the model; "
+                "the plugin read its count at the start and end of each test, and the plan's budgets give each "
+                "test's most (inferlab.run.plan.planned_forwards)")
 
 
 def reconcile_forwards(counted: int, by_test: dict, budget: dict) -> dict:

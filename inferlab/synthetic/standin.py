@@ -259,7 +259,8 @@ def build(directory, variant: recipe.Variant = recipe.BASE) -> dict:
 
 
 def command_line(prog: str, what: str, build_into, refusals: tuple, argv=None) -> int:
-    """`python -m <prog> DIR`: build into a new or empty DIR, print the files as JSON; exit 2 with the reason if refused."""
+    """`python -m <prog> DIR`: build into a new or empty DIR, print the files as JSON; exit 2 with the reason if
+    refused."""
     parser = argparse.ArgumentParser(prog=prog, description=sys.modules[build_into.__module__].__doc__.splitlines()[0])
     parser.add_argument("directory", help=f"where to write {what}: a new or empty directory")
     args = parser.parse_args(argv)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Optional
 
 from inferlab.base.records import MANIFEST_FILE
-from inferlab.reading.addenda import ADDENDA_DIR, LEDGER_FILE, REVISED_KIND, entry_findings, sha256_of_file, stored_path_error
+from inferlab.reading.addenda import (ADDENDA_DIR, LEDGER_FILE, REVISED_KIND, entry_findings, sha256_of_file,
+                                     stored_path_error)
 from inferlab.reading.runview import RunView
 
 

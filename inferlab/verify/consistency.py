@@ -119,7 +119,8 @@ def _protocol_differences(recheck: Recheck, file: str, recorded: dict, expected:
 
 def _criterion_texts(recheck: Recheck, record: dict) -> None:
     """Every criterion text a record holds (rule, criterion, tolerance, at any depth) names the protocol's atol
-    and rtol; a revised criterion (inferlab.measure.revised_criterion) is the learner's, declared beside it, and is left."""
+    and rtol; a revised criterion (inferlab.measure.revised_criterion) is the learner's, declared beside it, and is
+    left."""
     if record.get("kind") in ("cache_criterion_revised",):
         return
     for path, value in _texts(record):
