@@ -461,3 +461,36 @@ def test_the_versions_that_decide_sampled_comparability_come_from_the_lock_check
 
     forged = established_versions(RunView.read(forged_real(standin_run, tmp_path / "torch", change)))
     assert forged["established"] is False and "lock_check does not agree" in forged["how"]
+
+
+def test_every_moved_file_is_at_its_present_path_and_gone_from_its_former_one():
+    from inferlab.grading.harness import MOVED_FROM
+
+    ours = grader_hashes()
+    assert len(MOVED_FROM) == 42
+    assert all(path in ours for path in MOVED_FROM)
+    left = sorted(former for former in MOVED_FROM.values() if former in ours)
+    assert left == ["inferlab/replica.py", "inferlab/standin.py"]  # the `python -m` shims, nothing else
+
+
+def test_a_file_that_moved_unchanged_is_the_same_file_and_one_that_changed_is_named_on_both_sides(run_copy):
+    """A run made before the layout by stage hashes inferlab/run/predictions.py as inferlab/predictions.py: the same
+    bytes are the same file (and the predictions check runs), other bytes a difference at both paths."""
+    new, former = "inferlab/run/predictions.py", "inferlab/predictions.py"
+
+    def moved(digest):
+        def change(manifest):
+            hashes = manifest["source_sha256"]
+            hashes[former] = digest if digest is not None else hashes[new]
+            del hashes[new]
+        return change
+
+    edit_json(run_copy / MANIFEST_FILE, moved(None))
+    same = compare_harness(RunView.read(run_copy))
+    assert same.same and same.same_files(new), same.differs
+    edit_json(run_copy / MANIFEST_FILE, lambda m: m["source_sha256"].update({new: m["source_sha256"].pop(former)}))
+    edit_json(run_copy / MANIFEST_FILE, moved("0" * 64))
+    changed = compare_harness(RunView.read(run_copy))
+    assert sorted(changed.differs) == [f"{former}: in the run's source hashes, not in the grader's copy",
+                                       f"{new}: in the grader's copy, not in the run's source hashes"]
+    assert not changed.same_files(new)

@@ -27,6 +27,33 @@ HARNESS_PARTS = ("inferlab/", "experiments/", "artifacts/", "conftest.py", "pyte
 SHOWN = 12  # files named one by one; the count says how many more
 
 
+# Where the modules were before the layout by stage (docs/architecture.md, "Moved"): a run made before it hashes
+# them under their old paths. A file that moved unchanged is the same file; one whose text changed (most: their
+# import lines did) still differs, and is named on both sides.
+MOVED_FROM = {f"inferlab/{part}/{name}.py": f"inferlab/{name}.py" for part, names in {
+    "base": ("records",),
+    "host": ("environment", "installation", "machine"),
+    "synthetic": ("recipe", "standin", "replica", "tiny_model"),
+    "specimen": ("netguard", "guidance"),
+    "measure": ("inputs", "sampling", "decode_loop", "loop_check", "cache_check", "revised_criterion", "memory",
+                "sizes", "batching", "messages", "forward_mode", "loading", "contention", "summaries", "near_tie"),
+    "run": ("plan", "checks", "session_status", "interrupts", "terminal", "live_claim", "predictions", "docgen"),
+    "reading": ("runview", "schema", "addenda", "addenda_store", "deterministic"),
+    "recheck": ("replay", "revise"),
+    "report": ("compare", "plots"),
+}.items() for name in names}
+
+
+def unmoved(run_hashes: dict, grader: dict) -> dict:
+    """The run's hashes with each file that moved unchanged named by its present path (MOVED_FROM)."""
+    hashes = dict(run_hashes)
+    for path, former in MOVED_FROM.items():
+        if (path not in hashes and former in hashes and former not in grader  # not the standin/replica shims
+                and path in grader and hashes[former] == grader[path]):
+            hashes[path] = hashes.pop(former)
+    return hashes
+
+
 def in_harness(path: str) -> bool:
     """Whether a hashed path is part of the harness."""
     return any(path == part or (part.endswith("/") and path.startswith(part)) for part in HARNESS_PARTS)
@@ -103,6 +130,7 @@ def compare_harness(view: RunView, root: Optional[Path] = None) -> HarnessCompar
         return result
     theirs = {path: digest for path, digest in recorded.items() if isinstance(path, str) and in_harness(path)}
     ours = grader_hashes(root)
+    theirs = unmoved(theirs, ours)
     absent_parts = [part for part in HARNESS_PARTS if not any(p == part or p.startswith(part) for p in ours)]
     for part in absent_parts:
         result.not_checked.append(f"the run's {part} against the grader's: the grader's copy ({root}) has no {part} "
