@@ -55,6 +55,7 @@ EXPLANATION_NAMES = ("my_explanation.md", "explanation.md")
 MAX_TEXT_BYTES = 1_000_000  # a predictions or explanation file larger than this is not a learner's text
 RUN_TIMEOUT_S = 900  # the experiment's own session limit is well below; Gradescope's default limit is 10 minutes
 ATTACH_TIMEOUT_S = 120  # attach reads one file and writes one copy: seconds, unless the machine is stuck
+ATTACH_TIMED_OUT = 124  # its status then, as timeout(1) gives: the grade goes on, saying "(attach exit 124)"
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every entry's timestamp: the same checkout gives the same bytes
 
 
@@ -305,8 +306,13 @@ def _attach(source: Path, run_dir: Path, explanation: Path) -> int:
     """`inferlab attach RUN_DIR FILE --kind explanation` in its own process from the course's copy, as the run was
     made (grading sits below the command line and does not import it); its exit status."""
     command = [sys.executable, "-m", "inferlab", "attach", str(run_dir), str(explanation), "--kind", "explanation"]
-    return subprocess.run(command, cwd=source, env=clean_environment(), stdin=subprocess.DEVNULL,
-                          timeout=ATTACH_TIMEOUT_S).returncode
+    try:
+        return subprocess.run(command, cwd=source, env=clean_environment(), stdin=subprocess.DEVNULL,
+                              timeout=ATTACH_TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        print(f"autograder: attach did not finish in {ATTACH_TIMEOUT_S} s; the run is graded without the explanation",
+              file=sys.stderr)
+        return ATTACH_TIMED_OUT
 
 
 def _refusal(message: str) -> str:
