@@ -294,6 +294,8 @@ class RunBuilder:
         if self.run.ending.session_end is None:
             self.end_session()
         self.run.finish()
+        errors = self.run.records_of("report_error")  # a session keeps going; a fixture must not hide a broken page
+        assert not errors, f"the fixture run's report could not be written: {errors}"
         return self.dir
 
 
