@@ -276,3 +276,14 @@ def test_the_course_script_refuses_a_harness_that_is_not_the_pinned_commit_or_ho
     (harness / "my_predictions.md").write_text("mine")
     done = subprocess.run(script, cwd=harness, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "inside the harness" in done.stderr, done.stderr
+
+
+def test_an_attach_that_does_not_finish_is_said_and_the_grade_goes_on(monkeypatch, tmp_path, capsys):
+    def stuck(command, **kwargs):
+        assert command[1:4] == ["-m", "inferlab", "attach"] and kwargs["timeout"] == autograder.ATTACH_TIMEOUT_S
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(autograder.subprocess, "run", stuck)
+    status = autograder._attach(tmp_path, tmp_path / "run", tmp_path / "explanation.md")
+    assert status == autograder.ATTACH_TIMED_OUT
+    assert f"attach did not finish in {autograder.ATTACH_TIMEOUT_S} s" in capsys.readouterr().err
