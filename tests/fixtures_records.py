@@ -245,7 +245,9 @@ class RunBuilder:
         elif not plots:  # the session's report, as write_report renders it, without drawing the plots
             self.run.write_report = lambda record_dir: write_pages(record_dir, plots=False)
         else:  # as the plugin wires it
-            self.run.write_report = session_report
+            from inferlab import report as report_module
+
+            self.run.write_report = report_module.write_report
         self.current_format = current_format
         self.specimen = specimen
         self.synthetic = synthetic
@@ -763,13 +765,6 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
     outcomes_start = next(i for i, r in enumerate(records) if r["kind"] == "test_outcome"
                           and "test_60_memory" in (r["test"] or ""))
     return records[:outcomes_start] + added + records[outcomes_start:]
-
-
-def session_report(record_dir: Path) -> None:
-    """The report as a session writes it at its end: the plugin gives each run inferlab.report.write_report."""
-    from inferlab import report
-
-    report.write_report(record_dir)
 
 
 def write_pages(directory: Path, plots: bool = False) -> None:

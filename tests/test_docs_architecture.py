@@ -45,8 +45,7 @@ def disagreements(text: str) -> list[str]:
     """Where the page and the package differ: the parts directly in inferlab/, each package's modules, the layers."""
     entries = tree_entries(text)
     package = layering.PACKAGE
-    actual = ({p.name for p in package.glob("*.py")}
-              | {f"{p.name}/" for p in package.iterdir() if p.is_dir() and (p / "__init__.py").is_file()})
+    actual = {"__init__.py"} | {f"{part}/" if (package / part).is_dir() else f"{part}.py" for part in layering.parts()}
     found = []
     if set(entries) != actual:
         found.append(f"{PAGE.name} lists {sorted(set(entries) - actual)} that inferlab/ lacks and lacks "
