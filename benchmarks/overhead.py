@@ -12,10 +12,25 @@ rounds time one complete 16-selection greedy run of
 each measured from outside with perf_counter_ns and divided by the number of selections. The calls form one
 stream in which every variant comes right after each other variant equally often (balanced_cycle; a rotation of
 one fixed order would put (a) after (c) in 3 of 4 rounds and (b') never, so whatever generate leaves behind would
-count as instrumentation, and the A/A control would not share it). Besides the ratio of
-medians, each round's a/b and b'/b are taken (neighbours in time, so a slow drift of the machine cancels), and
-the verdict on the 1 % bound is drawn only when the noise (the A/A distance, or the width of the paired median's
-interval, whichever is larger) is below it: otherwise it says it cannot tell.
+count as instrumentation, and the A/A control would not share it).
+
+Where a call sits on CPython's frame stack matters as much as what it does. Since 3.11 the interpreter keeps
+its frames in 16 KiB chunks and frees a chunk as soon as the frame that opened it returns (CPython issue
+gh-142183, fixed in 3.13 and 3.14, not in 3.11): a forward whose calls cross a chunk boundary mmaps and unmaps a
+chunk each time, dozens of times a token. Measured here with the bare loop alone, moving its starting depth
+one small frame at a time changed its page faults per call from 64 to 2880, and the pattern repeats exactly
+every 16 KiB. Two variants whose own frames differ by a few locals start the model at different offsets, so a
+comparison made at one depth measures that accident (the earlier 1.03 "overhead" was one; the loop without its
+kept logits came out 2 % faster than bare at another depth). So every round runs all its variants at one stack
+depth (at_depth: `depth` frames of exactly STACK_FRAME_SLOTS slots below the timed call), and the rounds step
+through STACK_DEPTHS depths that together span exactly one chunk, each equally often: every variant meets every
+offset alike, and what is left is what the variants do.
+
+Besides the ratio of medians, each round's a/b and b'/b are taken (neighbours in time, at the same depth, so a
+slow drift of the machine cancels), with a distribution-free 95 % interval of their median (order statistics:
+a call that a garbage collection or the host's steal doubled moves it no more than any other slow call), and
+the verdict on the 1 % bound is drawn only when the noise (the A/A distance, or the interval's larger half,
+whichever is larger) is below it: otherwise it says it cannot tell.
 The model is the synthetic stand-in (pythia-14m's architecture), built offline. The result, with this
 machine's fingerprint, the date and the commit it ran, is appended to runs/benchmarks/overhead.jsonl (untracked),
 or to the file --record-to names (benchmarks/results.jsonl to add it to the tracked record). No experiment run
@@ -25,6 +40,7 @@ reads it. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import statistics
@@ -105,6 +121,7 @@ def main(argv=None) -> int:
     variants = {"instrumented": instrumented, "bare": bare, "bare_again": bare, "generate": generate}
     names = list(variants)
     orders = round_orders(names, args.rounds)
+    depths = round_depths(args.rounds)
     # warmup, not measured, in the cycle's last order: the first measured call follows what the cycle puts before it
     warm = {names[i]: variants[names[i]]() for i in balanced_cycle(len(names))[-1]}
     for name, ids in warm.items():
@@ -112,11 +129,9 @@ def main(argv=None) -> int:
             raise RuntimeError(f"benchmark: {name} made {len(ids)} selections, expected {n}")
 
     per_token_ns = {name: [] for name in variants}
-    for order in orders:
+    for order, depth in zip(orders, depths):
         for name in order:
-            start = time.perf_counter_ns()
-            variants[name]()
-            per_token_ns[name].append((time.perf_counter_ns() - start) / n)
+            per_token_ns[name].append(at_depth(depth, functools.partial(timed_call, variants[name])) / n)
 
     medians = {name: statistics.median(values) for name, values in per_token_ns.items()}
     print(f"model: {description}; prompt tokens: {input_ids.shape[1]}; selections per run: {n}; rounds: {args.rounds}")
@@ -132,18 +147,61 @@ def main(argv=None) -> int:
           + "; ".join(f"{name} after " + ", ".join(f"{before} {count}" for before, count in preceded[name].items())
                       for name in names))
     paired = paired_ratios(per_token_ns)
-    print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f}, "
-          f"A/A bare again/bare {paired['aa']:.4f}: noise ±{paired['noise']:.2%}; {paired['verdict']}")
+    print(f"stack placement: {STACK_DEPTHS} depths of {STACK_FRAME_SLOTS} slots each (one {STACK_CHUNK_BYTES // 1024} "
+          f"KiB chunk of the frame stack), each round at one of them, each depth {depth_use(depths)} times")
+    print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f} "
+          f"[{paired['interval'][0]:.4f}, {paired['interval'][1]:.4f}], A/A bare again/bare {paired['aa']:.4f}: "
+          f"noise ±{paired['noise']:.2%}; {paired['verdict']}")
     usage = contention.usage_read_cost(10_000)
     print(f"thread-usage reading ({contention.usage_sources()}): {usage['usage_per_read_ns'] / 1e3:.2f} us per read, "
           f"3 per trial, 1 of them inside the timed loop")
     result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds)
     result["order"] = {"design": ORDER_DESIGN, "cycle_rounds": len(balanced_cycle(len(names))), "preceded_by": preceded}
+    result["stack_placement"] = {"design": STACK_DESIGN, "depths": STACK_DEPTHS, "frame_slots": STACK_FRAME_SLOTS,
+                                 "chunk_bytes": STACK_CHUNK_BYTES, "uses_per_depth": depth_use(depths)}
     result["usage_read_cost"] = {**usage, "sources": contention.usage_sources()}
     machine.append_result(result, args.results)
     print(f"result appended to {args.results}")
     print(f"overhead_ratio={result['overhead_ratio']:.3f} generate_ratio={result['generate_ratio']:.3f}")
     return 0
+
+
+STACK_CHUNK_BYTES = 16 * 1024  # CPython's frame-stack chunk (_PY_DATA_STACK_CHUNK_SIZE, 3.11 to 3.14)
+STACK_FRAME_SLOTS = 16  # one at_depth frame on CPython 3.11: 3 locals, a 4-deep value stack, the frame's own 9
+STACK_DEPTHS = STACK_CHUNK_BYTES // (8 * STACK_FRAME_SLOTS)  # 128 frames of 128 bytes: one chunk, every offset once
+STACK_DESIGN = ("each round runs all its variants below the same number of at_depth frames; the rounds step through "
+                "every depth from 0 to depths - 1, together one chunk of CPython's frame stack, each equally often")
+
+
+def at_depth(depth: int, call, _slot=None):
+    """call() with `depth` more frames of this function below it, each STACK_FRAME_SLOTS slots on CPython 3.11 (the
+    unused parameter makes it 16: with it, page faults per call repeat exactly every 128 depths here); a test holds
+    its size, so an edit cannot shift the placement silently."""
+    if depth <= 0:
+        return call()
+    return at_depth(depth - 1, call)
+
+
+def timed_call(function) -> int:
+    """Nanoseconds that one call of function() took (perf_counter_ns), read in the innermost frame."""
+    start = time.perf_counter_ns()
+    function()
+    return time.perf_counter_ns() - start
+
+
+def round_depths(rounds: int) -> list[int]:
+    """Each round's stack depth: 0, 1, ..., STACK_DEPTHS - 1 in a fixed spread order (a stride coprime with the
+    count, so that neighbouring rounds sit far apart in the chunk), repeated; balanced when rounds is a multiple."""
+    stride = 37  # coprime with 128; any fixed stride coprime with STACK_DEPTHS visits every depth once a pass
+    if math.gcd(stride, STACK_DEPTHS) != 1:
+        raise ValueError(f"stride {stride} is not coprime with {STACK_DEPTHS} depths")
+    return [(r * stride) % STACK_DEPTHS for r in range(rounds)]
+
+
+def depth_use(depths: list[int]) -> str:
+    """How often the rounds used each depth: 'k' when all equally, else 'k to k+1'."""
+    counts = [depths.count(d) for d in range(STACK_DEPTHS)]
+    return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)} to {max(counts)}"
 
 
 ORDER_DESIGN = ("every round runs each variant once; over a cycle of rounds, counting the stream across round "
@@ -206,15 +264,31 @@ def preceded_by(orders: list[list]) -> dict:
     return {name: dict(sorted(found.items())) for name, found in counts.items()}
 
 
+def median_interval(values: list, confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median: the order statistics x(k) and x(n+1-k) with the largest k for
+    which Binomial(n, 1/2) puts at most (1 - confidence) / 2 below k. Its coverage holds whatever the distribution
+    (heavy tails included); with too few values for any such k (n < 6 at 95 %) it is unbounded."""
+    ordered = sorted(values)
+    n = len(ordered)
+    tail, below, k = (1 - confidence) / 2, 0.0, 0
+    while k < n and below + math.comb(n, k) / 2 ** n <= tail:
+        below += math.comb(n, k) / 2 ** n
+        k += 1
+    if k == 0:
+        return -math.inf, math.inf
+    return ordered[k - 1], ordered[n - k]
+
+
 def paired_ratios(per_token_ns: dict) -> dict:
     """Each round's instrumented/bare and bare_again/bare, their medians, the A/A noise and the 1 % verdict."""
     bare = per_token_ns["bare"]
     ratios = [a / b for a, b in zip(per_token_ns["instrumented"], bare)]
     overhead = statistics.median(ratios)
     aa = statistics.median(a / b for a, b in zip(per_token_ns["bare_again"], bare))
-    # the noise: how far the A/A control landed from 1, or the half-width of an approximate 95 % interval of the
-    # median ratio (1.2533 sd / sqrt(n) is a median's standard error), whichever is larger
-    half_width = 2 * 1.2533 * statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else math.inf
+    # the noise: how far the A/A control landed from 1, or the larger half of the median ratio's 95 % interval,
+    # whichever is larger
+    low, high = median_interval(ratios)
+    half_width = max(overhead - low, high - overhead)
     noise = max(abs(aa - 1), half_width)
     if overhead - 1 > OVERHEAD_BOUND + noise:
         verdict = f"over {OVERHEAD_BOUND:.0%}"
@@ -225,7 +299,8 @@ def paired_ratios(per_token_ns: dict) -> dict:
         verdict = f"within {OVERHEAD_BOUND:.0%}"
     else:
         verdict = f"this run cannot tell: the overhead is within the noise of {OVERHEAD_BOUND:.0%}"
-    return {"overhead": overhead, "aa": aa, "interval_half_width": half_width, "noise": noise, "verdict": verdict}
+    return {"overhead": overhead, "aa": aa, "interval": [low, high], "interval_half_width": half_width, "noise": noise,
+            "verdict": verdict}
 
 
 def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tokens: int, selections: int,

@@ -74,6 +74,10 @@ def test_the_benchmark_records_to_the_file_it_is_given(tmp_path, monkeypatch):
     assert threads == {"intra_op": protocol.INTRA_OP_THREADS, "inter_op": protocol.INTER_OP_THREADS}
     [result] = machine.read_results(chosen)
     assert result["rounds"] == 7 and result["machine"] and result["recorded_utc"] and "commit" in result["git"]
+    placement = result["stack_placement"]
+    assert (placement["depths"], placement["uses_per_depth"]) == (overhead.STACK_DEPTHS, "0 to 1")
+    low, high = result["paired"]["interval"]
+    assert low <= result["paired"]["overhead"] <= high
 
 
 def test_append_keeps_earlier_results(tmp_path):
@@ -99,21 +103,73 @@ def test_benchmark_result_carries_the_fingerprint_and_ratios():
     assert json.loads(json.dumps(result)) == result
 
 
+def rounds_around(centre: float, spread: float = 0.1, count: int = 11) -> list:
+    """count per-token times around centre, evenly spread by +-spread (a run's rounds, without randomness)."""
+    return [centre + spread * (2 * i / (count - 1) - 1) for i in range(count)]
+
+
 @pytest.mark.parametrize("instrumented, bare_again, verdict", [
-    ([100.4, 100.6, 100.5], [100.2, 99.9, 100.1], "within 1%"),
-    ([105.0, 104.0, 106.0], [100.2, 99.9, 100.1], "over 1%"),
-    ([100.4, 100.6, 100.5], [100.7, 100.8, 100.6], "this run cannot tell: the overhead is within the noise of 1%"),
-    ([101.5, 101.4, 101.6], [100.9, 100.8, 100.7], "this run cannot tell: the overhead is within the noise of 1%"),
-    ([100.4, 100.6, 100.5], [103.0, 102.0, 104.0], "this run cannot tell whether the overhead is within 1%"),
+    (rounds_around(100.4), rounds_around(100.0), "within 1%"),
+    (rounds_around(105.0), rounds_around(100.0), "over 1%"),
+    (rounds_around(100.5), rounds_around(100.7), "this run cannot tell: the overhead is within the noise of 1%"),
+    (rounds_around(101.5), rounds_around(100.8), "this run cannot tell: the overhead is within the noise of 1%"),
+    (rounds_around(100.4), rounds_around(103.0), "this run cannot tell whether the overhead is within 1%"),
+    (rounds_around(100.4, spread=3.0), rounds_around(100.0), "this run cannot tell whether the overhead is within 1%"),
+    (rounds_around(100.4)[:5], rounds_around(100.0)[:5], "this run cannot tell whether the overhead is within 1%"),
+    # one round that a full garbage collection doubled: a standard deviation would take it for +-9 % of noise,
+    # the median's order-statistics interval moves by one rank
+    (rounds_around(100.4)[:-1] + [200.0], rounds_around(100.0), "within 1%"),
 ])
 def test_the_benchmark_claims_the_1_percent_bound_only_when_its_own_a_a_noise_is_below_it(
         instrumented, bare_again, verdict):
-    """The A/A control (the bare loop timed twice) and the paired median's spread are the benchmark's noise: "within
-    1%" needs the overhead plus the noise within it, "over" the overhead beyond 1% plus the noise."""
+    """The A/A control (the bare loop timed twice) and the paired median's interval are the benchmark's noise:
+    "within 1%" needs the overhead plus the noise within it, "over" the overhead beyond 1% plus the noise; too few
+    rounds for a 95 % interval (5) can tell nothing."""
     from benchmarks.overhead import paired_ratios
 
-    found = paired_ratios({"instrumented": instrumented, "bare": [100.0] * 3, "bare_again": bare_again})
+    found = paired_ratios({"instrumented": instrumented, "bare": [100.0] * len(instrumented),
+                           "bare_again": bare_again})
     assert found["verdict"].startswith(verdict), found
+    low, high = found["interval"]
+    assert low <= found["overhead"] <= high
+
+
+def test_the_median_interval_is_the_binomial_order_statistics_one():
+    """n = 20: P(Bin(20, 1/2) <= 5) = 0.0207 <= 0.025 < P(<= 6) = 0.0577, so x(6) and x(15); n = 100: x(40) and
+    x(61) (the textbook values); under 6 values no interval reaches 95 %."""
+    import math
+
+    from benchmarks.overhead import median_interval
+
+    assert median_interval([float(v) for v in range(1, 21)]) == (6.0, 15.0)
+    assert median_interval(list(range(1, 101))[::-1]) == (40, 61)  # order of the input does not matter
+    assert median_interval([1, 2, 3, 4, 5]) == (-math.inf, math.inf)
+    assert median_interval([1, 2, 3, 4, 5, 6]) == (1, 6)
+
+
+def test_every_round_runs_at_one_stack_depth_and_the_depths_span_one_frame_stack_chunk_evenly():
+    """at_depth puts exactly `depth` frames below the call; its frame is 16 slots on CPython 3.11, so the 128 depths
+    (one 16 KiB chunk) are every offset a chunk boundary can fall at, and each pass of 128 rounds uses each once."""
+    import sys
+
+    from benchmarks.overhead import (STACK_CHUNK_BYTES, STACK_DEPTHS, STACK_FRAME_SLOTS, at_depth, depth_use,
+                                     round_depths)
+
+    def frames_below() -> int:
+        frame, count = sys._getframe(1), 0
+        while frame is not None and frame.f_code is at_depth.__code__:
+            count, frame = count + 1, frame.f_back
+        return count
+
+    assert [at_depth(depth, frames_below) for depth in (0, 1, 5, STACK_DEPTHS - 1)] == [1, 2, 6, STACK_DEPTHS]
+    assert STACK_DEPTHS * STACK_FRAME_SLOTS * 8 == STACK_CHUNK_BYTES
+    depths = round_depths(2 * STACK_DEPTHS)
+    assert sorted(depths) == sorted(list(range(STACK_DEPTHS)) * 2) and depth_use(depths) == "2"
+    assert depth_use(round_depths(STACK_DEPTHS + 1)) == "1 to 2"
+    assert all(abs(a - b) > 1 for a, b in zip(depths, depths[1:]))  # neighbouring rounds are not neighbouring depths
+    if sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11):
+        code = at_depth.__code__  # 9 slots of _PyInterpreterFrame's own on 3.11 (80 bytes: (80 - 1) // 8)
+        assert code.co_nlocals + code.co_stacksize + 9 == STACK_FRAME_SLOTS, (code.co_nlocals, code.co_stacksize)
 
 
 def test_cache_sizes_are_read_from_sysfs_and_unknown_where_absent(tmp_path):
