@@ -290,12 +290,8 @@ def pytest_sessionfinish(session, exitstatus):
         exit_status=int(exitstatus), exit_code_name=code_name, interrupted_status=int(pytest.ExitCode.INTERRUPTED),
         should_stop=session.shouldstop, should_fail=session.shouldfail, tests_failed=session.testsfailed,
         collect_only=bool(session.config.option.collectonly)))
-    if end["interrupted"]:
-        # pytest may not know: a second Ctrl-C inside its own interrupt handling used to leave exit status 0.
-        session.exitstatus = pytest.ExitCode.INTERRUPTED
-    elif end["measured_nothing"] and session.exitstatus == pytest.ExitCode.OK:
-        # Every selected test was skipped: a selection that measured nothing does not exit as a success.
-        session.exitstatus = session_status.NOTHING_MEASURED_EXIT
+    session.exitstatus = session_status.session_exit_status(end, int(session.exitstatus), int(pytest.ExitCode.OK),
+                                                            int(pytest.ExitCode.INTERRUPTED))
     if getattr(session.config, "cache", None) is not None and run.invocation.mode == "run":
         session.config.cache.set(plan.LAST_FAILED_SPECIMEN_KEY, run.invocation.specimen["name"])  # for --lf
     run.finish()

@@ -87,6 +87,50 @@ def test_a_session_within_its_plan_ends_with_its_count_recorded(tmp_path):
     assert "forward count" not in end["status"]
 
 
+
+@pytest.mark.parametrize("end, pytest_status, expected", [
+    ({"forward_reconciliation": {"ok": False}}, 0, session_status.HARNESS_FAILED_EXIT),  # every test passed
+    ({"forward_reconciliation": {"ok": False}}, 1, 1),
+    ({"forward_reconciliation": {"ok": False}, "interrupted": True}, 0, 2),
+    ({"forward_reconciliation": {"ok": True}}, 0, 0),
+    ({"forward_reconciliation": {"ok": True}, "measured_nothing": True}, 0, session_status.NOTHING_MEASURED_EXIT),
+    ({"interrupted": True}, 1, 2),
+    ({}, 0, 0),  # an older session_end without a reconciliation: pytest's own status
+])
+def test_the_sessions_exit_status_carries_a_forward_count_that_does_not_match_its_plan(end, pytest_status, expected):
+    """Left over from the last issue: such a run's folder ended -failed while pytest exited 0."""
+    assert session_status.session_exit_status(end, pytest_status, ok_status=0, interrupted_status=2) == expected
+
+
+UNPLANNED_FORWARD = """
+import pytest
+import torch
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield
+    if item.name == "test_model_inspection":  # a test whose plan allows no forward
+        with torch.inference_mode():
+            item.funcargs["model"](input_ids=torch.tensor([[1, 2, 3]]))  # (1, 3)
+"""
+
+
+@pytest.mark.process
+def test_a_session_whose_tests_all_pass_exits_failed_when_a_forward_was_not_planned(pytester, standin_dir):
+    from shared_runs import experiment_in_process
+
+    result = experiment_in_process(pytester, "--specimen", "standin", "--artifacts", str(standin_dir),
+                                   "-k", "test_10_specimen", conftest_extra=UNPLANNED_FORWARD)
+    found = result.records()
+    outcomes = [r["outcome"] for r in found if r["kind"] == "test_outcome"]
+    end = next(r for r in found if r["kind"] == "session_end")
+    assert outcomes and set(outcomes) == {"passed"}, outcomes
+    assert end["forward_reconciliation"]["problems"] == [
+        "forwards: the session ran 1, the plan allows at most 0",
+        "forwards: experiments/test_10_specimen.py::test_model_inspection ran 1, the plan allows it at most 0"]
+    assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.tail()
+
 # --- verify --------------------------------------------------------------------------------------------------
 
 

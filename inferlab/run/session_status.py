@@ -249,6 +249,23 @@ SPECIMEN_CHECKS = ("acquisition", "artifacts_verified")
 
 
 NOTHING_MEASURED_EXIT = 5  # pytest's "no tests ran" (ExitCode.NO_TESTS_COLLECTED): a selection that measured nothing
+HARNESS_FAILED_EXIT = 1  # pytest's "tests failed" (ExitCode.TESTS_FAILED): a session-level integrity fact failed
+
+
+def session_exit_status(end: dict, exit_status: int, ok_status: int, interrupted_status: int) -> int:
+    """The exit status a session ends with, given pytest's and session_end: an interrupted session says so (pytest
+    may not know: a second Ctrl-C inside its own interrupt handling left 0); one whose tests all passed still fails
+    when the session's forward count does not match its plan (no test carries that fact), and one that measured
+    nothing does not exit as a success. Any other status is pytest's own."""
+    if end.get("interrupted"):
+        return interrupted_status
+    if exit_status != ok_status:
+        return exit_status
+    if forwards_failed(end):
+        return HARNESS_FAILED_EXIT
+    if end.get("measured_nothing"):
+        return NOTHING_MEASURED_EXIT
+    return exit_status
 CHECK_KINDS = ("integrity", "diagnostic")  # a harness-integrity check, or a protocol diagnostic (its failure a finding)
 
 
