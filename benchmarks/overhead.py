@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -56,6 +57,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 
 from inferlab import protocol  # noqa: E402
 from inferlab.host import machine  # noqa: E402
+from inferlab.host.environment import git_state  # noqa: E402
 from inferlab.measure import contention  # noqa: E402
 from inferlab.measure.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
@@ -99,6 +101,8 @@ def main(argv=None) -> int:
     torch.set_num_interop_threads(protocol.INTER_OP_THREADS)
 
     n = protocol.TIMING_NEW_TOKENS
+    # the code that runs is the code as it starts: a commit or an edit made during a long run is not its state
+    started_at = git_state(machine.PROJECT_ROOT)
     with tempfile.TemporaryDirectory() as tmp:
         model, prompt, eos, description = load_model(Path(tmp))
     input_ids = torch.tensor([prompt], dtype=torch.long)  # (1, T)
@@ -155,7 +159,7 @@ def main(argv=None) -> int:
     usage = contention.usage_read_cost(10_000)
     print(f"thread-usage reading ({contention.usage_sources()}): {usage['usage_per_read_ns'] / 1e3:.2f} us per read, "
           f"3 per trial, 1 of them inside the timed loop")
-    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds)
+    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at)
     result["order"] = {"design": ORDER_DESIGN, "cycle_rounds": len(balanced_cycle(len(names))), "preceded_by": preceded}
     result["stack_placement"] = {"design": STACK_DESIGN, "depths": STACK_DEPTHS, "frame_slots": STACK_FRAME_SLOTS,
                                  "chunk_bytes": STACK_CHUNK_BYTES, "uses_per_depth": depth_use(depths)}
@@ -166,7 +170,7 @@ def main(argv=None) -> int:
     return 0
 
 
-STACK_CHUNK_BYTES = 16 * 1024  # CPython's frame-stack chunk (_PY_DATA_STACK_CHUNK_SIZE, 3.11 to 3.14)
+STACK_CHUNK_BYTES = 16 * 1024  # a frame-stack chunk: DATA_STACK_CHUNK_SIZE in CPython 3.11's Python/pystate.c
 STACK_FRAME_SLOTS = 16  # one at_depth frame on CPython 3.11: 3 locals, a 4-deep value stack, the frame's own 9
 STACK_DEPTHS = STACK_CHUNK_BYTES // (8 * STACK_FRAME_SLOTS)  # 128 frames of 128 bytes: one chunk, every offset once
 STACK_DESIGN = ("each round runs all its variants below the same number of at_depth frames; the rounds step through "
@@ -304,20 +308,19 @@ def paired_ratios(per_token_ns: dict) -> dict:
 
 
 def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tokens: int, selections: int,
-                rounds: int) -> dict:
-    """One benchmark result as a plain dict, with this machine's fingerprint and the software versions."""
+                rounds: int, git: Optional[dict] = None) -> dict:
+    """One benchmark result as a plain dict, with this machine's fingerprint and the software versions; `git` is
+    the checkout's state as the benchmark started (read now when not given)."""
     import datetime
     import platform
 
     import transformers
 
     medians = {name: statistics.median(values) for name, values in per_token_ns.items()}
-    from inferlab.host.environment import git_state
-
     return {
         "benchmark": "benchmarks/overhead.py",
         "recorded_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "git": git_state(machine.PROJECT_ROOT),
+        "git": git if git is not None else git_state(machine.PROJECT_ROOT),
         "machine": machine.machine_fingerprint(),
         "software": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},

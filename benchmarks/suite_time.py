@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     """Time make test, then make test-fast, then the reference run; print the table and the last line; append the
     result. Exit 1 when either make target failed."""
     args = build_parser().parse_args(argv)
+    started_at = environment.git_state(ROOT)  # what is timed is the checkout as it starts, not as it ends
     make = os.environ.get("MAKE", "make")
     scratch = Path(tempfile.mkdtemp(prefix="inferlab-suite-time-junit-"))
     try:
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {path:40} {file_seconds:8.1f} s")
     print(f"{'make test-fast':24} {fast_seconds:8.1f} s wall   exit {fast_status}")
     result = {"benchmark": "benchmarks/suite_time.py", "recorded_utc": datetime.datetime.now(datetime.timezone.utc)
-              .isoformat(), "machine": machine.machine_fingerprint(), "git": environment.git_state(ROOT),
+              .isoformat(), "machine": machine.machine_fingerprint(), "git": started_at,
               "make_test_s": total, "exit_status": status,
               "make_test_fast_s": round(fast_seconds, 2), "fast_exit_status": fast_status,
               "test_seconds": {part: round(value, 2) for part, value in sorted(parts.items())},

@@ -64,6 +64,8 @@ def test_the_benchmark_records_to_the_file_it_is_given(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", intra_op)
     monkeypatch.setattr(torch, "set_num_interop_threads", lambda count: threads.setdefault("inter_op", count))
     monkeypatch.setattr(overhead, "load_model", lambda workdir: (tiny_gpt_neox(seed=0), [5, 17, 33], 0, "tiny"))
+    states = iter([{"commit": "as it started", "dirty": False}])  # any later read is a commit made during the run
+    monkeypatch.setattr(overhead, "git_state", lambda root: next(states, {"commit": "as it ended", "dirty": True}))
     monkeypatch.chdir(machine.PROJECT_ROOT)
     chosen = tmp_path / "chosen.jsonl"
     before = torch.get_num_threads()
@@ -73,7 +75,8 @@ def test_the_benchmark_records_to_the_file_it_is_given(tmp_path, monkeypatch):
         set_intra_op(before)
     assert threads == {"intra_op": protocol.INTRA_OP_THREADS, "inter_op": protocol.INTER_OP_THREADS}
     [result] = machine.read_results(chosen)
-    assert result["rounds"] == 7 and result["machine"] and result["recorded_utc"] and "commit" in result["git"]
+    assert result["rounds"] == 7 and result["machine"] and result["recorded_utc"]
+    assert result["git"] == {"commit": "as it started", "dirty": False}  # the code that ran, not what came after
     placement = result["stack_placement"]
     assert (placement["depths"], placement["uses_per_depth"]) == (overhead.STACK_DEPTHS, "0 to 1")
     low, high = result["paired"]["interval"]
