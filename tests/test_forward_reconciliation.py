@@ -102,6 +102,18 @@ def test_the_sessions_exit_status_carries_a_forward_count_that_does_not_match_it
     assert session_status.session_exit_status(end, pytest_status, ok_status=0, interrupted_status=2) == expected
 
 
+def test_a_selection_that_measured_nothing_and_failed_its_forward_count_says_the_status_it_exits_with():
+    """The status line names the exit status the session gives: 1 when the forward count failed, else 5."""
+    base = {"tests_planned": 1, "tests_without_outcome": [], "plan_only": False, "collect_only": False,
+            "interrupted": False, "stopped_early": False, "exit_code_name": "OK", "measured_nothing": True,
+            "partial_reasons": ["-k deselected 116 protocol tests"], "complete": False}
+    failed = {**base, "forward_reconciliation": {"ok": False, "problems": ["forwards: the session ran 1, the plan "
+                                                                           "allows at most 0"]}}
+    for end, status in ((base, session_status.NOTHING_MEASURED_EXIT), (failed, session_status.HARNESS_FAILED_EXIT)):
+        assert session_status.session_exit_status(end, 0, ok_status=0, interrupted_status=2) == status
+        assert f"so the session exits with status {status};" in session_status.status_line(end, {"skipped": 1})
+
+
 UNPLANNED_FORWARD = """
 import pytest
 import torch

@@ -336,9 +336,10 @@ def status_line(end: dict, outcome_counts: Optional[dict] = None) -> str:
     left_out = ("; the optional extension was left out: " + "; ".join(optional)) if optional else ""
     head += failure_clause(end, outcome_counts or {}) if not (end["plan_only"] or end["collect_only"]) else ""
     if end.get("measured_nothing"):
+        exits = (f"but its forward count failed too, so the session exits with status {HARNESS_FAILED_EXIT}"
+                 if forwards_failed(end) else f"so the session exits with status {NOTHING_MEASURED_EXIT}")
         head = (f"NOTHING was measured: every one of the {planned} selected tests was skipped (the checks they need "
-                f"were not in the selection; each skip names the one it waited for), so the session exits with status "
-                f"{NOTHING_MEASURED_EXIT}; " + head)
+                f"were not in the selection; each skip names the one it waited for), {exits}; " + head)
     elif failure_kind(end, outcome_counts or {}) == "acquisition" and not (end["plan_only"] or end["collect_only"]):
         cause = (end.get("acquisition_failure") or {}).get("cause") or "the acquisition failed"
         head = f"NOTHING was measured: the specimen could not be acquired ({cause}); " + head
