@@ -16,21 +16,25 @@ count as instrumentation, and the A/A control would not share it).
 
 Where a call sits on CPython's frame stack matters as much as what it does. Since 3.11 the interpreter keeps
 its frames in 16 KiB chunks and frees a chunk as soon as the frame that opened it returns (CPython issue
-gh-142183, fixed in 3.13 and 3.14, not in 3.11): a forward whose calls cross a chunk boundary mmaps and unmaps a
-chunk each time, dozens of times a token. Measured here with the bare loop alone, moving its starting depth
-one small frame at a time changed its page faults per call from 64 to 2880, and the pattern repeats exactly
-every 16 KiB. Two variants whose own frames differ by a few locals start the model at different offsets, so a
-comparison made at one depth measures that accident (the earlier 1.03 "overhead" was one; the loop without its
-kept logits came out 2 % faster than bare at another depth). So every round runs all its variants at one stack
-depth (at_depth: `depth` frames of exactly STACK_FRAME_SLOTS slots below the timed call), and the rounds step
-through STACK_DEPTHS depths that together span exactly one chunk, each equally often: every variant meets every
-offset alike, and what is left is what the variants do.
+gh-142183, fixed in 3.13 and 3.14, not in 3.11): a forward whose calls cross a chunk boundary maps and unmaps a
+chunk each time, dozens of times a token. Measured here with the bare loop alone, moving its starting depth one
+small frame at a time changed its page faults per call from 64 to 2880, in a pattern that comes back every
+chunk. Two variants whose own frames differ by a few locals start the model at different offsets, so a
+comparison made at one depth measures that accident as well as the variants: at one depth the instrumented call
+made about 1070 chunk mappings to the bare loop's 720 and spent 2 to 4 ms more of a 260 ms call in the kernel
+(most likely the earlier 1.03 "overhead"), at another the loop without its kept logits came out 2 % faster than
+bare. So every round runs all its variants at one stack depth (at_depth: `depth` frames of exactly
+STACK_FRAME_SLOTS slots below the timed call), and the rounds step through the STACK_DEPTHS depths whose frames
+one chunk holds, each equally often: every variant meets the chunk's offsets alike (sampled every 128 bytes),
+and what is left is what the variants do. The verdict is then about the loops averaged over placements; at any
+one placement, as in a real run, the two can differ by a few percent either way.
 
 Besides the ratio of medians, each round's a/b and b'/b are taken (neighbours in time, at the same depth, so a
 slow drift of the machine cancels), with a distribution-free 95 % interval of their median (order statistics:
-a call that a garbage collection or the host's steal doubled moves it no more than any other slow call), and
-the verdict on the 1 % bound is drawn only when the noise (the A/A distance, or the interval's larger half,
-whichever is larger) is below it: otherwise it says it cannot tell.
+a call that a garbage collection or the host's steal doubled moves it no more than any other slow call). The
+verdict on the 1 % bound is drawn only from whole passes of depths and orders (a multiple of full_pass_rounds),
+and only when the noise (the A/A distance, or the interval's larger half, whichever is larger) is below it;
+"within 1%" needs the overhead plus the noise inside 1 % on either side. Otherwise it says it cannot tell.
 The model is the synthetic stand-in (pythia-14m's architecture), built offline. The result, with this
 machine's fingerprint, the date and the commit it ran, is appended to runs/benchmarks/overhead.jsonl (untracked),
 or to the file --record-to names (benchmarks/results.jsonl to add it to the tracked record). No experiment run
@@ -81,7 +85,9 @@ def load_model(workdir: Path):
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's command line: --rounds, --record-to."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15, help=f"interleaved rounds (default 15, at least {MIN_ROUNDS})")
+    parser.add_argument("--rounds", type=int, default=full_pass_rounds(),
+                        help=f"interleaved rounds (default {full_pass_rounds()}, about 6 minutes here; at least "
+                             f"{MIN_ROUNDS}, and a multiple of {full_pass_rounds()} for a verdict)")
     parser.add_argument("--record-to", dest="results", type=Path, default=machine.RESULTS_FILE, metavar="FILE",
                         help=f"append the result to this JSON Lines file (default: {machine.RESULTS_FILE}, which git "
                              f"ignores; pass {machine.TRACKED_RESULTS_FILE.relative_to(machine.PROJECT_ROOT)} to add it "
@@ -150,9 +156,9 @@ def main(argv=None) -> int:
           f"{len(balanced_cycle(len(names)))} rounds a cycle): "
           + "; ".join(f"{name} after " + ", ".join(f"{before} {count}" for before, count in preceded[name].items())
                       for name in names))
-    paired = paired_ratios(per_token_ns)
-    print(f"stack placement: {STACK_DEPTHS} depths of {STACK_FRAME_SLOTS} slots each (one {STACK_CHUNK_BYTES // 1024} "
-          f"KiB chunk of the frame stack), each round at one of them, each depth {depth_use(depths)} times")
+    paired = paired_ratios(per_token_ns, placements_balanced=balanced_rounds(args.rounds))
+    print(f"stack placement: {STACK_DEPTHS} depths of {STACK_FRAME_SLOTS} slots each (what one {STACK_CHUNK_BYTES // 1024}"
+          f" KiB chunk of the frame stack holds), each round at one of them, each depth {depth_use(depths)} times")
     print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f} "
           f"[{paired['interval'][0]:.4f}, {paired['interval'][1]:.4f}], A/A bare again/bare {paired['aa']:.4f}: "
           f"noise ±{paired['noise']:.2%}; {paired['verdict']}")
@@ -171,10 +177,16 @@ def main(argv=None) -> int:
 
 
 STACK_CHUNK_BYTES = 16 * 1024  # a frame-stack chunk: DATA_STACK_CHUNK_SIZE in CPython 3.11's Python/pystate.c
+STACK_CHUNK_HEADER_SLOTS = 3  # the chunk's own fields (previous, size, top) before its first frame
 STACK_FRAME_SLOTS = 16  # one at_depth frame on CPython 3.11: 3 locals, a 4-deep value stack, the frame's own 9
-STACK_DEPTHS = STACK_CHUNK_BYTES // (8 * STACK_FRAME_SLOTS)  # 128 frames of 128 bytes: one chunk, every offset once
+# How many at_depth frames one chunk holds: a frame goes into a chunk only while it is smaller than the room left
+# (push_chunk's test), so 2045 usable slots take 127 frames of 16, not 128; the boundaries a deeper call meets then
+# repeat every 127 depths (tests/test_machine.py finds them so, from page faults).
+STACK_DEPTHS = -(-(STACK_CHUNK_BYTES // 8 - STACK_CHUNK_HEADER_SLOTS - STACK_FRAME_SLOTS) // STACK_FRAME_SLOTS)
 STACK_DESIGN = ("each round runs all its variants below the same number of at_depth frames; the rounds step through "
-                "every depth from 0 to depths - 1, together one chunk of CPython's frame stack, each equally often")
+                "every depth from 0 to depths - 1, the frames one chunk of CPython's frame stack holds, each equally "
+                "often; offsets are sampled every frame (128 bytes), so variants whose own frames differ by other "
+                "amounts meet nearby offsets, not identical ones")
 
 
 def at_depth(depth: int, call, _slot=None):
@@ -196,10 +208,20 @@ def timed_call(function) -> int:
 def round_depths(rounds: int) -> list[int]:
     """Each round's stack depth: 0, 1, ..., STACK_DEPTHS - 1 in a fixed spread order (a stride coprime with the
     count, so that neighbouring rounds sit far apart in the chunk), repeated; balanced when rounds is a multiple."""
-    stride = 37  # coprime with 128; any fixed stride coprime with STACK_DEPTHS visits every depth once a pass
+    stride = 37  # any fixed stride coprime with STACK_DEPTHS visits every depth once a pass
     if math.gcd(stride, STACK_DEPTHS) != 1:
         raise ValueError(f"stride {stride} is not coprime with {STACK_DEPTHS} depths")
     return [(r * stride) % STACK_DEPTHS for r in range(rounds)]
+
+
+def full_pass_rounds(variants: int = 4) -> int:
+    """The fewest rounds in which every stack depth and every order of the balanced cycle come equally often."""
+    return math.lcm(len(balanced_cycle(variants)), STACK_DEPTHS)
+
+
+def balanced_rounds(rounds: int) -> bool:
+    """Whether `rounds` rounds use every stack depth and every order of the cycle equally often."""
+    return rounds % full_pass_rounds() == 0
 
 
 def depth_use(depths: list[int]) -> str:
@@ -283,8 +305,12 @@ def median_interval(values: list, confidence: float = 0.95) -> tuple[float, floa
     return ordered[k - 1], ordered[n - k]
 
 
-def paired_ratios(per_token_ns: dict) -> dict:
-    """Each round's instrumented/bare and bare_again/bare, their medians, the A/A noise and the 1 % verdict."""
+def paired_ratios(per_token_ns: dict, placements_balanced: bool = True) -> dict:
+    """Each round's instrumented/bare and bare_again/bare, their medians, the A/A noise and the 1 % verdict.
+
+    "within 1%" needs the whole of overhead +- noise inside 1 +- 1 %: an instrumented loop measured faster than the
+    bare one beyond the noise is not a small overhead but something the design failed to balance, and a run whose
+    rounds did not use every stack depth and every order equally often (placements_balanced False) cannot tell."""
     bare = per_token_ns["bare"]
     ratios = [a / b for a, b in zip(per_token_ns["instrumented"], bare)]
     overhead = statistics.median(ratios)
@@ -294,12 +320,18 @@ def paired_ratios(per_token_ns: dict) -> dict:
     low, high = median_interval(ratios)
     half_width = max(overhead - low, high - overhead)
     noise = max(abs(aa - 1), half_width)
-    if overhead - 1 > OVERHEAD_BOUND + noise:
+    if not placements_balanced:
+        verdict = ("this run cannot tell: its rounds did not use every stack depth and every order equally often "
+                   f"(use a multiple of {full_pass_rounds()} rounds)")
+    elif overhead - 1 > OVERHEAD_BOUND + noise:
         verdict = f"over {OVERHEAD_BOUND:.0%}"
+    elif 1 - overhead > OVERHEAD_BOUND + noise:
+        verdict = (f"this run cannot tell: the instrumented loop came out faster than the bare one by more than "
+                   f"{OVERHEAD_BOUND:.0%} plus the noise, which no overhead explains (an unbalanced placement?)")
     elif noise >= OVERHEAD_BOUND:
         verdict = (f"this run cannot tell whether the overhead is within {OVERHEAD_BOUND:.0%}: the noise is not "
                    "below it (rerun on a quieter machine, or with more rounds)")
-    elif overhead - 1 + noise <= OVERHEAD_BOUND:
+    elif abs(overhead - 1) + noise <= OVERHEAD_BOUND:
         verdict = f"within {OVERHEAD_BOUND:.0%}"
     else:
         verdict = f"this run cannot tell: the overhead is within the noise of {OVERHEAD_BOUND:.0%}"
@@ -334,7 +366,7 @@ def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tok
         "ids_equal": {"instrumented_vs_bare": warm_ids["instrumented"] == warm_ids["bare"],
                       "instrumented_vs_generate": warm_ids["instrumented"] == warm_ids["generate"]},
         "overhead_ratio": medians["instrumented"] / medians["bare"],
-        "paired": paired_ratios(per_token_ns),
+        "paired": paired_ratios(per_token_ns, placements_balanced=balanced_rounds(rounds)),
         "generate_ratio": medians["generate"] / medians["bare"],
     }
 
