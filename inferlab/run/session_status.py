@@ -266,6 +266,8 @@ def session_exit_status(end: dict, exit_status: int, ok_status: int, interrupted
     if end.get("measured_nothing"):
         return NOTHING_MEASURED_EXIT
     return exit_status
+
+
 CHECK_KINDS = ("integrity", "diagnostic")  # a harness-integrity check, or a protocol diagnostic (its failure a finding)
 
 
