@@ -191,8 +191,8 @@ STACK_DESIGN = ("each round runs all its variants below the same number of at_de
 
 def at_depth(depth: int, call, _slot=None):
     """call() with `depth` more frames of this function below it, each STACK_FRAME_SLOTS slots on CPython 3.11 (the
-    unused parameter makes it 16: with it, page faults per call repeat exactly every 128 depths here); a test holds
-    its size, so an edit cannot shift the placement silently."""
+    unused parameter makes it 16); a test finds the chunk boundaries every STACK_DEPTHS of these frames, so an edit
+    that changed its size cannot shift the placement silently."""
     if depth <= 0:
         return call()
     return at_depth(depth - 1, call)

@@ -87,7 +87,6 @@ def test_a_session_within_its_plan_ends_with_its_count_recorded(tmp_path):
     assert "forward count" not in end["status"]
 
 
-
 @pytest.mark.parametrize("end, pytest_status, expected", [
     ({"forward_reconciliation": {"ok": False}}, 0, session_status.HARNESS_FAILED_EXIT),  # every test passed
     ({"forward_reconciliation": {"ok": False}}, 1, 1),
@@ -142,6 +141,7 @@ def test_a_session_whose_tests_all_pass_exits_failed_when_a_forward_was_not_plan
         "forwards: the session ran 1, the plan allows at most 0",
         "forwards: experiments/test_10_specimen.py::test_model_inspection ran 1, the plan allows it at most 0"]
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.tail()
+
 
 # --- verify --------------------------------------------------------------------------------------------------
 

@@ -144,8 +144,6 @@ def test_the_benchmark_claims_the_1_percent_bound_only_when_its_own_a_a_noise_is
     unbalanced = paired_ratios({"instrumented": instrumented, "bare": [100.0] * len(instrumented),
                                 "bare_again": bare_again}, placements_balanced=False)
     assert unbalanced["verdict"].startswith("this run cannot tell: its rounds did not use every stack depth")
-    low, high = found["interval"]
-    assert low <= found["overhead"] <= high
 
 
 def test_the_median_interval_is_the_binomial_order_statistics_one():
