@@ -369,13 +369,13 @@ def grader_spec(view: RunView, specimen: Optional[str]):
     specimen, else the pins the run recorded (a specimen this checkout does not know); with a line saying which."""
     import dataclasses
 
-    from inferlab.specimen import SpecimenError, SpecimenSpec, load_runnable_spec, load_spec, spec_problems
+    from inferlab.specimen import SpecimenError, SpecimenSpec, load_spec, spec_problems
 
     recorded = view.specimen_spec()
     name = specimen or recorded.get("name")
     try:
-        if specimen is not None:
-            return load_runnable_spec(specimen), f"--specimen {specimen} (this checkout's artifacts/{specimen}.json)"
+        if specimen is not None:  # whether it can be built here, acquire says once it is known to be the run's
+            return load_spec(specimen), f"--specimen {specimen} (this checkout's artifacts/{specimen}.json)"
         return load_spec(name), f"this checkout's artifacts/{name}.json (the run's specimen)"
     except SpecimenError as error:
         if specimen is not None:
