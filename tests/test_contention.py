@@ -5,6 +5,8 @@ noise and the cache verdict ("this run cannot tell"), all on records built in me
 from __future__ import annotations
 
 import copy
+import gc
+import time
 
 import pytest
 
@@ -15,6 +17,7 @@ from inferlab.report import plots
 from inferlab.report import measures, tables, timing_evidence
 from inferlab.report.sections import section_timing
 from inferlab.report.verdict import decide
+from inferlab.verify.consistency_timing import CPU_OVER_WALL_SLACK_NS
 
 RULE = protocol.CONTENTION_RULE
 MS = 1_000_000  # ns
@@ -72,6 +75,67 @@ def test_the_readers_return_the_threads_cpu_time_and_switches(monkeypatch):
         assert second[1] >= first[1] and second[2] >= first[2]
     cost = contention.usage_read_cost(100)
     assert cost["usage_reads"] == 200 and cost["usage_per_read_ns"] == cost["usage_elapsed_ns"] / 200
+
+
+def _collection_due_after(read, burn_ns: int):
+    """`read` wrapped so that the next tracked allocation after it returns starts a cyclic collection, which uses
+    burn_ns of this thread's CPU time; and the list of the collections that ran."""
+    burned, keep = [], []
+
+    def burn(phase, info):
+        if phase == "start":
+            began = time.thread_time_ns()
+            while time.thread_time_ns() - began < burn_ns:
+                pass
+            burned.append(burn_ns)
+
+    def armed(*args):
+        if burn not in gc.callbacks:
+            gc.callbacks.append(burn)
+        gc.disable()  # the allocations below count towards the next collection without starting one here
+        try:
+            for _ in range(gc.get_threshold()[0] + 100):  # one by one: past the threshold and the list free list
+                keep.append([])
+            return read(*args)
+        finally:
+            gc.enable()
+
+    return armed, burned, burn
+
+
+@pytest.mark.parametrize("platform", ["thread clock and rusage", "rusage only", "thread clock only"])
+def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(monkeypatch, platform):
+    # A CI run on 2026-12-03 recorded a prefill span with 34.3 ms of thread CPU time in 18.8 ms of wall time: the
+    # start reader read the CPU clock and then built its list, a collection ran (~15 ms in a test process) before
+    # the loop's wall stamp, and verify rightly refused the trial. The CPU reading is now the last thing a start
+    # reader does and the first thing an end reader does, so what follows it lies outside the span.
+    if platform == "rusage only":
+        monkeypatch.setattr(contention, "_THREAD_TIME_NS", None)
+    if platform == "thread clock only":
+        monkeypatch.setattr(contention, "_RUSAGE_THREAD", None)
+    if contention.usage_sources()["thread_cpu"] is None:
+        pytest.skip(f"this platform has no thread CPU reading for {platform!r}")
+    assert gc.isenabled()
+    if contention._THREAD_TIME_NS is not None:  # the reading the span's CPU time comes from
+        armed, burned, burn = _collection_due_after(contention._THREAD_TIME_NS, 5 * MS)
+        monkeypatch.setattr(contention, "_THREAD_TIME_NS", armed)
+    else:
+        armed, burned, burn = _collection_due_after(contention.resource.getrusage, 5 * MS)
+        monkeypatch.setattr(contention.resource, "getrusage", armed)
+    start, end = contention.usage_reader()
+    clock = time.perf_counter_ns
+    try:
+        first = start()
+        t_start = clock()
+        t_end = clock()
+        last = end()
+    finally:
+        if burn in gc.callbacks:
+            gc.callbacks.remove(burn)
+    assert burned, "no collection ran: the test did not exercise what it is for"
+    cpu, wall = last[0] - first[0], t_end - t_start
+    assert cpu <= wall + CPU_OVER_WALL_SLACK_NS, (
+        f"{cpu} ns of thread CPU time between the readings around {wall} ns of wall time")
 
 
 # --- the machine around the block --------------------------------------------------------------------
