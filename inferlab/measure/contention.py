@@ -65,7 +65,9 @@ def usage_reader() -> tuple[Callable[[], list], Callable[[], list]]:
         if thread_time is not None:
             def start() -> list:
                 reading = [None, None, None]
-                usage = getrusage(who)  # a call after the allocations: where 3.12+ runs a collection they made due
+                # called after the list exists: 3.12+ runs a collection that an allocation made due at the check
+                # after the next call, so it runs here, before the CPU reading, not after it
+                usage = getrusage(who)
                 reading[1], reading[2] = usage.ru_nvcsw, usage.ru_nivcsw
                 reading[0] = thread_time()
                 return reading
