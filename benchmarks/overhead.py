@@ -143,20 +143,21 @@ def main(argv=None) -> int:
         for name in order:
             per_token_ns[name].append(at_depth(depth, functools.partial(timed_call, variants[name])) / n)
 
-    medians = {name: statistics.median(values) for name, values in per_token_ns.items()}
+    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at)
     print(f"model: {description}; prompt tokens: {input_ids.shape[1]}; selections per run: {n}; rounds: {args.rounds}")
     print(f"threads: intra-op {torch.get_num_threads()}, inter-op {torch.get_num_interop_threads()}")
     print(f"ids equal (instrumented, bare, generate): {warm['instrumented'] == warm['bare']}, "
           f"{warm['instrumented'] == warm['generate']} (generate suppresses EOS via min_new_tokens)")
     for name in names:
-        values = per_token_ns[name]
-        print(f"{name:>12}: median {medians[name] / 1e3:9.2f} us/token  min {min(values) / 1e3:9.2f}  max {max(values) / 1e3:9.2f}")
+        summary = result["per_token_ns"][name]
+        print(f"{name:>12}: median {summary['median'] / 1e3:9.2f} us/token  min {summary['min'] / 1e3:9.2f}  "
+              f"max {summary['max'] / 1e3:9.2f}")
     preceded = preceded_by(orders)
     print("order: each variant right after each other one (balanced_cycle, "
           f"{len(balanced_cycle(len(names)))} rounds a cycle): "
           + "; ".join(f"{name} after " + ", ".join(f"{before} {count}" for before, count in preceded[name].items())
                       for name in names))
-    paired = paired_ratios(per_token_ns, placements_balanced=balanced_rounds(args.rounds))
+    paired = result["paired"]
     print(f"stack placement: {STACK_DEPTHS} depths of {STACK_FRAME_SLOTS} slots each (what one {STACK_CHUNK_BYTES // 1024}"
           f" KiB chunk of the frame stack holds), each round at one of them, each depth {depth_use(depths)} times")
     print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f} "
@@ -165,7 +166,6 @@ def main(argv=None) -> int:
     usage = contention.usage_read_cost(10_000)
     print(f"thread-usage reading ({contention.usage_sources()}): {usage['usage_per_read_ns'] / 1e3:.2f} us per read, "
           f"3 per trial, 1 of them inside the timed loop")
-    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at)
     result["order"] = {"design": ORDER_DESIGN, "cycle_rounds": len(balanced_cycle(len(names))), "preceded_by": preceded}
     result["stack_placement"] = {"design": STACK_DESIGN, "depths": STACK_DEPTHS, "frame_slots": STACK_FRAME_SLOTS,
                                  "chunk_bytes": STACK_CHUNK_BYTES, "uses_per_depth": depth_use(depths)}

@@ -162,8 +162,6 @@ def test_the_median_interval_is_the_binomial_order_statistics_one():
 def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
     """at_depth puts exactly `depth` frames below the call, and each pass of STACK_DEPTHS rounds uses each depth once;
     a verdict needs whole passes of both the depths and the order cycle."""
-    import sys
-
     from benchmarks.overhead import STACK_DEPTHS, at_depth, balanced_rounds, depth_use, full_pass_rounds, round_depths
 
     def frames_below() -> int:
