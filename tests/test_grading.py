@@ -469,13 +469,15 @@ def test_grade_help_lists_every_exit_status(capsys):
 
 
 @pytest.mark.process
-def test_grading_loads_no_model_and_no_torch(honest):
+def test_grading_loads_no_model_and_no_torch(honest, tmp_path):
     import subprocess
     import sys
 
     code = ("import sys; from inferlab.__main__ import main; main(['grade', sys.argv[1], '--format', 'json', "
             "'--out', sys.argv[2]]); assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
             "sorted(m for m in sys.modules if m.startswith(('torch', 'transformers')))")
-    done = subprocess.run([sys.executable, "-c", code, str(honest), os.devnull], capture_output=True, text=True,
+    out = tmp_path / "grade.json"  # a file of the test's own: never a device of the machine's (issue 42)
+    done = subprocess.run([sys.executable, "-c", code, str(honest), str(out)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["runs"], out.read_text()[:500]

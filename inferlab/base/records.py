@@ -20,9 +20,12 @@ import json
 import math
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+# The one atomic writer (and its rule for what is already at a path) lives in outputs.py; the record writers
+# here use it, and so may every module that imported it from here.
+from inferlab.base.outputs import kind_in_words, write_bytes_atomic, write_text_atomic  # noqa: F401
 
 CLAIM_FILE = "claim.json"
 RECORDS_FILE = "records.jsonl"
@@ -53,10 +56,6 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
-_FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
 def describe_path(path) -> str:
     """What is at `path`, as the rest of a sentence that starts with the path: 'does not exist', 'is a
     regular file', 'is a dangling symbolic link to X', 'is a FIFO (named pipe)', 'cannot be examined: ...'."""
@@ -74,8 +73,7 @@ def describe_path(path) -> str:
         except OSError:
             return f"is a dangling symbolic link to {target} (nothing is there)"
         link = f"is a symbolic link to {target}, which "
-    kind = next((words for test, words in _FILE_TYPES if test(info.st_mode)), "an unusual file")
-    return f"{link}is {kind}"
+    return f"{link}is {kind_in_words(info.st_mode)}"
 
 
 def os_error_words(error: OSError) -> str:
@@ -235,36 +233,9 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True, allow_nan=False)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write a whole file through a temporary sibling and os.replace, fsynced."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_current_umask())  # mkstemp makes 0600; a record is as readable as any file
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a whole UTF-8 text file atomically."""
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write a whole JSON file atomically, indented for reading."""
-    write_text_atomic(path, json.dumps(jsonable(data), ensure_ascii=True, allow_nan=False, indent=2) + "\n")
+def write_json_atomic(path: Path, data: Any, replace: bool = True) -> None:
+    """Write a whole JSON file atomically, indented for reading (write_text_atomic's rule and `replace`)."""
+    write_text_atomic(path, json.dumps(jsonable(data), ensure_ascii=True, allow_nan=False, indent=2) + "\n", replace)
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -4,6 +4,7 @@ course CI; RUN is a record folder, a submission archive (pack), or a folder of s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -117,7 +118,8 @@ def _what_folder(folder: Path) -> str:
 
 
 def run(args) -> int:
-    from inferlab.base.records import write_text_atomic
+    from inferlab.base.outputs import OutputPathError, output_kind, write_text_atomic
+    from inferlab.base.records import describe_path
     from inferlab.grading import formats
     from inferlab.grading.batch import grade_sources
     from inferlab.grading.classview import review_class, write_class_page
@@ -157,6 +159,15 @@ def run(args) -> int:
             return _usage(f"{option} {target} is inside a run folder or is a submission: grade never writes there")
     if classes and args.out is None:
         return _usage("; ".join(_what_folder(folder) for folder in classes))
+    for option, target in (("--out", None if classes else args.out), ("--csv", args.csv)):
+        try:  # before any grading: a directory, a disk or a socket is refused; a device or a FIFO is written through
+            if target is not None:
+                output_kind(target)
+        except OutputPathError as error:
+            return _usage(f"{option}: {error}")
+    if classes and os.path.lexists(args.out) and not args.out.is_dir():
+        return _usage(f"--out {args.out} {describe_path(args.out)}: for a class, --out names the folder the class "
+                      "page goes into")
     if args.format == "gradescope" and len(sources) != 1:
         return _usage(f"--format gradescope writes one submission's results.json; {len(sources)} runs were given")
     replay = args.replay or bool(getattr(rubric, "require_replay", False))
@@ -183,15 +194,24 @@ def run(args) -> int:
     if args.out is None:
         sys.stdout.write(output)
     elif classes:
-        written = write_class_page(grades, args.out, review)
+        try:
+            written = write_class_page(grades, args.out, review)
+        except (OutputPathError, OSError) as error:
+            return _usage(f"--out: the class page cannot be written in {args.out}: {error}")
         sys.stdout.write(formats.summary(grades) if args.format == "text" else output)
         print(f"grade: class page {written[0]}", file=sys.stderr)
     else:
-        write_text_atomic(args.out, output)
+        try:
+            write_text_atomic(args.out, output)
+        except OutputPathError as error:
+            return _usage(f"--out: {error}")
         if args.format != "text":
             sys.stdout.write(formats.text(grades))
         print(f"grade: {args.format} written to {args.out}", file=sys.stderr)
     if args.csv is not None:
-        write_text_atomic(args.csv, formats.csv_text(grades))
+        try:
+            write_text_atomic(args.csv, formats.csv_text(grades))
+        except OutputPathError as error:
+            return _usage(f"--csv: {error}")
         print(f"grade: {len(grades)} CSV row(s) written to {args.csv}", file=sys.stderr)
     return worst(g.exit_status for g in grades)

@@ -31,6 +31,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from inferlab.base.outputs import OutputPathError, output_kind
     from inferlab.base.records import write_json_atomic
     from inferlab.grading.reference import make_reference
     from inferlab.host.environment import describe_kernels
@@ -43,8 +44,10 @@ def run(args) -> int:
     if target.resolve() == run_dir or run_dir in target.resolve().parents:
         print(f"reference: {target} lies inside the run folder; nothing is written into a run folder", file=sys.stderr)
         return EXIT_UNREADABLE
-    if target.exists():
-        print(f"reference: {target} already exists; choose a new file name", file=sys.stderr)
+    try:
+        output_kind(target, replace=False)  # a file there is never replaced; a device or a FIFO is written through
+    except OutputPathError as error:
+        print(f"reference: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     if not (args.atol >= 0 and args.rtol >= 0):
         print(f"reference: --atol and --rtol must be >= 0, got {args.atol:g} and {args.rtol:g}", file=sys.stderr)
@@ -58,7 +61,11 @@ def run(args) -> int:
               "no reference written")
         return EXIT_PROBLEMS
     reference = make_reference(view, atol=args.atol, rtol=args.rtol)
-    write_json_atomic(target, reference)
+    try:
+        write_json_atomic(target, reference, replace=False)
+    except OutputPathError as error:
+        print(f"reference: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
     outputs = reference["outputs"]
     print(f"reference: {target} from {args.record_dir} (specimen {reference['specimen'].get('name')}"
           f"{', SYNTHETIC' if reference['specimen'].get('synthetic') else ''}): {len(reference['sources'])} source "

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -38,6 +39,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from inferlab.base.outputs import OutputPathError, output_kind, write_bytes_atomic
 from inferlab.grading.autograder_scripts import SCRIPTS
 
 ROOT_VARIABLE, DEFAULT_ROOT = "AUTOGRADER_ROOT", "/autograder"
@@ -157,25 +159,28 @@ def _entry(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = 
 
 def write_gradescope_zip(output: Path, specimen: Optional[str] = None, artifacts: Optional[Path] = None,
                          reference: Optional[Path] = None, rubric: Optional[Path] = None) -> dict:
-    """Write the autograder zip (a new file; written beside and moved into place whole). Returns the config."""
+    """Write the autograder zip: made whole in memory, then written as a new file (never over one) or through a
+    device or FIFO, by inferlab.base.outputs' rule. Returns the config."""
     output = Path(output)
-    if output.exists():
-        raise AutograderError(f"{output} exists: the autograder is written to a new file")
+    try:
+        output_kind(output, replace=False)  # refused before the copies are read
+    except OutputPathError as error:
+        raise AutograderError(f"{error} (the autograder is written to a new file)") from None
     config, copies = course_settings(specimen, artifacts, reference, rubric)
     root = _project_root()
-    temporary = output.with_name(output.name + ".partial")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in SCRIPTS.items():
+            _entry(archive, name, text.encode(), executable=True)
+        for name in project_files(root):
+            _entry(archive, name, (root / name).read_bytes())
+        _entry(archive, CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode())
+        for name, source in sorted(copies.items()):
+            _entry(archive, name, Path(source).read_bytes())
     try:
-        with zipfile.ZipFile(temporary, "w") as archive:
-            for name, text in SCRIPTS.items():
-                _entry(archive, name, text.encode(), executable=True)
-            for name in project_files(root):
-                _entry(archive, name, (root / name).read_bytes())
-            _entry(archive, CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode())
-            for name, source in sorted(copies.items()):
-                _entry(archive, name, Path(source).read_bytes())
-        os.replace(temporary, output)
-    finally:
-        temporary.unlink(missing_ok=True)
+        write_bytes_atomic(output, buffer.getvalue(), replace=False)
+    except OutputPathError as error:
+        raise AutograderError(str(error)) from None
     return config
 
 

@@ -22,10 +22,10 @@ import io
 import json
 import os
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Optional
 
+from inferlab.base.outputs import ABSENT, OutputPathError, output_kind, write_bytes_atomic
 from inferlab.base.records import MANIFEST_FILE, sha256_file
 from inferlab.grading.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES, SUBMISSION_FILE
 from inferlab.reading.runview import RunView
@@ -138,8 +138,9 @@ def _writable_folder(target: Path) -> None:
 
 
 def pack_run(view: RunView, target: Path, learner: Optional[str] = None) -> dict:
-    """Write the archive of a run to `target` (a new file outside the run folder); returns what was packed.
-    PackError for a plan folder, a target inside the run or already there, or a place that cannot be written."""
+    """Write the archive of a run to `target` (a new file outside the run folder, or a device or FIFO written
+    through, as inferlab.base.outputs says); returns what was packed. PackError for a plan folder, a target inside
+    the run or already there, or a place that cannot be written."""
     target = Path(target)
     run_dir = view.directory.resolve()
     if view.is_plan_folder:
@@ -148,32 +149,16 @@ def pack_run(view: RunView, target: Path, learner: Optional[str] = None) -> dict
     learner = None if learner is None else checked_learner(learner)
     if target.resolve() == run_dir or run_dir in target.resolve().parents:
         raise PackError(f"{target}: inside the run folder {run_dir}; nothing is written into a run folder")
-    if target.exists():
-        raise PackError(f"{target}: already exists; choose a new file name")
-    _writable_folder(target)
+    try:
+        kind, _ = output_kind(target, replace=False)  # before any work: a file there is never replaced
+    except OutputPathError as error:
+        raise PackError(str(error)) from None
+    if kind == ABSENT:
+        _writable_folder(target)
     data = archive_bytes(view, learner)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as error:
-        raise PackError(f"{target}: cannot be written ({error.strerror or error}); choose a folder you can write "
-                        "to") from None
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(temp_name, target)  # fails if the target appeared meanwhile: never replaces a file
-        except FileExistsError:
-            raise PackError(f"{target}: already exists; choose a new file name") from None
-        except OSError:  # a file system without hard links
-            if target.exists():
-                raise PackError(f"{target}: already exists; choose a new file name") from None
-            os.replace(temp_name, target)
-    except OSError as error:
-        raise PackError(f"{target}: cannot be written ({error.strerror or error}); nothing was left there") from None
-    finally:
-        Path(temp_name).unlink(missing_ok=True)
+        write_bytes_atomic(target, data, replace=False)
+    except OutputPathError as error:
+        raise PackError(str(error)) from None
     return {"archive": str(target), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
             "run": run_dir.name, "files": len(run_files(run_dir)), "addenda": len(view.addenda)}

@@ -17,7 +17,7 @@ When the CPU index cannot be reached, step 2 installs torch from the default ind
 one line says so. What happened, and the URL the torch wheel came from (from pip's installation
 report), is written to <venv>/inferlab-install.json, which the manifest reads.
 
-Standard library only: it runs before anything else is installed.
+Standard library only (and inferlab.base.outputs, which is too): it runs before anything else is installed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
+
+from inferlab.base.outputs import write_text_atomic
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 RECORD_FILE = "inferlab-install.json"
@@ -209,24 +211,6 @@ def write_record(path: Path, record: dict) -> None:
     """Write the install record atomically (a temporary sibling, fsynced, then os.replace), so that an
     interrupted install leaves the previous record or the new one, never a torn file."""
     write_text_atomic(path, json.dumps(record, indent=2) + "\n")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace a file whole: a temporary sibling, fsynced, then os.replace (as readable as any file)."""
-    path = Path(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it 0600; the record is as readable as any file
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def main(argv=None) -> int:

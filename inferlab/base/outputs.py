@@ -1,0 +1,163 @@
+"""Writing a whole file at a path: the one atomic writer of the library, and what it does with what is already
+there. Every whole file inferlab writes (a record, a page, a grade, an archive, the install record) goes through
+write_bytes_atomic; docs/records.md ("Output paths") states the rule for a reader:
+
+- nothing there: the bytes go to a temporary sibling, fsynced, which is then moved into place (os.replace), so a
+  reader sees no file or the whole file, never part of one;
+- a regular file: replaced the same way, or refused when the caller writes new files only (replace=False);
+- a character device or a FIFO (/dev/null, /dev/stdout, a terminal, a named pipe), and a regular file reached
+  through a descriptor link (/dev/stdout or /dev/fd/N when the shell redirected it to a file): written through,
+  opened for appending and never created, truncated or replaced;
+- a symbolic link: followed; what it leads to is judged by these rules and the link itself stays. A link that
+  leads nowhere is refused (following it would make a file where the link points);
+- a directory, a block device (a disk), a socket or anything else: refused, naming the path and what it is.
+
+Standard library only, and no other module of inferlab: the installer uses it before anything is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+# What a path can be, in words that finish "PATH is ...".
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+# Links through these folders name an open file descriptor, not a file of their own (Linux's /proc/self/fd, the
+# /dev/fd of Linux and macOS): what they lead to is written through, never replaced.
+_DESCRIPTOR_FOLDERS = ("/proc/", "/dev/fd/")
+_MAX_LINKS = 40  # as the kernel's own limit on symbolic links followed in one lookup
+
+ABSENT, REGULAR, STREAM = "absent", "regular", "stream"
+
+
+class OutputPathError(Exception):
+    """A path named for output that is refused (a directory, a disk, a socket, an existing file where only new ones
+    are written, a link to nowhere) or that could not be written; the message names the path and what it is."""
+
+
+def kind_in_words(mode: int) -> str:
+    """'a regular file', 'a FIFO (named pipe)', 'a character device', ... for an st_mode."""
+    return next((words for test, words in _KINDS if test(mode)), "an unusual file")
+
+
+def _link_chain(path: str) -> tuple[list[str], bool]:
+    """The absolute paths a chain of symbolic links passes through, starting with `path` itself, and whether the
+    chain ends (False: more than _MAX_LINKS links, a loop)."""
+    chain = [os.path.abspath(path)]
+    for _ in range(_MAX_LINKS):
+        current = chain[-1]
+        if not os.path.islink(current):
+            return chain, True
+        chain.append(os.path.abspath(os.path.join(os.path.dirname(current), os.readlink(current))))
+    return chain, False
+
+
+def output_kind(path, replace: bool = True) -> tuple[str, Path]:
+    """How write_bytes_atomic would write `path`: (ABSENT, path) for a new file, (REGULAR, the file a link leads
+    to, else path) for a file replaced whole, (STREAM, path) for one written through. OutputPathError for a path
+    the rule refuses; with replace=False an existing regular file is refused too."""
+    path = Path(path)
+    try:
+        chain, ends = _link_chain(str(path))
+        if not ends:
+            raise OutputPathError(f"{path}: a chain of more than {_MAX_LINKS} symbolic links (a loop?); nothing was "
+                                  "written")
+        through_descriptor = any(hop.startswith(_DESCRIPTOR_FOLDERS) for hop in chain)
+        if len(chain) > 1 and not os.path.lexists(chain[-1]):
+            raise OutputPathError(f"{path}: a symbolic link to {os.readlink(path)}, where nothing is; it is not "
+                                  "followed to make a file there: name the file itself")
+        if not os.path.lexists(chain[-1]):
+            return ABSENT, path
+        mode = os.stat(chain[-1]).st_mode
+    except OutputPathError:
+        raise
+    except OSError as error:
+        raise OutputPathError(f"{path}: cannot be examined ({error.strerror or error}); nothing was written") from None
+    what = kind_in_words(mode) + (f" (through the link {path})" if len(chain) > 1 else "")
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISREG(mode) and through_descriptor:
+        return STREAM, path
+    if stat.S_ISREG(mode):
+        if not replace:
+            raise OutputPathError(f"{path}: already exists ({what}); it is never replaced: choose a new file name")
+        return REGULAR, Path(chain[-1])
+    advice = "name a file inside it" if stat.S_ISDIR(mode) else "name a regular file, a FIFO or a character device"
+    raise OutputPathError(f"{path} is {what}: nothing is written there; {advice}")
+
+
+def write_bytes_atomic(path, data: bytes, replace: bool = True) -> None:
+    """Write `data` as the whole file at `path` by the module's rule: a new or regular file through a temporary
+    sibling, fsynced, then moved into place; a device or a FIFO written through. With replace=False an existing
+    file is refused, even one that appears while writing. OutputPathError when refused or not writable."""
+    kind, target = output_kind(path, replace)
+    if kind == STREAM:
+        _write_through(Path(path), data)
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        mode = os.stat(target).st_mode & 0o7777 if kind == REGULAR else 0o666 & ~_current_umask()
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as error:
+        raise OutputPathError(f"{path}: cannot be written ({error.strerror or error}); nothing was written: choose "
+                              "a folder you can write to") from None
+    try:
+        os.fchmod(fd, mode)  # mkstemp makes 0600: a new file is as readable as any, a replaced one keeps its mode
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if replace:
+            os.replace(temporary, target)
+        else:
+            _link_new(temporary, target, path)
+    except OutputPathError:
+        raise
+    except OSError as error:
+        raise OutputPathError(f"{path}: cannot be written ({error.strerror or error}); nothing was left there: "
+                              "choose a folder you can write to") from None
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def write_text_atomic(path, text: str, replace: bool = True) -> None:
+    """write_bytes_atomic of UTF-8 text."""
+    write_bytes_atomic(path, text.encode("utf-8"), replace)
+
+
+def _link_new(temporary: str, target: Path, named) -> None:
+    """Put the finished temporary file at `target` only if nothing is there by then."""
+    try:
+        os.link(temporary, target)  # fails if anything appeared at target meanwhile: never replaces it
+    except FileExistsError:
+        raise OutputPathError(f"{named}: already exists; it is never replaced: choose a new file name") from None
+    except OSError:  # a file system without hard links: a narrower window, still never over what is there
+        if os.path.lexists(target):
+            raise OutputPathError(f"{named}: already exists; it is never replaced: choose a new file name") from None
+        os.replace(temporary, target)
+
+
+def _write_through(path: Path, data: bytes) -> None:
+    """Write to what is already at `path` (a device, a FIFO, a descriptor): opened for appending, never created
+    or truncated. A FIFO's open waits for its reader, as a shell's redirection does."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0))
+    except OSError as error:
+        raise OutputPathError(f"{path}: cannot be opened for writing ({error.strerror or error}); nothing was "
+                              "written") from None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as error:
+        raise OutputPathError(f"{path}: writing stopped ({error.strerror or error}) after "
+                              f"{len(data) - len(view)} of {len(data)} bytes") from None
+    finally:
+        os.close(fd)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

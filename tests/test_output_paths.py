@@ -1,0 +1,262 @@
+"""What is already at an output path is never replaced unless it is a regular file (issue 42): the one atomic writer
+(inferlab.base.outputs) by its rule, and every command that takes an output path given a FIFO and, as root, a
+private character device. Every path here is under the test's own temporary folder: no device of the machine's
+is ever an output (a FIFO or a device node of the test's own stands in for /dev/null)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from inferlab.base import outputs
+from inferlab.base.outputs import OutputPathError, write_bytes_atomic, write_text_atomic
+
+from fixture_runs import fixture_runs, runs, shared  # noqa: F401 (runs is a fixture)
+from shared_runs import inferlab_command
+
+honest = shared("honest", "honest", "A complete, honest stand-in run; shared: never change it.")
+
+CHARACTER_NULL = os.makedev(1, 3)  # Linux's numbers for the null device: the test's own node of it
+
+
+class FifoReader:
+    """A reader of a FIFO on a thread of its own (a writer's open waits for one), holding what it read."""
+
+    def __init__(self, path: Path):
+        self.path, self.data = path, b""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        with open(self.path, "rb") as handle:
+            self.data = handle.read()
+
+    def finish(self) -> bytes:
+        """What was read; a reader still waiting (nothing opened the FIFO) is released by an empty writer."""
+        self.thread.join(timeout=0.5)
+        if self.thread.is_alive():
+            with contextlib.suppress(OSError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
+            self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), f"the reader of {self.path} never finished"
+        return self.data
+
+
+@contextlib.contextmanager
+def fifo(path: Path):
+    os.mkfifo(path)
+    reader = FifoReader(path)
+    try:
+        yield reader
+    finally:
+        reader.finish()
+
+
+def private_null(folder: Path) -> Path:
+    """A character device node like /dev/null under the test's folder; skipped where this process cannot make
+    one (not root, or a container that forbids mknod)."""
+    if os.geteuid() != 0:
+        pytest.skip("making a character device needs root (CI runs as root)")
+    node = folder / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, CHARACTER_NULL)
+    except OSError as error:
+        pytest.skip(f"mknod refused here: {error.strerror} ({errno.errorcode.get(error.errno)})")
+    return node
+
+
+def kind(path: Path) -> str:
+    return outputs.kind_in_words(os.lstat(path).st_mode)
+
+
+# --- the writer ---------------------------------------------------------------------------------------------
+
+
+def test_a_new_file_is_made_whole_and_a_regular_file_is_replaced_keeping_its_mode(tmp_path):
+    target = tmp_path / "deep" / "page.md"
+    write_text_atomic(target, "one\n")
+    assert target.read_text() == "one\n"
+    target.chmod(0o640)
+    inode = target.stat().st_ino
+    write_text_atomic(target, "two\n")
+    assert target.read_text() == "two\n" and target.stat().st_ino != inode  # a new file, moved into place
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(p.name for p in target.parent.iterdir()) == ["page.md"]  # no temporary left beside it
+
+
+def test_replace_false_refuses_an_existing_file_and_leaves_it(tmp_path):
+    target = tmp_path / "ref.json"
+    target.write_text("mine")
+    with pytest.raises(OutputPathError, match=r"ref\.json: already exists \(a regular file\)"):
+        write_text_atomic(target, "theirs", replace=False)
+    assert target.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.json"]
+
+
+def test_a_fifo_is_written_through_never_replaced(tmp_path):
+    with fifo(tmp_path / "pipe") as reader:
+        write_text_atomic(tmp_path / "pipe", "through\n")
+    assert reader.data == b"through\n"
+    assert kind(tmp_path / "pipe") == "a FIFO (named pipe)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_fifo_is_written_through_even_where_only_new_files_are_written(tmp_path):
+    with fifo(tmp_path / "pipe") as reader:
+        write_bytes_atomic(tmp_path / "pipe", b"\x00" * 200_000, replace=False)  # more than a pipe's buffer
+    assert reader.data == b"\x00" * 200_000 and kind(tmp_path / "pipe") == "a FIFO (named pipe)"
+
+
+def test_a_private_character_device_is_written_through(tmp_path):
+    node = private_null(tmp_path)
+    write_text_atomic(node, "discarded\n")
+    write_text_atomic(node, "again\n", replace=False)
+    assert kind(node) == "a character device" and os.lstat(node).st_rdev == CHARACTER_NULL
+
+
+def test_a_descriptor_link_to_a_regular_file_is_appended_to_not_replaced(tmp_path):
+    """/dev/stdout redirected to a file by the shell: the file the descriptor holds gets the bytes after what it
+    already has, and stays the same file (replacing it would leave the descriptor on a deleted one)."""
+    held = tmp_path / "held.txt"
+    with open(held, "w") as handle:
+        handle.write("before\n")
+        handle.flush()
+        descriptor_path = Path(f"/proc/self/fd/{handle.fileno()}")
+        if not descriptor_path.exists():
+            pytest.skip("no /proc/self/fd here")
+        inode = held.stat().st_ino
+        write_text_atomic(descriptor_path, "after\n")
+    assert held.read_text() == "before\nafter\n" and held.stat().st_ino == inode
+
+
+def test_a_link_is_followed_and_stays_a_link(tmp_path):
+    real = tmp_path / "real.csv"
+    real.write_text("old")
+    link = tmp_path / "link.csv"
+    link.symlink_to(real)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    with pytest.raises(OutputPathError, match="already exists"):
+        write_text_atomic(link, "newer", replace=False)
+    assert real.read_text() == "new"
+
+
+def test_a_link_to_a_fifo_is_written_through(tmp_path):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "pipe")
+    with fifo(tmp_path / "pipe") as reader:
+        write_text_atomic(link, "via the link\n")
+    assert reader.data == b"via the link\n" and link.is_symlink() and kind(tmp_path / "pipe") == "a FIFO (named pipe)"
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.mkdir(), "is a directory: nothing is written there; name a file inside it"),
+    (lambda p: p.symlink_to(p.parent / "nowhere"), "a symbolic link to .*nowhere, where nothing is"),
+    (lambda p: p.symlink_to(p), "more than 40 symbolic links"),
+])
+def test_what_cannot_be_written_through_is_refused_and_left_as_it_was(tmp_path, make, words):
+    target = tmp_path / "target"
+    make(target)
+    before = os.lstat(target)
+    with pytest.raises(OutputPathError, match=words):
+        write_text_atomic(target, "x")
+    assert os.lstat(target).st_mode == before.st_mode and not (tmp_path / "nowhere").exists()
+
+
+def test_a_socket_is_refused(tmp_path):
+    path = tmp_path / "s"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(path))
+        with pytest.raises(OutputPathError, match=r"s is a socket: nothing is written there"):
+            write_text_atomic(path, "x")
+        assert kind(path) == "a socket"
+    finally:
+        server.close()
+
+
+def test_one_definition_of_each_atomic_writer():
+    package = Path(outputs.__file__).resolve().parents[1]
+    found = [f"{path.relative_to(package)}: {line.strip()}"
+             for path in sorted(package.rglob("*.py"))
+             for line in path.read_text().splitlines()
+             if line.startswith(("def write_text_atomic", "def write_bytes_atomic"))]
+    assert found == ["base/outputs.py: def write_bytes_atomic(path, data: bytes, replace: bool = True) -> None:",
+                     "base/outputs.py: def write_text_atomic(path, text: str, replace: bool = True) -> None:"]
+
+
+# --- every command that takes an output path ------------------------------------------------------------------
+
+
+def commands(run: Path, target: Path) -> dict:
+    """Each command line that writes to an output path, with `target` as that path."""
+    return {
+        "grade --out": ["grade", run, "--format", "json", "--out", target],
+        "grade --csv": ["grade", run, "--csv", target],
+        "reference -o": ["reference", run, "-o", target],
+        "pack -o": ["pack", run, "-o", target],
+        "autograder -o": ["autograder", "gradescope", "-o", target],
+    }
+
+
+COMMANDS = list(commands(Path(), Path()))
+# What each writes, as the first bytes the reader of a FIFO sees (a JSON grade or reference, a CSV header, a gzip
+# archive, a zip).
+STARTS = {"grade --out": b"{", "grade --csv": b"source,run_id,", "reference -o": b"{", "pack -o": b"\x1f\x8b",
+          "autograder -o": b"PK"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_writes_through_a_fifo(honest, tmp_path, command, capsys):
+    target = tmp_path / "pipe"
+    with fifo(target) as reader:
+        status, _ = inferlab_command(*commands(honest, target)[command])
+    assert status in (0, 1), capsys.readouterr().err
+    assert reader.data.startswith(STARTS[command]), reader.data[:80]
+    assert kind(target) == "a FIFO (named pipe)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_writes_through_a_private_character_device(honest, tmp_path, command, capsys):
+    node = private_null(tmp_path)
+    status, _ = inferlab_command(*commands(honest, node)[command])
+    assert status in (0, 1), capsys.readouterr().err
+    assert kind(node) == "a character device" and os.lstat(node).st_rdev == CHARACTER_NULL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_refuses_a_directory_naming_it(honest, tmp_path, command, capsys):
+    target = tmp_path / "folder"
+    target.mkdir()
+    status, _ = inferlab_command(*commands(honest, target)[command])
+    assert status == 2
+    assert f"{target} is a directory" in capsys.readouterr().err
+    assert list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["reference -o", "pack -o", "autograder -o"])
+def test_commands_that_write_new_files_refuse_an_existing_one(honest, tmp_path, command, capsys):
+    target = tmp_path / "there"
+    target.write_bytes(b"kept")
+    status, _ = inferlab_command(*commands(honest, target)[command])
+    assert status == 2 and f"{target}: already exists" in capsys.readouterr().err
+    assert target.read_bytes() == b"kept"
+
+
+def test_grade_refuses_a_class_page_folder_that_is_a_fifo(honest, tmp_path, capsys):
+    klass = tmp_path / "class"
+    klass.mkdir()
+    os.symlink(honest, klass / "learner-a")
+    os.mkfifo(tmp_path / "pipe")
+    status, _ = inferlab_command("grade", klass, "--out", tmp_path / "pipe")
+    assert status == 2 and "is a FIFO (named pipe): for a class, --out names the folder" in capsys.readouterr().err
+    assert kind(tmp_path / "pipe") == "a FIFO (named pipe)"
