@@ -185,16 +185,16 @@ def test_a_missing_file_a_folder_and_a_fifo_are_usage_errors(run, tmp_path, caps
 @pytest.mark.parametrize("content, words", [
     (b"", "is empty (0 bytes)"), (b"text\x00more", "is binary (a NUL byte at offset 4)"),
     ("caf\u00e9".encode("latin-1"), "is not UTF-8 text (byte 3"),
-    (b"a" * (addenda_store.MAX_BYTES + 1), f"is {addenda_store.MAX_BYTES + 1} bytes; expected"),
-], ids=["empty", "binary", "latin1", "over_1MiB"])
+    (b"a" * (addenda_store.MAX_BYTES + 1), f"is {addenda_store.MAX_BYTES + 1:,} bytes, over the limit of 1,000,000; expected"),
+], ids=["empty", "binary", "latin1", "over_1MB"])
 def test_content_that_cannot_be_kept_is_refused(run, tmp_path, capsys, content, words):
     path = tmp_path / "file.md"
     path.write_bytes(content)
     err = refused(["attach", str(run), str(path)], run, capsys, 1)
-    assert f"FILE {path} {words}" in err and "at most 1048576 bytes (1 MiB)" in err
+    assert f"FILE {path} {words}" in err and "at most 1,000,000 bytes (1 MB)" in err
 
 
-def test_exactly_1_MiB_of_text_is_kept(run, tmp_path):
+def test_exactly_1_MB_of_text_is_kept(run, tmp_path):
     path = tmp_path / "long.txt"
     path.write_bytes(b"a" * addenda_store.MAX_BYTES)
     assert main(["attach", str(run), str(path), "--kind", "notes"]) == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -849,6 +850,20 @@ def test_predictions_that_are_not_a_regular_file_say_what_they_are(suite):
     assert "--predictions: missing.md does not exist; expected your copy of predictions.md" in err
     err = refused(suite, "--record-dir", "run", "--predictions", "p" * 300)
     assert "cannot be examined: File name too long (ENAMETOOLONG); expected your copy" in err
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda path: path.write_bytes(random.Random(45).randbytes(3000)), "is binary (a NUL byte at offset 210)"),
+    (lambda path: os.truncate(path.write_bytes(b"") or path, 200_000_000),
+     "is 200,000,000 bytes, over the limit of 1,000,000"),
+    (lambda path: path.write_bytes("## 1. caf\u00e9\n".encode("latin-1")), "is not UTF-8 text (byte 9"),
+], ids=["random_bytes", "200MB", "latin1"])
+def test_predictions_that_attach_would_refuse_are_refused_before_anything_is_written(suite, make, words):
+    make(suite.path / "answers.md")
+    err = refused(suite, "--record-dir", "run", "--predictions", "answers.md")
+    assert f"--predictions: answers.md {words}" in err
+    assert "expected a regular UTF-8 text file of at most 1,000,000 bytes (1 MB)" in err
+    assert not (suite.path / "run").exists()
 
 
 def test_a_read_only_record_dir_is_refused_naming_the_reason(tmp_path, monkeypatch):

@@ -197,6 +197,16 @@ def test_a_blank_justification_is_refused(run, capsys):
     assert tree(run) == before
 
 
+@pytest.mark.parametrize("text", ["lorem ipsum dolor sit amet consectetur",
+                                  "TODO TODO fixme tbd placeholder xxx because"])
+def test_a_placeholder_justification_is_refused_by_the_list_every_learner_text_is_judged_by(run, capsys, text):
+    before = tree(run)
+    assert revise(run, justification=text) == 2
+    err = capsys.readouterr().err
+    assert "stand in for text without being any" in err and "nothing was written" in err
+    assert tree(run) == before
+
+
 def test_a_run_without_a_cache_comparison_and_a_folder_that_is_not_a_run_are_refused(runs, tmp_path, capsys):
     failed = runs.get("failed")
     before = tree(failed)

@@ -17,7 +17,7 @@ HELP = ("keep a file you wrote after the run (by default your explanation, a fil
 EXIT_REFUSED = EXIT_PROBLEMS
 EXIT_CODES = """exit status:
   0  attached: the copy and its ledger line are written (a structure warning does not change this)
-  1  refused, nothing written: FILE is empty, binary, not UTF-8 or over 1 MiB; RUN_DIR holds a plan,
+  1  refused, nothing written: FILE is empty, binary, not UTF-8 or over 1 MB; RUN_DIR holds a plan,
      has no manifest.json, or its addenda ledger is damaged
   2  usage, nothing written: FILE is missing, a folder, a FIFO or another special file, or inside
      RUN_DIR (report.md, manifest.json, anything of the run's); RUN_DIR is not a run's record dir, or

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import sys
 
-from inferlab.cli import EXIT_OK, EXIT_UNREADABLE, directory, refuse_missing_dependencies, refuse_non_run
+from inferlab.cli import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_UNREADABLE,
+    directory,
+    refuse_missing_dependencies,
+    refuse_non_run,
+    spelled,
+)
 
 EXIT_INTEGRITY = 3  # a run fails verify: the comparison is printed, under the warning
+EXIT_SHORT = EXIT_PROBLEMS  # a run is unfinished or partial: the comparison is printed, under a note that says so
 
 NAME = "compare"
 HELP = ("exact-id agreement per trial, tensor max abs diffs, timing median ratios DIR2/DIR1, environment differences; "
-        "both runs are verified first (exit 3 when one fails)")
+        "both runs are verified first (exit 3 when one fails, 1 when one is unfinished or partial; a plan folder is "
+        "refused, exit 2)")
 
 
 def add_arguments(parser) -> None:
@@ -23,16 +33,47 @@ def run(args) -> int:
 
 
 def run_compare(dir1, dir2) -> int:
-    """`compare DIR1 DIR2`: the comparison as text; exit 0, 2 when a directory cannot be read, 3 when a run fails
-    verify (its integrity problems head the output)."""
+    """`compare DIR1 DIR2`: the comparison as text; exit 0, 1 when a run is unfinished or partial (said first),
+    2 when a directory cannot be read or is a plan folder, 3 when a run fails verify (its integrity problems head
+    the output)."""
     from inferlab.report.compare import compare, format_compare
 
-    if refuse_non_run("compare", dir1, dir2) or refuse_missing_dependencies("compare", [dir1, dir2]):
+    if refuse_non_run("compare", dir1, dir2) or refuse_plans(dir1, dir2) or \
+            refuse_missing_dependencies("compare", [dir1, dir2]):
         return EXIT_UNREADABLE
     try:
+        short = {name: short_of(directory) for name, directory in (("DIR1", dir1), ("DIR2", dir2))}
         result = compare(dir1, dir2)
     except (OSError, ValueError) as error:
         print(f"compare: cannot read a record dir: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
+    for name, lines in short.items():  # said first: the rows below cover only what such a run recorded
+        for line in lines:
+            print(f"compare: {name} fails verify as unfinished or partial: {line}")
+    if any(short.values()):
+        print(f"compare: the rows below compare only what each run recorded, and the exit is {EXIT_SHORT} "
+              f"(`{spelled('verify DIR')}` says what is missing)")
     sys.stdout.write(format_compare(result))
-    return EXIT_INTEGRITY if any(result["integrity"].values()) else EXIT_OK
+    if any(result["integrity"].values()):
+        return EXIT_INTEGRITY
+    return EXIT_SHORT if any(short.values()) else EXIT_OK
+
+
+def refuse_plans(*record_dirs) -> bool:
+    """Say so, and return True, when a folder holds a plan (--plan): it has no measurement to compare."""
+    from inferlab.reading.runview import RunView
+
+    plans = [d for d in record_dirs if RunView.read(d).is_plan_folder]
+    for plan in plans:
+        print(f"compare: {plan} is a plan folder (written by --plan): no test ran, so it has no measurement to "
+              f"compare and nothing was compared; run the experiment without --plan and compare that run folder",
+              file=sys.stderr)
+    return bool(plans)
+
+
+def short_of(record_dir) -> list[str]:
+    """verify's lines for a run that is unfinished or partial (empty for a finished, complete one)."""
+    from inferlab.grading.grade import split_verify
+    from inferlab.verify import verify_run
+
+    return split_verify(verify_run(record_dir))[1]

@@ -15,8 +15,9 @@ HELP = ("bundle a run folder, its addenda and a submission.json (the run, the co
 EPILOG = """exit status:
   0  the archive was written and verify found no problem in the run
   1  the archive was written, but verify found problems in the run (listed; grade will report them)
-  2  a usage error, a folder that is not a run or is a plan (--plan), or an output file that exists, lies inside
-     the run folder or cannot be written"""
+  2  nothing written: a usage error, a folder that is not a run or is a plan (--plan), a run still being
+     written by its session (wait for it to end), or an output file that exists, lies inside the run
+     folder or cannot be written"""
 
 
 def add_arguments(parser) -> None:

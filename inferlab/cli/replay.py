@@ -13,7 +13,8 @@ HELP = ("re-execute a run's deterministic computations (prompt ids, the 26 gener
         "logits, matched prefixes, timing ids, batching) on your own verified copy of the specimen and compare "
         "them with the records; loads the model (the one command that does), writes nothing into the run; first "
         "checks the run (verify) and that the copy is the run's specimen, before anything is loaded; exit 0 when "
-        "every part agrees, 1 when one does not or the run fails verify, 2 when it cannot replay (another specimen)")
+        "every part agrees, 1 when one does not or the run fails verify (an unfinished or partial run is replayed as "
+        "far as it went, said at the top, and exits 1), 2 when it cannot replay (another specimen, a plan folder)")
 
 
 def add_arguments(parser) -> None:
@@ -26,21 +27,37 @@ def add_arguments(parser) -> None:
                            "cache)")
 
 
-def integrity_problems(record_dir) -> list[str]:
-    """verify's integrity problems of the run (its one line for an unfinished or partial run is not one: what
-    such a run recorded is replayed, as grade grades it)."""
+def verify_lines(record_dir) -> tuple[list[str], list[str]]:
+    """(verify's integrity problems of the run, its lines for an unfinished or partial run): what such a run
+    recorded is replayed, as grade grades it, under a note at the top, and the exit is 1."""
     from inferlab.grading.grade import split_verify
     from inferlab.verify import verify_run
 
-    return split_verify(verify_run(record_dir))[0]
+    return split_verify(verify_run(record_dir))
+
+
+def integrity_problems(record_dir) -> list[str]:
+    """verify's integrity problems of the run (its one line for an unfinished or partial run is not one)."""
+    return verify_lines(record_dir)[0]
+
+
+def plan_refusal(record_dir) -> bool:
+    """Say so, and return True, when the folder holds a plan (--plan): no test ran, so nothing is replayed."""
+    from inferlab.reading.runview import RunView
+
+    if not RunView.read(record_dir).is_plan_folder:
+        return False
+    print(f"replay: {record_dir} is a plan folder (written by --plan): no test ran, so there is nothing to replay "
+          f"and nothing was loaded; run the experiment without --plan and replay that run folder", file=sys.stderr)
+    return True
 
 
 def run(args) -> int:
     from inferlab.recheck.replay import ReplayError, format_part, replay_run
 
-    if refuse_non_run("replay", args.record_dir):
+    if refuse_non_run("replay", args.record_dir) or plan_refusal(args.record_dir):
         return EXIT_UNREADABLE
-    problems = integrity_problems(args.record_dir)
+    problems, partial = verify_lines(args.record_dir)
     if problems:  # checked before any specimen is acquired or model loaded
         for line in problems[:SHOWN_PROBLEMS]:
             print(f"replay: {line}", file=sys.stderr)
@@ -49,6 +66,10 @@ def run(args) -> int:
               f"its records are not a record of one session to compare with; nothing was loaded "
               f"(`{spelled('verify RUN_DIR')}` names each)", file=sys.stderr)
         return EXIT_PROBLEMS
+    for line in partial:  # said first: the comparison below covers only what the run recorded
+        print(f"replay: {line}")
+        print(f"replay: {args.record_dir} fails verify as unfinished or partial: only what it recorded is replayed, "
+              f"and the exit is 1 whatever agrees (`{spelled('verify RUN_DIR')}` says what is missing)")
     try:
         result = replay_run(args.record_dir, specimen=args.specimen, artifacts=args.artifacts)
     except ReplayError as error:
@@ -63,4 +84,7 @@ def run(args) -> int:
     verdict = (f"all {len(counted)} compared parts agree" if result["agree"] else
                f"{len(disagreeing)} of {len(counted)} compared parts disagree: {', '.join(disagreeing)}")
     print(f"replay: {verdict} ({result['elapsed_s']:.1f} s)")
+    if partial:
+        print(f"replay: {args.record_dir} is unfinished or partial: exit 1 (see the first line)")
+        return EXIT_PROBLEMS
     return EXIT_OK if result["agree"] else EXIT_PROBLEMS

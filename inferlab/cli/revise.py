@@ -24,7 +24,8 @@ EXIT_CODES = f"""exit status:
      no manifest.json, or its addenda ledger is damaged
   2  usage, nothing written: a bad ATOL,RTOL (RTOL must be below 1), or one under which every cached
      vector within the range of the run's own logits passes; no or a blank --justification, or one of
-     fewer than {MIN_WORDS} words ({MIN_DISTINCT_WORDS} of them different); RUN_DIR not a run's record dir,
+     fewer than {MIN_WORDS} words ({MIN_DISTINCT_WORDS} of them different) once placeholders (lorem, TODO,
+     ...) are left out; RUN_DIR not a run's record dir,
      or its session still running; RUN_DIR cannot be written
 
 No model is loaded: the logits are the ones the run saved in tensors/, checked against their hashes first."""
@@ -59,7 +60,7 @@ def run_revise(record_dir: Path, criterion, justification: str) -> int:
               f"{criterion.tolerance.describe()} is justified, actual a blank text; nothing was written",
               file=sys.stderr)
         return EXIT_UNREADABLE
-    thin = justification_problem(justification)
+    thin = justification_problem(justification) or placeholder_problem(justification)
     if thin is not None:
         print(f"{NAME}: --justification: {thin}; nothing was written", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -79,6 +80,22 @@ def run_revise(record_dir: Path, criterion, justification: str) -> int:
         print(line)
     print(after_hint(NAME, record_dir))
     return EXIT_OK
+
+
+def placeholder_problem(text: str):
+    """Why a justification is only placeholders (lorem ipsum, TODO, ...: the list every learner text is judged
+    by, inferlab.base.learner_text), or None: it must still have substance once they are left out."""
+    from inferlab.base.learner_text import is_placeholder
+    from inferlab.measure.revised_criterion import WORD, justification_problem
+
+    found = WORD.findall(text)
+    placeholders = [word for word in found if is_placeholder(word)]
+    if not placeholders or justification_problem(" ".join(w for w in found if not is_placeholder(w))) is None:
+        return None
+    return (f"expected a sentence saying why the criterion is justified, in your words; actual {text!r}, whose "
+            f"words {', '.join(sorted(set(placeholders)))} stand in for text without being any (without them it has "
+            f"{len(found) - len(placeholders)} word(s), fewer than {MIN_WORDS} or fewer than {MIN_DISTINCT_WORDS} "
+            f"different)")
 
 
 def verdict_lines(document: dict) -> list[str]:

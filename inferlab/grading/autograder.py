@@ -39,6 +39,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from inferlab.base import learner_text
 from inferlab.base.outputs import OutputPathError, output_kind, write_bytes_atomic
 from inferlab.grading.autograder_scripts import SCRIPTS
 
@@ -54,7 +55,7 @@ PROJECT_FILES = ("conftest.py", "pytest.ini", "pyproject.toml", "requirements.lo
 SKIPPED = ("__pycache__", ".pyc", ".egg-info")
 PREDICTION_NAMES = ("my_predictions.md", "predictions.md")  # the first found wins, at the shallowest depth
 EXPLANATION_NAMES = ("my_explanation.md", "explanation.md")
-MAX_TEXT_BYTES = 1_000_000  # a predictions or explanation file larger than this is not a learner's text
+MAX_TEXT_BYTES = learner_text.MAX_BYTES  # a predictions or explanation file larger than this is not a learner's text
 RUN_TIMEOUT_S = 900  # the experiment's own session limit is well below; Gradescope's default limit is 10 minutes
 ATTACH_TIMEOUT_S = 120  # attach reads one file and writes one copy: seconds, unless the machine is stuck
 ATTACH_TIMED_OUT = 124  # its status then, as timeout(1) gives: the grade goes on, saying "(attach exit 124)"
@@ -277,11 +278,13 @@ def find_submission(folder: Path) -> dict:
 
 
 def _copy_text(source: Path, target: Path) -> None:
-    """A learner's text file copied out of the submission as bytes (a bounded size), never opened as code."""
-    size = source.stat().st_size
-    if size > MAX_TEXT_BYTES:
-        raise AutograderError(f"{source.name}: {size} bytes, more than {MAX_TEXT_BYTES} for a text file")
-    target.write_bytes(source.read_bytes())
+    """A learner's text file copied out of the submission as bytes, never opened as code: the one check of a
+    learner's text (inferlab.base.learner_text) that --predictions and `attach` make too."""
+    try:
+        data = learner_text.read(source, "the submitted file")
+    except learner_text.NotText as error:
+        raise AutograderError(str(error)) from None
+    target.write_bytes(data)
 
 
 def clean_environment() -> dict:

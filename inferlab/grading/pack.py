@@ -10,7 +10,8 @@ beside the grade and used by the class view, never a reason for points.
 
 The archive is reproducible: entries in sorted order, no owner names, times set to zero, gzip without a
 time stamp, so packing the same folder twice gives the same bytes. Nothing is written into the run folder.
-A plan folder (--plan: no test ran) is refused, and so is a destination that cannot be written, each with
+A plan folder (--plan: no test ran) is refused, and so is a run still being written by its session (its claim
+names a live process: an archive would hold half a run), and so is a destination that cannot be written, each with
 a PackError that says why (the command exits 2).
 """
 
@@ -137,6 +138,22 @@ def _writable_folder(target: Path) -> None:
         raise PackError(f"{target}: {what} {existing} is not writable; choose a folder you can write to")
 
 
+def still_being_written(view: RunView) -> Optional[str]:
+    """Why a run cannot be packed yet, or None: its session has not ended (no session_end record, or not yet its
+    final manifest.json) and the process its claim.json names may still be that session (inferlab.run.live_claim).
+    An archive made now would hold a run the session is still writing."""
+    from inferlab.run.live_claim import claimant, read_claim
+
+    if view.session_end is not None and view.final_manifest_written:
+        return None
+    found = claimant(read_claim(view.directory))
+    if not found.live:
+        return None
+    return (f"{view.directory} is still being written by its session: {found.why}, and it has not written its end. "
+            f"An archive made now would hold half a run; wait for the session to end (or stop it with Ctrl-C), "
+            f"then pack it; nothing was written")
+
+
 def pack_run(view: RunView, target: Path, learner: Optional[str] = None) -> dict:
     """Write the archive of a run to `target` (a new file outside the run folder, or a device or FIFO written
     through, as inferlab.base.outputs says); returns what was packed. PackError for a plan folder, a target inside
@@ -146,6 +163,9 @@ def pack_run(view: RunView, target: Path, learner: Optional[str] = None) -> dict
     if view.is_plan_folder:
         raise PackError(f"{view.directory} is a plan folder (--plan): no test ran, so there is no run to submit; "
                         "run the experiment without --plan and pack that run folder")
+    live = still_being_written(view)
+    if live is not None:
+        raise PackError(live)
     learner = None if learner is None else checked_learner(learner)
     if target.resolve() == run_dir or run_dir in target.resolve().parents:
         raise PackError(f"{target}: inside the run folder {run_dir}; nothing is written into a run folder")

@@ -25,7 +25,6 @@ import contextlib
 import fcntl
 import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -37,6 +36,7 @@ from inferlab.reading.addenda import (
     is_addenda_path,
     parse_ledger,
 )
+from inferlab.base import learner_text
 from inferlab.base.commands import spelled
 from inferlab.base.records import (
     CLAIM_FILE,
@@ -55,8 +55,8 @@ from inferlab.base.records import (
 )
 from inferlab.reading.runview import RunView, not_a_run_reason
 
-MAX_BYTES = 1 << 20  # 1 MiB: an addendum is text a person wrote, not data
-EXPECTED_FILE = f"a regular UTF-8 text file of at most {MAX_BYTES} bytes (1 MiB)"
+MAX_BYTES = learner_text.MAX_BYTES  # an addendum is text a person wrote, not data
+EXPECTED_FILE = learner_text.EXPECTED
 NAME_LIMIT = 100  # characters of a stored name
 MAX_VERSIONS = 999
 DETAILS_FILE = "report-details.md"  # inferlab.report.DETAILS_FILE (not imported: the report pulls in the plots)
@@ -84,41 +84,13 @@ class RunState:
 
 
 def read_text_file(path: Path, role: str = "FILE") -> bytes:
-    """The bytes of a regular UTF-8 text file of at most MAX_BYTES, read once; Refused otherwise (a missing
-    path, a folder, a FIFO or another special file are usage errors; an empty, binary or larger file is refused)."""
-    path = Path(path)
+    """The bytes of a learner's text file, read once (inferlab.base.learner_text, the one check of such a file);
+    Refused otherwise (a missing path, a folder, a FIFO or another special file are usage errors; an empty,
+    binary or larger file is refused)."""
     try:
-        info = os.stat(path)
-    except OSError:
-        raise Refused(f"{role} {path} {describe_path(path)}; expected {EXPECTED_FILE}", usage=True) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise Refused(f"{role} {path} {describe_path(path)}; expected {EXPECTED_FILE}", usage=True)
-    if info.st_size > MAX_BYTES:
-        raise Refused(f"{role} {path} is {info.st_size} bytes; expected {EXPECTED_FILE}")
-    try:
-        # O_NONBLOCK: should the path have become a FIFO since stat(), opening it does not wait for a writer.
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise Refused(f"{role} {path} changed while it was opened and is no longer a regular file; expected "
-                              f"{EXPECTED_FILE}", usage=True)
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as error:
-        raise Refused(f"{role} {path} cannot be read ({error.strerror or error}); expected {EXPECTED_FILE}",
-                      usage=True) from None
-    if len(data) > MAX_BYTES:
-        raise Refused(f"{role} {path} holds more than {MAX_BYTES} bytes (it grew while it was read); expected "
-                      f"{EXPECTED_FILE}")
-    if not data:
-        raise Refused(f"{role} {path} is empty (0 bytes); expected the text you wrote, {EXPECTED_FILE}")
-    nul = data.find(b"\0")
-    if nul >= 0:
-        raise Refused(f"{role} {path} is binary (a NUL byte at offset {nul}); expected {EXPECTED_FILE}")
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise Refused(f"{role} {path} is not UTF-8 text (byte {error.start}: {error.reason}); expected "
-                      f"{EXPECTED_FILE}") from None
-    return data
+        return learner_text.read(path, role)
+    except learner_text.NotText as error:
+        raise Refused(str(error), usage=error.usage) from None
 
 
 def check_run(directory: Path) -> RunState:

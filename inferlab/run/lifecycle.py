@@ -18,12 +18,12 @@ import collections
 import contextlib
 import datetime
 import json
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from inferlab.base import learner_text
 from inferlab.base.commands import spelled
 from inferlab.run import session_status
 from inferlab.run.checks import CheckLedger, first_line
@@ -45,6 +45,7 @@ from inferlab.base.records import (
     RecordDirError,
     sha256_file,
     utc_now,
+    write_bytes_atomic,
     write_json_atomic,
 )
 from inferlab.run import options, writers
@@ -287,8 +288,9 @@ class Run:
             return dict(NO_PREDICTIONS)
         source_path = Path(source)
         target = self.record_dir / PREDICTIONS_FILE
-        shutil.copyfile(source_path, target)
-        text = target.read_text(encoding="utf-8", errors="replace")
+        data = learner_text.read(source_path, "--predictions:")  # checked before the claim too (run.options)
+        write_bytes_atomic(target, data)
+        text = data.decode("utf-8")
         modified = datetime.datetime.fromtimestamp(source_path.stat().st_mtime, datetime.timezone.utc)
         return {
             "supplied": True,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
+from inferlab.base import learner_text
 from inferlab.base.commands import spelled
 from inferlab.base.records import describe_path
 from inferlab.measure import revised_criterion
@@ -123,7 +124,7 @@ def check_paths(options: dict, cache_root: Optional[Path] = None) -> Optional[st
     options maps --record-dir, --runs-dir, --artifacts and --predictions to their values (None when not
     given). An empty path would mean the current folder; --artifacts must be a directory; the run must not
     be written into the specimen copy, the project cache (cache_root) or any folder holding a specimen;
-    --predictions must be a regular file.
+    --predictions must be a learner's text (inferlab.base.learner_text: a regular UTF-8 file within its limit).
     """
     for option, value in options.items():
         if value is not None and not value.strip():
@@ -147,6 +148,10 @@ def check_paths(options: dict, cache_root: Optional[Path] = None) -> Optional[st
         what = describe_path(predictions)
         what += ", not a regular file" if what.startswith("is ") else ""
         raise PathOptionError(f"--predictions: {predictions} {what}; expected your copy of predictions.md")
+    try:  # the check `attach` and the autograder make of a learner's text, before the run writes anything
+        learner_text.read(predictions, "--predictions:")
+    except learner_text.NotText as error:
+        raise PathOptionError(f"{error} (your copy of predictions.md)") from None
     return predictions
 
 

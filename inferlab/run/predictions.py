@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from inferlab.base import learner_text
+
 TEMPLATE_FILE = "predictions.md"
 QUESTIONS = (1, 2, 3, 4, 5, 6)  # the lab's six prediction questions, numbered as in the template
 MIN_ANSWER_WORDS = 3
-# Words that stand in for an answer without being one (compared lowercased; also any run of x's).
-PLACEHOLDERS = frozenset({"todo", "tbd", "tba", "tbc", "lol", "n/a", "na", "xxx", "fixme", "placeholder",
-                          "idk", "asdf", "blah", "lorem", "ipsum"})
+PLACEHOLDERS = learner_text.PLACEHOLDERS  # defined once, for every learner text (inferlab.base.learner_text)
 # The template's answer fields: "Prediction:", "Uncertainty:", "Why:" at the start of a line.
 FIELD = re.compile(r"^\s*(Prediction|Uncertainty|Why)\s*:(.*)$")
 HEADING = re.compile(r"^\s{0,3}#")
@@ -59,7 +59,7 @@ def answers(text: str) -> list[str]:
 
 def words(text: str) -> list[str]:
     """The words of a text that are not placeholders."""
-    return [w for w in WORD.findall(text) if w.lower() not in PLACEHOLDERS and not re.fullmatch(r"[xX]{2,}", w)]
+    return [w for w in WORD.findall(text) if not learner_text.is_placeholder(w)]
 
 
 def _normal(text: str) -> list[str]:

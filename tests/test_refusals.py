@@ -1,0 +1,62 @@
+"""Commands refuse what they cannot judge (issue 45, item 3): `pack` of a run its session is still writing,
+`replay` and `compare` of a run that fails verify as unfinished (said at the top, exit non-zero), a plan folder
+given to `compare` or `replay`; each refusal says what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferlab.__main__ import main
+
+from fixtures_records import copy_run, kill_after
+from fixture_runs import runs  # noqa: F401 (a fixture)
+from test_attach import built, run, tree  # noqa: F401 (fixtures)
+from test_rough_edges import claimed_by
+
+
+def test_pack_refuses_a_run_its_session_is_still_writing_and_leaves_nothing(run, tmp_path, capsys):
+    claimed_by(kill_after(run, 10))  # no session_end yet, and the claim names this (running) process
+    before = tree(run)
+    target = tmp_path / "out" / "submission.tar.gz"
+    assert main(["pack", str(run), "-o", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run} is still being written by its session" in err and "wait for the session to end" in err
+    assert tree(run) == before and not target.exists()
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_pack_still_packs_a_killed_run_whose_session_is_gone(run, tmp_path, capsys):
+    claimed_by(kill_after(run, 10), pid=4242, hostname="elsewhere")
+    target = tmp_path / "submission.tar.gz"
+    assert main(["pack", str(run), "-o", str(target)]) == 1  # packed, and verify names it unfinished
+    assert target.is_file() and "unfinished: " in capsys.readouterr().out
+
+
+def test_compare_refuses_a_plan_folder_naming_it_a_plan(runs, capsys):
+    assert main(["compare", str(runs.get("complete")), str(runs.get("plan"))]) == 2
+    captured = capsys.readouterr()
+    assert f"compare: {runs.get('plan')} is a plan folder (written by --plan): no test ran" in captured.err
+    assert "run the experiment without --plan" in captured.err and captured.out == ""
+
+
+def test_compare_of_a_killed_run_says_so_first_and_exits_1(runs, tmp_path, capsys):
+    killed = kill_after(runs.copy("complete", tmp_path / "killed"), 10)
+    assert main(["compare", str(runs.get("complete")), str(killed)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("compare: DIR2 fails verify as unfinished or partial: unfinished: ")
+    assert "the exit is 1" in lines[1]
+
+
+def test_replay_of_a_plan_says_there_is_nothing_to_replay(runs, capsys):
+    assert main(["replay", str(runs.get("plan")), "--specimen", "standin"]) == 2
+    err = capsys.readouterr().err
+    assert "is a plan folder (written by --plan): no test ran, so there is nothing to replay" in err
+    assert "specimen" not in err.split("nothing to replay")[0]
+
+
+def test_replay_of_a_killed_run_says_so_first_and_exits_1(standin_run, standin_dir, tmp_path, capsys):
+    killed = kill_after(copy_run(standin_run, tmp_path / "killed"), 12)
+    assert main(["replay", str(killed), "--artifacts", str(standin_dir)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("replay: unfinished: ") and "the exit is 1 whatever agrees" in lines[1]
+    assert lines[-1].endswith("is unfinished or partial: exit 1 (see the first line)")
