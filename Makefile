@@ -20,7 +20,7 @@ REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 # The same folder for the replica builder, as an absolute path (tests run some commands from other folders).
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))
 
-.PHONY: run test test-analytic test-harness test-fast plan docs lock clean-venv
+.PHONY: run test test-analytic test-harness test-fast test-py313 plan docs lock clean-venv
 
 $(STAMP): requirements.lock requirements.in pyproject.toml inferlab/host/installation.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,13 @@ test-harness: $(STAMP)
 test-fast: $(STAMP)
 	INFERLAB_FAST_LANE=1 $(TEST_PY) -m pytest analytic_tests tests -m "not process and not slow" -n auto --dist loadfile \
 	  -q $(PYTEST_ARGS)
+
+# The lab's own Python before a change lands: `make test` (or TARGET) on CPython 3.13 in a Debian 13 root that
+# tools/debian13-root.sh builds once with debootstrap and reuses (as root; docs/environment.md). It tests this
+# checkout's committed HEAD, cloned into the root.
+TARGET ?= test
+test-py313:
+	tools/debian13-root.sh $(TARGET)
 
 # Rewrite docs/options.md's generated part from the option definitions (a harness test fails when it is stale).
 docs: $(STAMP)
