@@ -1,17 +1,15 @@
 """The pytest face of inferlab: options, markers, hooks that hand plain data to the library, and fixtures.
 
 This and hookspec.py are the only modules that import pytest. Each hook reads what it needs from pytest
-(node ids, markers, reports, exit codes) and delegates: the run's lifecycle to inferlab.run.lifecycle,
-the schedule to inferlab.run.plan, the prerequisite ledger to inferlab.run.checks, the summary to inferlab.run.terminal.
+(node ids, markers, reports, exit codes) and delegates: what a hook or fixture does to inferlab.run.hook_steps, the
+run's lifecycle to inferlab.run.lifecycle, the schedule to inferlab.run.plan, the summary to inferlab.run.terminal.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -20,8 +18,8 @@ import pytest
 from inferlab import protocol
 from inferlab.base.records import PLAN_FILE, RecordDirError, TensorStore
 from inferlab.measure import revised_criterion
-from inferlab.run import live_claim, plan, session_status, terminal
-from inferlab.run import lifecycle, options
+from inferlab.reading import earlier_runs
+from inferlab.run import hook_steps, lifecycle, live_claim, options, plan, terminal
 from inferlab.run.interrupts import SignalWatch
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts
 
@@ -65,12 +63,7 @@ def pytest_configure(config):
         raise pytest.UsageError("--record-dir and --runs-dir: give one of them, not both")
     # Everything that can be checked without writing is checked first: a refused run writes nothing.
     invocation = lifecycle.invocation_of(config, _load_specimen_spec(config).as_dict(), offline_from, pytest.__version__)
-    refusal = options.trial_bound_refusal(sys.platform, hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer"),
-                                          config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN)) or \
-        options.parallel_refusal(config.getoption("numprocesses", None)) or \
-        options.reordering_refusal(config.option, config.pluginmanager.has_plugin) or \
-        plan.last_failed_refusal(config.option, config.pluginmanager.get_plugin("lfplugin"),
-                                 getattr(config, "cache", None), invocation.specimen["name"])
+    refusal = hook_steps.start_refusal(config, invocation.specimen["name"])
     if refusal is not None:
         raise pytest.UsageError(refusal)
     with _usage_error():
@@ -83,6 +76,7 @@ def pytest_configure(config):
     with _usage_error("--runs-dir: " if runs_dir is not None else "--record-dir: "):
         run = lifecycle.claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
                                   process_start=live_claim.start_identity(os.getpid()),
+                                  claim_without_end=earlier_runs.claim_without_end,
                                   record_dir=raw_dir and Path(os.path.expanduser(raw_dir)),
                                   runs_dir=runs_dir and Path(os.path.expanduser(runs_dir)))
     run.publish = lambda record: config.hook.pytest_inferlab_record(config=config, record=record)
@@ -191,20 +185,11 @@ def pytest_collection_finish(session):
     experiments = [item for item in session.items if is_experiment(item)]
     if run is None or not experiments:
         return
-    # After every plugin's reordering: an order that is not the protocol's is refused before the plan is written.
-    disorder = options.order_refusal([(item.nodeid, item.location[0], item.location[1] or 0) for item in experiments],
-                                     run.schedule.collected)
-    if disorder is not None:
-        run.refused = disorder
-        raise pytest.UsageError(disorder)
-    named_paths, named_tests = plan.named_experiment_paths(config.args, config.invocation_params.dir,
-                                                           config.rootpath / EXPERIMENTS_DIR)
-    written = run.write_plan([facts_of(item) for item in experiments], named_paths=named_paths,
-                             named_tests=named_tests, parts=session_status.experiment_parts(config.rootpath,
-                                                                                            EXPERIMENTS_DIR),
-                             selection=plan.selection_of(config.option, config.pluginmanager.get_plugin("lfplugin")))
-    if written["cap_violations"]:
-        raise pytest.UsageError("the schedule exceeds the protocol's caps: " + "; ".join(written["cap_violations"]))
+    refusal = hook_steps.write_collected_plan(  # after every plugin's reordering
+        run, config, [(item.nodeid, item.location[0], item.location[1] or 0) for item in experiments],
+        [facts_of(item) for item in experiments])
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -253,15 +238,7 @@ def pytest_runtest_makereport(item, call):
     run = get_run(item.config)
     if run is None or not is_experiment(item):
         return report
-    if report.when == "call" or report.failed or report.skipped:
-        facts = facts_of(item)
-        outcome, longrepr, skip_reason = terminal.outcome_of(report)
-        record = run.record_outcome(facts, outcome=outcome, phase=report.when, duration=report.duration,
-                                    longrepr=longrepr, skip_reason=skip_reason)
-        # The records keep every text in full; only what pytest prints is shortened.
-        shorter = terminal.shortened_longrepr(report.longrepr, outcome, facts.provides, run, record["seq"])
-        if shorter is not None:
-            report.longrepr = shorter
+    hook_steps.record_report(run, facts_of(item), report)  # the record in full; what pytest prints may be shorter
     return report
 
 
@@ -283,18 +260,10 @@ def pytest_sessionfinish(session, exitstatus):
     run = get_run(session.config)
     if run is None:
         return
-    run.signals.finishing = True  # from here a signal is noted, and does not tear the final records
-    names = {int(code): code.name for code in pytest.ExitCode}
-    code_name = names.get(int(exitstatus), f"exit status {int(exitstatus)}")
-    end = run.end_session(lifecycle.SessionFacts(
-        exit_status=int(exitstatus), exit_code_name=code_name, interrupted_status=int(pytest.ExitCode.INTERRUPTED),
-        should_stop=session.shouldstop, should_fail=session.shouldfail, tests_failed=session.testsfailed,
-        collect_only=bool(session.config.option.collectonly)))
-    session.exitstatus = session_status.session_exit_status(end, int(session.exitstatus), int(pytest.ExitCode.OK),
-                                                            int(pytest.ExitCode.INTERRUPTED))
-    if getattr(session.config, "cache", None) is not None and run.invocation.mode == "run":
-        session.config.cache.set(plan.LAST_FAILED_SPECIMEN_KEY, run.invocation.specimen["name"])  # for --lf
-    run.finish()
+    cache = getattr(session.config, "cache", None)
+    session.exitstatus = hook_steps.end_session(
+        run, session, int(exitstatus), {int(code): code.name for code in pytest.ExitCode}, int(pytest.ExitCode.OK),
+        int(pytest.ExitCode.INTERRUPTED), remember=cache.set if cache is not None else None)
 
 
 def pytest_unconfigure(config):
@@ -374,12 +343,7 @@ def specimen_spec(pytestconfig):
 @pytest.fixture(scope="session")
 def thread_controls(inferlab_run):
     """Set torch's thread counts before any torch computation; the requested and effective values."""
-    from inferlab.measure import loading, memory
-
-    baseline_memory = memory.process_memory()  # before the model exists: the RSS baseline
-    controls = loading.set_threads(protocol.INTRA_OP_THREADS, protocol.INTER_OP_THREADS)
-    inferlab_run.thread_request = controls["requested"]
-    return {**controls, "baseline_process_memory": baseline_memory}
+    return hook_steps.thread_controls(inferlab_run)
 
 
 @pytest.fixture(scope="session")
@@ -402,14 +366,7 @@ def verification(acquisition):
 def loaded_specimen(request, acquisition, specimen_spec, thread_controls):
     """The model and tokenizer, loaded once from the verified directory with the protocol's controls, and the
     watch on every forward of the model (inferlab.measure.forward_mode)."""
-    from inferlab.measure import forward_mode, loading
-
-    loaded = loading.load_specimen(acquisition["directory"], specimen_spec)
-    watch = forward_mode.ForwardWatch(loaded["model"])
-    run = get_run(request.config)
-    if run is not None:  # the session's forward count, reconciled with the plan at its end
-        run.forward_watch = watch
-    return {**loaded, "forward_watch": watch}
+    return hook_steps.load_watched(get_run(request.config), acquisition["directory"], specimen_spec)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import sys
 import time
 
 import pytest
@@ -77,40 +78,70 @@ def test_the_readers_return_the_threads_cpu_time_and_switches(monkeypatch):
     assert cost["usage_reads"] == 200 and cost["usage_per_read_ns"] == cost["usage_elapsed_ns"] / 200
 
 
-def _collection_due_after(read, burn_ns: int):
-    """`read` wrapped so that the next tracked allocation after its first call returns starts a cyclic collection,
-    which uses burn_ns of this thread's CPU time; and the list of the collections that ran. Later calls only read:
-    arming takes a few hundred allocations, which must not fall inside the span either."""
-    burned, keep = [], []
+class _Tracked:
+    """An object the cyclic collector counts when it is made (no free list serves it)."""
+
+
+def _let_a_due_collection_run() -> None:
+    """A counted allocation, then a check point (this function's return into its caller's next call): where a
+    collection is due, CPython 3.11 runs it inside the allocation and 3.12+ at the check point; either way by the
+    time this returns."""
+    _Tracked()
+
+
+def _arm(burned: list, keep: list, burn_ns: int):
+    """A gc callback that records where a collection ran and burns burn_ns of this thread's CPU time in it; and the
+    allocations that bring the youngest generation past its threshold with the collector off, so the next counted
+    allocation after gc.enable() makes a collection due. One by one: past the threshold and the list free list."""
 
     def burn(phase, info):
         if phase == "start":
+            burned.append((sys._getframe(1).f_code.co_name, sys._getframe(2).f_code.co_name))  # where, its caller
             began = time.thread_time_ns()
             while time.thread_time_ns() - began < burn_ns:
                 pass
-            burned.append(burn_ns)
+
+    gc.callbacks.append(burn)
+    gc.disable()
+    try:
+        for _ in range(gc.get_threshold()[0] + 100):
+            keep.append([])
+    finally:
+        gc.enable()
+    return burn
+
+
+def _due_after_the_reading(read, burned: list, keep: list, burn_ns: int):
+    """`read` wrapped so that its first call arms the collector with the collector off, reads, and turns it on: the
+    first counted allocation after the CPU reading makes a collection due. Later calls only read."""
+    armed_with = []
 
     def armed(*args):
-        if burn in gc.callbacks:
+        if armed_with:
             return read(*args)
-        gc.callbacks.append(burn)
-        gc.disable()  # the allocations below count towards the next collection without starting one here
+        armed_with.append(_arm(burned, keep, burn_ns))
+        gc.disable()  # nothing between here and the reading may start it
         try:
-            for _ in range(gc.get_threshold()[0] + 100):  # one by one: past the threshold and the list free list
-                keep.append([])
             return read(*args)
         finally:
             gc.enable()
 
-    return armed, burned, burn
+    return armed, armed_with
 
 
+@pytest.mark.parametrize("due", ["at the reader's own allocation", "after the CPU reading"])
 @pytest.mark.parametrize("platform", ["thread clock and rusage", "rusage only", "thread clock only"])
-def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(monkeypatch, platform):
+def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(monkeypatch, platform, due):
     # A CI run on 2026-12-03 recorded a prefill span with 34.3 ms of thread CPU time in 18.8 ms of wall time: the
     # start reader read the CPU clock and then built its list, a collection ran (~15 ms in a test process) before
-    # the loop's wall stamp, and verify rightly refused the trial. The CPU reading is now the last thing a start
-    # reader does and the first thing an end reader does, so what follows it lies outside the span.
+    # the loop's wall stamp, and verify rightly refused the trial. What this relies on: the test makes a collection
+    # due at a chosen point (the collector's allocation count past its threshold) and lets it run where the running
+    # CPython runs one: 3.11 inside the counted allocation that finds it due, 3.12 and later at the next check point
+    # after that allocation (a call's return, a function's entry). Two points: the start reader's own list (3.11 then
+    # collects before the reading; 3.12+ would collect after the next call, the CPU reading, were there no check
+    # point between them), and the first allocation after the CPU reading. Either way the collection must run
+    # outside the span between the readings (or inside the wall span), never between a reading and its wall stamp;
+    # the test's own allocation and check point after the end reading make sure one runs on every version.
     if platform == "rusage only":
         monkeypatch.setattr(contention, "_THREAD_TIME_NS", None)
     if platform == "thread clock only":
@@ -118,26 +149,34 @@ def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(
     if contention.usage_sources()["thread_cpu"] is None:
         pytest.skip(f"this platform has no thread CPU reading for {platform!r}")
     assert gc.isenabled()
-    if contention._THREAD_TIME_NS is not None:  # the reading the span's CPU time comes from
-        armed, burned, burn = _collection_due_after(contention._THREAD_TIME_NS, 5 * MS)
-        monkeypatch.setattr(contention, "_THREAD_TIME_NS", armed)
-    else:
-        armed, burned, burn = _collection_due_after(contention.resource.getrusage, 5 * MS)
-        monkeypatch.setattr(contention.resource, "getrusage", armed)
+    burned, keep, burns = [], [], []
+    if due == "after the CPU reading":
+        if contention._THREAD_TIME_NS is not None:  # the reading the span's CPU time comes from
+            armed, burns = _due_after_the_reading(contention._THREAD_TIME_NS, burned, keep, 5 * MS)
+            monkeypatch.setattr(contention, "_THREAD_TIME_NS", armed)
+        else:
+            armed, burns = _due_after_the_reading(contention.resource.getrusage, burned, keep, 5 * MS)
+            monkeypatch.setattr(contention.resource, "getrusage", armed)
     start, end = contention.usage_reader()
     clock = time.perf_counter_ns
     try:
+        if due == "at the reader's own allocation":
+            burns.append(_arm(burned, keep, 5 * MS))  # the next counted allocation is the start reader's list
         first = start()
         t_start = clock()
         t_end = clock()
         last = end()
+        _let_a_due_collection_run()  # still armed: one due and not run yet runs here, after the span
     finally:
-        if burn in gc.callbacks:
+        for burn in burns:
             gc.callbacks.remove(burn)
     assert burned, "no collection ran: the test did not exercise what it is for"
+    if due == "at the reader's own allocation":
+        assert start.__name__ in burned[0], f"the collection ran in {burned[0]}, not in the start reader"
     cpu, wall = last[0] - first[0], t_end - t_start
     assert cpu <= wall + CPU_OVER_WALL_SLACK_NS, (
-        f"{cpu} ns of thread CPU time between the readings around {wall} ns of wall time")
+        f"{cpu} ns of thread CPU time between the readings around {wall} ns of wall time (the collection ran in "
+        f"{burned[0]})")
 
 
 # --- the machine around the block --------------------------------------------------------------------

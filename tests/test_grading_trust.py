@@ -223,6 +223,32 @@ def forged_real(standin_run: Path, target: Path, change) -> Path:
     return run
 
 
+def as_made_on_the_lock(manifest: dict) -> None:
+    """The manifest's environment replaced by fixed data, as a run made in an environment that holds exactly
+    requirements.lock would record it: its pins (torch as the CPU build), the lock's Python, and the lock_check
+    inferlab.host.environment computes for them. The machine's own packages (a CUDA torch's extra ones, say) and
+    Python never enter a scenario."""
+    from inferlab.host import environment, installation
+
+    lock = REPO_ROOT / "requirements.lock"
+    locked = installation.read_lock(lock.read_text(encoding="utf-8"))
+    distributions = {name: version for name, version in locked["pins"].values()}
+    distributions["torch"] += "+cpu"
+    distributions[installation.PROJECT_DISTRIBUTION] = manifest["distributions"][installation.PROJECT_DISTRIBUTION]
+    manifest["distributions"] = distributions
+    manifest["platform"]["python_version"] = locked["python"]
+    manifest["torch_build"]["version"] = distributions["torch"]
+    manifest["lock_check"] = environment.lock_check(lock, distributions, locked["python"])
+    assert manifest["lock_check"]["differences"] == []
+
+
+@pytest.mark.slow
+def test_a_run_made_on_the_lock_has_nothing_to_say_about_it(standin_run, tmp_path):
+    grade = grade_of(forged_real(standin_run, tmp_path / "locked", as_made_on_the_lock))
+    assert not any("lock_check" in p or "distributions" in p for p in grade.integrity_problems), \
+        grade.integrity_problems
+
+
 @pytest.mark.slow
 def test_an_honest_real_run_has_its_lock_check_recomputed_and_agrees(standin_run):
     grade = grade_of(standin_run)
@@ -233,6 +259,7 @@ def test_an_honest_real_run_has_its_lock_check_recomputed_and_agrees(standin_run
 @pytest.mark.slow
 def test_a_torch_version_edited_in_distributions_is_an_integrity_problem(standin_run, tmp_path, capsys):
     def change(manifest):
+        as_made_on_the_lock(manifest)
         manifest["distributions"]["torch"] = "2.14.0"
 
     run = forged_real(standin_run, tmp_path / "torch", change)
@@ -249,6 +276,7 @@ def test_a_torch_version_edited_in_distributions_is_an_integrity_problem(standin
 @pytest.mark.slow
 def test_a_torch_version_edited_with_its_build_record_is_still_caught_by_the_lock(standin_run, tmp_path):
     def change(manifest):
+        as_made_on_the_lock(manifest)
         manifest["distributions"]["torch"] = "2.14.0"
         manifest["torch_build"]["version"] = "2.14.0+cpu"
 
@@ -260,6 +288,7 @@ def test_a_torch_version_edited_with_its_build_record_is_still_caught_by_the_loc
 @pytest.mark.slow
 def test_lock_check_edited_alone_is_an_integrity_problem(standin_run, tmp_path):
     def change(manifest):
+        as_made_on_the_lock(manifest)
         manifest["lock_check"]["differences"] = [{"name": "torch", "locked": "2.13.0", "installed": "2.14.0"}]
 
     grade = grade_of(forged_real(standin_run, tmp_path / "lock", change))

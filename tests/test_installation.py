@@ -23,13 +23,15 @@ SCHEMA1_RUN = REPO_ROOT / "tests" / "fixtures" / "schema1-run"
 BOOTSTRAP = {"pip", "setuptools", "wheel"}  # what `python -m venv` brings; not part of the lab's lock
 
 
-def fake_wheel(folder: Path, version: str) -> Path:
-    """A tiny pure-Python wheel named torch, so pip can install it without a network or gigabytes."""
+def fake_wheel(folder: Path, version: str, name: str = "torch", requires: tuple = ()) -> Path:
+    """A tiny pure-Python wheel named torch (or `name`), so pip can install it without a network or gigabytes;
+    `requires` are its Requires-Dist lines."""
     base = version.split("+")[0]
-    dist_info = f"torch-{version}.dist-info"
+    dist_info = f"{name}-{version}.dist-info"
+    metadata = "".join(f"Requires-Dist: {line}\n" for line in requires)
     files = {
-        "torch/__init__.py": f"__version__ = {version!r}\n",
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n",
+        f"{name}/__init__.py": f"__version__ = {version!r}\n",
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{metadata}",
         f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: inferlab-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record_lines = []
@@ -39,7 +41,7 @@ def fake_wheel(folder: Path, version: str) -> Path:
     record_lines.append(f"{dist_info}/RECORD,,")
     files[f"{dist_info}/RECORD"] = "\n".join(record_lines) + "\n"
     folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / f"torch-{version}-py3-none-any.whl"
+    wheel = folder / f"{dist_info.split('-')[0]}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         for name, text in files.items():
             archive.writestr(name, text)
@@ -47,11 +49,13 @@ def fake_wheel(folder: Path, version: str) -> Path:
     return wheel
 
 
-def simple_index(root: Path, wheel: Path) -> str:
-    """A PEP 503 index on disk that offers one wheel of torch; its file:// URL."""
-    project = root / "simple" / "torch"
-    project.mkdir(parents=True)
-    (project / "index.html").write_text(f'<html><body><a href="{wheel.as_uri()}">{wheel.name}</a></body></html>\n')
+def simple_index(root: Path, *wheels: Path) -> str:
+    """A PEP 503 index on disk that offers these wheels (one project each, named by the wheel); its file:// URL."""
+    for wheel in wheels:
+        project = root / "simple" / wheel.name.split("-")[0]
+        project.mkdir(parents=True)
+        (project / "index.html").write_text(f'<html><body><a href="{wheel.as_uri()}">{wheel.name}</a></body>'
+                                            '</html>\n')
     return (root / "simple").as_uri()
 
 
@@ -96,15 +100,21 @@ def run_installer(venv: Path, lock: Path, cpu_index: str, default_index: str) ->
 @pytest.mark.slow
 @pytest.mark.process
 def test_an_unreachable_cpu_index_falls_back_to_the_default_index_and_says_so(venv, tmp_path):
-    default_wheel = fake_wheel(tmp_path / "default-files", "2.13.0")
-    default_index = simple_index(tmp_path / "default", default_wheel)
+    # the default index's torch brings one more package, as PyPI's CUDA build brings nvidia-* (the lock's variant)
+    default_wheel = fake_wheel(tmp_path / "default-files", "2.13.0", requires=("cudalike==1.0",))
+    extra_wheel = fake_wheel(tmp_path / "default-files", "1.0", name="cudalike")
+    default_index = simple_index(tmp_path / "default", default_wheel, extra_wheel)
     lock = tmp_path / "requirements.lock"
-    lock.write_text("# test lock\ntorch==2.13.0\n")
+    lock.write_text("# test lock\n# variant torch-cuda: cudalike==1.0\ntorch==2.13.0\n")
     done = run_installer(venv, lock, closed_port_url(), default_index)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("gave no torch==2.13.0 for this machine") == 1
+    said = [line for line in done.stdout.splitlines() if "gave no torch==2.13.0 for this machine" in line]
+    assert len(said) == 1, done.stdout
+    assert ("1 package(s) the lock does not pin came with it: cudalike==1.0 (exactly the lock's known variant "
+            "'torch-cuda')") in said[0]
     record = json.loads((venv / installation.RECORD_FILE).read_text())
     torch = record["torch"]
+    assert "cudalike==1.0" in torch["beyond_the_lock"]
     assert torch["route"] == "default_index_fallback" and torch["cpu_index_attempt"]["ok"] is False
     assert torch["installed_version"] == "2.13.0" and torch["download_url"] == default_wheel.as_uri()
 
@@ -126,7 +136,9 @@ def test_a_reachable_cpu_index_gives_the_cpu_build_and_the_lock_keeps_it(venv, t
 
 
 def test_the_lock_pins_exactly_what_is_installed():
-    """Every installed distribution has its exact version in requirements.lock, and every pin is installed."""
+    """Every installed distribution has its exact version in requirements.lock, and every pin is installed; beyond
+    the pins, either nothing or exactly the lock's known variant (PyPI's CUDA torch and every package it brought,
+    each at its listed version), and then torch is not the CPU build."""
     pins = {}
     for line in (REPO_ROOT / "requirements.lock").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
@@ -135,10 +147,60 @@ def test_the_lock_pins_exactly_what_is_installed():
             pins[name.lower().replace("_", "-")] = version
     installed = {dist.metadata["Name"].lower().replace("_", "-"): dist.version
                  for dist in importlib.metadata.distributions() if dist.metadata["Name"]}
+    torch_build = installed.get("torch")
     installed = {name: version.split("+")[0] if name == "torch" else version
                  for name, version in installed.items()
                  if name not in BOOTSTRAP and name != installation.PROJECT_DISTRIBUTION}  # the project, editable
-    assert installed == pins
+    beyond = {name: version for name, version in installed.items() if name not in pins}
+    if beyond:
+        variants = installation.read_lock((REPO_ROOT / "requirements.lock").read_text())["variants"]
+        listed = {name: {key: version for key, (_, version) in variant.items()} for name, variant in variants.items()}
+        assert beyond in listed.values(), f"installed beyond the lock, and no variant it lists: {beyond}"
+        assert not torch_build.endswith("+cpu"), "the lock's variant is the default index's torch, not the CPU build"
+    assert {name: version for name, version in installed.items() if name in pins} == pins
+
+
+VARIANT_LOCK = """# python: 3.11.7
+# variant torch-cuda: nvidia-cublas==13.1.1.3
+# variant torch-cuda: triton==3.7.1
+numpy==2.4.6
+torch==2.13.0
+"""
+LOCKED_DISTRIBUTIONS = {"numpy": "2.4.6", "torch": "2.13.0+cpu", "pip": "25.1", installation.PROJECT_DISTRIBUTION: "0"}
+
+
+def test_a_variant_listed_in_the_lock_is_read_apart_from_its_pins():
+    locked = installation.read_lock(VARIANT_LOCK)
+    assert sorted(locked["pins"]) == ["numpy", "torch"]
+    assert locked["variants"] == {"torch-cuda": {"nvidia-cublas": ("nvidia-cublas", "13.1.1.3"),
+                                                 "triton": ("triton", "3.7.1")}}
+    with pytest.raises(ValueError, match="line 2: expected NAME==VERSION, actual 'nvidia-cublas'"):
+        installation.read_lock("# python: 3.11.7\n# variant torch-cuda: nvidia-cublas\n")
+
+
+@pytest.mark.parametrize("extra, variant, differences", [
+    ({}, None, []),
+    ({"nvidia-cublas": "13.1.1.3", "triton": "3.7.1"}, "torch-cuda", []),
+    ({"nvidia-cublas": "13.1.1.3"}, None, [("nvidia-cublas", None, "13.1.1.3")]),
+    ({"nvidia-cublas": "13.1.1.3", "triton": "3.7.2"}, None, [("nvidia-cublas", None, "13.1.1.3"),
+                                                              ("triton", None, "3.7.2")]),
+    ({"nvidia-cublas": "13.1.1.3", "triton": "3.7.1", "cupy": "14.0"}, None,
+     [("cupy", None, "14.0"), ("nvidia-cublas", None, "13.1.1.3"), ("triton", None, "3.7.1")]),
+], ids=["the-lock", "the-variant-exactly", "part-of-it", "another-version", "more-than-it"])
+def test_the_lock_check_accepts_its_known_variant_only_exactly(tmp_path, extra, variant, differences):
+    from inferlab.host import environment
+
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(VARIANT_LOCK)
+    check = environment.lock_check(lock, {**LOCKED_DISTRIBUTIONS, "torch": "2.13.0", **extra}, "3.11.7")
+    assert [(d["name"], d["locked"], d["installed"]) for d in check["differences"]] == differences
+    assert (check.get("variant") or {}).get("name") == variant
+    line = installation.extra_line(installation.read_lock(VARIANT_LOCK), {**LOCKED_DISTRIBUTIONS, **extra})
+    if not extra:
+        assert line is None
+    else:
+        assert line.startswith(f"{len(extra)} package(s) the lock does not pin came with it: ")
+        assert ("exactly the lock's known variant 'torch-cuda'" in line) == (variant is not None), line
 
 
 def test_the_torch_line_is_read_from_the_lock():

@@ -5,6 +5,7 @@ layer, no module imports from a higher layer or from another part of its own, no
 from __future__ import annotations
 
 import importlib
+import re
 import textwrap
 
 import pytest
@@ -83,3 +84,31 @@ def test_the_old_import_paths_still_work():
     from inferlab.cli import spelled as old_spelled
 
     assert old_spelled is spelled
+
+
+# --- what must not grow back (issue 46, item 4) ------------------------------------------------------------
+
+PLUGIN_MAX_LINES, MODULE_MAX_LINES = 400, 600
+READS_RECORDS = re.compile(r"RECORDS_FILE\)?\.(read_bytes|read_text|open)\(|open\([^)\n]*RECORDS_FILE")
+
+
+def test_the_plugin_only_wires_and_no_library_module_is_over_600_lines():
+    sizes = {str(path.relative_to(layering.PACKAGE.parent)): len(path.read_text(encoding="utf-8").splitlines())
+             for path in sorted(layering.PACKAGE.rglob("*.py"))}
+    assert sizes["inferlab/plugin.py"] <= PLUGIN_MAX_LINES, (
+        f"inferlab/plugin.py has {sizes['inferlab/plugin.py']} lines, over {PLUGIN_MAX_LINES}: move what a hook "
+        "does into the library (inferlab/run/hook_steps.py)")
+    over = {name: lines for name, lines in sizes.items() if lines > MODULE_MAX_LINES}
+    assert not over, f"library modules over {MODULE_MAX_LINES} lines: {over}"
+
+
+def test_records_jsonl_is_parsed_by_the_one_reader_only():
+    """A module that reads records.jsonl's content hands it to inferlab.reading.runview.parse_records: no second
+    parser (a byte search for a kind was one)."""
+    readers = {str(path.relative_to(layering.PACKAGE.parent)): path.read_text(encoding="utf-8")
+               for path in sorted(layering.PACKAGE.rglob("*.py"))
+               if READS_RECORDS.search(path.read_text(encoding="utf-8"))}
+    assert "inferlab/reading/runview.py" in readers  # the pattern finds the one reader itself
+    second = [name for name, text in readers.items()
+              if name != "inferlab/reading/runview.py" and "parse_records(" not in text]
+    assert not second, f"records.jsonl read without the one parser (inferlab.reading.runview) in: {second}"

@@ -13,6 +13,7 @@ import pytest
 from inferlab import cli, protocol, specimen
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.reading import earlier_runs
 from inferlab.report.compare import compare, format_compare
 from inferlab.specimen import guidance
 
@@ -473,7 +474,8 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
                              records='{"kind": "plan", "seq": 0}\n{"kind": "session_end", "seq": 1}\n')
     suffixed = killed_folder(runs, "20261201T100004Z-standin-incomplete", dead)
     found = ended.rename_ended_runs(runs, hostname=host, now=lambda: "2026-12-01T11:00:00Z",
-                                    by={"pid": 1, "hostname": host, "command": "make run"})
+                                    by={"pid": 1, "hostname": host, "command": "make run"},
+                                    claim_without_end=earlier_runs.claim_without_end)
     assert [(e["from"], e["to"], e["error"]) for e in found] == [
         ("20261201T100000Z-standin", "20261201T100000Z-standin-incomplete", None)]
     renamed = runs / "20261201T100000Z-standin-incomplete"

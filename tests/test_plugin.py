@@ -305,9 +305,9 @@ def test_the_trial_limit_covers_the_test_body_not_session_fixture_setup(suite, m
 def test_platform_without_interval_timers_refuses_to_run(suite, monkeypatch):
     import types
 
-    from inferlab import plugin
+    from inferlab.run import hook_steps
 
-    monkeypatch.setattr(plugin, "signal", types.SimpleNamespace(SIGINT=2))  # no SIGALRM, no setitimer
+    monkeypatch.setattr(hook_steps, "signal", types.SimpleNamespace(SIGINT=2))  # no SIGALRM, no setitimer
     write_experiment(suite, "def test_a():\n    pass\n")
     result = suite.runpytest("experiments", "--record-dir", "run")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -266,7 +266,9 @@ def lock_check(lock: Path, distributions: dict, python_version: str) -> dict:
     version, installed and not pinned (locked None), or pinned and missing (installed None); and one for
     python when the lock names another. pip, setuptools and wheel (the venv's own) and the project's own
     distribution are not compared. torch's local label (+cpu) is not a difference: the lock leaves it out so
-    that one line resolves to each platform's build.
+    that one line resolves to each platform's build. Unpinned distributions that are exactly one of the lock's
+    known variants (its `# variant NAME: PIN` header lines, every pin at its version) are no difference either:
+    `variant` names it.
     """
     from inferlab.host import installation
 
@@ -280,6 +282,9 @@ def lock_check(lock: Path, distributions: dict, python_version: str) -> dict:
                 "python_locked": None, "python_running": python_version, "pins": 0}
     installed = {installation.normalized_name(name): (name, version) for name, version in distributions.items()
                  if installation.normalized_name(name) not in installation.NOT_LOCKED}
+    variant = installation.matching_variant(locked, installation.unpinned(locked, distributions))
+    for key in locked["variants"].get(variant, {}):  # the lock's known variant, present exactly: checked, no difference
+        installed.pop(key)
     differences = []
     for key in sorted(set(locked["pins"]) | set(installed)):
         pin, have = locked["pins"].get(key), installed.get(key)
@@ -288,9 +293,12 @@ def lock_check(lock: Path, distributions: dict, python_version: str) -> dict:
             differences.append({"name": (pin or have)[0], "locked": pin and pin[1], "installed": have and have[1]})
     if locked["python"] != python_version:
         differences.append({"name": "python", "locked": locked["python"], "installed": python_version})
-    return {"file": lock.name, "found": True, "pins": len(locked["pins"]), "python_locked": locked["python"],
-            "python_running": python_version, "differences": differences,
-            "not_compared": sorted(installation.NOT_LOCKED)}
+    check = {"file": lock.name, "found": True, "pins": len(locked["pins"]), "python_locked": locked["python"],
+             "python_running": python_version, "differences": differences,
+             "not_compared": sorted(installation.NOT_LOCKED)}
+    if variant is not None:
+        check["variant"] = {"name": variant, "pins": len(locked["variants"][variant])}
+    return check
 
 
 def environment_record(root: Path) -> dict:

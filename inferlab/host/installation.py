@@ -13,9 +13,12 @@ Run it with the virtual environment's own Python (the Makefile does). Two steps,
    holds its dependencies at their pinned versions, so this adds only the `inferlab` distribution and its
    console script. That distribution (PROJECT_DISTRIBUTION) is the one installed package the lock does not pin.
 
-When the CPU index cannot be reached, step 2 installs torch from the default index instead, and
-one line says so. What happened, and the URL the torch wheel came from (from pip's installation
-report), is written to <venv>/inferlab-install.json, which the manifest reads.
+When the CPU index cannot be reached, step 2 installs torch from the default index instead, and one line
+says so and names the packages that build brought beyond the lock's pins (PyPI's torch for Linux is a CUDA
+build with nvidia-*, cuda-* and triton), and whether they are exactly the lock's known variant: the lock's
+header lists that variant's pins (`# variant torch-cuda: NAME==VERSION`), so that such an environment is
+checked exactly rather than called wrong. What happened, and the URL the torch wheel came from (from pip's
+installation report), is written to <venv>/inferlab-install.json, which the manifest reads.
 
 Standard library only (and inferlab.base.outputs, which is too): it runs before anything else is installed.
 """
@@ -41,6 +44,9 @@ RECORD_FILE = "inferlab-install.json"
 TIMEOUT_S = 10
 # The lock's header line that names the Python it was made with, as data: "# python: 3.11.7".
 PYTHON_HEADER = "# python:"
+# A header line that pins one package of a known variant of the environment, as data:
+# "# variant torch-cuda: nvidia-cublas==13.1.1.3". A variant counts only when every one of its pins is installed.
+VARIANT_HEADER = re.compile(r"^# variant ([A-Za-z0-9][A-Za-z0-9._-]*): *(\S+)\s*$")
 BOOTSTRAP = ("pip", "setuptools", "wheel")  # what `python -m venv` brings; never pinned in the lock
 PROJECT_DISTRIBUTION = "inferlab"  # the project itself (installed editable): never pinned, never a difference
 NOT_LOCKED = (*BOOTSTRAP, PROJECT_DISTRIBUTION)
@@ -60,21 +66,64 @@ def normalized_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _pin(line: str, number: int) -> tuple[str, str]:
+    name, separator, version = line.partition("==")
+    if not separator or not name.strip() or not version.strip():
+        raise ValueError(f"line {number}: expected NAME==VERSION, actual {line!r}")
+    return name.strip(), version.strip()
+
+
 def read_lock(text: str) -> dict:
     """The lock as data: {"pins": {normalized name: (name, version)}, "python": the version its header names or
-    None}. ValueError names the line of a requirement that is not NAME==VERSION."""
-    pins, python = {}, None
+    None, "variants": {variant: {normalized name: (name, version)}} from its `# variant NAME: PIN` lines}.
+    ValueError names the line of a requirement that is not NAME==VERSION."""
+    pins, python, variants = {}, None, {}
     for number, raw in enumerate(text.splitlines(), start=1):
         if raw.startswith(PYTHON_HEADER):
             python = raw[len(PYTHON_HEADER):].strip() or None
+        variant = VARIANT_HEADER.match(raw)
+        if variant:
+            name, version = _pin(variant.group(2), number)
+            variants.setdefault(variant.group(1), {})[normalized_name(name)] = (name, version)
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        name, separator, version = line.partition("==")
-        if not separator or not name.strip() or not version.strip():
-            raise ValueError(f"line {number}: expected NAME==VERSION, actual {line!r}")
-        pins[normalized_name(name.strip())] = (name.strip(), version.strip())
-    return {"pins": pins, "python": python}
+        name, version = _pin(line, number)
+        pins[normalized_name(name)] = (name, version)
+    return {"pins": pins, "python": python, "variants": variants}
+
+
+def unpinned(locked: dict, distributions: dict) -> dict:
+    """{normalized name: (name, version)} of the installed distributions the lock does not pin (pip's bootstrap
+    and the project itself aside)."""
+    found = {}
+    for name, version in distributions.items():
+        key = normalized_name(name)
+        if key not in locked["pins"] and key not in NOT_LOCKED:
+            found[key] = (name, version)
+    return found
+
+
+def matching_variant(locked: dict, extra: dict) -> Optional[str]:
+    """The lock's variant whose pins are exactly the installed unpinned distributions `extra` (every one of them,
+    each at its version, nothing more), or None."""
+    have = {key: version for key, (_, version) in extra.items()}
+    for variant, pins in sorted(locked.get("variants", {}).items()):
+        if have and have == {key: version for key, (_, version) in pins.items()}:
+            return variant
+    return None
+
+
+def extra_line(locked: dict, distributions: dict) -> Optional[str]:
+    """What the environment holds beyond the lock's pins, said in a few words, or None when nothing."""
+    extra = unpinned(locked, distributions)
+    if not extra:
+        return None
+    names = ", ".join(f"{name}=={version}" for name, version in sorted(extra.values(), key=lambda p: p[0].lower()))
+    variant = matching_variant(locked, extra)
+    verdict = (f"exactly the lock's known variant '{variant}'" if variant else
+               "not a variant the lock lists, so the lock check will name them")
+    return f"{len(extra)} package(s) the lock does not pin came with it: {names} ({verdict})"
 
 
 def lock_text(frozen: list[str], python_version: str, comments: list[str]) -> str:
@@ -95,7 +144,9 @@ def write_lock(lock: Path) -> Path:
     comments = lock.read_text(encoding="utf-8").splitlines() if lock.is_file() else []
     frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
                             text=True, check=True).stdout.splitlines()
-    frozen = [line for line in frozen if normalized_name(line.split("==")[0]) not in NOT_LOCKED]
+    variants = read_lock("\n".join(comments))["variants"] if comments else {}
+    in_variant = {key for pins in variants.values() for key in pins}
+    frozen = [line for line in frozen if normalized_name(line.split("==")[0]) not in (*NOT_LOCKED, *in_variant)]
     write_text_atomic(lock, lock_text(frozen, platform.python_version(), comments))
     return lock
 
@@ -118,6 +169,16 @@ def pip_install(args: list[str], report_path: Path) -> subprocess.CompletedProce
     command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--report", str(report_path),
                *args]
     return subprocess.run(command, capture_output=True, text=True)
+
+
+def _installed_distributions() -> dict:
+    """{name: version} of every distribution installed in this environment now."""
+    import importlib
+
+    importlib.invalidate_caches()  # pip just installed into this environment from another process
+    import importlib.metadata
+
+    return {dist.metadata["Name"]: dist.version for dist in importlib.metadata.distributions() if dist.metadata["Name"]}
 
 
 def _installed(name: str) -> Optional[str]:
@@ -153,14 +214,16 @@ def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, 
         # 1) torch from the CPU index: a short timeout and no retries, so an unreachable index costs seconds.
         cpu = pip_install([*quiet_args, "--no-deps", "--index-url", cpu_index, "--timeout", str(timeout_s),
                            "--retries", "0", requirement], cpu_report)
-        if cpu.returncode != 0:
-            print(f"inferlab: PyTorch's CPU wheel index ({cpu_index}) gave no {requirement} for this machine "
-                  f"(unreachable, or no such wheel); torch now comes from your default package index. On Linux "
-                  f"x86_64 that is a CUDA build of several GB (see docs/environment.md, 'CPU-only torch').", flush=True)
         # 2) the whole lock, from the default index.
         everything = pip_install([*quiet_args, "-r", str(lock)], lock_report)
         sys.stdout.write(everything.stdout)
         sys.stderr.write(everything.stderr)
+        came_with = None
+        if cpu.returncode != 0:
+            came_with = extra_line(read_lock(lock_text), _installed_distributions())
+            print(f"inferlab: PyTorch's CPU wheel index ({cpu_index}) gave no {requirement} for this machine "
+                  f"(unreachable, or no such wheel); torch now comes from your default package index"
+                  f"{'; ' + came_with if came_with else ''} (see docs/environment.md, 'CPU-only torch').", flush=True)
         from_cpu, from_default = installed_from_report(cpu_report), installed_from_report(lock_report)
         project = None
         if editable is not None and everything.returncode == 0:
@@ -192,6 +255,7 @@ def install(lock: Path, cpu_index: str = CPU_INDEX, timeout_s: int = TIMEOUT_S, 
             "installed_version": torch.get("version"),
             "download_url": torch.get("download_url"),
             "earlier_route": previous.get("route") if route == "already_installed" else None,
+            "beyond_the_lock": came_with,
             "cpu_index": cpu_index,
             "cpu_index_attempt": {"ok": cpu.returncode == 0, "returncode": cpu.returncode,
                                   "output_tail": _tail(cpu.stdout + cpu.stderr)},

@@ -11,21 +11,13 @@ files (RENAME_NOTE) says when, by which process and why. A folder that cannot be
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab.run.live_claim import claimant
-from inferlab.base.records import (
-    CLAIM_FILE,
-    MANIFEST_FILE,
-    RECORDS_FILE,
-    RecordDirError,
-    rename_with_suffix,
-    write_json_atomic,
-)
+from inferlab.base.records import RecordDirError, rename_with_suffix, write_json_atomic
 
 RENAME_NOTE = "renamed-incomplete.json"  # written by the later run that renamed the folder, never by the session
 SUFFIX = "-incomplete"
@@ -33,32 +25,12 @@ SUFFIX = "-incomplete"
 ENDED_NAME = re.compile(r"-(incomplete|failed|findings|partial|partial-failed|partial-findings)(-\d+)?$")
 
 
-def _read_json(path: Path) -> Optional[dict]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def claim_without_end(folder: Path) -> Optional[dict]:
-    """The claim of a run folder that has no session_end, or None (not a run, or it reached its end)."""
-    claim = _read_json(folder / CLAIM_FILE)
-    if claim is None:
-        return None
-    manifest = _read_json(folder / MANIFEST_FILE) or {}
-    if manifest.get("session_end") is not None or "files" in manifest:
-        return None
-    try:
-        records = (folder / RECORDS_FILE).read_bytes()
-    except OSError:
-        records = b""
-    return None if b'"kind": "session_end"' in records else claim
-
-
-def rename_ended_runs(runs_dir: Path, *, hostname: str, now: Callable[[], str], by: dict) -> list[dict]:
+def rename_ended_runs(runs_dir: Path, *, hostname: str, now: Callable[[], str], by: dict,
+                      claim_without_end: Callable[[Path], Optional[dict]]) -> list[dict]:
     """Rename every run folder of runs_dir whose process ended without a session_end; one entry per folder found:
-    {from, to, pid, hostname, note, error} (to None and error set when it could not be renamed)."""
+    {from, to, pid, hostname, note, error} (to None and error set when it could not be renamed).
+    claim_without_end(folder) reads a folder (inferlab.reading.earlier_runs): its claim when it has no session_end,
+    else None; the records are read there, by the one reader, never here."""
     runs_dir = Path(runs_dir)
     found = []
     try:

@@ -173,12 +173,14 @@ class Ending:
 def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
               pid: int, hostname: str, clock: Callable[[], str] = utc_now,
               surroundings: Optional[Surroundings] = None,
-              stamp: Callable[[], int] = time.perf_counter_ns, process_start: Optional[dict] = None) -> "Run":
+              stamp: Callable[[], int] = time.perf_counter_ns, process_start: Optional[dict] = None,
+              claim_without_end: Optional[Callable[[Path], Optional[dict]]] = None) -> "Run":
     """Claim a new record dir (record_dir, or a new folder under runs_dir) and open the run's files in it.
 
     The claim is the run's first write; RecordDirError says why a folder cannot be used. process_start is
     pid's start (inferlab.run.live_claim.start_identity), recorded so that a later process given the same pid is
-    not taken for this session.
+    not taken for this session. Under runs_dir, claim_without_end (inferlab.reading.earlier_runs, handed in by the
+    caller: a run is read above this layer) finds the earlier runs killed before their end.
     """
     from inferlab.run import ended
 
@@ -186,9 +188,12 @@ def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs
                                process_start=process_start)
     found_ended = []
     if runs_dir is not None:
+        if claim_without_end is None:
+            raise ValueError("claim_run under runs_dir needs claim_without_end (inferlab.reading.earlier_runs)")
         # An earlier run there whose process was killed before its end gets the -incomplete its name lacks.
         found_ended = ended.rename_ended_runs(Path(runs_dir), hostname=hostname, now=clock,
-                                              by={"pid": pid, "hostname": hostname, "command": invocation.command})
+                                              by={"pid": pid, "hostname": hostname, "command": invocation.command},
+                                              claim_without_end=claim_without_end)
         name = options.run_dir_name(invocation.specimen["name"], invocation.mode == "plan")
         record_dir = claim_new_run_dir(Path(runs_dir), name, claim)
     else:
