@@ -7,6 +7,10 @@ import sys
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory
 
 NAME = "check-artifacts"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "a valid copy of the asked specimen", 1: "not a valid copy of it (a valid copy of another specimen this "
+                                                                 "checkout knows is named, with the flag that uses it)",
+         2: "a specimen this checkout does not know, or a folder that does not exist"}
 HELP = "check a directory of specimen files (for --artifacts) against the specimen's pinned hashes, before a run"
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_missing_dependencies, refuse_non_run
 
 NAME = "verify"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "no problem found (a plan folder too: said so)", 1: "problems found, one line each",
+         2: "not a run's record dir, or a Python without the modules reading a run needs"}
 HELP = "re-hash every file against the manifest and check the records are complete for the protocol; one line per problem"
 
 
