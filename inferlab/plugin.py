@@ -8,6 +8,7 @@ the schedule to inferlab.run.plan, the prerequisite ledger to inferlab.run.check
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -66,7 +67,8 @@ def pytest_configure(config):
     # Everything that can be checked without writing is checked first: a refused run writes nothing.
     invocation = lifecycle.invocation_of(config, _load_specimen_spec(config).as_dict(), offline_from, pytest.__version__)
     refusal = options.trial_bound_refusal(sys.platform, hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer"),
-                                          config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN)) or \
+                                          config.pluginmanager.has_plugin(options.TIMEOUT_PLUGIN),
+                                          importlib.util.find_spec("pytest_timeout") is not None, sys.executable) or \
         options.parallel_refusal(config.getoption("numprocesses", None)) or \
         options.reordering_refusal(config.option, config.pluginmanager.has_plugin) or \
         plan.last_failed_refusal(config.option, config.pluginmanager.get_plugin("lfplugin"),
@@ -158,6 +160,16 @@ def facts_of(item) -> TestFacts:
         params = getattr(getattr(item, "callspec", None), "params", {})
         facts = item.stash[FACTS_KEY] = plan.facts_from_markers(item.nodeid, params, item.iter_markers)
     return facts
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collectreport(report):
+    """A test file this Python cannot import for want of the project's environment (a system pytest without
+    torch): one line naming the interpreter and the one to use, instead of the raw ImportError."""
+    if report.failed:
+        hint = options.missing_module_hint(report.nodeid, str(report.longrepr), sys.executable)
+        if hint is not None:
+            report.longrepr = hint
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k, -m, --deselect and --lf remove anything
