@@ -9,6 +9,14 @@ import pytest
 
 from inferlab.run import options
 
+from inferlab.base.records import REPORT_FILE
+
+from fixtures_records import copy_run, kill_after
+from forging import rehash
+from fixture_runs import runs  # noqa: F401 (a fixture)
+from test_attach import built, run  # noqa: F401 (fixtures)
+from test_rough_edges import claimed_by
+
 
 def test_a_python_without_pytest_timeout_is_named_as_the_cause_not_a_p_option():
     message = options.trial_bound_refusal("linux", True, False, plugin_installed=False, executable="/usr/bin/python3")
@@ -29,3 +37,30 @@ def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpre
            "environment. Run the tests with .venv/bin/python -m pytest analytic_tests" in out
     assert "raise ModuleNotFoundError" not in out  # test_a.py's raw ImportError is replaced by the one line
     assert "No module named 'not_a_module_of_the_project'" in out  # any other import error is left as it is
+
+
+def test_verify_calls_a_run_whose_session_still_runs_live_not_killed(run, capsys):
+    from inferlab.__main__ import main
+    from inferlab.grading.grade import split_verify
+    from inferlab.verify import verify_run
+
+    claimed_by(kill_after(run, 10))  # no session_end yet, and the claim names this (running) process
+    assert main(["verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "the run is LIVE, its session still running" in out
+    assert "killed or crashed" not in out and "STILL RUNNING" not in out
+    integrity, short = split_verify(verify_run(run))  # still unfinished, never an integrity problem
+    assert integrity == [] and short[0].startswith("unfinished: no session_end record yet: the run is LIVE")
+
+
+def test_verify_fails_a_report_rewritten_with_its_hash_redone_as_grade_does(runs, tmp_path, capsys):
+    from inferlab.__main__ import main
+
+    stale = copy_run(runs.get("complete"), tmp_path / "stale")
+    page = (stale / REPORT_FILE).read_text()
+    (stale / REPORT_FILE).write_text(page.replace("\n\n", "\n\nEvery check passed on the real model.\n\n", 1))
+    rehash(stale)  # the manifest's inventory agrees with the edited page
+    assert main(["verify", str(stale)]) == 1
+    out = capsys.readouterr().out
+    assert "the report is stale, it says what the records do not" in out
+    assert main(["verify", str(runs.get("complete"))]) == 0
