@@ -154,6 +154,14 @@ def facts_of(item) -> TestFacts:
     return facts
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collectreport(report):
+    """A test file this Python cannot import for want of the project's environment (a system pytest without
+    torch): one line naming the interpreter and the one to use, instead of the raw ImportError."""
+    if report.failed:
+        report.longrepr = hook_steps.import_hint(report.nodeid, str(report.longrepr)) or report.longrepr
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k, -m, --deselect and --lf remove anything
 def pytest_collection_modifyitems(session, config, items):
     experiments = [item for item in items if is_experiment(item)]

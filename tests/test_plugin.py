@@ -493,6 +493,33 @@ def test_a_ctrl_c_that_abandons_the_final_records_prints_one_line_and_keeps_the_
     assert end["interrupted"] is True and end["complete"] is False
 
 
+def test_a_run_abandoned_under_runs_dir_is_named_incomplete_at_once(suite):
+    # Under --runs-dir, the second and third Ctrl-C arrive while session_end is written, before the folder is
+    # renamed for how the run ended: it must not keep the plain name of a good run until a later run.
+    suite.makeconftest(
+        'pytest_plugins = ["inferlab.plugin"]\n'
+        "import os, signal\n"
+        "def pytest_inferlab_record(config, record):\n"
+        "    if record['kind'] == 'session_end':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+    )
+    write_experiment(suite, SELF_INTERRUPTING_EXPERIMENT)
+    done = start_pytest(suite, "experiments", "--runs-dir", "runs")
+    _, err = done.communicate(timeout=120)
+    assert done.returncode == 128 + signal.SIGINT, err
+    [run] = list((suite.path / "runs").iterdir())
+    assert run.name.endswith("-incomplete"), run.name
+    note = json.loads((run / "renamed-incomplete.json").read_text())
+    assert note["renamed_to"] == run.name and "abandoned its final records" in note["why"]
+    assert f"It is renamed {run.name} now" in err
+    from inferlab.grading.grade import split_verify
+    from inferlab.verify import verify_run
+
+    integrity, short = split_verify(verify_run(run))
+    assert integrity == [] and short and short[0].startswith("unfinished: ")
+
+
 def test_abandoning_says_where_the_run_stands_and_exits_with_128_plus_the_signal(capsys):
     from inferlab.run.interrupts import SignalWatch
 

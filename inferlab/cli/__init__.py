@@ -115,6 +115,17 @@ def command_modules() -> list:
     return [importlib.import_module(f"inferlab.cli.{name}") for name in COMMANDS]
 
 
+def exit_code_table() -> str:
+    """Every command's exit codes as one Markdown table, from each module's EXITS (docs/records.md holds it, and
+    a test checks that it is this text); 141 is every command's."""
+    rows = ["| command | exit | meaning |", "|---|---|---|"]
+    for module in command_modules():
+        rows += [f"| `{module.NAME}` | {code} | {meaning} |" for code, meaning in sorted(module.EXITS.items())]
+    rows.append(f"| every command | {EXIT_READER_GONE} | the reader of the output went away (`... \\| head`): it stops "
+                f"quietly |")
+    return "\n".join(rows) + "\n"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser with every subcommand of COMMANDS."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES,
@@ -125,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         accept_dash_numbers(sub)
         module.add_arguments(sub)
+        if not sub.epilog:  # a command without its own exit-status text shows its EXITS
+            sub.formatter_class = argparse.RawDescriptionHelpFormatter
+            sub.epilog = "exit status:\n" + "\n".join(f"  {code}  {meaning}"
+                                                       for code, meaning in sorted(module.EXITS.items()))
         sub.set_defaults(run=module.run)
     return parser
 

@@ -12,6 +12,11 @@ from pathlib import Path
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, spelled
 
 NAME = "attach"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "attached", 1: "refused, nothing written: the content (empty, binary, not UTF-8, over 1 MB) or the run "
+                            "(a plan, no manifest, a damaged ledger)",
+         2: "usage, nothing written: FILE missing, a folder or FIFO, inside RUN_DIR; not a run; its session still "
+            "running; RUN_DIR cannot be written"}
 HELP = ("keep a file you wrote after the run (by default your explanation, a filled-in copy of explanation.md) in "
         "RUN_DIR/addenda/, with its size, SHA-256 and time in RUN_DIR/addenda.jsonl; no file the session wrote changes")
 EXIT_REFUSED = EXIT_PROBLEMS

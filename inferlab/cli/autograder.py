@@ -11,6 +11,9 @@ from pathlib import Path
 from inferlab.cli import EXIT_OK, EXIT_UNREADABLE
 
 NAME = "autograder"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "the zip was written", 2: "a usage error: a specimen, copy, reference or rubric that cannot be used, "
+                                           "or an output file that exists"}
 HELP = ("write a Gradescope autograder zip (setup.sh, run_autograder and this project pinned inside: its source, "
         "the lock, CPU torch) that grades each submission, a pack archive or the learner's predictions and "
         "explanation, with the course's copy and never runs code from the submission")

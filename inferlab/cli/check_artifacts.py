@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory
 
 NAME = "check-artifacts"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "a valid copy of the asked specimen", 1: "not a valid copy of it (a valid copy of another specimen this "
+                                                                 "checkout knows is named, with the flag that uses it)",
+         2: "a specimen this checkout does not know, or a folder that does not exist"}
 HELP = "check a directory of specimen files (for --artifacts) against the specimen's pinned hashes, before a run"
 
 
@@ -20,8 +25,18 @@ def run(args) -> int:
     return run_check_artifacts(args.artifacts_dir, args.specimen)
 
 
-def artifact_row_line(row: dict) -> str:
-    """One line per specimen file: its size and hash, or, for an optional file that is absent, why that is fine."""
+def pins_of(row: dict, asked_row, asked: str, other: str) -> str:
+    """Which specimen's pin a file of another specimen's valid copy matches: both, or only the other's."""
+    if asked_row is not None and asked_row.get("ok"):
+        return f"as the pins of both {asked} and {other}"
+    return f"as {other}'s pin, not {asked}'s"
+
+
+def artifact_row_line(row: dict, pins: str = "") -> str:
+    """One line per specimen file: its size and hash, or, for an optional file that is absent, why that is fine;
+    pins, when given, says which specimen's pin it matches."""
+    if pins:
+        return f"{artifact_row_line(row)} ({pins})"
     state = "ok     " if row["ok"] else "PROBLEM"
     if not row.get("present") and row["ok"]:
         return f"{state} {row['name']}: absent (optional): {row.get('absence') or 'no reason recorded'}"
@@ -32,26 +47,6 @@ def artifact_row_line(row: dict) -> str:
     if row.get("sha256") is None:  # listed, not hashed (the bundle cap)
         return f"{state} {row['name']}: {row['size']:,} bytes, not hashed ({row.get('problem') or 'not read'})"
     return f"{state} {row['name']}: {row['size']} bytes, sha256 {row['sha256']}"
-
-
-def other_specimen_match(artifacts_dir, asked: str):
-    """The spec of another known specimen (artifacts/*.json) that the folder is a valid copy of, with its check;
-    None when it is no other specimen's copy either. A stand-in copy checked against Pythia is named, not called
-    a damaged Pythia."""
-    from inferlab import specimen
-    from inferlab.specimen.spec import DEFAULT_ARTIFACTS_ROOT
-
-    for path in sorted(DEFAULT_ARTIFACTS_ROOT.glob("*.json")):
-        if path.stem == asked:
-            continue
-        try:
-            other = specimen.load_spec(path.stem)
-        except specimen.SpecimenError:
-            continue
-        result = specimen.check_specimen_files(artifacts_dir, other)
-        if result["ok"]:
-            return other, result
-    return None
 
 
 def run_check_artifacts(artifacts_dir, specimen_name) -> int:
@@ -65,21 +60,22 @@ def run_check_artifacts(artifacts_dir, specimen_name) -> int:
         print(f"check-artifacts: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     result = specimen.check_specimen_files(artifacts_dir, spec)
-    match = None if result["ok"] else other_specimen_match(artifacts_dir, name)
-    if match is not None:
-        other, other_result = match
-        for row in other_result["files"]:
-            print(artifact_row_line(row))
-        kind = "the SYNTHETIC" if other.synthetic else "the"
-        print(f"check-artifacts: {artifacts_dir} is NOT a copy of {spec.repo_id} at {spec.revision} (specimen "
-              f"{name}): it is a valid copy of {kind} {other.name} specimen ({other.repo_id} at {other.revision}), "
-              f"every file as artifacts/{other.name}.json pins it"
-              + (", so it is not Pythia" if other.synthetic else "") +
-              f". Use it with --specimen {other.name} --artifacts {artifacts_dir}")
+    other = result.get("other_specimen")
+    if other is not None:  # the same diagnosis, in the same words, as a run with --artifacts DIR
+        from inferlab.specimen.verification import check_specimen_files
+
+        other_spec = specimen.load_spec(other["name"], Path(spec.spec_file).parent)
+        asked = {row["name"]: row for row in result["files"]}
+        for row in check_specimen_files(artifacts_dir, other_spec, others=False)["files"]:
+            print(artifact_row_line(row, pins_of(row, asked.get(row["name"]), spec.name, other["name"])))
+        print(f"check-artifacts: {other['words']}")
         return EXIT_PROBLEMS
+    problems = list(result["problems"])
+    if problems and problems[0].endswith("is this the right folder?"):
+        print(f"problem: {problems.pop(0)}")  # what matters most, before any per-file line
     for row in result["files"]:
         print(artifact_row_line(row))
-    for line in result["problems"]:
+    for line in problems:
         print(f"problem: {line}")
     if not result["ok"]:
         print(f"check-artifacts: {artifacts_dir} is NOT a valid copy of {spec.repo_id} at {spec.revision} "

@@ -18,6 +18,10 @@ EXIT_INTEGRITY = 3  # a run fails verify: the comparison is printed, under the w
 EXIT_SHORT = EXIT_PROBLEMS  # a run is unfinished or partial: the comparison is printed, under a note that says so
 
 NAME = "compare"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "compared: both runs pass verify", 1: "compared, but a run is unfinished or partial (said first)",
+         2: "a folder that cannot be read, is not a run or is a plan folder (nothing compared)",
+         3: "compared, but a run fails verify (its integrity problems head the output)"}
 HELP = ("exact-id agreement per trial, tensor max abs diffs, timing median ratios DIR2/DIR1, environment differences; "
         "both runs are verified first (exit 3 when one fails, 1 when one is unfinished or partial; a plan folder is "
         "refused, exit 2)")

@@ -12,6 +12,10 @@ from typing import Optional
 from inferlab.cli import EXIT_UNREADABLE
 
 NAME = "grade"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "every required checklist item passes", 1: "a checklist item fails, or the run is unfinished or partial",
+         2: "a usage error, a rubric or reference that cannot be used, a folder that is not a run, a refused archive",
+         3: "an integrity problem: the files contradict each other, the reference or the replay"}
 HELP = ("grade runs item by item against the lab's submission checklist (record folders, submission archives, or "
         "a folder of submissions); reads files only, unless --replay re-executes them on your copy of the specimen")
 EPILOG = """RUN may be a run's record folder, an archive made by `pack`, or a folder whose subfolders and archives

@@ -10,6 +10,10 @@ from pathlib import Path
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
 
 NAME = "pack"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "the archive was written and verify found no problem", 1: "the archive was written, but verify found "
+                                                                     "problems (listed)",
+         2: "nothing written: a usage error, not a run, a plan folder, a run still being written, a bad output"}
 HELP = ("bundle a run folder, its addenda and a submission.json (the run, the commit, the inventory hashes) into "
         "one .tar.gz that grade reads directly")
 EPILOG = """exit status:

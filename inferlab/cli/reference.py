@@ -9,6 +9,10 @@ from pathlib import Path
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
 
 NAME = "reference"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "the reference was written", 1: "the run is not one to trust (verify found problems, or it is not the "
+                                                   "complete protocol): nothing written",
+         2: "a usage error, a folder that is not a run, an output that exists or lies inside the run folder"}
 HELP = ("an instructor's reference from a trusted run: the specimen's pins, the experiment's source hashes and every "
         "deterministic output, with a declared tolerance (keep it out of learners' reach)")
 EPILOG = """exit status:

@@ -8,6 +8,10 @@ import sys
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run, spelled
 
 NAME = "replay"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "every compared part agrees", 1: "a part disagrees, the run fails verify, or it is unfinished or partial "
+                                            "(said first)",
+         2: "cannot replay: another specimen, a copy that fails its pins, a plan folder, not a run"}
 SHOWN_PROBLEMS = 8
 HELP = ("re-execute a run's deterministic computations (prompt ids, the 26 generations with their seeds, first-step "
         "logits, matched prefixes, timing ids, batching) on your own verified copy of the specimen and compare "

@@ -17,6 +17,11 @@ from inferlab.cli import (
 )
 
 NAME = "report"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "the report printed or written (a plan folder: said, nothing to report); --check or --after found "
+            "nothing", 1: "--check found a difference, or --after an addendum changed, removed or not listed",
+         2: "not a run's record dir, or a Python without the modules it needs",
+         3: "--check met pages another report renderer version wrote: not compared"}
 HELP = "regenerate report.md's text from the records alone and print it (report-details.md too with --check and --write)"
 
 

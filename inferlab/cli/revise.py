@@ -14,6 +14,11 @@ from inferlab.cli.attach import after_hint, cannot_write, refused, state_lines, 
 from inferlab.measure.revised_criterion import MIN_DISTINCT_WORDS, MIN_WORDS
 
 NAME = "revise"
+# What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
+EXITS = {0: "judged again and kept", 1: "refused, nothing written: a tensor fails its hash, no cache comparison, "
+                                         "misaligned prefixes, a plan, no manifest, a damaged ledger",
+         2: "usage, nothing written: a bad or vacuous criterion, a thin or placeholder justification, not a run, its "
+            "session still running, RUN_DIR cannot be written"}
 HELP = ("judge RUN_DIR's saved matched-prefix logits again under a justified revised cache criterion and keep the "
         "result (both criteria, both verdicts per prefix, the justification, the time) as an addendum; the declared "
         "criterion and its verdict stay as recorded")

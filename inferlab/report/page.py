@@ -233,8 +233,9 @@ def failed_page(view: RunView, verdict: Verdict) -> list[str]:
         lines += [f"{failed}the specimen's files could not be obtained and verified, so no model was loaded and "
                   "nothing was measured. The recorded reason, in full:", "", "```text", reason, "```", "",
                   "## What to do next", ""]
-        failed_path = (view.first("artifact_acquisition") or {}).get("acquisition")
-        lines += bullet_list(guidance.acquisition_next_steps(view.specimen_spec(), failed_path))
+        failed = view.first("artifact_acquisition") or {}
+        other = failed.get("other_specimen") if isinstance(failed.get("other_specimen"), dict) else None
+        lines += bullet_list(guidance.acquisition_next_steps(view.specimen_spec(), failed.get("acquisition"), other))
     elif first is not None:
         lines += [f"`{first.get('test')}` {first.get('outcome')}, and nothing was measured after it. Its message, in "
                   "full:", "", "```text", *message_lines(first.get("longrepr")), "```"]

@@ -68,6 +68,32 @@ def rename_ended_runs(runs_dir: Path, *, hostname: str, now: Callable[[], str], 
     return found
 
 
+def rename_abandoned(folder: Path, *, now: Callable[[], str], by: dict) -> Optional[Path]:
+    """The folder of a run whose own session abandoned its final records (a stop signal again while they were
+    written), renamed to end in -incomplete at once, with the note saying why; None when its name already says how
+    it ended or it cannot be renamed (it then keeps its name, as a killed run's folder does until a later run)."""
+    folder = Path(folder)
+    if ENDED_NAME.search(folder.name):
+        return None
+    try:
+        renamed = rename_with_suffix(folder, SUFFIX)
+    except RecordDirError:
+        return None
+    note = {"renamed_from": folder.name, "renamed_to": renamed.name, "renamed_utc": now(), "by": by,
+            "why": "its own session abandoned its final records (a stop signal received again while they were "
+                   "written), so the run did not finish",
+            "claim": _read_json(renamed / CLAIM_FILE)}
+    try:
+        write_json_atomic(renamed / RENAME_NOTE, note)
+    except OSError:
+        try:
+            os.rename(renamed, folder)  # unrecorded, the rename is undone
+            return None
+        except OSError:
+            pass
+    return renamed
+
+
 def found_lines(found: list[dict], runs_dir) -> list[str]:
     """One line per folder found, for the terminal."""
     lines = []

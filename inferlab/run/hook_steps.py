@@ -7,6 +7,7 @@ come in as a {status: name} table, refusals go out as text for pytest's usage er
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import sys
 from typing import Callable, Optional
@@ -21,11 +22,18 @@ def start_refusal(config, specimen_name: str) -> Optional[str]:
     this platform, parallel workers, a reordering plugin, --lf across specimens."""
     has_plugin = config.pluginmanager.has_plugin
     return (options.trial_bound_refusal(sys.platform, hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer"),
-                                        has_plugin(options.TIMEOUT_PLUGIN))
+                                        has_plugin(options.TIMEOUT_PLUGIN),
+                                        importlib.util.find_spec("pytest_timeout") is not None, sys.executable)
             or options.parallel_refusal(config.getoption("numprocesses", None))
             or options.reordering_refusal(config.option, has_plugin)
             or plan.last_failed_refusal(config.option, config.pluginmanager.get_plugin("lfplugin"),
                                         getattr(config, "cache", None), specimen_name))
+
+
+def import_hint(nodeid: str, failure: str) -> Optional[str]:
+    """For a test file this Python could not import for want of the project's environment: one line naming this
+    interpreter and the one to use; None for any other collection failure."""
+    return options.missing_module_hint(nodeid, failure, sys.executable)
 
 
 def write_collected_plan(run: lifecycle.Run, config, locations: list, facts: list[TestFacts]) -> Optional[str]:

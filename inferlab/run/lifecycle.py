@@ -18,6 +18,7 @@ import collections
 import contextlib
 import datetime
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -478,8 +479,16 @@ class Run:
         if final is not None:
             return (f"Its final records were already written in {self.record_dir}; only the terminal summary is "
                     f"cut short.")
-        return (f"{self.record_dir} keeps the manifest written when the run began (complete: false), so it reads as "
-                f"unfinished; `{spelled(f'verify {self.record_dir}')}` lists what it holds.")
+        renamed = ""
+        if self.invocation.named_by_plugin:  # its name must not look like a good run's until a later run renames it
+            from inferlab.run import ended
+
+            folder = ended.rename_abandoned(self.record_dir, now=self.clock,
+                                            by={"pid": os.getpid(), "command": self.invocation.command})
+            if folder is not None:
+                renamed, self.record_dir = f"It is renamed {folder.name} now ({ended.RENAME_NOTE} says why). ", folder
+        return (f"{renamed}{self.record_dir} keeps the manifest written when the run began (complete: false), so it "
+                f"reads as unfinished; `{spelled(f'verify {self.record_dir}')}` lists what it holds.")
 
     def close(self) -> None:
         """Release what the session held: the network block, the signal handlers."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -174,15 +175,23 @@ def offline_setting(option: bool, environ) -> tuple[bool, Optional[str]]:
 TIMEOUT_PLUGIN = "timeout"  # pytest-timeout's plugin name, as -p no:timeout names it
 
 
-def trial_bound_refusal(platform: str, has_interval_timers: bool, has_timeout_plugin: bool) -> Optional[str]:
+def trial_bound_refusal(platform: str, has_interval_timers: bool, has_timeout_plugin: bool,
+                        plugin_installed: bool = True, executable: Optional[str] = None) -> Optional[str]:
     """Why the per-trial limit cannot be enforced, so that the experiments must not run; None when it can.
 
     The limit is pytest-timeout's signal method: it needs POSIX interval timers and the plugin itself (which
     `-p no:timeout` removes). A run without the bound is never called the complete protocol: it is refused.
+    plugin_installed is whether this interpreter (executable) has pytest-timeout at all: when it has not, the
+    cause is the interpreter (a system pytest, not the project's .venv), and the message names it.
     """
     if not has_interval_timers:
         return (f"this platform ({platform}) has no POSIX interval timers, so the {protocol.TRIAL_LIMIT_S} s "
                 f"per-trial limit cannot be enforced; the experiments refuse to run unbounded")
+    if not has_timeout_plugin and not plugin_installed:
+        return (f"this Python ({executable or 'the interpreter running pytest'}) is not the project's environment: "
+                f"it has no pytest-timeout (pinned in requirements.lock), so the {protocol.TRIAL_LIMIT_S} s per-trial "
+                f"limit cannot be enforced and the experiments refuse to run. Run them with the project's "
+                f"interpreter: {spelled('-m pytest experiments ...', 'python')} (`make` builds .venv)")
     if not has_timeout_plugin:
         return (f"the pytest-timeout plugin is not loaded (for example by -p no:{TIMEOUT_PLUGIN}), so the "
                 f"{protocol.TRIAL_LIMIT_S} s per-trial limit cannot be enforced; the experiments refuse to run "
@@ -247,3 +256,19 @@ def run_dir_name(specimen_name: str, plan: bool) -> str:
     """<UTC time>-<specimen>, and -plan for a plan: `ls runs` tells specimens and plans apart."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{specimen_name}" + ("-plan" if plan else "")
+
+
+# What a test file of this project imports that only the project's environment (.venv) has.
+ENVIRONMENT_MODULES = ("torch", "transformers", "numpy", "safetensors", "matplotlib", "pytest_timeout")
+_NO_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]+)'")
+
+
+def missing_module_hint(path: str, error_text: str, executable: str) -> Optional[str]:
+    """For a test file that could not be imported because this Python lacks a module of the project's
+    environment: one line naming the interpreter and the one to use; None for any other import error."""
+    found = _NO_MODULE.search(error_text or "")
+    if found is None or found.group(1).split(".")[0] not in ENVIRONMENT_MODULES:
+        return None
+    folder = path.split("/")[0] or path
+    return (f"{path}: this Python ({executable}) cannot import {found.group(1)}: it is not the project's "
+            f"environment. Run the tests with {spelled(f'-m pytest {folder}', 'python')} (`make` builds .venv)")

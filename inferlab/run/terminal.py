@@ -65,8 +65,10 @@ def write_summary(write: Callable[..., None], run) -> None:
         for line in (run.log.acquisition_error or acquisition.get("reason") or "(not recorded)").splitlines():
             write(f"  {line}")
         write("Next steps:", bold=True)
-        failed_path = next((r.get("acquisition") for r in run.records_of("artifact_acquisition")), None)
-        for number, step in enumerate(guidance.acquisition_next_steps(specimen, failed_path), start=1):
+        failed = next(iter(run.records_of("artifact_acquisition")), {})
+        other = failed.get("other_specimen")
+        for number, step in enumerate(guidance.acquisition_next_steps(specimen, failed.get("acquisition"), other),
+                                      start=1):
             write(f"  {number}. {step}")
         write("")
     if (run.record_dir / REPORT_FILE).exists():

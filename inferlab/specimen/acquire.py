@@ -349,7 +349,8 @@ def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None,
 
     Always: ok, specimen, acquisition, offline, directory (None when no folder is left to
     examine), error, deadline_s, deadline_expired, remote and verification (the per-file report of
-    the folder examined, or None). On success also elapsed_s, lock and stale_staging_removed.
+    the folder examined, or None); on failure also other_specimen (the folder is a valid copy of another
+    specimen: verification's other_specimen, else None). On success also elapsed_s, lock and stale_staging_removed.
     """
     seconds = float(deadline_s if deadline_s is not None else protocol.ACQUISITION_DEADLINE_S)
     try:
@@ -363,5 +364,7 @@ def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None,
                 "offline": offline, "directory": str(directory) if directory.is_dir() else None,
                 "error": str(error) or type(error).__name__, "deadline_s": seconds,
                 "deadline_expired": isinstance(error, DeadlineExpired), "remote": getattr(error, "remote", None),
-                "verification": verification}
+                "verification": verification,
+                # a valid copy of another specimen this checkout knows: named, with the flag that uses it
+                "other_specimen": (verification or {}).get("other_specimen")}
     return {"ok": True, "offline": offline, "error": None, "deadline_expired": False, **result}

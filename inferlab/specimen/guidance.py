@@ -30,15 +30,22 @@ def acquisition_cause(record: dict, offline: bool = False) -> str:
     return "the download from the hub failed"
 
 
-def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] = None) -> list[str]:
+def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] = None,
+                           other_copy: Optional[dict] = None) -> list[str]:
     """The ways forward after a failed acquisition, as Markdown-free lines of text (one step per line).
 
-    acquisition is the path that failed (the artifact_acquisition record's `acquisition`), when known.
+    acquisition is the path that failed (the artifact_acquisition record's `acquisition`), when known; other_copy
+    the verification's other_specimen (the folder is a valid copy of another specimen): then the first step is
+    to use it as that specimen, never to replace or delete it.
     """
     from inferlab.specimen.verification import builder_module
 
     specimen = specimen or {}
     name = specimen.get("name", protocol.DEFAULT_SPECIMEN)
+    if isinstance(other_copy, dict) and isinstance(other_copy.get("words"), str):
+        return [f"{other_copy['words']}.",
+                f"For {name} itself, pass --artifacts with a copy of {name}, or leave --artifacts out.",
+                "Every run needs a new record dir; `make run` makes one under runs/ for you."]
     if specimen.get("synthetic") and acquisition == "reuse:artifacts_dir":
         return [
             f"Your --artifacts copy of the synthetic {name} specimen failed verification: the error above names "

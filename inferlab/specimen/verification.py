@@ -18,7 +18,7 @@ from typing import Optional
 from inferlab.specimen import entries as entry_rules
 from inferlab.specimen import weights
 from inferlab.specimen.files import FileCheckError, json_problems, read_stable
-from inferlab.specimen.spec import WEIGHT_FILE, SpecimenError, SpecimenSpec
+from inferlab.specimen.spec import WEIGHT_FILE, SpecimenError, SpecimenSpec, load_spec
 
 
 def _empty_row(name: str, spec: SpecimenSpec) -> dict:
@@ -128,7 +128,8 @@ def _diagnose_weight(row: dict, path: Path, spec: SpecimenSpec) -> None:
     row["problem"] += f"; this looks like {row['diagnosis']['summary']}. {row['diagnosis']['advice']}"
 
 
-def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
+def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None,
+                         others: bool = True) -> dict:
     """Check a folder against a spec; never raises for what it finds, never opens a non-regular file.
 
     Returns {directory, ok, files, entries, extra_files, bundle_bytes, problems}: one row per
@@ -138,6 +139,9 @@ def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Opti
     allowlisted names (extra_files), and the byte total of the allowlisted files present.
     A missing optional file counts as absent at the revision only when the spec pins it absent or
     `absence_known_from` says how that is known (the hub's listing); otherwise it is absent from this copy.
+    A folder that fails is checked against every other specimen this checkout knows (others=True): a valid copy
+    of one is named as such (report["other_specimen"], one problem in other_specimen_words), and no advice says
+    to delete it.
     """
     directory = Path(directory).expanduser()
     report = {"directory": str(directory), "ok": False, "files": [], "entries": [], "extra_files": [],
@@ -168,17 +172,16 @@ def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Opti
         row["size"] = entry["size"]
         readable.append(row)
     report["bundle_bytes"] = sum(row["size"] for row in readable)
-    problems = []
+    first = []  # what matters most, said before the per-file lines: the wrong folder, the one cause over the cap
     if scan["truncated"]:
-        problems.append(f"{directory}: expected a specimen folder of a few files, actual: more than "
-                        f"{entry_rules.MAX_ENTRIES} entries (listing stopped); is this the right folder?")
-    if report["bundle_bytes"] > spec.bundle_cap_bytes:
-        sizes = {row["name"]: row["size"] for row in readable}
-        problems.append(f"{directory}: expected the allowlisted files to total at most {spec.bundle_cap_bytes} bytes "
-                        f"(the bundle cap), actual {report['bundle_bytes']} bytes {sizes}; nothing was read")
-        for row in readable:
-            row["problem"] = (f"{row['name']} in {directory}: not read, the bundle is over the cap "
-                              f"({row['size']} bytes listed)")
+        first.append(f"{directory}: expected a specimen folder of a few files, actual: more than "
+                     f"{entry_rules.MAX_ENTRIES} entries (listing stopped); is this the right folder?")
+    over_cap = report["bundle_bytes"] > spec.bundle_cap_bytes
+    if over_cap:
+        first.append(_over_cap_problem(directory, spec, readable))
+        for row in readable:  # one cause, said once above; each row says it was not read, and why
+            row["problem"] = (f"{row['name']} in {directory}: not read ({row['size']:,} bytes listed): the "
+                              f"allowlisted files are over the bundle cap, {_largest(readable)}")
     else:
         for row in readable:
             _check_present(row, directory / row["name"], spec, directory)
@@ -186,11 +189,71 @@ def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Opti
         row["reference"] = _reference(spec, row["name"], row)
         if row["name"] == WEIGHT_FILE and row in readable and _fails_its_pin(row):
             _diagnose_weight(row, directory / row["name"], spec)
-    problems = [row["problem"] for row in rows if row["problem"]] + problems
+    problems = first + [row["problem"] for row in rows  # a row not read over the cap adds only its diagnosis
+                        if row["problem"] and not (over_cap and row in readable and row["diagnosis"] is None)]
     by_path_reason = {entry["path"]: entry["reason"] for entry in scan["entries"]}
-    problems += [f"{path} in {directory}: {by_path_reason[path]}" for path in report["extra_files"]]
-    report.update(files=rows, ok=not problems, problems=problems)
+    extra = [f"{path} in {directory}: {by_path_reason[path]}" for path in report["extra_files"]]
+    problems += extra[:EXTRA_SHOWN]
+    if len(extra) > EXTRA_SHOWN:
+        problems.append(f"... and {len(extra) - EXTRA_SHOWN} more entries of {directory} refused (every one is in the "
+                        f"report's extra_files; {len(extra)} in all)")
+    report.update(files=rows, ok=not problems, problems=problems, other_specimen=None)
+    match = other_specimen_copy(directory, spec) if problems and others and not scan["truncated"] else None
+    if match is not None:
+        other, _ = match
+        words = other_specimen_words(directory, spec, other)
+        for row in rows:
+            if not row["ok"]:
+                row.update(diagnosis=None, problem=f"{row['name']} in {directory}: not as {spec.name}'s pin "
+                                                   f"(artifacts/{spec.name}.json), but as {other.name}'s: {words}")
+        report.update(problems=[words], other_specimen={
+            "name": other.name, "repo_id": other.repo_id, "revision": other.revision, "synthetic": other.synthetic,
+            "words": words})
     return report
+
+
+def other_specimen_copy(directory, spec: SpecimenSpec) -> Optional[tuple[SpecimenSpec, dict]]:
+    """(the spec, the check) of another specimen this checkout knows (the *.json beside spec's own file) that the
+    folder is a valid copy of; None when it is no other specimen's copy either."""
+    root = Path(spec.spec_file).parent
+    for path in sorted(root.glob("*.json")) if root.is_dir() else ():
+        if path.stem == spec.name:
+            continue
+        try:
+            other = load_spec(path.stem, root)
+        except SpecimenError:
+            continue
+        result = check_specimen_files(directory, other, others=False)
+        if result["ok"]:
+            return other, result
+    return None
+
+
+def other_specimen_words(directory, spec: SpecimenSpec, other: SpecimenSpec) -> str:
+    """What a valid copy of another specimen is, in the words the run and check-artifacts both use."""
+    kind = "the SYNTHETIC" if other.synthetic else "the"
+    return (f"{directory} is NOT a copy of {spec.repo_id} at {spec.revision} (specimen {spec.name}): it is a valid "
+            f"copy of {kind} {other.name} specimen ({other.repo_id} at {other.revision}), every file as "
+            f"artifacts/{other.name}.json pins it" + (", so it is not Pythia" if other.synthetic else "") +
+            f". Keep it; use it with --specimen {other.name} --artifacts {directory}")
+
+
+EXTRA_SHOWN = 10  # refused entries listed one per line; the rest are counted (a mistaken --artifacts ~ has many)
+
+
+def _largest(readable: list[dict]) -> str:
+    """'tokenizer_config.json is 40,000,000 bytes': the largest allowlisted file, the likely cause over the cap."""
+    row = max(readable, key=lambda r: r["size"])
+    return f"{row['name']} is {row['size']:,} bytes"
+
+
+def _over_cap_problem(directory: Path, spec: SpecimenSpec, readable: list[dict]) -> str:
+    """The one problem of a folder whose allowlisted files are over the bundle cap, naming the largest file."""
+    pinned = spec.expected.get(max(readable, key=lambda r: r["size"])["name"]) or {}
+    expected = f" (its pin is {pinned['size']:,} bytes)" if isinstance(pinned.get("size"), int) else ""
+    return (f"{directory}: expected the allowlisted files to total at most {spec.bundle_cap_bytes} bytes (the "
+            f"bundle cap), actual {sum(r['size'] for r in readable):,} bytes: {_largest(readable)}{expected}; "
+            f"nothing was read")
 
 
 def require_verified(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:

@@ -29,6 +29,7 @@ class Checker:
         # How the session ended (set by ending.read_ending once the records could be read).
         self.end: Optional[dict] = None
         self.unfinished: Optional[str] = None
+        self.live = False  # no session_end, and the process its claim names is still running (the session)
         self.partial: list[str] = []
         self.unreached: set = set()
         self.final_records_missing = False  # unfinished, and the manifest is still the one from the start

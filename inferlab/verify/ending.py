@@ -24,6 +24,16 @@ def read_ending(checker: Checker) -> None:
     read_plan(checker)
     checker.partial = view.plan_partial_reasons()
     checker.unfinished = view.unfinished
+    checker.live = False
+    if view.ending == "killed" and isinstance(view.claim, dict):  # no session_end: killed, or still running
+        from inferlab.run.live_claim import claimant
+
+        found = claimant(view.claim)
+        if found.live:
+            checker.live = True
+            checker.unfinished = (f"no session_end record yet: the run is LIVE, its session still running ("
+                                  f"{found.why}), so these are not its final records; verify it again once the "
+                                  f"session has ended")
     checker.unreached = view.unreached
     checker.final_records_missing = bool(checker.unfinished and checker.manifest is not None
                                          and not view.final_manifest_written)
@@ -35,7 +45,7 @@ def report_ending(checker: Checker) -> None:
     schedule = checker.view.schedule
     if checker.unfinished:
         line = f"unfinished: {checker.unfinished}"
-        if checker.view.ending == "killed":  # what the claim says: its process gone (renamed?) or still running
+        if checker.view.ending == "killed" and not checker.live:  # what the claim says: its process gone (renamed?) or still running
             from inferlab.run.ended import killed_detail
 
             line += killed_detail(checker.view.claim, checker.view.rename_note)
