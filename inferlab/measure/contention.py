@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab import protocol
+from inferlab.measure import collector
 from inferlab.measure.summaries import post_first_interval, trial_contended
 
 try:  # not on every platform (Windows has no resource module; macOS has no RUSAGE_THREAD)
@@ -39,7 +40,12 @@ _CLOCK = time.perf_counter_ns  # bound once: the cost measurement keeps its own 
 
 SPANS = ("prefill", "loop")
 READING_POINTS = ("start", "prefill_done", "end")
-READING_FIELDS = ("thread_cpu_ns", "voluntary_switches", "involuntary_switches")
+READING_FIELDS = ("thread_cpu_ns", "voluntary_switches", "involuntary_switches", "thread_minor_faults",
+                  "thread_major_faults", "process_minor_faults", "process_major_faults")
+# which readings are the timed thread's own and which the whole process's (RUSAGE_THREAD against RUSAGE_SELF)
+READING_SCOPE = {"thread_cpu_ns": "thread", "voluntary_switches": "thread", "involuntary_switches": "thread",
+                 "thread_minor_faults": "thread", "thread_major_faults": "thread",
+                 "process_minor_faults": "process", "process_major_faults": "process"}
 
 
 def usage_sources() -> dict:
@@ -47,64 +53,81 @@ def usage_sources() -> dict:
     cpu = ("time.thread_time_ns (the thread's CPU clock)" if _THREAD_TIME_NS is not None
            else "resource.getrusage(RUSAGE_THREAD) ru_utime + ru_stime" if _RUSAGE_THREAD is not None else None)
     switches = ("resource.getrusage(RUSAGE_THREAD) ru_nvcsw, ru_nivcsw" if _RUSAGE_THREAD is not None else None)
-    return {"thread_cpu": cpu, "context_switches": switches}
+    thread_faults = ("resource.getrusage(RUSAGE_THREAD) ru_minflt, ru_majflt (this thread's own)"
+                     if _RUSAGE_THREAD is not None else None)
+    process_faults = ("resource.getrusage(RUSAGE_SELF) ru_minflt, ru_majflt (every thread of the process)"
+                      if resource is not None else None)
+    return {"thread_cpu": cpu, "context_switches": switches, "thread_page_faults": thread_faults,
+            "process_page_faults": process_faults}
 
 
 def usage_reader() -> tuple[Callable[[], list], Callable[[], list]]:
-    """(read_at_start, read_at_end): each returns [thread_cpu_ns, voluntary, involuntary] (None where unavailable).
+    """(read_at_start, read_at_end): each returns the READING_FIELDS values (None where unavailable).
 
     The CPU reading is the last thing a start reader does and the first thing an end reader does, so it sits next
     to the wall clock read on both sides: a start reader builds its list before it reads the CPU clock and only
     stores an int after it. On CPython 3.11 a cyclic garbage collection runs inside whichever allocation crosses
     the threshold; one that ran after the CPU reading and before the wall stamp counted tens of milliseconds of CPU
-    time the wall span did not contain (a CI run recorded 34 ms of CPU in 18.8 ms of wall time).
+    time the wall span did not contain (a CI run recorded 34 ms of CPU in 18.8 ms of wall time). The page-fault
+    readings (two getrusage calls: the thread's, then the process's) are taken before the CPU reading at the start
+    and after it at the end, so they too stay outside the pair of CPU and wall stamps.
     """
     thread_time, who = _THREAD_TIME_NS, _RUSAGE_THREAD
     if who is not None:
-        getrusage = resource.getrusage
+        getrusage, whole = resource.getrusage, resource.RUSAGE_SELF
         if thread_time is not None:
             def start() -> list:
-                reading = [None, None, None]
+                reading = [None, None, None, None, None, None, None]
                 # called after the list exists: 3.12+ runs a collection that an allocation made due at the check
                 # after the next call, so it runs here, before the CPU reading, not after it
                 usage = getrusage(who)
+                process = getrusage(whole)
                 reading[1], reading[2] = usage.ru_nvcsw, usage.ru_nivcsw
+                reading[3], reading[4] = usage.ru_minflt, usage.ru_majflt
+                reading[5], reading[6] = process.ru_minflt, process.ru_majflt
                 reading[0] = thread_time()
                 return reading
 
             def end() -> list:
                 cpu = thread_time()
                 usage = getrusage(who)
-                return [cpu, usage.ru_nvcsw, usage.ru_nivcsw]
+                process = getrusage(whole)
+                return [cpu, usage.ru_nvcsw, usage.ru_nivcsw, usage.ru_minflt, usage.ru_majflt, process.ru_minflt,
+                        process.ru_majflt]
 
             return start, end
 
         def start_from_rusage() -> list:
-            reading = [None, None, None]
+            process = getrusage(whole)  # before the list: the list, not the CPU call, meets a collection now due
+            reading = [None, None, None, None, None, None, None]
             usage = getrusage(who)  # its result is allocated inside the call, before the reading is taken
             # int(x + 0.5), not round(): round() looks up __round__ and allocates a bound method, a tracked object
             reading[0] = int((usage.ru_utime + usage.ru_stime) * 1e9 + 0.5)
             reading[1], reading[2] = usage.ru_nvcsw, usage.ru_nivcsw
+            reading[3], reading[4] = usage.ru_minflt, usage.ru_majflt
+            reading[5], reading[6] = process.ru_minflt, process.ru_majflt
             return reading
 
         def end_from_rusage() -> list:
             usage = getrusage(who)
-            return [int((usage.ru_utime + usage.ru_stime) * 1e9 + 0.5), usage.ru_nvcsw, usage.ru_nivcsw]
+            process = getrusage(whole)
+            return [int((usage.ru_utime + usage.ru_stime) * 1e9 + 0.5), usage.ru_nvcsw, usage.ru_nivcsw,
+                    usage.ru_minflt, usage.ru_majflt, process.ru_minflt, process.ru_majflt]
 
         return start_from_rusage, end_from_rusage
     if thread_time is not None:
         def start_cpu_only() -> list:
-            reading = [None, None, None]
+            reading = [None, None, None, None, None, None, None]
             reading[0] = thread_time()
             return reading
 
         def end_cpu_only() -> list:
-            return [thread_time(), None, None]
+            return [thread_time(), None, None, None, None, None, None]
 
         return start_cpu_only, end_cpu_only
 
     def nothing() -> list:
-        return [None, None, None]
+        return [None, None, None, None, None, None, None]
 
     return nothing, nothing
 
@@ -136,27 +159,57 @@ def _delta(readings: dict, first: str, last: str, index: int) -> Optional[int]:
     return None if x is None or y is None else y - x
 
 
+FAULT_FIELDS = READING_FIELDS[3:]
+DISTURBANCES = ("collection", "major_fault", "minor_fault")  # what else can run inside a span, as its label says
+
+
+def disturbances(span: dict) -> list[str]:
+    """What else ran inside a span (span_evidence's fields): a collection, a major fault, a minor fault (thread or
+    process); empty when nothing did or nothing could be read."""
+    found = []
+    if (span.get("collections") or 0) > 0:
+        found.append("collection")
+    if any((span.get(name) or 0) > 0 for name in ("thread_major_faults", "process_major_faults")):
+        found.append("major_fault")
+    if any((span.get(name) or 0) > 0 for name in ("thread_minor_faults", "process_minor_faults")):
+        found.append("minor_fault")
+    return found
+
+
 def span_evidence(readings: dict, first: str, last: str, wall_ns: Optional[int],
-                  rule: protocol.ContentionRule = protocol.CONTENTION_RULE) -> dict:
-    """One span's CPU time, share of its wall time, switches and contention under the rule."""
+                  rule: protocol.ContentionRule = protocol.CONTENTION_RULE, collections: Optional[dict] = None) -> dict:
+    """One span's CPU time, share of its wall time, switches, page faults, collections and contention under the rule.
+
+    collections: collector.in_span's count for this span (None when the trial recorded no collection events).
+    """
     cpu = _delta(readings, first, last, 0)
     share = cpu / wall_ns if cpu is not None and isinstance(wall_ns, int) and wall_ns > 0 else None
     involuntary = _delta(readings, first, last, 2)
-    return {"wall_ns": wall_ns, "cpu_ns": cpu, "cpu_share": share,
+    span = {"wall_ns": wall_ns, "cpu_ns": cpu, "cpu_share": share,
             "voluntary_switches": _delta(readings, first, last, 1), "involuntary_switches": involuntary,
+            **{name: _delta(readings, first, last, READING_FIELDS.index(name)) for name in FAULT_FIELDS},
+            "collections": collections["collections"] if collections else None,
+            "collections_by_generation": collections["by_generation"] if collections else None,
+            "collector_ns": collections["collector_ns"] if collections else None,
             "contended": rule.span_contended(share, involuntary)}
+    span["disturbed_by"] = disturbances(span)
+    return span
 
 
 def trial_evidence(readings: dict, t_start_ns: int, t_prefill_done_ns: int, t_end_ns: int,
-                   rule: protocol.ContentionRule = protocol.CONTENTION_RULE) -> dict:
-    """A trial's derived fields: `cpu_evidence` per span and `contended` (None when nothing could be read).
+                   rule: protocol.ContentionRule = protocol.CONTENTION_RULE, gc_events=None) -> dict:
+    """A trial's derived fields: `cpu_evidence` per span, `contended` (None when nothing could be read) and
+    `disturbed_by` (what else ran in any span: DISTURBANCES).
 
     readings: {"start": [...], "prefill_done": [...], "end": [...]} as usage_reader() returned them; the prefill
     span is start..prefill_done against t_prefill_done_ns - t_start_ns, the loop span start..end against
-    t_end_ns - t_start_ns (exactly loop_s).
+    t_end_ns - t_start_ns (exactly loop_s). gc_events: the trial's collector.CollectionWatch events (None when it
+    recorded none); a collection belongs to a span when it started between the span's wall stamps.
     """
-    spans = {"prefill": span_evidence(readings, "start", "prefill_done", t_prefill_done_ns - t_start_ns, rule),
-             "loop": span_evidence(readings, "start", "end", t_end_ns - t_start_ns, rule)}
+    spans = {"prefill": span_evidence(readings, "start", "prefill_done", t_prefill_done_ns - t_start_ns, rule,
+                                      collector.in_span(gc_events, t_start_ns, t_prefill_done_ns)),
+             "loop": span_evidence(readings, "start", "end", t_end_ns - t_start_ns, rule,
+                                   collector.in_span(gc_events, t_start_ns, t_end_ns))}
     flags = [spans[name]["contended"] for name in SPANS]
     contended = None if all(f is None for f in flags) else any(bool(f) for f in flags)
     reasons = []
@@ -167,7 +220,8 @@ def trial_evidence(readings: dict, t_start_ns: int, t_prefill_done_ns: int, t_en
         if span["involuntary_switches"] is not None and span["involuntary_switches"] > rule.max_involuntary_switches:
             reasons.append(f"{name} involuntary switches {span['involuntary_switches']} > "
                            f"{rule.max_involuntary_switches}")
-    return {"cpu_evidence": spans, "contended": contended, "contention_reasons": reasons}
+    disturbed = [kind for kind in DISTURBANCES if any(kind in spans[name]["disturbed_by"] for name in SPANS)]
+    return {"cpu_evidence": spans, "contended": contended, "contention_reasons": reasons, "disturbed_by": disturbed}
 
 
 def recorded_evidence(record: dict) -> Optional[dict]:
@@ -177,7 +231,7 @@ def recorded_evidence(record: dict) -> Optional[dict]:
     if not isinstance(readings, dict) or _int(start) is None or _int(prefill) is None \
             or not isinstance(tokens, list) or not tokens or _int(tokens[-1]) is None:
         return None
-    return trial_evidence(readings, start, prefill, tokens[-1])
+    return trial_evidence(readings, start, prefill, tokens[-1], gc_events=record.get("gc_events"))
 
 
 def loop_cpu_share(record: dict) -> Optional[float]:
