@@ -17,6 +17,7 @@ Nothing here reads the model; everything but the readers is arithmetic on record
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab import protocol
-from inferlab.measure import collector
+from inferlab.measure import collector, intervals
 from inferlab.measure.summaries import post_first_interval, trial_contended
 
 try:  # not on every platform (Windows has no resource module; macOS has no RUSAGE_THREAD)
@@ -379,9 +380,9 @@ def _measured(trials: list[dict], prompt_id: str, use_cache: bool) -> list[dict]
 def _group(trials: list[dict], metric: str, uncontended_only: bool) -> dict:
     chosen = [t for t in trials if not uncontended_only or trial_contended(t) is False]
     values = [(t, _value(t, metric)) for t in chosen]
-    values = [(t, v) for t, v in values if v is not None]
+    values = [(t, v) for t, v in values if v is not None and v > 0]
     numbers = [v for _, v in values]
-    return {"n": len(numbers), "schedule_ids": [t.get("schedule_id") for t, _ in values],
+    return {"n": len(numbers), "schedule_ids": [t.get("schedule_id") for t, _ in values], "values": numbers,
             "median": statistics.median(numbers) if numbers else None,
             "min": min(numbers) if numbers else None, "max": max(numbers) if numbers else None}
 
@@ -392,75 +393,92 @@ def _uncontended_or_all(on: list[dict], off: list[dict]) -> bool:
     return all(sum(1 for t in group if trial_contended(t) is False) >= minimum for group in (on, off))
 
 
+def interval_fields(shift: dict) -> dict:
+    """An intervals.log_shift result with its shift also as fractions of time (exp(shift) - 1)."""
+    return {**shift, "estimate_fraction": intervals.fraction(shift["estimate"]),
+            "low_fraction": intervals.fraction(shift["low"]), "high_fraction": intervals.fraction(shift["high"])}
+
+
+def _shift(a: dict, b: dict) -> dict:
+    """log(b) - log(a) over two _group results, as interval_fields."""
+    return interval_fields(intervals.log_shift(a["values"], b["values"]))
+
+
 def aa_noise(trials: list[dict], prompt_id: str) -> dict:
     """The A/A comparison of one timing prompt: prefill_s with and without the cache (the same forward over the same
-    ids), |median_on - median_off| / the smaller median; from the uncontended samples when each side has enough."""
+    ids) as an interval of the shift of log times (intervals.log_shift, without against with); its noise_fraction is
+    how far from zero that interval reaches, as a fraction of time. From the uncontended samples when each side has
+    enough."""
     on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
     uncontended = _uncontended_or_all(on, off)
     a, b = _group(on, "prefill_s", uncontended), _group(off, "prefill_s", uncontended)
-    fraction = None
-    if a["median"] is not None and b["median"] is not None and min(a["median"], b["median"]) > 0:
-        fraction = abs(a["median"] - b["median"]) / min(a["median"], b["median"])
+    interval = _shift(a, b)
+    reach = intervals.noise_margin([interval])
     return {"prompt_id": prompt_id, "metric": "prefill_s", "samples": "uncontended" if uncontended else "all",
-            "cache_on": a, "cache_off": b, "noise_fraction": fraction}
+            "cache_on": a, "cache_off": b, "interval": interval, "noise_log": reach,
+            "noise_fraction": intervals.fraction(reach)}
 
 
 def run_noise(trials: list[dict]) -> dict:
-    """This run's noise floor: the largest A/A fraction over the timing prompts (None when none was measured)."""
+    """This run's noise: the farthest any timing prompt's A/A interval reaches from zero (None when none exists)."""
     per_prompt = [aa_noise(trials, p) for p in protocol.TIMING_PROMPTS]
-    fractions = [n["noise_fraction"] for n in per_prompt if n["noise_fraction"] is not None]
-    return {"per_prompt": per_prompt, "noise_fraction": max(fractions) if fractions else None,
+    margin = intervals.noise_margin([n["interval"] for n in per_prompt])
+    return {"per_prompt": per_prompt, "noise_log": margin, "noise_fraction": intervals.fraction(margin),
+            "method": intervals.METHOD, "declared_level": intervals.DECLARED_LEVEL,
             "definition": "prefill with and without the cache is one forward over the same ids (the cache-on path "
-                          "also stores its keys and values): |median on - median off| / the smaller median, the "
-                          "largest over the timing prompts"}
-
-
-def _decide(on: dict, off: dict, noise: Optional[float]) -> tuple[str, str, Optional[float]]:
-    if on["median"] is None or off["median"] is None or not on["median"] > 0:
-        return "cannot_tell", "a condition has no sample", None
-    effect = off["median"] / on["median"] - 1
-    if noise is None:
-        return "cannot_tell", "this run has no A/A noise figure", effect
-    if abs(effect) <= noise:
-        return "cannot_tell", f"the effect {effect:+.1%} is within this run's noise ±{noise:.1%}", effect
-    if effect > 0 and on["max"] < off["min"]:
-        return "faster", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} and the ranges do not overlap", \
-            effect
-    if effect < 0 and on["min"] > off["max"]:
-        return "slower", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} and the ranges do not overlap", \
-            effect
-    return "cannot_tell", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} but the ranges overlap", effect
+                          "also stores its keys and values): per timing prompt an interval of the shift of log "
+                          "prefill times without against with the cache, by the stated method; this run's noise is "
+                          "the farthest any of them reaches from zero, as a fraction of time"}
 
 
 def cache_verdict(trials: list[dict], prompt_id: str, metric: str, noise: Optional[float]) -> dict:
     """Whether the cache made this metric faster for this prompt in this run: 'faster', 'slower' or 'cannot_tell'.
 
-    The verdict rests on the uncontended samples only; with fewer than protocol.VERDICT_MIN_UNCONTENDED on either
-    side it is 'cannot_tell'. effect = median without / median with the cache - 1 (positive: the cache is faster).
-    The all-sample verdict is given beside it, labelled, and is never the claim.
+    noise: this run's noise as a log shift (run_noise's noise_log). The effect is the shift of log times without
+    against with the cache (positive: the cache is faster), with its interval (intervals.log_shift); it is claimed
+    only when the whole interval clears the noise (intervals.verdict). The verdict rests on the uncontended samples
+    only; with fewer than protocol.VERDICT_MIN_UNCONTENDED on either side it is 'cannot_tell'. The all-sample
+    verdict is given beside it, labelled, and is never the claim. `effect` is the estimate as a fraction of time.
     """
     on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
     clean_on, clean_off = _group(on, metric, True), _group(off, metric, True)
     every_on, every_off = _group(on, metric, False), _group(off, metric, False)
     excluded = [t.get("schedule_id") for t in on + off if trial_contended(t) is not False]
     minimum = protocol.VERDICT_MIN_UNCONTENDED
+    clean, everything = _shift(clean_on, clean_off), _shift(every_on, every_off)
     if min(clean_on["n"], clean_off["n"]) < minimum:
-        verdict, reason, effect = ("cannot_tell", f"fewer than {minimum} uncontended samples on a side "
-                                   f"(cache on {clean_on['n']}, off {clean_off['n']})", None)
+        verdict, reason = ("cannot_tell", f"fewer than {minimum} uncontended samples on a side "
+                           f"(cache on {clean_on['n']}, off {clean_off['n']})")
     else:
-        verdict, reason, effect = _decide(clean_on, clean_off, noise)
-    all_verdict, _, all_effect = _decide(every_on, every_off, noise)
-    return {"prompt_id": prompt_id, "metric": metric, "verdict": verdict, "reason": reason, "effect": effect,
-            "noise_fraction": noise, "cache_on": clean_on, "cache_off": clean_off, "not_used": excluded,
-            "all_samples": {"verdict": all_verdict, "effect": all_effect, "cache_on": every_on,
-                            "cache_off": every_off}}
+        verdict, reason = intervals.verdict(clean, noise)
+    all_verdict, _ = intervals.verdict(everything, noise)
+    return {"prompt_id": prompt_id, "metric": metric, "verdict": verdict, "reason": reason,
+            "effect": clean["estimate_fraction"], "interval": clean, "noise_log": noise,
+            "noise_fraction": intervals.fraction(noise), "cache_on": clean_on, "cache_off": clean_off,
+            "not_used": excluded,
+            "all_samples": {"verdict": all_verdict, "effect": everything["estimate_fraction"], "interval": everything,
+                            "cache_on": every_on, "cache_off": every_off}}
+
+
+def prefill_vs_decode(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
+    """How many decode steps one prefill is worth in this condition: the shift of log prefill_s against log mean
+    post-first interval with its interval (ratio = exp(shift)), from the uncontended samples when there are enough."""
+    chosen = _measured(trials, prompt_id, use_cache)
+    enough = sum(1 for t in chosen if trial_contended(t) is False) >= protocol.VERDICT_MIN_UNCONTENDED
+    step, prefill = _group(chosen, "mean_post_first_interval_s", enough), _group(chosen, "prefill_s", enough)
+    shift = intervals.log_shift(step["values"], prefill["values"])
+    ratio = {name: None if shift[name] is None else math.exp(shift[name]) for name in ("estimate", "low", "high")}
+    return {"prompt_id": prompt_id, "use_cache": use_cache, "samples": "uncontended" if enough else "all",
+            "prefill": prefill, "decode_step": step, "interval": shift, "ratio": ratio}
 
 
 def cache_verdicts(trials: list[dict]) -> dict:
-    """The noise floor and one verdict per timing prompt and metric (VERDICT_METRICS)."""
+    """The noise, one verdict per timing prompt and metric (VERDICT_METRICS), and prefill against one decode step."""
     noise = run_noise(trials)
-    return {"noise": noise, "verdicts": [cache_verdict(trials, p, m, noise["noise_fraction"])
-                                         for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS]}
+    return {"noise": noise, "verdicts": [cache_verdict(trials, p, m, noise["noise_log"])
+                                         for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS],
+            "prefill_vs_decode": [prefill_vs_decode(trials, p, c) for p in protocol.TIMING_PROMPTS
+                                  for c in (True, False)]}
 
 
 def contention_counts(trials: list[dict]) -> dict:
