@@ -135,3 +135,16 @@ def in_span(events, first_ns: int, last_ns: int) -> Optional[dict]:
             counts[str(generation)] = counts.get(str(generation), 0) + 1
             spent += min(stop, last_ns) - start
     return {"collections": sum(counts.values()), "by_generation": counts, "collector_ns": spent}
+
+
+def watch_cost(collections: int) -> dict:
+    """What a CollectionWatch adds to one collection inside a span: its start and stop callbacks run `collections`
+    times on a watch of its own (no collection is made), per_collection_ns = elapsed / collections."""
+    watch = CollectionWatch()
+    info = {"generation": 0, "collected": 0, "uncollectable": 0}
+    began = _CLOCK()
+    for _ in range(collections):
+        watch("start", info)
+        watch("stop", info)
+    elapsed = _CLOCK() - began
+    return {"watch_collections": collections, "watch_elapsed_ns": elapsed, "watch_per_collection_ns": elapsed / collections}

@@ -313,8 +313,10 @@ CLOCK_OVERHEAD_METHOD = (
     "{reads} consecutive calls of time.perf_counter_ns in a plain Python for loop, bracketed by two more "
     "reads; per_read_ns = elapsed_ns / reads. The loop's own iteration is included, so this bounds the cost "
     "of one read from above. No model forward and no timed region is involved. The thread-usage readings "
-    "(inferlab.measure.contention.usage_reader) are timed the same way: {usage_pairs} start-and-end pairs, "
-    "usage_per_read_ns = usage_elapsed_ns / usage_reads"
+    "(inferlab.measure.contention.usage_reader: CPU time, switches, the thread's and the process's page faults) are "
+    "timed the same way: {usage_pairs} start-and-end pairs, usage_per_read_ns = usage_elapsed_ns / usage_reads; and "
+    "the collection watch's two callbacks, {usage_pairs} start-and-stop pairs without a collection, "
+    "watch_per_collection_ns = watch_elapsed_ns / watch_collections"
 )
 
 
@@ -346,6 +348,8 @@ def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol
         "usage_reads_per_trial": USAGE_READS_PER_TRIAL,
         "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
         "usage_inside_loop_ns": usage["usage_per_read_ns"] * USAGE_READS_INSIDE_LOOP,
+        "usage_fields": list(contention.READING_FIELDS),
+        **collector.watch_cost(usage_pairs),
         "method": CLOCK_OVERHEAD_METHOD.format(reads=reads, usage_pairs=usage_pairs),
     }
 
@@ -365,7 +369,8 @@ def decode_profiling_text(tokenizer, generated_ids: list[int]) -> tuple[str, flo
 def greedy_generation_config(new_tokens: int, eos_token_id: EosIds, pad_token_id: Optional[int], **extra) -> GenerationConfig:
     """The matrix's complete greedy GenerationConfig (sampling.build_generation_config) for new_tokens ids.
 
-    Plain sequences are returned (no per-step logits or scores), so generate() does no extra copying.
+    Plain sequences are returned (no per-step logits or scores); transformers 4.57.1 still copies each step's last
+    logits in _sample either way (generation/utils.py, the `.to(copy=True, ...)` line).
     """
     config = build_generation_config(protocol.CONDITIONS["G"], eos_token_id, pad_token_id)
     config.update(max_new_tokens=new_tokens, output_logits=False, output_scores=False,
