@@ -4,12 +4,15 @@ Usage (from the repository root):  python -m benchmarks.overhead [--rounds N] [-
 
 In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then over N interleaved
 rounds time one complete 16-selection greedy run of
-  (a) run_greedy_loop   (cache on, timestamps and the thread-usage readings at the ends of its spans),
+  (a) run_greedy_loop   (cache on, timestamps, the thread-usage readings at the ends of its spans (CPU time,
+                         switches, the thread's and the process's page faults) and the collection watch),
   (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
   (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
   (b') bare_greedy_loop again, an A/A control: the same code as (b), so its distance from (b) is this
        benchmark's own noise, the smallest overhead it can resolve,
-each measured from outside with perf_counter_ns and divided by the number of selections. The calls form one
+each measured from outside with perf_counter_ns and divided by the number of selections. Every timed call runs as
+a timing trial's spans do by default: after one full collection, with the cyclic collector off (COLLECTOR_DESIGN),
+so no variant pays for a collection another left due. The calls form one
 stream in which every variant comes right after each other variant equally often (balanced_cycle; a rotation of
 one fixed order would put (a) after (c) in 3 of 4 rounds and (b') never, so whatever generate leaves behind would
 count as instrumentation, and the A/A control would not share it).
@@ -62,7 +65,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 from inferlab import protocol  # noqa: E402
 from inferlab.host import machine  # noqa: E402
 from inferlab.host.environment import git_state  # noqa: E402
-from inferlab.measure import contention  # noqa: E402
+from inferlab.measure import collector, contention  # noqa: E402
 from inferlab.measure.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
 MIN_ROUNDS = 7
@@ -115,8 +118,9 @@ def main(argv=None) -> int:
     mask = torch.ones_like(input_ids)
     config = greedy_generation_config(n, eos, eos, min_new_tokens=n)
 
-    def instrumented():
-        return run_greedy_loop(model, input_ids, mask, use_cache=True, new_tokens=n, eos_token_id=eos).generated_ids
+    def instrumented():  # every reading a trial takes; the collector is off already (collector_state, below)
+        return run_greedy_loop(model, input_ids, mask, use_cache=True, new_tokens=n, eos_token_id=eos,
+                               collector_policy=collector.ON_IN_SPANS).generated_ids
 
     def bare():
         return bare_greedy_loop(model, input_ids, mask, use_cache=True, new_tokens=n)
@@ -141,7 +145,8 @@ def main(argv=None) -> int:
     per_token_ns = {name: [] for name in variants}
     for order, depth in zip(orders, depths):
         for name in order:
-            per_token_ns[name].append(at_depth(depth, functools.partial(timed_call, variants[name])) / n)
+            with collector_state():  # outside the timed call: the same for every variant
+                per_token_ns[name].append(at_depth(depth, functools.partial(timed_call, variants[name])) / n)
 
     result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at)
     print(f"model: {description}; prompt tokens: {input_ids.shape[1]}; selections per run: {n}; rounds: {args.rounds}")
@@ -164,12 +169,15 @@ def main(argv=None) -> int:
           f"[{paired['interval'][0]:.4f}, {paired['interval'][1]:.4f}], A/A bare again/bare {paired['aa']:.4f}: "
           f"noise ±{paired['noise']:.2%}; {paired['verdict']}")
     usage = contention.usage_read_cost(10_000)
-    print(f"thread-usage reading ({contention.usage_sources()}): {usage['usage_per_read_ns'] / 1e3:.2f} us per read, "
-          f"3 per trial, 1 of them inside the timed loop")
+    watch = collector.watch_cost(10_000)
+    print(f"thread-usage reading ({', '.join(contention.READING_FIELDS)}; {contention.usage_sources()}): "
+          f"{usage['usage_per_read_ns'] / 1e3:.2f} us per read, 3 per trial, 1 of them inside the timed loop; "
+          f"collection watch {watch['watch_per_collection_ns'] / 1e3:.2f} us per collection inside a span")
     result["order"] = {"design": ORDER_DESIGN, "cycle_rounds": len(balanced_cycle(len(names))), "preceded_by": preceded}
     result["stack_placement"] = {"design": STACK_DESIGN, "depths": STACK_DEPTHS, "frame_slots": STACK_FRAME_SLOTS,
                                  "chunk_bytes": STACK_CHUNK_BYTES, "uses_per_depth": depth_use(depths)}
-    result["usage_read_cost"] = {**usage, "sources": contention.usage_sources()}
+    result["usage_read_cost"] = {**usage, "sources": contention.usage_sources(), "fields": list(contention.READING_FIELDS)}
+    result["collector"] = {"design": COLLECTOR_DESIGN, **watch}
     machine.append_result(result, args.results)
     print(f"result appended to {args.results}")
     print(f"overhead_ratio={result['overhead_ratio']:.3f} generate_ratio={result['generate_ratio']:.3f}")
@@ -187,6 +195,18 @@ STACK_DESIGN = ("each round runs all its variants below the same number of at_de
                 "every depth from 0 to depths - 1, the frames one chunk of CPython's frame stack holds, each equally "
                 "often; offsets are sampled every frame (128 bytes), so variants whose own frames differ by other "
                 "amounts meet nearby offsets, not identical ones")
+
+
+COLLECTOR_DESIGN = ("every timed call, of every variant, runs after one full gc.collect() with the cyclic collector "
+                    "off (collector.TimedBlock under off_in_spans, outside the timed call), as a timing trial does by "
+                    "default; the instrumented variant keeps its collection watch and every usage reading, so what "
+                    "it adds is what a trial adds inside its spans, and the full collection, outside every span of a "
+                    "trial, is no part of either")
+
+
+def collector_state():
+    """The collector as a timing trial has it by default, around one timed call (COLLECTOR_DESIGN)."""
+    return collector.TimedBlock(collector.OFF_IN_SPANS)
 
 
 def at_depth(depth: int, call, _slot=None):

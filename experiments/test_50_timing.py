@@ -15,17 +15,18 @@ def schedule_param(trial):
 
 
 @pytest.mark.records("timing_machine")
-def test_machine_before_timing(record):
+def test_machine_before_timing(inferlab_run, record):
     """The machine just before the first timing trial, and the contention rule every trial will be judged by,
     declared here before any trial runs (as the cache tolerance is before any error)."""
-    from inferlab.measure import contention
+    from inferlab.measure import collector, contention
 
     state = contention.machine_state()
     rule = protocol.CONTENTION_RULE
     record("timing_machine", point="before", **state, usage_sources=contention.usage_sources(),
            contention_rule={"min_cpu_share": rule.min_cpu_share,
                             "max_involuntary_switches": rule.max_involuntary_switches, "rule": rule.describe()},
-           verdict_min_uncontended=protocol.VERDICT_MIN_UNCONTENDED)
+           verdict_min_uncontended=protocol.VERDICT_MIN_UNCONTENDED,
+           collector=collector.declaration(inferlab_run.collector_policy))
     unexplained = contention.unexplained_readings(state)
     assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
 
@@ -46,7 +47,8 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
         # The capture wraps the whole loop: it is set up before t_start and read after t_16.
         with capture_messages() as messages:
             result = decode_loop.run_greedy_loop(model, encoded["input_ids"], encoded["attention_mask"],
-                                                 use_cache=trial.use_cache, eos_token_id=eos_id)
+                                                 use_cache=trial.use_cache, eos_token_id=eos_id,
+                                                 collector_policy=inferlab_run.collector_policy)
     except BaseException as error:  # a trial timeout arrives as pytest's Failed, a BaseException
         record("timing_trial", **identity, status="failed", error=f"{type(error).__name__}: {error}",
                warnings=messages, forward_mode=forward_window.summary())

@@ -5,6 +5,7 @@ noise and the cache verdict ("this run cannot tell"), all on records built in me
 from __future__ import annotations
 
 import copy
+import math
 import gc
 import sys
 import time
@@ -274,39 +275,59 @@ def test_summaries_give_the_median_of_all_samples_and_labelled_of_the_uncontende
     assert clean["loop_s"]["max"] < summary["loop_s"]["max"]
 
 
-def test_the_aa_noise_is_the_gap_between_prefill_with_and_without_the_cache():
-    records = schedule(1.0, 3.0, prefill=(2.0, 2.2))  # cache-off prefill 10 % slower on both prompts
+def test_the_aa_noise_is_an_interval_of_prefill_without_against_with_the_cache():
+    records = schedule(1.0, 3.0, prefill=(2.0, 2.2))  # cache-off prefill 10 % slower on both prompts, 1 % jitter
     noise = contention.run_noise(records)
-    assert noise["noise_fraction"] == pytest.approx(0.1)
     first = noise["per_prompt"][0]
     assert first["samples"] == "uncontended" and first["cache_on"]["n"] == first["cache_off"]["n"] == 5
+    interval = first["interval"]
+    assert interval["estimate_fraction"] == pytest.approx(0.1) and interval["coverage"] == pytest.approx(244 / 252)
+    assert interval["low_fraction"] < 0.1 < interval["high_fraction"]
+    # the noise is the farthest an A/A interval reaches from zero, not a gap of two medians
+    assert noise["noise_fraction"] == pytest.approx(max(p["interval"]["high_fraction"] for p in noise["per_prompt"]))
+    assert noise["noise_fraction"] > 0.1
     lines = "\n".join(timing_evidence.noise_lines(view_of(records)))
-    assert "This run's noise: **±10.0%**" in lines and "apart by 10.0%" in lines
+    assert f"without against with +10.0% [{interval['low_fraction']:+.1%}, {interval['high_fraction']:+.1%}] " \
+           "(96.8% interval)" in lines
+    assert "the 3rd smallest to the 3rd largest of the 25 pairwise differences, 96.8%" in lines
+    assert f"**[{math.expm1(-noise['noise_log']):+.1%}, {noise['noise_fraction']:+.1%}]**" in lines
 
 
-def test_an_effect_within_the_noise_is_this_run_cannot_tell():
-    # P1: cache off 5 % slower per step, the A/A gap 10 %: within the noise. P1x8: 3x slower, far beyond it.
+def test_an_effect_whose_interval_does_not_clear_the_noise_is_this_run_cannot_tell():
+    # P1: cache off 5 % slower per step, its interval inside the A/A band (about ±13 %). P1x8: 3x slower, far beyond.
     records = schedule(1.05, 3.0, prefill=(2.0, 2.2))
     found = {(v["prompt_id"], v["metric"]): v for v in contention.cache_verdicts(records)["verdicts"]}
     p1 = found[("P1", "mean_post_first_interval_s")]
-    assert p1["verdict"] == "cannot_tell" and "within this run's noise" in p1["reason"]
+    assert p1["verdict"] == "cannot_tell" and "the interval does not clear the noise" in p1["reason"]
     assert p1["effect"] == pytest.approx(0.05, rel=1e-3)
-    assert found[("P1x8", "mean_post_first_interval_s")]["verdict"] == "faster"
+    assert p1["interval"]["low_fraction"] > 0  # a real shift, too small for this run's noise
+    p1x8 = found[("P1x8", "mean_post_first_interval_s")]
+    assert p1x8["verdict"] == "faster" and p1x8["interval"]["low"] > p1x8["noise_log"]
     section = "\n".join(section_timing(view_of(records), tables.Labels(view_of(records)), {}))
-    assert "- P1, mean post-first interval: **this run cannot tell** (the effect +5.0% is within this run's " \
-           "noise ±10.0%" in section
-    assert "- P1x8, mean post-first interval: **the cache made it faster**" in section
+    assert "- P1, mean post-first interval: **this run cannot tell** (the effect +5.0% [+2.0%, +8.1%] (96.8% " \
+           "interval) against this run's noise band [-11.7%, +13.2%]: the interval does not clear the noise" in section
+    assert "- P1x8, mean post-first interval: **the cache made it faster**, by 66.7% [65.7%, 67.6%] of the time " \
+           "without it" in section
+    assert "**Prefill against one decode step:**" in section
+
+
+def test_a_slower_cache_is_claimed_only_beyond_the_noise():
+    records = schedule(0.5, 3.0, prefill=(2.0, 2.02))  # P1 with the cache twice as slow per step
+    found = {(v["prompt_id"], v["metric"]): v for v in contention.cache_verdicts(records)["verdicts"]}
+    assert found[("P1", "mean_post_first_interval_s")]["verdict"] == "slower"
+    assert found[("P1", "mean_post_first_interval_s")]["interval"]["high"] < -found[("P1", "loop_s")]["noise_log"]
 
 
 def test_a_speed_up_that_contended_samples_produced_is_never_claimed():
-    # Uncontended, P1's cache-off steps are 6 % slower, within the A/A noise of 10 %; three of its cache-off samples
-    # lost the CPU and look five times slower, which over every sample would read as a clear speed-up.
-    busy = {"P1-cache_off-1", "P1-cache_off-2", "P1-cache_off-3"}
+    # Had they had the CPU, P1's cache-off steps would be 6 % slower, within the A/A noise; every cache-off sample
+    # lost the CPU and looks five times slower, which over every sample would read as a clear speed-up.
+    busy = {f"P1-cache_off-{repetition}" for repetition in range(1, 6)}
     records = schedule(1.06, 3.0, prefill=(2.0, 2.2), contended=busy, slow=5)
     found = {(v["prompt_id"], v["metric"]): v for v in contention.cache_verdicts(records)["verdicts"]}
     p1 = found[("P1", "loop_s")]
     assert p1["all_samples"]["verdict"] == "faster"  # what a verdict over every sample would claim
     assert p1["verdict"] == "cannot_tell" and "fewer than 3 uncontended samples" in p1["reason"]
+    assert p1["all_samples"]["interval"]["low"] > p1["noise_log"]  # the interval over every sample clears it
     assert set(p1["not_used"]) == busy and not busy & set(p1["cache_off"]["schedule_ids"])
     view = view_of(records)
     section = "\n".join(section_timing(view, tables.Labels(view), {}))
@@ -315,8 +336,9 @@ def test_a_speed_up_that_contended_samples_produced_is_never_claimed():
     # the table marks exactly those samples, and keeps them
     rows = {(r[0], r[3]): r for r in measures.timing_rows(view)}
     loop = rows[("P1, cache off", f"loop ({protocol.TIMING_NEW_TOKENS} selections)")]
-    assert loop[4].count(measures.CONTENDED_MARK) == 3 and len(loop[4].split(", ")) == 5 and loop[6].endswith("n=2")
-    assert "Contended: 3 of 20 trials" in section and all(name in section for name in busy)
+    assert loop[4].count(measures.CONTENDED_MARK) == 5 and len(loop[4].split(", ")) == 5
+    assert loop[6] == "none uncontended"
+    assert "Contended: 5 of 20 trials" in section and all(name in section for name in busy)
 
 
 def test_the_run_status_says_the_timing_part_was_contended_and_advises_a_quieter_rerun():
@@ -343,6 +365,22 @@ def test_the_cpu_share_plot_is_drawn_from_the_trials_evidence():
     assert shares[0] == pytest.approx(0.45, abs=1e-3) and shares[-1] == pytest.approx(0.99, abs=1e-3)
     older = [{k: v for k, v in r.items() if k != "cpu_evidence"} for r in records]
     assert not next(s for s in plots.plot_specs(older) if s["name"] == "cpu_share")["available"]
+    assert not any("inside a span" in text.get_text() for text in figure.legends[0].get_texts())
+
+
+def test_the_cpu_share_plot_rings_the_trials_a_collection_or_a_fault_disturbed_with_a_legend():
+    records = schedule(1.0, 3.0)
+    hit = records[3]
+    start = hit["t_start_ns"]
+    hit["gc_events"] = [[0, start + 10, start + 2_000_000]]  # a collection inside its loop span
+    hit.update(contention.trial_evidence(hit["cpu_readings"], start, hit["t_prefill_done_ns"],
+                                         hit["token_times_ns"][-1], gc_events=hit["gc_events"]))
+    assert hit["disturbed_by"] == ["collection"] and hit["cpu_evidence"]["loop"]["collector_ns"] == 1_999_990
+    figure = plots.draw_cpu_share(records, None)
+    labels = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert "garbage collection inside a span (1)" in labels
+    ring = next(c for c in figure.axes[0].collections if c.get_label() == "garbage collection inside a span (1)")
+    assert [tuple(p) for p in ring.get_offsets()] == [(hit["schedule_index"], hit["loop_s"] * 1e3)]
 
 
 def test_compare_and_the_class_measures_carry_the_same_evidence():

@@ -35,6 +35,20 @@ def test_the_readme_asks_for_predictions_before_the_first_run():
         "the first `make run` must pass the predictions"
 
 
+# Phrases that would answer one of predictions.md's six questions (greedy repeats, seeds, temperature against
+# top-p, cached against uncached logits, whether the cache is faster, what a parameter count leaves out).
+ANSWERING = ("not the logits", "change the logits", "changes the logits", "floating-point", "bitwise", "identical",
+             "always differ", "faster", "slower", "leaves out", "agree to", "differ by")
+
+
+def test_the_readme_answers_no_prediction_before_step_one_asks_for_it():
+    text = README.read_text(encoding="utf-8")
+    opening = text[:text.find("cp predictions.md my_predictions.md")].lower()
+    assert opening, "the README has no predictions step"
+    found = [phrase for phrase in ANSWERING if phrase in opening]
+    assert not found, f"README.md answers a prediction before step 1 asks for it: {found}"
+
+
 def test_the_readme_walks_the_lab_in_its_order():
     text = README.read_text(encoding="utf-8")
     steps = ["cp predictions.md my_predictions.md", 'make run ARGS="--specimen standin --predictions', "--artifacts",

@@ -257,7 +257,8 @@ def faster_p1_cache_on_loops(records: list[dict], cpu_too: bool) -> None:
                 first = readings["start"][0]
                 for point in ("prefill_done", "end"):
                     readings[point][0] = first + (readings[point][0] - first) // 2
-            trial.update(contention.trial_evidence(readings, start, trial["t_prefill_done_ns"], times[-1]))
+            trial.update(contention.trial_evidence(readings, start, trial["t_prefill_done_ns"], times[-1],
+                                                   gc_events=trial.get("gc_events")))
     resummarize(records)
 
 

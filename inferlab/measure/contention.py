@@ -17,6 +17,7 @@ Nothing here reads the model; everything but the readers is arithmetic on record
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab import protocol
+from inferlab.measure import collector, intervals
 from inferlab.measure.summaries import post_first_interval, trial_contended
 
 try:  # not on every platform (Windows has no resource module; macOS has no RUSAGE_THREAD)
@@ -39,7 +41,12 @@ _CLOCK = time.perf_counter_ns  # bound once: the cost measurement keeps its own 
 
 SPANS = ("prefill", "loop")
 READING_POINTS = ("start", "prefill_done", "end")
-READING_FIELDS = ("thread_cpu_ns", "voluntary_switches", "involuntary_switches")
+READING_FIELDS = ("thread_cpu_ns", "voluntary_switches", "involuntary_switches", "thread_minor_faults",
+                  "thread_major_faults", "process_minor_faults", "process_major_faults")
+# which readings are the timed thread's own and which the whole process's (RUSAGE_THREAD against RUSAGE_SELF)
+READING_SCOPE = {"thread_cpu_ns": "thread", "voluntary_switches": "thread", "involuntary_switches": "thread",
+                 "thread_minor_faults": "thread", "thread_major_faults": "thread",
+                 "process_minor_faults": "process", "process_major_faults": "process"}
 
 
 def usage_sources() -> dict:
@@ -47,7 +54,12 @@ def usage_sources() -> dict:
     cpu = ("time.thread_time_ns (the thread's CPU clock)" if _THREAD_TIME_NS is not None
            else "resource.getrusage(RUSAGE_THREAD) ru_utime + ru_stime" if _RUSAGE_THREAD is not None else None)
     switches = ("resource.getrusage(RUSAGE_THREAD) ru_nvcsw, ru_nivcsw" if _RUSAGE_THREAD is not None else None)
-    return {"thread_cpu": cpu, "context_switches": switches}
+    thread_faults = ("resource.getrusage(RUSAGE_THREAD) ru_minflt, ru_majflt (this thread's own)"
+                     if _RUSAGE_THREAD is not None else None)
+    process_faults = ("resource.getrusage(RUSAGE_SELF) ru_minflt, ru_majflt (every thread of the process)"
+                      if resource is not None else None)
+    return {"thread_cpu": cpu, "context_switches": switches, "thread_page_faults": thread_faults,
+            "process_page_faults": process_faults}
 
 
 def _check_point() -> None:
@@ -56,7 +68,7 @@ def _check_point() -> None:
 
 
 def usage_reader() -> tuple[Callable[[], list], Callable[[], list]]:
-    """(read_at_start, read_at_end): each returns [thread_cpu_ns, voluntary, involuntary] (None where unavailable).
+    """(read_at_start, read_at_end): each returns the READING_FIELDS values (None where unavailable).
 
     The CPU reading is the last thing a start reader does and the first thing an end reader does, so it sits next
     to the wall clock read on both sides: a start reader builds its list before it reads the CPU clock and only
@@ -65,56 +77,69 @@ def usage_reader() -> tuple[Callable[[], list], Callable[[], list]]:
     time the wall span did not contain (a CI run recorded 34 ms of CPU in 18.8 ms of wall time). CPython 3.12 and
     later run it instead at the interpreter's next check point (a call's return, a function's entry, a loop's jump)
     after the allocation that made it due, so a start reader passes one check point after its last allocation and
-    before its CPU reading: a collection its own list made due runs there, outside the span.
+    before its CPU reading: a collection its own list or readings made due runs there, outside the span. The
+    page-fault readings (two getrusage calls: the thread's, then the process's) are taken before the CPU reading at
+    the start and after it at the end, so they too stay outside the pair of CPU and wall stamps.
     """
     thread_time, who = _THREAD_TIME_NS, _RUSAGE_THREAD
     if who is not None:
-        getrusage = resource.getrusage
+        getrusage, whole = resource.getrusage, resource.RUSAGE_SELF
         if thread_time is not None:
             def start() -> list:
-                reading = [None, None, None]
+                reading = [None, None, None, None, None, None, None]
                 # called after the list exists: 3.12+ runs a collection that an allocation made due at the check
                 # after the next call, so it runs here, before the CPU reading, not after it
                 usage = getrusage(who)
+                process = getrusage(whole)
                 reading[1], reading[2] = usage.ru_nvcsw, usage.ru_nivcsw
+                reading[3], reading[4] = usage.ru_minflt, usage.ru_majflt
+                reading[5], reading[6] = process.ru_minflt, process.ru_majflt
+                _check_point()  # 3.12+: a collection the last result made due runs here, not inside the span
                 reading[0] = thread_time()
                 return reading
 
             def end() -> list:
                 cpu = thread_time()
                 usage = getrusage(who)
-                return [cpu, usage.ru_nvcsw, usage.ru_nivcsw]
+                process = getrusage(whole)
+                return [cpu, usage.ru_nvcsw, usage.ru_nivcsw, usage.ru_minflt, usage.ru_majflt, process.ru_minflt,
+                        process.ru_majflt]
 
             return start, end
 
         def start_from_rusage() -> list:
-            reading = [None, None, None]
+            process = getrusage(whole)  # before the list: the list, not the CPU call, meets a collection now due
+            reading = [None, None, None, None, None, None, None]
             _check_point()  # 3.12+: a collection the list made due runs here, not after getrusage's reading
             usage = getrusage(who)  # (its own result is built after the system call: a one-allocation window)
             # int(x + 0.5), not round(): round() looks up __round__ and allocates a bound method, a tracked object
             reading[0] = int((usage.ru_utime + usage.ru_stime) * 1e9 + 0.5)
             reading[1], reading[2] = usage.ru_nvcsw, usage.ru_nivcsw
+            reading[3], reading[4] = usage.ru_minflt, usage.ru_majflt
+            reading[5], reading[6] = process.ru_minflt, process.ru_majflt
             return reading
 
         def end_from_rusage() -> list:
             usage = getrusage(who)
-            return [int((usage.ru_utime + usage.ru_stime) * 1e9 + 0.5), usage.ru_nvcsw, usage.ru_nivcsw]
+            process = getrusage(whole)
+            return [int((usage.ru_utime + usage.ru_stime) * 1e9 + 0.5), usage.ru_nvcsw, usage.ru_nivcsw,
+                    usage.ru_minflt, usage.ru_majflt, process.ru_minflt, process.ru_majflt]
 
         return start_from_rusage, end_from_rusage
     if thread_time is not None:
         def start_cpu_only() -> list:
-            reading = [None, None, None]
+            reading = [None, None, None, None, None, None, None]
             _check_point()  # 3.12+: a collection the list made due runs here, not after the CPU reading
             reading[0] = thread_time()
             return reading
 
         def end_cpu_only() -> list:
-            return [thread_time(), None, None]
+            return [thread_time(), None, None, None, None, None, None]
 
         return start_cpu_only, end_cpu_only
 
     def nothing() -> list:
-        return [None, None, None]
+        return [None, None, None, None, None, None, None]
 
     return nothing, nothing
 
@@ -146,27 +171,57 @@ def _delta(readings: dict, first: str, last: str, index: int) -> Optional[int]:
     return None if x is None or y is None else y - x
 
 
+FAULT_FIELDS = READING_FIELDS[3:]
+DISTURBANCES = ("collection", "major_fault", "minor_fault")  # what else can run inside a span, as its label says
+
+
+def disturbances(span: dict) -> list[str]:
+    """What else ran inside a span (span_evidence's fields): a collection, a major fault, a minor fault (thread or
+    process); empty when nothing did or nothing could be read."""
+    found = []
+    if (span.get("collections") or 0) > 0:
+        found.append("collection")
+    if any((span.get(name) or 0) > 0 for name in ("thread_major_faults", "process_major_faults")):
+        found.append("major_fault")
+    if any((span.get(name) or 0) > 0 for name in ("thread_minor_faults", "process_minor_faults")):
+        found.append("minor_fault")
+    return found
+
+
 def span_evidence(readings: dict, first: str, last: str, wall_ns: Optional[int],
-                  rule: protocol.ContentionRule = protocol.CONTENTION_RULE) -> dict:
-    """One span's CPU time, share of its wall time, switches and contention under the rule."""
+                  rule: protocol.ContentionRule = protocol.CONTENTION_RULE, collections: Optional[dict] = None) -> dict:
+    """One span's CPU time, share of its wall time, switches, page faults, collections and contention under the rule.
+
+    collections: collector.in_span's count for this span (None when the trial recorded no collection events).
+    """
     cpu = _delta(readings, first, last, 0)
     share = cpu / wall_ns if cpu is not None and isinstance(wall_ns, int) and wall_ns > 0 else None
     involuntary = _delta(readings, first, last, 2)
-    return {"wall_ns": wall_ns, "cpu_ns": cpu, "cpu_share": share,
+    span = {"wall_ns": wall_ns, "cpu_ns": cpu, "cpu_share": share,
             "voluntary_switches": _delta(readings, first, last, 1), "involuntary_switches": involuntary,
+            **{name: _delta(readings, first, last, READING_FIELDS.index(name)) for name in FAULT_FIELDS},
+            "collections": collections["collections"] if collections else None,
+            "collections_by_generation": collections["by_generation"] if collections else None,
+            "collector_ns": collections["collector_ns"] if collections else None,
             "contended": rule.span_contended(share, involuntary)}
+    span["disturbed_by"] = disturbances(span)
+    return span
 
 
 def trial_evidence(readings: dict, t_start_ns: int, t_prefill_done_ns: int, t_end_ns: int,
-                   rule: protocol.ContentionRule = protocol.CONTENTION_RULE) -> dict:
-    """A trial's derived fields: `cpu_evidence` per span and `contended` (None when nothing could be read).
+                   rule: protocol.ContentionRule = protocol.CONTENTION_RULE, gc_events=None) -> dict:
+    """A trial's derived fields: `cpu_evidence` per span, `contended` (None when nothing could be read) and
+    `disturbed_by` (what else ran in any span: DISTURBANCES).
 
     readings: {"start": [...], "prefill_done": [...], "end": [...]} as usage_reader() returned them; the prefill
     span is start..prefill_done against t_prefill_done_ns - t_start_ns, the loop span start..end against
-    t_end_ns - t_start_ns (exactly loop_s).
+    t_end_ns - t_start_ns (exactly loop_s). gc_events: the trial's collector.CollectionWatch events (None when it
+    recorded none); a collection belongs to a span when it started between the span's wall stamps.
     """
-    spans = {"prefill": span_evidence(readings, "start", "prefill_done", t_prefill_done_ns - t_start_ns, rule),
-             "loop": span_evidence(readings, "start", "end", t_end_ns - t_start_ns, rule)}
+    spans = {"prefill": span_evidence(readings, "start", "prefill_done", t_prefill_done_ns - t_start_ns, rule,
+                                      collector.in_span(gc_events, t_start_ns, t_prefill_done_ns)),
+             "loop": span_evidence(readings, "start", "end", t_end_ns - t_start_ns, rule,
+                                   collector.in_span(gc_events, t_start_ns, t_end_ns))}
     flags = [spans[name]["contended"] for name in SPANS]
     contended = None if all(f is None for f in flags) else any(bool(f) for f in flags)
     reasons = []
@@ -177,7 +232,8 @@ def trial_evidence(readings: dict, t_start_ns: int, t_prefill_done_ns: int, t_en
         if span["involuntary_switches"] is not None and span["involuntary_switches"] > rule.max_involuntary_switches:
             reasons.append(f"{name} involuntary switches {span['involuntary_switches']} > "
                            f"{rule.max_involuntary_switches}")
-    return {"cpu_evidence": spans, "contended": contended, "contention_reasons": reasons}
+    disturbed = [kind for kind in DISTURBANCES if any(kind in spans[name]["disturbed_by"] for name in SPANS)]
+    return {"cpu_evidence": spans, "contended": contended, "contention_reasons": reasons, "disturbed_by": disturbed}
 
 
 def recorded_evidence(record: dict) -> Optional[dict]:
@@ -187,7 +243,7 @@ def recorded_evidence(record: dict) -> Optional[dict]:
     if not isinstance(readings, dict) or _int(start) is None or _int(prefill) is None \
             or not isinstance(tokens, list) or not tokens or _int(tokens[-1]) is None:
         return None
-    return trial_evidence(readings, start, prefill, tokens[-1])
+    return trial_evidence(readings, start, prefill, tokens[-1], gc_events=record.get("gc_events"))
 
 
 def loop_cpu_share(record: dict) -> Optional[float]:
@@ -335,9 +391,9 @@ def _measured(trials: list[dict], prompt_id: str, use_cache: bool) -> list[dict]
 def _group(trials: list[dict], metric: str, uncontended_only: bool) -> dict:
     chosen = [t for t in trials if not uncontended_only or trial_contended(t) is False]
     values = [(t, _value(t, metric)) for t in chosen]
-    values = [(t, v) for t, v in values if v is not None]
+    values = [(t, v) for t, v in values if v is not None and v > 0]
     numbers = [v for _, v in values]
-    return {"n": len(numbers), "schedule_ids": [t.get("schedule_id") for t, _ in values],
+    return {"n": len(numbers), "schedule_ids": [t.get("schedule_id") for t, _ in values], "values": numbers,
             "median": statistics.median(numbers) if numbers else None,
             "min": min(numbers) if numbers else None, "max": max(numbers) if numbers else None}
 
@@ -348,75 +404,92 @@ def _uncontended_or_all(on: list[dict], off: list[dict]) -> bool:
     return all(sum(1 for t in group if trial_contended(t) is False) >= minimum for group in (on, off))
 
 
+def interval_fields(shift: dict) -> dict:
+    """An intervals.log_shift result with its shift also as fractions of time (exp(shift) - 1)."""
+    return {**shift, "estimate_fraction": intervals.fraction(shift["estimate"]),
+            "low_fraction": intervals.fraction(shift["low"]), "high_fraction": intervals.fraction(shift["high"])}
+
+
+def _shift(a: dict, b: dict) -> dict:
+    """log(b) - log(a) over two _group results, as interval_fields."""
+    return interval_fields(intervals.log_shift(a["values"], b["values"]))
+
+
 def aa_noise(trials: list[dict], prompt_id: str) -> dict:
     """The A/A comparison of one timing prompt: prefill_s with and without the cache (the same forward over the same
-    ids), |median_on - median_off| / the smaller median; from the uncontended samples when each side has enough."""
+    ids) as an interval of the shift of log times (intervals.log_shift, without against with); its noise_fraction is
+    how far from zero that interval reaches, as a fraction of time. From the uncontended samples when each side has
+    enough."""
     on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
     uncontended = _uncontended_or_all(on, off)
     a, b = _group(on, "prefill_s", uncontended), _group(off, "prefill_s", uncontended)
-    fraction = None
-    if a["median"] is not None and b["median"] is not None and min(a["median"], b["median"]) > 0:
-        fraction = abs(a["median"] - b["median"]) / min(a["median"], b["median"])
+    interval = _shift(a, b)
+    reach = intervals.noise_margin([interval])
     return {"prompt_id": prompt_id, "metric": "prefill_s", "samples": "uncontended" if uncontended else "all",
-            "cache_on": a, "cache_off": b, "noise_fraction": fraction}
+            "cache_on": a, "cache_off": b, "interval": interval, "noise_log": reach,
+            "noise_fraction": intervals.fraction(reach)}
 
 
 def run_noise(trials: list[dict]) -> dict:
-    """This run's noise floor: the largest A/A fraction over the timing prompts (None when none was measured)."""
+    """This run's noise: the farthest any timing prompt's A/A interval reaches from zero (None when none exists)."""
     per_prompt = [aa_noise(trials, p) for p in protocol.TIMING_PROMPTS]
-    fractions = [n["noise_fraction"] for n in per_prompt if n["noise_fraction"] is not None]
-    return {"per_prompt": per_prompt, "noise_fraction": max(fractions) if fractions else None,
+    margin = intervals.noise_margin([n["interval"] for n in per_prompt])
+    return {"per_prompt": per_prompt, "noise_log": margin, "noise_fraction": intervals.fraction(margin),
+            "method": intervals.METHOD, "declared_level": intervals.DECLARED_LEVEL,
             "definition": "prefill with and without the cache is one forward over the same ids (the cache-on path "
-                          "also stores its keys and values): |median on - median off| / the smaller median, the "
-                          "largest over the timing prompts"}
-
-
-def _decide(on: dict, off: dict, noise: Optional[float]) -> tuple[str, str, Optional[float]]:
-    if on["median"] is None or off["median"] is None or not on["median"] > 0:
-        return "cannot_tell", "a condition has no sample", None
-    effect = off["median"] / on["median"] - 1
-    if noise is None:
-        return "cannot_tell", "this run has no A/A noise figure", effect
-    if abs(effect) <= noise:
-        return "cannot_tell", f"the effect {effect:+.1%} is within this run's noise ±{noise:.1%}", effect
-    if effect > 0 and on["max"] < off["min"]:
-        return "faster", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} and the ranges do not overlap", \
-            effect
-    if effect < 0 and on["min"] > off["max"]:
-        return "slower", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} and the ranges do not overlap", \
-            effect
-    return "cannot_tell", f"the effect {effect:+.1%} exceeds the noise ±{noise:.1%} but the ranges overlap", effect
+                          "also stores its keys and values): per timing prompt an interval of the shift of log "
+                          "prefill times without against with the cache, by the stated method; this run's noise is "
+                          "the farthest any of them reaches from zero, as a fraction of time"}
 
 
 def cache_verdict(trials: list[dict], prompt_id: str, metric: str, noise: Optional[float]) -> dict:
     """Whether the cache made this metric faster for this prompt in this run: 'faster', 'slower' or 'cannot_tell'.
 
-    The verdict rests on the uncontended samples only; with fewer than protocol.VERDICT_MIN_UNCONTENDED on either
-    side it is 'cannot_tell'. effect = median without / median with the cache - 1 (positive: the cache is faster).
-    The all-sample verdict is given beside it, labelled, and is never the claim.
+    noise: this run's noise as a log shift (run_noise's noise_log). The effect is the shift of log times without
+    against with the cache (positive: the cache is faster), with its interval (intervals.log_shift); it is claimed
+    only when the whole interval clears the noise (intervals.verdict). The verdict rests on the uncontended samples
+    only; with fewer than protocol.VERDICT_MIN_UNCONTENDED on either side it is 'cannot_tell'. The all-sample
+    verdict is given beside it, labelled, and is never the claim. `effect` is the estimate as a fraction of time.
     """
     on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
     clean_on, clean_off = _group(on, metric, True), _group(off, metric, True)
     every_on, every_off = _group(on, metric, False), _group(off, metric, False)
     excluded = [t.get("schedule_id") for t in on + off if trial_contended(t) is not False]
     minimum = protocol.VERDICT_MIN_UNCONTENDED
+    clean, everything = _shift(clean_on, clean_off), _shift(every_on, every_off)
     if min(clean_on["n"], clean_off["n"]) < minimum:
-        verdict, reason, effect = ("cannot_tell", f"fewer than {minimum} uncontended samples on a side "
-                                   f"(cache on {clean_on['n']}, off {clean_off['n']})", None)
+        verdict, reason = ("cannot_tell", f"fewer than {minimum} uncontended samples on a side "
+                           f"(cache on {clean_on['n']}, off {clean_off['n']})")
     else:
-        verdict, reason, effect = _decide(clean_on, clean_off, noise)
-    all_verdict, _, all_effect = _decide(every_on, every_off, noise)
-    return {"prompt_id": prompt_id, "metric": metric, "verdict": verdict, "reason": reason, "effect": effect,
-            "noise_fraction": noise, "cache_on": clean_on, "cache_off": clean_off, "not_used": excluded,
-            "all_samples": {"verdict": all_verdict, "effect": all_effect, "cache_on": every_on,
-                            "cache_off": every_off}}
+        verdict, reason = intervals.verdict(clean, noise)
+    all_verdict, _ = intervals.verdict(everything, noise)
+    return {"prompt_id": prompt_id, "metric": metric, "verdict": verdict, "reason": reason,
+            "effect": clean["estimate_fraction"], "interval": clean, "noise_log": noise,
+            "noise_fraction": intervals.fraction(noise), "cache_on": clean_on, "cache_off": clean_off,
+            "not_used": excluded,
+            "all_samples": {"verdict": all_verdict, "effect": everything["estimate_fraction"], "interval": everything,
+                            "cache_on": every_on, "cache_off": every_off}}
+
+
+def prefill_vs_decode(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
+    """How many decode steps one prefill is worth in this condition: the shift of log prefill_s against log mean
+    post-first interval with its interval (ratio = exp(shift)), from the uncontended samples when there are enough."""
+    chosen = _measured(trials, prompt_id, use_cache)
+    enough = sum(1 for t in chosen if trial_contended(t) is False) >= protocol.VERDICT_MIN_UNCONTENDED
+    step, prefill = _group(chosen, "mean_post_first_interval_s", enough), _group(chosen, "prefill_s", enough)
+    shift = intervals.log_shift(step["values"], prefill["values"])
+    ratio = {name: None if shift[name] is None else math.exp(shift[name]) for name in ("estimate", "low", "high")}
+    return {"prompt_id": prompt_id, "use_cache": use_cache, "samples": "uncontended" if enough else "all",
+            "prefill": prefill, "decode_step": step, "interval": shift, "ratio": ratio}
 
 
 def cache_verdicts(trials: list[dict]) -> dict:
-    """The noise floor and one verdict per timing prompt and metric (VERDICT_METRICS)."""
+    """The noise, one verdict per timing prompt and metric (VERDICT_METRICS), and prefill against one decode step."""
     noise = run_noise(trials)
-    return {"noise": noise, "verdicts": [cache_verdict(trials, p, m, noise["noise_fraction"])
-                                         for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS]}
+    return {"noise": noise, "verdicts": [cache_verdict(trials, p, m, noise["noise_log"])
+                                         for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS],
+            "prefill_vs_decode": [prefill_vs_decode(trials, p, c) for p in protocol.TIMING_PROMPTS
+                                  for c in (True, False)]}
 
 
 def contention_counts(trials: list[dict]) -> dict:

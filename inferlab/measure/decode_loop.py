@@ -27,7 +27,7 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 from inferlab import protocol
-from inferlab.measure import contention
+from inferlab.measure import collector, contention
 from inferlab.measure.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
 from inferlab.measure.sampling import build_generation_config, step_top_two
 from inferlab.measure.summaries import first_divergence, post_first_interval_s
@@ -52,6 +52,10 @@ class LoopResult:
     last_logits_shape: list[int]
     prefill_logits_shape: list[int]  # the prefill forward's: the one forward whose length logits_to_keep shortens
     cpu_readings: dict = field(default_factory=dict)  # {start, prefill_done, end}: contention.READING_FIELDS each
+    collector_policy: str = collector.DEFAULT_POLICY
+    collector_enabled_in_spans: Optional[bool] = None  # gc.isenabled() as the timed block began
+    collector_before: dict = field(default_factory=dict)  # the full collection before the block (off_in_spans)
+    gc_events: list = field(default_factory=list)  # [generation, start_ns, stop_ns] of each collection in the block
     # each step's logits tensor as the forward returned it, (1, keep, vocab), held by reference (no copy); their top
     # two are taken when the record is made, so the call that is timed (the benchmark's too) does no more work
     step_logits: list = field(default_factory=list, repr=False)
@@ -128,9 +132,14 @@ class LoopResult:
         return {
             "cpu_readings": {point: list(values) for point, values in self.cpu_readings.items()},
             "cpu_reading_fields": list(contention.READING_FIELDS),
+            "cpu_reading_scope": dict(contention.READING_SCOPE),
             "cpu_usage_sources": contention.usage_sources(),
+            "collector": {"policy": self.collector_policy, "enabled_in_spans": self.collector_enabled_in_spans,
+                          **self.collector_before},
+            "gc_events": [list(event) for event in self.gc_events],
+            "gc_event_fields": list(collector.EVENT_FIELDS),
             **contention.trial_evidence(self.cpu_readings, self.t_start_ns, self.t_prefill_done_ns,
-                                        self.token_times_ns[-1]),
+                                        self.token_times_ns[-1], gc_events=self.gc_events),
         }
 
 
@@ -199,8 +208,13 @@ def run_greedy_loop(
     new_tokens: int = protocol.TIMING_NEW_TOKENS,
     logits_to_keep: int = protocol.LOGITS_TO_KEEP,
     eos_token_id: EosIds = None,
+    collector_policy: str = collector.DEFAULT_POLICY,
 ) -> LoopResult:
-    """Exactly `new_tokens` greedy selections with timestamps; EOS is recorded in eos_positions, never a stop."""
+    """Exactly `new_tokens` greedy selections with timestamps; EOS is recorded in eos_positions, never a stop.
+
+    The timed block (the usage readings and every stamp) runs under collector_policy (inferlab.measure.collector):
+    by default after one full collection and with the collector off, which is switched back on after t_n.
+    """
     buffers = _prepare(input_ids, attention_mask, new_tokens)
     tokens, prompt_length = buffers.tokens, buffers.prompt_length
     times = [0] * new_tokens
@@ -209,27 +223,30 @@ def run_greedy_loop(
     cache = DynamicCache(config=model.config) if use_cache else None  # fresh cache for every trial
 
     kept = [None] * new_tokens  # each step's logits tensor, held by reference (no copy), read when recorded
-    usage_start = usage_at_start()
-    t_start = clock()
-    # 1) prefill: the whole prompt, one forward (kept by name too: its logits shape is read after t_n)
-    prefill = out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
-    t_prefill_done = clock()
-    usage_prefill = usage_at_end()
-    # 2) first selection (not a forward)
-    kept[0] = out.logits
-    tokens[0, prompt_length] = out.logits[0, -1].argmax()
-    times[0] = clock()
-    # 3) the remaining selections, one forward each
-    for i in range(1, new_tokens):
-        end = prompt_length + i
-        if use_cache:
-            out = _forward(model, buffers, end - 1, end, out.past_key_values, True, logits_to_keep)
-        else:
-            out = _forward(model, buffers, 0, end, None, False, logits_to_keep)
-        kept[i] = out.logits
-        tokens[0, end] = out.logits[0, -1].argmax()
-        times[i] = clock()
-    usage_end = usage_at_end()
+    with collector.TimedBlock(collector_policy) as block, collector.CollectionWatch() as watch:
+        # inline, no call between a stamp and its CPU reading: a returned tuple there could start a collection
+        usage_start = usage_at_start()
+        t_start = clock()
+        # 1) prefill: the whole prompt, one forward (its logits are kept[0]: their shape is read after t_n)
+        out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
+        t_prefill_done = clock()
+        usage_prefill = usage_at_end()
+        # 2) first selection (not a forward)
+        kept[0] = out.logits
+        tokens[0, prompt_length] = out.logits[0, -1].argmax()
+        times[0] = clock()
+        # 3) the remaining selections, one forward each
+        for i in range(1, new_tokens):
+            end = prompt_length + i
+            if use_cache:
+                out = _forward(model, buffers, end - 1, end, out.past_key_values, True, logits_to_keep)
+            else:
+                out = _forward(model, buffers, 0, end, None, False, logits_to_keep)
+            kept[i] = out.logits
+            tokens[0, end] = out.logits[0, -1].argmax()
+            times[i] = clock()
+        usage_end = usage_at_end()
+    prefill = kept[0]
 
     generated = tokens[0, prompt_length:].tolist()
     eos = _eos_list(eos_token_id)
@@ -245,8 +262,12 @@ def run_greedy_loop(
         eos_token_ids=eos,
         eos_positions=[i for i, token in enumerate(generated) if token in eos],
         last_logits_shape=list(out.logits.shape),
-        prefill_logits_shape=list(prefill.logits.shape),
+        prefill_logits_shape=list(prefill.shape),
         cpu_readings={"start": usage_start, "prefill_done": usage_prefill, "end": usage_end},
+        collector_policy=collector_policy,
+        collector_enabled_in_spans=block.enabled_inside,
+        collector_before=block.before,
+        gc_events=watch.events,
         step_logits=kept,
         cache=out.past_key_values if use_cache else None,
     )
@@ -292,8 +313,10 @@ CLOCK_OVERHEAD_METHOD = (
     "{reads} consecutive calls of time.perf_counter_ns in a plain Python for loop, bracketed by two more "
     "reads; per_read_ns = elapsed_ns / reads. The loop's own iteration is included, so this bounds the cost "
     "of one read from above. No model forward and no timed region is involved. The thread-usage readings "
-    "(inferlab.measure.contention.usage_reader) are timed the same way: {usage_pairs} start-and-end pairs, "
-    "usage_per_read_ns = usage_elapsed_ns / usage_reads"
+    "(inferlab.measure.contention.usage_reader: CPU time, switches, the thread's and the process's page faults) are "
+    "timed the same way: {usage_pairs} start-and-end pairs, usage_per_read_ns = usage_elapsed_ns / usage_reads; and "
+    "the collection watch's two callbacks, {usage_pairs} start-and-stop pairs without a collection, "
+    "watch_per_collection_ns = watch_elapsed_ns / watch_collections"
 )
 
 
@@ -325,6 +348,8 @@ def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol
         "usage_reads_per_trial": USAGE_READS_PER_TRIAL,
         "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
         "usage_inside_loop_ns": usage["usage_per_read_ns"] * USAGE_READS_INSIDE_LOOP,
+        "usage_fields": list(contention.READING_FIELDS),
+        **collector.watch_cost(usage_pairs),
         "method": CLOCK_OVERHEAD_METHOD.format(reads=reads, usage_pairs=usage_pairs),
     }
 
@@ -344,7 +369,8 @@ def decode_profiling_text(tokenizer, generated_ids: list[int]) -> tuple[str, flo
 def greedy_generation_config(new_tokens: int, eos_token_id: EosIds, pad_token_id: Optional[int], **extra) -> GenerationConfig:
     """The matrix's complete greedy GenerationConfig (sampling.build_generation_config) for new_tokens ids.
 
-    Plain sequences are returned (no per-step logits or scores), so generate() does no extra copying.
+    Plain sequences are returned (no per-step logits or scores); transformers 4.57.1 still copies each step's last
+    logits in _sample either way (generation/utils.py, the `.to(copy=True, ...)` line).
     """
     config = build_generation_config(protocol.CONDITIONS["G"], eos_token_id, pad_token_id)
     config.update(max_new_tokens=new_tokens, output_logits=False, output_scores=False,

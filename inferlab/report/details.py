@@ -253,9 +253,10 @@ def generation_trials(view: RunView) -> list[str]:
 
 
 GENERATE_MS_NOTE = (
-    "*generate ms* is the wall clock around one whole `generate()` call. Every trial asks for `output_logits` and "
-    "`output_scores`, so copying each step's raw logits and processed scores runs inside the timed `generate()`: "
-    "these durations are not Part 5's timing, and are not comparable with it.")
+    "*generate ms* is the wall clock around one whole `generate()` call: besides the forwards it holds "
+    "`generate()`'s own work at every step (preparing the step's inputs, the stopping criteria, updating its "
+    "arguments; a profile is in docs/timing.md). These durations are not Part 5's timing, and are not comparable "
+    "with it.")
 
 
 def first_step(view: RunView) -> list[str]:

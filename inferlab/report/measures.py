@@ -240,9 +240,27 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
                   + (f" ({record['usage_inside_loop_ns'] / 1e9 / shortest * 100:.2g} % of the shortest measured loop)"
                      if shortest and is_number(record.get("usage_inside_loop_ns")) else "") + "."
                   if is_number(usage) else "")
+    watch = record.get("watch_per_collection_ns")
+    watch_text = (f" The collection watch adds ≈ {us(watch)} µs to each collection that runs inside a span, and "
+                  "nothing to a span without one." if is_number(watch) else "")
     return (f"{num(reads)} clock reads ≈ {(us(overhead) if is_number(overhead) else MISSING)} µs of a ≈ {loop} "
             f"loop{share}: {text_cell(record.get('clock'))}, {num(record.get('per_read_ns'), 3)} ns per read "
-            f"({text_cell(record.get('method'))}).{usage_text}")
+            f"({text_cell(record.get('method'))}).{usage_text}{watch_text}{collector_line(view)}")
+
+
+def collector_line(view: RunView) -> str:
+    """' Under the collector policy ...: the full collection before each trial took M ms (median), outside every
+    span.' from the trials' collector fields; empty for a run whose trials record none."""
+    trials = [t for t in view.kind("timing_trial") if isinstance(t.get("collector"), dict)]
+    if not trials:
+        return ""
+    policies = sorted({str(t["collector"].get("policy")) for t in trials})
+    full = [t["collector"]["full_collection_ns"] for t in trials if is_number(t["collector"].get("full_collection_ns"))]
+    text = f" The collector policy: {', '.join(policies)}"
+    if full:
+        text += (f"; the full collection before each trial took {ms(statistics.median(full) / 1e9, 1)} ms (median of "
+                 f"{len(full)}), outside every span")
+    return text + "."
 
 
 def phase_rows(view: RunView) -> list[list[str]]:

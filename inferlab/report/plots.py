@@ -235,9 +235,17 @@ def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optio
     return figure
 
 
+# what else ran inside a trial's spans (contention.DISTURBANCES): marker, colour, legend words
+DISTURBANCE_MARKERS = {"collection": ("o", "tab:purple", "garbage collection"),
+                       "major_fault": ("s", "tab:brown", "major page fault"),
+                       "minor_fault": ("D", "tab:gray", "minor page fault")}
+DISTURBANCE_SIZES = {"collection": 170, "major_fault": 120, "minor_fault": 70}
+
+
 def draw_cpu_share(records: list[dict], path: Optional[Path], partial: Optional[str] = None):
     """Two panels sharing the schedule index: each trial's loop time above, its spans' CPU share below, against the
-    declared rule's threshold; contended trials are drawn red, warmups hollow."""
+    declared rule's threshold; contended trials are drawn red, warmups hollow; a trial inside whose spans a
+    collection or a page fault happened is ringed, one ring per kind, each in the legend."""
     from inferlab.measure.contention import loop_cpu_share
 
     trials = trials_with_evidence(records)
@@ -264,6 +272,12 @@ def draw_cpu_share(records: list[dict], path: Optional[Path], partial: Optional[
         top.scatter(xs, [r["loop_s"] * 1e3 for r in contended], marker="x", s=60, color="tab:red", zorder=4,
                     label="contended (declared rule)")
         bottom.scatter(xs, [loop_cpu_share(r) for r in contended], marker="x", s=60, color="tab:red", zorder=4)
+    for kind, (marker, colour, words) in DISTURBANCE_MARKERS.items():
+        hit = [r for r in trials if kind in (r.get("disturbed_by") or [])]
+        if hit:  # rings around the trial's own loop-time dot, larger the rarer the kind
+            top.scatter([r.get("schedule_index", 0) for r in hit], [r["loop_s"] * 1e3 for r in hit], marker=marker,
+                        s=DISTURBANCE_SIZES[kind], facecolors="none", edgecolors=colour, linewidths=1.1, zorder=5,
+                        label=f"{words} inside a span ({len(hit)})")
     prefill = [(r.get("schedule_index", 0), ((r.get("cpu_evidence") or {}).get("prefill") or {}).get("cpu_share"))
                for r in trials]
     prefill = [(x, y) for x, y in prefill if isinstance(y, (int, float))]

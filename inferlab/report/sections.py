@@ -204,7 +204,9 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
         lines.append(f"No measured timing trial ({labels.gap('timing_trial')}).")
     lines += [""]
     throughput = measures.throughput_line(view)
-    lines += [throughput, ""] if throughput else []
+    against = timing_evidence.prefill_vs_decode_text(view)
+    if throughput or against:  # one paragraph: each is a figure per condition
+        lines += [" ".join(text for text in (throughput, against) if text), ""]
     noise, verdicts = timing_evidence.noise_lines(view), timing_evidence.verdict_lines(view)
     if noise:  # one paragraph: the noise, then the verdicts measured against it
         lines += [noise[0] + (verdicts[0] if verdicts else "")] + (verdicts[1:] if verdicts else [""])
@@ -325,9 +327,10 @@ def section_limitations(view: RunView) -> list[str]:
         "The cache tolerance is a diagnostic for this backend and dtype, not a universal guarantee.",
         "RSS is process-wide; a lifetime peak cannot be reset and isolates no cache increment.",
         "The profiling loop keeps selecting after EOS; those ids are not responses.",
-        "A generation trial's `generate()` duration (" + see("Generation trials in full") + ") includes copying every "
-        "step's raw logits and processed scores for `output_logits` and `output_scores`: they run inside the timed "
-        "`generate()`, so it is no measurement of generation speed; Part 5's instrumented loop is.",
+        "A generation trial's `generate()` duration (" + see("Generation trials in full") + ") is the wall clock "
+        "around a whole call: besides the forwards it holds `generate()`'s own work at every step (preparing the "
+        "step's inputs, the stopping criteria, updating its arguments; a profile is in docs/timing.md), so it is no "
+        "measurement of generation speed; Part 5's instrumented loop is.",
         "Every forward runs one small hook that checks inference mode and the model's training flag (the "
         "`forward_mode` of each record); it is inside the timed loop too, identical for both cache paths, and not "
         "subtracted.",

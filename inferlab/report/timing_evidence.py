@@ -6,10 +6,11 @@ Every sentence is a pure function of one run's view; the arithmetic is inferlab.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.measure import contention
+from inferlab.measure import contention, intervals
 from inferlab.reading.runview import RunView
 from inferlab.report import measures
 from inferlab.report.fmt import MISSING, is_number, ms, num, text_cell
@@ -124,23 +125,48 @@ def _group_text(group: dict) -> str:
     return f"{ms(group['median'])} [{ms(group['min'])}–{ms(group['max'])}] ms, n={group['n']}"
 
 
+def _interval_text(interval: dict) -> str:
+    """'+4.1 % [+1.0 %, +7.3 %] (96.8 % interval)', or why there is no interval."""
+    if interval.get("estimate") is None:
+        return f"no estimate ({interval.get('reason')})"
+    estimate = f"{interval['estimate_fraction']:+.1%}"
+    if interval.get("low") is None:
+        return f"{estimate}, no interval ({interval.get('reason')})"
+    return (f"{estimate} [{interval['low_fraction']:+.1%}, {interval['high_fraction']:+.1%}] "
+            f"({interval['coverage']:.1%} interval)")
+
+
+def method_text() -> str:
+    """The interval method and its coverage, in one sentence."""
+    k, coverage = intervals.rank_order(protocol.TIMING_MEASURED_PER_COMBINATION,
+                                       protocol.TIMING_MEASURED_PER_COMBINATION)
+    n = protocol.TIMING_MEASURED_PER_COMBINATION
+    return (f"Every interval here is the {intervals.METHOD}; coverage is discrete, so each is the narrowest "
+            f"whose coverage is at least {intervals.DECLARED_LEVEL:.0%}: for {n} against {n} samples the "
+            f"{k}rd smallest to the {k}rd largest of the {n * n} pairwise differences, {coverage:.1%}. "
+            if k == 3 else
+            f"Every interval here is the {intervals.METHOD}, the narrowest whose coverage is at least "
+            f"{intervals.DECLARED_LEVEL:.0%} (coverage is discrete; each states its own). ")
+
+
 def noise_lines(view: RunView) -> list[str]:
-    """The A/A comparison of each timing prompt and the run's noise figure."""
+    """The A/A interval of each timing prompt and the run's noise figure."""
     trials = view.kind("timing_trial")
     if not trials:
         return []
     noise = contention.run_noise(trials)
     parts = []
     for entry in noise["per_prompt"]:
-        fraction = entry["noise_fraction"]
         parts.append(f"{entry['prompt_id']}: {_group_text(entry['cache_on'])} with the cache, "
-                     f"{_group_text(entry['cache_off'])} without ({entry['samples']} samples), apart by "
-                     + (f"{fraction:.1%}" if is_number(fraction) else MISSING))
+                     f"{_group_text(entry['cache_off'])} without ({entry['samples']} samples), without against with "
+                     + _interval_text(entry["interval"]))
     figure = noise["noise_fraction"]
     return [f"**This run's noise (A/A).** Prefill with and without the cache is the same forward over the same ids "
-            f"(the cache-on path also keeps its keys and values), so their difference is noise: " + "; ".join(parts)
-            + ". This run's noise: " + (f"**±{figure:.1%}**" if is_number(figure) else MISSING)
-            + " (the larger of the two); an effect within it is not a finding."]
+            f"(the cache-on path also keeps its keys and values), so any shift between them is noise. "
+            + method_text() + "; ".join(parts)
+            + ". This run's noise, the farthest either A/A interval reaches from zero: "
+            + (f"**{intervals.band_text(noise['noise_log'])}**" if is_number(figure) else MISSING)
+            + " (the same shift either way in log time); an effect whose interval does not clear it is not a finding."]
 
 
 def verdict_items(view: RunView) -> list[str]:
@@ -165,9 +191,21 @@ def verdict_items(view: RunView) -> list[str]:
                          "which this report does not claim")
         groups = (f"; uncontended: with the cache {_group_text(entry['cache_on'])}, without "
                   f"{_group_text(entry['cache_off'])}" if used else "")
-        items.append(f"{entry['prompt_id']}, {METRIC_WORDS[entry['metric']]}: {VERDICT_WORDS[entry['verdict']]} "
-                     f"({entry['reason']}{groups}{note})")
+        items.append(f"{entry['prompt_id']}, {METRIC_WORDS[entry['metric']]}: {VERDICT_WORDS[entry['verdict']]}"
+                     f"{_by_how_much(entry)} ({entry['reason']}{groups}{note})")
     return items
+
+
+def _by_how_much(entry: dict) -> str:
+    """', by 4.1 % [1.0 %, 7.3 %] of the time without it' for a claimed verdict; empty otherwise."""
+    interval = entry["interval"]
+    if entry["verdict"] not in ("faster", "slower") or interval.get("low") is None:
+        return ""
+    # the effect is log(without) - log(with); the time saved is 1 - with/without = 1 - exp(-shift)
+    saved = [-math.expm1(-interval[name]) for name in ("estimate", "high", "low")]
+    if entry["verdict"] == "faster":
+        return (f", by {saved[0]:.1%} [{saved[2]:.1%}, {saved[1]:.1%}] of the time without it")
+    return f", by {-saved[0]:.1%} [{-saved[1]:.1%}, {-saved[2]:.1%}] more than the time without it"
 
 
 def _no_uncontended_sample(verdicts: list[dict]) -> str:
@@ -186,9 +224,29 @@ def verdict_lines(view: RunView) -> list[str]:
     items = verdict_items(view)
     if not items:
         return []
-    return [" **Did the cache make this run faster?** Each effect (median without / median with the cache − 1, from "
-            f"the uncontended samples, at least {protocol.VERDICT_MIN_UNCONTENDED} a side) is claimed only when it "
-            "exceeds this run's noise and the two ranges do not overlap:", ""] + [f"- {item}." for item in items] + [""]
+    return [" **Did the cache make this run faster?** Each effect is the shift of log times without against with the "
+            f"cache (positive: faster with it), from the uncontended samples (at least "
+            f"{protocol.VERDICT_MIN_UNCONTENDED} a side), with its interval by the same method; a verdict is claimed "
+            "only when the whole interval lies beyond this run's noise, on one side:", ""] \
+        + [f"- {item}." for item in items] + [""]
+
+
+def prefill_vs_decode_text(view: RunView) -> Optional[str]:
+    """One prefill against one decode step, per timing prompt and cache setting, with its interval (one sentence)."""
+    trials = view.kind("timing_trial")
+    parts = []
+    for entry in contention.cache_verdicts(trials)["prefill_vs_decode"] if trials else []:
+        ratio = entry["ratio"]
+        if ratio["estimate"] is None:
+            continue
+        interval = (f" [{ratio['low']:.2f}, {ratio['high']:.2f}] ({entry['interval']['coverage']:.1%} interval)"
+                    if ratio["low"] is not None else f", no interval ({entry['interval']['reason']})")
+        parts.append(f"{entry['prompt_id']} cache {'on' if entry['use_cache'] else 'off'}: "
+                     f"{ratio['estimate']:.2f}×{interval}, {entry['samples']} samples")
+    if not parts:
+        return None
+    return ("**Prefill against one decode step:** the prefill's time over the mean post-first interval (one step), "
+            "the Hodges-Lehmann ratio with its interval by the method of the noise below: " + "; ".join(parts) + ".")
 
 
 def short_verdicts(view: RunView) -> str:

@@ -49,6 +49,7 @@ from inferlab.base.records import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from inferlab.measure import collector
 from inferlab.run import options, writers
 
 NO_PREDICTIONS = {"supplied": False, "note": "no predictions were supplied (--predictions FILE)"}
@@ -85,7 +86,8 @@ def invocation_of(config, specimen: dict, offline_from: Optional[str], pytest_ve
         invocation_dir=str(config.invocation_params.dir), root=config.rootpath,
         mode="plan" if config.getoption("inferlab_plan") else "run", specimen=specimen,
         options={"artifacts": config.getoption("inferlab_artifacts"), "offline": config.getoption("inferlab_offline"),
-                 "offline_from": offline_from, "plan": config.getoption("inferlab_plan")},
+                 "offline_from": offline_from, "plan": config.getoption("inferlab_plan"),
+                 "collector_policy": collector.policy_of(bool(config.getoption("inferlab_gc_in_spans")))},
         pytest={"version": pytest_version, "plugins": plugins},
         named_by_plugin=config.getoption("inferlab_runs_dir") is not None)
 
@@ -252,6 +254,11 @@ class Run:
         """This session's records of one kind, in write order."""
         return self.log.records_of(kind)
 
+    @property
+    def collector_policy(self) -> str:
+        """The garbage-collector policy of this run's timed spans (inferlab.measure.collector), from --gc-in-spans."""
+        return self.invocation.options.get("collector_policy") or collector.DEFAULT_POLICY
+
     def emit(self, kind: str, test: Optional[str], fields: dict) -> dict:
         """Make a record (envelope + fields) and hand it to the record hook; returns it."""
         record = writers.make_record(kind, test, self.log.next_seq, self.clock(), fields, self.stamp())
@@ -320,7 +327,8 @@ class Run:
         written = writers.make_plan(
             mode=self.invocation.mode, entries=[plan_entry(index, facts) for index, facts in enumerate(tests)],
             parts=parts, collected=self.schedule.collected, deselected=self.schedule.deselected,
-            selection=selection, named_paths=list(named_paths), named_tests=named_tests)
+            selection=selection, named_paths=list(named_paths), named_tests=named_tests,
+            collector_policy=self.collector_policy)
         self.schedule.adopt(written)
         self.schedule.declared = session_status.experiment_checks(self.invocation.root, EXPERIMENTS_DIR)
         write_json_atomic(self.record_dir / PLAN_FILE, written)

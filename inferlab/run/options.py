@@ -41,6 +41,9 @@ HELP = {
     "verdict; needs --justification (default: none, the declared criterion only)",
     "justification": "why the revised cache criterion is justified; recorded with it (default: none; "
     "required with --revised-cache-criterion)",
+    "gc_in_spans": "leave Python's cyclic garbage collector on inside the timed spans, to measure what it costs as a "
+                   "condition of its own (default: off: one full collection before each timed block and the "
+                   "collector off inside it, as timeit does; the plan, the manifest and every trial say which)",
 }
 # pytest's addoption settings per flag; every dest starts with inferlab_.
 OPTIONS = {
@@ -57,6 +60,8 @@ OPTIONS = {
                                   "type": revised_criterion.parse_criterion, "help": HELP["revised_cache_criterion"]},
     "--justification": {"dest": "inferlab_justification", "metavar": "TEXT", "default": None,
                         "help": HELP["justification"]},
+    "--gc-in-spans": {"dest": "inferlab_gc_in_spans", "action": "store_true", "default": False,
+                      "help": HELP["gc_in_spans"]},
 }
 MARKERS = (
     "provides(name): this test establishes the named check for later tests",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from inferlab import protocol
+from inferlab.measure import collector
 from inferlab.base.records import CLAIM_FILE, PLAN_FILE, RECORD_SCHEMA, REPORT_RENDERER_VERSION, STAMP_FIELD, jsonable
 from inferlab.run import session_status
 from inferlab.run.plan import core_deselected, plan_totals
@@ -76,7 +77,8 @@ def make_test_outcome(*, outcome: str, phase: str, duration: float, longrepr: Op
 
 
 def make_plan(*, mode: str, entries: list[dict], parts: list[dict], collected: list[str], deselected: list[str],
-              selection: dict, named_paths: list[str], named_tests: bool) -> dict:
+              selection: dict, named_paths: list[str], named_tests: bool,
+              collector_policy: str = collector.DEFAULT_POLICY) -> dict:
     """plan.json: the schedule, its totals against the caps, and every way it falls short of the protocol.
 
     parts: the experiment files on disk (session_status.experiment_parts); collected and deselected: node
@@ -92,6 +94,7 @@ def make_plan(*, mode: str, entries: list[dict], parts: list[dict], collected: l
         "schema": RECORD_SCHEMA,
         "mode": mode,
         "protocol": protocol.as_dict(),
+        "collector": collector.declaration(collector_policy),
         "schedule": entries,
         "totals": totals,
         "caps": dict(protocol.CAPS),
@@ -171,7 +174,9 @@ def make_manifest(*, invocation, started_utc: str, ended_utc: Optional[str], end
             "offline_from": invocation.options.get("offline_from"),  # --offline, or HF_HUB_OFFLINE=1
             "network_blocked_for_session": network_blocked,
             "plan": invocation.options.get("plan"),
+            "collector_policy": invocation.options.get("collector_policy", collector.DEFAULT_POLICY),
         },
+        "collector": collector.declaration(invocation.options.get("collector_policy", collector.DEFAULT_POLICY)),
         "predictions": predictions,
         "pytest": dict(invocation.pytest),
         "torch_threads": torch_threads,

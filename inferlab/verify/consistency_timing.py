@@ -9,7 +9,7 @@ from typing import Optional
 
 from inferlab import protocol
 from inferlab.base.records import STAMP_FIELD
-from inferlab.measure import contention, summaries
+from inferlab.measure import collector, contention, summaries
 from inferlab.verify.consistency_shared import Recheck, common_leaves, label, same
 
 NS_PER_S = 1e9  # the loop divides its integer stamps by this float (decode_loop.LoopResult), and so does this check
@@ -44,6 +44,48 @@ def check(recheck: Recheck) -> None:
     _durations(recheck)
     _summaries(recheck)
     _declared_rule(recheck)
+    _collector_policy(recheck)
+
+
+def _collector_policy(recheck: Recheck) -> None:
+    """The garbage-collector policy the plan and the manifest declare is the one every timing trial ran under:
+    under off_in_spans the collector was off inside the spans and no collection started in one."""
+    declared = {}
+    for file, data in (("manifest.json", recheck.view.manifest), ("plan.json", recheck.view.plan or {})):
+        found = (data.get("collector") or {}).get("policy") if isinstance(data.get("collector"), dict) else None
+        if found is not None:
+            declared[file] = found
+    trials = [t for t in recheck.completed("timing_trial") if "collector" in t]
+    if not declared:
+        if trials:
+            recheck.not_checked("the timing trials' collector policy", "neither the manifest nor the plan declares one")
+        return
+    if len(set(declared.values())) > 1:
+        recheck.checker.problem(f"inconsistent: the collector policy differs between the files that declare it: "
+                                f"{declared}")
+    policy = next(iter(declared.values()))
+    where = " and ".join(declared)
+    for trial in trials:
+        held = trial["collector"] if isinstance(trial["collector"], dict) else {}
+        if held.get("policy") != policy:
+            recheck.differs(trial, "collector.policy", held.get("policy"), policy, f"the policy {where} declares")
+            continue
+        if policy != collector.OFF_IN_SPANS:
+            continue
+        if held.get("enabled_in_spans") is not False:
+            recheck.differs(trial, "collector.enabled_in_spans", held.get("enabled_in_spans"), False,
+                            f"the policy {policy} ({where})")
+        events = collector.valid_events(trial.get("gc_events"))
+        found = stamps(trial)
+        if events is None or found is None:
+            recheck.checker.problem(f"inconsistent: {label(trial)}: under the collector policy {policy} it records no "
+                                    "valid gc_events and stamps to show that no collection ran in its spans")
+            continue
+        inside = collector.in_span(trial["gc_events"], found[0], found[2][-1])
+        if inside["collections"]:
+            recheck.checker.problem(f"inconsistent: {label(trial)}: {inside['collections']} collection(s) started "
+                                    f"inside its loop span under the policy {policy} ({where}), which switches the "
+                                    "collector off there")
 
 
 def _declared_rule(recheck: Recheck) -> None:

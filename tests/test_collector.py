@@ -1,0 +1,116 @@
+"""The garbage-collector policy around the timed spans, and the collections each span records."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from inferlab.measure import collector, contention
+from inferlab.measure.decode_loop import run_greedy_loop
+from inferlab.synthetic.tiny_model import tiny_gpt_neox
+
+PROMPT = [5, 17, 33, 2, 9, 40, 11]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_gpt_neox(seed=0)
+
+
+@pytest.fixture
+def prompt():
+    ids = torch.tensor([PROMPT], dtype=torch.long)
+    return ids, torch.ones_like(ids)
+
+
+@pytest.fixture
+def eager_collector():
+    """A collection due at almost every tracked allocation, so a loop left with the collector on meets many."""
+    threshold, enabled = gc.get_threshold(), gc.isenabled()
+    gc.enable()
+    gc.set_threshold(5, 1, 1)
+    yield
+    gc.set_threshold(*threshold)
+    (gc.enable if enabled else gc.disable)()
+
+
+def test_off_in_spans_collects_first_switches_off_inside_and_restores_the_state_it_found():
+    assert gc.isenabled()
+    with collector.TimedBlock(collector.OFF_IN_SPANS) as block:
+        assert not gc.isenabled() and block.enabled_inside is False
+        assert block.before["full_collection_ns"] > 0 and isinstance(block.before["full_collection_found"], int)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector.TimedBlock(collector.OFF_IN_SPANS):
+            pass
+        assert not gc.isenabled(), "a collector the caller had off was switched on"
+    finally:
+        gc.enable()
+    with collector.TimedBlock(collector.ON_IN_SPANS) as block:
+        assert gc.isenabled() and block.enabled_inside is True and block.before == {}
+    with pytest.raises(ValueError, match="expected one of off_in_spans, on_in_spans, got 'sometimes'"):
+        collector.TimedBlock("sometimes")
+
+
+def test_the_watch_stamps_each_collection_and_in_span_counts_only_those_that_started_inside():
+    with collector.CollectionWatch() as watch:
+        gc.collect(0)
+        gc.collect(2)
+    assert watch not in gc.callbacks
+    assert [event[0] for event in watch.events] == [0, 2]
+    assert all(start <= stop for _, start, stop in watch.events)
+    (_, a_start, a_stop), (_, b_start, b_stop) = watch.events
+    both = collector.in_span(watch.events, a_start, b_stop)
+    assert both == {"collections": 2, "by_generation": {"0": 1, "1": 0, "2": 1},
+                    "collector_ns": (a_stop - a_start) + (b_stop - b_start)}
+    only_first = collector.in_span(watch.events, a_start, a_stop)  # the second started after the span ended
+    assert only_first["collections"] == 1 and only_first["by_generation"]["2"] == 0
+    clipped = collector.in_span(watch.events, b_start, b_start + 1)  # a collection running past the span's end
+    assert clipped["collector_ns"] == 1
+    assert collector.in_span("garbage", 0, 1) is None and collector.in_span([[0, 1]], 0, 1) is None
+
+
+def test_a_loop_under_the_default_policy_sees_no_collection_in_its_spans(model, prompt, eager_collector):
+    record = run_greedy_loop(model, *prompt, use_cache=True, new_tokens=6).to_record()
+    assert record["collector"]["policy"] == collector.OFF_IN_SPANS and record["collector"]["enabled_in_spans"] is False
+    assert gc.isenabled(), "the collector was not switched back on after the timed block"
+    for span in ("prefill", "loop"):
+        assert record["cpu_evidence"][span]["collections"] == 0
+        assert record["cpu_evidence"][span]["collector_ns"] == 0
+        assert "collection" not in record["cpu_evidence"][span]["disturbed_by"]
+
+
+def test_a_loop_with_the_collector_left_on_records_and_labels_its_collections(model, prompt, eager_collector):
+    record = run_greedy_loop(model, *prompt, use_cache=True, new_tokens=6,
+                             collector_policy=collector.ON_IN_SPANS).to_record()
+    loop = record["cpu_evidence"]["loop"]
+    assert record["collector"] == {"policy": collector.ON_IN_SPANS, "enabled_in_spans": True}
+    assert loop["collections"] > 0 and loop["collections"] == sum(loop["collections_by_generation"].values())
+    assert 0 < loop["collector_ns"] <= loop["wall_ns"]
+    assert "collection" in loop["disturbed_by"] and "collection" in record["disturbed_by"]
+    assert record["cpu_evidence"] == contention.recorded_evidence(record)["cpu_evidence"]  # verify's recomputation
+    # the collector's time is CPU time of this thread inside the span, never more than the span's wall time
+    if loop["cpu_ns"] is not None:
+        assert loop["cpu_ns"] <= loop["wall_ns"] + 200_000
+
+
+def test_page_faults_are_read_per_thread_and_per_process_and_a_span_with_one_is_labelled():
+    start, end = contention.usage_reader()
+    first = start()
+    touched = bytearray(64 * 1024 * 1024)  # fresh pages, first touched here
+    touched[::4096] = b"\x01" * len(touched[::4096])
+    last = end()
+    scope = contention.READING_SCOPE
+    assert set(scope) == set(contention.READING_FIELDS)
+    if contention.usage_sources()["thread_page_faults"] is None:
+        pytest.skip("this platform has no per-thread page-fault reading")
+    minor = contention.READING_FIELDS.index("thread_minor_faults")
+    assert last[minor] - first[minor] >= 1000  # 16384 pages touched; the allocator may have some already mapped
+    readings = {"start": first, "prefill_done": last, "end": last}
+    span = contention.trial_evidence(readings, 0, 10, 20)["cpu_evidence"]["loop"]
+    assert span["thread_minor_faults"] == last[minor] - first[minor]
+    assert span["process_minor_faults"] >= span["thread_minor_faults"]  # the process counts this thread's too
+    assert "minor_fault" in span["disturbed_by"]
