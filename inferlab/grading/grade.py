@@ -321,7 +321,7 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[Union[dict, l
     import tarfile
 
     from inferlab.grading.archive import UnsafeArchive, is_archive, unpack
-    from inferlab.grading.pack import submission_problems
+    from inferlab.grading.pack import submission_learners, submission_problems
 
     source = Path(source)
     if is_archive(source):
@@ -345,6 +345,7 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[Union[dict, l
                                extra_integrity=extra, rename=(str(unpacked.temp_dir), str(source)),
                                reference_file=reference_file, replay=replay)
             grade.facts["archive"] = str(source)
+            grade.facts["learners"] = submission_learners(unpacked.submission)
             grade.notes += unpacked.notes + ([] if unpacked.submission is not None else
                                              ["the archive holds no submission.json (it was not made by pack)"])
             return grade

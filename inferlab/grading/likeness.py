@@ -111,6 +111,7 @@ def traits_of(source: Path, label: str, metadata: Optional[Path] = None) -> Trai
     """A submission's traits, read from its files (an archive is read in memory after every entry is checked;
     nothing is written); metadata: a Gradescope submission_metadata.json that names its learners."""
     from inferlab.grading.archive import UnsafeArchive, is_archive, read_files
+    from inferlab.grading.pack import submission_learners
 
     source = Path(source)
     traits = Traits(label)
@@ -131,9 +132,7 @@ def traits_of(source: Path, label: str, metadata: Optional[Path] = None) -> Trai
         return traits
     traits.run_id = folder
     _read_traits(traits, files)
-    if isinstance(submission, dict) and isinstance(submission.get("learner"), str):
-        traits.learners.append({"id": submission["learner"], "name": None, "email": None,
-                                "from": "submission.json (pack --learner)"})
+    traits.learners += submission_learners(submission)
     if metadata is not None:
         try:
             traits.learners += gradescope_learners(metadata)
