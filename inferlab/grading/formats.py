@@ -340,7 +340,9 @@ def shared_with(grade: RunGrade, labels: list[str]) -> str:
     for finding in grade.findings:
         if finding.get("kind") == SHARED_FINDING:
             other = finding["other"]
-            words = ", ".join(SHARED_WHAT[what] for what in finding["shared"])
+            figures = finding.get("similarity") or {}
+            words = ", ".join(SHARED_WHAT[what] + (f" {figures[what]:.0%}" if what in figures else "")
+                              for what in finding["shared"])
             parts.append(f"{other} {labels[other - 1] if 0 < other <= len(labels) else ''} ({words})")
     return "; ".join(parts)
 
