@@ -58,7 +58,9 @@ def _forfeit_reason(grade: RunGrade) -> str:
 def _integrity_line(grade: RunGrade) -> str:
     problems = grade.integrity_problems
     if not problems:
-        checked = "verify found no problem" + (" and the run agrees with the reference" if grade.reference else "")
+        checked = ("verify found no problem but that the run is not the complete protocol (above)"
+                   if grade.completeness else "verify found no problem") + \
+            (" and the run agrees with the reference" if grade.reference else "")
         return f"integrity: OK ({checked})"
     return f"integrity: {len(problems)} PROBLEM(S): the evidence cannot be trusted (exit 3)"
 

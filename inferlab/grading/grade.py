@@ -134,13 +134,13 @@ class RunGrade:
 
 
 def split_verify(result: dict) -> tuple[list[str], list[str]]:
-    """(integrity problems, completeness lines) of verify's result: its one line for an unfinished run and its
-    one line for a partial plan say why items fail, every other line is an integrity problem."""
-    integrity, completeness = [], []
-    for line in result.get("problems") or []:
-        unfinished = result.get("unfinished") and line.startswith("unfinished: ") and result["unfinished"] in line
-        partial = result.get("partial") and line.startswith("partial: ") and str(result["partial"][0]) in line
-        (completeness if (unfinished or partial) and len(completeness) < 2 else integrity).append(line)
+    """(integrity problems, completeness lines) of verify's result: its completeness lines (the one line for an
+    unfinished run and the one for a partial plan, as verify states them) say why items fail, every other line is
+    an integrity problem."""
+    completeness = list(result.get("completeness") or [])
+    integrity = list(result.get("problems") or [])
+    for line in completeness:
+        integrity.remove(line)
     return integrity, completeness
 
 
@@ -180,12 +180,13 @@ def findings_of(view: RunView, kinds_of: dict) -> list[dict]:
     return found
 
 
-def run_facts(view: RunView, completeness: list[str]) -> dict:
-    """Which run this is: its id, specimen, whether it is synthetic and complete, its schema."""
+def run_facts(view: RunView, complete: bool) -> dict:
+    """Which run this is: its id, specimen, whether it is synthetic and complete (verify's one definition, read
+    from its result, never decided here), its schema."""
     git = view.manifest.get("git") if isinstance(view.manifest.get("git"), dict) else {}
     return {"run_id": view.directory.name if view.directory is not None else None,
             "specimen": view.specimen_spec().get("name"), "synthetic": view.synthetic,
-            "complete": view.manifest.get("complete") is True and not completeness,
+            "complete": complete,
             "schema": view.schema, "started_utc": view.manifest.get("started_utc"),
             "git_commit": git.get("commit"), "ending": view.ending, "prompt_lengths": prompt_lengths(view)}
 
@@ -257,7 +258,7 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
                                                                            else source),
                      items=items, integrity=integrity + list(extra_integrity), completeness=completeness,
                      reference=compared, findings=findings, notes=notes,
-                     facts=unless_malformed(run_facts, view, completeness),
+                     facts=unless_malformed(run_facts, view, verified.get("complete") is True),
                      measurements=unless_malformed(key_measurements, view), rubric=rubric,
                      not_checked=not_established(verified, harness, flags, compared, replay, rename))
     replayed.fold(grade, view, replay, rename)

@@ -30,6 +30,8 @@ class Checker:
         self.end: Optional[dict] = None
         self.unfinished: Optional[str] = None
         self.partial: list[str] = []
+        self.completeness: list[str] = []  # the unfinished and partial lines (ending.report_ending), also problems
+        self.complete = False  # ending.is_complete, once every check has run
         self.unreached: set = set()
         self.final_records_missing = False  # unfinished, and the manifest is still the one from the start
         self.manifest: Optional[dict] = view.manifest if view.manifest_found else None
@@ -150,6 +152,8 @@ class Checker:
             "not_checked": list(self.not_checked),
             "unfinished": self.unfinished,
             "partial": list(self.partial),
+            "complete": self.complete,
+            "completeness": list(self.completeness),
             "not_listed": self.suppressed,
             "not_listed_outcomes": self.suppressed_outcomes,
             "not_listed_records": self.suppressed - self.suppressed_outcomes,
