@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Optional
 
 TOKENIZER_FILE = "tokenizer.json"
+# The grader's project cache: None for this checkout's (artifacts/cache/); the test suite points it at a folder of
+# its own, so that a stand-in built in the checkout never decides a test.
+CACHE_ROOT: Optional[Path] = None
 PREFIX = "decoded with the grader's copy of the tokenizer"
 
 
@@ -41,7 +44,7 @@ def grader_tokenizer_path(name: str, artifacts: Optional[str] = None) -> tuple[O
     except SpecimenError as error:
         return None, f"the run names the specimen {name!r}, which is not one of this checkout's ({error})"
     pinned = (spec.expected.get(TOKENIZER_FILE) or {}).get("sha256")
-    _, directory = choose_acquisition(spec, artifacts_dir=artifacts)
+    _, directory = choose_acquisition(spec, artifacts_dir=artifacts, cache_root=CACHE_ROOT)
     path = Path(directory) / TOKENIZER_FILE
     if not path.is_file():
         return None, (f"the grader has no copy of {name}'s {TOKENIZER_FILE} ({path} is not there; a run or "
