@@ -79,6 +79,17 @@ def _no_process_in_the_fast_lane(request, monkeypatch):
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse_python)
 
 
+@pytest.fixture(autouse=True)
+def _graders_cache_of_its_own(monkeypatch, tmp_path_factory):
+    """grade decodes a run's ids with the grader's copy of the tokenizer from the project cache
+    (inferlab.grading.decoded); in the tests that cache is an empty folder of the session, so a stand-in someone
+    built in this checkout never decides a test (the fixture runs' ids are made up). A test that wants a copy
+    points acquire's cache_dir at one."""
+    from inferlab.grading import decoded
+
+    monkeypatch.setattr(decoded, "CACHE_ROOT", tmp_path_factory.getbasetemp() / "graders-cache")
+
+
 @pytest.fixture(scope="session")
 def standin_spec():
     """The stand-in's spec as pinned in artifacts/standin.json."""

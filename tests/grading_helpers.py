@@ -151,3 +151,103 @@ def rerun_elsewhere(source: Path, target: Path) -> Path:
                   started_utc="2026-11-30T10:00:00+00:00")
     rerender(run)
     return run
+
+
+# --- writing of a learner's own ----------------------------------------------------------------------------
+
+# Two explanations written independently, one paragraph per answer heading of the template, on the same run.
+ADA_PARAGRAPHS = [
+    "I expected the greedy repeats to match, and records.jsonl seq 40 shows all three repetitions of P1 with the "
+    "same ids, so argmax decoding on one machine is repeatable here.",
+    "I thought two seeds could collide by chance; seq 52 and 53 drew different continuations for every pair of "
+    "seeds, which fits a long sequence making an exact collision unlikely.",
+    "I guessed temperature reshapes the whole distribution while top-p cuts its tail, and the sampling summary at "
+    "seq 61 shows top-p keeping fewer distinct tokens than the cooler temperature.",
+    "I predicted close but not identical logits; the cache comparison at seq 139 reports a maximum absolute "
+    "difference far below the tolerance, with every argmax unchanged.",
+    "I was unsure the cache would help such a small model; the timing summaries show the cached decode steps "
+    "faster for the longer prompt P1x8 and barely different for P1.",
+    "Parameter bytes leave out activations, the cache itself and the allocator's overhead, and the memory record "
+    "at seq 180 lists the cache bytes growing with the prefix.",
+    "Greedy selection is deterministic for a fixed model and input: the repeated trials agree id for id.",
+    "Reusing keys and values saves recomputing the prefix, which matters more as the prompt grows.",
+    "One run on one machine cannot say how the timing spreads across other processors.",
+    "The constructed weights are not the trained model, so the texts say nothing about its quality.",
+]
+BEA_PARAGRAPHS = [
+    "Before running I bet on identical outputs from repeated argmax decoding; the three P1 repetitions agree, "
+    "which I read in the generation records near the top of the file.",
+    "My guess was that distinct seeds always differ. Each seeded trial produced its own text, but nothing in the "
+    "protocol forbids two of them meeting, it is only improbable.",
+    "Lowering temperature sharpens every probability, lowering top-p removes the unlikely candidates outright; "
+    "the distinct-token counts in the sampling summary bear this out.",
+    "Bitwise equality was never likely because the cached path adds numbers in another order; the recorded "
+    "differences are tiny and no greedy choice flipped.",
+    "For a model this small the overhead of managing the cache could eat the gain, and for the short prompt the "
+    "medians with and without it are nearly equal.",
+    "A count of weights misses the intermediate tensors, Python's own objects and the key/value store, all "
+    "visible in the memory section of the report.",
+    "Choosing the most probable token leaves no room for chance, so the same inputs give the same ids.",
+    "The first token costs a full pass over the prompt; later tokens with the cache cost one position each.",
+    "Timing on a shared laptop mixes in whatever else was running, so small differences are not trustworthy.",
+    "A single seed per condition shows what can happen, not how often it happens.",
+]
+
+_VOCABULARY = ("cache token seed logits prompt decode sample greedy faster slower memory bytes tensor model run "
+               "record timing median interval prefix tail probability temperature nucleus argmax batch layer "
+               "weights attention keys values step selection repeat differ agree tolerance rounding kernel thread "
+               "machine noise spread quantile overhead allocation python process vocabulary entropy").split()
+
+
+def own_words(seed: int, count: int) -> str:
+    """`count` words drawn at random (seeded) from a small vocabulary of the lab: writing of a learner's own that
+    shares no run of three words with another seed's, as independent writing would not."""
+    import random
+
+    draw = random.Random(seed)
+    return " ".join(draw.choice(_VOCABULARY) for _ in range(count))
+
+
+def written_explanation(paragraphs: list[str]) -> str:
+    """The explanation template with paragraphs[k] under its k-th answer heading, in place of the guidance."""
+    out, current, used = [], None, 0
+    for line in TEMPLATE.splitlines():
+        match = addenda.HEADING.match(line)
+        if match:
+            current = match.group(2).strip() if len(match.group(1)) > 1 else None
+            out.append(line)
+            placed = False
+        elif line.strip() and current is not None:
+            if not placed:
+                out.append(paragraphs[used % len(paragraphs)])
+                used += 1
+                placed = True
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def own_predictions(seed: int) -> str:
+    """The predictions template with every field answered in words of the learner's own (own_words)."""
+    lines = []
+    for number, line in enumerate(PREDICTIONS_TEMPLATE.splitlines()):
+        match = predictions.FIELD.match(line)
+        lines.append(f"{match.group(1)}: {own_words(seed * 1000 + number, 9)}" if match else line)
+    return "\n".join(lines) + "\n"
+
+
+def reworded(text: str, changes: dict, width: int = 60) -> str:
+    """A near copy: each word of `changes` replaced by its value, and every paragraph wrapped anew at `width`
+    (the headings kept), as one learner might hand in another's explanation."""
+    import re
+    import textwrap
+
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            out.append(line)
+            continue
+        for old, new in changes.items():
+            line = re.sub(rf"\b{re.escape(old)}\b", new, line, count=1)
+        out += textwrap.wrap(line, width) or [""]
+    return "\n".join(out) + "\n"

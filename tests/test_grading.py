@@ -231,6 +231,55 @@ def test_a_killed_run_fails_its_items_and_says_its_files_are_not_protected(run_c
     assert statuses(grade)[6] == "fail"
 
 
+def drop_one_outcome(run: Path) -> Path:
+    """A run whose manifest and session_end still say complete, but one planned test has no outcome record."""
+    dropped = []
+
+    def drop(records):
+        kept = []
+        for record in records:
+            if record["kind"] == "test_outcome" and not dropped and "test_30_sampling" in record["test"]:
+                dropped.append(record["test"])
+                continue
+            kept.append(record)
+        return kept
+
+    rewrite_records(run, drop)
+    assert dropped
+    return run
+
+
+@pytest.mark.parametrize("make", ["partial", "killed", "outcome_missing"])
+def test_verify_and_grade_say_the_same_of_a_run_that_is_not_complete(run_copy, make, capsys):
+    from inferlab.verify import verify_run
+
+    {"partial": partial_sampling_run, "killed": lambda run: kill_after(run, tests_done=40),
+     "outcome_missing": drop_one_outcome}[make](run_copy)
+    verified = verify_run(run_copy)
+    grade = grade_of(run_copy)
+    # one definition of complete, stated by verify and read by grade
+    assert verified["complete"] is False and grade.facts["complete"] is False
+    assert grade.completeness == verified["completeness"]
+    assert set(grade.completeness) <= set(verified["problems"])
+    assert main(["verify", str(run_copy)]) == 1
+    said = capsys.readouterr().out
+    assert "; NOT the complete protocol" in said.splitlines()[-1]
+    main(["grade", str(run_copy)])
+    page = capsys.readouterr().out
+    assert "NOT the complete protocol" in page
+    assert "integrity: OK (verify found no problem)" not in page  # verify did find one: the run is incomplete
+
+
+def test_verify_and_grade_both_call_an_honest_complete_run_complete(honest, capsys):
+    from inferlab.verify import verify_run
+
+    verified = verify_run(honest)
+    assert verified["complete"] is True and verified["completeness"] == []
+    assert grade_of(honest).facts["complete"] is True
+    main(["verify", str(honest)])
+    assert "NOT the complete protocol" not in capsys.readouterr().out
+
+
 def test_a_failed_acquisition_fails_the_dependent_items_with_its_evidence(runs, tmp_path):
     # The fixture's manifest hashes a made-up source; as this checkout's harness would have hashed it:
     run = with_this_harness(runs.copy("failed_ended", tmp_path / "failed"))

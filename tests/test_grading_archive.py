@@ -210,3 +210,38 @@ def test_pack_records_the_learner_and_refuses_an_id_that_is_not_one(run, tmp_pat
     assert main(["pack", str(run), "-o", str(tmp_path / "bad.tar.gz"), "--learner", "two\nlines"]) == 2
     assert "expected an id of 1 to 200 printable characters" in capsys.readouterr().err
     assert not (tmp_path / "bad.tar.gz").exists()
+
+
+@pytest.mark.slow
+def test_the_learner_of_one_packed_archive_is_in_every_output_format(run, tmp_path, capsys):
+    import csv
+    from xml.etree import ElementTree
+
+    from inferlab.grading import formats
+
+    target = tmp_path / "ada.tar.gz"
+    assert main(["pack", str(run), "-o", str(target), "--learner", "ada@example.edu"]) in (0, 1)
+    capsys.readouterr()
+    grades = [grade_source(target, load_rubric())]  # one archive, no class
+    assert "learner: ada@example.edu" in formats.render(grades, "text")
+    data = json.loads(formats.render(grades, "json"))
+    assert [x["id"] for x in data["runs"][0]["facts"]["learners"]] == ["ada@example.edu"]
+    assert [row["learner"] for row in csv.DictReader(io.StringIO(formats.csv_text(grades)))] == ["ada@example.edu"]
+    suite = ElementTree.fromstring(formats.render(grades, "junit")).find("testsuite")
+    assert {p.get("name"): p.get("value") for p in suite.iter("property")}["learner"] == "ada@example.edu"
+    results = json.loads(formats.render(grades, "gradescope"))
+    assert results["extra_data"]["learner"] == "ada@example.edu" and "ada@example.edu" in results["output"]
+    # and through the command, for the formats a course CI asks for
+    out = tmp_path / "grade.xml"
+    main(["grade", str(target), "--format", "junit", "--out", str(out), "--csv", str(tmp_path / "g.csv")])
+    assert 'name="learner" value="ada@example.edu"' in out.read_text()
+    assert "ada@example.edu" in (tmp_path / "g.csv").read_text()
+    capsys.readouterr()
+
+
+def test_an_archive_packed_without_a_learner_names_nobody(packed):
+    from inferlab.grading import formats
+
+    grades = [grade_source(packed, load_rubric())]
+    assert grades[0].facts["learners"] == [] and "learner:" not in formats.render(grades, "text")
+    assert json.loads(formats.render(grades, "gradescope"))["extra_data"]["learner"] is None

@@ -29,6 +29,12 @@ from grading_helpers import (
     attach_file,
     change_one_character,
     give_predictions,
+    ADA_PARAGRAPHS,
+    BEA_PARAGRAPHS,
+    own_predictions,
+    reworded,
+    own_words,
+    written_explanation,
 )
 from fixture_runs import fixture_runs
 
@@ -115,9 +121,11 @@ def own_run(directory: Path, runs, seed: int, cpu: str) -> Path:
 
 
 def own_work(run: Path, name: str, explanation: str = None) -> Path:
-    """Predictions and an explanation in the learner's own words."""
-    give_predictions(run, answered_predictions().replace("my answer", f"{name}'s answer"))
-    attach_file(run, explanation or answered_explanation().replace("My own words", f"{name}'s own words"))
+    """Predictions and an explanation in the learner's own words (words of their own, seeded by the name, that
+    another learner's never repeat three at a time: independent writing, which the class view must not flag)."""
+    seed = sum(map(ord, name))
+    give_predictions(run, own_predictions(seed))
+    attach_file(run, explanation or written_explanation([own_words(seed * 100 + k, 30) for k in range(10)]))
     return run
 
 
@@ -217,6 +225,60 @@ def test_the_json_lists_the_pairs_and_each_grade_carries_its_finding(copies_grad
 def test_the_caption_counts_distinct_machines_by_fingerprint(copies_graded):
     assert copies_graded["json"]["class"]["machines"] == 4  # ann and bea's one run, and three CPUs of their own
     assert "The same protocol in 5 submissions from 4 distinct machines (by fingerprint)." in copies_graded["page"]
+
+
+@pytest.fixture(scope="module")
+def alike_graded(tmp_path_factory) -> dict:
+    """A class of three runs of their own: lee hands in kim's explanation and predictions with a handful of words
+    changed and every paragraph wrapped anew; max writes independently on the same questions. Graded: the page,
+    CSV and JSON."""
+    import contextlib
+
+    base = tmp_path_factory.mktemp("alike")
+    runs = fixture_runs(tmp_path_factory)
+    submissions, out = base / "submissions", base / "out"
+    kim_explanation = written_explanation(ADA_PARAGRAPHS)
+    kim_predictions = own_predictions(7)
+    answers = [w for line in kim_predictions.splitlines() if line.startswith("Why:") for w in line.split()[1:3]]
+    lee_work = (reworded(kim_explanation, {"expected": "believed", "shows": "showed", "unsure": "doubtful",
+                                           "leave": "omit", "cannot": "can't"}, width=58),
+                reworded(kim_predictions, {answers[0]: "indeed", answers[3]: "perhaps", answers[6]: "surely"}))
+    for number, (name, (explanation, predictions_text)) in enumerate({
+            "kim": (kim_explanation, kim_predictions), "lee": lee_work,
+            "max": (written_explanation(BEA_PARAGRAPHS), own_predictions(8))}.items()):
+        run = own_run(base / "build" / f"2026-12-02T10-0{number}-00Z-standin", runs, 21 + number, f"CPU of {name}")
+        give_predictions(run, predictions_text)
+        attach_file(run, explanation)
+        copy_run(run, submissions / name)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        main(["grade", str(submissions), "--out", str(out), "--csv", str(out / "class.csv"), "--format", "json"])
+    return {"page": (out / CLASS_PAGE).read_text(), "json": json.loads(buffer.getvalue()),
+            "csv": {row["source"].rsplit("/", 1)[-1]: row
+                    for row in csv.DictReader(io.StringIO((out / "class.csv").read_text()))}}
+
+
+@pytest.mark.slow
+def test_a_near_copy_is_flagged_with_its_figure_and_independent_writing_is_not(alike_graded):
+    shared = alike_graded["json"]["class"]["shared"]
+    assert [(p["a"], p["b"]) for p in shared] == [(1, 2)], shared  # kim and lee only
+    alike = {s["what"]: s for s in shared[0]["shared"]}
+    assert set(alike) == {"explanation_alike", "predictions_alike"}  # not the same text: worded alike
+    assert all(0.5 <= s["similarity"] < 1 for s in alike.values())
+    figures = {(p["a"], p["b"]): p for p in alike_graded["json"]["class"]["wording"]["pairs"]}
+    assert figures[(1, 3)]["explanation"] < 0.1 and figures[(2, 3)]["predictions"] < 0.1  # max wrote her own
+    assert alike_graded["json"]["class"]["wording"]["threshold"] == 0.5
+    finding = next(f for f in alike_graded["json"]["runs"][1]["findings"] if f["kind"] == SHARED_FINDING)
+    assert finding["other"] == 1 and finding["similarity"] == {k: v["similarity"] for k, v in alike.items()}
+    assert alike_graded["json"]["runs"][2]["findings"] == [] or not any(
+        f["kind"] == SHARED_FINDING for f in alike_graded["json"]["runs"][2]["findings"])
+    rows = alike_graded["csv"]
+    assert rows["kim"]["shared_with"].startswith("2 lee (an explanation worded alike ")
+    assert "predictions worded alike" in rows["lee"]["shared_with"] and rows["max"]["shared_with"] == ""
+    section = alike_graded["page"].split("## Submissions that share evidence")[1].split("\n## ")[0]
+    flagged = [line for line in section.splitlines() if line.startswith("- ")]
+    assert len(flagged) == 1 and flagged[0].startswith("- 1. kim and 2. lee: an explanation worded alike (")
+    assert "3-word shingles" in section and "flagged at 50% or more" in section
 
 
 def test_blank_templates_and_a_shared_machine_are_never_a_flag(class_dir):

@@ -44,7 +44,8 @@ def run_verify(record_dir, all_passed: bool) -> int:
         unlisted = (f"; not listed: {result['not_listed_outcomes']} missing test outcome(s) and "
                     f"{result['not_listed_records']} missing record(s) of the tests the run left out or never reached "
                     f"(said once above)") if result["not_listed"] else ""
-        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}{findings_clause(result)}")
+        incomplete = "" if result["complete"] or result["plan_folder"] else "; NOT the complete protocol"
+        print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}{incomplete}{findings_clause(result)}")
         return EXIT_PROBLEMS
     attached = f"; {described(result['addenda'])}" if result["addenda"] else ""
     if result["plan_folder"]:

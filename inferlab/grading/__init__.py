@@ -14,6 +14,9 @@ folder and load no model, except replayed.py (the grader's own copy, for grade -
     pack.py       a run and its addenda as one .tar.gz with submission.json
     archive.py    reading such an archive safely (every entry checked before anything is written)
     likeness.py   what two submissions of a class share (a run, records, timings, written work), and who submits
+    wording.py    how alike two texts are by their word shingles (the class view's near copies)
+    timing_sides.py  a claimed run's timings beside the course's run: medians, ratios, contradicted effects
+    decoded.py    every recorded id decoded again with the grader's own copy of the tokenizer
     classview.py  the class page: every submission's items, the pairs that share evidence, one plot across the
                   class's machines
     replayed.py   grade --replay: each run re-executed on the grader's copy (inferlab.recheck.replay), folded into

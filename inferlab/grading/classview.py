@@ -17,8 +17,9 @@ from typing import Optional
 from inferlab import protocol
 from inferlab.grading.evidence import FAIL
 from inferlab.grading.grade import RunGrade, worst
+from inferlab.grading import wording
 from inferlab.grading.likeness import SHARED_FINDING, Traits, distinct_machines, flag_grades, learner_facts, \
-    pair_text, shared_pairs
+    pair_text, shared_pairs, wording_figures
 from inferlab.base.records import write_text_atomic
 from inferlab.grading.rubric import ITEM_NUMBERS
 
@@ -34,13 +35,16 @@ def _cell(text: object) -> str:
 def review_class(grades: list[RunGrade], traits: list[Traits]) -> dict:
     """Compare the submissions (traits[i] is grades[i]'s), put their learners and machine into the grades' facts
     and every shared pair into both grades' findings; returns the class's part of the JSON format:
-    {"submissions", "machines" (distinct fingerprints), "machine_fingerprints", "shared": [pairs]}."""
+    {"submissions", "machines" (distinct fingerprints), "machine_fingerprints", "shared": [pairs], "wording": the
+    rule, threshold and every compared pair's similarity figures (likeness.wording_figures)}."""
     learner_facts(grades, traits)
     pairs = shared_pairs(traits)
     flag_grades(grades, pairs)
     return {"submissions": len(grades), "machines": distinct_machines(traits),
             "machine_fingerprints": sorted({t.machine for t in traits if t.machine}),
-            "shared": pairs, "unread": {t.label: t.unread for t in traits if t.unread}}
+            "shared": pairs, "unread": {t.label: t.unread for t in traits if t.unread},
+            "wording": {"rule": wording.rule_text(), "threshold": wording.ALIKE_THRESHOLD,
+                        "shingle_words": wording.SHINGLE_WORDS, "pairs": wording_figures(traits)}}
 
 
 def learner_cell(grade: RunGrade) -> str:
@@ -124,7 +128,7 @@ def shared_lines(review: Optional[dict]) -> list[str]:
     pairs = review["shared"]
     if not pairs:
         lines.append(f"No two of the {review['submissions']} submissions share a run id, records.jsonl, timing "
-                     "stamps, weight-read samples, an explanation or a predictions file.")
+                     "stamps, weight-read samples, an explanation or a predictions file, or word them alike.")
     else:
         lines += ["Each pair below shares something that honest work on separate machines does not (a run id "
                   "alone can coincide when two sessions started in the same second). This is for a person to "
@@ -135,10 +139,24 @@ def shared_lines(review: Optional[dict]) -> list[str]:
                          f"{_cell(pair_text(pair))}")
     for label, why in sorted((review.get("unread") or {}).items()):
         lines.append(f"- {_cell(label)}: not compared ({_cell(why)})")
+    lines += ["", wording_line(review.get("wording"))]
     machines = review["machines"]
     lines += ["", f"Machines: {machines} distinct fingerprint{'' if machines == 1 else 's'} (OS, architecture, CPU "
               "model, logical CPUs) among the submissions' manifests; identical machines share one.", ""]
     return lines
+
+
+def wording_line(figures: Optional[dict]) -> str:
+    """What 'worded alike' means on the page, and the most alike pair that was compared."""
+    if not figures:
+        return "Wording: not compared."
+    best = max(((max(v for v in (p["explanation"], p["predictions"]) if v is not None), p)
+                for p in figures["pairs"]), default=None, key=lambda x: x[0])
+    closest = (f" The most alike pair compared: {best[1]['a']} and {best[1]['b']} ({best[0]:.0%})." if best
+               else " No two submissions had writing of their own long enough to compare.")
+    return (f"Wording: explanations and predictions that are not the same text are compared by {figures['rule']}; "
+            f"it sees copies with whitespace, line wrapping and a few words changed, never a paraphrase in other "
+            f"words, and text quoted honestly from the same records counts as shared wording.{closest}")
 
 
 def _shared_cell(grade: RunGrade) -> str:

@@ -32,6 +32,12 @@ def _points(value: float) -> str:
     return f"{value:g}"
 
 
+def learner_text(grade: RunGrade) -> str:
+    """Who the submission names ('ada@example.edu', several joined by ', '), from its facts: pack --learner's
+    submission.json for an archive, and in a class also Gradescope's metadata; '' when it names nobody."""
+    return ", ".join(str(x.get("id") or x.get("name") or x.get("email")) for x in grade.facts.get("learners") or [])
+
+
 def points_forfeited(grade: RunGrade) -> bool:
     """Whether an integrity problem sets every item's points to 0 (the rubric's zero_score_on_integrity_problem)."""
     return bool(grade.error is None and grade.integrity_problems and grade.rubric
@@ -52,7 +58,9 @@ def _forfeit_reason(grade: RunGrade) -> str:
 def _integrity_line(grade: RunGrade) -> str:
     problems = grade.integrity_problems
     if not problems:
-        checked = "verify found no problem" + (" and the run agrees with the reference" if grade.reference else "")
+        checked = ("verify found no problem but that the run is not the complete protocol (above)"
+                   if grade.completeness else "verify found no problem") + \
+            (" and the run agrees with the reference" if grade.reference else "")
         return f"integrity: OK ({checked})"
     return f"integrity: {len(problems)} PROBLEM(S): the evidence cannot be trusted (exit 3)"
 
@@ -80,6 +88,9 @@ def text_page(grade: RunGrade) -> str:
              f"  run {facts.get('run_id')}: specimen {facts.get('specimen')}"
              + (" (SYNTHETIC, not Pythia)" if facts.get("synthetic") else "")
              + (", complete" if facts.get("complete") else ", NOT the complete protocol") + f", schema {facts.get('schema')}"]
+    if learner_text(grade):
+        sources = ", ".join(dict.fromkeys(str(x.get("from")) for x in grade.facts["learners"]))
+        lines.append(f"  learner: {learner_text(grade)} (as {sources} says; it decides no point)")
     lines += [f"  {line}" for line in grade.completeness]
     lines.append("")
     done = [i for i in grade.items if i.status != FAIL]
@@ -194,9 +205,7 @@ def suite_names(grades: list[RunGrade]) -> list[str]:
 
 def _suite_properties(grade: RunGrade) -> dict:
     """The testsuite's properties: the submission, its verdict and score, and each item's status and points."""
-    learners = ", ".join(str(x.get("id") or x.get("name") or x.get("email"))
-                         for x in grade.facts.get("learners") or [])
-    values = {"source": grade.source, "learner": learners or None, "exit_status": grade.exit_status,
+    values = {"source": grade.source, "learner": learner_text(grade) or None, "exit_status": grade.exit_status,
               "verdict": grade.verdict, "score": _points(grade.score), "max_score": _points(grade.max_score),
               **{k: grade.facts.get(k) for k in ("run_id", "specimen", "synthetic", "complete")}}
     for item in grade.items:
@@ -303,7 +312,8 @@ def gradescope(grade: RunGrade) -> str:
     summary = text_page(grade)
     data = {"score": grade.score, "output": summary, "visibility": "visible", "stdout_visibility": "hidden",
             "tests": tests, "extra_data": {"format": GRADE_FORMAT, "schema": GRADE_SCHEMA,
-                                           "exit_status": grade.exit_status, "facts": grade.facts,
+                                           "exit_status": grade.exit_status,
+                                           "learner": learner_text(grade) or None, "facts": grade.facts,
                                            "not_checked": grade.not_checked}}
     return json.dumps(data, indent=2, allow_nan=False, default=str) + "\n"
 
@@ -332,7 +342,9 @@ def shared_with(grade: RunGrade, labels: list[str]) -> str:
     for finding in grade.findings:
         if finding.get("kind") == SHARED_FINDING:
             other = finding["other"]
-            words = ", ".join(SHARED_WHAT[what] for what in finding["shared"])
+            figures = finding.get("similarity") or {}
+            words = ", ".join(SHARED_WHAT[what] + (f" {figures[what]:.0%}" if what in figures else "")
+                              for what in finding["shared"])
             parts.append(f"{other} {labels[other - 1] if 0 < other <= len(labels) else ''} ({words})")
     return "; ".join(parts)
 

@@ -6,7 +6,8 @@ that disagrees with the run beside it, a summary flag of the manifest or the led
 summarises (inferlab.grading.recompute), a harness that is not the grader's copy (inferlab.grading.harness;
 under a rubric whose grader_source is "integrity", the default), and whatever the run contradicts in an
 instructor's reference (inferlab.grading.reference). Every decision is made from the files and the grader's own
-copy; what could not be established is collected in `not_checked`, never passed over in silence. verify's one
+copy (every recorded id is decoded again with the grader's own tokenizer: inferlab.grading.decoded); what could
+not be established is collected in `not_checked`, never passed over in silence. verify's one
 line for a partial or unfinished run is not an integrity problem: it is why items fail (a partial run fails the
 items it lacks). A failed protocol diagnostic is a finding shown with its evidence, never a failed item.
 
@@ -134,13 +135,13 @@ class RunGrade:
 
 
 def split_verify(result: dict) -> tuple[list[str], list[str]]:
-    """(integrity problems, completeness lines) of verify's result: its one line for an unfinished run and its
-    one line for a partial plan say why items fail, every other line is an integrity problem."""
-    integrity, completeness = [], []
-    for line in result.get("problems") or []:
-        unfinished = result.get("unfinished") and line.startswith("unfinished: ") and result["unfinished"] in line
-        partial = result.get("partial") and line.startswith("partial: ") and str(result["partial"][0]) in line
-        (completeness if (unfinished or partial) and len(completeness) < 2 else integrity).append(line)
+    """(integrity problems, completeness lines) of verify's result: its completeness lines (the one line for an
+    unfinished run and the one for a partial plan, as verify states them) say why items fail, every other line is
+    an integrity problem."""
+    completeness = list(result.get("completeness") or [])
+    integrity = list(result.get("problems") or [])
+    for line in completeness:
+        integrity.remove(line)
     return integrity, completeness
 
 
@@ -180,12 +181,13 @@ def findings_of(view: RunView, kinds_of: dict) -> list[dict]:
     return found
 
 
-def run_facts(view: RunView, completeness: list[str]) -> dict:
-    """Which run this is: its id, specimen, whether it is synthetic and complete, its schema."""
+def run_facts(view: RunView, complete: bool) -> dict:
+    """Which run this is: its id, specimen, whether it is synthetic and complete (verify's one definition, read
+    from its result, never decided here), its schema."""
     git = view.manifest.get("git") if isinstance(view.manifest.get("git"), dict) else {}
     return {"run_id": view.directory.name if view.directory is not None else None,
             "specimen": view.specimen_spec().get("name"), "synthetic": view.synthetic,
-            "complete": view.manifest.get("complete") is True and not completeness,
+            "complete": complete,
             "schema": view.schema, "started_utc": view.manifest.get("started_utc"),
             "git_commit": git.get("commit"), "ending": view.ending, "prompt_lengths": prompt_lengths(view)}
 
@@ -201,6 +203,7 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
     from inferlab.grading.harness import compare_harness, grader_root
     from inferlab.grading.recompute import check_flags, lock_conformance
     from inferlab.grading.reference import ReferenceMismatch, choose_reference, compare_reference
+    from inferlab.grading.decoded import decode_check
     from inferlab.grading.requirements import requirement_checks
     from inferlab.grading.stale_report import stale_report_problems
     from inferlab.host.environment import describe_kernels
@@ -214,6 +217,8 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
     flags = check_flags(view, harness, root, lock)
     integrity += flags.integrity + (harness.lines() if rubric.grader_source == "integrity" else [])
     integrity += stale_report_problems(view)  # report --check: a page the records do not say is integrity
+    decoded = decode_check(view, getattr(replay, "artifacts", None))  # the grader's own tokenizer
+    integrity += decoded.problems
     if rename:
         integrity = [line.replace(*rename) for line in integrity]
         completeness = [line.replace(*rename) for line in completeness]
@@ -232,6 +237,9 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
     if view.synthetic:
         notes.append(f"SYNTHETIC specimen ({view.specimen_spec().get('name')}): not Pythia; its outputs say nothing "
                      "about the real model")
+    if decoded.copy and not decoded.problems:
+        notes.append(f"every recorded id decoded with the grader's copy of the tokenizer ({decoded.copy}) gives "
+                     "the texts the run recorded")
     if harness.version_line and harness.same:
         notes.append(harness.version_line)
     notes.append(f"CPU kernels: {describe_kernels((view.manifest.get('torch_build') or {}).get('cpu_kernels'))}")
@@ -257,9 +265,10 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
                                                                            else source),
                      items=items, integrity=integrity + list(extra_integrity), completeness=completeness,
                      reference=compared, findings=findings, notes=notes,
-                     facts=unless_malformed(run_facts, view, completeness),
+                     facts=unless_malformed(run_facts, view, verified.get("complete") is True),
                      measurements=unless_malformed(key_measurements, view), rubric=rubric,
-                     not_checked=not_established(verified, harness, flags, compared, replay, rename))
+                     not_checked=not_established(verified, harness, flags, compared, replay, rename,
+                                                 decoded.not_checked))
     replayed.fold(grade, view, replay, rename)
     return grade
 
@@ -282,10 +291,10 @@ def requirement_findings(rubric: Rubric, harness, lock) -> list[dict]:
 
 
 def not_established(verified: dict, harness, flags, compared: Optional[dict], replay: Optional[object],
-                    rename: Optional[tuple[str, str]] = None) -> list[str]:
-    """Every reason something was not checked: verify's, the harness's, the flags', the reference's notes of
-    what it did not compare, and no replay or no reference when none was given."""
-    lines = [f"verify: {line}" for line in verified.get("not_checked") or []]
+                    rename: Optional[tuple[str, str]] = None, decoded: Iterable[str] = ()) -> list[str]:
+    """Every reason something was not checked: verify's, the grader's tokenizer's (decoded), the harness's, the
+    flags', the reference's notes of what it did not compare, and no replay or no reference when none was given."""
+    lines = [f"verify: {line}" for line in verified.get("not_checked") or []] + list(decoded)
     lines += harness.not_checked + flags.not_checked
     if compared is None:
         lines.append("reference: none given, so the run's deterministic outputs were not compared with an "
@@ -321,7 +330,7 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[Union[dict, l
     import tarfile
 
     from inferlab.grading.archive import UnsafeArchive, is_archive, unpack
-    from inferlab.grading.pack import submission_problems
+    from inferlab.grading.pack import submission_learners, submission_problems
 
     source = Path(source)
     if is_archive(source):
@@ -345,6 +354,7 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[Union[dict, l
                                extra_integrity=extra, rename=(str(unpacked.temp_dir), str(source)),
                                reference_file=reference_file, replay=replay)
             grade.facts["archive"] = str(source)
+            grade.facts["learners"] = submission_learners(unpacked.submission)
             grade.notes += unpacked.notes + ([] if unpacked.submission is not None else
                                              ["the archive holds no submission.json (it was not made by pack)"])
             return grade

@@ -3,7 +3,10 @@
 Each submission (a run folder or a `pack` archive) is read once more, from its files alone, for its traits: the
 run's id (its folder's name), the SHA-256 of records.jsonl, the token timestamps of every timing trial, the
 weight-read samples, the attached explanation and predictions.md (compared as text with line endings and
-trailing spaces set aside, and never when they are blank or the template itself), the machine's fingerprint
+trailing spaces set aside, and never when they are blank or the template itself; and, when not the same text,
+by their wording: the share of word shingles two of them have in common beyond the template's, flagged at
+inferlab.grading.wording's threshold, a near copy with whitespace, line wrapping and a few words changed), the
+machine's fingerprint
 (inferlab.host.machine.fingerprint_of), and the learner: pack's `--learner` in submission.json, or the users of
 Gradescope's submission_metadata.json beside the submission.
 
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE
+from inferlab.grading import wording
 from inferlab.host.machine import fingerprint_of
 from inferlab.reading import addenda
 from inferlab.reading.runview import parse_records
@@ -33,7 +37,8 @@ SHARED_FINDING = "shared_with_another_submission"
 # what a pair can share, in the order the page lists it, with the words it uses
 SHARED_WHAT = {"learner": "the same learner", "run_id": "the same run id", "records": "the same records.jsonl",
                "timing": "the same timing stamps", "weight_read": "the same weight-read samples",
-               "explanation": "the same explanation", "predictions": "the same predictions file"}
+               "explanation": "the same explanation", "explanation_alike": "an explanation worded alike",
+               "predictions": "the same predictions file", "predictions_alike": "predictions worded alike"}
 
 
 @dataclass
@@ -47,6 +52,9 @@ class Traits:
     weight_read: dict = field(default_factory=dict)  # {signature of one weight_read record's samples: its seq}
     explanation: Optional[tuple[str, str]] = None  # (SHA-256 of the compared text, the file in the run)
     predictions: Optional[str] = None  # SHA-256 of the compared text
+    # the texts' word shingles less their template's (inferlab.grading.wording), None when too short to compare
+    explanation_shingles: Optional[frozenset] = None
+    predictions_shingles: Optional[frozenset] = None
     machine: Optional[str] = None  # the fingerprint as one line
     learners: list = field(default_factory=list)  # [{id, name, email, from}]
     notes: list = field(default_factory=list)  # what could not be read about the learner
@@ -64,6 +72,7 @@ def _digest(text: str) -> str:
 
 
 def _templates() -> tuple[str, str]:
+    """The explanation and predictions templates as they are compared (see _compared_text)."""
     explanation = addenda.read_template() or ""
     prediction = predictions.read_template(addenda.PROJECT_ROOT) or ""
     return _compared_text(explanation.encode()), _compared_text(prediction.encode())
@@ -111,6 +120,7 @@ def traits_of(source: Path, label: str, metadata: Optional[Path] = None) -> Trai
     """A submission's traits, read from its files (an archive is read in memory after every entry is checked;
     nothing is written); metadata: a Gradescope submission_metadata.json that names its learners."""
     from inferlab.grading.archive import UnsafeArchive, is_archive, read_files
+    from inferlab.grading.pack import submission_learners
 
     source = Path(source)
     traits = Traits(label)
@@ -131,9 +141,7 @@ def traits_of(source: Path, label: str, metadata: Optional[Path] = None) -> Trai
         return traits
     traits.run_id = folder
     _read_traits(traits, files)
-    if isinstance(submission, dict) and isinstance(submission.get("learner"), str):
-        traits.learners.append({"id": submission["learner"], "name": None, "email": None,
-                                "from": "submission.json (pack --learner)"})
+    traits.learners += submission_learners(submission)
     if metadata is not None:
         try:
             traits.learners += gradescope_learners(metadata)
@@ -166,6 +174,7 @@ def _read_traits(traits: Traits, files: dict[str, bytes]) -> None:
         if text and text != predictions_template and \
                 not predictions.template_status(raw.decode("utf-8", "replace"), None)["template_unanswered"]:
             traits.predictions = _digest(text)
+            traits.predictions_shingles = wording.own_shingles(text, predictions_template)
     if addenda.LEDGER_FILE in files:
         entries, _ = addenda.parse_ledger(files[addenda.LEDGER_FILE])
         for entry in reversed(entries):  # the latest explanation is the one graded
@@ -173,6 +182,7 @@ def _read_traits(traits: Traits, files: dict[str, bytes]) -> None:
                 text = _compared_text(files[str(entry["file"])])
                 if text and text != explanation_template:
                     traits.explanation = (_digest(text), str(entry["file"]))
+                    traits.explanation_shingles = wording.own_shingles(text, explanation_template)
                 break
 
 
@@ -180,8 +190,9 @@ def _shared(a: Traits, b: Traits) -> list[dict]:
     """What a and b have in common: [{what, words, detail}] in SHARED_WHAT's order."""
     found = []
 
-    def add(what: str, detail: str) -> None:
-        found.append({"what": what, "words": SHARED_WHAT[what], "detail": detail})
+    def add(what: str, detail: str, similarity: Optional[float] = None) -> None:
+        found.append({"what": what, "words": SHARED_WHAT[what], "detail": detail,
+                      **({} if similarity is None else {"similarity": similarity})})
 
     ids_a = {learner["id"] for learner in a.learners if learner.get("id")}
     same_learner = sorted(ids_a & {learner["id"] for learner in b.learners if learner.get("id")})
@@ -202,9 +213,41 @@ def _shared(a: Traits, b: Traits) -> list[dict]:
         files = a.explanation[1] if a.explanation[1] == b.explanation[1] else \
             f"{a.explanation[1]} and {b.explanation[1]}"
         add("explanation", f"the attached explanations ({files}) hold the same text")
+    elif a.explanation and b.explanation:
+        figure = alike(a.explanation_shingles, b.explanation_shingles)
+        if figure is not None and figure >= wording.ALIKE_THRESHOLD:
+            add("explanation_alike", f"{figure:.0%} of the explanations' word shingles in common", figure)
     if a.predictions and a.predictions == b.predictions:
         add("predictions", f"{PREDICTIONS_FILE} holds the same answers")
+    elif a.predictions and b.predictions:
+        figure = alike(a.predictions_shingles, b.predictions_shingles)
+        if figure is not None and figure >= wording.ALIKE_THRESHOLD:
+            add("predictions_alike", f"{figure:.0%} of the answers' word shingles in common", figure)
     return found
+
+
+def alike(a: Optional[frozenset], b: Optional[frozenset]) -> Optional[float]:
+    """The similarity of two texts' own shingles (wording.similarity), None when either is too short to compare."""
+    return None if a is None or b is None else round(wording.similarity(a, b), 3)
+
+
+def wording_figures(traits: list[Traits]) -> list[dict]:
+    """For every pair whose explanations or predictions could be compared: {"a", "b", "explanation",
+    "predictions"} with each similarity (1.0 for the same text, None where not compared): the figure behind every
+    flag, and the figures of the pairs that were not flagged."""
+    figures = []
+    for i, first in enumerate(traits):
+        for j in range(i + 1, len(traits)):
+            second = traits[j]
+            entry = {"a": i + 1, "b": j + 1,
+                     "explanation": 1.0 if first.explanation and second.explanation and
+                     first.explanation[0] == second.explanation[0] else
+                     alike(first.explanation_shingles, second.explanation_shingles),
+                     "predictions": 1.0 if first.predictions and first.predictions == second.predictions else
+                     alike(first.predictions_shingles, second.predictions_shingles)}
+            if entry["explanation"] is not None or entry["predictions"] is not None:
+                figures.append(entry)
+    return figures
 
 
 def shared_pairs(traits: list[Traits]) -> list[dict]:
@@ -231,6 +274,7 @@ def pair_text(pair: dict) -> str:
 
 EVIDENCE_FILE = {"records": RECORDS_FILE, "timing": RECORDS_FILE, "weight_read": RECORDS_FILE,
                  "predictions": PREDICTIONS_FILE, "explanation": addenda.LEDGER_FILE, "learner": "submission.json",
+                 "predictions_alike": PREDICTIONS_FILE, "explanation_alike": addenda.LEDGER_FILE,
                  "run_id": "the run folder's name"}
 
 
@@ -244,8 +288,10 @@ def flag_grades(grades: list, pairs: list[dict]) -> None:
                 "what": f"this submission and submission {other} ({pair['labels'][1 if own == pair['a'] else 0]}) "
                         f"share {pair_text(pair)}",
                 "meaning": "for a person to look at: honest work on separate machines never shares these (a run id "
-                           "alone can, when two sessions started in the same second); no point was taken",
+                           "alone can, when two sessions started in the same second; writing worded alike is a "
+                           f"similarity figure, {wording.rule_text()}); no point was taken",
                 "shared": [s["what"] for s in pair["shared"]], "other": other,
+                "similarity": {s["what"]: s["similarity"] for s in pair["shared"] if "similarity" in s},
                 "evidence": [{"file": name} for name in files]})
 
 

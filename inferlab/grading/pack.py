@@ -84,6 +84,18 @@ def submission_data(view: RunView, learner: Optional[str] = None) -> dict:
     }
 
 
+PACK_LEARNER_FROM = "submission.json (pack --learner)"
+
+
+def submission_learners(submission: Optional[dict]) -> list[dict]:
+    """The learner submission.json names ([{id, name, email, from}], as the class view lists learners), or [] when
+    it names none: the one reader of what `pack --learner` wrote, for a single archive and for a class alike."""
+    learner = submission.get("learner") if isinstance(submission, dict) else None
+    if not isinstance(learner, str) or not learner.strip():
+        return []
+    return [{"id": learner, "name": None, "email": None, "from": PACK_LEARNER_FROM}]
+
+
 def submission_problems(submission: dict, view: RunView) -> list[str]:
     """Where submission.json disagrees with the run it came with: each an integrity problem."""
     if submission.get("format") != SUBMISSION_FORMAT:

@@ -30,7 +30,8 @@ __all__ = ["Checker", "verify_run"]
 
 def verify_run(run: Union[Path, str, RunView]) -> dict:
     """Check a record dir (or a view of one): {ok, problems: [one line each], explained_gaps, records,
-    files_checked, outcome_counts, all_tests_passed, plan_folder, unfinished, partial, not_listed, schema, notes,
-    not_checked}."""
+    files_checked, outcome_counts, all_tests_passed, plan_folder, unfinished, partial, complete (the one
+    definition of a complete run: verify.ending.is_complete), completeness (the unfinished and partial lines, also
+    in problems), not_listed, schema, notes, not_checked}."""
     view = run if isinstance(run, RunView) else RunView.read(Path(run))
     return walk(Checker(view))

@@ -31,6 +31,8 @@ class Checker:
         self.unfinished: Optional[str] = None
         self.live = False  # no session_end, and the process its claim names is still running (the session)
         self.partial: list[str] = []
+        self.completeness: list[str] = []  # the unfinished and partial lines (ending.report_ending), also problems
+        self.complete = False  # ending.is_complete, once every check has run
         self.unreached: set = set()
         self.final_records_missing = False  # unfinished, and the manifest is still the one from the start
         self.manifest: Optional[dict] = view.manifest if view.manifest_found else None
@@ -151,6 +153,8 @@ class Checker:
             "not_checked": list(self.not_checked),
             "unfinished": self.unfinished,
             "partial": list(self.partial),
+            "complete": self.complete,
+            "completeness": list(self.completeness),
             "not_listed": self.suppressed,
             "not_listed_outcomes": self.suppressed_outcomes,
             "not_listed_records": self.suppressed - self.suppressed_outcomes,

@@ -54,14 +54,24 @@ def load_tokenizer(recheck: Recheck):
         return None
 
 
+def has_texts(recheck: Recheck) -> bool:
+    """Whether the run holds any record whose texts are decoded from ids (input, generation, timing trial)."""
+    return bool(recheck.view.kind("input") + recheck.completed("generation") + recheck.completed("timing_trial"))
+
+
 def check(recheck: Recheck) -> None:
-    """Each input, generation and timing record's texts and pieces from its ids."""
-    records = recheck.view.kind("input") + recheck.completed("generation") + recheck.completed("timing_trial")
-    if not records:
+    """Each input, generation and timing record's texts and pieces from its ids, with the run's own tokenizer."""
+    if not has_texts(recheck):
         return
     tokenizer = load_tokenizer(recheck)
     if tokenizer is None:
         return
+    check_with(recheck, tokenizer)
+
+
+def check_with(recheck: Recheck, tokenizer) -> None:
+    """Each input, generation and timing record's texts and pieces from its ids, decoded by `tokenizer` (a
+    tokenizers.Tokenizer: the run's own here, the grader's own copy in inferlab.grading.decoded)."""
 
     def decode(ids, skip_special):
         return tokenizer.decode(ids, skip_special_tokens=skip_special)

@@ -39,8 +39,21 @@ def read_ending(checker: Checker) -> None:
                                          and not view.final_manifest_written)
 
 
+def is_complete(checker: Checker) -> bool:
+    """The one definition of a complete run, which verify states and grade reads (verify_run's `complete`): the
+    records could be read and the session reached its end (not unfinished), its plan is the complete protocol (no
+    partial reason), every planned test has an outcome, and both the session_end record and the manifest say
+    complete. Anything else is not the complete protocol, whatever one of those says alone."""
+    view = checker.view
+    return bool(checker.end is not None and not checker.unfinished and not checker.partial
+                and checker.plan is not None and view.planned and not view.planned_without_outcome()
+                and checker.end.get("complete") is True
+                and checker.manifest is not None and checker.manifest.get("complete") is True)
+
+
 def report_ending(checker: Checker) -> None:
-    """The one line for an unfinished run and the one line for a partial plan (both problems), put first."""
+    """The one line for an unfinished run and the one line for a partial plan (both problems), put first; they are
+    also the run's completeness lines (checker.completeness), which grade shows as why the run is not complete."""
     found_so_far, checker.problems = checker.problems, []
     schedule = checker.view.schedule
     if checker.unfinished:
@@ -61,6 +74,7 @@ def report_ending(checker: Checker) -> None:
         more = len(checker.partial) - 1
         checker.problem(f"partial: {checker.partial[0]}" + (f" (and {more} more shortfall(s): {PLAN_FILE} "
                                                               f"partial_reasons)" if more else ""))
+    checker.completeness = list(checker.problems)
     checker.problems += found_so_far
 
 

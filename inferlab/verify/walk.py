@@ -37,4 +37,5 @@ def walk(checker: Checker) -> dict:
                       completeness.check_budgets, files.check_report, files.check_tensors,
                       consistency.check_consistency):
             checker.guarded(check)
+        checker.complete = ending.is_complete(checker)
     return checker.result(plan_folder=False)
