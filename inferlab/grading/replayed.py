@@ -137,6 +137,7 @@ class GraderCopy:
     def replay(self, view) -> dict:
         """Every part of the run replayed on the grader's copy: {made, specimen, parts, agree, elapsed_s}, or
         {made: False, reason}."""
+        from inferlab.recheck.elsewhere import replay_in_child, settings_to_match
         from inferlab.recheck.replay import Replay, specimen_part
 
         started = time.monotonic()
@@ -146,11 +147,14 @@ class GraderCopy:
         problem = self._load(name)
         if problem:
             return {"made": False, "reason": problem}
+        settings = settings_to_match(view.manifest)
+        if settings is not None and view.directory is not None:  # torch takes kernel settings only at its start
+            return replay_in_child(view.directory, name, self.artifacts, settings)
         spec, how, acquired, model, tokenizer = self._loaded[name]
-        parts = [specimen_part(view, spec, acquired["verification"], how)]
-        parts += Replay(view, model, tokenizer, started).run()
+        replay = Replay(view, model, tokenizer, started)
+        parts = [specimen_part(view, spec, acquired["verification"], how)] + replay.run()
         counted = [p for p in parts if p.compared or p.differences]
-        return {"made": True, "specimen": spec.name, "parts": parts,
+        return {"made": True, "specimen": spec.name, "parts": parts, "rule": replay.rule,
                 "agree": bool(counted) and all(p.agrees for p in counted), "elapsed_s": time.monotonic() - started}
 
 
@@ -159,6 +163,7 @@ def summary(result: dict) -> dict:
     if not result.get("made"):
         return {"made": False, "reason": result.get("reason")}
     return {"made": True, "specimen": result["specimen"], "agree": result["agree"],
+            "exact": result["rule"].exact, "kernel_settings": result.get("settings"),
             "elapsed_s": round(result["elapsed_s"], 3),
             "parts": {p.name: {"compared": p.compared, "differences": len(p.differences), "agrees": p.agrees}
                       for p in result["parts"]}}
@@ -176,6 +181,12 @@ def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
         grade.integrity.append(f"replay: not made: {reason}")
         return
     on = f"the grader's copy of {result['specimen']}"
+    if result.get("settings"):
+        grade.notes.append("replay: made in a process of its own under the run's kernel settings (" + ", ".join(
+            f"{k}={v if v is not None else '(unset)'}" for k, v in sorted(result["settings"].items())) + ")")
+    inexact = result["rule"].not_checked("the run's saved outputs", "the replay")
+    if inexact:
+        grade.not_checked.append(f"replay: {inexact}")
     for part in result["parts"]:
         if part.differences:
             grade.integrity.append(f"replay: {part.name} disagrees on {on} ({len(part.differences)} of "
@@ -189,4 +200,5 @@ def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
         grade.integrity.append(f"replay: nothing of the run could be compared on {on}")
     if result["agree"]:
         counted = sum(1 for p in result["parts"] if p.compared)
-        grade.notes.append(f"replay: all {counted} compared parts agree on {on} ({result['elapsed_s']:.1f} s)")
+        grade.notes.append(f"replay: all {counted} compared parts agree on {on}, "
+                           f"{result['rule'].describe('the replayed value')} ({result['elapsed_s']:.1f} s)")
