@@ -158,6 +158,47 @@ class GraderCopy:
                 "agree": bool(counted) and all(p.agrees for p in counted), "elapsed_s": time.monotonic() - started}
 
 
+class CourseRun:
+    """A run the course made itself (`grade --against COURSE_RUN`, and the Gradescope bundle's own run): a claimed run
+    is compared with it by the one comparison of inferlab.recheck.trusted, bit for bit when the two runs' recorded
+    conditions match (inferlab.recheck.agreement), else within the reference's default tolerance, saying so."""
+
+    def __init__(self, directory, name: str = "the course's run"):
+        from inferlab.grading.reference import make_reference
+        from inferlab.reading.runview import RunView
+
+        self.directory = Path(directory)
+        self.view = RunView.read(self.directory)
+        self.trusted = make_reference(self.view)
+        self.name = name
+
+    def fold(self, grade, view, rename: Optional[tuple[str, str]] = None) -> None:
+        """Every contradiction of `view` with the course's run an integrity problem of `grade`."""
+        from inferlab.grading.reference import DEFAULT_ATOL, DEFAULT_RTOL, mismatch
+        from inferlab.recheck.agreement import allowance, conditions
+        from inferlab.recheck.trusted import compare_trusted
+
+        why = mismatch(view, self.trusted)
+        if why:
+            grade.integrity.append(f"against {self.name}: not comparable: {why.replace('the reference', self.name)}")
+            grade.facts["against"] = {"course_run": str(self.directory), "compared": False}
+            return
+        rule = allowance(conditions(view.manifest), conditions(self.view.manifest), DEFAULT_ATOL, DEFAULT_RTOL,
+                         ("the run", self.name))
+        result = compare_trusted(view, self.trusted, rule, self.view, theirs=self.name)
+        lines = [line.replace(*rename) for line in result.contradictions] if rename else result.contradictions
+        grade.integrity += [f"contradicts {self.name}: {line}" for line in lines]
+        grade.facts["against"] = {"course_run": str(self.directory), "compared": True, "exact": rule.exact,
+                                  "contradictions": len(lines), "counts": result.compared}
+        inexact = rule.not_checked("the run", self.name)
+        if inexact:
+            grade.not_checked.append(f"against {self.name}: {inexact}")
+        grade.notes += [f"against {self.name}: {note}" for note in result.notes]
+        if not lines:
+            grade.notes.append(f"against {self.name}: the run agrees with it, {rule.describe(self.name)} "
+                               f"({result.compared.get('tensors', 0)} saved tensors by hash)")
+
+
 def summary(result: dict) -> dict:
     """The replay as plain data for the grade's facts: made, specimen, agree, seconds, and per part its counts."""
     if not result.get("made"):
@@ -172,6 +213,9 @@ def summary(result: dict) -> dict:
 def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
     """The replay of `view` on `copy` (a GraderCopy) folded into `grade`. Without one there is nothing to fold
     (grade.not_established has said 'replay: none made' in the grade's not_checked)."""
+    if isinstance(copy, CourseRun):
+        copy.fold(grade, view, rename)
+        return
     if not isinstance(copy, GraderCopy):
         return
     result = copy.replay(view)
