@@ -26,6 +26,7 @@ from inferlab.grading.evidence import FAIL
 
 from fixtures_records import REPO_ROOT
 from grading_helpers import answered_explanation, answered_predictions
+from forging import nudge_first_step_logits
 from shared_runs import COURSE_CI_SCRIPT, inferlab_command, made_once
 
 DOC = REPO_ROOT / "docs" / "grading.md"
@@ -141,7 +142,7 @@ def test_the_zip_holds_the_two_scripts_at_its_root_and_the_course_copy_pinned(tm
         assert name in names, name
     assert not [n for n in names if "__pycache__" in n or n.startswith("artifacts/cache") or n.startswith("tests/")]
     assert lock == (REPO_ROOT / "requirements.lock").read_bytes()
-    assert config["specimen"] == "standin" and config["replay"] is True
+    assert config["specimen"] == "standin" and config["accept"] == ["writing", "archive"]
     assert config["project"]["lock_sha256"] == __import__("hashlib").sha256(lock).hexdigest()
     setup = autograder.SCRIPTS["setup.sh"]
     assert "--cpu-index" in setup and "https://download.pytorch.org/whl/cpu" in setup
@@ -199,18 +200,63 @@ def test_setup_sh_skips_its_installation_and_prepares_the_specimen_offline(image
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_run_autograder_grades_a_pack_archive_replayed_and_never_runs_the_submissions_code(
+def test_run_autograder_makes_its_own_run_with_an_archives_writing_and_checks_the_archive_against_it(
         image, course_ci, standin_dir, tmp_path):
     archive = course_ci["out"] / "submission.tar.gz"
     root, marker, done = submit(image, tmp_path, {"my-run.tar.gz": archive})
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     results = json.loads((root / "results" / "results.json").read_text())
     assert not marker.exists(), marker.read_text()
-    consistent_with_grade_json(results, grade_json(root / "submission" / "my-run.tar.gz", standin_dir))
+    run = root / "work" / "run"  # the course's run, made here: every item is scored from it
+    assert json.loads((run / "manifest.json").read_text())["predictions"]["supplied"] is True
+    consistent_with_grade_json(results, grade_json(run, standin_dir))
     assert results["extra_data"]["exit_status"] == 0, results["output"][-3000:]
-    assert "graded the archive my-run.tar.gz" in results["output"]
-    assert re.search(r"replay: all \d+ compared parts agree on the grader's copy of standin", results["output"])
-    assert results["extra_data"]["autograder"]["submission"] == {"id": 123456, "created_at": "2026-12-01T20:00:00Z"}
+    items = {t["number"]: t["status"] for t in results["tests"] if "number" in t}
+    assert items == {str(n): "passed" for n in range(1, 8)}  # as before: the archive's writing, graded
+    assert "with my-run.tar.gz's predictions" in results["output"] and "attached my-run.tar.gz's explanation" in \
+        results["output"]
+    assert "checked your archive my-run.tar.gz against the course's run: no contradiction" in results["output"]
+    against = results["extra_data"]["autograder"]
+    assert against["submission"] == {"id": 123456, "created_at": "2026-12-01T20:00:00Z"}
+    assert against["scored_from"]["Integrity of the run"].endswith("your archive my-run.tar.gz checked against it")
+    assert sum(where == "the course's run, made here" for where in against["scored_from"].values()) == 5
+    assert "scored from: the course's run" in next(t["output"] for t in results["tests"] if t.get("number") == "5")
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_an_archive_whose_saved_tensor_moved_in_its_last_bits_scores_0_naming_where_it_contradicts_the_course_run(
+        image, course_ci, tmp_path):
+    """Every hash and figure of the forged run redone, so it passes every file check: the course's run, made here
+    on the same machine with the same kernels, gives every tensor bit for bit, and this one is not."""
+    forged = nudge_first_step_logits(course_ci["run"], tmp_path / "forged", "P1-G-rep1")
+    assert inferlab_command("pack", forged["run"], "-o", tmp_path / "forged.tar.gz")[0] == 0
+    root, marker, done = submit(image, tmp_path / "container", {"my-run.tar.gz": tmp_path / "forged.tar.gz"})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 0.0 and results["extra_data"]["exit_status"] == 3, results["output"][-3000:]
+    integrity = next(t for t in results["tests"] if t["name"] == "Integrity of the run")
+    assert integrity["status"] == "failed"
+    where = f"{forged['file']}[{forged['key']}]"
+    assert f"your archive my-run.tar.gz: contradicts the course's run: saved tensor generation P1-G-rep1 " \
+           f"first_step_logits ({where})" in results["output"], results["output"][-3000:]
+    assert f"element [{forged['element']}]" in results["output"]
+
+
+def test_a_course_that_takes_writing_only_refuses_an_archive_before_any_run(tmp_path):
+    root = tmp_path / "autograder"
+    (root / "source" / autograder.COURSE).mkdir(parents=True)
+    (root / "source" / autograder.CONFIG_FILE).write_text(json.dumps({
+        "format": autograder.CONFIG_FORMAT, "schema": autograder.CONFIG_SCHEMA, "specimen": "standin",
+        "accept": ["writing"]}))
+    (root / "submission").mkdir()
+    (root / "submission" / "run.tar.gz").write_bytes(b"")
+    text, grade = autograder.grade_submission(root)
+    assert grade is None and not (root / "work").exists()
+    assert "this course takes predictions and an explanation (the two text files), and the submission holds a " \
+           "`pack` archive" in json.loads(text)["output"]
+    with pytest.raises(autograder.AutograderError, match="expected one or both of writing, archive"):
+        autograder.course_settings("standin", None, None, None, accept=("everything",))
 
 
 @pytest.mark.slow

@@ -17,13 +17,13 @@ import pytest
 
 from inferlab import protocol, report
 from inferlab.grading.grade import EXIT_INTEGRITY, EXIT_PASSED, grade_source
-from inferlab.grading.replayed import GraderCopy
+from inferlab.grading.replayed import CourseRun, GraderCopy
 from inferlab.grading.rubric import load_rubric
 from inferlab.measure import summaries
 from inferlab.verify import verify_run
 
 from fixture_runs import runs  # noqa: F401 (a fixture)
-from forging import rehash
+from forging import nudge_first_step_logits, rehash
 from shared_runs import inferlab_command
 
 NOT_REPLAYED = "replay: none made, so the run's deterministic outputs were not re-executed"
@@ -94,6 +94,26 @@ def forged(course_ci, standin_dir, tmp_path_factory):
     return forge_greedy(course_ci["run"], tmp_path_factory.mktemp("replay-forgery") / "forged", standin_dir)
 
 
+@pytest.fixture(scope="module")
+def nudged(course_ci, tmp_path_factory):
+    """The honest run with P1's saved first-step logits moved by one unit in the last place at one element, every
+    hash and figure redone (tests/forging.py)."""
+    return nudge_first_step_logits(course_ci["run"], tmp_path_factory.mktemp("nudged") / "run", "P1-G-rep1")
+
+
+@pytest.mark.slow
+def test_a_tensor_moved_in_its_last_bits_passes_every_file_check_and_grade_replay_exits_3_naming_it(
+        nudged, standin_dir):
+    """Far inside the protocol's tolerance: only a replay bit for bit (same machine, same kernels) sees it."""
+    assert verify_run(nudged["run"])["problems"] == []
+    status, printed = inferlab_command("grade", nudged["run"], "--replay", "--specimen", "standin", "--artifacts",
+                                       standin_dir)
+    assert status == EXIT_INTEGRITY, printed
+    line = next(line for line in printed.splitlines() if "replay: first-step logits disagrees" in line)
+    assert f"{nudged['file']}[{nudged['key']}]" in line and f"element [{nudged['element']}]" in line, line
+    assert "allowed: bit for bit" in line, line
+
+
 @pytest.mark.slow
 def test_greedy_ids_forged_with_every_derived_field_pass_every_file_check_and_grade_without_replay(forged):
     assert verify_run(forged)["problems"] == []
@@ -119,6 +139,7 @@ def test_an_honest_run_graded_with_replay_exits_0_with_every_part_agreeing(cours
     assert grade.exit_status == EXIT_PASSED, grade.integrity_problems
     replay = grade.facts["replay"]
     assert replay["made"] and replay["agree"] and replay["specimen"] == "standin"
+    assert replay["exact"] is True and replay["kernel_settings"] is None  # same machine, same kernels: bit for bit
     greedy = sum(1 for t in protocol.generation_trials() if not protocol.CONDITIONS[t.condition].do_sample)
     assert replay["parts"]["generation (greedy)"] == {"compared": greedy, "differences": 0, "agrees": True}
     assert replay["parts"]["timing trials' ids"]["compared"] == len(protocol.timing_schedule())
@@ -191,3 +212,22 @@ def test_the_copy_a_replay_runs_on_must_be_asked_for_and_usable(runs, tmp_path, 
     assert inferlab_command("grade", runs.get("complete"), "--replay", "--specimen", "standin", "--artifacts",
                             tmp_path)[0] == 2
     assert "could not be acquired offline and verified" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_grade_against_a_course_run_checks_a_class_by_the_same_comparison(course_ci, nudged, tmp_path):
+    """The instructor's own run as the course's: a class of a folder, an archive and the forgery of one tensor."""
+    submissions = tmp_path / "class"
+    submissions.mkdir()
+    shutil.copy(course_ci["out"] / "submission.tar.gz", submissions / "a-honest.tar.gz")
+    shutil.copytree(nudged["run"], submissions / "b-nudged")
+    status, printed = inferlab_command("grade", submissions, "--against", course_ci["run"], "--out", tmp_path / "page",
+                                       "--csv", tmp_path / "grades.csv", "--jobs", "2")
+    assert status == EXIT_INTEGRITY, printed
+    rows = {row["source"].rsplit("/", 1)[-1]: row for row in csv.DictReader((tmp_path / "grades.csv").open())}
+    assert {name: row["exit_status"] for name, row in rows.items()} == {"a-honest.tar.gz": "0", "b-nudged": "3"}
+    grade = grade_source(nudged["run"], load_rubric(), replay=CourseRun(course_ci["run"]))
+    first = next(p for p in grade.integrity_problems if "generation P1-G-rep1 first_step_logits" in p)
+    assert first.startswith("contradicts the course's run: saved tensor") and "under the same conditions" in first
+    assert grade.facts["against"]["exact"] is True
+    assert inferlab_command("grade", nudged["run"], "--against", tmp_path)[0] == 2  # not a run: a usage error

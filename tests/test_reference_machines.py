@@ -70,3 +70,26 @@ def test_compare_shows_both_kernel_sets(standin_run, other_kernels_run, capsys):
     assert main(["compare", str(standin_run), str(other_kernels_run)]) == 0
     out = capsys.readouterr().out
     assert "CPU kernels" in out and ": DIFFER" in out and "dir2: DEFAULT kernels (ATEN_CPU_CAPABILITY=default)" in out
+
+
+def test_an_honest_run_under_other_kernels_against_the_machines_own_is_no_integrity_problem_and_says_why_not_exact(
+        standin_run, other_kernels_run):
+    from inferlab.grading.replayed import CourseRun
+
+    grade = grade_source(other_kernels_run, load_rubric(), replay=CourseRun(standin_run))
+    assert not [p for p in grade.integrity_problems if "course's run" in p], grade.integrity_problems
+    assert grade.facts["against"]["compared"] and grade.facts["against"]["exact"] is False
+    line = next(line for line in grade.not_checked if line.startswith("against the course's run: bit-for-bit"))
+    assert "kernel set: 'DEFAULT' in the run" in line and f"ATEN_CPU_CAPABILITY: '{OTHER_KERNELS}' in the run" in line
+
+
+def test_the_same_run_replayed_under_its_own_recorded_kernel_setting_agrees_bit_for_bit(
+        other_kernels_run, standin_dir):
+    from inferlab.grading.replayed import GraderCopy
+
+    grade = grade_source(other_kernels_run, load_rubric(), replay=GraderCopy("standin", standin_dir))
+    replay = grade.facts["replay"]
+    assert replay["made"] and replay["agree"], grade.integrity_problems
+    assert replay["exact"] is True and replay["kernel_settings"]["ATEN_CPU_CAPABILITY"] == OTHER_KERNELS
+    assert any(f"under the run's kernel settings (ATEN_CPU_CAPABILITY={OTHER_KERNELS}" in n for n in grade.notes)
+    assert not [line for line in grade.not_checked if "bit-for-bit" in line], grade.not_checked

@@ -65,6 +65,11 @@ def add_arguments(parser) -> None:
                         help="with --replay: your own copy of the specimen's files, verified against its pins "
                              "before anything is loaded (default: this checkout's project cache; the stand-in is "
                              "built there)")
+    parser.add_argument("--against", type=Path, metavar="COURSE_RUN",
+                        help="a run the course made itself (the same protocol and specimen): each run's deterministic "
+                             "outputs, pins and sources are compared with it, bit for bit where the two runs' recorded "
+                             "conditions match (else within the reference's tolerance, said under not checked); a "
+                             "contradiction is an integrity problem (the comparison the Gradescope bundle makes)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="grade in N processes (default 1); with --replay each loads the model once")
 
@@ -130,7 +135,8 @@ def run(args) -> int:
     from inferlab.grading.grade import submissions_in, worst
     from inferlab.grading.likeness import traits_of
     from inferlab.grading.reference import ReferenceError, load_reference, specimens_given
-    from inferlab.grading.replayed import GraderCopy, GraderCopyError
+    from inferlab.grading.replayed import CourseRun, GraderCopy, GraderCopyError
+    from inferlab.reading.runview import not_a_run_reason
     from inferlab.grading.rubric import RubricError, load_rubric
 
     try:
@@ -179,9 +185,16 @@ def run(args) -> int:
         return _usage("--specimen and --artifacts name the copy a replay runs on: give --replay too")
     if args.jobs < 1:
         return _usage(f"--jobs {args.jobs}: expected at least 1")
+    if args.against is not None:
+        if replay:
+            return _usage("--against compares each run with the course's run; --replay re-executes it: give one")
+        why = not_a_run_reason(args.against)
+        if why:
+            return _usage(f"--against {args.against}: expected a course run folder, actual: {why}")
     copy = GraderCopy(args.specimen, args.artifacts) if replay else None
+    copy = CourseRun(args.against) if args.against is not None else copy
     try:
-        if copy is not None:
+        if isinstance(copy, GraderCopy):
             copy.prepare(load=args.jobs == 1)
     except GraderCopyError as error:
         return _usage(f"--replay: {error}")

@@ -12,9 +12,12 @@ The zip holds, at its root (Gradescope unpacks it into /autograder/source):
     course/          autograder.json (the settings, the commit and the lock's hash), and the optional
                      reference.json, rubric.toml and specimen/ (the instructor's copy of the pinned files)
 
-`run` grades what /autograder/submission holds: one `pack` archive (graded, and replayed on the course's copy of
-the specimen), or the learner's predictions and explanation only (then it makes the run itself, offline, on the
-configured specimen, with those predictions, attaches the explanation, and grades that). The submission is data:
+`run` always makes the course's own run: the experiment, offline, on the configured specimen, from the course's
+copy, with the learner's predictions and explanation taken from what was handed in (the two text files, or those
+inside one `pack` archive), and scores every item from it. A handed-in archive is a claim about the learner's own
+run, checked against the course's run by inferlab.grading.replayed.CourseRun (bit for bit where the two runs'
+recorded conditions match): every contradiction, and every integrity problem of the archive, is an integrity
+problem of the grade. `accept` in autograder.json (--accept) says what a course takes. The submission is data:
 nothing in it is imported, collected or executed (its conftest.py, .py files and pytest.ini never reach a path
 Python or pytest reads; the experiment runs from the course's copy with the submission's two files copied out
 as text). It writes /autograder/results/results.json (the gradescope format of inferlab.grading.formats).
@@ -59,6 +62,8 @@ MAX_TEXT_BYTES = learner_text.MAX_BYTES  # a predictions or explanation file lar
 RUN_TIMEOUT_S = 900  # the experiment's own session limit is well below; Gradescope's default limit is 10 minutes
 ATTACH_TIMEOUT_S = 120  # attach reads one file and writes one copy: seconds, unless the machine is stuck
 ATTACH_TIMED_OUT = 124  # its status then, as timeout(1) gives: the grade goes on, saying "(attach exit 124)"
+ACCEPT = ("writing", "archive")  # what a course takes (--accept): the two text files, a `pack` archive
+ACCEPT_WORDS = {"writing": "predictions and an explanation (the two text files)", "archive": "a `pack` archive"}
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every entry's timestamp: the same checkout gives the same bytes
 
 
@@ -100,7 +105,7 @@ def _sha256(path: Path) -> str:
 
 
 def course_settings(specimen: Optional[str], artifacts: Optional[Path], reference: Optional[Path],
-                    rubric: Optional[Path]) -> tuple[dict, dict]:
+                    rubric: Optional[Path], accept: tuple = ACCEPT) -> tuple[dict, dict]:
     """The zip's autograder.json and the course files to copy ({name in the zip: source path}), every input
     checked first (AutograderError naming what is wrong)."""
     from inferlab import protocol
@@ -108,6 +113,8 @@ def course_settings(specimen: Optional[str], artifacts: Optional[Path], referenc
     from inferlab.grading.rubric import RubricError, load_rubric
     from inferlab.specimen import SpecimenError, check_specimen_files, load_runnable_spec
 
+    if not accept or any(a not in ACCEPT for a in accept):
+        raise AutograderError(f"--accept {','.join(accept)}: expected one or both of {', '.join(ACCEPT)}")
     root = _project_root()
     name = specimen or (protocol.DEFAULT_SPECIMEN if artifacts is not None else "standin")
     try:
@@ -144,7 +151,8 @@ def course_settings(specimen: Optional[str], artifacts: Optional[Path], referenc
               "made_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "specimen": spec.name, "artifacts": f"{COURSE}/specimen" if artifacts is not None else None,
               "reference": f"{COURSE}/reference.json" if reference is not None else None,
-              "rubric": f"{COURSE}/rubric.toml" if rubric is not None else None, "replay": True,
+              "rubric": f"{COURSE}/rubric.toml" if rubric is not None else None,
+              "accept": [a for a in ACCEPT if a in accept],
               "project": {"inferlab_version": inferlab.__version__, "git_commit": _git(root, "rev-parse", "HEAD"),
                           "git_dirty": bool(_git(root, "status", "--porcelain", "--untracked-files=no")),
                           "lock_sha256": _sha256(root / "requirements.lock")}}
@@ -159,7 +167,8 @@ def _entry(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = 
 
 
 def write_gradescope_zip(output: Path, specimen: Optional[str] = None, artifacts: Optional[Path] = None,
-                         reference: Optional[Path] = None, rubric: Optional[Path] = None) -> dict:
+                         reference: Optional[Path] = None, rubric: Optional[Path] = None,
+                         accept: tuple = ACCEPT) -> dict:
     """Write the autograder zip: made whole in memory, then written as a new file (never over one) or through a
     device or FIFO, by inferlab.base.outputs' rule. Returns the config."""
     output = Path(output)
@@ -167,7 +176,7 @@ def write_gradescope_zip(output: Path, specimen: Optional[str] = None, artifacts
         output_kind(output, replace=False)  # refused before the copies are read
     except OutputPathError as error:
         raise AutograderError(f"{error} (the autograder is written to a new file)") from None
-    config, copies = course_settings(specimen, artifacts, reference, rubric)
+    config, copies = course_settings(specimen, artifacts, reference, rubric, accept)
     root = _project_root()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
@@ -203,14 +212,6 @@ def read_config(source: Path) -> dict:
     if not isinstance(config, dict) or config.get("format") != CONFIG_FORMAT or config.get("schema") != CONFIG_SCHEMA:
         raise AutograderError(f"{path}: expected format {CONFIG_FORMAT} schema {CONFIG_SCHEMA}")
     return config
-
-
-def grader_copy(source: Path, config: dict):
-    """The course's copy of the specimen as the replay's GraderCopy."""
-    from inferlab.grading.replayed import GraderCopy
-
-    artifacts = Path(source) / config["artifacts"] if config.get("artifacts") else None
-    return GraderCopy(config["specimen"], artifacts)
 
 
 def prepare(source: Path) -> int:
@@ -340,11 +341,71 @@ def _metadata(root: Path) -> dict:
     return {k: data.get(k) for k in ("id", "created_at") if isinstance(data, dict) and k in data}
 
 
+def _work_folder(root: Path) -> Path:
+    """root/work, or a new folder beside it when the same container grades again (nothing is overwritten)."""
+    work = root / "work"
+    if work.exists():
+        work = Path(tempfile.mkdtemp(prefix="work-", dir=root))
+    work.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def archive_writing(archive: Path, work: Path) -> dict:
+    """The learner's writing in a `pack` archive, copied out as text: {"predictions": path or None, "explanation":
+    path or None} (the predictions the run was given, the last explanation attached to it); AutograderError when
+    the archive cannot be read."""
+    import tarfile
+
+    from inferlab.grading.archive import UnsafeArchive, unpack
+    from inferlab.reading.runview import RunView
+
+    try:
+        unpacked = unpack(archive)
+    except (UnsafeArchive, OSError, tarfile.TarError, EOFError) as error:
+        raise AutograderError(f"{archive.name}: expected a `pack` archive, actual: unreadable ({error})") from None
+    found = {"predictions": None, "explanation": None}
+    try:
+        view = RunView.read(unpacked.run_dir)
+        given = view.manifest.get("predictions") if isinstance(view.manifest.get("predictions"), dict) else {}
+        explained = [e for e in view.addenda if e.get("kind") == "explanation" and isinstance(e.get("file"), str)]
+        for name, relative in (("predictions", given.get("copied_to") if given.get("supplied") else None),
+                               ("explanation", explained[-1]["file"] if explained else None)):
+            path = unpacked.run_dir / relative if isinstance(relative, str) else None
+            if path is not None and path.is_file() and not path.is_symlink():
+                found[name] = work / f"{name}.md"
+                _copy_text(path, found[name])
+    finally:
+        unpacked.remove()
+    return found
+
+
+def _scored_from(data: dict, grade, archive: Optional[str]) -> None:
+    """Each test of results.json says which run its score came from (in its output and in extra_data)."""
+    writing = {str(number) for number, item in grade.rubric.items.items() if item.sections}
+    sources = {}
+    for test in data.get("tests", []):
+        if "number" in test:
+            where = ("your writing as handed in, attached to the course's run" if test["number"] in writing else
+                     "the course's run, made here")
+        elif test.get("name") == "Integrity of the run":
+            where = "the course's run" + (f", and your archive {archive} checked against it" if archive else "")
+        else:
+            continue
+        sources[test["name"]] = where
+        test["output"] = f"scored from: {where}\n" + (test.get("output") or "")
+    data.setdefault("extra_data", {}).setdefault("autograder", {})["scored_from"] = sources
+
+
 def grade_submission(root: Path) -> tuple[str, Optional[object]]:
-    """The results.json text for root/submission, and the grade (None when it could not be graded)."""
+    """The results.json text for root/submission, and the grade (None when it could not be graded).
+
+    The course's run is always made here, with the learner's writing (the two text files, or those in the
+    archive), and every item is scored from it; a handed-in archive is a claim checked against that run
+    (replayed.CourseRun): each contradiction, and each integrity problem of the archive, is one of the grade."""
     from inferlab.grading import formats
     from inferlab.grading.grade import grade_source
     from inferlab.grading.reference import load_reference
+    from inferlab.grading.replayed import CourseRun
     from inferlab.grading.rubric import load_rubric
 
     source = root / "source"
@@ -352,41 +413,51 @@ def grade_submission(root: Path) -> tuple[str, Optional[object]]:
     rubric = load_rubric(source / config["rubric"] if config.get("rubric") else None)
     reference_file = source / config["reference"] if config.get("reference") else None
     reference = load_reference(reference_file) if reference_file else None
+    accept = config.get("accept") or list(ACCEPT)
     try:
         found = find_submission(root / "submission")
+        kind = "archive" if found["kind"] == "pack" else "writing"
+        if kind not in accept:
+            raise AutograderError(f"this course takes {' or '.join(ACCEPT_WORDS[a] for a in accept)}, and the "
+                                  f"submission holds {ACCEPT_WORDS[kind]}")
+        work = _work_folder(root)
+        writing = archive_writing(found["archive"], work) if kind == "archive" else {
+            name: found[name] for name in ("predictions", "explanation")}
     except AutograderError as error:
         return _refusal(str(error)), None
-    lines = []
-    if found["kind"] == "pack":
-        target = found["archive"]
-        lines.append(f"graded the archive {found['archive'].name}, replayed on the course's copy of "
-                     f"{config['specimen']}")
-    else:
-        work = root / "work"
-        if work.exists():  # run again in the same container: a new folder, nothing overwritten
-            work = Path(tempfile.mkdtemp(prefix="work-", dir=root))
-        work.mkdir(parents=True, exist_ok=True)
-        predictions = None
-        if found["predictions"] is not None:
-            predictions = work / "predictions.md"
-            _copy_text(found["predictions"], predictions)
-        target, tail = make_run(source, config, work, predictions)
-        if not (target / "manifest.json").is_file():
-            return _refusal(f"the course's experiment run did not start:\n{tail}"), None
-        lines.append(f"the autograder ran the experiment on {config['specimen']} (offline) with "
-                     + (f"your {found['predictions'].name}" if predictions else "no predictions file"))
-        if found["explanation"] is not None:
-            explanation = work / "explanation.md"
-            _copy_text(found["explanation"], explanation)
-            status = _attach(source, target, explanation)
-            lines.append(f"attached your {found['explanation'].name}" + ("" if status == 0 else
-                                                                            f" (attach exit {status})"))
-    grade = grade_source(target, rubric, reference, reference_file=str(reference_file) if reference_file else None,
-                         replay=grader_copy(source, config) if config.get("replay", True) else None)
+    what = {name: ("" if path is None else f"{found['archive'].name}'s {name}" if kind == "archive" else
+                   f"your {path.name}") for name, path in writing.items()}
+    predictions = None
+    if writing["predictions"] is not None:
+        predictions = work / "predictions.md"
+        if writing["predictions"] != predictions:
+            _copy_text(writing["predictions"], predictions)
+    target, tail = make_run(source, config, work, predictions)
+    if not (target / "manifest.json").is_file():
+        return _refusal(f"the course's experiment run did not start:\n{tail}"), None
+    lines = [f"the autograder ran the experiment on {config['specimen']} (offline) with "
+             + (what["predictions"] if predictions else "no predictions file")]
+    if writing["explanation"] is not None:
+        explanation = work / "explanation.md"
+        if writing["explanation"] != explanation:
+            _copy_text(writing["explanation"], explanation)
+        status = _attach(source, target, explanation)
+        lines.append(f"attached {what['explanation']}" + ("" if status == 0 else f" (attach exit {status})"))
+    grade = grade_source(target, rubric, reference, reference_file=str(reference_file) if reference_file else None)
+    grade.not_checked = [line for line in grade.not_checked if not line.startswith("replay: none made")]
+    if kind == "archive":
+        claim = grade_source(found["archive"], rubric, replay=CourseRun(target))
+        problems = claim.integrity_problems
+        grade.integrity += [f"your archive {found['archive'].name}: {line}" for line in problems]
+        grade.not_checked += [f"your archive: {line}" for line in claim.not_checked if line.startswith("against ")]
+        grade.facts["archive_against_course_run"] = claim.facts.get("against")
+        lines.append(f"checked your archive {found['archive'].name} against the course's run: "
+                     + (f"{len(problems)} integrity problem(s)" if problems else "no contradiction"))
     data = json.loads(formats.gradescope(grade))
     data["output"] = "\n".join(lines) + "\n\n" + data["output"]
     data.setdefault("extra_data", {})["autograder"] = {"submission": _metadata(root), "course": config["project"],
                                                        "how": lines}
+    _scored_from(data, grade, found["archive"].name if kind == "archive" else None)
     return json.dumps(data, indent=2, allow_nan=False, default=str) + "\n", grade
 
 

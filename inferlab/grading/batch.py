@@ -8,17 +8,17 @@ from typing import Optional
 
 from inferlab import protocol
 from inferlab.grading.grade import grade_source
-from inferlab.grading.replayed import GraderCopy
+from inferlab.grading.replayed import CourseRun, GraderCopy
 
 _WORKER: dict = {}  # in a worker process: the grader's copy, the rubric and the reference, set once
 
 
-def _start_worker(specimen, artifacts, replay: bool, rubric, reference, reference_file) -> None:
+def _start_worker(specimen, artifacts, replay: bool, rubric, reference, reference_file, against=None) -> None:
     import torch
 
     torch.set_num_threads(protocol.INTRA_OP_THREADS)
-    _WORKER.update(copy=GraderCopy(specimen, artifacts) if replay else None, rubric=rubric, reference=reference,
-                   reference_file=reference_file)
+    copy = CourseRun(against) if against is not None else GraderCopy(specimen, artifacts) if replay else None
+    _WORKER.update(copy=copy, rubric=rubric, reference=reference, reference_file=reference_file)
 
 
 def _grade_in_worker(source):
@@ -26,19 +26,22 @@ def _grade_in_worker(source):
                         replay=_WORKER["copy"])
 
 
-def grade_sources(sources: list, rubric, reference=None, reference_file=None, copy: Optional[GraderCopy] = None,
+def grade_sources(sources: list, rubric, reference=None, reference_file=None, copy: Optional[object] = None,
                   jobs: int = 1) -> list:
-    """Every source graded, in order: in this process with `copy` (one model per specimen for all of them), or,
+    """Every source graded, in order: in this process with `copy` (a GraderCopy, one model per specimen for all of
+    them, or a CourseRun, read once), or,
     with jobs > 1, in that many processes, each loading its own copy once and grading its share one after another."""
     if jobs <= 1 or len(sources) <= 1:
         return [grade_source(s, rubric, reference, reference_file=reference_file, replay=copy) for s in sources]
     import concurrent.futures
     import multiprocessing
 
-    specimen, artifacts = (copy.specimen, copy.artifacts) if copy is not None else (None, None)
+    replay = isinstance(copy, GraderCopy)
+    specimen, artifacts = (copy.specimen, copy.artifacts) if replay else (None, None)
+    against = copy.directory if isinstance(copy, CourseRun) else None  # each worker reads the course's run once
     # spawn, not fork: a forked child would inherit torch's thread pools from this process
     with concurrent.futures.ProcessPoolExecutor(
             max_workers=min(jobs, len(sources)), mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker,
-            initargs=(specimen, artifacts, copy is not None, rubric, reference, reference_file)) as pool:
+            initargs=(specimen, artifacts, replay, rubric, reference, reference_file, against)) as pool:
         return list(pool.map(_grade_in_worker, sources))

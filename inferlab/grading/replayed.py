@@ -137,6 +137,7 @@ class GraderCopy:
     def replay(self, view) -> dict:
         """Every part of the run replayed on the grader's copy: {made, specimen, parts, agree, elapsed_s}, or
         {made: False, reason}."""
+        from inferlab.recheck.elsewhere import replay_in_child, settings_to_match
         from inferlab.recheck.replay import Replay, specimen_part
 
         started = time.monotonic()
@@ -146,12 +147,56 @@ class GraderCopy:
         problem = self._load(name)
         if problem:
             return {"made": False, "reason": problem}
+        settings = settings_to_match(view.manifest)
+        if settings is not None and view.directory is not None:  # torch takes kernel settings only at its start
+            return replay_in_child(view.directory, name, self.artifacts, settings)
         spec, how, acquired, model, tokenizer = self._loaded[name]
-        parts = [specimen_part(view, spec, acquired["verification"], how)]
-        parts += Replay(view, model, tokenizer, started).run()
+        replay = Replay(view, model, tokenizer, started)
+        parts = [specimen_part(view, spec, acquired["verification"], how)] + replay.run()
         counted = [p for p in parts if p.compared or p.differences]
-        return {"made": True, "specimen": spec.name, "parts": parts,
+        return {"made": True, "specimen": spec.name, "parts": parts, "rule": replay.rule,
                 "agree": bool(counted) and all(p.agrees for p in counted), "elapsed_s": time.monotonic() - started}
+
+
+class CourseRun:
+    """A run the course made itself (`grade --against COURSE_RUN`, and the Gradescope bundle's own run): a claimed run
+    is compared with it by the one comparison of inferlab.recheck.trusted, bit for bit when the two runs' recorded
+    conditions match (inferlab.recheck.agreement), else within the reference's default tolerance, saying so."""
+
+    def __init__(self, directory, name: str = "the course's run"):
+        from inferlab.grading.reference import make_reference
+        from inferlab.reading.runview import RunView
+
+        self.directory = Path(directory)
+        self.view = RunView.read(self.directory)
+        self.trusted = make_reference(self.view)
+        self.name = name
+
+    def fold(self, grade, view, rename: Optional[tuple[str, str]] = None) -> None:
+        """Every contradiction of `view` with the course's run an integrity problem of `grade`."""
+        from inferlab.grading.reference import DEFAULT_ATOL, DEFAULT_RTOL, mismatch
+        from inferlab.recheck.agreement import allowance, conditions
+        from inferlab.recheck.trusted import compare_trusted
+
+        why = mismatch(view, self.trusted)
+        if why:
+            grade.integrity.append(f"against {self.name}: not comparable: {why.replace('the reference', self.name)}")
+            grade.facts["against"] = {"course_run": str(self.directory), "compared": False}
+            return
+        rule = allowance(conditions(view.manifest), conditions(self.view.manifest), DEFAULT_ATOL, DEFAULT_RTOL,
+                         ("the run", self.name))
+        result = compare_trusted(view, self.trusted, rule, self.view, theirs=self.name)
+        lines = [line.replace(*rename) for line in result.contradictions] if rename else result.contradictions
+        grade.integrity += [f"contradicts {self.name}: {line}" for line in lines]
+        grade.facts["against"] = {"course_run": str(self.directory), "compared": True, "exact": rule.exact,
+                                  "contradictions": len(lines), "counts": result.compared}
+        inexact = rule.not_checked("the run", self.name)
+        if inexact:
+            grade.not_checked.append(f"against {self.name}: {inexact}")
+        grade.notes += [f"against {self.name}: {note}" for note in result.notes]
+        if not lines:
+            grade.notes.append(f"against {self.name}: the run agrees with it, {rule.describe(self.name)} "
+                               f"({result.compared.get('tensors', 0)} saved tensors by hash)")
 
 
 def summary(result: dict) -> dict:
@@ -159,6 +204,7 @@ def summary(result: dict) -> dict:
     if not result.get("made"):
         return {"made": False, "reason": result.get("reason")}
     return {"made": True, "specimen": result["specimen"], "agree": result["agree"],
+            "exact": result["rule"].exact, "kernel_settings": result.get("settings"),
             "elapsed_s": round(result["elapsed_s"], 3),
             "parts": {p.name: {"compared": p.compared, "differences": len(p.differences), "agrees": p.agrees}
                       for p in result["parts"]}}
@@ -167,6 +213,9 @@ def summary(result: dict) -> dict:
 def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
     """The replay of `view` on `copy` (a GraderCopy) folded into `grade`. Without one there is nothing to fold
     (grade.not_established has said 'replay: none made' in the grade's not_checked)."""
+    if isinstance(copy, CourseRun):
+        copy.fold(grade, view, rename)
+        return
     if not isinstance(copy, GraderCopy):
         return
     result = copy.replay(view)
@@ -176,6 +225,12 @@ def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
         grade.integrity.append(f"replay: not made: {reason}")
         return
     on = f"the grader's copy of {result['specimen']}"
+    if result.get("settings"):
+        grade.notes.append("replay: made in a process of its own under the run's kernel settings (" + ", ".join(
+            f"{k}={v if v is not None else '(unset)'}" for k, v in sorted(result["settings"].items())) + ")")
+    inexact = result["rule"].not_checked("the run's saved outputs", "the replay")
+    if inexact:
+        grade.not_checked.append(f"replay: {inexact}")
     for part in result["parts"]:
         if part.differences:
             grade.integrity.append(f"replay: {part.name} disagrees on {on} ({len(part.differences)} of "
@@ -189,4 +244,5 @@ def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
         grade.integrity.append(f"replay: nothing of the run could be compared on {on}")
     if result["agree"]:
         counted = sum(1 for p in result["parts"] if p.compared)
-        grade.notes.append(f"replay: all {counted} compared parts agree on {on} ({result['elapsed_s']:.1f} s)")
+        grade.notes.append(f"replay: all {counted} compared parts agree on {on}, "
+                           f"{result['rule'].describe('the replayed value')} ({result['elapsed_s']:.1f} s)")

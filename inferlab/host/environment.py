@@ -188,6 +188,10 @@ def torch_build() -> dict:
 
 
 KERNEL_ENV_VAR = "ATEN_CPU_CAPABILITY"  # torch's switch of its CPU kernel set (default, avx2, avx512, ...)
+# Every setting read once, before the first kernel runs, that selects the code paths a CPU computes with: torch's
+# own kernel set, MKL's conditional numerical reproducibility (MKL_CBWR) and instruction limit, and oneDNN's ISA
+# limit. Each is recorded as env_NAME in cpu_kernels(), and a replay sets the run's own before torch is imported.
+KERNEL_ENV_VARS = (KERNEL_ENV_VAR, "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 
 def cpu_kernels() -> Optional[dict]:
@@ -198,7 +202,7 @@ def cpu_kernels() -> Optional[dict]:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    found: dict = {"env_" + KERNEL_ENV_VAR: os.environ.get(KERNEL_ENV_VAR)}
+    found: dict = {"env_" + name: os.environ.get(name) for name in KERNEL_ENV_VARS}
     for name, ask in (("capability", lambda: torch.backends.cpu.get_cpu_capability()),
                       ("mkl_available", lambda: bool(torch.backends.mkl.is_available())),
                       ("mkldnn_available", lambda: bool(torch.backends.mkldnn.is_available())),

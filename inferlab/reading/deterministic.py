@@ -157,6 +157,23 @@ def _weights_sha256(view) -> Optional[str]:
     return None
 
 
+TENSOR_OWNERS = ("trial_id", "schedule_id", "prefix_length", "call_index")  # what names a record's tensor
+
+
+def saved_tensors(view) -> dict:
+    """{label: {file, key, sha256}} of every tensor the run's records reference, as the records hash it; the label
+    names the record and the field: 'generation P1-G-rep1 first_step_logits', 'cache_comparison 7 cached'."""
+    found = {}
+    for record in view.records:
+        owner = next((str(record[name]) for name in TENSOR_OWNERS if record.get(name) is not None), None)
+        nested = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
+        for name, value in [*record.items(), *nested.items()]:
+            if isinstance(value, dict) and {"file", "key", "sha256"} <= set(value):
+                label = " ".join(str(part) for part in (record.get("kind"), owner, name) if part is not None)
+                found.setdefault(label, {k: value[k] for k in ("file", "key", "sha256")})
+    return found
+
+
 def deterministic_outputs(view) -> dict:
     """Everything the run computed that a second honest run must reproduce, with where it came from."""
     generation, generation_absent = _generation(view)
@@ -177,6 +194,7 @@ def deterministic_outputs(view) -> dict:
         "cache": _cache(view),
         "first_step": first_step,
         "batching": _batching(view),
+        "tensors": saved_tensors(view),
         "absent": {"generation": generation_absent, "timing": timing_absent, "first_step": first_step_absent},
     }
 

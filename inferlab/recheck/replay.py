@@ -4,8 +4,10 @@ specimen, and compared with the records.
 What is redone: the prompts' token ids, the 26 generation trials (greedy, and seeded sampling with every random
 generator reset as the experiment resets it), the raw first-step logits, the matched-prefix comparison, the
 timing trials' ids (one loop per prompt and cache setting: the 6 trials of a combination are the same
-computation) and the batching calls. Ids must agree exactly; logits within the protocol's declared tolerance,
-|a-b| <= atol + rtol*|b| with b the replayed value. Seeded sampling ids are compared only where the torch that
+computation) and the batching calls. Ids must agree exactly; logits bit for bit when the run's conditions are this
+process's (inferlab.recheck.agreement: the same torch, CPU, kernel settings and threads), else within the
+protocol's declared tolerance, |a-b| <= atol + rtol*|b| with b the replayed value, the differing conditions said.
+Seeded sampling ids are compared only where the torch that
 drew them is the installed one (another torch may draw other numbers from the same seed); elsewhere they are
 listed, not counted. Greedy ids (generation, the matched prefix's continuation, the timing trials) follow the
 near-tie rule of inferlab.measure.near_tie, the one a reference uses: a first difference at a near tie of either side is
@@ -32,6 +34,7 @@ import numpy
 
 from inferlab import protocol
 from inferlab.measure import near_tie
+from inferlab.recheck.agreement import Allowance, allowance, array_difference, conditions, this_process
 from inferlab.reading.deterministic import deterministic_outputs, describe
 from inferlab.reading.runview import RunView, not_a_run_reason
 
@@ -52,6 +55,8 @@ class Part:
     compared: int = 0
     differences: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    rule: Allowance = field(default_factory=lambda: Allowance(protocol.CACHE_TOLERANCE.atol,
+                                                              protocol.CACHE_TOLERANCE.rtol))
 
     @property
     def agrees(self) -> bool:
@@ -69,12 +74,11 @@ class Part:
     def greedy(self, what: str, recorded: dict, replayed_ids: list, replayed_steps: list) -> None:
         """Greedy ids by the near-tie rule (inferlab.measure.near_tie), the replay the trusted side and the protocol's
         declared tolerance its allowance: a near-tie divergence is a note, with the step and both margins."""
-        tolerance = protocol.CACHE_TOLERANCE
         self.compared += 1
         found = near_tie.compare_greedy(recorded.get("ids") or [], replayed_ids, near_tie.steps_of(recorded),
-                                        replayed_steps, tolerance.atol, tolerance.rtol)
+                                        replayed_steps, self.rule.atol, self.rule.rtol)
         if found.value_problems:
-            self.differences.append(f"{what}: top two raw logits beyond {tolerance.describe('the replayed value')} at "
+            self.differences.append(f"{what}: top two raw logits beyond {self.rule.describe('the replayed value')} at "
                                     + "; ".join(found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]))
         if found.status == "near_tie":
             self.notes.append(f"{what}: a near-tie divergence at step {found.step} "
@@ -85,20 +89,15 @@ class Part:
                                     f"{found.margins_text('the run', 'the replay')})")
 
     def close(self, what: str, recorded, replayed) -> None:
-        """One comparison within the declared tolerance (b = the replayed value), of numbers or arrays."""
+        """One comparison of numbers or arrays by the part's rule (bit for bit, or within the declared tolerance
+        with b the replayed value): a difference names the first element that differs, recorded against replayed."""
         self.compared += 1
         if recorded is None:
             self.differences.append(f"{what}: the run's saved tensor is missing or not as its record says")
             return
-        a, b = numpy.asarray(recorded, dtype=numpy.float64), numpy.asarray(replayed, dtype=numpy.float64)
-        tolerance = protocol.CACHE_TOLERANCE
-        if a.shape != b.shape:
-            self.differences.append(f"{what}: recorded shape {list(a.shape)}, replayed {list(b.shape)}")
-            return
-        diff = numpy.abs(a - b)
-        if not bool((diff <= tolerance.atol + tolerance.rtol * numpy.abs(b)).all()):
-            self.differences.append(f"{what}: max |recorded - replayed| {float(diff.max()):.3g} exceeds "
-                                    f"{tolerance.describe('the replayed value')}")
+        found = array_difference(recorded, replayed, self.rule)
+        if found:
+            self.differences.append(f"{what}: recorded against replayed, {found}")
 
 
 def replayed_step(logits) -> tuple[int, "near_tie.Step"]:
@@ -122,8 +121,11 @@ def _greedy_config(tokens: dict, **overrides):
 class Replay:
     """The grader's model and tokenizer, the run's view and outputs, and the parts as they are replayed."""
 
-    def __init__(self, view: RunView, model, tokenizer, started: float):
+    def __init__(self, view: RunView, model, tokenizer, started: float, here: Optional[dict] = None):
         self.view = view
+        tolerance = protocol.CACHE_TOLERANCE  # exact where the run's conditions are this process's
+        self.rule = allowance(conditions(view.manifest), conditions(here or this_process()), tolerance.atol,
+                              tolerance.rtol, ("the run", "the replay"))
         self.outputs = deterministic_outputs(view)
         self.model = model
         self.tokenizer = tokenizer
@@ -136,6 +138,10 @@ class Replay:
         self.prompt_ids: dict[str, list[int]] = {}
         self.greedy: dict[str, list[int]] = {}  # trial id -> the replayed ids of every greedy trial
         self.greedy_steps: dict[str, list] = {}  # trial id -> the replayed top two of each of its steps
+
+    def part(self, name: str) -> Part:
+        """A part compared by the replay's rule."""
+        return Part(name, rule=self.rule)
 
     # --- the bound ------------------------------------------------------------------------------------
 
@@ -154,7 +160,7 @@ class Replay:
 
     def inputs(self) -> Part:
         """The prompts tokenized without special tokens, as the protocol tokenizes them."""
-        part = Part("inputs")
+        part = self.part("inputs")
         recorded = self.outputs["prompts"]
         for prompt_id, text in {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}.items():
             ids = self.tokenizer(text, add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]
@@ -177,7 +183,7 @@ class Replay:
         import torch
         from transformers import GenerationConfig
 
-        greedy, sampled = Part("generation (greedy)"), Part("generation (seeded sampling)")
+        greedy, sampled = self.part("generation (greedy)"), self.part("generation (seeded sampling)")
         recorded, absent = self.outputs["generation"], self.outputs["absent"]["generation"]
         installed = importlib.metadata.version("torch")
         same_torch = installed == self.outputs.get("torch_version")
@@ -220,17 +226,20 @@ class Replay:
     def first_step(self) -> Part:
         """The raw first-step logits of each prompt (one plain forward over the prompt) against every saved
         tensor of that prompt: selection acts after the forward, so every condition saved the same vector."""
-        part = Part("first-step logits")
+        part = self.part("first-step logits")
         saved = [r for r in self.view.kind("generation") if isinstance(r.get("first_step_logits"), dict)
                  and r.get("status", "ok") == "ok"]
         for prompt_id in protocol.PROMPTS:
             mine = [r for r in saved if r.get("prompt_id") == prompt_id]
             if not mine or not self.within_limit(part):
                 continue
-            logits = self.model(input_ids=self.prompt_tensor(prompt_id)).logits[0, -1].float().numpy()  # (vocab,)
+            logits = self.model(input_ids=self.prompt_tensor(prompt_id), logits_to_keep=protocol.LOGITS_TO_KEEP
+                                ).logits[0, -1].float().numpy()  # (vocab,), the last position's head as the run's
             for record in mine:
                 recorded = self.saved(record["first_step_logits"])
-                what = f"{prompt_id}/{record.get('condition')}"
+                reference = record["first_step_logits"]
+                what = (f"{prompt_id}/{record.get('condition')} ({record.get('trial_id')}: "
+                        f"{reference.get('file')}[{reference.get('key')}])")
                 part.close(f"{what} raw logits", recorded, logits)
                 if recorded is not None:
                     part.check(f"{what} argmax", int(numpy.argmax(recorded)), int(numpy.argmax(logits)))
@@ -244,7 +253,7 @@ class Replay:
         import torch
         from transformers import DynamicCache
 
-        part = Part("matched prefix")
+        part = self.part("matched prefix")
         cache = self.outputs.get("cache")
         comparisons = self.view.kind("cache_comparison")
         prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
@@ -270,9 +279,11 @@ class Replay:
             if not self.within_limit(part):
                 break
             prefix = prompt + continuation[:k]
-            uncached = self.model(input_ids=torch.tensor([prefix]), use_cache=False).logits[0, -1]  # (vocab,)
+            uncached = self.model(input_ids=torch.tensor([prefix]), use_cache=False,
+                                  logits_to_keep=protocol.LOGITS_TO_KEEP).logits[0, -1]  # (vocab,)
             fed = prefix if k == 0 else continuation[k - 1:k]
-            output = self.model(input_ids=torch.tensor([fed]), past_key_values=past, use_cache=True)
+            output = self.model(input_ids=torch.tensor([fed]), past_key_values=past, use_cache=True,
+                                logits_to_keep=protocol.LOGITS_TO_KEEP)
             past = output.past_key_values
             cached = output.logits[0, -1]  # (vocab,)
             what = f"prefix length {len(prefix)}"
@@ -293,7 +304,7 @@ class Replay:
         import torch
         from transformers import DynamicCache
 
-        part = Part("timing trials' ids")
+        part = self.part("timing trials' ids")
         recorded, absent = self.outputs["timing"], self.outputs["absent"]["timing"]
         combinations = list(dict.fromkeys((t.prompt_id, t.use_cache) for t in protocol.timing_schedule()))
         for prompt_id, use_cache in combinations:
@@ -325,7 +336,7 @@ class Replay:
         model.generate, its raw ids per row and its first step's logits."""
         import torch
 
-        part = Part("batching")
+        part = self.part("batching")
         calls = [r for r in self.view.kind("batching") if r.get("record_type") == "call"]
         if not calls:
             part.notes.append("the run holds no batching call (the optional extension was left out or did not run)")
@@ -438,8 +449,9 @@ def load_model(directory: Path, verification: dict):
     return model.eval(), tokenizer
 
 
-def replay_run(run_dir, *, specimen: Optional[str] = None, artifacts: Optional[str] = None) -> dict:
-    """Replay a run on the grader's copy: {parts: [Part], agree, elapsed_s, acquisition, directory}.
+def replay_run(run_dir, *, specimen: Optional[str] = None, artifacts: Optional[str] = None,
+               offline: bool = False) -> dict:
+    """Replay a run on the grader's copy: {parts: [Part], agree, rule, elapsed_s, acquisition, directory}.
 
     Raises ReplayError when it cannot start (not a run, an unknown specimen, a copy that fails verification)."""
     from inferlab.specimen import SpecimenError, acquire
@@ -452,18 +464,19 @@ def replay_run(run_dir, *, specimen: Optional[str] = None, artifacts: Optional[s
     spec, how = grader_spec(view, specimen)
     refuse_another_specimen(view, spec, how)  # before anything is acquired or loaded
     try:
-        acquired = acquire(spec, artifacts_dir=artifacts)
+        acquired = acquire(spec, artifacts_dir=artifacts, offline=offline)
     except SpecimenError as error:
         raise ReplayError(f"the grader's copy could not be acquired and verified: {error}") from error
-    parts = [specimen_part(view, spec, acquired["verification"], how)]
+    parts, rule = [specimen_part(view, spec, acquired["verification"], how)], None
     if parts[0].agrees:  # the copy's files are the ones the run recorded: only then is the model loaded
         model, tokenizer = load_model(Path(acquired["directory"]), acquired["verification"])
-        parts += Replay(view, model, tokenizer, started).run()
+        replay = Replay(view, model, tokenizer, started)
+        parts, rule = parts + replay.run(), replay.rule
     else:
         parts[0].notes.append("nothing else was replayed and no model was loaded: the grader's copy is not the files "
                               "the run recorded")
     counted = [p for p in parts if p.compared or p.differences]
-    return {"parts": parts, "agree": bool(counted) and all(p.agrees for p in counted),
+    return {"parts": parts, "agree": bool(counted) and all(p.agrees for p in counted), "rule": rule,
             "elapsed_s": time.monotonic() - started, "acquisition": acquired["acquisition"],
             "directory": acquired["directory"], "specimen": spec.name}
 

@@ -1,0 +1,110 @@
+"""How closely a claimed run must agree with trusted outputs (a reference, a replay, the course's run), and how the
+first difference is named: one rule for every caller.
+
+A run's conditions are what decides its rounding: the torch version, the CPU architecture and model, the kernel set
+torch dispatches to, every kernel setting of inferlab.host.environment.KERNEL_ENV_VARS (MKL's and oneDNN's too),
+whether MKL and oneDNN are used, and the torch thread counts. Two runs whose conditions are the same compute every
+saved tensor bit for bit the same (docs/trust.md says what was measured), so their comparison is exact: any
+difference is a contradiction. Where a condition differs (or a side did not record it), the comparison is within the
+declared tolerance, and the lines of `differing` name each condition that differed, for the grade's not_checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy
+
+from inferlab.host.environment import KERNEL_ENV_VARS
+
+
+def conditions(manifest: dict) -> dict:
+    """{condition: value} of a run's manifest (None where it recorded nothing)."""
+    manifest = manifest if isinstance(manifest, dict) else {}
+    build = manifest.get("torch_build") if isinstance(manifest.get("torch_build"), dict) else {}
+    kernels = build.get("cpu_kernels") if isinstance(build.get("cpu_kernels"), dict) else {}
+    platform = manifest.get("platform") if isinstance(manifest.get("platform"), dict) else {}
+    threads = (manifest.get("torch_threads") or {}).get("effective") if isinstance(
+        manifest.get("torch_threads"), dict) else None
+    found = {"torch": build.get("version"), "architecture": platform.get("machine"),
+             "CPU model": platform.get("cpu_model"), "kernel set": kernels.get("capability"),
+             **{name: kernels.get("env_" + name, "not recorded" if kernels else None) for name in KERNEL_ENV_VARS},
+             "MKL": kernels.get("mkl_available"), "oneDNN": kernels.get("mkldnn_enabled"),
+             "threads": threads if isinstance(threads, dict) else None}
+    return found
+
+
+def this_process() -> dict:
+    """This process's conditions as a manifest holds them (torch imported: its kernels are asked of it)."""
+    from inferlab.host import environment
+
+    return {"torch_build": environment.torch_build(), "platform": environment.platform_record(),
+            "torch_threads": environment.torch_threads(None)}
+
+
+def kernel_settings(manifest: dict) -> dict:
+    """{variable: value or None (unset)} of the kernel settings a run recorded, to make it again under them (a
+    variable it did not record is absent)."""
+    found = conditions(manifest)
+    return {name: found[name] for name in KERNEL_ENV_VARS if found[name] != "not recorded" and
+            (found["kernel set"] is not None or found[name] is not None)}
+
+
+@dataclass
+class Allowance:
+    """Exact (atol = rtol = 0) when every condition matched, else the declared tolerance; differing names each
+    condition that did not match: 'kernel set: AVX512 in the run, DEFAULT in the course's run'."""
+
+    atol: float
+    rtol: float
+    differing: list = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return self.atol == 0 and self.rtol == 0
+
+    def describe(self, trusted: str = "the trusted value") -> str:
+        return "bit for bit" if self.exact else f"|a-b| <= {self.atol:g} + {self.rtol:g}*|b| (b = {trusted})"
+
+    def not_checked(self, claimed: str, trusted: str) -> Optional[str]:
+        """The line for the grade's not_checked when the comparison could not be exact, else None."""
+        if self.exact:
+            return None
+        return (f"bit-for-bit agreement of {claimed} with {trusted}: the conditions differ ("
+                + "; ".join(self.differing) + f"), so it was compared within {self.describe(trusted)}")
+
+
+def allowance(claimed: dict, trusted: dict, atol: float, rtol: float, names=("the run", "the trusted run")) -> Allowance:
+    """The allowance for comparing a run made under `claimed` conditions with one made under `trusted` (both of
+    conditions()): exact when all are recorded and equal, else (atol, rtol) with what differed."""
+    def unknown(name, value):  # an unset kernel variable is a condition; a value not recorded is not
+        return value == "not recorded" or (value is None and name not in KERNEL_ENV_VARS)
+
+    differing = [f"{name}: not recorded" if claimed.get(name) == trusted.get(name) else
+                 f"{name}: {claimed.get(name)!r} in {names[0]}, {trusted.get(name)!r} in {names[1]}"
+                 for name in trusted if claimed.get(name) != trusted.get(name) or unknown(name, trusted.get(name))]
+    return Allowance(0.0, 0.0) if not differing else Allowance(float(atol), float(rtol), differing)
+
+
+def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
+    """None when the arrays agree under the rule, else the first element that does not, with both values (and the
+    largest difference): 'shape [3] against [4]' or 'element [17]: 1.2345678 against 1.2345679 (max |a-b| 1e-07)'.
+    Exactly means the same bits (so -0.0 is not 0.0 and a NaN agrees only with the same NaN)."""
+    a, b = numpy.asarray(claimed), numpy.asarray(trusted)
+    scalar = a.ndim == 0 and b.ndim == 0
+    a, b = numpy.atleast_1d(a), numpy.atleast_1d(b)
+    if a.shape != b.shape:
+        return f"shape {list(a.shape)} against {list(b.shape)}"
+    if rule.exact:  # float32 widens to float64 exactly: the same bits there are the same bits
+        a64, b64 = (numpy.ascontiguousarray(x, dtype=numpy.float64).view(numpy.uint64) for x in (a, b))
+        bad = a64 != b64
+    else:
+        a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)
+        bad = ~(numpy.abs(a64 - b64) <= rule.atol + rule.rtol * numpy.abs(b64))
+    if not bool(bad.any()):
+        return None
+    where = tuple(int(i) for i in numpy.argwhere(bad)[0])
+    largest = float(numpy.nanmax(numpy.abs(a.astype(numpy.float64) - b.astype(numpy.float64))))
+    return (("value" if scalar else f"element {list(where)}") + f": {float(a[where]):.9g} against {float(b[where]):.9g} "
+            f"({int(bad.sum())} element(s) differ, max |a-b| {largest:.3g}; allowed: {rule.describe()})")
