@@ -178,6 +178,14 @@ def test_a_variant_listed_in_the_lock_is_read_apart_from_its_pins():
         installation.read_lock("# python: 3.11.7\n# variant torch-cuda: nvidia-cublas\n")
 
 
+def test_make_lock_keeps_the_variant_lines_and_pins_none_of_their_packages():
+    frozen = ["numpy==2.4.6", "torch==2.13.0", "triton==3.7.1", "nvidia-cublas==13.1.1.3"]
+    text = installation.lock_text(frozen, "3.13.5", VARIANT_LOCK.splitlines())
+    assert text == ("# variant torch-cuda: nvidia-cublas==13.1.1.3\n# variant torch-cuda: triton==3.7.1\n"
+                    "# python: 3.13.5\nnumpy==2.4.6\ntorch==2.13.0\n")
+    assert installation.lock_text(["torch==2.13.0+cpu"], "3.11.7", []) == "# python: 3.11.7\ntorch==2.13.0\n"
+
+
 @pytest.mark.parametrize("extra, variant, differences", [
     ({}, None, []),
     ({"nvidia-cublas": "13.1.1.3", "triton": "3.7.1"}, "torch-cuda", []),

@@ -128,10 +128,12 @@ def extra_line(locked: dict, distributions: dict) -> Optional[str]:
 
 def lock_text(frozen: list[str], python_version: str, comments: list[str]) -> str:
     """A lock's text: its comment lines (any old python line replaced), the python line, then the frozen pins
-    in pip's order, torch without the +cpu local label so that the same line resolves to each platform's build."""
+    in pip's order, torch without the +cpu local label so that the same line resolves to each platform's build. A
+    package of a variant the comments list (`# variant NAME: PIN`) stays in its variant line, never a pin."""
     kept = [line for line in comments if line.startswith("#") and not line.startswith(PYTHON_HEADER)]
+    in_variant = {key for pins in read_lock("\n".join(kept))["variants"].values() for key in pins}
     pins = [re.sub(r"^(torch==[^+\s]+)\+cpu$", r"\1", line.strip()) for line in frozen if line.strip()
-            and not line.startswith("#")]
+            and not line.startswith("#") and normalized_name(line.split("==")[0].strip()) not in in_variant]
     return "\n".join([*kept, f"{PYTHON_HEADER} {python_version}", *pins]) + "\n"
 
 
@@ -144,9 +146,7 @@ def write_lock(lock: Path) -> Path:
     comments = lock.read_text(encoding="utf-8").splitlines() if lock.is_file() else []
     frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
                             text=True, check=True).stdout.splitlines()
-    variants = read_lock("\n".join(comments))["variants"] if comments else {}
-    in_variant = {key for pins in variants.values() for key in pins}
-    frozen = [line for line in frozen if normalized_name(line.split("==")[0]) not in (*NOT_LOCKED, *in_variant)]
+    frozen = [line for line in frozen if normalized_name(line.split("==")[0]) not in NOT_LOCKED]
     write_text_atomic(lock, lock_text(frozen, platform.python_version(), comments))
     return lock
 
