@@ -64,3 +64,14 @@ def test_verify_fails_a_report_rewritten_with_its_hash_redone_as_grade_does(runs
     out = capsys.readouterr().out
     assert "the report is stale, it says what the records do not" in out
     assert main(["verify", str(runs.get("complete"))]) == 0
+
+
+def test_the_docs_suffix_table_says_co_makes_no_folder(suite):
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text(encoding="utf-8")
+    row = next(line for line in docs.splitlines() if line.startswith("| `-incomplete` |"))
+    assert "--co" not in row and "it makes no folder at all" in docs
+    (suite.path / "experiments" / "test_exp.py").write_text("def test_a():\n    pass\n")
+    result = suite.runpytest("experiments", "--runs-dir", "runs", "--co")
+    assert result.ret == 0 and not (suite.path / "runs").exists()  # what the docs say is what a --co does

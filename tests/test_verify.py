@@ -21,6 +21,7 @@ from fixtures_records import (
     generation_nodeid,
     kill_after,
     refresh_manifest,
+    rerender,
     rewrite_records,
     session_end_record,
 )
@@ -406,6 +407,7 @@ def interrupt_after(directory: Path, tests_done: int) -> str:
 
     rewrite_records(directory, cut)
     edit_manifest(directory, complete=False, status="the run did NOT finish (interrupted by SIGINT)")
+    rerender(directory)  # the session writes its report from the records it kept, as after any Ctrl-C
     return cut_short["test"]
 
 

@@ -131,20 +131,70 @@ class SessionFacts:
 
 
 class RecordLog:
-    """records.jsonl and the records of this session in memory, in write order, with their next seq."""
+    """records.jsonl and the records of this session in memory, in write order, with their next seq.
+
+    A stop signal (a trial's time limit, SIGALRM; a Ctrl-C) raises wherever Python happens to be, also between a
+    record's write and keeping it in memory. The file is what counts, so the memory catches up with it
+    (catch_up) before every record made and every reading: a record on disk is always one the session knows, and
+    a seq taken by a record that never reached the file is taken again by the next one. Otherwise a record the
+    session did not know made a later record derived from its records (the memory test's counted bytes)
+    contradict the file: an honest failure read as an integrity problem."""
 
     def __init__(self, path: Path):
+        self.path = Path(path)
         self.writer = JsonlWriter(path)
         self.records: list[dict] = []
-        self.next_seq = 0  # the seq of the next record made
+        self._known_bytes = 0  # the length of the file's lines that are in self.records
+
+    @property
+    def next_seq(self) -> int:
+        """The seq of the next record made: one after the last one in the file."""
+        self.catch_up()
+        return self.records[-1]["seq"] + 1 if self.records else 0
 
     def store(self, record: dict) -> None:
         """Append one record to the file (flushed, fsynced) and keep it."""
+        self.catch_up()
         self.writer.append(record)
         self.records.append(record)
+        self._known_bytes = self._size()
+
+    def _size(self) -> int:
+        try:
+            return os.path.getsize(self.path)
+        except OSError:
+            return self._known_bytes
+
+    def catch_up(self) -> None:
+        """Keep every whole line of the file beyond what is kept (one whose keeping a stop signal cut short)."""
+        try:
+            self.writer.flush()
+        except (OSError, ValueError):
+            return
+        size = self._size()
+        if size <= self._known_bytes:
+            return
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._known_bytes)
+                tail = handle.read(size - self._known_bytes)
+        except OSError:
+            return
+        whole = tail[:tail.rfind(b"\n") + 1]
+        last = self.records[-1]["seq"] if self.records else -1
+        for line in whole.splitlines():
+            try:
+                found = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(found, dict) and isinstance(found.get("seq"), int) and found["seq"] > last:
+                self.records.append(found)
+                last = found["seq"]
+        self._known_bytes += len(whole)
 
     def records_of(self, kind: str) -> list[dict]:
         """This session's records of one kind, in write order."""
+        self.catch_up()
         return [r for r in self.records if r["kind"] == kind]
 
     @property
@@ -248,6 +298,7 @@ class Run:
     @property
     def records(self) -> list[dict]:
         """This session's records so far, in write order."""
+        self.log.catch_up()
         return self.log.records
 
     def records_of(self, kind: str) -> list[dict]:
@@ -262,7 +313,6 @@ class Run:
     def emit(self, kind: str, test: Optional[str], fields: dict) -> dict:
         """Make a record (envelope + fields) and hand it to the record hook; returns it."""
         record = writers.make_record(kind, test, self.log.next_seq, self.clock(), fields, self.stamp())
-        self.log.next_seq += 1
         self.publish(record)
         return record
 

@@ -1,0 +1,105 @@
+"""An honest failure stays honest (issue 45, item 1): real stand-in runs in which the per-trial time limit strikes
+(a limit of 1 ms on the chosen tests, set by a plugin given with -p: no file of the project and no record is
+edited) in every kind of experiment test: the specimen's, the inputs', greedy and sampled generation trials, the
+cache comparison, timing, memory, batching and the summaries. Each run is verified (no integrity problem, the
+failed tests named) and graded: a failed item, exit 1, with the failure quoted, never an integrity problem (3).
+
+Three sessions, each made once and shared: a limit that strikes in the specimen's or the inputs' tests skips
+every test after them (they provide what the rest need), so those two kinds get a session each, and one session
+strikes in every other kind at once. docs/trust.md's table of honest endings lists what verify and grade say."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from inferlab.grading.grade import grade_source, split_verify
+from inferlab.grading.rubric import load_rubric
+from inferlab.verify import verify_run
+
+from shared_runs import REPO_ROOT, experiment, inferlab_command, made_once
+
+STRIKE_PLUGIN = '''"""A per-trial limit that strikes: a test whose node id matches INFERLAB_STRIKE gets a 1 ms limit."""
+import os
+import re
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    pattern = re.compile(os.environ["INFERLAB_STRIKE"])
+    for item in items:
+        if pattern.search(item.nodeid):
+            item.add_marker(pytest.mark.timeout(0.001, method="signal", func_only=True), append=False)
+'''
+SESSIONS = {
+    # every kind that no other test needs first: trials, the cache comparison, timing, memory, batching, summaries
+    "kinds": r"test_(30|50|60|70)_|test_matched_prefix",
+    "specimen": r"test_10_specimen",
+    "inputs": r"test_20_inputs",
+}
+TIMEOUT = "Timeout (>0.001s) from pytest-timeout"
+
+
+def struck_run(tmp_path_factory, name: str):
+    """The run of one session of SESSIONS, made once: (its folder, its exit status)."""
+    def make(folder):
+        plugins = folder / "plugins"
+        plugins.mkdir(parents=True)
+        (plugins / "strike_limit.py").write_text(STRIKE_PLUGIN)
+        made = experiment(folder, "--specimen", "standin", "-p", "strike_limit",
+                          env={"PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{plugins}", "INFERLAB_STRIKE": SESSIONS[name]})
+        return {"run": str(made.run), "returncode": made.returncode, "tail": made.stdout[-3000:]}
+
+    made = made_once(tmp_path_factory, f"struck-{name}", make)
+    from pathlib import Path
+
+    return Path(made["run"]), made["returncode"], made["tail"]
+
+
+def timed_out(run) -> list[str]:
+    """The tests whose outcome is a failure by the time limit."""
+    outcomes = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    return [r["test"] for r in outcomes if r["kind"] == "test_outcome" and r.get("outcome") == "failed"
+            and TIMEOUT in str(r.get("longrepr"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SESSIONS))
+def test_a_time_limit_that_strikes_is_a_failed_item_never_an_integrity_problem(tmp_path_factory, name):
+    run, status, tail = struck_run(tmp_path_factory, name)
+    assert status == 1, tail  # the session's own exit: tests failed
+    struck = timed_out(run)
+    assert struck, tail
+    result = verify_run(run)
+    integrity, _ = split_verify(result)
+    assert integrity == [], integrity
+    assert result["outcome_counts"]["failed"] >= len(struck)
+    grade = grade_source(run, load_rubric(None))
+    assert grade.exit_status == 1 and grade.integrity_problems == [], grade.integrity_problems
+    status, printed = inferlab_command("grade", run)  # what a grader reads
+    assert status == 1 and "FAILED (exit 1)" in printed.splitlines()[0] and "INTEGRITY" not in printed
+    assert "Timeout (>0.001s)" in printed  # the failure record, quoted
+
+
+@pytest.mark.slow
+def test_the_limit_struck_in_every_kind_of_experiment_test(tmp_path_factory):
+    struck = {name: timed_out(struck_run(tmp_path_factory, name)[0]) for name in SESSIONS}
+    every = [test for tests in struck.values() for test in tests]
+    kinds = {
+        "specimen": "test_10_specimen.py::",
+        "inputs": "test_20_inputs.py::",
+        "greedy trial": "test_generation_trial[P1-G-",
+        "sampled trial": "test_generation_trial[P1-S",
+        "sampling checks": "test_30_sampling.py::test_greedy_repetitions_identical",
+        "cache comparison": "test_40_cache.py::test_matched_prefix",
+        "timing trial": "test_50_timing.py::test_timing_trial[",
+        "timing summary": "test_50_timing.py::test_timing_summary[",
+        "memory": "test_60_memory.py::",
+        "batching": "test_70_batching.py::",
+    }
+    missing = [kind for kind, where in kinds.items() if not any(where in test for test in every)]
+    assert not missing, (missing, every)
