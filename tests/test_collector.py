@@ -114,3 +114,24 @@ def test_page_faults_are_read_per_thread_and_per_process_and_a_span_with_one_is_
     assert span["thread_minor_faults"] == last[minor] - first[minor]
     assert span["process_minor_faults"] >= span["thread_minor_faults"]  # the process counts this thread's too
     assert "minor_fault" in span["disturbed_by"]
+
+
+def test_a_stand_in_run_declares_its_policy_and_every_trial_records_collections_and_faults_per_span(standin_run):
+    import json
+
+    records = [json.loads(line) for line in (standin_run / "records.jsonl").read_text().splitlines()]
+    plan = json.loads((standin_run / "plan.json").read_text())
+    manifest = json.loads((standin_run / "manifest.json").read_text())
+    assert plan["collector"]["policy"] == manifest["collector"]["policy"] == collector.DEFAULT_POLICY
+    assert manifest["options"]["collector_policy"] == collector.DEFAULT_POLICY
+    trials = [r for r in records if r["kind"] == "timing_trial" and r["status"] == "ok"]
+    assert len([t for t in trials if not t["warmup"]]) == 20
+    for trial in trials:
+        assert trial["collector"]["policy"] == collector.DEFAULT_POLICY and not trial["collector"]["enabled_in_spans"]
+        assert trial["collector"]["full_collection_ns"] > 0
+        for name in ("prefill", "loop"):
+            span = trial["cpu_evidence"][name]
+            assert set(span["collections_by_generation"]) == {"0", "1", "2"}
+            assert span["collections"] == 0 and span["collector_ns"] == 0  # the collector was off in the span
+            for reading in contention.FAULT_FIELDS:
+                assert isinstance(span[reading], int) and span[reading] >= 0, (trial["schedule_id"], name, reading)

@@ -221,10 +221,12 @@ def test_cache_statistics_edited_with_their_summary_are_caught_by_the_saved_tens
 
 
 def test_a_trial_moved_in_time_runs_the_clock_backwards(standin_run, tmp_path):
-    """Every stamp of one trial shifted by a second, its seconds (relative to its start) left as they were."""
+    """Every stamp of one trial shifted by a minute, its seconds (relative to its start) left as they were. (A
+    second was once enough; the full collection before each trial and a loaded machine can now leave more than a
+    second between a trial and the record before it.)"""
     def edit(records):
         trial = find(records, "timing_trial", schedule_id="P1-cache_off-rep3")
-        shift = 10**9
+        shift = 60 * 10**9
         trial["t_start_ns"] -= shift
         trial["t_prefill_done_ns"] -= shift
         trial["token_times_ns"] = [t - shift for t in trial["token_times_ns"]]
@@ -232,6 +234,28 @@ def test_a_trial_moved_in_time_runs_the_clock_backwards(standin_run, tmp_path):
     problems = caught(forge(standin_run, tmp_path / "forged", edit))
     assert len(problems) == 1 and "[P1-cache_off-rep3] t_start_ns" in problems[0]
     assert "the monotonic clock ran backwards in record order" in problems[0]
+
+
+def test_a_trial_that_claims_another_collector_policy_than_the_run_declared_is_caught(standin_run, tmp_path):
+    def edit(records):
+        find(records, "timing_trial", schedule_id="P1-cache_on-rep2")["collector"]["policy"] = "on_in_spans"
+
+    problems = caught(forge(standin_run, tmp_path / "forged", edit))
+    assert len(problems) == 1 and "[P1-cache_on-rep2] collector.policy: recorded 'on_in_spans'" in problems[0]
+    assert "manifest.json and plan.json" in problems[0]
+
+
+def test_a_collection_inside_a_span_under_the_default_policy_is_caught(standin_run, tmp_path):
+    """A collection event planted inside a loop span, every derived field recomputed: under off_in_spans the
+    collector was off there, so no collection can have started in it."""
+    def edit(records):
+        trial = find(records, "timing_trial", schedule_id="P1x8-cache_off-rep1")
+        start = trial["t_start_ns"]
+        trial["gc_events"] = [[0, start + 1_000, start + 900_000]]
+        trial.update(contention.recorded_evidence(trial))
+
+    problems = caught(forge(standin_run, tmp_path / "forged", edit))
+    assert len(problems) == 1 and "[P1x8-cache_off-rep1]: 1 collection(s) started inside its loop span" in problems[0]
 
 
 # --- what no file can expose (docs/trust.md) -----------------------------------------------------------------
