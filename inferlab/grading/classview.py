@@ -49,8 +49,9 @@ def review_class(grades: list[RunGrade], traits: list[Traits]) -> dict:
 
 def learner_cell(grade: RunGrade) -> str:
     """The learners a submission names ('-' when none)."""
-    names = [str(x.get("id") or x.get("name") or x.get("email")) for x in grade.facts.get("learners") or []]
-    return ", ".join(names) or "-"
+    from inferlab.grading.formats import learner_text
+
+    return learner_text(grade) or "-"
 
 
 def ratio_points(grades: list[RunGrade]) -> list[tuple[int, str, int, float]]:

@@ -13,6 +13,7 @@ text_with_special and generated_pieces; a timing trial's profiling text and piec
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -54,6 +55,14 @@ def grader_tokenizer_path(name: str, artifacts: Optional[str] = None) -> tuple[O
     return path, ""
 
 
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str, mtime_ns: int):
+    """The tokenizer at path, read once per process (a class grades every run with one copy)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
+
+
 def decode_check(view, artifacts: Optional[str] = None) -> Decoded:
     """Decode every recorded id of the run with the grader's copy of its specimen's tokenizer (see the module
     docstring); each disagreement one problem line naming the record and field, with both values."""
@@ -74,9 +83,7 @@ def decode_check(view, artifacts: Optional[str] = None) -> Decoded:
         found.not_checked.append(f"{PREFIX}: {why}")
         return found
     try:
-        from tokenizers import Tokenizer
-
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer = _tokenizer(str(path), path.stat().st_mtime_ns)
     except Exception as error:  # an unreadable copy is the grader's to fix: said, never a crash
         found.not_checked.append(f"{PREFIX}: {path} could not be read ({type(error).__name__}: {error})")
         return found
