@@ -3,6 +3,7 @@
 Usage (from the repository root):
     python -m benchmarks.grading [--runs N] [--source RUN_DIR] [--record-to FILE]
     python -m benchmarks.grading --replay [--jobs N] [--artifacts DIR] [--runs N] [--source RUN_DIR]
+    python -m benchmarks.grading --against [--jobs N] [--runs N] [--source RUN_DIR]
 
 Without --source it first makes one stand-in run (python -m pytest experiments --specimen standin), timed on its
 own: that time is printed beside the grading time, since a replay redoes a run's deterministic part. It copies
@@ -14,6 +15,10 @@ and `report --check` over 40 runs took 25.6 s.
 With --replay, grade also re-executes every run on the grader's copy of the stand-in (`--replay --specimen
 standin --artifacts DIR --jobs N`; DIR is --artifacts, else a stand-in built for the benchmark, not timed; N is
 --jobs, default 2): the target is at most 180 s for 40 runs on two cores (issue 31).
+
+With --against, grade compares every run with one course run instead (`--against COURSE_RUN --jobs N`; the
+source run itself is the course's run, so every copy is compared bit for bit): the target is at most 180 s for 40
+runs on two cores (issue 43).
 
 Nothing is written into tracked files unless --record-to FILE is given (a JSON line with this machine's
 fingerprint is appended to it). The last line is exactly:  grading_seconds=<s> runs=<n> per_run=<s>
@@ -68,7 +73,9 @@ def main(argv=None) -> int:
     parser.add_argument("--source", type=Path, help="a finished run to copy (default: make one stand-in run)")
     parser.add_argument("--replay", action="store_true", help="grade with --replay (the target is then "
                         f"{REPLAY_TARGET_S:g} s for {TARGET_RUNS})")
-    parser.add_argument("--jobs", type=int, default=2, help="with --replay: grade's --jobs (default 2)")
+    parser.add_argument("--against", action="store_true", help="grade with --against the source run (the target "
+                        f"is then {REPLAY_TARGET_S:g} s for {TARGET_RUNS})")
+    parser.add_argument("--jobs", type=int, default=2, help="with --replay or --against: grade's --jobs (default 2)")
     parser.add_argument("--artifacts", type=Path, metavar="DIR",
                         help="with --replay: the grader's copy of the stand-in (default: one built for the benchmark)")
     parser.add_argument("--record-to", type=Path, metavar="FILE",
@@ -76,7 +83,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: at least 1")
-    target_s = REPLAY_TARGET_S if args.replay else TARGET_S
+    if args.replay and args.against:
+        parser.error("--replay and --against: give one")
+    target_s = REPLAY_TARGET_S if args.replay or args.against else TARGET_S
     run_seconds = None
     with tempfile.TemporaryDirectory(prefix="inferlab-grading-bench-") as work:
         work = Path(work)
@@ -99,6 +108,8 @@ def main(argv=None) -> int:
                    "--csv", str(work / "grades.csv")]
         if copy is not None:
             command += ["--replay", "--specimen", "standin", "--artifacts", str(copy), "--jobs", str(args.jobs)]
+        if args.against:
+            command += ["--against", str(source), "--jobs", str(args.jobs)]
         start = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         seconds = time.perf_counter() - start
@@ -112,7 +123,7 @@ def main(argv=None) -> int:
     over = seconds * TARGET_RUNS / args.runs > target_s
     verdict = (f"{'OVER' if over else 'within'} the target of {target_s:g} s for {TARGET_RUNS}" if judged
                else f"fewer than {TARGET_RUNS} runs: not judged")
-    how = f" with --replay --jobs {args.jobs}" if args.replay else ""
+    how = f" with --{'replay' if args.replay else 'against'} --jobs {args.jobs}" if args.replay or args.against else ""
     print(f"graded {args.runs} runs of {size / 1e6:.1f} MB each{how} in {seconds:.2f} s end to end (grade exit "
           f"{done.returncode}), {per_run:.3f} s per run; {verdict}")
     if run_seconds is not None:
@@ -122,7 +133,8 @@ def main(argv=None) -> int:
         from inferlab.host import machine
 
         machine.append_result({"benchmark": "grading", "runs": args.runs, "seconds": seconds, "per_run_s": per_run,
-                               "run_bytes": size, "replay": args.replay, "jobs": args.jobs if args.replay else 1,
+                               "run_bytes": size, "replay": args.replay, "against": args.against,
+                               "jobs": args.jobs if args.replay or args.against else 1,
                                "standin_run_s": run_seconds, "machine": machine.machine_fingerprint()},
                               args.record_to)
     print(f"grading_seconds={seconds:.3f} runs={args.runs} per_run={per_run:.4f}")
