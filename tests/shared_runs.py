@@ -227,3 +227,56 @@ def other_kernels_once(tmp_path_factory) -> ExperimentRun:
     modify it)."""
     return experiment_once(tmp_path_factory, "standin-other-kernels", "--specimen", "standin",
                            env={"ATEN_CPU_CAPABILITY": OTHER_KERNELS})
+
+
+
+# --- the grader's copy of a specimen, loaded once per process for every in-process replay ---------------------
+
+
+def _process_grader_copy_class():
+    from inferlab.grading.replayed import GraderCopy
+
+    class ProcessGraderCopy(GraderCopy):
+        """A GraderCopy made once per process for each (specimen, artifacts): making it again hands back the same
+        one, its model loaded at its first replay and its computations remembered (OnceModel) for every later
+        replay in this process, as `grade --replay` of a class replays one run after another on one model. Each
+        run is still replayed and compared with what it recorded."""
+
+        made: dict = {}
+
+        def __new__(cls, specimen=None, artifacts=None):
+            key = (specimen, None if artifacts is None else str(artifacts))
+            if key not in cls.made:
+                copy = super().__new__(cls)
+                GraderCopy.__init__(copy, *key)
+                cls.made[key] = copy
+            return cls.made[key]
+
+        def __init__(self, specimen=None, artifacts=None):  # set up once, in __new__
+            pass
+
+    return ProcessGraderCopy
+
+
+_PROCESS_GRADER_COPY: list = []  # the class, made at first use (inferlab.grading imported only then)
+
+
+def _grader_copy_class():
+    if not _PROCESS_GRADER_COPY:
+        _PROCESS_GRADER_COPY.append(_process_grader_copy_class())
+    return _PROCESS_GRADER_COPY[0]
+
+
+def grader_copy(specimen: Optional[str] = None, artifacts=None):
+    """This process's one grader's copy for (specimen, artifacts) (a GraderCopy; see share_grader_copies)."""
+    return _grader_copy_class()(specimen, artifacts)
+
+
+def share_grader_copies(monkeypatch) -> None:
+    """During a test, every GraderCopy that `inferlab grade --replay` makes in this process (inferlab_command) is
+    this process's one for its (specimen, artifacts) (grader_copy), instead of a new one that loads the model and
+    computes every part again. The command's own path is unchanged: its options, prepare(), the grading, each
+    part's comparison with the run, and what it prints."""
+    from inferlab.grading import replayed
+
+    monkeypatch.setattr(replayed, "GraderCopy", _grader_copy_class())

@@ -27,7 +27,7 @@ from inferlab.grading.evidence import FAIL
 from fixtures_records import REPO_ROOT
 from grading_helpers import answered_explanation, answered_predictions
 from forging import nudge_first_step_logits
-from shared_runs import COURSE_CI_SCRIPT, inferlab_command, made_once
+from shared_runs import COURSE_CI_SCRIPT, inferlab_command, made_once, share_grader_copies
 
 DOC = REPO_ROOT / "docs" / "grading.md"
 
@@ -118,8 +118,12 @@ def consistent_with_grade_json(results: dict, graded: dict) -> None:
 
 
 def grade_json(target: Path, standin_dir: Path) -> dict:
-    status, printed = inferlab_command("grade", target, "--format", "json", "--replay", "--specimen", "standin",
-                                       "--artifacts", standin_dir)
+    """`grade TARGET --format json --replay` in this process, on this process's one grader's copy (every replay
+    after the first reuses its model and the outputs it computed, and still compares each part with the run)."""
+    with pytest.MonkeyPatch.context() as patch:
+        share_grader_copies(patch)
+        status, printed = inferlab_command("grade", target, "--format", "json", "--replay", "--specimen", "standin",
+                                           "--artifacts", standin_dir)
     return json.loads(printed)
 
 

@@ -22,6 +22,7 @@ from inferlab.grading.rubric import load_rubric
 from inferlab.measure import summaries
 from inferlab.verify import verify_run
 
+import shared_runs
 from fixture_runs import runs  # noqa: F401 (a fixture)
 from forging import nudge_first_step_logits, rehash
 from shared_runs import inferlab_command
@@ -32,8 +33,9 @@ FORGED_STEP = 5  # a later step than the first: the saved first-step logits cann
 
 @pytest.fixture(scope="module")
 def grader_copy(standin_dir):
-    """The grader's copy of the stand-in, loaded at its first replay and kept for the module."""
-    return GraderCopy("standin", standin_dir)
+    """The grader's copy of the stand-in, loaded at its first replay and kept for the process (shared_runs.grader_copy:
+    the one `grade --replay` in this process also uses where a test shares it)."""
+    return shared_runs.grader_copy("standin", standin_dir)
 
 
 def rebind(run) -> None:
@@ -124,7 +126,8 @@ def test_greedy_ids_forged_with_every_derived_field_pass_every_file_check_and_gr
 
 @pytest.mark.slow
 def test_grade_replay_finds_the_forged_greedy_ids_and_exits_3_naming_the_part_and_first_difference(
-        forged, standin_dir):
+        forged, standin_dir, monkeypatch):
+    shared_runs.share_grader_copies(monkeypatch)  # the command replays on the process's one loaded model
     status, printed = inferlab_command("grade", forged, "--replay", "--specimen", "standin", "--artifacts",
                                        standin_dir)
     assert status == EXIT_INTEGRITY, printed

@@ -353,11 +353,16 @@ def test_the_grader_hashes_the_package_it_imported():
     assert not any(path.startswith(("tests/", "benchmarks/")) for path in ours)  # no part of a run's records
 
 
+CLONE_SELECTION = "test_10_specimen or test_20_inputs or P1-cache_on-warmup"
+
+
 @pytest.mark.slow
 @pytest.mark.process
 def test_a_real_run_from_a_clone_with_one_line_added_to_decode_loop_is_named(tmp_path):
     """The real thing: a scratch clone whose inferlab/ is a copy with one line added to decode_loop.py makes an
-    honest run (its own code hashes itself); the unchanged checkout grades it."""
+    honest run (its own code hashes itself); the unchanged checkout grades it. The run is a selection that loads
+    the model and runs one timing trial through the changed decode loop: what is read here is the manifest the
+    clone's own code wrote, and a complete run of that code is standin_run's (tests/conftest.py)."""
     from shared_runs import experiment
 
     def clone_with_one_line(project: Path) -> None:
@@ -366,7 +371,7 @@ def test_a_real_run_from_a_clone_with_one_line_added_to_decode_loop_is_named(tmp
         with open(project / "inferlab" / "measure" / "decode_loop.py", "a", encoding="utf-8") as handle:
             handle.write("LEARNER_NOTE = 'one line added'\n")
 
-    made = experiment(tmp_path, "--specimen", "standin", prepare=clone_with_one_line)
+    made = experiment(tmp_path, "--specimen", "standin", "-k", CLONE_SELECTION, prepare=clone_with_one_line)
     assert made.returncode == 0, made.tail()
     comparison = compare_harness(RunView.read(made.run))
     assert [line for line in comparison.differs] == [
