@@ -156,8 +156,7 @@ def facts_of(item) -> TestFacts:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collectreport(report):
-    """A test file this Python cannot import for want of the project's environment (a system pytest without
-    torch): one line naming the interpreter and the one to use, instead of the raw ImportError."""
+    """A test file a system pytest cannot import (no torch): one line naming the interpreter, not the ImportError."""
     if report.failed:
         report.longrepr = hook_steps.import_hint(report.nodeid, str(report.longrepr)) or report.longrepr
 
