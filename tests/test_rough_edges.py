@@ -220,7 +220,7 @@ def test_replay_on_a_copy_with_other_files_loads_no_model(run, monkeypatch):
     name = view.kind("artifact_file")[0]["name"]
     monkeypatch.setattr(replay, "grader_spec", lambda view, specimen: (
         SimpleNamespace(name="standin", revision="685c649b"), "the test's spec"))
-    monkeypatch.setattr("inferlab.specimen.acquire", lambda spec, artifacts_dir=None: {
+    monkeypatch.setattr("inferlab.specimen.acquire", lambda spec, artifacts_dir=None, offline=False: {
         "directory": "copy", "acquisition": "given", "verification": {"files": [
             {"name": name, "present": True, "sha256": "ab" * 32}]}})
 
