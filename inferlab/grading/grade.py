@@ -203,7 +203,7 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
     from inferlab.grading.harness import compare_harness, grader_root
     from inferlab.grading.recompute import check_flags, lock_conformance
     from inferlab.grading.reference import ReferenceMismatch, choose_reference, compare_reference
-    from inferlab.grading.decoded import decode_check
+    from inferlab.grading.decoded import PREFIX as DECODED_PREFIX, decode_check
     from inferlab.grading.requirements import requirement_checks
     from inferlab.grading.stale_report import stale_report_problems
     from inferlab.host.environment import describe_kernels
@@ -218,7 +218,8 @@ def grade_view(view: RunView, rubric: Rubric, reference: Optional[Union[dict, li
     integrity += flags.integrity + (harness.lines() if rubric.grader_source == "integrity" else [])
     integrity += stale_report_problems(view)  # report --check: a page the records do not say is integrity
     decoded = decode_check(view, getattr(replay, "artifacts", None))  # the grader's own tokenizer
-    integrity += decoded.problems
+    # a line verify already stated with the run's own tokenizer (the run made on this machine) is said once
+    integrity += [line for line in decoded.problems if line.removeprefix(f"{DECODED_PREFIX}: ") not in integrity]
     if rename:
         integrity = [line.replace(*rename) for line in integrity]
         completeness = [line.replace(*rename) for line in completeness]
