@@ -16,6 +16,7 @@ import shutil
 import pytest
 
 from inferlab import protocol, report
+from inferlab.grading import timing_sides
 from inferlab.grading.grade import EXIT_INTEGRITY, EXIT_PASSED, grade_source
 from inferlab.grading.replayed import CourseRun, GraderCopy
 from inferlab.grading.rubric import load_rubric
@@ -233,4 +234,9 @@ def test_grade_against_a_course_run_checks_a_class_by_the_same_comparison(course
     first = next(p for p in grade.integrity_problems if "generation P1-G-rep1 first_step_logits" in p)
     assert first.startswith("contradicts the course's run: saved tensor") and "under the same conditions" in first
     assert grade.facts["against"]["exact"] is True
+    # its timings stand beside the course's as a finding (the forgery copied them: every ratio is 1, none contradicted)
+    sides = [f for f in grade.findings if f["kind"] == timing_sides.TIMING_FINDING]
+    assert len(sides) == 1 and not [f for f in grade.findings if f["kind"] == timing_sides.CONTRADICTED_FINDING]
+    ratios = [m["ratio"] for m in sides[0]["sides"]["metrics"]]
+    assert ratios and all(ratio == 1.0 for ratio in ratios), ratios
     assert inferlab_command("grade", nudged["run"], "--against", tmp_path)[0] == 2  # not a run: a usage error

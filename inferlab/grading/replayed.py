@@ -197,6 +197,10 @@ class CourseRun:
         if not lines:
             grade.notes.append(f"against {self.name}: the run agrees with it, {rule.describe(self.name)} "
                                f"({result.compared.get('tensors', 0)} saved tensors by hash)")
+        # The timings are a finding beside the course's run, never a check: no machine times alike twice.
+        from inferlab.grading.timing_sides import side_by_side
+
+        grade.findings += side_by_side(view, self.view).findings()
 
 
 def summary(result: dict) -> dict:
