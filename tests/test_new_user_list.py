@@ -5,7 +5,7 @@ by verify as grade checks it, a class recognised by what its folders hold, the d
 
 from __future__ import annotations
 
-import pytest
+import os
 
 from inferlab.run import options
 
@@ -94,3 +94,17 @@ def test_a_project_folder_is_no_class_but_a_folder_of_submissions_is(runs, tmp_p
     copy_run(runs.get("failed"), course / "bob")
     (course / "carol").mkdir()  # a learner who submitted no run is still a member, graded as such
     assert [p.name for p in submissions_in(course)] == ["alice", "bob", "carol"]
+
+
+def test_replay_reads_a_pack_archive_as_grade_does(standin_run, standin_dir, tmp_path, capsys):
+    from inferlab.__main__ import main
+
+    archive = tmp_path / "submission.tar.gz"
+    assert main(["pack", str(standin_run), "-o", str(archive)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(archive), "--artifacts", str(standin_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"replay: {archive}: the `pack` archive of run {standin_run.name}")
+    assert lines[-1].startswith("replay: all ") and "compared parts agree" in lines[-1]
+    unpacked = lines[0].split("unpacked into ")[1].removesuffix(" (removed afterwards)")
+    assert not os.path.exists(unpacked)  # the temporary folder is gone
