@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 
-from inferlab.run import options
-
 from inferlab.base.records import REPORT_FILE
+from inferlab.run import options
 
 from fixtures_records import copy_run, kill_after
 from forging import rehash
