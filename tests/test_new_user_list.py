@@ -5,11 +5,10 @@ by verify as grade checks it, a class recognised by what its folders hold, the d
 
 from __future__ import annotations
 
-import pytest
-
-from inferlab.run import options
+import os
 
 from inferlab.base.records import REPORT_FILE
+from inferlab.run import options
 
 from fixtures_records import copy_run, kill_after
 from forging import rehash
@@ -75,3 +74,36 @@ def test_the_docs_suffix_table_says_co_makes_no_folder(suite):
     (suite.path / "experiments" / "test_exp.py").write_text("def test_a():\n    pass\n")
     result = suite.runpytest("experiments", "--runs-dir", "runs", "--co")
     assert result.ret == 0 and not (suite.path / "runs").exists()  # what the docs say is what a --co does
+
+
+def test_a_project_folder_is_no_class_but_a_folder_of_submissions_is(runs, tmp_path, capsys):
+    from inferlab.__main__ import main
+    from inferlab.grading.grade import submissions_in
+
+    project = tmp_path / "project"
+    for name in ("docs", "tests", "experiments", "inferlab", "artifacts"):
+        (project / name).mkdir(parents=True)
+        (project / name / "README.md").write_text("not a run\n")
+    assert submissions_in(project) is None
+    assert main(["grade", str(project)]) == 2
+    out = capsys.readouterr().out
+    assert "NOT A RUN" in out and "a folder of submissions" not in out
+    course = tmp_path / "class"
+    copy_run(runs.get("complete"), course / "alice" / "run")
+    copy_run(runs.get("failed"), course / "bob")
+    (course / "carol").mkdir()  # a learner who submitted no run is still a member, graded as such
+    assert [p.name for p in submissions_in(course)] == ["alice", "bob", "carol"]
+
+
+def test_replay_reads_a_pack_archive_as_grade_does(standin_run, standin_dir, tmp_path, capsys):
+    from inferlab.__main__ import main
+
+    archive = tmp_path / "submission.tar.gz"
+    assert main(["pack", str(standin_run), "-o", str(archive)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(archive), "--artifacts", str(standin_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"replay: {archive}: the `pack` archive of run {standin_run.name}")
+    assert lines[-1].startswith("replay: all ") and "compared parts agree" in lines[-1]
+    unpacked = lines[0].split("unpacked into ")[1].removesuffix(" (removed afterwards)")
+    assert not os.path.exists(unpacked)  # the temporary folder is gone

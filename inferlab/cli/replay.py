@@ -4,6 +4,7 @@ the grader's own verified copy of the specimen with plain transformers calls, an
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run, spelled
 
@@ -22,7 +23,8 @@ HELP = ("re-execute a run's deterministic computations (prompt ids, the 26 gener
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("record_dir", type=directory, metavar="RUN_DIR")
+    parser.add_argument("record_dir", type=run_or_archive, metavar="RUN_DIR",
+                        help="a run's record folder, or an archive `pack` made of one (read as grade reads it)")
     copy = parser.add_mutually_exclusive_group(required=True)
     copy.add_argument("--artifacts", metavar="DIR",
                       help="your own copy of the run's specimen, verified against its pins before anything is loaded")
@@ -56,9 +58,46 @@ def plan_refusal(record_dir) -> bool:
     return True
 
 
+def run_or_archive(value: str) -> Path:
+    """An argparse type: an existing directory, or a file `pack` made (an archive); else a usage error."""
+    from inferlab.grading.archive import is_archive
+
+    path = Path(value)
+    if path.is_file() and is_archive(path):
+        return path
+    return directory(value)
+
+
 def run(args) -> int:
+    """Replay a run folder, or the run inside a `pack` archive (unpacked into a temporary folder, removed after)."""
+    import tarfile
+
+    from inferlab.grading.archive import UnsafeArchive, is_archive, unpack
+
+    if not is_archive(args.record_dir):
+        return replay_folder(args, args.record_dir)
+    try:
+        unpacked = unpack(args.record_dir)
+    except UnsafeArchive as error:
+        print(f"replay: {args.record_dir}: refused: {error}; nothing was extracted outside a temporary folder",
+              file=sys.stderr)
+        return EXIT_UNREADABLE
+    except (OSError, tarfile.TarError, EOFError) as error:
+        print(f"replay: {args.record_dir}: not a readable archive ({str(error).splitlines()[0]})", file=sys.stderr)
+        return EXIT_UNREADABLE
+    try:
+        print(f"replay: {args.record_dir}: the `pack` archive of run {unpacked.run_dir.name}, unpacked into "
+              f"{unpacked.temp_dir} (removed afterwards)")
+        return replay_folder(args, unpacked.run_dir)
+    finally:
+        unpacked.remove()
+
+
+def replay_folder(args, record_dir: Path) -> int:
+    """`replay` of one run folder; the exit code."""
     from inferlab.recheck.replay import ReplayError, format_part, replay_run
 
+    args.record_dir = record_dir
     if refuse_non_run("replay", args.record_dir) or plan_refusal(args.record_dir):
         return EXIT_UNREADABLE
     problems, partial = verify_lines(args.record_dir)

@@ -376,7 +376,9 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[Union[dict, l
 
 def submissions_in(folder: Path) -> Optional[list[Path]]:
     """The submissions of a class folder (each subfolder or archive one learner), sorted; None when `folder` is
-    a run itself or holds no subfolder or archive."""
+    a run itself, holds no subfolder or archive, or is no class by what its folders hold: a class is a folder
+    most of whose entries are submissions (holds_a_submission), so a project folder (docs/, tests/, ...) is none,
+    while a class keeps every entry, one that holds no run too (that learner's grade says so)."""
     from inferlab.grading.archive import ARCHIVE_SUFFIXES
 
     folder = Path(folder)
@@ -384,7 +386,26 @@ def submissions_in(folder: Path) -> Optional[list[Path]]:
         return None
     found = sorted(p for p in folder.iterdir() if not p.name.startswith(".") and (
         p.is_dir() or (p.is_file() and p.name.endswith(ARCHIVE_SUFFIXES))))
-    return found or None
+    holding = sum(1 for p in found if holds_a_submission(p))
+    return found if found and 2 * holding > len(found) else None
+
+
+def holds_a_submission(path: Path) -> bool:
+    """Whether an entry of a folder is a learner's submission: a `pack` archive, a run's folder, or a folder
+    holding one of those at its top (a learner's folder, Gradescope's layout)."""
+    from inferlab.grading.archive import ARCHIVE_SUFFIXES
+
+    def is_one(entry: Path) -> bool:
+        if entry.is_file():
+            return entry.name.endswith(ARCHIVE_SUFFIXES)
+        return entry.is_dir() and not_a_run_reason(entry) is None
+
+    if is_one(path):
+        return True
+    try:
+        return path.is_dir() and any(is_one(entry) for entry in path.iterdir() if not entry.name.startswith("."))
+    except OSError:
+        return False
 
 
 def worst(statuses: Iterable[int]) -> int:
