@@ -113,10 +113,26 @@ def contention_lines(view: RunView) -> list[str]:
         machine = (f" The machine before the timing trials: {_machine_cell(declaration)}; after: {_machine_cell(after)}."
                    + (f" Some task waited for a CPU during {share:.0%} of the time between the two readings "
                       "(/proc/pressure/cpu)." if is_number(share) else ""))
-    return [f"**Did each sample have the CPU?** Each trial reads its thread's CPU time and context switches at the "
-            f"ends of its spans only, never between tokens; {usage_cost(view)}. Rule ({where}): {text_cell(rule)}. "
-            + marked + (" Each trial's CPU share in schedule order is plotted below." if found["uncontended"]
-                        or found["contended"] else "") + machine, ""]
+    return [f"**Did each sample have the CPU?** Each trial reads its thread's CPU time, context switches and page "
+            f"faults (the thread's and the process's) at the ends of its spans only, never between tokens, and "
+            f"records every garbage collection that ran; {usage_cost(view)}. Rule ({where}): {text_cell(rule)}. "
+            + marked + disturbance_text(view)
+            + (" Each trial's CPU share in schedule order is plotted below." if found["uncontended"]
+               or found["contended"] else "") + machine, ""]
+
+
+def disturbance_text(view: RunView) -> str:
+    """' What else ran inside the spans: ...' counted over the trials that record it; empty when none does."""
+    trials = [t for t in view.kind("timing_trial") if t.get("status", "ok") == "ok" and "disturbed_by" in t]
+    if not trials:
+        return ""
+    words = {"collection": "a garbage collection", "major_fault": "a major page fault",
+             "minor_fault": "minor page faults"}
+    parts = [f"{words[kind]} in {sum(1 for t in trials if kind in (t.get('disturbed_by') or []))}"
+             for kind in contention.DISTURBANCES]
+    policies = sorted({str((t.get("collector") or {}).get("policy")) for t in trials})
+    return (f" What else ran inside the spans, of {len(trials)} trials (collector policy {', '.join(policies)}): "
+            + ", ".join(parts) + "; such trials are ringed on the plot, not left out.")
 
 
 def _group_text(group: dict) -> str:
