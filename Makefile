@@ -67,12 +67,12 @@ test-fast: $(STAMP)
 	INFERLAB_FAST_LANE=1 $(TEST_PY) -m pytest analytic_tests tests -m "not process and not slow" -n auto --dist loadfile \
 	  -q $(PYTEST_ARGS)
 
-# The lab's own Python before a change lands: `make test` (or TARGET) on CPython 3.13 in a Debian 13 root that
+# The lab's own Python before a change lands: `make test` (or PY313_TARGET) on CPython 3.13 in a Debian 13 root that
 # tools/debian13-root.sh builds once with debootstrap and reuses (as root; docs/environment.md). It tests this
 # checkout's committed HEAD, cloned into the root.
-TARGET ?= test
+PY313_TARGET ?= test
 test-py313:
-	tools/debian13-root.sh $(TARGET)
+	tools/debian13-root.sh $(PY313_TARGET)
 
 # Rewrite docs/options.md's generated part from the option definitions (a harness test fails when it is stale).
 docs: $(STAMP)
