@@ -9,8 +9,8 @@ gives:
   interval, the whole loop), the learner's median, the course's median and their ratio (learner / course), over
   every measured trial of each run (warmups and failed trials left out, as the report's medians are);
 - per timing prompt and cache-verdict metric (inferlab.measure.contention.VERDICT_METRICS), each run's own cache
-  verdict: 'faster', 'slower' or 'cannot_tell', decided by contention.cache_verdict from that run's uncontended
-  samples against that run's own A/A noise floor. The learner's effect is **contradicted** when both runs decide
+  verdict: 'faster', 'slower' or 'cannot_tell', as that run's own report gives it (contention.cache_verdicts: an
+  interval of the effect from its uncontended samples, claimed only where it clears that run's A/A noise). The learner's effect is **contradicted** when both runs decide
   beyond their own noise and in opposite directions (the learner's run says the cache made it faster, the
   course's says slower, or the reverse). A verdict of 'cannot_tell' on either side contradicts nothing: a
   machine that cannot tell is no evidence against one that can.
@@ -172,15 +172,16 @@ def side_by_side(claimed: RunView, course: RunView) -> TimingSides:
             for metric in TIME_METRICS:
                 a, b = _measured(mine, prompt_id, use_cache, metric), _measured(theirs, prompt_id, use_cache, metric)
                 metrics.append(MetricSide(prompt_id, use_cache, metric, _median(a), _median(b), len(a), len(b)))
-    noise_mine = contention.run_noise(mine)["noise_fraction"]
-    noise_theirs = contention.run_noise(theirs)["noise_fraction"]
+    # each run's own verdicts, as its report gives them: an interval of the effect against that run's own noise
+    verdicts_mine, verdicts_theirs = contention.cache_verdicts(mine), contention.cache_verdicts(theirs)
+    noise_mine = verdicts_mine["noise"]["noise_fraction"]
+    noise_theirs = verdicts_theirs["noise"]["noise_fraction"]
+    theirs_by = {(v["prompt_id"], v["metric"]): v for v in verdicts_theirs["verdicts"]}
     effects = []
-    for prompt_id in protocol.TIMING_PROMPTS:
-        for metric in contention.VERDICT_METRICS:
-            a = contention.cache_verdict(mine, prompt_id, metric, noise_mine)
-            b = contention.cache_verdict(theirs, prompt_id, metric, noise_theirs)
-            effects.append(EffectSide(prompt_id, metric, a["verdict"], a["effect"], noise_mine, a["reason"],
-                                      b["verdict"], b["effect"], noise_theirs, b["reason"]))
+    for a in verdicts_mine["verdicts"]:
+        b = theirs_by[(a["prompt_id"], a["metric"])]
+        effects.append(EffectSide(a["prompt_id"], a["metric"], a["verdict"], a["effect"], noise_mine, a["reason"],
+                                  b["verdict"], b["effect"], noise_theirs, b["reason"]))
 
     def name(view: RunView) -> Optional[str]:
         return view.directory.name if view.directory is not None else None
