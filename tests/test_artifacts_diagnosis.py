@@ -6,7 +6,6 @@ one problem, not one per file; a huge folder's listing is cut to what matters, w
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 

@@ -5,7 +5,6 @@ output formats, bad input. Runs are built with the harness's writers (no model);
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from xml.etree import ElementTree
 

@@ -46,7 +46,7 @@ def test_a_synthetic_weight_file_is_never_advised_a_download(tmp_path, name, bui
 
 
 def test_the_files_cell_has_no_stray_full_stop_before_its_count(tmp_path):
-    from fixtures_records import build_failed_run, edit_manifest, rewrite_records
+    from fixtures_records import build_failed_run, rewrite_records
     from inferlab.reading.runview import RunView
     from inferlab.report import page
 

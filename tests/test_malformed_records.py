@@ -4,7 +4,6 @@ integrity verdict, and the commands that only read (compare) stop with one line,
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

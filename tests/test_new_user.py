@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import cli, protocol, specimen
+from inferlab import cli, specimen
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.reading import earlier_runs
@@ -501,7 +501,7 @@ def test_verify_says_whether_the_process_of_a_run_without_a_session_end_still_ru
     assert f"its process (pid {json.loads((gone / 'claim.json').read_text())['pid']} on {host}) is no longer " \
            f"running" in capsys.readouterr().out
     main(["verify", str(running)])
-    assert "is STILL RUNNING: the session may not have ended yet" in capsys.readouterr().out
+    assert "no session_end record yet: the run is LIVE, its session still running" in capsys.readouterr().out
 
 
 @pytest.mark.process

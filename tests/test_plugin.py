@@ -745,7 +745,6 @@ def test_a_failed_diagnostic_run_says_the_protocol_found_something_in_its_name_l
     last = [line for line in result.outlines if line.strip()][-1]
     assert last.startswith("inferlab: ") and "the protocol ran and found 1 finding(s)" in last
     assert "no harness-integrity check failed" in last and "HARNESS FAILED" not in last
-    from inferlab.__main__ import main
     from inferlab.verify import verify_run
 
     assert verify_run(run)["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}

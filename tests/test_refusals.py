@@ -4,7 +4,6 @@ given to `compare` or `replay`; each refusal says what to do."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from inferlab.__main__ import main
 

@@ -22,7 +22,6 @@ from fixtures_records import (
     CLOCK_READS_PER_TRIAL,
     EOS_ID,
     INTERRUPT_ERROR,
-    FIXTURE_PARAMETERS,
     SKIP_REASON,
     TYPED_COMMAND,
     build_complete_run,

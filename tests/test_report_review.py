@@ -8,7 +8,7 @@ import re
 import statistics
 from pathlib import Path
 
-from inferlab import protocol, report
+from inferlab import report
 from inferlab.base.records import RECORDS_FILE, REPORT_FILE
 from inferlab.measure import summaries
 
@@ -96,11 +96,15 @@ def test_trials_say_that_a_shared_seed_means_shared_random_draws(rich_run):
     assert "share the random draws" in details
 
 
-# --- h: the logit copies inside the generation trials' timed generate() -------------------------------------
+# --- h: what a generation trial's timed generate() holds besides the forwards ----------------------------------
 
 
-def test_generate_durations_disclose_the_logit_copies_inside_them(rich_run):
+def test_generate_durations_say_what_they_hold_without_the_copy_claim(rich_run):
+    """Issue 44: transformers 4.57.1 copies each step's last logits whether or not output_logits is asked, so that
+    copy is not why a generate() takes longer than the loop: the pages name generate()'s own per-step work, point to
+    the profile, and no longer give the copy as the reason."""
     details = section(page(rich_run, DETAILS_FILE), "Generation trials in full")
-    assert "`output_logits`" in details and "inside the timed `generate()`" in details
     limitations = section(page(rich_run), "Limitations")
-    assert "`output_logits`" in limitations and "inside the timed `generate()`" in limitations
+    for text in (details, limitations):
+        assert "`generate()`'s own work at every step" in text and "docs/timing.md" in text
+        assert "`output_logits`" not in text and "copying every step's raw logits" not in text

@@ -33,9 +33,10 @@ _MAX_LINKS = 40  # as the kernel's own limit on symbolic links followed in one l
 ABSENT, REGULAR, STREAM = "absent", "regular", "stream"
 
 
-class OutputPathError(Exception):
+class OutputPathError(OSError):
     """A path named for output that is refused (a directory, a disk, a socket, an existing file where only new ones
-    are written, a link to nowhere) or that could not be written; the message names the path and what it is."""
+    are written, a link to nowhere) or that could not be written; the message names the path and what it is. An
+    OSError, so that a caller that handles a failed write (`except OSError`) handles these too."""
 
 
 def kind_in_words(mode: int) -> str:

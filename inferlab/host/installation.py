@@ -29,7 +29,6 @@ import argparse
 import datetime
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys

@@ -12,15 +12,13 @@ import statistics
 from typing import Any, Optional
 
 from inferlab import protocol
-from inferlab.measure import contention, summaries
+from inferlab.measure import summaries
 from inferlab.report import logits as logit_math
 from inferlab.report.fmt import (
     DASH,
     MISSING,
-    code,
     flag,
     is_number,
-    jstr,
     ms,
     nbytes,
     num,

@@ -11,13 +11,14 @@ files (RENAME_NOTE) says when, by which process and why. A folder that cannot be
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab.run.live_claim import claimant
-from inferlab.base.records import RecordDirError, rename_with_suffix, write_json_atomic
+from inferlab.base.records import CLAIM_FILE, RecordDirError, rename_with_suffix, write_json_atomic
 
 RENAME_NOTE = "renamed-incomplete.json"  # written by the later run that renamed the folder, never by the session
 SUFFIX = "-incomplete"
@@ -68,6 +69,15 @@ def rename_ended_runs(runs_dir: Path, *, hostname: str, now: Callable[[], str], 
     return found
 
 
+def _claim_of(folder: Path) -> Optional[dict]:
+    """The folder's claim.json as data (a JSON file of its own: records.jsonl is read only by inferlab.reading)."""
+    try:
+        claim = json.loads((folder / CLAIM_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return claim if isinstance(claim, dict) else None
+
+
 def rename_abandoned(folder: Path, *, now: Callable[[], str], by: dict) -> Optional[Path]:
     """The folder of a run whose own session abandoned its final records (a stop signal again while they were
     written), renamed to end in -incomplete at once, with the note saying why; None when its name already says how
@@ -82,7 +92,7 @@ def rename_abandoned(folder: Path, *, now: Callable[[], str], by: dict) -> Optio
     note = {"renamed_from": folder.name, "renamed_to": renamed.name, "renamed_utc": now(), "by": by,
             "why": "its own session abandoned its final records (a stop signal received again while they were "
                    "written), so the run did not finish",
-            "claim": _read_json(renamed / CLAIM_FILE)}
+            "claim": _claim_of(renamed)}
     try:
         write_json_atomic(renamed / RENAME_NOTE, note)
     except OSError:
