@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -103,3 +105,57 @@ def test_the_limit_struck_in_every_kind_of_experiment_test(tmp_path_factory):
     }
     missing = [kind for kind, where in kinds.items() if not any(where in test for test in every)]
     assert not missing, (missing, every)
+
+
+FULL_DISK_BYTES = 1 << 20  # a record folder of 1 MiB: the run's saved logits alone need more
+
+
+def full_disk_run(tmp_path_factory) -> dict:
+    """A stand-in run whose record folder is a 1 MiB file system of its own, mounted for it (root only): it fills
+    during the run, as a learner's full disk would. Made once; the run is copied off the small disk, byte for byte,
+    before it is unmounted. {"run", "returncode", "tail"} or {"skip": why}."""
+    if os.geteuid() != 0:
+        return {"skip": "mounting a small file system for the record folder needs root (CI runs as root)"}
+
+    def make(folder):
+        mounted, refused = [], []
+
+        def prepare(project):
+            disk = project / "run"
+            disk.mkdir()
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FULL_DISK_BYTES}", "inferlab-full-disk",
+                                   str(disk)], capture_output=True, text=True)
+            (mounted if done.returncode == 0 else refused).append(done.stderr.strip() or str(disk))
+
+        try:
+            made = experiment(folder, "--specimen", "standin", prepare=prepare)
+            if refused:
+                return {"skip": f"mount refused here: {refused[0]}"}
+            kept = folder / "run-from-the-full-disk"
+            shutil.copytree(made.run, kept)
+        finally:
+            for _ in mounted:
+                subprocess.run(["umount", str(folder / "project" / "run")], check=False)
+        return {"run": str(kept), "returncode": made.returncode, "tail": (made.stdout + made.stderr)[-3000:]}
+
+    return made_once(tmp_path_factory, "full-disk", make)
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_an_unfinished_run_never_an_integrity_problem(tmp_path_factory):
+    made = full_disk_run(tmp_path_factory)
+    if "skip" in made:
+        pytest.skip(made["skip"])
+    from pathlib import Path
+
+    run = Path(made["run"])
+    assert made["returncode"] != 0 and "No space left on device" in made["tail"], made["tail"]
+    lines = (run / "records.jsonl").read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])  # whole lines only, none torn
+    result = verify_run(run)
+    integrity, _ = split_verify(result)
+    assert integrity == [], integrity
+    grade = grade_source(run, load_rubric(None))
+    assert grade.exit_status == 1 and grade.integrity_problems == [], grade.integrity_problems
+    status, printed = inferlab_command("grade", run)
+    assert status == 1 and "unfinished: no session_end record" in printed and "INTEGRITY" not in printed

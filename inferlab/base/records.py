@@ -13,6 +13,7 @@ Layout of a record directory:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import hashlib
@@ -269,24 +270,37 @@ def file_inventory(directory: Path, exclude: tuple[str, ...] = ()) -> dict:
 
 
 class JsonlWriter:
-    """Appends one JSON object per line; each line is flushed and fsynced before returning."""
+    """Appends one JSON object per line; each line is written whole, unbuffered, and fsynced before returning.
+
+    The file only ever holds whole lines: a line the system could not take whole (a full disk, a signal that
+    raised in the middle of the write) is cut off again before the error goes on, so a run that stopped for want
+    of space reads as unfinished, never as a torn record (a contradiction)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self._handle = open(path, "a", encoding="ascii")
+        self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
     def append(self, record: dict) -> None:
-        self._handle.write(dumps(record) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        line = (dumps(record) + "\n").encode("ascii")
+        before = os.fstat(self._fd).st_size
+        view = memoryview(line)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except BaseException:
+            if len(view) < len(line):  # part of the line reached the file: take it back
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, before)
+            raise
+        os.fsync(self._fd)
 
     def flush(self) -> None:
-        """Push any buffered line to the file (a no-op once closed)."""
-        if not self._handle.closed:
-            self._handle.flush()
+        """Nothing to push: every line is written to the file when it is appended (kept for the log's readers)."""
 
     def close(self) -> None:
-        self._handle.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class TensorStore:
