@@ -9,7 +9,6 @@ stand-in (standin_dir), loaded once per module."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import shutil
 
@@ -25,7 +24,7 @@ from inferlab.verify import verify_run
 
 import shared_runs
 from fixture_runs import runs  # noqa: F401 (a fixture)
-from forging import nudge_first_step_logits, rehash
+from forging import nudge_first_step_logits, rebind, rehash
 from shared_runs import inferlab_command
 
 NOT_REPLAYED = "replay: none made, so the run's deterministic outputs were not re-executed"
@@ -37,21 +36,6 @@ def grader_copy(standin_dir):
     """The grader's copy of the stand-in, loaded at its first replay and kept for the process (shared_runs.grader_copy:
     the one `grade --replay` in this process also uses where a test shares it)."""
     return shared_runs.grader_copy("standin", standin_dir)
-
-
-def rebind(run) -> None:
-    """What a forger does after editing records: the manifest's inventory re-hashed (the files it held, and only
-    those: the addenda are added after the session), and the addenda ledger bound to the new manifest's hash."""
-    manifest_path = run / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    for name in manifest["files"]:
-        data = (run / name).read_bytes()
-        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    manifest_path.write_text(json.dumps(manifest, indent=2))
-    digest = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
-    ledger = run / "addenda.jsonl"
-    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
-    ledger.write_text("".join(json.dumps({**entry, "manifest_sha256": digest}) + "\n" for entry in entries))
 
 
 def forge_greedy(run, target, standin_dir):
