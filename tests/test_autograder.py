@@ -291,6 +291,18 @@ def test_run_autograder_writes_a_results_json_that_says_why_for_an_empty_submiss
     assert "no `pack` archive" in results["tests"][0]["output"]
 
 
+@pytest.mark.process
+def test_a_predictions_file_that_is_not_text_is_the_learners_to_fix_not_a_set_up_fault(image, tmp_path):
+    """The one check of a learner's text refuses it before any run is made, and results.json says it is the
+    learner's file, not that the autograder is not set up."""
+    root, marker, done = submit(image, tmp_path, {"predictions.md": "", "explanation.md": answered_explanation()})
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert done.returncode == 0 and results["score"] == 0.0 and not marker.exists()
+    output = results["tests"][0]["output"]
+    assert output.startswith("your predictions cannot be graded: ") and "predictions.md" in output, output
+    assert "not set up" not in output and not (root / "work" / "run").exists()
+
+
 # --- the CI examples ---------------------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from inferlab.run import predictions
 
 from fixtures_records import REPO_ROOT, copy_run
 from forging import rehash
+from shared_runs import inferlab_command
 from grading_helpers import (
     PREDICTIONS_TEMPLATE,
     TEMPLATE,
@@ -363,7 +364,7 @@ def test_a_real_run_from_a_clone_with_one_line_added_to_decode_loop_is_named(tmp
     honest run (its own code hashes itself); the unchanged checkout grades it. The run is a selection that loads
     the model and runs one timing trial through the changed decode loop: what is read here is the manifest the
     clone's own code wrote, and a complete run of that code is standin_run's (tests/conftest.py)."""
-    from shared_runs import experiment
+    from shared_runs import inferlab_command, experiment
 
     def clone_with_one_line(project: Path) -> None:
         (project / "inferlab").unlink()
@@ -426,6 +427,21 @@ def test_a_rubric_requiring_replay_fails_item_4_until_a_replay_is_given(run_copy
     assert replay.status == "fail" and "grade RUN --replay" in replay.fix
     assert load_rubric(rubric).require_replay is True and load_rubric().require_replay is False
     assert check(grade_of(run_copy, rubric, replay={"ok": True}), 4, "replay").status == "pass"
+
+
+def test_the_course_own_run_meets_a_replay_requirement_saying_so_and_against_is_not_refused(run_copy, tmp_path,
+                                                                                            capsys):
+    """The bundle grades the course's own run with this rubric: nothing of it is replayed, and item 4 says why it
+    passes instead of claiming a replay; `grade --against` meets the requirement by the comparison, not a refusal."""
+    from inferlab.grading.replayed import MadeHere
+
+    rubric = rubric_with(tmp_path, require_replay="true")
+    replay = check(grade_of(run_copy, rubric, replay=MadeHere()), 4, "replay")
+    assert replay.status == "pass" and "course's own run, made here" in replay.detail
+    assert "replayed on the grader's copy" not in replay.detail
+    status, _ = inferlab_command("grade", run_copy, "--against", run_copy, "--rubric", rubric)
+    assert status != 2 and "give one" not in capsys.readouterr().err
+    assert inferlab_command("grade", run_copy, "--against", run_copy, "--replay")[0] == 2
 
 
 @pytest.mark.parametrize("setting, message", [

@@ -1,6 +1,6 @@
 """An honest failure stays honest (issue 45, item 1): real stand-in runs in which the per-trial time limit strikes
-(a limit of 1 ms on the chosen tests, set by a plugin given with -p: no file of the project and no record is
-edited) in every kind of experiment test: the specimen's, the inputs', greedy and sampled generation trials, the
+(a limit of 1 ms on the chosen tests and a 50 ms pause of the process inside each of them, set by a plugin given with
+-p: no file of the project and no record is edited) in every kind of experiment test: the specimen's, the inputs', greedy and sampled generation trials, the
 cache comparison, timing, memory, batching and the summaries. Each run is verified (no integrity problem, the
 failed tests named) and graded: a failed item, exit 1, with the failure quoted, never an integrity problem (3).
 
@@ -23,11 +23,25 @@ from inferlab.verify import verify_run
 
 from shared_runs import REPO_ROOT, experiment, inferlab_command, made_once
 
-STRIKE_PLUGIN = '''"""A per-trial limit that strikes: a test whose node id matches INFERLAB_STRIKE gets a 1 ms limit."""
+STRIKE_PLUGIN = '''"""A per-trial limit that strikes: a test whose node id matches INFERLAB_STRIKE gets a 1 ms limit, and the
+process pauses for 50 ms at the start of that test's body, inside its timed call, as a machine paused by a closed lid
+or a suspended terminal would: the limit strikes there whatever the test is, a check that takes less than a
+millisecond included."""
+import functools
 import os
 import re
+import time
 
 import pytest
+
+
+def _paused(test):
+    @functools.wraps(test)
+    def paused(*args, **kwargs):
+        time.sleep(0.05)
+        return test(*args, **kwargs)
+
+    return paused
 
 
 @pytest.hookimpl(trylast=True)
@@ -36,10 +50,12 @@ def pytest_collection_modifyitems(session, config, items):
     for item in items:
         if pattern.search(item.nodeid):
             item.add_marker(pytest.mark.timeout(0.001, method="signal", func_only=True), append=False)
+            item.obj = _paused(item.obj)
 '''
 SESSIONS = {
-    # every kind that no other test needs first: trials, the cache comparison, timing, memory, batching, summaries
-    "kinds": r"test_(30|50|60|70)_|test_matched_prefix",
+    # every kind that no other test needs first: P2's trials (P1's stay, for the checks and the cache comparison that
+    # need them), P1's sampling check, the cache comparison, timing, memory, batching, summaries
+    "kinds": r"test_generation_trial\[P2-|test_greedy_repetitions_identical\[P1|test_matched_prefix|test_(50|60|70)_",
     "specimen": r"test_10_specimen",
     "inputs": r"test_20_inputs",
 }
@@ -94,9 +110,9 @@ def test_the_limit_struck_in_every_kind_of_experiment_test(tmp_path_factory):
     kinds = {
         "specimen": "test_10_specimen.py::",
         "inputs": "test_20_inputs.py::",
-        "greedy trial": "test_generation_trial[P1-G-",
-        "sampled trial": "test_generation_trial[P1-S",
-        "sampling checks": "test_30_sampling.py::test_greedy_repetitions_identical",
+        "greedy trial": "test_generation_trial[P2-G-",
+        "sampled trial": "test_generation_trial[P2-S",
+        "sampling checks": "test_30_sampling.py::test_greedy_repetitions_identical[P1",
         "cache comparison": "test_40_cache.py::test_matched_prefix",
         "timing trial": "test_50_timing.py::test_timing_trial[",
         "timing summary": "test_50_timing.py::test_timing_summary[",

@@ -180,13 +180,15 @@ def run(args) -> int:
                       "page goes into")
     if args.format == "gradescope" and len(sources) != 1:
         return _usage(f"--format gradescope writes one submission's results.json; {len(sources)} runs were given")
-    replay = args.replay or bool(getattr(rubric, "require_replay", False))
+    # a rubric's require_replay is met by --against too (the course's run is the stronger check): only --replay typed
+    # beside --against is a contradiction
+    replay = args.replay or (bool(getattr(rubric, "require_replay", False)) and args.against is None)
     if not replay and (args.specimen or args.artifacts):
         return _usage("--specimen and --artifacts name the copy a replay runs on: give --replay too")
     if args.jobs < 1:
         return _usage(f"--jobs {args.jobs}: expected at least 1")
     if args.against is not None:
-        if replay:
+        if args.replay:
             return _usage("--against compares each run with the course's run; --replay re-executes it: give one")
         why = not_a_run_reason(args.against)
         if why:

@@ -404,7 +404,7 @@ def grade_submission(root: Path) -> tuple[str, Optional[object]]:
     from inferlab.grading import formats
     from inferlab.grading.grade import grade_source
     from inferlab.grading.reference import load_reference
-    from inferlab.grading.replayed import CourseRun
+    from inferlab.grading.replayed import CourseRun, MadeHere
     from inferlab.grading.rubric import load_rubric
 
     source = root / "source"
@@ -430,7 +430,10 @@ def grade_submission(root: Path) -> tuple[str, Optional[object]]:
     if writing["predictions"] is not None:
         predictions = work / "predictions.md"
         if writing["predictions"] != predictions:
-            _copy_text(writing["predictions"], predictions)
+            try:  # a learner's text that is not one (binary, empty, too long) is theirs to fix, not a set-up fault
+                _copy_text(writing["predictions"], predictions)
+            except AutograderError as error:
+                return _refusal(f"your predictions cannot be graded: {error}"), None
     target, tail = make_run(source, config, work, predictions)
     if not (target / "manifest.json").is_file():
         return _refusal(f"the course's experiment run did not start:\n{tail}"), None
@@ -439,10 +442,14 @@ def grade_submission(root: Path) -> tuple[str, Optional[object]]:
     if writing["explanation"] is not None:
         explanation = work / "explanation.md"
         if writing["explanation"] != explanation:
-            _copy_text(writing["explanation"], explanation)
+            try:
+                _copy_text(writing["explanation"], explanation)
+            except AutograderError as error:
+                return _refusal(f"your explanation cannot be graded: {error}"), None
         status = _attach(source, target, explanation)
         lines.append(f"attached {what['explanation']}" + ("" if status == 0 else f" (attach exit {status})"))
-    grade = grade_source(target, rubric, reference, reference_file=str(reference_file) if reference_file else None)
+    grade = grade_source(target, rubric, reference, reference_file=str(reference_file) if reference_file else None,
+                         replay=MadeHere())
     grade.not_checked = [line for line in grade.not_checked if not line.startswith("replay: none made")]
     if kind == "archive":
         claim = grade_source(found["archive"], rubric, replay=CourseRun(target))

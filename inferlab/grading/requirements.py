@@ -111,8 +111,9 @@ def replay_check(replay: Optional[object]) -> Check:
     if replay is None:
         return failed("replay", "this rubric requires a replay of the run's deterministic outputs on the grader's copy "
                       "of the specimen, and none was given", f"run {spelled('grade RUN --replay')}")
-    return passed("replay", "the run's deterministic outputs were replayed on the grader's copy (a part that "
-                  "disagrees is an integrity problem)")
+    words = getattr(replay, "requirement_words", None)  # what the course's run (or its comparison) did instead
+    return passed("replay", words or "the run's deterministic outputs were replayed on the grader's copy (a part "
+                  "that disagrees is an integrity problem)")
 
 
 def requirement_checks(view: RunView, rubric: Rubric, harness: HarnessComparison, lock: LockConformance,
