@@ -364,7 +364,7 @@ def test_a_real_run_from_a_clone_with_one_line_added_to_decode_loop_is_named(tmp
     honest run (its own code hashes itself); the unchanged checkout grades it. The run is a selection that loads
     the model and runs one timing trial through the changed decode loop: what is read here is the manifest the
     clone's own code wrote, and a complete run of that code is standin_run's (tests/conftest.py)."""
-    from shared_runs import inferlab_command, experiment
+    from shared_runs import experiment
 
     def clone_with_one_line(project: Path) -> None:
         (project / "inferlab").unlink()
