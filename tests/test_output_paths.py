@@ -136,6 +136,29 @@ def test_a_descriptor_link_to_a_regular_file_is_appended_to_not_replaced(tmp_pat
     assert held.read_text() == "before\nafter\n" and held.stat().st_ino == inode
 
 
+@pytest.mark.parametrize("folder", ["/dev/fd", "/proc/self/fd"])
+def test_a_descriptor_link_to_a_pipe_is_written_through(folder):
+    """/dev/stdout when the output is piped (`grade --out /dev/stdout | less`): the link's text names no file
+    (pipe:[N]), and the kernel's own lookup, not the text, decides."""
+    if not Path(folder).is_dir():
+        pytest.skip(f"no {folder} here")
+    read_end, write_end = os.pipe()
+    try:
+        write_text_atomic(Path(folder) / str(write_end), "through the pipe\n")
+        assert os.read(read_end, 100) == b"through the pipe\n"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_closed_descriptor_is_refused():
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    os.close(write_end)
+    with pytest.raises(OutputPathError, match="names a file descriptor that is not open"):
+        write_text_atomic(Path("/proc/self/fd") / str(write_end), "x")
+
+
 def test_a_link_is_followed_and_stays_a_link(tmp_path):
     real = tmp_path / "real.csv"
     real.write_text("old")
@@ -260,3 +283,24 @@ def test_grade_refuses_a_class_page_folder_that_is_a_fifo(honest, tmp_path, caps
     status, _ = inferlab_command("grade", klass, "--out", tmp_path / "pipe")
     assert status == 2 and "is a FIFO (named pipe): for a class, --out names the folder" in capsys.readouterr().err
     assert kind(tmp_path / "pipe") == "a FIFO (named pipe)"
+
+
+@pytest.mark.process
+def test_grade_out_dev_stdout_redirected_to_a_file_keeps_the_json_and_the_page_in_order(honest, tmp_path):
+    """`grade RUN --format json --out /dev/stdout > FILE`: the shell opens FILE without O_APPEND, so bytes written
+    through a new opening of /dev/stdout would start at offset 0 and the page printed after them would overwrite
+    them; written through the process's own descriptor, the JSON comes first and the page after it, whole."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "both.txt"
+    code = "import sys; from inferlab.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    with open(out, "w") as handle:
+        done = subprocess.run([sys.executable, "-c", code, "grade", str(honest), "--format", "json", "--out",
+                               "/dev/stdout"], stdout=handle, stderr=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode != 2, done.stderr  # the verdict is not what this test is about: where the bytes go is
+    text = out.read_text()
+    assert text.startswith("{\n") and '"runs"' in text, text[:200]
+    json_end = text.index("\n}\n") + 3
+    assert text[json_end:].startswith("grade: "), text[json_end:json_end + 200]

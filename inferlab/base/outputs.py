@@ -17,10 +17,14 @@ Standard library only, and no other module of inferlab: the installer uses it be
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import stat
+import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 # What a path can be, in words that finish "PATH is ...".
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -28,6 +32,7 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat
 # Links through these folders name an open file descriptor, not a file of their own (Linux's /proc/self/fd, the
 # /dev/fd of Linux and macOS): what they lead to is written through, never replaced.
 _DESCRIPTOR_FOLDERS = ("/proc/", "/dev/fd/")
+_OWN_DESCRIPTOR = re.compile(r"^/(?:proc/(self|\d+)/fd|dev/fd)/(\d+)$")
 _MAX_LINKS = 40  # as the kernel's own limit on symbolic links followed in one lookup
 
 ABSENT, REGULAR, STREAM = "absent", "regular", "stream"
@@ -67,6 +72,8 @@ def output_kind(path, replace: bool = True) -> tuple[str, Path]:
             raise OutputPathError(f"{path}: a chain of more than {_MAX_LINKS} symbolic links (a loop?); nothing was "
                                   "written")
         through_descriptor = any(hop.startswith(_DESCRIPTOR_FOLDERS) for hop in chain)
+        if through_descriptor:  # a descriptor's link names no path (pipe:[N]): the kernel follows it, not the text
+            return _descriptor_kind(path)
         if len(chain) > 1 and not os.path.lexists(chain[-1]):
             raise OutputPathError(f"{path}: a symbolic link to {os.readlink(path)}, where nothing is; it is not "
                                   "followed to make a file there: name the file itself")
@@ -86,6 +93,21 @@ def output_kind(path, replace: bool = True) -> tuple[str, Path]:
         return REGULAR, Path(chain[-1])
     advice = "name a file inside it" if stat.S_ISDIR(mode) else "name a regular file, a FIFO or a character device"
     raise OutputPathError(f"{path} is {what}: nothing is written there; {advice}")
+
+
+def _descriptor_kind(path: Path) -> tuple[str, Path]:
+    """(STREAM, path) for a descriptor link (/dev/stdout, /dev/fd/N, /proc/self/fd/N) open on a pipe, a terminal, a
+    device or a regular file: written through, whatever the shell pointed it at. OutputPathError for a closed
+    descriptor, a directory or a socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        raise OutputPathError(f"{path}: names a file descriptor that is not open for writing here "
+                              f"({error.strerror or error}); nothing was written") from None
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return STREAM, path
+    raise OutputPathError(f"{path} is {kind_in_words(mode)} (an open descriptor's): nothing is written there; name a "
+                          "regular file, a FIFO or a character device")
 
 
 def write_bytes_atomic(path, data: bytes, replace: bool = True) -> None:
@@ -139,14 +161,35 @@ def _link_new(temporary: str, target: Path, named) -> None:
         os.replace(temporary, target)
 
 
+def _own_descriptor(path: Path) -> Optional[int]:
+    """The number N when `path` is, or leads through, a link to one of this process's own descriptors
+    (/dev/stdout, /dev/fd/N, /proc/self/fd/N): written through that descriptor itself, so the bytes share its
+    offset with whatever else the process writes there (the shell's `> file` opens it without O_APPEND)."""
+    chain, _ = _link_chain(str(path))
+    for hop in chain:
+        found = _OWN_DESCRIPTOR.match(hop)
+        if found and found.group(1) in ("self", str(os.getpid()), None):
+            return int(found.group(2))
+    return None
+
+
 def _write_through(path: Path, data: bytes) -> None:
-    """Write to what is already at `path` (a device, a FIFO, a descriptor): opened for appending, never created
-    or truncated. A FIFO's open waits for its reader, as a shell's redirection does."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0))
-    except OSError as error:
-        raise OutputPathError(f"{path}: cannot be opened for writing ({error.strerror or error}); nothing was "
-                              "written") from None
+    """Write to what is already at `path` (a device, a FIFO, a descriptor): through this process's own descriptor
+    when the path names one, else opened for appending; never created or truncated. A FIFO's open waits for its
+    reader, as a shell's redirection does."""
+    fd = _own_descriptor(path)
+    owned = fd is None
+    if owned:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOCTTY", 0))
+        except OSError as error:
+            raise OutputPathError(f"{path}: cannot be opened for writing ({error.strerror or error}); nothing was "
+                                  "written") from None
+    else:
+        for stream in (sys.stdout, sys.stderr):  # what Python still holds for that descriptor goes first
+            with contextlib.suppress(Exception):
+                if stream.fileno() == fd:
+                    stream.flush()
     try:
         view = memoryview(data)
         while view:
@@ -155,7 +198,8 @@ def _write_through(path: Path, data: bytes) -> None:
         raise OutputPathError(f"{path}: writing stopped ({error.strerror or error}) after "
                               f"{len(data) - len(view)} of {len(data)} bytes") from None
     finally:
-        os.close(fd)
+        if owned:
+            os.close(fd)
 
 
 def _current_umask() -> int:
