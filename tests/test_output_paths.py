@@ -304,3 +304,11 @@ def test_grade_out_dev_stdout_redirected_to_a_file_keeps_the_json_and_the_page_i
     assert text.startswith("{\n") and '"runs"' in text, text[:200]
     json_end = text.index("\n}\n") + 3
     assert text[json_end:].startswith("grade: "), text[json_end:json_end + 200]
+
+
+def test_a_path_under_proc_that_names_no_descriptor_is_an_ordinary_path():
+    """Only /proc/PID/fd/N and /dev/fd/N are descriptor links: another path under /proc is judged as any path is
+    (absent: a new file would be made, and the pack test sees that refused with what to do), never as a closed
+    descriptor. Only looked at: nothing is written."""
+    assert outputs.output_kind(Path("/proc/inferlab-no-such-folder/out.txt")) == \
+        (outputs.ABSENT, Path("/proc/inferlab-no-such-folder/out.txt"))

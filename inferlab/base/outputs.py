@@ -29,10 +29,9 @@ from typing import Optional
 # What a path can be, in words that finish "PATH is ...".
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-# Links through these folders name an open file descriptor, not a file of their own (Linux's /proc/self/fd, the
-# /dev/fd of Linux and macOS): what they lead to is written through, never replaced.
-_DESCRIPTOR_FOLDERS = ("/proc/", "/dev/fd/")
-_OWN_DESCRIPTOR = re.compile(r"^/(?:proc/(self|\d+)/fd|dev/fd)/(\d+)$")
+# A link such as these names an open file descriptor, not a file of its own (Linux's /proc/PID/fd/N, the /dev/fd/N
+# of Linux and macOS): what it leads to is written through, never replaced.
+_DESCRIPTOR = re.compile(r"^/(?:proc/([^/]+)/fd|dev/fd)/(\d+)$")
 _MAX_LINKS = 40  # as the kernel's own limit on symbolic links followed in one lookup
 
 ABSENT, REGULAR, STREAM = "absent", "regular", "stream"
@@ -71,7 +70,7 @@ def output_kind(path, replace: bool = True) -> tuple[str, Path]:
         if not ends:
             raise OutputPathError(f"{path}: a chain of more than {_MAX_LINKS} symbolic links (a loop?); nothing was "
                                   "written")
-        through_descriptor = any(hop.startswith(_DESCRIPTOR_FOLDERS) for hop in chain)
+        through_descriptor = any(_DESCRIPTOR.match(hop) for hop in chain)
         if through_descriptor:  # a descriptor's link names no path (pipe:[N]): the kernel follows it, not the text
             return _descriptor_kind(path)
         if len(chain) > 1 and not os.path.lexists(chain[-1]):
@@ -167,7 +166,7 @@ def _own_descriptor(path: Path) -> Optional[int]:
     offset with whatever else the process writes there (the shell's `> file` opens it without O_APPEND)."""
     chain, _ = _link_chain(str(path))
     for hop in chain:
-        found = _OWN_DESCRIPTOR.match(hop)
+        found = _DESCRIPTOR.match(hop)
         if found and found.group(1) in ("self", str(os.getpid()), None):
             return int(found.group(2))
     return None
