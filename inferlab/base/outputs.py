@@ -70,8 +70,7 @@ def output_kind(path, replace: bool = True) -> tuple[str, Path]:
         if not ends:
             raise OutputPathError(f"{path}: a chain of more than {_MAX_LINKS} symbolic links (a loop?); nothing was "
                                   "written")
-        through_descriptor = any(_DESCRIPTOR.match(hop) for hop in chain)
-        if through_descriptor:  # a descriptor's link names no path (pipe:[N]): the kernel follows it, not the text
+        if any(_DESCRIPTOR.match(hop) for hop in chain):  # its link names no path (pipe:[N]): the kernel follows it
             return _descriptor_kind(path)
         if len(chain) > 1 and not os.path.lexists(chain[-1]):
             raise OutputPathError(f"{path}: a symbolic link to {os.readlink(path)}, where nothing is; it is not "
@@ -84,7 +83,7 @@ def output_kind(path, replace: bool = True) -> tuple[str, Path]:
     except OSError as error:
         raise OutputPathError(f"{path}: cannot be examined ({error.strerror or error}); nothing was written") from None
     what = kind_in_words(mode) + (f" (through the link {path})" if len(chain) > 1 else "")
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISREG(mode) and through_descriptor:
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return STREAM, path
     if stat.S_ISREG(mode):
         if not replace:
