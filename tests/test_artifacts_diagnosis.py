@@ -17,9 +17,14 @@ from shared_runs import experiment, inferlab_command
 
 @pytest.fixture(scope="module")
 def replica_dir(tmp_path_factory):
+    """A replica copy, built from pythia-14m's published small files; skipped, saying where they are expected, in a
+    clone without them (as every replica test is)."""
     from pathlib import Path
 
-    return Path(replica.build(tmp_path_factory.mktemp("replica") / "built")["directory"])
+    from conftest import require_reference_dir
+
+    reference = require_reference_dir()
+    return Path(replica.build(tmp_path_factory.mktemp("replica") / "built", reference)["directory"])
 
 
 def check_artifacts_words(directory) -> tuple[int, list[str]]:
