@@ -23,8 +23,7 @@ def test_machine_before_timing(inferlab_run, record):
     state = contention.machine_state()
     rule = protocol.CONTENTION_RULE
     record("timing_machine", point="before", **state, usage_sources=contention.usage_sources(),
-           contention_rule={"min_cpu_share": rule.min_cpu_share,
-                            "max_involuntary_switches": rule.max_involuntary_switches, "rule": rule.describe()},
+           contention_rule=rule.declaration(),
            verdict_min_uncontended=protocol.VERDICT_MIN_UNCONTENDED,
            collector=collector.declaration(inferlab_run.collector_policy))
     unexplained = contention.unexplained_readings(state)

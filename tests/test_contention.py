@@ -29,12 +29,32 @@ MS = 1_000_000  # ns
 
 
 def test_the_rule_marks_a_low_cpu_share_or_many_preemptions_and_says_unknown_without_readings():
-    assert RULE.span_contended(0.95, 0) is False
-    assert RULE.span_contended(RULE.min_cpu_share - 0.01, 0) is True
-    assert RULE.span_contended(0.99, RULE.max_involuntary_switches + 1) is True
-    assert RULE.span_contended(0.99, RULE.max_involuntary_switches) is False
+    assert RULE.span_contended(0.995, 0) is False
+    assert RULE.span_contended(RULE.min_cpu_share - 0.001, 0) is True
+    assert RULE.span_contended(RULE.min_cpu_share, 0) is False
+    assert RULE.span_contended(0.999, RULE.max_involuntary_switches + 1) is True
+    assert RULE.span_contended(0.999, RULE.max_involuntary_switches) is False
     assert RULE.span_contended(None, None) is None
     assert RULE.span_contended(0.5, None) is True  # a platform without switch counts still has the share
+
+
+def test_the_rule_marks_a_span_the_collector_or_a_major_fault_took_time_from():
+    assert RULE.span_contended(0.999, 0, collector_share=RULE.max_collector_share + 0.001) is True
+    assert RULE.span_contended(0.999, 0, collector_share=RULE.max_collector_share) is False
+    assert RULE.span_contended(0.999, 0, collector_share=0.0, major_faults=RULE.max_major_faults + 1) is True
+    assert RULE.span_contended(0.999, 0, collector_share=0.0, major_faults=RULE.max_major_faults) is False
+    assert RULE.span_reasons(0.5, 11, 0.02, 1) == [
+        "CPU share 0.500 < 0.985", "involuntary switches 11 > 10", "collector time 0.020 of the span > 0.015",
+        "major page faults 1 > 0"]
+
+
+def test_the_rules_thresholds_follow_from_half_the_smallest_effect_the_lab_reports():
+    budget = protocol.SMALLEST_TIMING_EFFECT / 2
+    # off the CPU and inside the collector, each at most half the smallest effect of a span's wall time
+    assert 1 - RULE.min_cpu_share == pytest.approx(budget) and RULE.max_collector_share == budget
+    declared = RULE.declaration()
+    assert declared["rule"] == RULE.describe() and {k: v for k, v in declared.items() if k != "rule"} == {
+        "min_cpu_share": 0.985, "max_involuntary_switches": 10, "max_collector_share": 0.015, "max_major_faults": 0}
 
 
 def readings(prefill_cpu_ns: int, loop_cpu_ns: int, involuntary: int = 0, start_cpu: int = 5 * MS) -> dict:
@@ -43,18 +63,43 @@ def readings(prefill_cpu_ns: int, loop_cpu_ns: int, involuntary: int = 0, start_
 
 
 def test_a_trials_evidence_is_its_spans_cpu_time_over_their_wall_time():
-    # prefill 2 ms wall, 1.96 ms CPU; loop 10 ms wall, 4 ms CPU: the loop lost the CPU, the prefill did not
-    evidence = contention.trial_evidence(readings(1_960_000, 4 * MS), 100 * MS, 102 * MS, 110 * MS)
+    # prefill 2 ms wall, 1.99 ms CPU; loop 10 ms wall, 4 ms CPU: the loop lost the CPU, the prefill did not
+    evidence = contention.trial_evidence(readings(1_990_000, 4 * MS), 100 * MS, 102 * MS, 110 * MS)
     prefill, loop = evidence["cpu_evidence"]["prefill"], evidence["cpu_evidence"]["loop"]
-    assert prefill["wall_ns"] == 2 * MS and prefill["cpu_ns"] == 1_960_000 and prefill["cpu_share"] == 0.98
+    assert prefill["wall_ns"] == 2 * MS and prefill["cpu_ns"] == 1_990_000 and prefill["cpu_share"] == 0.995
     assert prefill["contended"] is False
     assert loop["wall_ns"] == 10 * MS and loop["cpu_share"] == 0.4 and loop["contended"] is True
     assert loop["voluntary_switches"] == 1 and loop["involuntary_switches"] == 0
-    assert evidence["contended"] is True and evidence["contention_reasons"] == ["loop CPU share 0.400 < 0.9"]
+    assert evidence["contended"] is True and evidence["contention_reasons"] == ["loop CPU share 0.400 < 0.985"]
     quiet = contention.trial_evidence(readings(1_990_000, 9_950_000), 100 * MS, 102 * MS, 110 * MS)
     assert quiet["contended"] is False and quiet["contention_reasons"] == []
     preempted = contention.trial_evidence(readings(1_990_000, 9_950_000, involuntary=11), 0, 2 * MS, 10 * MS)
     assert preempted["contended"] is True and preempted["contention_reasons"] == ["loop involuntary switches 11 > 10"]
+
+
+def test_a_trial_whose_loop_the_collector_or_a_major_fault_took_time_from_is_contended_for_that_reason():
+    # a 10 ms loop with its CPU: a 0.2 ms collection (2 % of it) in the loop, none in the 2 ms prefill
+    quiet = readings(1_995_000, 9_990_000)
+    collected = contention.trial_evidence(quiet, 100 * MS, 102 * MS, 110 * MS,
+                                          gc_events=[[0, 105 * MS, 105 * MS + 200_000]])
+    assert collected["cpu_evidence"]["prefill"]["contended"] is False
+    assert collected["cpu_evidence"]["loop"]["collector_ns"] == 200_000
+    assert collected["contended"] is True
+    assert collected["contention_reasons"] == ["loop collector time 0.020 of the span > 0.015"]
+    small = contention.trial_evidence(quiet, 100 * MS, 102 * MS, 110 * MS, gc_events=[[0, 105 * MS, 105 * MS + 100_000]])
+    assert small["contended"] is False and small["disturbed_by"] == ["collection"]  # labelled, within the rule
+    faulted = copy.deepcopy(quiet)
+    for point in faulted.values():
+        point.extend([0, 0, 0, 0])  # thread minor and major, process minor and major
+    faulted["end"][4] = 1  # one major fault of the thread, in both spans' end reading
+    evidence = contention.trial_evidence(faulted, 100 * MS, 102 * MS, 110 * MS)
+    assert evidence["contention_reasons"] == ["loop major page faults 1 > 0"] and evidence["contended"] is True
+    process_only = copy.deepcopy(faulted)
+    for point in process_only.values():
+        point[3] = point[4] = None  # a platform with no thread counts: the process's are judged
+    process_only["end"][6] = 2
+    assert contention.trial_evidence(process_only, 100 * MS, 102 * MS, 110 * MS)["contention_reasons"] == [
+        "loop major page faults 2 > 0"]
 
 
 def test_a_platform_without_any_reading_gives_no_flag_rather_than_a_made_up_one():

@@ -202,4 +202,4 @@ def test_the_run_verifies_and_a_forged_uncontended_flag_is_caught(busy_run, tmp_
         record["contention_rule"]["min_cpu_share"] = 0.1
 
     problems = verify_run(forge(busy_run["run"], tmp_path / "looser-rule", looser_rule))["problems"]
-    assert any("contention_rule.min_cpu_share: recorded 0.1, recomputed 0.9" in p for p in problems), problems
+    assert any("contention_rule.min_cpu_share: recorded 0.1, recomputed 0.985" in p for p in problems), problems

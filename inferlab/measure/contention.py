@@ -202,10 +202,23 @@ def span_evidence(readings: dict, first: str, last: str, wall_ns: Optional[int],
             **{name: _delta(readings, first, last, READING_FIELDS.index(name)) for name in FAULT_FIELDS},
             "collections": collections["collections"] if collections else None,
             "collections_by_generation": collections["by_generation"] if collections else None,
-            "collector_ns": collections["collector_ns"] if collections else None,
-            "contended": rule.span_contended(share, involuntary)}
+            "collector_ns": collections["collector_ns"] if collections else None}
+    reasons = span_reasons(span, rule)
+    span["contended"] = None if reasons is None else bool(reasons)
     span["disturbed_by"] = disturbances(span)
     return span
+
+
+def span_reasons(span: dict, rule: protocol.ContentionRule = protocol.CONTENTION_RULE) -> Optional[list[str]]:
+    """The rule's reasons for calling a span (span_evidence's fields) contended; None when nothing was read. The
+    collector's share is its time over the span's wall time; the major faults are the thread's own where read,
+    else the process's."""
+    wall, collector_ns = span.get("wall_ns"), span.get("collector_ns")
+    collector_share = (collector_ns / wall if _int(collector_ns) is not None and _int(wall) is not None and wall > 0
+                       else None)
+    major = span.get("thread_major_faults")
+    major = major if major is not None else span.get("process_major_faults")
+    return rule.span_reasons(span.get("cpu_share"), span.get("involuntary_switches"), collector_share, major)
 
 
 def trial_evidence(readings: dict, t_start_ns: int, t_prefill_done_ns: int, t_end_ns: int,
@@ -224,14 +237,7 @@ def trial_evidence(readings: dict, t_start_ns: int, t_prefill_done_ns: int, t_en
                                    collector.in_span(gc_events, t_start_ns, t_end_ns))}
     flags = [spans[name]["contended"] for name in SPANS]
     contended = None if all(f is None for f in flags) else any(bool(f) for f in flags)
-    reasons = []
-    for name in SPANS:
-        span = spans[name]
-        if span["cpu_share"] is not None and span["cpu_share"] < rule.min_cpu_share:
-            reasons.append(f"{name} CPU share {span['cpu_share']:.3f} < {rule.min_cpu_share:g}")
-        if span["involuntary_switches"] is not None and span["involuntary_switches"] > rule.max_involuntary_switches:
-            reasons.append(f"{name} involuntary switches {span['involuntary_switches']} > "
-                           f"{rule.max_involuntary_switches}")
+    reasons = [f"{name} {reason}" for name in SPANS for reason in span_reasons(spans[name], rule) or []]
     disturbed = [kind for kind in DISTURBANCES if any(kind in spans[name]["disturbed_by"] for name in SPANS)]
     return {"cpu_evidence": spans, "contended": contended, "contention_reasons": reasons, "disturbed_by": disturbed}
 

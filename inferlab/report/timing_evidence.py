@@ -46,12 +46,17 @@ def status_fact(view: RunView) -> Optional[str]:
                 "whether they had the CPU is unknown.")
     if found["contended"]:
         shown = ", ".join(found["contended_ids"][:8]) + (" …" if found["contended"] > 8 else "")
+        reasons = [reason for trial in view.kind("timing_trial") if trial.get("contended") is True
+                   for reason in trial.get("contention_reasons") or [] if isinstance(reason, str)]
+        collector = any("collector time" in reason for reason in reasons)
+        advice = (RERUN_ADVICE + (", and without --gc-in-spans: the collector, left on inside the spans, took more "
+                                  "of them than the rule allows" if collector else ""))
         return (f"**The timing part was contended**: {found['contended']} of {found['trials']} timing trials did not "
-                f"have the CPU to themselves under the declared rule ({shown}). They are kept and marked "
+                f"have their spans to themselves under the declared rule ({shown}). They are kept and marked "
                 f"{CONTENDED_MARK} in the Timing section, and the cache verdict rests on the others only; "
-                f"{RERUN_ADVICE}.")
+                f"{advice}.")
     return (f"Timing: none of the {found['trials']} timing trials was contended under the declared rule "
-            "(each had at least the rule's share of the CPU over its spans).")
+            "(every span passed each of its thresholds).")
 
 
 def _machine_cell(record: Optional[dict]) -> str:

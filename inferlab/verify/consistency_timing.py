@@ -100,8 +100,7 @@ def _declared_rule(recheck: Recheck) -> None:
         return
     declared = before[0]
     rule = declared.get("contention_rule") if isinstance(declared.get("contention_rule"), dict) else {}
-    wanted = {"min_cpu_share": protocol.CONTENTION_RULE.min_cpu_share,
-              "max_involuntary_switches": protocol.CONTENTION_RULE.max_involuntary_switches}
+    wanted = protocol.CONTENTION_RULE.declaration()
     for name, value in wanted.items():
         if not same(rule.get(name), value):
             recheck.differs(declared, f"contention_rule.{name}", rule.get(name), value, "protocol.CONTENTION_RULE")
