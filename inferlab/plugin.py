@@ -76,7 +76,7 @@ def pytest_configure(config):
     with _usage_error("--runs-dir: " if runs_dir is not None else "--record-dir: "):
         run = lifecycle.claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
                                   process_start=live_claim.start_identity(os.getpid()),
-                                  claim_without_end=earlier_runs.claim_without_end,
+                                  reader=earlier_runs,
                                   record_dir=raw_dir and Path(os.path.expanduser(raw_dir)),
                                   runs_dir=runs_dir and Path(os.path.expanduser(runs_dir)))
     run.publish = lambda record: config.hook.pytest_inferlab_record(config=config, record=record)

@@ -40,6 +40,7 @@ from typing import Optional
 from inferlab import protocol
 from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
 from inferlab.measure import summaries
+from inferlab.reading import earlier_runs
 from inferlab.run import session_status
 from inferlab.run import lifecycle, writers
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of
@@ -234,7 +235,7 @@ class RunBuilder:
             pytest={"version": "9.2.0", "plugins": {}})
         self.run = lifecycle.claim_run(invocation, record_dir=directory, pid=4242, hostname="fixture-host",
                                        clock=TickingClock(), surroundings=FixedSurroundings(REPO_ROOT),
-                                       stamp=TickingStamp())
+                                       stamp=TickingStamp(), reader=earlier_runs)
         if not current_format:
             self.run.publish = lambda record: self.run.store(
                 _without_check_kind(record) if record["kind"] == "test_outcome" else record)

@@ -32,6 +32,7 @@ def check_artifacts_words(directory) -> tuple[int, list[str]]:
     return status, printed.splitlines()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("which", ["standin", "replica"])
 def test_a_run_given_another_specimen_s_good_copy_names_it_as_check_artifacts_does(which, request, tmp_path):
     directory = request.getfixturevalue(f"{which}_dir")

@@ -112,3 +112,14 @@ def test_records_jsonl_is_parsed_by_the_one_reader_only():
     second = [name for name, text in readers.items()
               if name != "inferlab/reading/runview.py" and "parse_records(" not in text]
     assert not second, f"records.jsonl read without the one parser (inferlab.reading.runview) in: {second}"
+
+
+PARSES_JSON_LINES = re.compile(r"for \w+ in [^\n]*splitlines\(\)[^\n]*:\n(?:[^\n]*\n){0,3}?[^\n]*json\.loads\(")
+
+
+def test_no_library_module_parses_json_lines_itself():
+    """A loop that json-parses lines one by one is a second records.jsonl parser, whatever path it opened (the
+    session's RecordLog.catch_up read its own file so); runs' lines go through inferlab.reading.runview.parse_records."""
+    second = [str(path.relative_to(layering.PACKAGE.parent)) for path in sorted(layering.PACKAGE.rglob("*.py"))
+              if PARSES_JSON_LINES.search(path.read_text(encoding="utf-8"))]
+    assert not second, f"lines parsed as JSON one by one outside inferlab.reading.runview in: {second}"

@@ -9,6 +9,7 @@ import pytest
 
 from fixtures_records import REPO_ROOT, FixedSurroundings, TickingClock, TickingStamp
 from inferlab.run import session_status
+from inferlab.reading import earlier_runs
 from inferlab.run import lifecycle, writers
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, selection_of
 
@@ -28,7 +29,8 @@ def small_run(directory, outcome: str = "passed") -> lifecycle.Run:
                                       command_how="given", invocation_dir=str(REPO_ROOT), root=REPO_ROOT,
                                       mode="run", specimen={"name": "standin", "synthetic": True})
     run = lifecycle.claim_run(invocation, record_dir=directory, pid=1, hostname="here", clock=TickingClock(),
-                              surroundings=FixedSurroundings(REPO_ROOT), stamp=TickingStamp())
+                              surroundings=FixedSurroundings(REPO_ROOT), stamp=TickingStamp(),
+                              reader=earlier_runs)
     run.start(None)
     first = TestFacts("experiments/test_a.py::test_first", provides=("ready",), records=("value",))
     second = TestFacts("experiments/test_a.py::test_second", requires=("ready",))

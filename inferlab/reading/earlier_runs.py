@@ -1,6 +1,7 @@
 """Whether an earlier run's folder reached its end, read as every run is read: its claim and manifest, and its
 records.jsonl through the one parser (inferlab.reading.runview.parse_records). inferlab.run.ended renames such a
-folder; a new session hands it this reader when it claims its own folder."""
+folder; a new session hands this module, its reader, to inferlab.run.lifecycle.claim_run, whose record log keeps
+the run's own lines through the same parse_records."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Optional
 
 from inferlab.base.records import CLAIM_FILE, MANIFEST_FILE, RECORDS_FILE
 from inferlab.reading.runview import parse_records
+
+__all__ = ["claim_without_end", "parse_records"]  # the reader a session is handed (parse_records: runview's)
 
 
 def _json_object(path: Path) -> Optional[dict]:

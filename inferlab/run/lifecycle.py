@@ -140,8 +140,9 @@ class RecordLog:
     session did not know made a later record derived from its records (the memory test's counted bytes)
     contradict the file: an honest failure read as an integrity problem."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, parse_records: Callable[[bytes], tuple]):
         self.path = Path(path)
+        self.parse_records = parse_records  # inferlab.reading.runview's, handed in: records are read above this layer
         self.writer = JsonlWriter(path)
         self.records: list[dict] = []
         self._known_bytes = 0  # the length of the file's lines that are in self.records
@@ -182,12 +183,9 @@ class RecordLog:
             return
         whole = tail[:tail.rfind(b"\n") + 1]
         last = self.records[-1]["seq"] if self.records else -1
-        for line in whole.splitlines():
-            try:
-                found = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(found, dict) and isinstance(found.get("seq"), int) and found["seq"] > last:
+        found_records, _not_records = self.parse_records(whole)  # the one reader of records.jsonl's lines
+        for found in found_records:
+            if isinstance(found.get("seq"), int) and found["seq"] > last:
                 self.records.append(found)
                 last = found["seq"]
         self._known_bytes += len(whole)
@@ -227,26 +225,27 @@ def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs
               pid: int, hostname: str, clock: Callable[[], str] = utc_now,
               surroundings: Optional[Surroundings] = None,
               stamp: Callable[[], int] = time.perf_counter_ns, process_start: Optional[dict] = None,
-              claim_without_end: Optional[Callable[[Path], Optional[dict]]] = None) -> "Run":
+              reader=None) -> "Run":
     """Claim a new record dir (record_dir, or a new folder under runs_dir) and open the run's files in it.
 
     The claim is the run's first write; RecordDirError says why a folder cannot be used. process_start is
     pid's start (inferlab.run.live_claim.start_identity), recorded so that a later process given the same pid is
-    not taken for this session. Under runs_dir, claim_without_end (inferlab.reading.earlier_runs, handed in by the
-    caller: a run is read above this layer) finds the earlier runs killed before their end.
+    not taken for this session. reader is inferlab.reading.earlier_runs, handed in by the caller (a run is read above
+    this layer): its parse_records reads the lines the session keeps, and under runs_dir its claim_without_end finds
+    the earlier runs killed before their end.
     """
     from inferlab.run import ended
 
     claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command,
                                process_start=process_start)
+    if reader is None:
+        raise ValueError("claim_run needs reader (inferlab.reading.earlier_runs): records are read through it")
     found_ended = []
     if runs_dir is not None:
-        if claim_without_end is None:
-            raise ValueError("claim_run under runs_dir needs claim_without_end (inferlab.reading.earlier_runs)")
         # An earlier run there whose process was killed before its end gets the -incomplete its name lacks.
         found_ended = ended.rename_ended_runs(Path(runs_dir), hostname=hostname, now=clock,
                                               by={"pid": pid, "hostname": hostname, "command": invocation.command},
-                                              claim_without_end=claim_without_end)
+                                              claim_without_end=reader.claim_without_end)
         name = options.run_dir_name(invocation.specimen["name"], invocation.mode == "plan")
         record_dir = claim_new_run_dir(Path(runs_dir), name, claim)
     else:
@@ -254,7 +253,7 @@ def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs
         claim_record_dir(record_dir, claim)
     (record_dir / TENSOR_DIR).mkdir(exist_ok=True)
     run = Run(record_dir, invocation, clock=clock, surroundings=surroundings or Surroundings(invocation.root),
-              stamp=stamp)
+              stamp=stamp, parse_records=reader.parse_records)
     run.ended_elsewhere = ended.found_lines(found_ended, runs_dir) if runs_dir is not None else []
     return run
 
@@ -264,13 +263,13 @@ class Run:
 
     def __init__(self, record_dir: Path, invocation: Invocation, *, clock: Callable[[], str] = utc_now,
                  surroundings: Optional[Surroundings] = None, monotonic: Callable[[], float] = time.monotonic,
-                 stamp: Callable[[], int] = time.perf_counter_ns):
+                 stamp: Callable[[], int] = time.perf_counter_ns, parse_records: Callable[[bytes], tuple]):
         self.record_dir = Path(record_dir)
         self.invocation = invocation
         self.clock = clock
         self.stamp = stamp  # each record's perf_counter_ns: the clock of the timing loop's own stamps
         self.surroundings = surroundings or Surroundings(invocation.root)
-        self.log = RecordLog(self.record_dir / RECORDS_FILE)
+        self.log = RecordLog(self.record_dir / RECORDS_FILE, parse_records)
         self.tensors = TensorStore(self.record_dir / TENSOR_DIR)
         self.ledger = CheckLedger(monotonic)
         self.schedule = Schedule()
