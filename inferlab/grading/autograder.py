@@ -1,30 +1,12 @@
 """A Gradescope autograder that runs the instructor's copy: `inferlab autograder gradescope -o autograder.zip`
-writes the zip, and the two scripts in it call this module inside Gradescope's container.
+writes the zip, and the two scripts in it (setup.sh, run_autograder) call this module inside Gradescope's
+container. docs/grading.md describes the zip's layout, what a learner submits and the AUTOGRADER_ROOT and
+AUTOGRADER_PYTHON variables.
 
-The zip holds, at its root (Gradescope unpacks it into /autograder/source):
-    setup.sh         run once when Gradescope builds the image: a Python of the lock's version, .venv from
-                     requirements.lock with CPU torch from PyTorch's CPU index (inferlab.host.installation, as the
-                     Makefile does), then `python -m inferlab.grading.autograder prepare` (the specimen acquired
-                     and verified offline, so a submission is graded without the network)
-    run_autograder   run for every submission: `python -m inferlab.grading.autograder run`
-    the project      inferlab/, experiments/, conftest.py, pytest.ini, pyproject.toml, the lock, the templates and
-                     the specimen specs, exactly as in this checkout (the course's copy of the harness)
-    course/          autograder.json (the settings, the commit and the lock's hash), and the optional
-                     reference.json, rubric.toml and specimen/ (the instructor's copy of the pinned files)
-
-`run` always makes the course's own run: the experiment, offline, on the configured specimen, from the course's
-copy, with the learner's predictions and explanation taken from what was handed in (the two text files, or those
-inside one `pack` archive), and scores every item from it. A handed-in archive is a claim about the learner's own
-run, checked against the course's run by inferlab.grading.replayed.CourseRun (bit for bit where the two runs'
-recorded conditions match): every contradiction, and every integrity problem of the archive, is an integrity
-problem of the grade. `accept` in autograder.json (--accept) says what a course takes. The submission is data:
-nothing in it is imported, collected or executed (its conftest.py, .py files and pytest.ini never reach a path
-Python or pytest reads; the experiment runs from the course's copy with the submission's two files copied out
-as text). It writes /autograder/results/results.json (the gradescope format of inferlab.grading.formats).
-
-The root folder is AUTOGRADER_ROOT (default /autograder), so a test runs the whole thing in a temporary folder;
-AUTOGRADER_PYTHON names a Python that already has the lock installed, and setup.sh then skips its installation
-step.
+`run` always makes the course's own run from the course's copy, with the learner's predictions and explanation
+taken from what was handed in, and scores every item from it; a handed-in archive is a claim checked against
+that run by inferlab.grading.replayed.CourseRun. The submission is data: nothing in it is imported, collected
+or executed. It writes /autograder/results/results.json (the gradescope format of inferlab.grading.formats).
 """
 
 from __future__ import annotations

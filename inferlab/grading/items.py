@@ -34,6 +34,7 @@ from inferlab.grading.evidence import (
     passed,
 )
 from inferlab.base.records import PLAN_FILE, PREDICTIONS_FILE
+from inferlab.recheck.trusted import cache_reference_trial
 from inferlab.reading.runview import DIAGNOSTIC, FAILING, RunView, file_of, short_test
 from inferlab.report.fmt import message_lines
 
@@ -376,13 +377,6 @@ def item_4(view: RunView, sections, kinds_of) -> list[Check]:
         if unstopped else passed("stopping_rules", f"why each of the {len(completed)} completed trials stopped",
                                  completed)
     return [input_check, trial_check, seeds, stopping]
-
-
-def cache_reference_trial() -> str:
-    """The trial id whose continuation the matched-prefix comparison feeds (protocol.CACHE_REFERENCE_TRIAL)."""
-    prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
-    return next(t.test_id for t in protocol.generation_trials()
-                if (t.prompt_id, t.condition, t.repetition) == (prompt_id, condition, repetition) and not t.is_rerun)
 
 
 def item_5(view: RunView, sections, kinds_of) -> list[Check]:

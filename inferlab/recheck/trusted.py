@@ -251,7 +251,7 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
             counts["timing"] += _compare_ids(result, f"timing {trial_id}", run, ref, prompt_steps, tolerance)
     run_cache, ref_cache = ours.get("cache") or {}, theirs.get("cache") or {}
     if ref_cache and run_cache:
-        trial = _cache_reference_trial()
+        trial = cache_reference_trial()
         steps = [{k: v for k, v in ((side.get("generation") or {}).get(trial) or {}).items()
                   if k in (near_tie.STEP_VALUES_FIELD, near_tie.STEP_IDS_FIELD)} for side in (ours, theirs)]
         _compare_cache(result, run_cache, ref_cache, prompt_steps, tolerance, counts, steps)
@@ -266,10 +266,11 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
     result.compared.update(counts)
 
 
-def _cache_reference_trial() -> Optional[str]:
+def cache_reference_trial() -> Optional[str]:
     """The greedy trial whose first ids the matched-prefix comparison follows (protocol.CACHE_REFERENCE_TRIAL)."""
     return next((t.test_id for t in protocol.generation_trials()
-                 if (t.prompt_id, t.condition, t.repetition) == protocol.CACHE_REFERENCE_TRIAL), None)
+                 if (t.prompt_id, t.condition, t.repetition) == protocol.CACHE_REFERENCE_TRIAL and not t.is_rerun),
+                None)
 
 
 def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_steps: _PromptSteps,
