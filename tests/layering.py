@@ -18,7 +18,7 @@ LAYERS = (
     ("measure",),
     ("run",),
     ("reading",),
-    ("recheck",),
+    ("recheck", "submission"),
     ("verify",),
     ("report",),
     ("grading",),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from inferlab.__main__ import main
-from inferlab.grading import archive
+from inferlab.submission import archive
 from inferlab.grading.grade import grade_source
 from inferlab.grading.rubric import load_rubric
 

@@ -87,7 +87,7 @@ def _usage(message: str) -> int:
 def gradescope_submission(folder: Path) -> Optional[tuple[Path, Path]]:
     """(the one run folder or archive inside, its submission_metadata.json) for a class member laid out as
     Gradescope keeps a submission; None for anything else."""
-    from inferlab.grading.archive import ARCHIVE_SUFFIXES
+    from inferlab.submission.archive import ARCHIVE_SUFFIXES
     from inferlab.grading.likeness import GRADESCOPE_METADATA
     from inferlab.reading.runview import not_a_run_reason
 

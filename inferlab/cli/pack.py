@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from inferlab.grading.pack import PackError, pack_run
+    from inferlab.submission.pack import PackError, pack_run
     from inferlab.reading.runview import RunView
     from inferlab.verify import verify_run
 

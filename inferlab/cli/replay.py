@@ -60,7 +60,7 @@ def plan_refusal(record_dir) -> bool:
 
 def run_or_archive(value: str) -> Path:
     """An argparse type: an existing directory, or a file `pack` made (an archive); else a usage error."""
-    from inferlab.grading.archive import is_archive
+    from inferlab.submission.archive import is_archive
 
     path = Path(value)
     if path.is_file() and is_archive(path):
@@ -72,7 +72,7 @@ def run(args) -> int:
     """Replay a run folder, or the run inside a `pack` archive (unpacked into a temporary folder, removed after)."""
     import tarfile
 
-    from inferlab.grading.archive import UnsafeArchive, is_archive, unpack
+    from inferlab.submission.archive import UnsafeArchive, is_archive, unpack
 
     if not is_archive(args.record_dir):
         return replay_folder(args, args.record_dir)

@@ -11,8 +11,6 @@ folder and load no model, except replayed.py (the grader's own copy, for grade -
     measures.py   the few measurements a class table shows (cache error, TTFT medians, decode ratio)
     formats.py    text, json, junit, gradescope and csv output
     reference.py  the instructor's reference from a trusted run, and a run compared with it
-    pack.py       a run and its addenda as one .tar.gz with submission.json
-    archive.py    reading such an archive safely (every entry checked before anything is written)
     likeness.py   what two submissions of a class share (a run, records, timings, written work), and who submits
     wording.py    how alike two texts are by their word shingles (the class view's near copies)
     timing_sides.py  a claimed run's timings beside the course's run: medians, ratios, contradicted effects
@@ -25,5 +23,6 @@ folder and load no model, except replayed.py (the grader's own copy, for grade -
     stale_report.py  whether the run's report.md is the one its records render now
     autograder.py the Gradescope autograder zip, and what its scripts (autograder_scripts.py) run in the container
 
-The command line is inferlab/cli/grade.py, reference.py, pack.py and autograder.py; docs/grading.md is the user's page.
+A handed-in archive is written and read by inferlab/submission/. The command line is inferlab/cli/grade.py,
+reference.py, pack.py and autograder.py; docs/grading.md is the user's page.
 """

@@ -238,7 +238,7 @@ def _one(found: list[Path], names: tuple[str, ...], folder: Path) -> Optional[Pa
 def find_submission(folder: Path) -> dict:
     """What the submission holds: {"kind": "pack", "archive": path} or {"kind": "files", "predictions": path or
     None, "explanation": path or None}; AutograderError when it holds neither, or is ambiguous."""
-    from inferlab.grading.archive import ARCHIVE_SUFFIXES
+    from inferlab.submission.archive import ARCHIVE_SUFFIXES
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -337,7 +337,7 @@ def archive_writing(archive: Path, work: Path) -> dict:
     the archive cannot be read."""
     import tarfile
 
-    from inferlab.grading.archive import UnsafeArchive, unpack
+    from inferlab.submission.archive import UnsafeArchive, unpack
     from inferlab.reading.runview import RunView
 
     try:

@@ -330,8 +330,8 @@ def grade_source(source: Path, rubric: Rubric, reference: Optional[Union[dict, l
     replay: the grader's copy to re-execute the run on (replayed.GraderCopy), or None."""
     import tarfile
 
-    from inferlab.grading.archive import UnsafeArchive, is_archive, unpack
-    from inferlab.grading.pack import submission_learners, submission_problems
+    from inferlab.submission.archive import UnsafeArchive, is_archive, unpack
+    from inferlab.submission.pack import submission_learners, submission_problems
 
     source = Path(source)
     if is_archive(source):
@@ -379,7 +379,7 @@ def submissions_in(folder: Path) -> Optional[list[Path]]:
     a run itself, holds no subfolder or archive, or is no class by what its folders hold: a class is a folder
     most of whose entries are submissions (holds_a_submission), so a project folder (docs/, tests/, ...) is none,
     while a class keeps every entry, one that holds no run too (that learner's grade says so)."""
-    from inferlab.grading.archive import ARCHIVE_SUFFIXES
+    from inferlab.submission.archive import ARCHIVE_SUFFIXES
 
     folder = Path(folder)
     if not folder.is_dir() or not_a_run_reason(folder) is None:
@@ -393,7 +393,7 @@ def submissions_in(folder: Path) -> Optional[list[Path]]:
 def holds_a_submission(path: Path) -> bool:
     """Whether an entry of a folder is a learner's submission: a `pack` archive, a run's folder, or a folder
     holding one of those at its top (a learner's folder, Gradescope's layout)."""
-    from inferlab.grading.archive import ARCHIVE_SUFFIXES
+    from inferlab.submission.archive import ARCHIVE_SUFFIXES
 
     def is_one(entry: Path) -> bool:
         if entry.is_file():

@@ -42,6 +42,8 @@ MOVED_FROM = {f"inferlab/{part}/{name}.py": f"inferlab/{name}.py" for part, name
     "recheck": ("replay", "revise"),
     "report": ("compare", "plots"),
 }.items() for name in names}
+# Moved on 2026-12-04 from grading/ into their own package (what a run hands in is not grading).
+MOVED_FROM.update({f"inferlab/submission/{name}.py": f"inferlab/grading/{name}.py" for name in ("pack", "archive")})
 
 
 def unmoved(run_hashes: dict, grader: dict) -> dict:

@@ -119,8 +119,8 @@ def gradescope_learners(path: Path) -> list[dict]:
 def traits_of(source: Path, label: str, metadata: Optional[Path] = None) -> Traits:
     """A submission's traits, read from its files (an archive is read in memory after every entry is checked;
     nothing is written); metadata: a Gradescope submission_metadata.json that names its learners."""
-    from inferlab.grading.archive import UnsafeArchive, is_archive, read_files
-    from inferlab.grading.pack import submission_learners
+    from inferlab.submission.archive import UnsafeArchive, is_archive, read_files
+    from inferlab.submission.pack import submission_learners
 
     source = Path(source)
     traits = Traits(label)

@@ -3,7 +3,7 @@
 The archive holds the run folder as it is (records, tensors, manifest, plan, report, predictions, and the
 addenda ledger with its files) and, beside it, a small submission.json: which run it is, the commit it was
 made from, the SHA-256 of its manifest, the manifest's file inventory and the addenda's hashes. `grade`
-reads the archive directly (inferlab.grading.archive) and checks submission.json against the run inside.
+reads the archive directly (inferlab.submission.archive) and checks submission.json against the run inside.
 
 `pack --learner ID` writes who submits into submission.json (`learner`); it is what the learner says, shown
 beside the grade and used by the class view, never a reason for points.
@@ -28,7 +28,7 @@ from typing import Optional
 
 from inferlab.base.outputs import ABSENT, OutputPathError, output_kind, write_bytes_atomic
 from inferlab.base.records import MANIFEST_FILE, sha256_file
-from inferlab.grading.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES, SUBMISSION_FILE
+from inferlab.submission.archive import MAX_ENTRIES, MAX_UNPACKED_BYTES, SUBMISSION_FILE
 from inferlab.reading.runview import RunView
 
 SUBMISSION_FORMAT = "inferlab-submission"
