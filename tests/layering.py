@@ -22,6 +22,7 @@ LAYERS = (
     ("verify",),
     ("report",),
     ("grading",),
+    ("gradescope",),
     ("cli",),
     ("plugin", "__main__", "standin", "replica"),
 )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.grading import autograder
+from inferlab.gradescope import autograder
 from inferlab.grading.evidence import FAIL
 
 from fixtures_records import REPO_ROOT

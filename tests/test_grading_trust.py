@@ -517,7 +517,7 @@ def test_every_moved_file_is_at_its_present_path_and_gone_from_its_former_one():
     from inferlab.grading.harness import MOVED_FROM
 
     ours = grader_hashes()
-    assert len(MOVED_FROM) == 44  # 42 on 2026-12-02, pack.py and archive.py on 2026-12-04
+    assert len(MOVED_FROM) == 46  # 42 on 2026-12-02, four out of grading/ on 2026-12-04
     assert all(path in ours for path in MOVED_FROM)
     left = sorted(former for former in MOVED_FROM.values() if former in ours)
     assert left == ["inferlab/replica.py", "inferlab/standin.py"]  # the `python -m` shims, nothing else

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from inferlab.base import learner_text
-from inferlab.grading import autograder
+from inferlab.gradescope import autograder
 from inferlab.reading import addenda_store
 from inferlab.run import predictions
 

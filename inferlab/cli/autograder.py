@@ -1,6 +1,6 @@
 """`autograder gradescope -o autograder.zip [--specimen NAME | --artifacts DIR] [--reference REF.json]
 [--rubric FILE] [--accept writing|archive]`: a Gradescope autograder that grades every submission with the course's own copy of inferlab
-(inferlab.grading.autograder holds the logic, docs/grading.md the instructor's page)."""
+(inferlab.gradescope.autograder holds the logic, docs/grading.md the instructor's page)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from inferlab.grading.autograder import AutograderError, write_gradescope_zip
+    from inferlab.gradescope.autograder import AutograderError, write_gradescope_zip
 
     try:
         config = write_gradescope_zip(args.output, specimen=args.specimen, artifacts=args.artifacts,

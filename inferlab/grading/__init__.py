@@ -21,8 +21,8 @@ folder and load no model, except replayed.py (the grader's own copy, for grade -
                   its grade
     batch.py      many runs graded in one call, in this process or in --jobs N processes
     stale_report.py  whether the run's report.md is the one its records render now
-    autograder.py the Gradescope autograder zip, and what its scripts (autograder_scripts.py) run in the container
 
-A handed-in archive is written and read by inferlab/submission/. The command line is inferlab/cli/grade.py,
-reference.py, pack.py and autograder.py; docs/grading.md is the user's page.
+A handed-in archive is written and read by inferlab/submission/, the Gradescope autograder is inferlab/gradescope/.
+The command line is inferlab/cli/grade.py, reference.py, pack.py and autograder.py; docs/grading.md is the user's
+page.
 """

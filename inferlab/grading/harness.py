@@ -42,8 +42,9 @@ MOVED_FROM = {f"inferlab/{part}/{name}.py": f"inferlab/{name}.py" for part, name
     "recheck": ("replay", "revise"),
     "report": ("compare", "plots"),
 }.items() for name in names}
-# Moved on 2026-12-04 from grading/ into their own package (what a run hands in is not grading).
-MOVED_FROM.update({f"inferlab/submission/{name}.py": f"inferlab/grading/{name}.py" for name in ("pack", "archive")})
+# Moved on 2026-12-04 out of grading/, which scores and formats: what a run hands in, and the Gradescope bundle.
+MOVED_FROM.update({f"inferlab/{part}/{name}.py": f"inferlab/grading/{name}.py" for part, names in {
+    "submission": ("pack", "archive"), "gradescope": ("autograder", "autograder_scripts")}.items() for name in names})
 
 
 def unmoved(run_hashes: dict, grader: dict) -> dict:

@@ -1,4 +1,4 @@
-"""The two scripts Gradescope runs, as they go into the autograder zip (inferlab.grading.autograder writes them).
+"""The two scripts Gradescope runs, as they go into the autograder zip (inferlab.gradescope.autograder writes them).
 
 setup.sh runs once, as root, when Gradescope builds the autograder's image; run_autograder runs for every
 submission. Both read AUTOGRADER_ROOT (default /autograder) and AUTOGRADER_PYTHON (a Python that already has the
@@ -39,7 +39,7 @@ else
 fi
 echo "== 2. prepare"
 unset PYTHONPATH PYTHONSTARTUP
-AUTOGRADER_ROOT=$ROOT "$PY" -m inferlab.grading.autograder prepare
+AUTOGRADER_ROOT=$ROOT "$PY" -m inferlab.gradescope.autograder prepare
 """
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
@@ -51,7 +51,7 @@ SOURCE="$ROOT/source"
 PY=${AUTOGRADER_PYTHON:-$SOURCE/.venv/bin/python}
 unset PYTHONPATH PYTHONSTARTUP
 cd "$SOURCE"
-AUTOGRADER_ROOT=$ROOT exec "$PY" -m inferlab.grading.autograder run
+AUTOGRADER_ROOT=$ROOT exec "$PY" -m inferlab.gradescope.autograder run
 """
 
 SCRIPTS = {"setup.sh": SETUP_SH, "run_autograder": RUN_AUTOGRADER}

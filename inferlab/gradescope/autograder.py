@@ -25,7 +25,7 @@ from typing import Optional
 
 from inferlab.base import learner_text
 from inferlab.base.outputs import OutputPathError, output_kind, write_bytes_atomic
-from inferlab.grading.autograder_scripts import SCRIPTS
+from inferlab.gradescope.autograder_scripts import SCRIPTS
 
 ROOT_VARIABLE, DEFAULT_ROOT = "AUTOGRADER_ROOT", "/autograder"
 PYTHON_VARIABLE = "AUTOGRADER_PYTHON"
@@ -468,10 +468,10 @@ def run(root: Path) -> int:
 
 
 def main(argv=None) -> int:
-    """`python -m inferlab.grading.autograder prepare|run` (setup.sh's last step, and run_autograder)."""
+    """`python -m inferlab.gradescope.autograder prepare|run` (setup.sh's last step, and run_autograder)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="inferlab.grading.autograder",
+    parser = argparse.ArgumentParser(prog="inferlab.gradescope.autograder",
                                      description="inside Gradescope's container: prepare (setup.sh) or run")
     parser.add_argument("step", choices=("prepare", "run"))
     args = parser.parse_args(argv)
