@@ -34,9 +34,10 @@ import numpy
 
 from inferlab import protocol
 from inferlab.measure import near_tie
-from inferlab.recheck.agreement import Allowance, allowance, array_difference, conditions, this_process
 from inferlab.reading.deterministic import deterministic_outputs, describe
 from inferlab.reading.runview import RunView, not_a_run_reason
+from inferlab.recheck.agreement import Allowance, allowance, array_difference, conditions, this_process
+from inferlab.recheck.trusted import cache_reference_trial
 
 LIMIT_S = protocol.SESSION_LIMIT_S  # a replay is bounded like the experiment's session
 SHOWN_DIFFERENCES = 8  # per part; the count says how many more
@@ -256,9 +257,7 @@ class Replay:
         part = self.part("matched prefix")
         cache = self.outputs.get("cache")
         comparisons = self.view.kind("cache_comparison")
-        prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
-        reference = next((t.test_id for t in protocol.generation_trials()
-                          if (t.prompt_id, t.condition, t.repetition) == (prompt_id, condition, repetition)), None)
+        prompt_id, reference = protocol.CACHE_REFERENCE_TRIAL[0], cache_reference_trial()
         if not cache or not comparisons or reference not in self.greedy:
             part.notes.append("the run holds no matched-prefix comparison")
             return part
