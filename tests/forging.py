@@ -7,6 +7,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Optional
 
 
 def rehash(directory: Path) -> None:
@@ -52,9 +53,9 @@ def rebind(run: Path) -> None:
         ledger.write_text("".join(json.dumps({**entry, "manifest_sha256": digest}) + "\n" for entry in entries))
 
 
-def nudge_first_step_logits(source: Path, target: Path, trial_id: str) -> dict:
+def nudge_first_step_logits(source: Path, target: Path, trial_id: str, by: Optional[float] = None) -> dict:
     """A copy of a run whose saved first-step logits of `trial_id` have one element (the smallest, never a top id)
-    moved by one unit in the last place, far inside any tolerance. A careful forger keeps every figure derived from
+    moved by one unit in the last place, far inside any tolerance (or up by `by`, beyond it). A careful forger keeps every figure derived from
     it true: the same element is moved in every saved tensor that held the same value there (the prompt's other
     conditions' raw logits, greedy's scores, which the checks compare with it bit for bit), every record's hash of
     a moved tensor is redone, the report rendered again, the inventory re-hashed and the ledger rebound.
@@ -76,7 +77,8 @@ def nudge_first_step_logits(source: Path, target: Path, trial_id: str) -> dict:
         moved = [key for key, array in tensors.items() if array.shape == original.shape
                  and array[element].tobytes() == value.tobytes()]
         for key in moved:
-            tensors[key][element] = numpy.nextafter(value, numpy.float32(numpy.inf), dtype=numpy.float32)
+            tensors[key][element] = (numpy.nextafter(value, numpy.float32(numpy.inf), dtype=numpy.float32)
+                                     if by is None else numpy.float32(value + by))
             digests[(path.relative_to(target).as_posix(), key)] = hashlib.sha256(
                 numpy.ascontiguousarray(tensors[key]).astype("<f4").tobytes()).hexdigest()
         if moved:

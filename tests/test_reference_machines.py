@@ -15,6 +15,7 @@ from inferlab.grading.reference import load_reference
 from inferlab.grading.rubric import load_rubric
 
 from fixtures_records import copy_run
+from forging import nudge_first_step_logits
 from grading_helpers import submit_ready, verify_reads_addenda
 from shared_runs import OTHER_KERNELS, other_kernels_once
 
@@ -79,8 +80,25 @@ def test_an_honest_run_under_other_kernels_against_the_machines_own_is_no_integr
     grade = grade_source(other_kernels_run, load_rubric(), replay=CourseRun(standin_run))
     assert not [p for p in grade.integrity_problems if "course's run" in p], grade.integrity_problems
     assert grade.facts["against"]["compared"] and grade.facts["against"]["exact"] is False
+    assert grade.facts["against"]["counts"]["tensors"] == 36  # every saved tensor, element by element
     line = next(line for line in grade.not_checked if line.startswith("against the course's run: bit-for-bit"))
     assert "kernel set: 'DEFAULT' in the run" in line and f"ATEN_CPU_CAPABILITY: '{OTHER_KERNELS}' in the run" in line
+
+
+def test_a_tensor_edited_beyond_the_tolerance_under_other_kernels_is_named_against_the_course_run(
+        standin_run, other_kernels_run, tmp_path):
+    """Across kernel sets the comparison cannot be exact, but the course run's files are at hand: every saved tensor
+    is compared element by element within the tolerance. One element moved far (never a top id, so the top values
+    agree) with every hash and figure redone is named, with its place."""
+    from inferlab.grading.replayed import CourseRun
+
+    forged = nudge_first_step_logits(other_kernels_run, tmp_path / "forged", "P1-G-rep1", by=1.0)
+    grade = grade_source(forged["run"], load_rubric(), replay=CourseRun(standin_run))
+    assert grade.facts["against"]["exact"] is False
+    named = [line for line in grade.integrity_problems if line.startswith(
+        "contradicts the course's run: saved tensor generation P1-G-rep1 first_step_logits")]
+    assert named and f"element [{forged['element']}]" in named[0] and "beyond the tolerance" in named[0], \
+        grade.integrity_problems
 
 
 def test_the_same_run_replayed_under_its_own_recorded_kernel_setting_agrees_bit_for_bit(

@@ -207,7 +207,8 @@ class CourseRun:
         grade.notes += [f"against {self.name}: {note}" for note in result.notes]
         if not lines:
             grade.notes.append(f"against {self.name}: the run agrees with it, {rule.describe(self.name)} "
-                               f"({result.compared.get('tensors', 0)} saved tensors by hash)")
+                               f"({result.compared.get('tensors', 0)} saved tensors "
+                               f"{'by hash' if rule.exact else 'element by element'})")
         # The timings are a finding beside the course's run, never a check: no machine times alike twice.
         from inferlab.grading.timing_sides import side_by_side
 

@@ -90,7 +90,9 @@ def allowance(claimed: dict, trusted: dict, atol: float, rtol: float, names=("th
 def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
     """None when the arrays agree under the rule, else the first element that does not, with both values (and the
     largest difference): 'shape [3] against [4]' or 'element [17]: 1.2345678 against 1.2345679 (max |a-b| 1e-07)'.
-    Exactly means the same bits (so -0.0 is not 0.0 and a NaN agrees only with the same NaN)."""
+    Exactly means the same bits (so -0.0 is not 0.0 and a NaN agrees only with the same NaN); within a tolerance,
+    equal infinities agree, a finite value never agrees with an infinite one (rtol*|inf| would allow anything), and a
+    NaN agrees with nothing."""
     a, b = numpy.asarray(claimed), numpy.asarray(trusted)
     scalar = a.ndim == 0 and b.ndim == 0
     a, b = numpy.atleast_1d(a), numpy.atleast_1d(b)
@@ -101,10 +103,15 @@ def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
         bad = a64 != b64
     else:
         a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)
-        bad = ~(numpy.abs(a64 - b64) <= rule.atol + rule.rtol * numpy.abs(b64))
+        with numpy.errstate(invalid="ignore"):  # an infinite b allows no room: only the same infinity agrees
+            bad = ~((a64 == b64) | (numpy.isfinite(b64) & (numpy.abs(a64 - b64) <= rule.atol + rule.rtol *
+                                                           numpy.abs(b64))))
     if not bool(bad.any()):
         return None
     where = tuple(int(i) for i in numpy.argwhere(bad)[0])
-    largest = float(numpy.nanmax(numpy.abs(a.astype(numpy.float64) - b.astype(numpy.float64))))
+    a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)
+    with numpy.errstate(invalid="ignore"):  # a NaN's gap is not a number: left out of the largest
+        gaps = numpy.where(a64 == b64, 0.0, numpy.abs(a64 - b64))
+    largest = float(numpy.max(gaps[~numpy.isnan(gaps)], initial=0.0))
     return (("value" if scalar else f"element {list(where)}") + f": {float(a[where]):.9g} against {float(b[where]):.9g} "
             f"({int(bad.sum())} element(s) differ, max |a-b| {largest:.3g}; allowed: {rule.describe()})")
