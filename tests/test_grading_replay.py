@@ -117,7 +117,8 @@ def test_grade_replay_finds_the_forged_greedy_ids_and_exits_3_naming_the_part_an
                                        standin_dir)
     assert status == EXIT_INTEGRITY, printed
     line = next(line for line in printed.splitlines() if "replay: generation (greedy) disagrees" in line)
-    assert "(3 of " in line and f"first: P2-G-rep1 ids: recorded" in line and ", replayed " in line, line
+    assert "(3 of " in line and "first: P2-G-rep1: ids first differ at step " in line, line
+    assert " in the run, " in line and " in the replay (top-two margin " in line, line
     assert NOT_REPLAYED not in printed
 
 

@@ -86,8 +86,8 @@ def test_a_run_whose_ids_were_edited_disagrees_and_names_each_trial(standin_run,
     assert parts["inputs"].agrees
     for name, trial in (("generation (greedy)", "P1-G-rep2"), ("timing trials' ids", "P1x8-cache_on-rep2")):
         assert not parts[name].agrees and len(parts[name].differences) == 1, parts[name]
-        assert parts[name].differences[0].startswith(f"{trial} ids: recorded "), parts[name].differences
-        assert ", replayed " in parts[name].differences[0]
+        assert parts[name].differences[0].startswith(f"{trial}: ids first differ at step "), parts[name].differences
+        assert " in the run, " in parts[name].differences[0] and " in the replay (" in parts[name].differences[0]
     sampled = parts["generation (seeded sampling)"]
     assert sampled.compared == 0 and not sampled.differences and "the run's torch is 2.0.0" in sampled.notes[0]
     assert sum(note.endswith("the same ids (not counted)") for note in sampled.notes) == 20

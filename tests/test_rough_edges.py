@@ -231,7 +231,7 @@ def test_replay_on_a_copy_with_other_files_loads_no_model(run, monkeypatch):
     result = replay.replay_run(run, specimen=None)
     (part,) = result["parts"]
     assert result["agree"] is False and part.differences == [
-        f"{name} sha256: recorded {view.kind('artifact_file')[0]['sha256']!r}, replayed {'ab' * 32!r}"]
+        f"{name} sha256: {view.kind('artifact_file')[0]['sha256']!r} in the run, {'ab' * 32!r} in the replay"]
     assert "no model was loaded" in part.notes[-1]
 
 

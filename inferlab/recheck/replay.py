@@ -11,7 +11,8 @@ Seeded sampling ids are compared only where the torch that
 drew them is the installed one (another torch may draw other numbers from the same seed); elsewhere they are
 listed, not counted. Greedy ids (generation, the matched prefix's continuation, the timing trials) follow the
 near-tie rule of inferlab.measure.near_tie, the one a reference uses: a first difference at a near tie of either side is
-a note with the step and both margins, and the ids after it are not compared.
+a note with the step and both margins, and the ids after it are not compared. Every difference is worded by
+inferlab.recheck.trusted's lines (exact_line, greedy_lines), as a reference's and the course run's are.
 
 The computations are written here with plain transformers calls (from_pretrained under the protocol's controls,
 model.generate, and the model's forward), never through inferlab.measure.sampling, decode_loop, cache_check or batching:
@@ -37,7 +38,7 @@ from inferlab.measure import near_tie
 from inferlab.reading.deterministic import deterministic_outputs, describe
 from inferlab.reading.runview import RunView, not_a_run_reason
 from inferlab.recheck.agreement import Allowance, allowance, array_difference, conditions, this_process
-from inferlab.recheck.trusted import cache_reference_trial
+from inferlab.recheck.trusted import cache_reference_trial, exact_line, greedy_lines
 
 LIMIT_S = protocol.SESSION_LIMIT_S  # a replay is bounded like the experiment's session
 SHOWN_DIFFERENCES = 8  # per part; the count says how many more
@@ -65,29 +66,23 @@ class Part:
         return not self.differences and self.compared > 0
 
     def check(self, what: str, recorded, replayed) -> bool:
-        """One exact comparison; a difference names what and both values."""
+        """One exact comparison; a difference names what and both values (trusted.exact_line)."""
         self.compared += 1
-        if recorded != replayed:
-            self.differences.append(f"{what}: recorded {describe(recorded)}, replayed {describe(replayed)}")
-            return False
-        return True
+        line = exact_line(what, recorded, replayed, ("the run", "the replay"))
+        if line:
+            self.differences.append(line)
+        return line is None
 
     def greedy(self, what: str, recorded: dict, replayed_ids: list, replayed_steps: list) -> None:
         """Greedy ids by the near-tie rule (inferlab.measure.near_tie), the replay the trusted side and the protocol's
-        declared tolerance its allowance: a near-tie divergence is a note, with the step and both margins."""
+        declared tolerance its allowance, worded as every trusted comparison words it (trusted.greedy_lines)."""
         self.compared += 1
         found = near_tie.compare_greedy(recorded.get("ids") or [], replayed_ids, near_tie.steps_of(recorded),
                                         replayed_steps, self.rule.atol, self.rule.rtol)
-        if found.value_problems:
-            self.differences.append(f"{what}: top two raw logits beyond {self.rule.describe('the replayed value')} at "
-                                    + "; ".join(found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]))
-        if found.status == "near_tie":
-            self.notes.append(f"{what}: a near-tie divergence at step {found.step} "
-                              f"({found.margins_text('the run', 'the replay')}); the ids after it are not compared")
-        elif found.status == "differ":
-            self.differences.append(f"{what}: recorded {describe(recorded.get('ids'))}, replayed "
-                                    f"{describe(replayed_ids)} (first differ at step {found.step}; "
-                                    f"{found.margins_text('the run', 'the replay')})")
+        differences, notes = greedy_lines(what, found, recorded.get("ids") or [], replayed_ids,
+                                          self.rule.describe("the replayed value"), ("the run", "the replay"))
+        self.differences += differences
+        self.notes += notes
 
     def close(self, what: str, recorded, replayed) -> None:
         """One comparison of numbers or arrays by the part's rule (bit for bit, or within the declared tolerance
@@ -221,7 +216,7 @@ class Replay:
             elif condition.do_sample:
                 part.check(f"{trial.test_id} ids", recorded[trial.test_id]["ids"], ids)
             else:
-                part.greedy(f"{trial.test_id} ids", recorded[trial.test_id], ids, self.greedy_steps[trial.test_id])
+                part.greedy(trial.test_id, recorded[trial.test_id], ids, self.greedy_steps[trial.test_id])
         return greedy, sampled
 
     def first_step(self) -> Part:
@@ -325,7 +320,7 @@ class Replay:
                 if (trial.prompt_id, trial.use_cache) != (prompt_id, use_cache):
                     continue
                 if trial.test_id in recorded:
-                    part.greedy(f"{trial.test_id} ids", recorded[trial.test_id], ids, steps)
+                    part.greedy(trial.test_id, recorded[trial.test_id], ids, steps)
                 else:
                     part.notes.append(f"{trial.test_id}: not in the run ({absent.get(trial.test_id, 'no record')})")
         return part

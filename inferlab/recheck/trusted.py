@@ -103,9 +103,15 @@ class _PromptSteps:
         return found or None
 
 
+def exact_line(label: str, ours: Any, theirs: Any, sides: tuple = ("the run", "the reference")) -> Optional[str]:
+    """None when two outputs are equal, else the line naming both, as every trusted comparison words it."""
+    return None if ours == theirs else f"{label}: {describe(ours)} in {sides[0]}, {describe(theirs)} in {sides[1]}"
+
+
 def _compare_exact(result: Comparison, label: str, ours: Any, theirs: Any) -> None:
-    if ours != theirs:
-        result.contradictions.append(f"{label}: {describe(ours)} in the run, {describe(theirs)} in the reference")
+    line = exact_line(label, ours, theirs)
+    if line:
+        result.contradictions.append(line)
 
 
 def _compare_pins(result: Comparison, run_pins: dict, ref_pins: dict) -> None:
@@ -149,6 +155,30 @@ def _steps(entry: dict) -> Optional[list]:
     return near_tie.steps_of(entry)
 
 
+def greedy_lines(label: str, found: near_tie.IdsComparison, ours_ids: list, theirs_ids: list,
+                 allowed: str = "the tolerance", sides: tuple = ("the run", "the reference")) -> tuple[list, list]:
+    """What one greedy comparison (near_tie.compare_greedy) says, as (contradictions, notes), each line naming the
+    label and both sides: top-two values beyond `allowed`, a near-tie divergence (a note), or differing ids. The
+    reference, the course's run and the replay all word a greedy difference this way."""
+    ours, theirs = sides
+    contradictions, notes = [], []
+    if found.value_problems:
+        shown = found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]
+        more = len(found.value_problems) - len(shown)
+        contradictions.append(f"{label}: top two raw logits beyond {allowed} at " + "; ".join(shown)
+                              + (f"; and {more} more" if more > 0 else ""))
+    if found.status == "near_tie":
+        notes.append(f"{label}: a near-tie divergence at step {found.step} ({found.margins_text(ours, theirs)}, "
+                     "within the tolerance's near-tie limit): not a contradiction; the ids after it are not compared")
+    elif found.status == "differ":
+        known = found.theirs_margin is not None
+        contradictions.append(
+            f"{label}: ids first differ at step {found.step}: {describe(ours_ids)} in {ours}, {describe(theirs_ids)} "
+            f"in {theirs} ({found.margins_text(ours, theirs)}: "
+            + ("not a near tie)" if known else f"{theirs} knows no margin at that step)"))
+    return contradictions, notes
+
+
 def _compare_ids(result: Comparison, label: str, ours: dict, theirs: dict, prompt_steps: _PromptSteps,
                  tolerance: dict) -> bool:
     """A greedy trial's ids by the near-tie rule (inferlab.measure.near_tie): equal, a near-tie divergence (noted), or a
@@ -156,20 +186,9 @@ def _compare_ids(result: Comparison, label: str, ours: dict, theirs: dict, promp
     ours_ids, theirs_ids = ours.get("ids") or [], theirs.get("ids") or []
     theirs_steps = prompt_steps.steps(theirs.get("prompt_id"), _steps(theirs), len(theirs_ids))
     found = near_tie.compare_greedy(ours_ids, theirs_ids, _steps(ours), theirs_steps, **tolerance)
-    if found.value_problems:
-        shown = found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]
-        more = len(found.value_problems) - len(shown)
-        result.contradictions.append(f"{label}: top two raw logits beyond the tolerance at "
-                                     + "; ".join(shown) + (f"; and {more} more" if more > 0 else ""))
-    if found.status == "near_tie":
-        result.notes.append(f"{label}: a near-tie divergence at step {found.step} ({found.margins_text()}, within "
-                            f"the tolerance's near-tie limit): not a contradiction; the ids after it are not compared")
-    elif found.status == "differ":
-        known = found.theirs_margin is not None
-        result.contradictions.append(
-            f"{label}: ids first differ at step {found.step}: {describe(ours_ids)} in the run, {describe(theirs_ids)} "
-            f"in the reference ({found.margins_text()}: "
-            + ("not a near tie)" if known else "the reference knows no margin at that step)"))
+    contradictions, notes = greedy_lines(label, found, ours_ids, theirs_ids)
+    result.contradictions += contradictions
+    result.notes += notes
     return True
 
 
