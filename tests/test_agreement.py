@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy
 
-from inferlab.recheck.agreement import Allowance, allowance, array_difference
+from inferlab.recheck.agreement import Allowance, allowance, array_difference, filter_edge
 
 EXACT = Allowance(0.0, 0.0)
 TOLERANT = Allowance(1e-4, 1e-4, ["kernel set: 'DEFAULT' in the run, 'AVX2' in the course's run"])
@@ -54,3 +54,19 @@ def test_the_rule_is_exact_only_when_every_condition_is_recorded_and_equal():
     assert not other.exact and other.differing == ["kernel set: 'DEFAULT' in the run, 'AVX2' in the course's run"]
     unknown = allowance({**mine, "torch": None}, {**mine, "torch": None}, 1e-4, 1e-4)
     assert not unknown.exact and unknown.differing == ["torch: not recorded"]
+
+
+def test_the_top_p_edge_may_move_by_the_smallest_kept_token_and_nothing_else():
+    """Under other kernels an honest run's nucleus can end one token earlier: that token, the smallest kept score,
+    is filtered on one side only. Any other token kept on one side only is a difference, named as before."""
+    inf = -numpy.inf
+    trusted = numpy.array([3.0, 1.0, 0.25, inf, inf], dtype=numpy.float32)
+    shorter = numpy.array([3.0, 1.0, inf, inf, inf], dtype=numpy.float32)  # the edge token 0.25 dropped
+    a, b, moved = filter_edge(shorter, trusted, TOLERANT)
+    assert moved == 1 and array_difference(a, b, TOLERANT) is None
+    longer = numpy.array([3.0, 1.0, 0.25, 0.25, inf], dtype=numpy.float32)  # a tie at the edge kept too
+    assert filter_edge(longer, trusted, TOLERANT)[2] == 1
+    inside = numpy.array([3.0, inf, 0.25, inf, inf], dtype=numpy.float32)  # a kept token that is not the edge
+    a, b, moved = filter_edge(inside, trusted, TOLERANT)
+    assert moved == 0 and array_difference(a, b, TOLERANT).startswith("element [1]: -inf against 1")
+    assert filter_edge(shorter, trusted, EXACT)[2] == 0  # the same conditions: the same bits, no room

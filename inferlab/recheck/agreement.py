@@ -115,3 +115,30 @@ def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
     largest = float(numpy.max(gaps[~numpy.isnan(gaps)], initial=0.0))
     return (("value" if scalar else f"element {list(where)}") + f": {float(a[where]):.9g} against {float(b[where]):.9g} "
             f"({int(bad.sum())} element(s) differ, max |a-b| {largest:.3g}; allowed: {rule.describe()})")
+
+
+def filter_edge(claimed, trusted, rule: Allowance) -> tuple:
+    """Processed scores of two runs under other conditions, made comparable at the filter's edge: a top-p filter
+    sets every score it drops to -inf, and rounding can move its edge by the token whose score is the smallest kept
+    (a tie there, by every token within the tolerance of it). Such a token, kept on one side only, is set to -inf on
+    both sides and counted; any other kept-on-one-side token is left as it is, for array_difference to name.
+    (claimed, trusted, how many were set) as float64 copies; under an exact rule, nothing is set."""
+    a, b = (numpy.array(x, dtype=numpy.float64) for x in (claimed, trusted))
+    if rule.exact or a.shape != b.shape:
+        return a, b, 0
+    one_side = (a == -numpy.inf) != (b == -numpy.inf)
+    if not one_side.any():
+        return a, b, 0
+
+    def edge(values):  # the smallest kept score of one side
+        kept = values[values != -numpy.inf]
+        return float(kept.min()) if kept.size else None
+
+    edges = (edge(a), edge(b))
+    for index in map(tuple, numpy.argwhere(one_side)):
+        side, values = (0, a) if a[index] != -numpy.inf else (1, b)
+        value, smallest = float(values[index]), edges[side]
+        if smallest is None or not abs(value - smallest) <= rule.atol + rule.rtol * abs(smallest):
+            return a, b, 0  # not the edge: left for array_difference
+    a[one_side] = b[one_side] = -numpy.inf
+    return a, b, int(one_side.sum())
