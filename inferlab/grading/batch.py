@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Optional
 
 from inferlab import protocol
+from inferlab.grading import replayed
 from inferlab.grading.grade import grade_source
-from inferlab.grading.replayed import CourseRun, GraderCopy
 
 _WORKER: dict = {}  # in a worker process: the grader's copy, the rubric and the reference, set once
 
@@ -17,7 +17,8 @@ def _start_worker(specimen, artifacts, replay: bool, rubric, reference, referenc
     import torch
 
     torch.set_num_threads(protocol.INTRA_OP_THREADS)
-    copy = CourseRun(against) if against is not None else GraderCopy(specimen, artifacts) if replay else None
+    copy = replayed.CourseRun(against) if against is not None else replayed.GraderCopy(specimen, artifacts) \
+        if replay else None
     _WORKER.update(copy=copy, rubric=rubric, reference=reference, reference_file=reference_file)
 
 
@@ -36,9 +37,13 @@ def grade_sources(sources: list, rubric, reference=None, reference_file=None, co
     import concurrent.futures
     import multiprocessing
 
-    replay = isinstance(copy, GraderCopy)
+    # The classes are looked up now, not at import: whatever `copy` is, a worker must do what it would have done.
+    replay = isinstance(copy, replayed.GraderCopy)
+    against = copy.directory if isinstance(copy, replayed.CourseRun) else None  # each worker reads it once
+    if copy is not None and not replay and against is None:
+        raise TypeError(f"grade_sources: copy is a {type(copy).__name__}, neither a GraderCopy nor a CourseRun; "
+                        "its workers could not do what it does")
     specimen, artifacts = (copy.specimen, copy.artifacts) if replay else (None, None)
-    against = copy.directory if isinstance(copy, CourseRun) else None  # each worker reads the course's run once
     # spawn, not fork: a forked child would inherit torch's thread pools from this process
     with concurrent.futures.ProcessPoolExecutor(
             max_workers=min(jobs, len(sources)), mp_context=multiprocessing.get_context("spawn"),
