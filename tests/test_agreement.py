@@ -34,7 +34,7 @@ def test_within_the_tolerance_b_is_the_trusted_value_and_the_first_element_beyon
     assert "|a-b| <= 0.0001 + 0.0001*|b|" in found
 
 
-def test_within_the_tolerance_equal_infinities_agree_and_a_nan_agrees_with_nothing():
+def test_within_the_tolerance_equal_infinities_agree_and_a_nan_agrees_only_with_a_nan():
     """A top-p filtered score is -inf on both sides: that is agreement; -inf against a finite value is not."""
     trusted = numpy.array([2.0, -numpy.inf, -numpy.inf], dtype=numpy.float32)
     assert array_difference(trusted.copy(), trusted, TOLERANT) is None
@@ -44,6 +44,7 @@ def test_within_the_tolerance_equal_infinities_agree_and_a_nan_agrees_with_nothi
     nan = trusted.copy()
     nan[0] = numpy.nan
     assert array_difference(nan, trusted, TOLERANT).startswith("element [0]: nan against 2")
+    assert array_difference(nan, nan.copy(), TOLERANT) is None  # as bit for bit: a NaN agrees with a NaN
     assert array_difference(trusted[:2], trusted, TOLERANT) == "shape [2] against [3]"
 
 
@@ -64,9 +65,28 @@ def test_the_top_p_edge_may_move_by_the_smallest_kept_token_and_nothing_else():
     shorter = numpy.array([3.0, 1.0, inf, inf, inf], dtype=numpy.float32)  # the edge token 0.25 dropped
     a, b, moved = filter_edge(shorter, trusted, TOLERANT)
     assert moved == 1 and array_difference(a, b, TOLERANT) is None
-    longer = numpy.array([3.0, 1.0, 0.25, 0.25, inf], dtype=numpy.float32)  # a tie at the edge kept too
+    longer = numpy.array([3.0, 1.0, 0.25, 0.2, inf], dtype=numpy.float32)  # one token more, below the edge
     assert filter_edge(longer, trusted, TOLERANT)[2] == 1
+    tied = numpy.array([3.0, 1.0, 0.25, 0.25, inf], dtype=numpy.float32)  # the trusted run's own tie at its edge
+    assert filter_edge(shorter, tied, TOLERANT)[2] == 2
     inside = numpy.array([3.0, inf, 0.25, inf, inf], dtype=numpy.float32)  # a kept token that is not the edge
     a, b, moved = filter_edge(inside, trusted, TOLERANT)
     assert moved == 0 and array_difference(a, b, TOLERANT).startswith("element [1]: -inf against 1")
     assert filter_edge(shorter, trusted, EXACT)[2] == 0  # the same conditions: the same bits, no room
+
+
+def test_a_nucleus_widened_or_flattened_by_a_forger_is_named_not_let_through():
+    """The claimed run's own values decide nothing: more than one token it kept and the trusted run dropped, or one
+    ranked above the trusted run's edge, is a difference."""
+    inf = -numpy.inf
+    trusted = numpy.full(1000, inf, dtype=numpy.float32)
+    trusted[:20] = numpy.linspace(5.0, 1.0, 20)
+    flattened = trusted.copy()
+    flattened[20:] = 1.0  # top-p not applied at all, every dropped token at the edge value
+    widened = trusted.copy()
+    widened[20:500] = -50.0
+    above = trusted.copy()
+    above[20] = 3.0  # one token more, but above the trusted edge
+    for forged in (flattened, widened, above):
+        a, b, moved = filter_edge(forged, trusted, TOLERANT)
+        assert moved == 0 and array_difference(a, b, TOLERANT).startswith("element [20]: ")

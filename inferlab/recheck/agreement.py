@@ -92,7 +92,7 @@ def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
     largest difference): 'shape [3] against [4]' or 'element [17]: 1.2345678 against 1.2345679 (max |a-b| 1e-07)'.
     Exactly means the same bits (so -0.0 is not 0.0 and a NaN agrees only with the same NaN); within a tolerance,
     equal infinities agree, a finite value never agrees with an infinite one (rtol*|inf| would allow anything), and a
-    NaN agrees with nothing."""
+    NaN agrees only with a NaN."""
     a, b = numpy.asarray(claimed), numpy.asarray(trusted)
     scalar = a.ndim == 0 and b.ndim == 0
     a, b = numpy.atleast_1d(a), numpy.atleast_1d(b)
@@ -104,8 +104,8 @@ def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
     else:
         a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)
         with numpy.errstate(invalid="ignore"):  # an infinite b allows no room: only the same infinity agrees
-            bad = ~((a64 == b64) | (numpy.isfinite(b64) & (numpy.abs(a64 - b64) <= rule.atol + rule.rtol *
-                                                           numpy.abs(b64))))
+            bad = ~((a64 == b64) | (numpy.isnan(a64) & numpy.isnan(b64)) |
+                    (numpy.isfinite(b64) & (numpy.abs(a64 - b64) <= rule.atol + rule.rtol * numpy.abs(b64))))
     if not bool(bad.any()):
         return None
     where = tuple(int(i) for i in numpy.argwhere(bad)[0])
@@ -119,26 +119,25 @@ def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
 
 def filter_edge(claimed, trusted, rule: Allowance) -> tuple:
     """Processed scores of two runs under other conditions, made comparable at the filter's edge: a top-p filter
-    sets every score it drops to -inf, and rounding can move its edge by the token whose score is the smallest kept
-    (a tie there, by every token within the tolerance of it). Such a token, kept on one side only, is set to -inf on
-    both sides and counted; any other kept-on-one-side token is left as it is, for array_difference to name.
+    sets every score it drops to -inf, and rounding can move its edge. Allowed, and set to -inf on both sides:
+    either tokens the trusted run kept at its own smallest kept score (within the tolerance: a tie there is the
+    trusted run's, so it is real) that the claimed run dropped, or a single token the claimed run kept that ranks
+    at or below the trusted run's smallest kept score. Anything else kept on one side only (a wider or flattened
+    nucleus, a token from inside it dropped) is left as it is, for array_difference to name.
     (claimed, trusted, how many were set) as float64 copies; under an exact rule, nothing is set."""
     a, b = (numpy.array(x, dtype=numpy.float64) for x in (claimed, trusted))
     if rule.exact or a.shape != b.shape:
         return a, b, 0
-    one_side = (a == -numpy.inf) != (b == -numpy.inf)
-    if not one_side.any():
+    kept_a, kept_b = a != -numpy.inf, b != -numpy.inf
+    only_a, only_b = kept_a & ~kept_b, kept_b & ~kept_a
+    if not (only_a.any() or only_b.any()) or (only_a.any() and only_b.any()) or not kept_b.any():
         return a, b, 0
-
-    def edge(values):  # the smallest kept score of one side
-        kept = values[values != -numpy.inf]
-        return float(kept.min()) if kept.size else None
-
-    edges = (edge(a), edge(b))
-    for index in map(tuple, numpy.argwhere(one_side)):
-        side, values = (0, a) if a[index] != -numpy.inf else (1, b)
-        value, smallest = float(values[index]), edges[side]
-        if smallest is None or not abs(value - smallest) <= rule.atol + rule.rtol * abs(smallest):
-            return a, b, 0  # not the edge: left for array_difference
-    a[one_side] = b[one_side] = -numpy.inf
-    return a, b, int(one_side.sum())
+    edge = float(b[kept_b].min())  # the trusted run's smallest kept score
+    room = rule.atol + rule.rtol * abs(edge)
+    if only_b.any() and not bool((numpy.abs(b[only_b] - edge) <= room).all()):
+        return a, b, 0
+    if only_a.any() and not (int(only_a.sum()) == 1 and float(a[only_a][0]) <= edge + room):
+        return a, b, 0
+    moved = only_a | only_b
+    a[moved] = b[moved] = -numpy.inf
+    return a, b, int(moved.sum())

@@ -65,6 +65,7 @@ class Comparison:
     contradictions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     compared: dict = field(default_factory=dict)
+    diverged_prefixes: set = field(default_factory=set)  # prefix lengths past a near-tie divergence: not compared
 
     def as_dict(self) -> dict:
         """Plain data."""
@@ -152,10 +153,6 @@ def _compare_sources(result: Comparison, ours: dict, theirs: dict) -> None:
     result.compared["sources"] = len(set(ours) | set(theirs))
 
 
-def _steps(entry: dict) -> Optional[list]:
-    return near_tie.steps_of(entry)
-
-
 def greedy_lines(label: str, found: near_tie.IdsComparison, ours_ids: list, theirs_ids: list,
                  allowed: str = "the tolerance", sides: tuple = ("the run", "the reference")) -> tuple[list, list]:
     """What one greedy comparison (near_tie.compare_greedy) says, as (contradictions, notes), each line naming the
@@ -185,8 +182,8 @@ def _compare_ids(result: Comparison, label: str, ours: dict, theirs: dict, promp
     """A greedy trial's ids by the near-tie rule (inferlab.measure.near_tie): equal, a near-tie divergence (noted), or a
     contradiction; top-two values beyond the tolerance at a compared step are a contradiction too."""
     ours_ids, theirs_ids = ours.get("ids") or [], theirs.get("ids") or []
-    theirs_steps = prompt_steps.steps(theirs.get("prompt_id"), _steps(theirs), len(theirs_ids))
-    found = near_tie.compare_greedy(ours_ids, theirs_ids, _steps(ours), theirs_steps, **tolerance)
+    theirs_steps = prompt_steps.steps(theirs.get("prompt_id"), near_tie.steps_of(theirs), len(theirs_ids))
+    found = near_tie.compare_greedy(ours_ids, theirs_ids, near_tie.steps_of(ours), theirs_steps, **tolerance)
     contradictions, notes = greedy_lines(label, found, ours_ids, theirs_ids)
     result.contradictions += contradictions
     result.notes += notes
@@ -312,8 +309,10 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
                          if isinstance(p.get("prefix_length"), int)), default=0)
     for ref_prefix in ref_cache.get("prefixes") or []:
         length, run_prefix = ref_prefix.get("prefix_length"), run_prefixes.get(ref_prefix.get("prefix_length"))
-        if run_prefix is None or (diverged is not None and isinstance(length, int)
-                                  and length - prompt_length > diverged):
+        if run_prefix is None:
+            continue
+        if diverged is not None and isinstance(length, int) and length - prompt_length > diverged:
+            result.diverged_prefixes.add(length)  # the two runs fed other ids from here: their logits too
             continue
         counts["cache_prefixes"] += 1
         margin, top = ref_prefix.get("top2_margin_uncached"), (ref_prefix.get("top2_uncached") or {}).get("values")
@@ -341,9 +340,16 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
     named, when the trusted run's files are at hand, by its first differing element. Under other conditions, with
     the trusted run's files at hand, element by element within the rule's tolerance (b the trusted value), so a
     tensor edited away from its top values is still seen; a reference file holds hashes only, and its tensors are
-    then not compared."""
+    then not compared (a note says so). A matched prefix past a near-tie divergence is not compared: from there
+    the two runs fed the model other ids."""
     compared = 0
+    if trusted is None and not rule.exact:
+        result.notes.append("saved tensors: the reference holds their hashes only, so under other conditions they "
+                            "are not compared")
     for label in sorted(set(ours) & set(theirs)):
+        kind, _, rest = label.partition(" ")
+        if kind == "cache_comparison" and rest.split(" ")[0] in {str(n) for n in result.diverged_prefixes}:
+            continue
         if rule.exact and ours[label]["sha256"] == theirs[label]["sha256"]:
             compared += 1
             continue
@@ -352,25 +358,27 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
         a = view.verified_tensor(ours[label]) if trusted is not None else None
         b = trusted.verified_tensor(theirs[label]) if trusted is not None else None
         where = f"saved tensor {label} ({ours[label]['file']}[{ours[label]['key']}])"
-        if not rule.exact and (a is None or b is None):
-            result.notes.append(f"{where}: not compared (its file does not match its record in the "
-                                f"{'run' if a is None else 'reference'})")
+        if not rule.exact and b is None:
+            result.notes.append(f"{where}: not compared (the reference's file does not match its record)")
             continue
         compared += 1
-        if not rule.exact:
+        if not rule.exact and a is None:
+            result.contradictions.append(f"{where}: the run's file does not match its record, so it cannot agree "
+                                         "with the reference")
+        elif not rule.exact:
             if label.endswith(PROCESSED_SCORES):
                 a, b, edge = filter_edge(a, b, rule)
                 if edge:
-                    result.notes.append(f"{where}: {edge} token(s) at the top-p filter's edge kept on one side only "
-                                        "(the rounding of other conditions moves the edge): not a contradiction")
+                    result.notes.append(f"{where}: the top-p filter's edge moved by {edge} token(s) (the rounding "
+                                        "of other conditions): not a contradiction")
             found = array_difference(a, b, rule)
             if found:
                 result.contradictions.append(f"{where}: beyond the tolerance against the reference, {found}")
-            continue
-        named = f"; {array_difference(a, b, rule)}" if a is not None and b is not None else ""
-        result.contradictions.append(f"{where}: sha256 {ours[label]['sha256'][:16]} in the run, "
-                                     f"{theirs[label]['sha256'][:16]} in the reference, under the same conditions"
-                                     f"{named}")
+        else:
+            named = f"; {array_difference(a, b, rule)}" if a is not None and b is not None else ""
+            result.contradictions.append(f"{where}: sha256 {ours[label]['sha256'][:16]} in the run, "
+                                         f"{theirs[label]['sha256'][:16]} in the reference, under the same "
+                                         f"conditions{named}")
     result.compared["tensors"] = compared
 
 
