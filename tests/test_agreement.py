@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy
 
-from inferlab.recheck.agreement import Allowance, allowance, array_difference, filter_edge
+from inferlab.recheck.agreement import Allowance, allowance, array_difference, nucleus_edge
 
 EXACT = Allowance(0.0, 0.0)
 TOLERANT = Allowance(1e-4, 1e-4, ["kernel set: 'DEFAULT' in the run, 'AVX2' in the course's run"])
@@ -57,36 +57,36 @@ def test_the_rule_is_exact_only_when_every_condition_is_recorded_and_equal():
     assert not unknown.exact and unknown.differing == ["torch: not recorded"]
 
 
-def test_the_top_p_edge_may_move_by_the_smallest_kept_token_and_nothing_else():
-    """Under other kernels an honest run's nucleus can end one token earlier: that token, the smallest kept score,
-    is filtered on one side only. Any other token kept on one side only is a difference, named as before."""
-    inf = -numpy.inf
-    trusted = numpy.array([3.0, 1.0, 0.25, inf, inf], dtype=numpy.float32)
-    shorter = numpy.array([3.0, 1.0, inf, inf, inf], dtype=numpy.float32)  # the edge token 0.25 dropped
-    a, b, moved = filter_edge(shorter, trusted, TOLERANT)
-    assert moved == 1 and array_difference(a, b, TOLERANT) is None
-    longer = numpy.array([3.0, 1.0, 0.25, 0.2, inf], dtype=numpy.float32)  # one token more, below the edge
-    assert filter_edge(longer, trusted, TOLERANT)[2] == 1
-    tied = numpy.array([3.0, 1.0, 0.25, 0.25, inf], dtype=numpy.float32)  # the trusted run's own tie at its edge
-    assert filter_edge(shorter, tied, TOLERANT)[2] == 2
-    inside = numpy.array([3.0, inf, 0.25, inf, inf], dtype=numpy.float32)  # a kept token that is not the edge
-    a, b, moved = filter_edge(inside, trusted, TOLERANT)
-    assert moved == 0 and array_difference(a, b, TOLERANT).startswith("element [1]: -inf against 1")
-    assert filter_edge(shorter, trusted, EXACT)[2] == 0  # the same conditions: the same bits, no room
+# Six tokens whose probabilities put token 3 exactly on top-p's line: the mass at or below it is 0.2 = 1 - 0.8.
+PROBABILITIES = numpy.array([0.5, 0.2, 0.1, 0.1, 0.06, 0.04])
+LOGITS = numpy.log(PROBABILITIES).astype(numpy.float32)  # (vocab,), temperature 1: a kept score is its logit
+TOP_P = 0.8
 
 
-def test_a_nucleus_widened_or_flattened_by_a_forger_is_named_not_let_through():
-    """The claimed run's own values decide nothing: more than one token it kept and the trusted run dropped, or one
-    ranked above the trusted run's edge, is a difference."""
-    inf = -numpy.inf
-    trusted = numpy.full(1000, inf, dtype=numpy.float32)
-    trusted[:20] = numpy.linspace(5.0, 1.0, 20)
-    flattened = trusted.copy()
-    flattened[20:] = 1.0  # top-p not applied at all, every dropped token at the edge value
-    widened = trusted.copy()
-    widened[20:500] = -50.0
-    above = trusted.copy()
-    above[20] = 3.0  # one token more, but above the trusted edge
-    for forged in (flattened, widened, above):
-        a, b, moved = filter_edge(forged, trusted, TOLERANT)
-        assert moved == 0 and array_difference(a, b, TOLERANT).startswith("element [20]: ")
+def scores(kept: int, values=LOGITS):
+    """Processed scores keeping the first `kept` tokens (the logits are in descending order), the rest -inf."""
+    out = numpy.full(values.shape, -numpy.inf, dtype=numpy.float32)
+    out[:kept] = values[:kept]
+    return out
+
+
+def test_a_token_on_top_p_s_line_may_be_kept_on_one_side_only_and_its_value_is_still_compared():
+    """Under other kernels the token on the line can fall either way: kept by one run, dropped by the other."""
+    for claimed, trusted in ((scores(4), scores(3)), (scores(3), scores(4))):
+        a, b, moved = nucleus_edge(claimed, trusted, LOGITS, 1.0, TOP_P, TOLERANT)
+        assert moved == 1 and array_difference(a, b, TOLERANT) is None
+    wrong = scores(4)
+    wrong[3] += 1.0  # kept at the line, but not with the value the trusted logits give it
+    a, b, moved = nucleus_edge(wrong, scores(3), LOGITS, 1.0, TOP_P, TOLERANT)
+    assert moved == 1 and array_difference(a, b, TOLERANT).startswith("element [3]: ")
+    assert nucleus_edge(scores(4), scores(3), LOGITS, 1.0, TOP_P, EXACT)[2] == 0  # the same bits: no room
+    assert nucleus_edge(scores(4), scores(3), LOGITS, 1.0, 1.0, TOLERANT)[2] == 0  # no filter: no line
+
+
+def test_a_nucleus_cut_inside_widened_flattened_or_emptied_is_named_not_let_through():
+    """Only the trusted logits decide where the line is: the claimed run's own values decide nothing."""
+    flattened = scores(6, numpy.full(6, LOGITS[2], dtype=numpy.float32))
+    flattened[:3] = LOGITS[:3]
+    for forged, first in ((scores(2), 2), (scores(6), 3), (scores(0), 0), (flattened, 3)):
+        a, b, moved = nucleus_edge(forged, scores(3), LOGITS, 1.0, TOP_P, TOLERANT)
+        assert moved == 0 and array_difference(a, b, TOLERANT).startswith(f"element [{first}]: "), forged

@@ -45,24 +45,33 @@ def test_a_prefix_past_a_near_tie_divergence_is_left_out_and_every_other_tensor_
 
 
 def test_the_cache_comparison_names_the_prefixes_it_left_out_after_a_near_tie():
-    """P1's continuation takes the runner-up at step 1 (margin 1e-3 at a top of 10: within 2*(1e-4 + 1e-4*10));
-    prefix 10 holds the first differing id, so it and its tensors are not compared."""
+    """P1's continuation takes the runner-up at step 1 (the claimed margin 2e-3 at a top of 10: within
+    2*(1e-4 + 1e-4*10)); prefix 10 holds the first differing id, so its tensors are left out only where the trusted
+    run's own margin there is a near tie too."""
     def cache(continuation):
         return {"continuation": continuation,
                 "prefixes": [{"prefix_length": PROMPT_LENGTH + k, "argmax_uncached": 1, "argmax_cached": 1,
                               "top2_margin_uncached": 1.0, "top2_uncached": {"values": [10.0, 9.0], "ids": [1, 2]}}
                              for k in range(3)]}
 
-    def steps(selected, other):
-        return {near_tie.STEP_VALUES_FIELD: [[10.0, 9.0], [10.0, 10.0 - 1e-3], [10.0, 9.0]],
+    def steps(selected, other, margin=1e-3):
+        return {near_tie.STEP_VALUES_FIELD: [[10.0, 9.0], [10.0, 10.0 - margin], [10.0, 9.0]],
                 near_tie.STEP_IDS_FIELD: [[1, 2], [selected, other], [3, 2]]}
 
-    result = trusted.Comparison()
-    counts = {"cache_prefixes": 0}
-    trusted._compare_cache(result, cache([1, 5, 3]), cache([1, 7, 3]), trusted._PromptSteps({}),
-                           {"atol": 1e-4, "rtol": 1e-4}, counts, [steps(5, 7), steps(7, 5)])
-    assert result.contradictions == [] and any("a near-tie divergence at step 1" in n for n in result.notes)
-    assert result.diverged_prefixes == {PROMPT_LENGTH + 2} and counts["cache_prefixes"] == 2
+    def compared(trusted_margin):
+        result, counts = trusted.Comparison(), {"cache_prefixes": 0}
+        trusted._compare_cache(result, cache([1, 5, 3]), cache([1, 7, 3]), trusted._PromptSteps({}),
+                               {"atol": 1e-4, "rtol": 1e-4}, counts, [steps(5, 7, 2e-3), steps(7, 5, trusted_margin)])
+        assert any("a near-tie divergence at step 1" in n for n in result.notes), result.notes
+        return result, counts
+
+    result, counts = compared(1e-3)
+    assert result.contradictions == [] and counts["cache_prefixes"] == 2
+    assert result.diverged_prefixes == {PROMPT_LENGTH + 2} and f"cache prefixes {PROMPT_LENGTH + 2}: after" in \
+        result.notes[-1]
+    # a near tie in the claimed run's margin only: its later prefixes' tensors are still compared
+    result, counts = compared(3e-3)  # above the limit 2.2e-3; the claimed 2e-3 is within it
+    assert result.diverged_prefixes == set()
 
 
 def test_under_other_conditions_a_claimed_tensor_not_as_its_record_says_is_a_contradiction():

@@ -117,27 +117,34 @@ def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
             f"({int(bad.sum())} element(s) differ, max |a-b| {largest:.3g}; allowed: {rule.describe()})")
 
 
-def filter_edge(claimed, trusted, rule: Allowance) -> tuple:
-    """Processed scores of two runs under other conditions, made comparable at the filter's edge: a top-p filter
-    sets every score it drops to -inf, and rounding can move its edge. Allowed, and set to -inf on both sides:
-    either tokens the trusted run kept at its own smallest kept score (within the tolerance: a tie there is the
-    trusted run's, so it is real) that the claimed run dropped, or a single token the claimed run kept that ranks
-    at or below the trusted run's smallest kept score. Anything else kept on one side only (a wider or flattened
-    nucleus, a token from inside it dropped) is left as it is, for array_difference to name.
-    (claimed, trusted, how many were set) as float64 copies; under an exact rule, nothing is set."""
+def nucleus_edge(claimed, trusted, trusted_logits, temperature: float, top_p: float, rule: Allowance) -> tuple:
+    """Processed first-step scores of two runs under other conditions, made comparable where a top-p filter draws
+    its line (it sets what it drops to -inf), judged by the trusted run's own raw logits (vocab,). The filter drops
+    a token when the probability at or below it, softmax(logits / temperature), is at most 1 - top_p; within the
+    tolerance every scaled logit moves by at most d, so that probability moves by at most expm1(2d). A token kept
+    on one side only is an honest move of the line when its probability at or below lies that close to 1 - top_p:
+    where the claimed run kept it, the trusted side is given the value the trusted logits give a kept token (so the
+    claimed value is still compared), where it dropped it, both are -inf. Any other token kept on one side only (the
+    top token dropped, a nucleus widened, flattened or cut inside) is left as it is, for array_difference to name.
+    (claimed, trusted, how many tokens moved) as float64 copies; nothing moves under an exact rule, without a
+    filter (top_p 1) or without the trusted logits."""
     a, b = (numpy.array(x, dtype=numpy.float64) for x in (claimed, trusted))
-    if rule.exact or a.shape != b.shape:
+    if rule.exact or top_p >= 1 or trusted_logits is None or a.shape != b.shape:
         return a, b, 0
-    kept_a, kept_b = a != -numpy.inf, b != -numpy.inf
-    only_a, only_b = kept_a & ~kept_b, kept_b & ~kept_a
-    if not (only_a.any() or only_b.any()) or (only_a.any() and only_b.any()) or not kept_b.any():
+    scaled = numpy.asarray(trusted_logits, dtype=numpy.float64).reshape(-1) / temperature  # (vocab,)
+    one_side = ((a == -numpy.inf) != (b == -numpy.inf)).reshape(-1)
+    if scaled.shape != one_side.shape or not one_side.any():
         return a, b, 0
-    edge = float(b[kept_b].min())  # the trusted run's smallest kept score
-    room = rule.atol + rule.rtol * abs(edge)
-    if only_b.any() and not bool((numpy.abs(b[only_b] - edge) <= room).all()):
+    probabilities = numpy.exp(scaled - scaled.max())
+    probabilities /= probabilities.sum()
+    order = numpy.argsort(-scaled, kind="stable")
+    above = numpy.empty_like(probabilities)
+    above[order] = numpy.cumsum(probabilities[order]) - probabilities[order]  # the mass of every higher token
+    moves = numpy.expm1(2 * (rule.atol + rule.rtol * float(numpy.abs(scaled).max())))
+    if not bool((numpy.abs((1.0 - above[one_side]) - (1.0 - top_p)) <= moves).all()):
         return a, b, 0
-    if only_a.any() and not (int(only_a.sum()) == 1 and float(a[only_a][0]) <= edge + room):
-        return a, b, 0
-    moved = only_a | only_b
-    a[moved] = b[moved] = -numpy.inf
-    return a, b, int(moved.sum())
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    kept_by_claimed = one_side & (flat_a != -numpy.inf)
+    flat_b[kept_by_claimed] = scaled[kept_by_claimed]
+    flat_b[one_side & ~kept_by_claimed] = -numpy.inf
+    return a, b, int(one_side.sum())

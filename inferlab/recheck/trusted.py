@@ -28,11 +28,12 @@ from inferlab.measure import near_tie
 from inferlab.measure.summaries import first_divergence
 from inferlab.reading.deterministic import describe, deterministic_outputs
 from inferlab.reading.runview import RunView
-from inferlab.recheck.agreement import Allowance, array_difference, filter_edge
+from inferlab.recheck.agreement import Allowance, array_difference, nucleus_edge
 
 SOURCE_PREFIXES = ("inferlab/", "experiments/")
 SOURCE_FILES = ("conftest.py", "pytest.ini")
 PROCESSED_SCORES = "first_step_scores"  # the saved tensor a sampling trial's filters acted on
+RAW_LOGITS = "first_step_logits"  # the same trial's raw logits, before any filter
 
 
 def experiment_source(path: str) -> bool:
@@ -304,6 +305,10 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
     before = len(result.notes)
     _compare_ids(result, "cache continuation", ours, theirs, prompt_steps, tolerance)
     diverged = first_divergence(ours["ids"], theirs["ids"]) if len(result.notes) > before else None
+    # Only a near tie in the trusted run's own margin lets the two runs feed other ids honestly from there on.
+    trusted_steps = prompt_steps.steps(prompt_id, near_tie.steps_of(theirs), len(theirs["ids"])) or []
+    honest_swap = diverged is not None and diverged < len(trusted_steps) and \
+        trusted_steps[diverged].near_tie(**tolerance)
     run_prefixes = {p.get("prefix_length"): p for p in run_cache.get("prefixes") or []}
     prompt_length = min((p.get("prefix_length") for p in ref_cache.get("prefixes") or []
                          if isinstance(p.get("prefix_length"), int)), default=0)
@@ -312,7 +317,8 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
         if run_prefix is None:
             continue
         if diverged is not None and isinstance(length, int) and length - prompt_length > diverged:
-            result.diverged_prefixes.add(length)  # the two runs fed other ids from here: their logits too
+            if honest_swap:  # the two runs fed other ids from here: their saved logits differ too
+                result.diverged_prefixes.add(length)
             continue
         counts["cache_prefixes"] += 1
         margin, top = ref_prefix.get("top2_margin_uncached"), (ref_prefix.get("top2_uncached") or {}).get("values")
@@ -332,6 +338,10 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
             result.contradictions.append(f"cache prefix {length}: top-two margin {ours_margin:.6g} in the run, "
                                          f"{margin:.6g} in the reference (each logit may move "
                                          f"{limit / 2:.3g} at top value {top_value:.6g})")
+    if result.diverged_prefixes:
+        result.notes.append(f"cache prefixes {', '.join(map(str, sorted(result.diverged_prefixes)))}: after the "
+                            "continuation's near-tie divergence (a near tie in the reference's own margin) their "
+                            "argmaxes, margins and saved tensors are not compared")
 
 
 def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView, trusted: Optional[RunView],
@@ -366,12 +376,13 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
             result.contradictions.append(f"{where}: the run's file does not match its record, so it cannot agree "
                                          "with the reference")
         elif not rule.exact:
+            scores_rule = rule
             if label.endswith(PROCESSED_SCORES):
-                a, b, edge = filter_edge(a, b, rule)
+                a, b, scores_rule, edge = _scores_at_the_edge(label, a, b, theirs, trusted, rule)
                 if edge:
-                    result.notes.append(f"{where}: the top-p filter's edge moved by {edge} token(s) (the rounding "
-                                        "of other conditions): not a contradiction")
-            found = array_difference(a, b, rule)
+                    result.notes.append(f"{where}: {edge} token(s) at the top-p filter's line kept on one side "
+                                        "only, as the rounding of other conditions can move it: not a contradiction")
+            found = array_difference(a, b, scores_rule)
             if found:
                 result.contradictions.append(f"{where}: beyond the tolerance against the reference, {found}")
         else:
@@ -380,6 +391,22 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
                                          f"{theirs[label]['sha256'][:16]} in the reference, under the same "
                                          f"conditions{named}")
     result.compared["tensors"] = compared
+
+
+def _scores_at_the_edge(label: str, a, b, theirs: dict, trusted: RunView, rule: Allowance) -> tuple:
+    """A trial's processed scores made comparable (agreement.nucleus_edge, by the trusted run's raw logits of the
+    same trial) and the rule for them: scores are logits / temperature, so the absolute room is atol / temperature.
+    (claimed, trusted, rule, tokens moved)."""
+    trial_id = label.split(" ")[1]
+    condition = next((protocol.CONDITIONS[t.condition] for t in protocol.generation_trials() if t.test_id == trial_id),
+                     None)
+    temperature = (condition.temperature if condition is not None else None) or 1.0
+    top_p = (condition.top_p if condition is not None else None) or 1.0
+    raw = theirs.get(label[:-len(PROCESSED_SCORES)] + RAW_LOGITS)
+    logits = trusted.verified_tensor(raw) if raw is not None else None
+    scores_rule = Allowance(rule.atol / temperature, rule.rtol, rule.differing)
+    a, b, moved = nucleus_edge(a, b, logits, temperature, top_p, scores_rule)
+    return a, b, scores_rule, moved
 
 
 def trusted_outputs(view: RunView) -> dict:
