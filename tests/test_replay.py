@@ -44,7 +44,8 @@ def test_an_honest_run_replays_in_full_and_every_part_agrees(honest, standin_run
         "inputs": len({**protocol.PROMPTS, **protocol.TIMING_PROMPTS}),
         "generation (greedy)": greedy,
         "generation (seeded sampling)": len(protocol.generation_trials()) - greedy,
-        "first-step logits": 2 * 2 * len(protocol.CONDITIONS),  # per prompt and condition: the vector, its argmax
+        # per prompt and condition: the raw vector, its argmax, the processed scores
+        "first-step logits": 3 * 2 * len(protocol.CONDITIONS),
         "matched prefix": 1 + 6 * prefixes,  # the continuation; per prefix its length, 2 argmaxes, margin, 2 vectors
         "timing trials' ids": len(protocol.timing_schedule()),
         "batching": 2 * calls,  # per call its raw ids and its first step's logits
@@ -102,3 +103,40 @@ def test_replay_refuses_what_is_not_a_run_or_a_copy_that_fails_verification(stan
     with pytest.raises(SystemExit) as usage:
         main(["replay", str(standin_run), "--artifacts", str(tmp_path), "--specimen", "standin"])
     assert usage.value.code == 2
+
+
+def test_processed_scores_with_top_p_undone_and_their_hash_redone_disagree_with_the_replay(
+        standin_run, grader_model, tmp_path):
+    """P1-S3's saved scores given every dropped token's raw logit back (top-p undone), the record's hash redone: the
+    raw logits still agree, and only the replay's own scores, from its own generate(), see it."""
+    import hashlib
+
+    import numpy
+    import torch
+    from safetensors.numpy import load_file, save_file
+
+    def edit(records):
+        record = find(records, "generation", trial_id="P1-S3-seed17")
+        scores, logits = record["first_step_scores"], record["first_step_logits"]
+        path = run / scores["file"]
+        tensors = load_file(str(path))
+        raw = load_file(str(run / logits["file"]))[logits["key"]]
+        edited = numpy.where(numpy.isneginf(tensors[scores["key"]]), raw, tensors[scores["key"]]).astype(numpy.float32)
+        assert not numpy.array_equal(edited, tensors[scores["key"]]), "top-p dropped nothing: the test edits nothing"
+        tensors[scores["key"]] = edited
+        save_file(tensors, str(path))
+        scores["sha256"] = hashlib.sha256(numpy.ascontiguousarray(edited).astype("<f4").tobytes()).hexdigest()
+        if isinstance(record.get("first_step_scores_sha256"), str):
+            record["first_step_scores_sha256"] = scores["sha256"]
+
+    run = tmp_path / "edited"
+    forge(standin_run, run, edit)
+    model, tokenizer = grader_model
+    replay = Replay(RunView.read(run), model, tokenizer, time.monotonic())
+    with torch.inference_mode():
+        replay.inputs()
+        replay.generation()
+        part = replay.first_step()
+    assert not part.agrees and len(part.differences) == 1, part.differences
+    assert part.differences[0].startswith("P1/S3 (P1-S3-seed17: ") and " processed scores (" in part.differences[0]
+    assert "recorded against replayed, element [" in part.differences[0] and " against -inf (" in part.differences[0]

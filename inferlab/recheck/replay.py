@@ -2,13 +2,13 @@
 specimen, and compared with the records.
 
 What is redone: the prompts' token ids, the 26 generation trials (greedy, and seeded sampling with every random
-generator reset as the experiment resets it), the raw first-step logits, the matched-prefix comparison, the
-timing trials' ids (one loop per prompt and cache setting: the 6 trials of a combination are the same
-computation) and the batching calls. Ids must agree exactly; logits bit for bit when the run's conditions are this
-process's (inferlab.recheck.agreement: the same torch, CPU, kernel settings and threads), else within the
-protocol's declared tolerance, |a-b| <= atol + rtol*|b| with b the replayed value, the differing conditions said.
-Seeded sampling ids are compared only where the torch that
-drew them is the installed one (another torch may draw other numbers from the same seed); elsewhere they are
+generator reset as the experiment resets it), the raw first-step logits and each trial's processed first-step
+scores, the matched-prefix comparison, the timing trials' ids (one loop per prompt and cache setting: the 6
+trials of a combination are the same computation) and the batching calls. Ids must agree exactly; logits bit for
+bit when the run's conditions are this process's (inferlab.recheck.agreement: the same torch, CPU, kernel
+settings and threads), else within the protocol's declared tolerance, |a-b| <= atol + rtol*|b| with b the replayed
+value, the differing conditions said. Seeded sampling ids are compared only where the torch that drew them is the
+installed one (another torch may draw other numbers from the same seed); elsewhere they are
 listed, not counted. Greedy ids (generation, the matched prefix's continuation, the timing trials) follow the
 near-tie rule of inferlab.measure.near_tie, the one a reference uses: a first difference at a near tie of either side is
 a note with the step and both margins, and the ids after it are not compared. Every difference is worded by
@@ -38,7 +38,7 @@ from inferlab.measure import near_tie
 from inferlab.reading.deterministic import deterministic_outputs, describe
 from inferlab.reading.runview import RunView, not_a_run_reason
 from inferlab.recheck.agreement import Allowance, allowance, array_difference, conditions, this_process
-from inferlab.recheck.trusted import cache_reference_trial, exact_line, greedy_lines
+from inferlab.recheck.trusted import cache_reference_trial, compare_scores, edge_note, exact_line, greedy_lines
 
 LIMIT_S = protocol.SESSION_LIMIT_S  # a replay is bounded like the experiment's session
 SHOWN_DIFFERENCES = 8  # per part; the count says how many more
@@ -95,6 +95,19 @@ class Part:
         if found:
             self.differences.append(f"{what}: recorded against replayed, {found}")
 
+    def scores(self, what: str, trial_id: str, recorded, replayed: tuple) -> None:
+        """A trial's processed first-step scores against the replayed ones (trusted.compare_scores, with the
+        replayed raw logits deciding where top-p draws its line)."""
+        self.compared += 1
+        if recorded is None:
+            self.differences.append(f"{what}: the run's saved tensor is missing or not as its record says")
+            return
+        found, moved = compare_scores(recorded, replayed[0], replayed[1], trial_id, self.rule)
+        if found:
+            self.differences.append(f"{what}: recorded against replayed, {found}")
+        if moved:
+            self.notes.append(f"{what}: {edge_note(moved)}")
+
 
 def replayed_step(logits) -> tuple[int, "near_tie.Step"]:
     """The greedy selection of one step's raw logits (vocab,) and its top two, in numpy: (id, Step)."""
@@ -134,6 +147,7 @@ class Replay:
         self.prompt_ids: dict[str, list[int]] = {}
         self.greedy: dict[str, list[int]] = {}  # trial id -> the replayed ids of every greedy trial
         self.greedy_steps: dict[str, list] = {}  # trial id -> the replayed top two of each of its steps
+        self.first_scores: dict[str, tuple] = {}  # trial id -> its replayed first-step (scores, raw logits)
 
     def part(self, name: str) -> Part:
         """A part compared by the replay's rule."""
@@ -191,9 +205,9 @@ class Replay:
             part = sampled if condition.do_sample else greedy
             if not self.within_limit(part):
                 return greedy, sampled
-            steps_out = {} if condition.do_sample else {"output_logits": True, "return_dict_in_generate": True}
+            # every step's raw logits and processed scores, as the experiment asks for them
             config = GenerationConfig(**protocol.GENERATION_FIXED, **condition.generate_kwargs(), **self.tokens,
-                                      **steps_out)
+                                      output_logits=True, output_scores=True, return_dict_in_generate=True)
             input_ids = self.prompt_tensor(trial.prompt_id)  # (1, T)
             if condition.do_sample:
                 torch.manual_seed(trial.seed)
@@ -201,8 +215,10 @@ class Replay:
                 numpy.random.seed(trial.seed)
             output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
                                          generation_config=config, use_model_defaults=False)
-            sequences = output if condition.do_sample else output.sequences  # (1, T + n)
-            ids = sequences[0, input_ids.shape[1]:].tolist()
+            ids = output.sequences[0, input_ids.shape[1]:].tolist()  # sequences (1, T + n)
+            # the first step's processed scores and raw logits, each (vocab,)
+            self.first_scores[trial.test_id] = (output.scores[0][0].float().numpy(),
+                                                output.logits[0][0].float().numpy())
             if not condition.do_sample:
                 self.greedy[trial.test_id] = ids
                 # the raw logits of each step (n x (1, vocab)): the step's top two, beside the selected id
@@ -221,7 +237,8 @@ class Replay:
 
     def first_step(self) -> Part:
         """The raw first-step logits of each prompt (one plain forward over the prompt) against every saved
-        tensor of that prompt: selection acts after the forward, so every condition saved the same vector."""
+        tensor of that prompt: selection acts after the forward, so every condition saved the same vector. And each
+        trial's saved processed scores against its replayed generate()'s first scores (trusted.compare_scores)."""
         part = self.part("first-step logits")
         saved = [r for r in self.view.kind("generation") if isinstance(r.get("first_step_logits"), dict)
                  and r.get("status", "ok") == "ok"]
@@ -239,6 +256,10 @@ class Replay:
                 part.close(f"{what} raw logits", recorded, logits)
                 if recorded is not None:
                     part.check(f"{what} argmax", int(numpy.argmax(recorded)), int(numpy.argmax(logits)))
+                scores = record.get("first_step_scores")
+                if isinstance(scores, dict) and record.get("trial_id") in self.first_scores:
+                    part.scores(f"{what} processed scores ({scores.get('file')}[{scores.get('key')}])",
+                                record["trial_id"], self.saved(scores), self.first_scores[record["trial_id"]])
         if not saved:
             part.notes.append("the run saved no first-step logits")
         return part

@@ -376,13 +376,13 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
             result.contradictions.append(f"{where}: the run's file does not match its record, so it cannot agree "
                                          "with the reference")
         elif not rule.exact:
-            scores_rule = rule
+            found, moved = array_difference(a, b, rule), 0
             if label.endswith(PROCESSED_SCORES):
-                a, b, scores_rule, edge = _scores_at_the_edge(label, a, b, theirs, trusted, rule)
-                if edge:
-                    result.notes.append(f"{where}: {edge} token(s) at the top-p filter's line kept on one side "
-                                        "only, as the rounding of other conditions can move it: not a contradiction")
-            found = array_difference(a, b, scores_rule)
+                raw = theirs.get(label[:-len(PROCESSED_SCORES)] + RAW_LOGITS)
+                found, moved = compare_scores(a, b, trusted.verified_tensor(raw) if raw is not None else None,
+                                              label.split(" ")[1], rule)
+            if moved:
+                result.notes.append(f"{where}: {edge_note(moved)}")
             if found:
                 result.contradictions.append(f"{where}: beyond the tolerance against the reference, {found}")
         else:
@@ -393,20 +393,23 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
     result.compared["tensors"] = compared
 
 
-def _scores_at_the_edge(label: str, a, b, theirs: dict, trusted: RunView, rule: Allowance) -> tuple:
-    """A trial's processed scores made comparable (agreement.nucleus_edge, by the trusted run's raw logits of the
-    same trial) and the rule for them: scores are logits / temperature, so the absolute room is atol / temperature.
-    (claimed, trusted, rule, tokens moved)."""
-    trial_id = label.split(" ")[1]
+def compare_scores(claimed, trusted_scores, trusted_logits, trial_id: str, rule: Allowance) -> tuple:
+    """A trial's processed first-step scores against trusted ones, by the rule: scores are logits / temperature, so
+    the absolute room is atol / temperature, and where the rule is not exact a token kept on one side only is
+    judged by the trusted raw logits (agreement.nucleus_edge). (the first difference or None, tokens moved at
+    top-p's line). The course's run and the replay (with its own logits and scores) both compare scores here."""
     condition = next((protocol.CONDITIONS[t.condition] for t in protocol.generation_trials() if t.test_id == trial_id),
                      None)
     temperature = (condition.temperature if condition is not None else None) or 1.0
     top_p = (condition.top_p if condition is not None else None) or 1.0
-    raw = theirs.get(label[:-len(PROCESSED_SCORES)] + RAW_LOGITS)
-    logits = trusted.verified_tensor(raw) if raw is not None else None
     scores_rule = Allowance(rule.atol / temperature, rule.rtol, rule.differing)
-    a, b, moved = nucleus_edge(a, b, logits, temperature, top_p, scores_rule)
-    return a, b, scores_rule, moved
+    a, b, moved = nucleus_edge(claimed, trusted_scores, trusted_logits, temperature, top_p, scores_rule)
+    return array_difference(a, b, scores_rule), moved
+
+
+def edge_note(moved: int) -> str:
+    return (f"{moved} token(s) at the top-p filter's line kept on one side only, as the rounding of other conditions "
+            "can move it: not a contradiction")
 
 
 def trusted_outputs(view: RunView) -> dict:
