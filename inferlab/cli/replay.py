@@ -95,7 +95,7 @@ def run(args) -> int:
 
 def replay_folder(args, record_dir: Path) -> int:
     """`replay` of one run folder; the exit code."""
-    from inferlab.recheck.replay import ReplayError, format_part, replay_run
+    from inferlab.recheck.replay import ReplayError, replay_run
 
     args.record_dir = record_dir
     if refuse_non_run("replay", args.record_dir) or plan_refusal(args.record_dir):
@@ -131,3 +131,20 @@ def replay_folder(args, record_dir: Path) -> int:
         print(f"replay: {args.record_dir} is unfinished or partial: exit 1 (see the first line)")
         return EXIT_PROBLEMS
     return EXIT_OK if result["agree"] else EXIT_PROBLEMS
+
+
+SHOWN_DIFFERENCES = 8  # per part; the count says how many more
+
+
+def format_part(part) -> list[str]:
+    """A replayed part (inferlab.recheck.replay.Part) as the command prints it: its verdict line, then its differences (the first few) and its notes."""
+    if part.differences:
+        head = f"{part.name}: DISAGREES ({len(part.differences)} of {part.compared} differ)"
+    elif part.compared:
+        head = f"{part.name}: agrees ({part.compared} of {part.compared})"
+    else:
+        head = f"{part.name}: nothing to compare"
+    lines = [head] + [f"  {line}" for line in part.differences[:SHOWN_DIFFERENCES]]
+    if len(part.differences) > SHOWN_DIFFERENCES:
+        lines.append(f"  ... and {len(part.differences) - SHOWN_DIFFERENCES} more")
+    return lines + [f"  note: {note}" for note in part.notes]

@@ -41,7 +41,6 @@ from inferlab.recheck.agreement import Allowance, allowance, array_difference, c
 from inferlab.recheck.trusted import cache_reference_trial, compare_scores, edge_note, exact_line, greedy_lines
 
 LIMIT_S = protocol.SESSION_LIMIT_S  # a replay is bounded like the experiment's session
-SHOWN_DIFFERENCES = 8  # per part; the count says how many more
 
 
 class ReplayError(Exception):
@@ -495,16 +494,3 @@ def replay_run(run_dir, *, specimen: Optional[str] = None, artifacts: Optional[s
             "elapsed_s": time.monotonic() - started, "acquisition": acquired["acquisition"],
             "directory": acquired["directory"], "specimen": spec.name}
 
-
-def format_part(part: Part) -> list[str]:
-    """A part's verdict line, then its differences (the first few) and its notes."""
-    if part.differences:
-        head = f"{part.name}: DISAGREES ({len(part.differences)} of {part.compared} differ)"
-    elif part.compared:
-        head = f"{part.name}: agrees ({part.compared} of {part.compared})"
-    else:
-        head = f"{part.name}: nothing to compare"
-    lines = [head] + [f"  {line}" for line in part.differences[:SHOWN_DIFFERENCES]]
-    if len(part.differences) > SHOWN_DIFFERENCES:
-        lines.append(f"  ... and {len(part.differences) - SHOWN_DIFFERENCES} more")
-    return lines + [f"  note: {note}" for note in part.notes]
