@@ -137,7 +137,8 @@ SHOWN_DIFFERENCES = 8  # per part; the count says how many more
 
 
 def format_part(part) -> list[str]:
-    """A replayed part (inferlab.recheck.replay.Part) as the command prints it: its verdict line, then its differences (the first few) and its notes."""
+    """A replayed part (inferlab.recheck.replay.Part) as the command prints it: its verdict line, then its
+    differences (the first few) and its notes."""
     if part.differences:
         head = f"{part.name}: DISAGREES ({len(part.differences)} of {part.compared} differ)"
     elif part.compared:

@@ -98,18 +98,16 @@ def array_difference(claimed, trusted, rule: Allowance) -> Optional[str]:
     a, b = numpy.atleast_1d(a), numpy.atleast_1d(b)
     if a.shape != b.shape:
         return f"shape {list(a.shape)} against {list(b.shape)}"
+    a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)  # new contiguous copies
     if rule.exact:  # float32 widens to float64 exactly: the same bits there are the same bits
-        a64, b64 = (numpy.ascontiguousarray(x, dtype=numpy.float64).view(numpy.uint64) for x in (a, b))
-        bad = a64 != b64
+        bad = a64.view(numpy.uint64) != b64.view(numpy.uint64)
     else:
-        a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)
         with numpy.errstate(invalid="ignore"):  # an infinite b allows no room: only the same infinity agrees
             bad = ~((a64 == b64) | (numpy.isnan(a64) & numpy.isnan(b64)) |
                     (numpy.isfinite(b64) & (numpy.abs(a64 - b64) <= rule.atol + rule.rtol * numpy.abs(b64))))
     if not bool(bad.any()):
         return None
     where = tuple(int(i) for i in numpy.argwhere(bad)[0])
-    a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)
     with numpy.errstate(invalid="ignore"):  # a NaN's gap is not a number: left out of the largest
         gaps = numpy.where(a64 == b64, 0.0, numpy.abs(a64 - b64))
     largest = float(numpy.max(gaps[~numpy.isnan(gaps)], initial=0.0))

@@ -356,14 +356,14 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
     if trusted is None and not rule.exact:
         result.notes.append("saved tensors: the reference holds their hashes only, so under other conditions they "
                             "are not compared")
+        result.compared["tensors"] = compared
+        return
+    left_out = {f"cache_comparison {length}" for length in result.diverged_prefixes}
     for label in sorted(set(ours) & set(theirs)):
-        kind, _, rest = label.partition(" ")
-        if kind == "cache_comparison" and rest.split(" ")[0] in {str(n) for n in result.diverged_prefixes}:
+        if " ".join(label.split(" ")[:2]) in left_out:
             continue
         if rule.exact and ours[label]["sha256"] == theirs[label]["sha256"]:
             compared += 1
-            continue
-        if trusted is None and not rule.exact:
             continue
         a = view.verified_tensor(ours[label]) if trusted is not None else None
         b = trusted.verified_tensor(theirs[label]) if trusted is not None else None
