@@ -11,6 +11,9 @@ that copy's artifacts/cache and never in the checkout.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
 import os
 import shutil
@@ -159,11 +162,54 @@ def experiment_in_process(pytester, *args: str, conftest_extra: str = "",
     return ExperimentRun(project, project / "run", int(result.ret), result.stdout.str(), result.stderr.str())
 
 
+@contextlib.contextmanager
+def inner_session_state(project: Path, env: Optional[dict] = None, sys_path: tuple = ()):
+    """What pytester's in-process runs keep apart, for an inner session outside any pytester fixture (a module's or
+    the session's shared run): the session runs in `project` (also its HOME, so no user setting reaches it), with
+    `env` set and `sys_path` importable; afterwards the working folder, sys.path, sys.modules (the inner session's
+    conftest and experiment modules forgotten) and the environment are as they were."""
+    cwd, path, modules, environ = os.getcwd(), list(sys.path), dict(sys.modules), dict(os.environ)
+    os.environ.pop("PYTEST_ADDOPTS", None)
+    os.environ.update({"HOME": str(project), "PY_COLORS": "0", **(env or {})})
+    sys.path[:0] = [str(p) for p in sys_path]
+    os.chdir(project)
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        sys.path[:] = path
+        for name in [name for name in sys.modules if name not in modules]:
+            del sys.modules[name]
+        sys.modules.update(modules)
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+def experiment_here(folder: Path, *args: str, conftest_extra: str = "", env: Optional[dict] = None,
+                    prepare: Optional[Callable[[Path], None]] = None, sys_path: tuple = ()) -> ExperimentRun:
+    """`pytest experiments ARGS --record-dir run` in a new scratch project folder/project, as an inner session of
+    this process (pytest.main, its output captured) where a fixture wider than a test needs one; prepare(project)
+    runs first. As experiment_in_process: no new Python, and only for a conftest_extra that patches nothing of
+    this process, and an `env` that nothing imported reads once at import (HF_ENDPOINT needs a new process)."""
+    project = make_project(Path(folder) / "project", conftest_extra)
+    if prepare is not None:
+        prepare(project)
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="", write_through=True) for _ in "oe")
+    with inner_session_state(project, env, sys_path), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        status = pytest.main(["experiments", *args, "--record-dir", "run"])
+    texts = [stream.buffer.getvalue().decode("utf-8", "replace") for stream in (out, err)]
+    return ExperimentRun(project, project / "run", int(status), *texts)
+
+
 def experiment_once(tmp_path_factory, name: str, *args: str, conftest_extra: str = "", env: Optional[dict] = None,
-                    prepare: Optional[Callable[[Path], None]] = None) -> ExperimentRun:
-    """`experiment(...)` made once per session (see made_once) and shared: never modify its folders."""
+                    prepare: Optional[Callable[[Path], None]] = None, here: bool = False) -> ExperimentRun:
+    """`experiment(...)` made once per session (see made_once) and shared: never modify its folders. here: made
+    as an inner session of the worker that asks first (experiment_here), not in a new Python."""
     def make(folder: Path) -> dict:
-        made = experiment(folder, *args, conftest_extra=conftest_extra, env=env, prepare=prepare)
+        made = (experiment_here if here else experiment)(folder, *args, conftest_extra=conftest_extra, env=env,
+                                                         prepare=prepare)
         return {"project": str(made.project), "run": str(made.run), "returncode": made.returncode,
                 "stdout": made.stdout, "stderr": made.stderr}
 

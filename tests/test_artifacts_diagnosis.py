@@ -12,7 +12,7 @@ import pytest
 from inferlab import protocol, specimen
 from inferlab.synthetic import replica
 
-from shared_runs import experiment, inferlab_command
+from shared_runs import experiment_here, inferlab_command
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_a_run_given_another_specimen_s_good_copy_names_it_as_check_artifacts_do
     words = lines[-1].removeprefix("check-artifacts: ")
     assert f"valid copy of the SYNTHETIC {which} specimen" in words
     assert f"use it with --specimen {which} --artifacts {directory}" in words
-    made = experiment(tmp_path, "--artifacts", str(directory))
+    made = experiment_here(tmp_path, "--artifacts", str(directory))
     assert made.returncode == 1
     assert "Delete" not in made.stdout and "Delete" not in (made.run / "report.md").read_text()
     assert words in made.stdout  # the run's reason and its first next step: the same words

@@ -166,7 +166,8 @@ def evidence_run(tmp_path_factory, standin_dir):
     (made once per session, whichever worker asks first)."""
     result = experiment_once(tmp_path_factory, "standin-evidence", "--specimen", "standin", "--artifacts",
                              str(standin_dir), "--revised-cache-criterion", "1e-3,1e-2", "--justification",
-                             JUSTIFICATION, "-k", EVIDENCE_SELECTION, conftest_extra=FORWARD_PROBE)
+                             JUSTIFICATION, "-k", EVIDENCE_SELECTION, conftest_extra=FORWARD_PROBE,
+                             here=True)
     found = result.records()
     failing = {name: o["longrepr"] for name, o in outcomes(found).items() if o["outcome"] != "passed"}
     assert result.returncode == pytest.ExitCode.OK, (failing, result.stdout[-3000:])

@@ -21,7 +21,7 @@ from inferlab.grading.grade import grade_source, split_verify
 from inferlab.grading.rubric import load_rubric
 from inferlab.verify import verify_run
 
-from shared_runs import REPO_ROOT, experiment, inferlab_command, made_once
+from shared_runs import experiment, experiment_here, inferlab_command, made_once
 
 STRIKE_PLUGIN = '''"""A per-trial limit that strikes: a test whose node id matches INFERLAB_STRIKE gets a 1 ms limit, and the
 process pauses for 50 ms at the start of that test's body, inside its timed call, as a machine paused by a closed lid
@@ -68,8 +68,8 @@ def struck_run(tmp_path_factory, name: str):
         plugins = folder / "plugins"
         plugins.mkdir(parents=True)
         (plugins / "strike_limit.py").write_text(STRIKE_PLUGIN)
-        made = experiment(folder, "--specimen", "standin", "-p", "strike_limit",
-                          env={"PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{plugins}", "INFERLAB_STRIKE": SESSIONS[name]})
+        made = experiment_here(folder, "--specimen", "standin", "-p", "strike_limit", sys_path=(plugins,),
+                               env={"INFERLAB_STRIKE": SESSIONS[name]})
         return {"run": str(made.run), "returncode": made.returncode, "tail": made.stdout[-3000:]}
 
     made = made_once(tmp_path_factory, f"struck-{name}", make)
