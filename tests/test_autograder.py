@@ -5,7 +5,11 @@ The "image" is built once per module as Gradescope builds it: the zip unpacked i
 run, with the installation step skipped (AUTOGRADER_PYTHON is this .venv's Python, which has the lock). Each
 submission then gets a fresh copy of that root, as each Gradescope submission gets a fresh container. Every
 submission also carries code that, if anything ran it, would write a marker file: a conftest.py, a pytest.ini
-that loads a plugin, a sitecustomize.py, an experiments/ test and an inferlab/ package."""
+that loads a plugin, a sitecustomize.py, an experiments/ test and an inferlab/ package.
+
+One submission (the two text files) runs run_autograder whole, making the course's run, as Gradescope runs it.
+The two archives are graded by the same step in this process, the course's run they would make (the same
+predictions, byte for byte) taken from that submission's: submit_here says exactly what it stands in for."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import pytest
 
 from inferlab.gradescope import autograder
 from inferlab.grading.evidence import FAIL
+from inferlab.reading import addenda
 
 from fixtures_records import REPO_ROOT
 from grading_helpers import answered_explanation, answered_predictions
@@ -81,9 +86,9 @@ def image(tmp_path_factory):
     return made_once(tmp_path_factory, "autograder-image", make)
 
 
-def submit(image: dict, tmp_path: Path, files: dict) -> tuple[Path, Path, subprocess.CompletedProcess]:
-    """A fresh container: the set-up root copied, the submission's files and the evil code put in place, and
-    run_autograder run. (root, the marker path, the finished process)."""
+def container(image: dict, tmp_path: Path, files: dict) -> tuple[Path, Path]:
+    """A fresh container: the set-up root copied, and the submission's files and the evil code put in place.
+    (root, the marker path)."""
     root = tmp_path / "autograder"
     shutil.copytree(image["root"], root, symlinks=True)
     submission = root / "submission"
@@ -98,8 +103,47 @@ def submit(image: dict, tmp_path: Path, files: dict) -> tuple[Path, Path, subpro
     marker = tmp_path / "code-from-the-submission-ran"
     evil_files(submission, marker)
     (root / "submission_metadata.json").write_text(json.dumps({"id": 123456, "created_at": "2026-12-01T20:00:00Z"}))
-    done = run_script(root, "run_autograder")
-    return root, marker, done
+    return root, marker
+
+
+def submit(image: dict, tmp_path: Path, files: dict) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """A fresh container with the submission, and run_autograder run in it as Gradescope runs it: (root, the marker
+    path, the finished process)."""
+    root, marker = container(image, tmp_path, files)
+    return root, marker, run_script(root, "run_autograder")
+
+
+@pytest.fixture(scope="module")
+def writing_submitted(image, tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """The module's one whole run_autograder that makes the course's run: a submission of the two text files
+    (answered_predictions, answered_explanation), as submit() returns it."""
+    return submit(image, tmp_path_factory.mktemp("writing"), {"lab12/my_predictions.md": answered_predictions(),
+                                                                "lab12/my_explanation.md": answered_explanation()})
+
+
+def submit_here(image: dict, tmp_path: Path, files: dict, course_run: Path, monkeypatch) -> tuple[Path, Path]:
+    """A fresh container with the submission, graded by run_autograder's own step (autograder.run) in this process,
+    and the course's run it makes taken from course_run: one made by the bundle here with the same course copy and
+    predictions of the same bytes. make_run is asserted to be asked for exactly that run (the course's specimen,
+    offline, those predictions), then hands back a copy of what that session wrote (the explanation attached to it
+    later, in addenda, left out); everything after it runs as in the container. Making that run is what
+    writing_submitted checks end to end, once for the module. (root, the marker path)"""
+    root, marker = container(image, tmp_path, files)
+    given = json.loads((course_run / "manifest.json").read_text())["predictions"]
+    made = []
+
+    def the_shared_run(source, config, work, predictions):
+        assert (source, config["specimen"], config.get("artifacts")) == (root / "source", "standin", None)
+        assert predictions is not None and predictions.read_bytes() == (course_run / given["copied_to"]).read_bytes()
+        attached = {addenda.LEDGER_FILE, addenda.ADDENDA_DIR}
+        made.append(shutil.copytree(course_run, work / "run", symlinks=True, ignore=lambda folder, names: (
+            attached.intersection(names) if Path(folder) == course_run else ())))
+        return made[-1], "the shared course run"
+
+    monkeypatch.setattr(autograder, "make_run", the_shared_run)
+    monkeypatch.setenv(autograder.ROOT_VARIABLE, str(root))
+    assert autograder.main(["run"]) == 0 and len(made) == 1
+    return root, marker
 
 
 def consistent_with_grade_json(results: dict, graded: dict) -> None:
@@ -205,10 +249,10 @@ def test_setup_sh_skips_its_installation_and_prepares_the_specimen_offline(image
 @pytest.mark.slow
 @pytest.mark.process
 def test_run_autograder_makes_its_own_run_with_an_archives_writing_and_checks_the_archive_against_it(
-        image, course_ci, standin_dir, tmp_path):
+        image, course_ci, writing_submitted, standin_dir, tmp_path, monkeypatch):
     archive = course_ci["out"] / "submission.tar.gz"
-    root, marker, done = submit(image, tmp_path, {"my-run.tar.gz": archive})
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    root, marker = submit_here(image, tmp_path, {"my-run.tar.gz": archive}, writing_submitted[0] / "work" / "run",
+                               monkeypatch)
     results = json.loads((root / "results" / "results.json").read_text())
     assert not marker.exists(), marker.read_text()
     run = root / "work" / "run"  # the course's run, made here: every item is scored from it
@@ -230,14 +274,15 @@ def test_run_autograder_makes_its_own_run_with_an_archives_writing_and_checks_th
 @pytest.mark.slow
 @pytest.mark.process
 def test_an_archive_whose_saved_tensor_moved_in_its_last_bits_scores_0_naming_where_it_contradicts_the_course_run(
-        image, course_ci, tmp_path):
+        image, course_ci, writing_submitted, tmp_path, monkeypatch):
     """Every hash and figure of the forged run redone, so it passes every file check: the course's run, made here
     on the same machine with the same kernels, gives every tensor bit for bit, and this one is not."""
     forged = nudge_first_step_logits(course_ci["run"], tmp_path / "forged", "P1-G-rep1")
     assert inferlab_command("pack", forged["run"], "-o", tmp_path / "forged.tar.gz")[0] == 0
-    root, marker, done = submit(image, tmp_path / "container", {"my-run.tar.gz": tmp_path / "forged.tar.gz"})
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    root, marker = submit_here(image, tmp_path / "container", {"my-run.tar.gz": tmp_path / "forged.tar.gz"},
+                               writing_submitted[0] / "work" / "run", monkeypatch)
     results = json.loads((root / "results" / "results.json").read_text())
+    assert not marker.exists(), marker.read_text()
     assert results["score"] == 0.0 and results["extra_data"]["exit_status"] == 3, results["output"][-3000:]
     integrity = next(t for t in results["tests"] if t["name"] == "Integrity of the run")
     assert integrity["status"] == "failed"
@@ -265,9 +310,8 @@ def test_a_course_that_takes_writing_only_refuses_an_archive_before_any_run(tmp_
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_run_autograder_makes_the_run_itself_from_predictions_and_an_explanation(image, standin_dir, tmp_path):
-    root, marker, done = submit(image, tmp_path, {"lab12/my_predictions.md": answered_predictions(),
-                                                  "lab12/my_explanation.md": answered_explanation()})
+def test_run_autograder_makes_the_run_itself_from_predictions_and_an_explanation(writing_submitted, standin_dir):
+    root, marker, done = writing_submitted
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     results = json.loads((root / "results" / "results.json").read_text())
     assert not marker.exists(), marker.read_text()
