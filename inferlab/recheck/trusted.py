@@ -1,8 +1,7 @@
-"""A claimed run compared with trusted outputs: a reference file's (inferlab.grading.reference), or those of a run
-the grader trusts (the course's own run, made in the autograder or by the instructor: `grade --against`). The
-replay (inferlab.recheck.replay) recomputes its trusted values; this compares with values already computed. Both
-take their rule from inferlab.recheck.agreement: bit for bit under the same conditions, else within a declared
-tolerance.
+"""A claimed run compared with trusted outputs: a reference file's (inferlab.grading.reference), those of a run
+the grader trusts (the course's own run, made in the autograder or by the instructor: `grade --against`), or those
+a replay recomputed on the grader's copy (inferlab.recheck.replay, with its arrays in memory). The one rule is
+inferlab.recheck.agreement's: bit for bit under the same conditions, else within a declared tolerance.
 
 What is compared, of what both sides hold (an output the run lacks is not compared: its items fail for it): the
 specimen's pins (name, repository, revision, synthetic or not, every allowlisted file's size and SHA-256) and the
@@ -122,8 +121,8 @@ def _compare_pins(result: Comparison, run_pins: dict, ref_pins: dict) -> None:
     specimen was verified has none: not compared, and its items fail for that)."""
     compared = 0
     for name in ("name", "repo_id", "revision", "synthetic", "weights_sha256"):
-        if run_pins.get(name) is None and ref_pins.get(name) is not None:
-            continue  # not recorded by the run
+        if name not in ref_pins or (run_pins.get(name) is None and ref_pins.get(name) is not None):
+            continue  # not held by the trusted side (a replay's copy knows no repository), or not recorded by the run
         compared += 1
         _compare_exact(result, f"specimen {name}", run_pins.get(name), ref_pins.get(name))
     run_files, ref_files = run_pins.get("files") or {}, ref_pins.get("files") or {}
@@ -237,11 +236,12 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
     run_prompts, ref_prompts = ours.get("prompts") or {}, theirs.get("prompts") or {}
     for prompt_id in sorted(set(run_prompts) & set(ref_prompts)):
         _compare_exact(result, f"prompt {prompt_id} token ids", run_prompts[prompt_id], ref_prompts[prompt_id])
+    result.compared["prompts"] = len(set(run_prompts) & set(ref_prompts))
     same_software = (ours.get("torch_version"), ours.get("transformers_version")) == \
         (theirs.get("torch_version"), theirs.get("transformers_version"))
     counts = {"generation": 0, "sampled_not_compared": 0, "timing": 0, "cache_prefixes": 0, "batching": 0,
               "near_tie_divergences": 0}
-    notes_before = len(result.notes)
+    notes_before, same_anyway = len(result.notes), 0
     for trial_id, ref in (theirs.get("generation") or {}).items():
         run = (ours.get("generation") or {}).get(trial_id)
         if run is None:
@@ -249,6 +249,7 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
             continue
         if ref.get("sampled") and not same_software:
             counts["sampled_not_compared"] += 1
+            same_anyway += run.get("ids") == ref.get("ids")
             continue
         if ref.get("sampled"):
             counts["generation"] += 1
@@ -263,7 +264,8 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
         result.notes.append(
             f"{counts['sampled_not_compared']} seeded sampling trials not compared: the run drew them with torch "
             f"{ours.get('torch_version')} and transformers {ours.get('transformers_version')}, the reference with "
-            f"torch {theirs.get('torch_version')} and transformers {theirs.get('transformers_version')}")
+            f"torch {theirs.get('torch_version')} and transformers {theirs.get('transformers_version')} ({same_anyway} "
+            "of them drew the same ids all the same)")
     for trial_id, ref in (theirs.get("timing") or {}).items():
         run = (ours.get("timing") or {}).get(trial_id)
         if run is not None:
@@ -296,7 +298,8 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
                    tolerance: dict, counts: dict, steps: list) -> None:
     """The fixed continuation by the near-tie rule, then each prefix both hold: its argmaxes (unless the
     reference's uncached margin there is a near tie by its true top value) and its margin, within twice the
-    tolerance at that top value. The prefixes after a near-tie divergence of the continuation are not compared."""
+    tolerance at that top value; a prefix length the run holds alone is a contradiction. The prefixes after a
+    near-tie divergence of the continuation from the ids the trusted prefixes were fed are not compared."""
     prompt_id = protocol.CACHE_REFERENCE_TRIAL[0]
     # each side's continuation with the steps of the trial it follows, as far as it goes
     ours, theirs = ({"ids": cache.get("continuation") or [], "prompt_id": prompt_id,
@@ -304,7 +307,9 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
                     for cache, side in ((run_cache, steps[0]), (ref_cache, steps[1])))
     before = len(result.notes)
     _compare_ids(result, "cache continuation", ours, theirs, prompt_steps, tolerance)
-    diverged = first_divergence(ours["ids"], theirs["ids"]) if len(result.notes) > before else None
+    # The ids the trusted prefixes were fed: its own continuation, or (a replay's) the run's own.
+    fed = ref_cache.get("fed", theirs["ids"])
+    diverged = first_divergence(ours["ids"], fed) if len(result.notes) > before else None
     # Only a near tie in the trusted run's own margin lets the two runs feed other ids honestly from there on.
     trusted_steps = prompt_steps.steps(prompt_id, near_tie.steps_of(theirs), len(theirs["ids"])) or []
     honest_swap = diverged is not None and diverged < len(trusted_steps) and \
@@ -312,6 +317,10 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
     run_prefixes = {p.get("prefix_length"): p for p in run_cache.get("prefixes") or []}
     prompt_length = min((p.get("prefix_length") for p in ref_cache.get("prefixes") or []
                          if isinstance(p.get("prefix_length"), int)), default=0)
+    trusted_lengths = {p.get("prefix_length") for p in ref_cache.get("prefixes") or []}
+    for length in sorted(set(run_prefixes) - trusted_lengths, key=str):
+        if diverged is None or not isinstance(length, int) or length - prompt_length <= diverged:
+            result.contradictions.append(f"cache prefix {length}: in the run only, not in the reference")
     for ref_prefix in ref_cache.get("prefixes") or []:
         length, run_prefix = ref_prefix.get("prefix_length"), run_prefixes.get(ref_prefix.get("prefix_length"))
         if run_prefix is None:
@@ -344,14 +353,14 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
                             "argmaxes, margins and saved tensors are not compared")
 
 
-def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView, trusted: Optional[RunView],
-                     rule: Allowance) -> None:
-    """Every saved tensor both runs hold. Under the same conditions (the rule exact) by its SHA-256, a difference
-    named, when the trusted run's files are at hand, by its first differing element. Under other conditions, with
-    the trusted run's files at hand, element by element within the rule's tolerance (b the trusted value), so a
-    tensor edited away from its top values is still seen; a reference file holds hashes only, and its tensors are
-    then not compared (a note says so). A matched prefix past a near-tie divergence is not compared: from there
-    the two runs fed the model other ids."""
+def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView, trusted, rule: Allowance) -> None:
+    """Every saved tensor both sides hold. Under the same conditions (the rule exact) by its SHA-256, a difference
+    named, when the trusted arrays are at hand (`trusted`: anything with verified_tensor(reference), the trusted
+    run's view or a replay's arrays), by its first differing element. Under other conditions, with the trusted
+    arrays at hand, element by element within the rule's tolerance (b the trusted value), so a tensor edited away
+    from its top values is still seen; a reference file holds hashes only, and its tensors are then not compared (a
+    note says so). A matched prefix past a near-tie divergence is not compared: from there the two runs fed the
+    model other ids."""
     compared = 0
     if trusted is None and not rule.exact:
         result.notes.append("saved tensors: the reference holds their hashes only, so under other conditions they "
@@ -418,17 +427,23 @@ def trusted_outputs(view: RunView) -> dict:
     return {"specimen": pins(view), "sources": run_sources(view), "outputs": deterministic_outputs(view)}
 
 
-def compare_trusted(view: RunView, trusted: dict, rule: Allowance, trusted_view: Optional[RunView] = None,
+def compare_trusted(view: RunView, trusted: dict, rule: Allowance, trusted_arrays=None,
                     theirs: str = "the reference") -> Comparison:
-    """Every contradiction of the run with `trusted` (trusted_outputs(), or a reference file) by the rule, and what
-    was only noted; `theirs` names the trusted side in every line."""
+    """Every contradiction of the run with `trusted` by the rule, and what was only noted. trusted holds the
+    specimen's pins, the experiment's sources and the deterministic outputs (trusted_outputs(), a reference file),
+    or some of them (a replay's), and only what it holds is compared; trusted_arrays hands its tensors by their
+    references (verified_tensor: the trusted run's view, a replay's arrays; None for a reference file's hashes);
+    `theirs` names the trusted side in every line."""
     result = Comparison()
     tolerance = {"atol": rule.atol, "rtol": rule.rtol}
-    _compare_pins(result, pins(view), trusted.get("specimen") or {})
-    _compare_sources(result, run_sources(view), trusted.get("sources") or {})
-    outputs, others = deterministic_outputs(view), trusted.get("outputs") or {}
-    _compare_outputs(result, outputs, others, tolerance)
-    _compare_tensors(result, outputs.get("tensors") or {}, others.get("tensors") or {}, view, trusted_view, rule)
+    if "specimen" in trusted:
+        _compare_pins(result, pins(view), trusted["specimen"] or {})
+    if "sources" in trusted:
+        _compare_sources(result, run_sources(view), trusted["sources"] or {})
+    if "outputs" in trusted:
+        outputs, others = deterministic_outputs(view), trusted["outputs"] or {}
+        _compare_outputs(result, outputs, others, tolerance)
+        _compare_tensors(result, outputs.get("tensors") or {}, others.get("tensors") or {}, view, trusted_arrays, rule)
     if theirs != "the reference":
         for lines in (result.contradictions, result.notes):
             lines[:] = [line.replace("the reference's", f"{theirs}'s").replace("the reference", theirs)
