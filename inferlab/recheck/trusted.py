@@ -105,15 +105,10 @@ class _PromptSteps:
         return found or None
 
 
-def exact_line(label: str, ours: Any, theirs: Any, sides: tuple = ("the run", "the reference")) -> Optional[str]:
-    """None when two outputs are equal, else the line naming both, as every trusted comparison words it."""
-    return None if ours == theirs else f"{label}: {describe(ours)} in {sides[0]}, {describe(theirs)} in {sides[1]}"
-
-
 def _compare_exact(result: Comparison, label: str, ours: Any, theirs: Any) -> None:
-    line = exact_line(label, ours, theirs)
-    if line:
-        result.contradictions.append(line)
+    """Two outputs that must be equal: a difference is a contradiction naming both."""
+    if ours != theirs:
+        result.contradictions.append(f"{label}: {describe(ours)} in the run, {describe(theirs)} in the reference")
 
 
 def _compare_pins(result: Comparison, run_pins: dict, ref_pins: dict) -> None:
@@ -153,45 +148,28 @@ def _compare_sources(result: Comparison, ours: dict, theirs: dict) -> None:
     result.compared["sources"] = len(set(ours) | set(theirs))
 
 
-def greedy_lines(label: str, found: near_tie.IdsComparison, ours_ids: list, theirs_ids: list,
-                 allowed: str = "the tolerance", sides: tuple = ("the run", "the reference")) -> tuple[list, list]:
-    """What one greedy comparison (near_tie.compare_greedy) says, as (contradictions, notes), each line naming the
-    label and both sides: top-two values beyond `allowed`, a near-tie divergence (a note), or differing ids. The
-    reference, the course's run and the replay all word a greedy difference this way."""
-    ours, theirs = sides
-    contradictions, notes = [], []
-    if found.value_problems:
-        shown = found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]
-        more = len(found.value_problems) - len(shown)
-        contradictions.append(f"{label}: top two raw logits beyond {allowed} at " + "; ".join(shown)
-                              + (f"; and {more} more" if more > 0 else ""))
-    if found.status == "near_tie":
-        notes.append(f"{label}: a near-tie divergence at step {found.step} ({found.margins_text(ours, theirs)}, "
-                     "within the tolerance's near-tie limit): not a contradiction; the ids after it are not compared")
-    elif found.status == "differ":
-        known = found.theirs_margin is not None
-        contradictions.append(
-            f"{label}: ids first differ at step {found.step}: {describe(ours_ids)} in {ours}, {describe(theirs_ids)} "
-            f"in {theirs} ({found.margins_text(ours, theirs)}: "
-            + ("not a near tie)" if known else f"{theirs} knows no margin at that step)"))
-    return contradictions, notes
-
-
 def _compare_ids(result: Comparison, label: str, ours: dict, theirs: dict, prompt_steps: _PromptSteps,
                  tolerance: dict) -> bool:
-    """A greedy trial's ids by the near-tie rule (inferlab.measure.near_tie): equal, a near-tie divergence (noted), or a
-    contradiction; top-two values beyond the tolerance at a compared step are a contradiction too."""
+    """A greedy trial's ids by the near-tie rule (inferlab.measure.near_tie): equal, a near-tie divergence (a note
+    with the step and both margins), or a contradiction naming the first differing step; top-two values beyond the
+    tolerance at a compared step are a contradiction too."""
     ours_ids, theirs_ids = ours.get("ids") or [], theirs.get("ids") or []
     theirs_steps = prompt_steps.steps(theirs.get("prompt_id"), near_tie.steps_of(theirs), len(theirs_ids))
     found = near_tie.compare_greedy(ours_ids, theirs_ids, near_tie.steps_of(ours), theirs_steps, **tolerance)
-    contradictions, notes = greedy_lines(label, found, ours_ids, theirs_ids)
-    result.contradictions += contradictions
-    result.notes += notes
+    if found.value_problems:
+        shown = found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]
+        more = len(found.value_problems) - len(shown)
+        result.contradictions.append(f"{label}: top two raw logits beyond the tolerance at " + "; ".join(shown)
+                                     + (f"; and {more} more" if more > 0 else ""))
+    if found.status == "near_tie":
+        result.notes.append(f"{label}: a near-tie divergence at step {found.step} ({found.margins_text()}, within the "
+                            "tolerance's near-tie limit): not a contradiction; the ids after it are not compared")
+    elif found.status == "differ":
+        result.contradictions.append(
+            f"{label}: ids first differ at step {found.step}: {describe(ours_ids)} in the run, {describe(theirs_ids)} "
+            f"in the reference ({found.margins_text()}: " + ("not a near tie)" if found.theirs_margin is not None
+                                                             else "the reference knows no margin at that step)"))
     return True
-
-
-def _within(ours: float, theirs: float, tolerance: dict) -> bool:
-    return abs(ours - theirs) <= tolerance["atol"] + tolerance["rtol"] * abs(theirs)
 
 
 def _compare_first_step(result: Comparison, ours: dict, theirs: dict, prompt_steps: _PromptSteps,
@@ -212,11 +190,11 @@ def _compare_first_step(result: Comparison, ours: dict, theirs: dict, prompt_ste
         bad = []
         for token in sorted(set(run_top) | set(ref_top)):
             a, b = run_top.get(token, run_edge), ref_top.get(token, ref_edge)
-            if token in run_top and token in ref_top and not _within(a, b, tolerance):
+            if token in run_top and token in ref_top and not near_tie.within(a, b, **tolerance):
                 bad.append(f"id {token}: {a:.6g} against {b:.6g}")
-            elif token not in run_top and not (a >= b or _within(a, b, tolerance)):
+            elif token not in run_top and not (a >= b or near_tie.within(a, b, **tolerance)):
                 bad.append(f"id {token} ({b:.6g} in the reference) is not among the run's top {len(run_top)}")
-            elif token not in ref_top and not (b >= a or _within(a, b, tolerance)):
+            elif token not in ref_top and not (b >= a or near_tie.within(a, b, **tolerance)):
                 bad.append(f"id {token} ({a:.6g} in the run) is not among the reference's top {len(ref_top)}")
         if bad:
             result.contradictions.append(f"first-step logits {key}: beyond the tolerance: " + "; ".join(bad[:4]) +
@@ -388,10 +366,11 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
             found, moved = array_difference(a, b, rule), 0
             if label.endswith(PROCESSED_SCORES):
                 raw = theirs.get(label[:-len(PROCESSED_SCORES)] + RAW_LOGITS)
-                found, moved = compare_scores(a, b, trusted.verified_tensor(raw) if raw is not None else None,
+                found, moved = _compare_scores(a, b, trusted.verified_tensor(raw) if raw is not None else None,
                                               label.split(" ")[1], rule)
             if moved:
-                result.notes.append(f"{where}: {edge_note(moved)}")
+                result.notes.append(f"{where}: {moved} token(s) at the top-p filter's line kept on one side only, as "
+                                    "the rounding of other conditions can move it: not a contradiction")
             if found:
                 result.contradictions.append(f"{where}: beyond the tolerance against the reference, {found}")
         else:
@@ -402,11 +381,11 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
     result.compared["tensors"] = compared
 
 
-def compare_scores(claimed, trusted_scores, trusted_logits, trial_id: str, rule: Allowance) -> tuple:
+def _compare_scores(claimed, trusted_scores, trusted_logits, trial_id: str, rule: Allowance) -> tuple:
     """A trial's processed first-step scores against trusted ones, by the rule: scores are logits / temperature, so
     the absolute room is atol / temperature, and where the rule is not exact a token kept on one side only is
     judged by the trusted raw logits (agreement.nucleus_edge). (the first difference or None, tokens moved at
-    top-p's line). The course's run and the replay (with its own logits and scores) both compare scores here."""
+    top-p's line)."""
     condition = next((protocol.CONDITIONS[t.condition] for t in protocol.generation_trials() if t.test_id == trial_id),
                      None)
     temperature = (condition.temperature if condition is not None else None) or 1.0
@@ -414,11 +393,6 @@ def compare_scores(claimed, trusted_scores, trusted_logits, trial_id: str, rule:
     scores_rule = Allowance(rule.atol / temperature, rule.rtol, rule.differing)
     a, b, moved = nucleus_edge(claimed, trusted_scores, trusted_logits, temperature, top_p, scores_rule)
     return array_difference(a, b, scores_rule), moved
-
-
-def edge_note(moved: int) -> str:
-    return (f"{moved} token(s) at the top-p filter's line kept on one side only, as the rounding of other conditions "
-            "can move it: not a contradiction")
 
 
 def trusted_outputs(view: RunView) -> dict:
