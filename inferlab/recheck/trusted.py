@@ -11,10 +11,11 @@ the rule's near-tie limit at its true top value, and whose runner-up is the othe
 divergence, noted with the step and both margins, and the ids after it are not compared; any other difference is
 a contradiction, and so are top-two values beyond the rule at a step both computed from the same ids); seeded
 sampling ids only when both drew them with the same torch and transformers (otherwise only mentioned); first-step
-logits' top values within the rule; and every saved tensor: when the rule is exact by its SHA-256, a difference
-named by its record and field and (with the trusted run's files) its first differing element, and otherwise, with
-the trusted run's files at hand, element by element within the tolerance. Each contradiction is an integrity
-problem of the claimed run.
+logits' top values within the rule; the matched prefixes' continuation, lengths, argmaxes and margins; the
+batching calls' ids exactly; and every saved tensor: when the rule is exact by its SHA-256, a difference named by
+its record and field and (with the trusted arrays) its first differing element, and otherwise, with the trusted
+arrays at hand, element by element within the tolerance. Each contradiction is an integrity problem of the claimed
+run. A trusted side that holds only some of the three (a replay holds no experiment sources) is compared in those.
 """
 
 from __future__ import annotations
