@@ -145,3 +145,21 @@ def test_processed_scores_with_top_p_undone_and_their_hash_redone_disagree_with_
     line = result.contradictions[0]
     assert line.startswith("saved tensor generation P1-S3-seed17 first_step_scores (") and "under the same " \
         "conditions; element [" in line and " against -inf (" in line, line
+
+
+def test_a_replay_past_the_session_limit_computes_nothing_more_and_the_run_cannot_agree(tmp_path_factory):
+    """The bound: once the protocol's session limit has passed, no model call is made (the model here is None)."""
+    from types import SimpleNamespace
+
+    from inferlab.recheck.replay import LIMIT_S, agrees
+
+    from fixture_runs import fixture_runs
+
+    view = fixture_runs(tmp_path_factory).data("complete").view()
+    tokenizer = SimpleNamespace(eos_token_id=0, pad_token_id=None, bos_token_id=None)
+    late = Replay(view, None, tokenizer, time.monotonic() - LIMIT_S - 1)
+    late.generation()
+    late.timing()
+    result = late.compare()
+    assert result.contradictions == [f"stopped: the replay ran past the protocol's session limit of {LIMIT_S} s"]
+    assert not agrees(result) and late.replayed["generation"] == {} and late.replayed["timing"] == {}
