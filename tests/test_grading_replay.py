@@ -96,7 +96,8 @@ def test_a_tensor_moved_in_its_last_bits_passes_every_file_check_and_grade_repla
     status, printed = inferlab_command("grade", nudged["run"], "--replay", "--specimen", "standin", "--artifacts",
                                        standin_dir)
     assert status == EXIT_INTEGRITY, printed
-    line = next(line for line in printed.splitlines() if "replay: first-step logits disagrees" in line)
+    line = next(line for line in printed.splitlines()
+                if "replay: saved tensor generation P1-G-rep1 first_step_logits" in line)
     assert f"{nudged['file']}[{nudged['key']}]" in line and f"element [{nudged['element']}]" in line, line
     assert "allowed: bit for bit" in line, line
 
@@ -116,9 +117,9 @@ def test_grade_replay_finds_the_forged_greedy_ids_and_exits_3_naming_the_part_an
     status, printed = inferlab_command("grade", forged, "--replay", "--specimen", "standin", "--artifacts",
                                        standin_dir)
     assert status == EXIT_INTEGRITY, printed
-    line = next(line for line in printed.splitlines() if "replay: generation (greedy) disagrees" in line)
-    assert "(3 of " in line and "first: P2-G-rep1: ids first differ at step " in line, line
-    assert " in the run, " in line and " in the replay (top-two margin " in line, line
+    lines = [line for line in printed.splitlines() if "replay: generation P2-G-rep" in line]
+    assert len(lines) == 3 and f"replay: generation P2-G-rep1: ids first differ at step {FORGED_STEP}: " in lines[0]
+    assert " in the run, " in lines[0] and " in the replay (top-two margin " in lines[0], lines
     assert NOT_REPLAYED not in printed
 
 
@@ -129,10 +130,11 @@ def test_an_honest_run_graded_with_replay_exits_0_with_every_part_agreeing(cours
     replay = grade.facts["replay"]
     assert replay["made"] and replay["agree"] and replay["specimen"] == "standin"
     assert replay["exact"] is True and replay["kernel_settings"] is None  # same machine, same kernels: bit for bit
-    greedy = sum(1 for t in protocol.generation_trials() if not protocol.CONDITIONS[t.condition].do_sample)
-    assert replay["parts"]["generation (greedy)"] == {"compared": greedy, "differences": 0, "agrees": True}
-    assert replay["parts"]["timing trials' ids"]["compared"] == len(protocol.timing_schedule())
-    assert any(note.startswith("replay: all ") and "agree on the grader's copy of standin" in note
+    assert replay["contradictions"] == 0 and replay["compared"]["generation"] == len(protocol.generation_trials())
+    assert replay["compared"]["timing"] == len(protocol.timing_schedule())
+    assert any(note.startswith("replay: the run agrees with the replay, bit for bit") for note in grade.notes), \
+        grade.notes
+    assert any("the grader's copy verified against this checkout's artifacts/standin.json" in note
                for note in grade.notes), grade.notes
     assert not any(line.startswith(NOT_REPLAYED) for line in grade.not_checked), grade.not_checked
 

@@ -11,7 +11,8 @@ import pytest
 from inferlab.host.environment import cpu_kernels, describe_kernels
 from inferlab.measure import near_tie
 from inferlab.measure.near_tie import Step, compare_greedy, near_tie_limit
-from inferlab.recheck.replay import Part, replayed_step
+from inferlab.recheck.replay import replayed_step, step_fields
+from inferlab.recheck.trusted import Comparison, _compare_outputs
 from inferlab.report.compare import compare, format_compare
 from inferlab.verify import verify_run
 
@@ -80,16 +81,26 @@ def test_the_fields_shape(values, ids, expected):
     assert (problem is None) if expected is None else (expected in problem)
 
 
-def test_replay_applies_the_same_rule(monkeypatch):
-    """A replay whose greedy ids part from the run's at the run's near tie notes it, and differs elsewhere."""
-    recorded = {"ids": [1, 7, 40], "step_top2_logits": [[TOP, TOP - 0.5], [TOP, TOP - 1e-3], [TOP, TOP - 0.5]],
+def test_replay_applies_the_same_rule():
+    """A replay's greedy trial (its selections as step_fields holds them) against the run's, by the one comparison:
+    ids that part from the run's at the run's near tie are a note, and a contradiction elsewhere."""
+    recorded = {"prompt_id": "P1", "ids": [1, 7, 40], "step_top2_logits": [[TOP, TOP - 0.5], [TOP, TOP - 1e-3],
+                                                                          [TOP, TOP - 0.5]],
                 "step_top2_ids": [[1, 9], [7, 5], [40, 9]]}
     replayed = [Step(TOP, TOP - 0.5, 9), Step(TOP - 4e-4, TOP - 6e-4, 7), Step(TOP, TOP - 0.5, 9)]
-    part = Part("generation (greedy)")
-    part.greedy("P1-G-rep1 ids", recorded, [1, 5, 3], replayed)
-    assert part.agrees and part.compared == 1 and "a near-tie divergence at step 1" in part.notes[0]
-    part.greedy("P2-G-rep1 ids", {**recorded, "ids": [1, 8, 40]}, [1, 5, 3], replayed)
-    assert not part.agrees and "first differ at step 1" in part.differences[0]
+    trial = {"prompt_id": "P1", "ids": [1, 5, 3], **step_fields(list(zip([1, 5, 3], replayed)))}
+
+    def compared(ids):
+        result = Comparison()
+        _compare_outputs(result, {"generation": {"P1-G-rep1": {**recorded, "ids": ids}}},
+                         {"generation": {"P1-G-rep1": trial}}, {"atol": ATOL, "rtol": RTOL})
+        return result
+
+    result = compared([1, 7, 40])
+    assert result.contradictions == [] and result.compared["near_tie_divergences"] == 1
+    assert "generation P1-G-rep1: a near-tie divergence at step 1" in result.notes[0]
+    result = compared([1, 8, 40])
+    assert result.contradictions[0].startswith("generation P1-G-rep1: ids first differ at step 1")
 
 
 def test_replayed_step_names_the_selection_and_the_best_other():

@@ -14,6 +14,7 @@ import pytest
 from inferlab import protocol, specimen
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, file_inventory
+from inferlab.reading.deterministic import saved_tensors
 from inferlab.reading.runview import RunView
 from inferlab.recheck.replay import Replay, load_model
 
@@ -33,26 +34,24 @@ def honest(standin_run, standin_dir, tmp_path_factory):
     return tuple(made_once(tmp_path_factory, "replay-of-the-standin-run", make))
 
 
-def test_an_honest_run_replays_in_full_and_every_part_agrees(honest, standin_run):
+def test_an_honest_run_replays_in_full_and_agrees_in_every_output(honest, standin_run):
     status, lines, _, _ = honest
     records = [json.loads(line) for line in (standin_run / "records.jsonl").read_text().splitlines()]
-    prefixes = sum(1 for r in records if r["kind"] == "cache_comparison")
-    calls = sum(1 for r in records if r["kind"] == "batching" and r["record_type"] == "call")
-    greedy = sum(1 for t in protocol.generation_trials() if not protocol.CONDITIONS[t.condition].do_sample)
+    saved = [r for r in records if r["kind"] == "generation" and r.get("first_step_logits")]
     expected = {
-        "specimen": 2 + len(protocol.ALLOWLISTED_FILES),  # name, revision, each file's hash
-        "inputs": len({**protocol.PROMPTS, **protocol.TIMING_PROMPTS}),
-        "generation (greedy)": greedy,
-        "generation (seeded sampling)": len(protocol.generation_trials()) - greedy,
-        # per prompt and condition: the raw vector, its argmax, the processed scores
-        "first-step logits": 3 * 2 * len(protocol.CONDITIONS),
-        "matched prefix": 1 + 6 * prefixes,  # the continuation; per prefix its length, 2 argmaxes, margin, 2 vectors
+        "specimen pins": 2 + len(protocol.ALLOWLISTED_FILES),  # name, revision, each file's size and hash
+        "prompts' ids": len({**protocol.PROMPTS, **protocol.TIMING_PROMPTS}),
+        "generation trials' ids": len(protocol.generation_trials()),
+        "first-step logits' top values": len({(r["prompt_id"], r["condition"]) for r in saved}),
+        "matched prefixes": sum(1 for r in records if r["kind"] == "cache_comparison"),
         "timing trials' ids": len(protocol.timing_schedule()),
-        "batching": 2 * calls,  # per call its raw ids and its first step's logits
+        "batching calls' ids": sum(1 for r in records if r["kind"] == "batching" and r["record_type"] == "call"),
+        "saved tensors": len(saved_tensors(RunView.read(standin_run))),  # every one the run saved
     }
-    for part, count in expected.items():
-        assert f"{part}: agrees ({count} of {count})" in lines, (part, lines)
-    assert status == 0 and lines[-1].startswith(f"replay: all {len(expected)} compared parts agree")
+    compared = next(line for line in lines if line.startswith("compared with the replay (bit for bit): "))
+    assert compared.split(": ", 1)[1] == ", ".join(f"{count} {what}" for what, count in expected.items()), compared
+    assert not [line for line in lines if line.startswith("  contradiction: ")], lines
+    assert status == 0 and lines[-1].startswith("replay: the run agrees with the replay in every compared output")
 
 
 def test_replay_writes_nothing_into_the_run(honest):
@@ -69,7 +68,7 @@ def grader_model(standin_dir):
 
 def test_a_run_whose_ids_were_edited_disagrees_and_names_each_trial(standin_run, grader_model, tmp_path):
     """Greedy and timing ids edited (and re-hashed); the run also says another torch drew its seeded ids, so
-    those are listed, not counted."""
+    those are not compared (a note says how many drew the same ids all the same)."""
     def edit(records):
         find(records, "generation", trial_id="P1-G-rep2")["generated_ids"][4] += 1
         find(records, "timing_trial", schedule_id="P1x8-cache_on-rep2")["generated_ids"][9] += 1
@@ -83,15 +82,19 @@ def test_a_run_whose_ids_were_edited_disagrees_and_names_each_trial(standin_run,
     model, tokenizer = grader_model
     replay = Replay(RunView.read(run), model, tokenizer, time.monotonic())
     with torch.inference_mode():
-        parts = {p.name: p for p in (replay.inputs(), *replay.generation(), replay.timing())}
-    assert parts["inputs"].agrees
-    for name, trial in (("generation (greedy)", "P1-G-rep2"), ("timing trials' ids", "P1x8-cache_on-rep2")):
-        assert not parts[name].agrees and len(parts[name].differences) == 1, parts[name]
-        assert parts[name].differences[0].startswith(f"{trial}: ids first differ at step "), parts[name].differences
-        assert " in the run, " in parts[name].differences[0] and " in the replay (" in parts[name].differences[0]
-    sampled = parts["generation (seeded sampling)"]
-    assert sampled.compared == 0 and not sampled.differences and "the run's torch is 2.0.0" in sampled.notes[0]
-    assert sum(note.endswith("the same ids (not counted)") for note in sampled.notes) == 20
+        replay.inputs()
+        replay.generation()
+        replay.timing()
+    result = replay.compare()
+    assert result.compared["prompts"] == len({**protocol.PROMPTS, **protocol.TIMING_PROMPTS})
+    assert len(result.contradictions) == 2, result.contradictions
+    for line, trial in zip(result.contradictions, ("generation P1-G-rep2", "timing P1x8-cache_on-rep2")):
+        assert line.startswith(f"{trial}: ids first differ at step ") and " in the run, " in line, line
+        assert " in the replay (" in line, line
+    sampled = sum(1 for t in protocol.generation_trials() if protocol.CONDITIONS[t.condition].do_sample)
+    assert result.compared["sampled_not_compared"] == sampled, result.compared
+    note = next(note for note in result.notes if "seeded sampling trials not compared" in note)
+    assert "the run drew them with torch 2.0.0" in note and f"({sampled} of them drew the same ids" in note, note
 
 
 def test_replay_refuses_what_is_not_a_run_or_a_copy_that_fails_verification(standin_run, tmp_path, capsys):
@@ -136,7 +139,27 @@ def test_processed_scores_with_top_p_undone_and_their_hash_redone_disagree_with_
     with torch.inference_mode():
         replay.inputs()
         replay.generation()
-        part = replay.first_step()
-    assert not part.agrees and len(part.differences) == 1, part.differences
-    assert part.differences[0].startswith("P1/S3 (P1-S3-seed17: ") and " processed scores (" in part.differences[0]
-    assert "recorded against replayed, element [" in part.differences[0] and " against -inf (" in part.differences[0]
+        replay.first_step()
+    result = replay.compare()
+    assert len(result.contradictions) == 1, result.contradictions
+    line = result.contradictions[0]
+    assert line.startswith("saved tensor generation P1-S3-seed17 first_step_scores (") and "under the same " \
+        "conditions; element [" in line and " against -inf (" in line, line
+
+
+def test_a_replay_past_the_session_limit_computes_nothing_more_and_the_run_cannot_agree(tmp_path_factory):
+    """The bound: once the protocol's session limit has passed, no model call is made (the model here is None)."""
+    from types import SimpleNamespace
+
+    from inferlab.recheck.replay import LIMIT_S, agrees
+
+    from fixture_runs import fixture_runs
+
+    view = fixture_runs(tmp_path_factory).data("complete").view()
+    tokenizer = SimpleNamespace(eos_token_id=0, pad_token_id=None, bos_token_id=None)
+    late = Replay(view, None, tokenizer, time.monotonic() - LIMIT_S - 1)
+    late.generation()
+    late.timing()
+    result = late.compare()
+    assert result.contradictions == [f"stopped: the replay ran past the protocol's session limit of {LIMIT_S} s"]
+    assert not agrees(result) and late.replayed["generation"] == {} and late.replayed["timing"] == {}

@@ -217,22 +217,24 @@ def test_replay_on_another_specimen_is_refused_before_anything_is_loaded(run, no
 
 def test_replay_on_a_copy_with_other_files_loads_no_model(run, monkeypatch):
     view = RunView.read(run)
-    name = view.kind("artifact_file")[0]["name"]
+    recorded = view.kind("artifact_file")
+    name = recorded[0]["name"]
+    copy = [{**row, "sha256": "ab" * 32} if row is recorded[0] else row for row in recorded]  # one file another
     monkeypatch.setattr(replay, "grader_spec", lambda view, specimen: (
         SimpleNamespace(name="standin", revision="685c649b"), "the test's spec"))
     monkeypatch.setattr("inferlab.specimen.acquire", lambda spec, artifacts_dir=None, offline=False: {
-        "directory": "copy", "acquisition": "given", "verification": {"files": [
-            {"name": name, "present": True, "sha256": "ab" * 32}]}})
+        "directory": "copy", "acquisition": "given", "verification": {"files": copy}})
 
     def loads(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(replay, "load_model", loads)
     result = replay.replay_run(run, specimen=None)
-    (part,) = result["parts"]
-    assert result["agree"] is False and part.differences == [
-        f"{name} sha256: {view.kind('artifact_file')[0]['sha256']!r} in the run, {'ab' * 32!r} in the replay"]
-    assert "no model was loaded" in part.notes[-1]
+    size = recorded[0]["size"]
+    assert result["agree"] is False and result["comparison"].contradictions == [
+        f"specimen file {name}: size {size} sha256 {recorded[0]['sha256']} in the run, size {size} sha256 "
+        f"{'ab' * 32} in the grader's copy"]
+    assert "no model was loaded" in result["comparison"].notes[-1]
 
 
 # --- d. attach refuses the run's own files ----------------------------------------------------------------

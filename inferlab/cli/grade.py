@@ -30,8 +30,8 @@ exit status (over several runs, the worst):
   1  a checklist item fails (the output names it and says what to fix)
   2  a usage error, a rubric or reference that cannot be used, a folder that is not a run, a refused archive
   3  an integrity problem: verify finds one, a summary flag disagrees with the file it summarises, the run's
-     harness is not this inferlab's (under the default rubric), the run contradicts the --reference, or a
-     part of it disagrees with its --replay on your own copy of the specimen (or could not be replayed)
+     harness is not this inferlab's (under the default rubric), the run contradicts the --reference, or an
+     output of it contradicts its --replay on your own copy of the specimen (or it could not be replayed)
   141  the reader of the output went away (... | head)"""
 
 
@@ -56,8 +56,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--csv", type=Path, metavar="FILE", help="also write one CSV row per run to FILE")
     parser.add_argument("--replay", action="store_true",
                         help="re-execute each run's deterministic parts on your own verified copy of the specimen "
-                             "(offline; the model is loaded once per process) and fold the result into the grade: a "
-                             "part that disagrees is an integrity problem (a rubric's require_replay turns it on)")
+                             "(offline; the model is loaded once per process) and fold the result into the grade: an "
+                             "output that contradicts its replay is an integrity problem (a rubric's require_replay "
+                             "turns it on)")
     parser.add_argument("--specimen", metavar="NAME",
                         help="with --replay: the specimen to replay every run on, from this checkout's artifacts/ "
                              "(default: the one each run names, if this checkout has its spec)")

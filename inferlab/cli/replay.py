@@ -10,16 +10,17 @@ from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, ref
 
 NAME = "replay"
 # What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
-EXITS = {0: "every compared part agrees", 1: "a part disagrees, the run fails verify, or it is unfinished or partial "
-                                            "(said first)",
+EXITS = {0: "the run agrees with every compared output",
+         1: "the run contradicts the replay, fails verify, or is unfinished or partial (said first)",
          2: "cannot replay: another specimen, a copy that fails its pins, a plan folder, not a run"}
 SHOWN_PROBLEMS = 8
 HELP = ("re-execute a run's deterministic computations (prompt ids, the 26 generations with their seeds, first-step "
         "logits, matched prefixes, timing ids, batching) on your own verified copy of the specimen and compare "
         "them with the records; loads the model (the one command that does), writes nothing into the run; first "
         "checks the run (verify) and that the copy is the run's specimen, before anything is loaded; exit 0 when "
-        "every part agrees, 1 when one does not or the run fails verify (an unfinished or partial run is replayed as "
-        "far as it went, said at the top, and exits 1), 2 when it cannot replay (another specimen, a plan folder)")
+        "the run agrees with every compared output, 1 when it contradicts one or the run fails verify (an "
+        "unfinished or partial run is replayed as far as it went, said at the top, and exits 1), 2 when it cannot "
+        "replay (another specimen, a plan folder)")
 
 
 def add_arguments(parser) -> None:
@@ -119,13 +120,13 @@ def replay_folder(args, record_dir: Path) -> int:
         print(f"replay: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     print(f"replay of {args.record_dir} on {result['specimen']} ({result['acquisition']}: {result['directory']})")
-    for part in result["parts"]:
-        for line in format_part(part):
-            print(line)
-    counted = [p for p in result["parts"] if p.compared or p.differences]
-    disagreeing = [p.name for p in counted if not p.agrees]
-    verdict = (f"all {len(counted)} compared parts agree" if result["agree"] else
-               f"{len(disagreeing)} of {len(counted)} compared parts disagree: {', '.join(disagreeing)}")
+    comparison = result["comparison"]
+    for line in format_comparison(comparison, result["rule"]):
+        print(line)
+    contradictions = len(comparison.contradictions)
+    verdict = ("the run agrees with the replay in every compared output" if result["agree"] else
+               f"{contradictions} contradiction(s) of the run with the replay" if contradictions else
+               "nothing of the run could be compared")
     print(f"replay: {verdict} ({result['elapsed_s']:.1f} s)")
     if partial:
         print(f"replay: {args.record_dir} is unfinished or partial: exit 1 (see the first line)")
@@ -133,19 +134,20 @@ def replay_folder(args, record_dir: Path) -> int:
     return EXIT_OK if result["agree"] else EXIT_PROBLEMS
 
 
-SHOWN_DIFFERENCES = 8  # per part; the count says how many more
+SHOWN_CONTRADICTIONS = 20  # the count says how many more
+# What each count of inferlab.recheck.trusted's comparison stands for, in the order the replay computes them.
+COUNTED = (("pins", "specimen pins"), ("prompts", "prompts' ids"), ("generation", "generation trials' ids"),
+           ("first_step", "first-step logits' top values"), ("cache_prefixes", "matched prefixes"),
+           ("timing", "timing trials' ids"), ("batching", "batching calls' ids"), ("tensors", "saved tensors"))
 
 
-def format_part(part) -> list[str]:
-    """A replayed part (inferlab.recheck.replay.Part) as the command prints it: its verdict line, then its
-    differences (the first few) and its notes."""
-    if part.differences:
-        head = f"{part.name}: DISAGREES ({len(part.differences)} of {part.compared} differ)"
-    elif part.compared:
-        head = f"{part.name}: agrees ({part.compared} of {part.compared})"
-    else:
-        head = f"{part.name}: nothing to compare"
-    lines = [head] + [f"  {line}" for line in part.differences[:SHOWN_DIFFERENCES]]
-    if len(part.differences) > SHOWN_DIFFERENCES:
-        lines.append(f"  ... and {len(part.differences) - SHOWN_DIFFERENCES} more")
-    return lines + [f"  note: {note}" for note in part.notes]
+def format_comparison(comparison, rule) -> list[str]:
+    """The run's comparison with its replay (inferlab.recheck.trusted.Comparison) as the command prints it: what
+    was compared of each computation and by which rule, then the contradictions (the first few) and the notes."""
+    counts = comparison.compared
+    compared = ", ".join(f"{counts[key]} {words}" for key, words in COUNTED if key in counts)
+    lines = [f"compared with the replay ({rule.describe('the replayed value') if rule else 'exactly'}): {compared}"]
+    lines += [f"  contradiction: {line}" for line in comparison.contradictions[:SHOWN_CONTRADICTIONS]]
+    if len(comparison.contradictions) > SHOWN_CONTRADICTIONS:
+        lines.append(f"  ... and {len(comparison.contradictions) - SHOWN_CONTRADICTIONS} more")
+    return lines + [f"  note: {note}" for note in comparison.notes]

@@ -12,7 +12,8 @@ line for a partial or unfinished run is not an integrity problem: it is why item
 items it lacks). A failed protocol diagnostic is a finding shown with its evidence, never a failed item.
 
 With a GraderCopy (inferlab.grading.replayed: grade --replay), the run's deterministic parts are also
-re-executed on the grader's own copy of the specimen, and a part that disagrees is an integrity problem.
+re-executed on the grader's own copy of the specimen, and an output that contradicts its replay is an integrity
+problem.
 
 Exit status of one run: 0 every required item passes (manual items do not block), 1 an item fails, 2 the
 source is not a run (or an archive was refused), 3 an integrity problem. Over several runs, the worst.

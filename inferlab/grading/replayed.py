@@ -2,11 +2,12 @@
 run on the grader's own verified copy of the specimen (inferlab.recheck.replay is the engine, called, never
 restated) and folds the result into the run's grade.
 
-A part that disagrees is an integrity problem naming the part and its first difference; a run that cannot be
-replayed at all (its specimen is not one of this checkout's, the grader's copy fails verification against it) is
-one too, saying why: the grader asked that every run be re-executed, and this one could not be. What the replay
-could not establish (seeded sampling ids drawn by another torch) goes into the grade's not_checked, as the
-absence of a replay does when none was asked for (grade.not_established).
+The replay and the course's run are folded alike (fold_comparison): each contradiction of the run with the
+trusted outputs is an integrity problem naming the output and its first difference; a run that cannot be replayed
+at all (its specimen is not one of this checkout's, the grader's copy fails verification against it) is one too,
+saying why: the grader asked that every run be re-executed, and this one could not be. What could not be compared
+(seeded sampling ids drawn by another torch or transformers) goes into the grade's not_checked, as the absence of a
+replay does when none was asked for (grade.not_established).
 
 The grader's copy is acquired offline (grading never opens the network) and loaded once per process and specimen
 (GraderCopy): a class replays one run after another on the same model. What a replay computes does not depend on
@@ -135,10 +136,10 @@ class GraderCopy:
         return None
 
     def replay(self, view) -> dict:
-        """Every part of the run replayed on the grader's copy: {made, specimen, parts, agree, elapsed_s}, or
-        {made: False, reason}."""
+        """The run replayed on the grader's copy and compared with it (inferlab.recheck.replay.replayed_on): {made,
+        specimen, comparison, agree, rule, elapsed_s}, or {made: False, reason}."""
         from inferlab.recheck.elsewhere import replay_in_child, settings_to_match
-        from inferlab.recheck.replay import Replay, specimen_part
+        from inferlab.recheck.replay import replayed_on
 
         started = time.monotonic()
         name = self.specimen or view.specimen_spec().get("name")
@@ -151,11 +152,7 @@ class GraderCopy:
         if settings is not None and view.directory is not None:  # torch takes kernel settings only at its start
             return replay_in_child(view.directory, name, self.artifacts, settings)
         spec, how, acquired, model, tokenizer = self._loaded[name]
-        replay = Replay(view, model, tokenizer, started)
-        parts = [specimen_part(view, spec, acquired["verification"], how)] + replay.run()
-        counted = [p for p in parts if p.compared or p.differences]
-        return {"made": True, "specimen": spec.name, "parts": parts, "rule": replay.rule,
-                "agree": bool(counted) and all(p.agrees for p in counted), "elapsed_s": time.monotonic() - started}
+        return replayed_on(view, model, tokenizer, spec, acquired["verification"], how, started)
 
 
 class MadeHere:
@@ -197,18 +194,10 @@ class CourseRun:
         rule = allowance(conditions(view.manifest), conditions(self.view.manifest), DEFAULT_ATOL, DEFAULT_RTOL,
                          ("the run", self.name))
         result = compare_trusted(view, self.trusted, rule, self.view, theirs=self.name)
-        lines = [line.replace(*rename) for line in result.contradictions] if rename else result.contradictions
-        grade.integrity += [f"contradicts {self.name}: {line}" for line in lines]
+        fold_comparison(grade, result, rule, (f"contradicts {self.name}: ", f"against {self.name}: "), self.name,
+                        rename)
         grade.facts["against"] = {"course_run": str(self.directory), "compared": True, "exact": rule.exact,
-                                  "contradictions": len(lines), "counts": result.compared}
-        inexact = rule.not_checked("the run", self.name)
-        if inexact:
-            grade.not_checked.append(f"against {self.name}: {inexact}")
-        grade.notes += [f"against {self.name}: {note}" for note in result.notes]
-        if not lines:
-            grade.notes.append(f"against {self.name}: the run agrees with it, {rule.describe(self.name)} "
-                               f"({result.compared.get('tensors', 0)} saved tensors "
-                               f"{'by hash' if rule.exact else 'element by element'})")
+                                  "contradictions": len(result.contradictions), "counts": result.compared}
         # The timings are a finding beside the course's run, never a check: no machine times alike twice.
         from inferlab.grading.timing_sides import side_by_side
 
@@ -219,20 +208,40 @@ class CourseRun:
                                      f"({type(error).__name__}: {error})")
 
 
+def fold_comparison(grade, result, rule, prefixes: tuple[str, str], trusted: str,
+                    rename: Optional[tuple[str, str]] = None) -> None:
+    """A comparison with trusted outputs (inferlab.recheck.trusted.Comparison) folded into `grade`: each
+    contradiction an integrity problem (prefixes[0]), a comparison that could not be exact and every output not
+    compared under "Not checked", every other note a note (prefixes[1]), and when nothing contradicts, a note
+    saying by which rule the run agrees."""
+    lines = [line.replace(*rename) for line in result.contradictions] if rename else result.contradictions
+    grade.integrity += [prefixes[0] + line for line in lines]
+    inexact = rule.not_checked("the run", trusted)
+    if inexact:
+        grade.not_checked.append(prefixes[1] + inexact)
+    for note in result.notes:
+        (grade.not_checked if "not compared" in note else grade.notes).append(prefixes[1] + note)
+    if not lines:
+        grade.notes.append(f"{prefixes[1]}the run agrees with {trusted}, {rule.describe(trusted)} "
+                           f"({result.compared.get('tensors', 0)} saved tensors "
+                           f"{'by hash' if rule.exact else 'element by element'})")
+
+
 def summary(result: dict) -> dict:
-    """The replay as plain data for the grade's facts: made, specimen, agree, seconds, and per part its counts."""
+    """The replay as plain data for the grade's facts: made, specimen, agree, exact, seconds, how many outputs of
+    each computation were compared (inferlab.recheck.trusted's counts) and how many contradictions were found."""
     if not result.get("made"):
         return {"made": False, "reason": result.get("reason")}
     return {"made": True, "specimen": result["specimen"], "agree": result["agree"],
             "exact": result["rule"].exact, "kernel_settings": result.get("settings"),
-            "elapsed_s": round(result["elapsed_s"], 3),
-            "parts": {p.name: {"compared": p.compared, "differences": len(p.differences), "agrees": p.agrees}
-                      for p in result["parts"]}}
+            "elapsed_s": round(result["elapsed_s"], 3), "compared": dict(result["comparison"].compared),
+            "contradictions": len(result["comparison"].contradictions)}
 
 
 def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
-    """The replay of `view` on `copy` (a GraderCopy) folded into `grade`. Without one there is nothing to fold
-    (grade.not_established has said 'replay: none made' in the grade's not_checked)."""
+    """The replay of `view` on `copy` (a GraderCopy) folded into `grade` as the course's run is (fold_comparison).
+    Without one there is nothing to fold (grade.not_established has said 'replay: none made' in the grade's
+    not_checked)."""
     if isinstance(copy, CourseRun):
         copy.fold(grade, view, rename)
         return
@@ -244,25 +253,10 @@ def fold(grade, view, copy, rename: Optional[tuple[str, str]] = None) -> None:
         reason = result["reason"].replace(*rename) if rename else result["reason"]
         grade.integrity.append(f"replay: not made: {reason}")
         return
-    on = f"the grader's copy of {result['specimen']}"
     if result.get("settings"):
         grade.notes.append("replay: made in a process of its own under the run's kernel settings (" + ", ".join(
             f"{k}={v if v is not None else '(unset)'}" for k, v in sorted(result["settings"].items())) + ")")
-    inexact = result["rule"].not_checked("the run's saved outputs", "the replay")
-    if inexact:
-        grade.not_checked.append(f"replay: {inexact}")
-    for part in result["parts"]:
-        if part.differences:
-            grade.integrity.append(f"replay: {part.name} disagrees on {on} ({len(part.differences)} of "
-                                   f"{part.compared} differ); first: {part.differences[0]}")
-        elif part.name.startswith("generation (seeded") and part.notes and part.notes[0].startswith("not counted"):
-            grade.not_checked.append(f"replay: seeded sampling ids: {part.notes[0][len('not counted: '):]}")
-        elif not part.compared:
-            grade.notes.append(f"replay: {part.name}: nothing to compare" +
-                               (f" ({part.notes[0]})" if part.notes else ""))
-    if not result["agree"] and not any(p.differences for p in result["parts"]):
-        grade.integrity.append(f"replay: nothing of the run could be compared on {on}")
-    if result["agree"]:
-        counted = sum(1 for p in result["parts"] if p.compared)
-        grade.notes.append(f"replay: all {counted} compared parts agree on {on}, "
-                           f"{result['rule'].describe('the replayed value')} ({result['elapsed_s']:.1f} s)")
+    fold_comparison(grade, result["comparison"], result["rule"], ("replay: ", "replay: "), "the replay", rename)
+    if not result["agree"] and not result["comparison"].contradictions:
+        grade.integrity.append(f"replay: nothing of the run could be compared on the grader's copy of "
+                               f"{result['specimen']}")

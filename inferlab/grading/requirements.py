@@ -112,8 +112,8 @@ def replay_check(replay: Optional[object]) -> Check:
         return failed("replay", "this rubric requires a replay of the run's deterministic outputs on the grader's copy "
                       "of the specimen, and none was given", f"run {spelled('grade RUN --replay')}")
     words = getattr(replay, "requirement_words", None)  # what the course's run (or its comparison) did instead
-    return passed("replay", words or "the run's deterministic outputs were replayed on the grader's copy (a part "
-                  "that disagrees is an integrity problem)")
+    return passed("replay", words or "the run's deterministic outputs were replayed on the grader's copy (an "
+                  "output that contradicts its replay is an integrity problem)")
 
 
 def requirement_checks(view: RunView, rubric: Rubric, harness: HarnessComparison, lock: LockConformance,

@@ -1,5 +1,5 @@
 """The near-tie rule for greedy ids computed twice (an instructor's reference and a run, or a run and its replay):
-one place, used by inferlab.grading.reference and inferlab.recheck.replay.
+one place, used by inferlab.recheck.trusted (a reference, the course's run and a replay compare through it).
 
 Each greedy step records its top two raw logits as the selected id's logit and the best other id with its logit
 (`step_top2_ids` [[selected, runner-up], ...] and `step_top2_logits` [[top, second], ...]: sampling.py and
@@ -105,7 +105,8 @@ class IdsComparison:
         return f"top-two margin {shown(self.ours_margin)} in {ours}, {shown(self.theirs_margin)} in {theirs}"
 
 
-def _within(ours: float, theirs: float, atol: float, rtol: float) -> bool:
+def within(ours: float, theirs: float, atol: float, rtol: float) -> bool:
+    """Whether a value agrees with the trusted one within the tolerance: |ours - theirs| <= atol + rtol*|theirs|."""
     return abs(ours - theirs) <= atol + rtol * abs(theirs)
 
 
@@ -122,7 +123,7 @@ def compare_greedy(ours: Sequence[int], theirs: Sequence[int], ours_steps: Optio
         if index < len(ours_steps) and index < len(theirs_steps):
             a, b = ours_steps[index], theirs_steps[index]
             # sorted top-two values move by at most the largest move of any logit: comparable even after a swap
-            if _within(a.top, b.top, atol, rtol) and _within(a.second, b.second, atol, rtol):
+            if within(a.top, b.top, atol, rtol) and within(a.second, b.second, atol, rtol):
                 checked.add(index)
             else:
                 result.value_problems.append(f"step {index}: top two raw logits [{a.top:.7g}, {a.second:.7g}], "

@@ -129,9 +129,15 @@ def _first_step(view) -> tuple[dict, dict]:
         if array is None:
             absent[key] = f"{reference.get('file')}[{reference.get('key')}] missing or not as its record says"
             continue
-        found[key] = {"trial_id": record.get("trial_id"), "sha256": reference.get("sha256"),
-                      "shape": list(array.shape), **{f"top_{name}": value for name, value in top_logits(array).items()}}
+        found[key] = first_step_entry(record.get("trial_id"), reference.get("sha256"), array)
     return found, absent
+
+
+def first_step_entry(trial_id: Optional[str], sha256: Optional[str], array) -> dict:
+    """What the outputs hold of one prompt and condition's raw first-step logits (vocab,): the trial that saved
+    them, their hash, their shape and their TOP_K largest ids and values."""
+    return {"trial_id": trial_id, "sha256": sha256, "shape": list(array.shape),
+            **{f"top_{name}": value for name, value in top_logits(array).items()}}
 
 
 def _batching(view) -> dict:
@@ -160,17 +166,22 @@ def _weights_sha256(view) -> Optional[str]:
 TENSOR_OWNERS = ("trial_id", "schedule_id", "prefix_length", "call_index")  # what names a record's tensor
 
 
+def tensor_label(record: dict, name: str) -> str:
+    """The label of the tensor a record holds in its field `name` (or in its `tensors`): the record's kind, what
+    owns it (TENSOR_OWNERS) and the field, 'generation P1-G-rep1 first_step_logits', 'cache_comparison 7 cached'."""
+    owner = next((str(record[field]) for field in TENSOR_OWNERS if record.get(field) is not None), None)
+    return " ".join(str(part) for part in (record.get("kind"), owner, name) if part is not None)
+
+
 def saved_tensors(view) -> dict:
-    """{label: {file, key, sha256}} of every tensor the run's records reference, as the records hash it; the label
-    names the record and the field: 'generation P1-G-rep1 first_step_logits', 'cache_comparison 7 cached'."""
+    """{label (tensor_label): {file, key, sha256}} of every tensor the run's records reference, as the records hash
+    it."""
     found = {}
     for record in view.records:
-        owner = next((str(record[name]) for name in TENSOR_OWNERS if record.get(name) is not None), None)
         nested = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
         for name, value in [*record.items(), *nested.items()]:
             if isinstance(value, dict) and {"file", "key", "sha256"} <= set(value):
-                label = " ".join(str(part) for part in (record.get("kind"), owner, name) if part is not None)
-                found.setdefault(label, {k: value[k] for k in ("file", "key", "sha256")})
+                found.setdefault(tensor_label(record, name), {k: value[k] for k in ("file", "key", "sha256")})
     return found
 
 

@@ -3,7 +3,7 @@ before the first kernel runs, so a process that already computed cannot take the
 
 When a run recorded kernel settings (inferlab.host.environment.KERNEL_ENV_VARS) other than this process's, the
 replay is made by `python -m inferlab.recheck.elsewhere RUN_DIR --specimen NAME [--artifacts DIR]` with those
-settings in its environment, offline; it prints its parts as JSON and this process reads them back. Where this CPU
+settings in its environment, offline; it prints its comparison as JSON and this process reads it back. Where this CPU
 cannot honour a setting (a kernel set it lacks), the child's own conditions say so and its comparison is within
 the tolerance (inferlab.recheck.agreement), naming what differed.
 """
@@ -29,9 +29,9 @@ def settings_to_match(manifest: dict) -> Optional[dict]:
 
 
 def replay_in_child(run_dir, specimen: str, artifacts: Optional[str], settings: dict) -> dict:
-    """The replay's result made in a child under `settings`: {made, specimen, parts, agree, rule, elapsed_s,
+    """The replay's result made in a child under `settings`: {made, specimen, comparison, agree, rule, elapsed_s,
     settings}, or {made: False, reason}."""
-    from inferlab.recheck.replay import Part
+    from inferlab.recheck.trusted import Comparison
 
     env = {k: v for k, v in os.environ.items() if k not in settings}
     env.update({name: value for name, value in settings.items() if value is not None})
@@ -47,13 +47,13 @@ def replay_in_child(run_dir, specimen: str, artifacts: Optional[str], settings: 
     if not isinstance(data, dict) or not data.get("made"):
         why = data.get("reason") if isinstance(data, dict) else (done.stderr.strip()[-500:] or f"exit {done.returncode}")
         return {"made": False, "reason": f"the replay under the run's kernel settings ({shown}) was not made: {why}"}
-    rule = Allowance(**data["rule"])
-    parts = [Part(**{**part, "rule": rule}) for part in data["parts"]]
-    return {**data, "parts": parts, "rule": rule, "settings": settings}
+    return {**data, "comparison": Comparison(**data["comparison"]), "rule": Allowance(**data["rule"]),
+            "settings": settings}
 
 
 def main(argv=None) -> int:
-    """The child: replay RUN_DIR offline and print one JSON line (the parts, the rule, or why it was not made)."""
+    """The child: replay RUN_DIR offline and print one JSON line (the comparison, the rule, or why it was not
+    made)."""
     import argparse
 
     from inferlab.recheck.replay import ReplayError, replay_run
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     rule = result["rule"] or Allowance(0.0, 0.0, ["nothing was replayed"])
     print(json.dumps({"made": True, "specimen": result["specimen"], "agree": result["agree"],
                       "elapsed_s": result["elapsed_s"], "rule": asdict(rule),
-                      "parts": [{k: v for k, v in asdict(p).items() if k != "rule"} for p in result["parts"]]}))
+                      "comparison": result["comparison"].as_dict()}))
     return 0
 
 

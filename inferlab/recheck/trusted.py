@@ -1,8 +1,7 @@
-"""A claimed run compared with trusted outputs: a reference file's (inferlab.grading.reference), or those of a run
-the grader trusts (the course's own run, made in the autograder or by the instructor: `grade --against`). The
-replay (inferlab.recheck.replay) recomputes its trusted values; this compares with values already computed. Both
-take their rule from inferlab.recheck.agreement: bit for bit under the same conditions, else within a declared
-tolerance.
+"""A claimed run compared with trusted outputs: a reference file's (inferlab.grading.reference), those of a run
+the grader trusts (the course's own run, made in the autograder or by the instructor: `grade --against`), or those
+a replay recomputed on the grader's copy (inferlab.recheck.replay, with its arrays in memory). The one rule is
+inferlab.recheck.agreement's: bit for bit under the same conditions, else within a declared tolerance.
 
 What is compared, of what both sides hold (an output the run lacks is not compared: its items fail for it): the
 specimen's pins (name, repository, revision, synthetic or not, every allowlisted file's size and SHA-256) and the
@@ -12,10 +11,11 @@ the rule's near-tie limit at its true top value, and whose runner-up is the othe
 divergence, noted with the step and both margins, and the ids after it are not compared; any other difference is
 a contradiction, and so are top-two values beyond the rule at a step both computed from the same ids); seeded
 sampling ids only when both drew them with the same torch and transformers (otherwise only mentioned); first-step
-logits' top values within the rule; and every saved tensor: when the rule is exact by its SHA-256, a difference
-named by its record and field and (with the trusted run's files) its first differing element, and otherwise, with
-the trusted run's files at hand, element by element within the tolerance. Each contradiction is an integrity
-problem of the claimed run.
+logits' top values within the rule; the matched prefixes' continuation, lengths, argmaxes and margins; the
+batching calls' ids exactly; and every saved tensor: when the rule is exact by its SHA-256, a difference named by
+its record and field and (with the trusted arrays) its first differing element, and otherwise, with the trusted
+arrays at hand, element by element within the tolerance. Each contradiction is an integrity problem of the claimed
+run. A trusted side that holds only some of the three (a replay holds no experiment sources) is compared in those.
 """
 
 from __future__ import annotations
@@ -106,15 +106,10 @@ class _PromptSteps:
         return found or None
 
 
-def exact_line(label: str, ours: Any, theirs: Any, sides: tuple = ("the run", "the reference")) -> Optional[str]:
-    """None when two outputs are equal, else the line naming both, as every trusted comparison words it."""
-    return None if ours == theirs else f"{label}: {describe(ours)} in {sides[0]}, {describe(theirs)} in {sides[1]}"
-
-
 def _compare_exact(result: Comparison, label: str, ours: Any, theirs: Any) -> None:
-    line = exact_line(label, ours, theirs)
-    if line:
-        result.contradictions.append(line)
+    """Two outputs that must be equal: a difference is a contradiction naming both."""
+    if ours != theirs:
+        result.contradictions.append(f"{label}: {describe(ours)} in the run, {describe(theirs)} in the reference")
 
 
 def _compare_pins(result: Comparison, run_pins: dict, ref_pins: dict) -> None:
@@ -122,8 +117,8 @@ def _compare_pins(result: Comparison, run_pins: dict, ref_pins: dict) -> None:
     specimen was verified has none: not compared, and its items fail for that)."""
     compared = 0
     for name in ("name", "repo_id", "revision", "synthetic", "weights_sha256"):
-        if run_pins.get(name) is None and ref_pins.get(name) is not None:
-            continue  # not recorded by the run
+        if name not in ref_pins or (run_pins.get(name) is None and ref_pins.get(name) is not None):
+            continue  # not held by the trusted side (a replay's copy knows no repository), or not recorded by the run
         compared += 1
         _compare_exact(result, f"specimen {name}", run_pins.get(name), ref_pins.get(name))
     run_files, ref_files = run_pins.get("files") or {}, ref_pins.get("files") or {}
@@ -154,45 +149,28 @@ def _compare_sources(result: Comparison, ours: dict, theirs: dict) -> None:
     result.compared["sources"] = len(set(ours) | set(theirs))
 
 
-def greedy_lines(label: str, found: near_tie.IdsComparison, ours_ids: list, theirs_ids: list,
-                 allowed: str = "the tolerance", sides: tuple = ("the run", "the reference")) -> tuple[list, list]:
-    """What one greedy comparison (near_tie.compare_greedy) says, as (contradictions, notes), each line naming the
-    label and both sides: top-two values beyond `allowed`, a near-tie divergence (a note), or differing ids. The
-    reference, the course's run and the replay all word a greedy difference this way."""
-    ours, theirs = sides
-    contradictions, notes = [], []
-    if found.value_problems:
-        shown = found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]
-        more = len(found.value_problems) - len(shown)
-        contradictions.append(f"{label}: top two raw logits beyond {allowed} at " + "; ".join(shown)
-                              + (f"; and {more} more" if more > 0 else ""))
-    if found.status == "near_tie":
-        notes.append(f"{label}: a near-tie divergence at step {found.step} ({found.margins_text(ours, theirs)}, "
-                     "within the tolerance's near-tie limit): not a contradiction; the ids after it are not compared")
-    elif found.status == "differ":
-        known = found.theirs_margin is not None
-        contradictions.append(
-            f"{label}: ids first differ at step {found.step}: {describe(ours_ids)} in {ours}, {describe(theirs_ids)} "
-            f"in {theirs} ({found.margins_text(ours, theirs)}: "
-            + ("not a near tie)" if known else f"{theirs} knows no margin at that step)"))
-    return contradictions, notes
-
-
 def _compare_ids(result: Comparison, label: str, ours: dict, theirs: dict, prompt_steps: _PromptSteps,
                  tolerance: dict) -> bool:
-    """A greedy trial's ids by the near-tie rule (inferlab.measure.near_tie): equal, a near-tie divergence (noted), or a
-    contradiction; top-two values beyond the tolerance at a compared step are a contradiction too."""
+    """A greedy trial's ids by the near-tie rule (inferlab.measure.near_tie): equal, a near-tie divergence (a note
+    with the step and both margins), or a contradiction naming the first differing step; top-two values beyond the
+    tolerance at a compared step are a contradiction too."""
     ours_ids, theirs_ids = ours.get("ids") or [], theirs.get("ids") or []
     theirs_steps = prompt_steps.steps(theirs.get("prompt_id"), near_tie.steps_of(theirs), len(theirs_ids))
     found = near_tie.compare_greedy(ours_ids, theirs_ids, near_tie.steps_of(ours), theirs_steps, **tolerance)
-    contradictions, notes = greedy_lines(label, found, ours_ids, theirs_ids)
-    result.contradictions += contradictions
-    result.notes += notes
+    if found.value_problems:
+        shown = found.value_problems[:near_tie.SHOWN_VALUE_PROBLEMS]
+        more = len(found.value_problems) - len(shown)
+        result.contradictions.append(f"{label}: top two raw logits beyond the tolerance at " + "; ".join(shown)
+                                     + (f"; and {more} more" if more > 0 else ""))
+    if found.status == "near_tie":
+        result.notes.append(f"{label}: a near-tie divergence at step {found.step} ({found.margins_text()}, within the "
+                            "tolerance's near-tie limit): not a contradiction; the ids after it are not compared")
+    elif found.status == "differ":
+        result.contradictions.append(
+            f"{label}: ids first differ at step {found.step}: {describe(ours_ids)} in the run, {describe(theirs_ids)} "
+            f"in the reference ({found.margins_text()}: " + ("not a near tie)" if found.theirs_margin is not None
+                                                             else "the reference knows no margin at that step)"))
     return True
-
-
-def _within(ours: float, theirs: float, tolerance: dict) -> bool:
-    return abs(ours - theirs) <= tolerance["atol"] + tolerance["rtol"] * abs(theirs)
 
 
 def _compare_first_step(result: Comparison, ours: dict, theirs: dict, prompt_steps: _PromptSteps,
@@ -213,11 +191,11 @@ def _compare_first_step(result: Comparison, ours: dict, theirs: dict, prompt_ste
         bad = []
         for token in sorted(set(run_top) | set(ref_top)):
             a, b = run_top.get(token, run_edge), ref_top.get(token, ref_edge)
-            if token in run_top and token in ref_top and not _within(a, b, tolerance):
+            if token in run_top and token in ref_top and not near_tie.within(a, b, **tolerance):
                 bad.append(f"id {token}: {a:.6g} against {b:.6g}")
-            elif token not in run_top and not (a >= b or _within(a, b, tolerance)):
+            elif token not in run_top and not (a >= b or near_tie.within(a, b, **tolerance)):
                 bad.append(f"id {token} ({b:.6g} in the reference) is not among the run's top {len(run_top)}")
-            elif token not in ref_top and not (b >= a or _within(a, b, tolerance)):
+            elif token not in ref_top and not (b >= a or near_tie.within(a, b, **tolerance)):
                 bad.append(f"id {token} ({a:.6g} in the run) is not among the reference's top {len(ref_top)}")
         if bad:
             result.contradictions.append(f"first-step logits {key}: beyond the tolerance: " + "; ".join(bad[:4]) +
@@ -237,11 +215,12 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
     run_prompts, ref_prompts = ours.get("prompts") or {}, theirs.get("prompts") or {}
     for prompt_id in sorted(set(run_prompts) & set(ref_prompts)):
         _compare_exact(result, f"prompt {prompt_id} token ids", run_prompts[prompt_id], ref_prompts[prompt_id])
+    result.compared["prompts"] = len(set(run_prompts) & set(ref_prompts))
     same_software = (ours.get("torch_version"), ours.get("transformers_version")) == \
         (theirs.get("torch_version"), theirs.get("transformers_version"))
     counts = {"generation": 0, "sampled_not_compared": 0, "timing": 0, "cache_prefixes": 0, "batching": 0,
               "near_tie_divergences": 0}
-    notes_before = len(result.notes)
+    notes_before, same_anyway = len(result.notes), 0
     for trial_id, ref in (theirs.get("generation") or {}).items():
         run = (ours.get("generation") or {}).get(trial_id)
         if run is None:
@@ -249,6 +228,7 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
             continue
         if ref.get("sampled") and not same_software:
             counts["sampled_not_compared"] += 1
+            same_anyway += run.get("ids") == ref.get("ids")
             continue
         if ref.get("sampled"):
             counts["generation"] += 1
@@ -263,7 +243,8 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
         result.notes.append(
             f"{counts['sampled_not_compared']} seeded sampling trials not compared: the run drew them with torch "
             f"{ours.get('torch_version')} and transformers {ours.get('transformers_version')}, the reference with "
-            f"torch {theirs.get('torch_version')} and transformers {theirs.get('transformers_version')}")
+            f"torch {theirs.get('torch_version')} and transformers {theirs.get('transformers_version')} ({same_anyway} "
+            "of them drew the same ids all the same)")
     for trial_id, ref in (theirs.get("timing") or {}).items():
         run = (ours.get("timing") or {}).get(trial_id)
         if run is not None:
@@ -296,7 +277,8 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
                    tolerance: dict, counts: dict, steps: list) -> None:
     """The fixed continuation by the near-tie rule, then each prefix both hold: its argmaxes (unless the
     reference's uncached margin there is a near tie by its true top value) and its margin, within twice the
-    tolerance at that top value. The prefixes after a near-tie divergence of the continuation are not compared."""
+    tolerance at that top value; a prefix length the run holds alone is a contradiction. The prefixes after a
+    near-tie divergence of the continuation from the ids the trusted prefixes were fed are not compared."""
     prompt_id = protocol.CACHE_REFERENCE_TRIAL[0]
     # each side's continuation with the steps of the trial it follows, as far as it goes
     ours, theirs = ({"ids": cache.get("continuation") or [], "prompt_id": prompt_id,
@@ -304,7 +286,9 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
                     for cache, side in ((run_cache, steps[0]), (ref_cache, steps[1])))
     before = len(result.notes)
     _compare_ids(result, "cache continuation", ours, theirs, prompt_steps, tolerance)
-    diverged = first_divergence(ours["ids"], theirs["ids"]) if len(result.notes) > before else None
+    # The ids the trusted prefixes were fed: its own continuation, or (a replay's) the run's own.
+    fed = ref_cache.get("fed", theirs["ids"])
+    diverged = first_divergence(ours["ids"], fed) if len(result.notes) > before else None
     # Only a near tie in the trusted run's own margin lets the two runs feed other ids honestly from there on.
     trusted_steps = prompt_steps.steps(prompt_id, near_tie.steps_of(theirs), len(theirs["ids"])) or []
     honest_swap = diverged is not None and diverged < len(trusted_steps) and \
@@ -312,6 +296,10 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
     run_prefixes = {p.get("prefix_length"): p for p in run_cache.get("prefixes") or []}
     prompt_length = min((p.get("prefix_length") for p in ref_cache.get("prefixes") or []
                          if isinstance(p.get("prefix_length"), int)), default=0)
+    trusted_lengths = {p.get("prefix_length") for p in ref_cache.get("prefixes") or []}
+    for length in sorted(set(run_prefixes) - trusted_lengths, key=str):
+        if diverged is None or not isinstance(length, int) or length - prompt_length <= diverged:
+            result.contradictions.append(f"cache prefix {length}: in the run only, not in the reference")
     for ref_prefix in ref_cache.get("prefixes") or []:
         length, run_prefix = ref_prefix.get("prefix_length"), run_prefixes.get(ref_prefix.get("prefix_length"))
         if run_prefix is None:
@@ -344,14 +332,14 @@ def _compare_cache(result: Comparison, run_cache: dict, ref_cache: dict, prompt_
                             "argmaxes, margins and saved tensors are not compared")
 
 
-def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView, trusted: Optional[RunView],
-                     rule: Allowance) -> None:
-    """Every saved tensor both runs hold. Under the same conditions (the rule exact) by its SHA-256, a difference
-    named, when the trusted run's files are at hand, by its first differing element. Under other conditions, with
-    the trusted run's files at hand, element by element within the rule's tolerance (b the trusted value), so a
-    tensor edited away from its top values is still seen; a reference file holds hashes only, and its tensors are
-    then not compared (a note says so). A matched prefix past a near-tie divergence is not compared: from there
-    the two runs fed the model other ids."""
+def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView, trusted, rule: Allowance) -> None:
+    """Every saved tensor both sides hold. Under the same conditions (the rule exact) by its SHA-256, a difference
+    named, when the trusted arrays are at hand (`trusted`: anything with verified_tensor(reference), the trusted
+    run's view or a replay's arrays), by its first differing element. Under other conditions, with the trusted
+    arrays at hand, element by element within the rule's tolerance (b the trusted value), so a tensor edited away
+    from its top values is still seen; a reference file holds hashes only, and its tensors are then not compared (a
+    note says so). A matched prefix past a near-tie divergence is not compared: from there the two runs fed the
+    model other ids."""
     compared = 0
     if trusted is None and not rule.exact:
         result.notes.append("saved tensors: the reference holds their hashes only, so under other conditions they "
@@ -379,10 +367,11 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
             found, moved = array_difference(a, b, rule), 0
             if label.endswith(PROCESSED_SCORES):
                 raw = theirs.get(label[:-len(PROCESSED_SCORES)] + RAW_LOGITS)
-                found, moved = compare_scores(a, b, trusted.verified_tensor(raw) if raw is not None else None,
+                found, moved = _compare_scores(a, b, trusted.verified_tensor(raw) if raw is not None else None,
                                               label.split(" ")[1], rule)
             if moved:
-                result.notes.append(f"{where}: {edge_note(moved)}")
+                result.notes.append(f"{where}: {moved} token(s) at the top-p filter's line kept on one side only, as "
+                                    "the rounding of other conditions can move it: not a contradiction")
             if found:
                 result.contradictions.append(f"{where}: beyond the tolerance against the reference, {found}")
         else:
@@ -393,11 +382,11 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
     result.compared["tensors"] = compared
 
 
-def compare_scores(claimed, trusted_scores, trusted_logits, trial_id: str, rule: Allowance) -> tuple:
+def _compare_scores(claimed, trusted_scores, trusted_logits, trial_id: str, rule: Allowance) -> tuple:
     """A trial's processed first-step scores against trusted ones, by the rule: scores are logits / temperature, so
     the absolute room is atol / temperature, and where the rule is not exact a token kept on one side only is
     judged by the trusted raw logits (agreement.nucleus_edge). (the first difference or None, tokens moved at
-    top-p's line). The course's run and the replay (with its own logits and scores) both compare scores here."""
+    top-p's line)."""
     condition = next((protocol.CONDITIONS[t.condition] for t in protocol.generation_trials() if t.test_id == trial_id),
                      None)
     temperature = (condition.temperature if condition is not None else None) or 1.0
@@ -407,28 +396,29 @@ def compare_scores(claimed, trusted_scores, trusted_logits, trial_id: str, rule:
     return array_difference(a, b, scores_rule), moved
 
 
-def edge_note(moved: int) -> str:
-    return (f"{moved} token(s) at the top-p filter's line kept on one side only, as the rounding of other conditions "
-            "can move it: not a contradiction")
-
-
 def trusted_outputs(view: RunView) -> dict:
     """What a trusted run holds to compare a claimed one with: its specimen's pins, its experiment sources and its
     deterministic outputs (a reference file holds the same three)."""
     return {"specimen": pins(view), "sources": run_sources(view), "outputs": deterministic_outputs(view)}
 
 
-def compare_trusted(view: RunView, trusted: dict, rule: Allowance, trusted_view: Optional[RunView] = None,
+def compare_trusted(view: RunView, trusted: dict, rule: Allowance, trusted_arrays=None,
                     theirs: str = "the reference") -> Comparison:
-    """Every contradiction of the run with `trusted` (trusted_outputs(), or a reference file) by the rule, and what
-    was only noted; `theirs` names the trusted side in every line."""
+    """Every contradiction of the run with `trusted` by the rule, and what was only noted. trusted holds the
+    specimen's pins, the experiment's sources and the deterministic outputs (trusted_outputs(), a reference file),
+    or some of them (a replay's), and only what it holds is compared; trusted_arrays hands its tensors by their
+    references (verified_tensor: the trusted run's view, a replay's arrays; None for a reference file's hashes);
+    `theirs` names the trusted side in every line."""
     result = Comparison()
     tolerance = {"atol": rule.atol, "rtol": rule.rtol}
-    _compare_pins(result, pins(view), trusted.get("specimen") or {})
-    _compare_sources(result, run_sources(view), trusted.get("sources") or {})
-    outputs, others = deterministic_outputs(view), trusted.get("outputs") or {}
-    _compare_outputs(result, outputs, others, tolerance)
-    _compare_tensors(result, outputs.get("tensors") or {}, others.get("tensors") or {}, view, trusted_view, rule)
+    if "specimen" in trusted:
+        _compare_pins(result, pins(view), trusted["specimen"] or {})
+    if "sources" in trusted:
+        _compare_sources(result, run_sources(view), trusted["sources"] or {})
+    if "outputs" in trusted:
+        outputs, others = deterministic_outputs(view), trusted["outputs"] or {}
+        _compare_outputs(result, outputs, others, tolerance)
+        _compare_tensors(result, outputs.get("tensors") or {}, others.get("tensors") or {}, view, trusted_arrays, rule)
     if theirs != "the reference":
         for lines in (result.contradictions, result.notes):
             lines[:] = [line.replace("the reference's", f"{theirs}'s").replace("the reference", theirs)
