@@ -224,12 +224,13 @@ def suite(pytester, monkeypatch):
 
 @pytest.fixture(scope="session")
 def standin_run(tmp_path_factory):
-    """`python -m pytest experiments --specimen standin --record-dir D` with the default acquisition, in a scratch
-    copy of the project (the stand-in is built into that copy's artifacts/cache), made once per session: D.
+    """`pytest experiments --specimen standin --record-dir D` with the default acquisition, in a scratch copy of the
+    project (the stand-in is built into that copy's artifacts/cache), made once per session as an inner session of
+    the worker that asks first (the same command in a new Python is the course CI script's run, course_ci): D.
     Shared, so never modify it (copy it first)."""
     from shared_runs import experiment_once
 
-    made = experiment_once(tmp_path_factory, "standin", "--specimen", "standin")
+    made = experiment_once(tmp_path_factory, "standin", "--specimen", "standin", here=True)
     assert made.returncode == 0, made.tail()
     return made.run
 
@@ -242,7 +243,7 @@ def replica_run(tmp_path_factory):
 
     reference = require_reference_dir()
     made = experiment_once(tmp_path_factory, "replica", "--specimen", "replica",
-                           env={replica.REFERENCE_ENV: str(reference)})
+                           env={replica.REFERENCE_ENV: str(reference)}, here=True)
     assert made.returncode == 0, made.tail()
     return made.run
 
