@@ -115,15 +115,18 @@ class Missing:
 
 
 def tensor_references(value: Any, path: str = "") -> Iterable[tuple[str, dict]]:
-    """Every {file, key, sha256, ...} tensor reference nested anywhere in a record, with its field path."""
+    """Every {file, key, sha256, ...} tensor reference nested anywhere in a record, with its field path. A number
+    or a string holds none, so only dicts and lists are walked into (most of a record's values are ids)."""
     if isinstance(value, dict):
         if isinstance(value.get("file"), str) and isinstance(value.get("key"), str) and "sha256" in value:
             yield path or "(record)", value
         for name, inner in value.items():
-            yield from tensor_references(inner, f"{path}.{name}" if path else name)
+            if isinstance(inner, (dict, list)):
+                yield from tensor_references(inner, f"{path}.{name}" if path else name)
     elif isinstance(value, list):
         for index, inner in enumerate(value):
-            yield from tensor_references(inner, f"{path}[{index}]")
+            if isinstance(inner, (dict, list)):
+                yield from tensor_references(inner, f"{path}[{index}]")
 
 
 def tensor_sha256(array) -> str:
