@@ -3,8 +3,9 @@ trials (and any the kernel says another task held the CPU from) are marked conte
 report's timing section and run status say so, the cache verdict does not rest on them, and verify catches a
 forged "uncontended" flag.
 
-Made robust for a shared 2-core machine: the experiment and the busy loop are pinned to the same single CPU, so a
-busy trial shares its CPU for certain, whatever else runs; the busy loop is started and stopped by a plugin in the
+Made robust for a shared 2-core machine: the experiment (an inner session of this worker, whose one computing
+thread is pinned for the run) and the busy loop are pinned to the same single CPU, so a busy trial shares its CPU
+for certain, whatever else runs; the busy loop is started and stopped by a plugin in the
 experiment's own conftest around the chosen trials' test calls (and is running before the call starts). That
 plugin also reads the kernel's run delay of the experiment's thread (/proc/thread-self/schedstat: time spent
 runnable but waiting for a CPU) around every trial's call, an account of the contention independent of the
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -89,22 +88,24 @@ def pytest_runtest_call(item):
 
 @pytest.fixture(scope="module")
 def busy_run(tmp_path_factory) -> dict:
-    """The run (pinned with its busy loop to one CPU), its records and the plugin's log."""
+    """The run (its thread pinned with its busy loop to one CPU), its records and the plugin's log: an inner
+    session of this worker, whose main thread computes (torch's one intra-op thread) and is pinned for the run and
+    let go after it."""
     folder = tmp_path_factory.mktemp("busy")
-    project = shared_runs.make_project(folder / "project", BUSY_PLUGIN)
     cpu = min(os.sched_getaffinity(0))
     log = folder / "busy-log.jsonl"
-    env = shared_runs.child_env({"INFERLAB_TEST_BUSY_TRIALS": ",".join(BUSY), "INFERLAB_TEST_BUSY_LOG": str(log),
-                                 "INFERLAB_TEST_BUSY_CPU": str(cpu)})
-    done = subprocess.run([sys.executable, "-m", "pytest", "experiments", "--specimen", "standin", "--offline",
-                           "--record-dir", "run", "-p", "no:cacheprovider"], cwd=project, env=env,
-                          capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=1200,
-                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-    run = project / "run"
-    tail = f"the run: {run}\n" + done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.returncode == 0, tail
+    env = {"INFERLAB_TEST_BUSY_TRIALS": ",".join(BUSY), "INFERLAB_TEST_BUSY_LOG": str(log),
+           "INFERLAB_TEST_BUSY_CPU": str(cpu)}
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})  # 0: this thread, the one the experiment computes on
+    try:
+        made = shared_runs.experiment_here(folder, "--specimen", "standin", "--offline", "-p", "no:cacheprovider",
+                                           conftest_extra=BUSY_PLUGIN, env=env)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert made.returncode == 0, made.tail()
     calls = {entry["schedule_id"]: entry for entry in map(json.loads, log.read_text().splitlines())}
-    return {"run": run, "records": shared_runs.records(run), "calls": calls, "tail": tail}
+    return {"run": made.run, "records": made.records(), "calls": calls, "tail": made.tail()}
 
 
 def trials_of(busy_run) -> dict:
