@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from inferlab import protocol
-from shared_runs import REPO_ROOT, experiment_once, made_once, make_project, records, run_python
+from shared_runs import REPO_ROOT, experiment_once, inferlab_command, made_once, make_project, records, run_python
 
 pytestmark = pytest.mark.process
 
@@ -53,15 +53,14 @@ def acquired_directory(run_dir: Path) -> str:
 @pytest.mark.parametrize("specimen", ["standin", "replica"])
 def test_the_make_test_run_of_each_offline_specimen_verifies_and_its_report_regenerates(request, specimen):
     """`pytest experiments --specimen S --record-dir D` (the session's shared run, default acquisition) passed;
-    `inferlab verify D` and `inferlab report D --check` each exit 0 with their OK line."""
+    `inferlab verify D` and `inferlab report D --check` each exit 0 with their OK line (the command's own main(), in
+    this process: the installed command in a new one is tests/test_installation.py's)."""
     run = request.getfixturevalue(f"{specimen}_run")
-    verified = run_python(["-m", "inferlab", "verify", run], cwd=REPO_ROOT)
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert verified.stdout.splitlines()[-1].startswith("verify: OK ("), verified.stdout
-    checked = run_python(["-m", "inferlab", "report", run, "--check"], cwd=REPO_ROOT)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.splitlines()[-1] == (
-        f"report: regenerated text is identical to report.md, report-details.md in {run}"), checked.stdout
+    status, printed = inferlab_command("verify", run)
+    assert status == 0 and printed.splitlines()[-1].startswith("verify: OK ("), printed
+    status, printed = inferlab_command("report", run, "--check")
+    assert status == 0 and printed.splitlines()[-1] == (
+        f"report: regenerated text is identical to report.md, report-details.md in {run}"), printed
     acquisition = next(r for r in records(run) if r["kind"] == "artifact_acquisition")
     assert acquisition["acquisition"] == "built_offline" and acquisition["ok"] is True
     assert Path(acquisition["directory"]).is_relative_to(run.parent / "artifacts" / "cache")  # never the checkout's
