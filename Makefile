@@ -40,10 +40,11 @@ plan: $(STAMP)
 # the offline analytic tests and the harness's own tests, handed to the workers one test file at a time, the
 # files with the longest runs first (tests/conftest.py), so a module's shared run is made where it is read; the
 # experiment itself always runs in one process. Among them, the whole experiment end to end on the stand-in (and
-# on the replica, where its reference files exist), exactly as `pytest experiments --specimen NAME --record-dir
-# DIR`, then `inferlab verify DIR` and `inferlab report DIR --check` as commands (tests/test_experiment_runs.py);
-# that run is shared by every test that reads a real run. Every run goes to pytest's temporary folder, never to
-# runs/: runs/ is left as it was found. test-analytic and test-harness run either part alone. PYTEST_ARGS adds
+# on the replica, where its reference files exist) with the arguments of `pytest experiments --specimen NAME
+# --record-dir DIR`, in a worker, then `inferlab verify DIR` and `inferlab report DIR --check`
+# (tests/test_experiment_runs.py); that run is shared by every test that reads a real run. The same command in a
+# new Python is the course CI script's run and the Gradescope bundle's. Every run goes to pytest's temporary
+# folder, never to runs/: runs/ is left as it was found. test-analytic and test-harness run either part alone. PYTEST_ARGS adds
 # options to each (the benchmark's --junitxml, say).
 # The test targets let Python keep its bytecode cache (__pycache__, which git ignores) even where the environment
 # asks it not to (PYTHONDONTWRITEBYTECODE): a test session starts two workers and a dozen experiment Pythons, and
