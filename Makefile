@@ -44,8 +44,8 @@ plan: $(STAMP)
 # --record-dir DIR`, in a worker, then `inferlab verify DIR` and `inferlab report DIR --check`
 # (tests/test_experiment_runs.py); that run is shared by every test that reads a real run. The same command in a
 # new Python is the course CI script's run and the Gradescope bundle's. Every run goes to pytest's temporary
-# folder, never to runs/: runs/ is left as it was found. test-analytic and test-harness run either part alone. PYTEST_ARGS adds
-# options to each (the benchmark's --junitxml, say).
+# folder, never to runs/: runs/ is left as it was found. test-analytic and test-harness run either part alone.
+# PYTEST_ARGS adds options to each (the benchmark's --junitxml, say).
 # The test targets let Python keep its bytecode cache (__pycache__, which git ignores) even where the environment
 # asks it not to (PYTHONDONTWRITEBYTECODE): a test session starts two workers and a dozen experiment Pythons, and
 # without the cache each compiles inferlab again and rewrites every test module's assertions (about 5 s per worker).
