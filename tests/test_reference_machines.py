@@ -111,3 +111,23 @@ def test_the_same_run_replayed_under_its_own_recorded_kernel_setting_agrees_bit_
     assert replay["exact"] is True and replay["kernel_settings"]["ATEN_CPU_CAPABILITY"] == OTHER_KERNELS
     assert any(f"under the run's kernel settings (ATEN_CPU_CAPABILITY={OTHER_KERNELS}" in n for n in grade.notes)
     assert not [line for line in grade.not_checked if "bit-for-bit" in line], grade.not_checked
+
+
+def test_the_replay_command_makes_that_replay_where_grade_does(other_kernels_run, standin_dir, monkeypatch, capsys):
+    """`inferlab replay` takes the same path as grade --replay above: a child under the run's recorded settings
+    (the child itself is what that test checks; here it is stood in for, to see what the command hands it and
+    what it says when the child cannot replay)."""
+    from inferlab.recheck import elsewhere
+
+    asked = []
+
+    def child(run_dir, specimen, artifacts, settings):
+        asked.append((Path(run_dir), specimen, Path(artifacts), settings))
+        return {"made": False, "reason": "the stand-in for the child refuses"}
+
+    monkeypatch.setattr(elsewhere, "replay_in_child", child)
+    assert main(["replay", str(other_kernels_run), "--artifacts", str(standin_dir)]) == 2
+    [(run_dir, specimen, artifacts, settings)] = asked
+    assert (run_dir, specimen, artifacts) == (other_kernels_run, "standin", standin_dir)
+    assert settings["ATEN_CPU_CAPABILITY"] == OTHER_KERNELS
+    assert "replay: the stand-in for the child refuses" in capsys.readouterr().err

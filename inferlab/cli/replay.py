@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Optional
 
 from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run, spelled
 
@@ -94,10 +95,36 @@ def run(args) -> int:
         unpacked.remove()
 
 
-def replay_folder(args, record_dir: Path) -> int:
-    """`replay` of one run folder; the exit code."""
+def replayed(args) -> Optional[dict]:
+    """The run replayed (replay_run's result), said with where it was made: in a child under the run's recorded
+    kernel settings where any differs from this process's (inferlab.recheck.elsewhere, offline, as grade --replay
+    makes it: torch reads them only at its start), else here. None, said on stderr, when it cannot be made."""
+    from inferlab.reading.runview import RunView
+    from inferlab.recheck.elsewhere import replay_in_child, settings_to_match
     from inferlab.recheck.replay import ReplayError, replay_run
 
+    view = RunView.read(args.record_dir)
+    settings, name = settings_to_match(view.manifest), args.specimen or view.specimen_spec().get("name")
+    if settings is not None and isinstance(name, str) and name:
+        result = replay_in_child(args.record_dir, name, args.artifacts, settings)
+        if not result["made"]:
+            print(f"replay: {result['reason']}", file=sys.stderr)
+            return None
+        where = "in a process of its own under the run's kernel settings: " + ", ".join(
+            f"{k}={v if v is not None else '(unset)'}" for k, v in sorted(settings.items()))
+    else:
+        try:
+            result = replay_run(args.record_dir, specimen=args.specimen, artifacts=args.artifacts)
+        except ReplayError as error:
+            print(f"replay: {error}", file=sys.stderr)
+            return None
+        where = f"{result['acquisition']}: {result['directory']}"
+    print(f"replay of {args.record_dir} on {result['specimen']} ({where})")
+    return result
+
+
+def replay_folder(args, record_dir: Path) -> int:
+    """`replay` of one run folder; the exit code."""
     args.record_dir = record_dir
     if refuse_non_run("replay", args.record_dir) or plan_refusal(args.record_dir):
         return EXIT_UNREADABLE
@@ -114,12 +141,9 @@ def replay_folder(args, record_dir: Path) -> int:
         print(f"replay: {line}")
         print(f"replay: {args.record_dir} fails verify as unfinished or partial: only what it recorded is replayed, "
               f"and the exit is 1 whatever agrees (`{spelled('verify RUN_DIR')}` says what is missing)")
-    try:
-        result = replay_run(args.record_dir, specimen=args.specimen, artifacts=args.artifacts)
-    except ReplayError as error:
-        print(f"replay: {error}", file=sys.stderr)
+    result = replayed(args)
+    if result is None:
         return EXIT_UNREADABLE
-    print(f"replay of {args.record_dir} on {result['specimen']} ({result['acquisition']}: {result['directory']})")
     comparison = result["comparison"]
     for line in format_comparison(comparison, result["rule"]):
         print(line)
@@ -147,6 +171,8 @@ def format_comparison(comparison, rule) -> list[str]:
     counts = comparison.compared
     compared = ", ".join(f"{counts[key]} {words}" for key, words in COUNTED if key in counts)
     lines = [f"compared with the replay ({rule.describe('the replayed value') if rule else 'exactly'}): {compared}"]
+    inexact = rule.not_checked("the run", "the replay") if rule else None
+    lines += [f"  not checked: {inexact}"] if inexact else []
     lines += [f"  contradiction: {line}" for line in comparison.contradictions[:SHOWN_CONTRADICTIONS]]
     if len(comparison.contradictions) > SHOWN_CONTRADICTIONS:
         lines.append(f"  ... and {len(comparison.contradictions) - SHOWN_CONTRADICTIONS} more")
