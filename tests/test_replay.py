@@ -97,6 +97,53 @@ def test_a_run_whose_ids_were_edited_disagrees_and_names_each_trial(standin_run,
     assert "the run drew them with torch 2.0.0" in note and f"({sampled} of them drew the same ids" in note, note
 
 
+def test_no_comparison_is_switched_off_by_a_reference_removed_or_a_version_claimed(standin_run, grader_model,
+                                                                                  tmp_path):
+    """Two ways of leaving a forged figure nothing to be checked against, each caught by the replay before it
+    compared through the one comparison and missed by that comparison's first version (found by a hostile
+    review): the saved tensors' references removed from every matched prefix and batching call (verify then
+    recomputes none of their figures, and says so); and a seeded trial's ids edited under a manifest that claims
+    another transformers (a seed's numbers are torch's; what transformers does before the draw is in the
+    processed scores, compared as saved tensors)."""
+    def edit(records):
+        for record in records:
+            if record["kind"] == "cache_comparison":
+                record.pop("tensors")
+            elif record["kind"] == "batching" and record["record_type"] == "call":
+                record.pop("first_step_logits")
+        find(records, "generation", trial_id="P1-S2-seed17")["generated_ids"][5] += 1
+
+    run = forge(standin_run, tmp_path / "stripped", edit)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    manifest["distributions"]["transformers"] = "4.0.0"
+    (run / MANIFEST_FILE).write_text(json.dumps(manifest))
+    import torch
+
+    from inferlab.verify import verify_run
+
+    assert {"cache comparison statistics", "batching first-step statistics"} <= {
+        line.split(":")[0] for line in verify_run(run)["not_checked"]}
+    model, tokenizer = grader_model
+    replay = Replay(RunView.read(run), model, tokenizer, time.monotonic())
+    with torch.inference_mode():
+        replay.inputs()
+        replay.generation()
+        replay.matched_prefix()
+        replay.batching()
+    result = replay.compare()
+    records = [json.loads(line) for line in (standin_run / "records.jsonl").read_text().splitlines()]
+    stripped = [f"saved tensor cache_comparison {r['prefix_length']} {side}" for r in records
+                if r["kind"] == "cache_comparison" for side in ("cached", "uncached")]
+    stripped += [f"saved tensor batching {r['call_index']} first_step_logits" for r in records
+                 if r["kind"] == "batching" and r["record_type"] == "call"]
+    said = [line.split(": ")[0] for line in result.contradictions
+            if line.endswith(": the run's record references no saved tensor there, and the replay has one")]
+    assert sorted(said) == sorted(stripped), result.contradictions
+    [sampled] = [line for line in result.contradictions if line.startswith("generation P1-S2-seed17: ")]
+    assert "ids first differ at step 5" in sampled and "the run records transformers 4.0.0" in sampled, sampled
+    assert len(result.contradictions) == len(stripped) + 1, result.contradictions
+
+
 def test_replay_refuses_what_is_not_a_run_or_a_copy_that_fails_verification(standin_run, tmp_path, capsys):
     assert main(["replay", str(tmp_path), "--specimen", "standin"]) == 2
     assert "is not a run's record dir" in capsys.readouterr().err

@@ -166,11 +166,17 @@ def _weights_sha256(view) -> Optional[str]:
 TENSOR_OWNERS = ("trial_id", "schedule_id", "prefix_length", "call_index")  # what names a record's tensor
 
 
-def tensor_label(record: dict, name: str) -> str:
-    """The label of the tensor a record holds in its field `name` (or in its `tensors`): the record's kind, what
-    owns it (TENSOR_OWNERS) and the field, 'generation P1-G-rep1 first_step_logits', 'cache_comparison 7 cached'."""
+def tensor_owner(record: dict) -> str:
+    """The record as a tensor label names it: its kind and what owns its tensors (TENSOR_OWNERS),
+    'generation P1-G-rep1', 'cache_comparison 7'."""
     owner = next((str(record[field]) for field in TENSOR_OWNERS if record.get(field) is not None), None)
-    return " ".join(str(part) for part in (record.get("kind"), owner, name) if part is not None)
+    return " ".join(str(part) for part in (record.get("kind"), owner) if part is not None)
+
+
+def tensor_label(record: dict, name: str) -> str:
+    """The label of the tensor a record holds in its field `name` (or in its `tensors`): its owner (tensor_owner)
+    and the field, 'generation P1-G-rep1 first_step_logits', 'cache_comparison 7 cached'."""
+    return f"{tensor_owner(record)} {name}"
 
 
 def saved_tensors(view) -> dict:

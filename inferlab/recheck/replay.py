@@ -178,8 +178,9 @@ class Replay:
         """The raw first-step logits of each prompt (one plain forward over the prompt), standing for every saved
         tensor of that prompt: selection acts after the forward, so every condition saved the same vector. And each
         trial's processed scores from its replayed generate()'s first step."""
-        saved = [r for r in self.view.kind("generation") if isinstance(r.get("first_step_logits"), dict)
-                 and r.get("status", "ok") == "ok"]
+        keeps = {t.test_id for t in protocol.generation_trials() if t.keeps_first_step_logits}
+        saved = [r for r in self.view.kind("generation")
+                 if r.get("trial_id") in keeps and r.get("status", "ok") == "ok"]
         for prompt_id in protocol.PROMPTS:
             mine = [r for r in saved if r.get("prompt_id") == prompt_id]
             if not mine or not self.within_limit():
@@ -190,7 +191,7 @@ class Replay:
                 self.keep(tensor_label(record, "first_step_logits"), logits)
                 self.replayed["first_step"].setdefault(f"{prompt_id}/{record.get('condition')}", first_step_entry(
                     record.get("trial_id"), tensor_sha256(logits), logits))
-                if isinstance(record.get("first_step_scores"), dict) and record.get("trial_id") in self.first_scores:
+                if record.get("trial_id") in self.first_scores:
                     self.keep(tensor_label(record, "first_step_scores"), self.first_scores[record["trial_id"]])
 
     def matched_prefix(self) -> None:
@@ -226,10 +227,8 @@ class Replay:
             prefixes.append({"prefix_length": len(prefix), "argmax_uncached": int(uncached.argmax()),
                              "argmax_cached": int(cached.argmax()), "top2_margin_uncached": float(top[0] - top[1]),
                              "top2_uncached": top_logits(uncached.float().numpy(), 2)})
-            tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
             for name, mine in (("uncached", uncached), ("cached", cached)):
-                if isinstance(tensors.get(name), dict):
-                    self.keep(tensor_label(record, name), mine.float().numpy())
+                self.keep(tensor_label(record, name), mine.float().numpy())
         self.replayed["cache"] = {"continuation": replayed, "fed": list(continuation), "prefixes": prefixes}
 
     def timing(self) -> None:
@@ -282,8 +281,7 @@ class Replay:
                                          use_model_defaults=False)
             self.replayed["batching"][str(call.get("call_index"))] = {
                 "request_ids": requests, "generated_ids_raw": output.sequences[:, width:].tolist()}
-            if isinstance(call.get("first_step_logits"), dict):
-                self.keep(tensor_label(call, "first_step_logits"), output.logits[0].float().numpy())  # (B, vocab)
+            self.keep(tensor_label(call, "first_step_logits"), output.logits[0].float().numpy())  # (B, vocab)
 
     def compare(self) -> Comparison:
         """The run against what has been replayed so far, by the one comparison (compare_trusted), the replay the

@@ -10,12 +10,13 @@ rule of inferlab.measure.near_tie (at the first difference, a step whose top-two
 the rule's near-tie limit at its true top value, and whose runner-up is the other side's id, is a near-tie
 divergence, noted with the step and both margins, and the ids after it are not compared; any other difference is
 a contradiction, and so are top-two values beyond the rule at a step both computed from the same ids); seeded
-sampling ids only when both drew them with the same torch and transformers (otherwise only mentioned); first-step
+sampling ids only when both drew them with the same torch (otherwise only mentioned); first-step
 logits' top values within the rule; the matched prefixes' continuation, lengths, argmaxes and margins; the
 batching calls' ids exactly; and every saved tensor: when the rule is exact by its SHA-256, a difference named by
 its record and field and (with the trusted arrays) its first differing element, and otherwise, with the trusted
-arrays at hand, element by element within the tolerance. Each contradiction is an integrity problem of the claimed
-run. A trusted side that holds only some of the three (a replay holds no experiment sources) is compared in those.
+arrays at hand, element by element within the tolerance; a tensor of a record the run holds that the run does not
+reference is a contradiction too. Each contradiction is an integrity problem of the claimed run. A trusted side
+that holds only some of the three (a replay holds no experiment sources) is compared in those.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Optional
 from inferlab import protocol
 from inferlab.measure import near_tie
 from inferlab.measure.summaries import first_divergence
-from inferlab.reading.deterministic import describe, deterministic_outputs
+from inferlab.reading.deterministic import describe, deterministic_outputs, tensor_owner
 from inferlab.reading.runview import RunView
 from inferlab.recheck.agreement import Allowance, array_difference, nucleus_edge
 
@@ -216,8 +217,13 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
     for prompt_id in sorted(set(run_prompts) & set(ref_prompts)):
         _compare_exact(result, f"prompt {prompt_id} token ids", run_prompts[prompt_id], ref_prompts[prompt_id])
     result.compared["prompts"] = len(set(run_prompts) & set(ref_prompts))
-    same_software = (ours.get("torch_version"), ours.get("transformers_version")) == \
-        (theirs.get("torch_version"), theirs.get("transformers_version"))
+    # A seed's numbers are torch's generator's, so another torch may draw others; what transformers does before a
+    # draw (temperature, top-p) is in the processed scores, compared as saved tensors. So a transformers version the
+    # run records, which its author can write, does not switch this comparison off.
+    same_torch = ours.get("torch_version") == theirs.get("torch_version")
+    software = "" if ours.get("transformers_version") == theirs.get("transformers_version") else (
+        f"; the run records transformers {ours.get('transformers_version')}, the reference "
+        f"{theirs.get('transformers_version')}")
     counts = {"generation": 0, "sampled_not_compared": 0, "timing": 0, "cache_prefixes": 0, "batching": 0,
               "near_tie_divergences": 0}
     notes_before, same_anyway = len(result.notes), 0
@@ -226,7 +232,7 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
         if run is None:
             result.notes.append(f"generation {trial_id}: not in the run; not compared")
             continue
-        if ref.get("sampled") and not same_software:
+        if ref.get("sampled") and not same_torch:
             counts["sampled_not_compared"] += 1
             same_anyway += run.get("ids") == ref.get("ids")
             continue
@@ -236,15 +242,14 @@ def _compare_outputs(result: Comparison, ours: dict, theirs: dict, tolerance: di
                 step = first_divergence(run.get("ids") or [], ref.get("ids") or [])
                 result.contradictions.append(f"generation {trial_id}: ids first differ at step {step}: "
                                              f"{describe(run.get('ids'))} in the run, {describe(ref.get('ids'))} in "
-                                             "the reference (seeded sampling under the same torch and transformers)")
+                                             f"the reference (seeded sampling under the same torch{software})")
             continue
         counts["generation"] += _compare_ids(result, f"generation {trial_id}", run, ref, prompt_steps, tolerance)
     if counts["sampled_not_compared"]:
         result.notes.append(
             f"{counts['sampled_not_compared']} seeded sampling trials not compared: the run drew them with torch "
-            f"{ours.get('torch_version')} and transformers {ours.get('transformers_version')}, the reference with "
-            f"torch {theirs.get('torch_version')} and transformers {theirs.get('transformers_version')} ({same_anyway} "
-            "of them drew the same ids all the same)")
+            f"{ours.get('torch_version')}, the reference with torch {theirs.get('torch_version')} ({same_anyway} of "
+            "them drew the same ids all the same)")
     for trial_id, ref in (theirs.get("timing") or {}).items():
         run = (ours.get("timing") or {}).get(trial_id)
         if run is not None:
@@ -382,6 +387,20 @@ def _compare_tensors(result: Comparison, ours: dict, theirs: dict, view: RunView
     result.compared["tensors"] = compared
 
 
+def _unreferenced(result: Comparison, ours: dict, theirs: dict, view: RunView) -> None:
+    """A tensor the trusted side holds, of a record the run holds too (completed), that the run's record does not
+    reference: the record's figures (a cache comparison's max |a-b|, a batch row's difference) then rest on no
+    tensor anyone can read, so it is a contradiction. A record the run lacks altogether is not one (its items fail
+    for it), nor is a matched prefix past a near-tie divergence (from there the runs fed other ids)."""
+    held = {tensor_owner(r) for r in view.records if r.get("status", "ok") == "ok"}
+    left_out = {f"cache_comparison {length}" for length in result.diverged_prefixes}
+    for label in sorted(set(theirs) - set(ours)):
+        owner = label.rsplit(" ", 1)[0]
+        if owner in held and owner not in left_out:
+            result.contradictions.append(f"saved tensor {label}: the run's record references no saved tensor there, "
+                                         "and the reference has one")
+
+
 def _compare_scores(claimed, trusted_scores, trusted_logits, trial_id: str, rule: Allowance) -> tuple:
     """A trial's processed first-step scores against trusted ones, by the rule: scores are logits / temperature, so
     the absolute room is atol / temperature, and where the rule is not exact a token kept on one side only is
@@ -418,6 +437,7 @@ def compare_trusted(view: RunView, trusted: dict, rule: Allowance, trusted_array
     if "outputs" in trusted:
         outputs, others = deterministic_outputs(view), trusted["outputs"] or {}
         _compare_outputs(result, outputs, others, tolerance)
+        _unreferenced(result, outputs.get("tensors") or {}, others.get("tensors") or {}, view)
         _compare_tensors(result, outputs.get("tensors") or {}, others.get("tensors") or {}, view, trusted_arrays, rule)
     if theirs != "the reference":
         for lines in (result.contradictions, result.notes):
