@@ -66,6 +66,19 @@ def grader_model(standin_dir):
     return load_model(standin_dir, verification)
 
 
+def replayed(run, grader_model, *computations: str):
+    """The run compared with the named computations of Replay (in the protocol's order), redone on the grader's
+    model: the Comparison."""
+    import torch
+
+    model, tokenizer = grader_model
+    replay = Replay(RunView.read(run), model, tokenizer, time.monotonic())
+    with torch.inference_mode():
+        for computation in computations:
+            getattr(replay, computation)()
+    return replay.compare()
+
+
 def test_a_run_whose_ids_were_edited_disagrees_and_names_each_trial(standin_run, grader_model, tmp_path):
     """Greedy and timing ids edited (and re-hashed); the run also says another torch drew its seeded ids, so
     those are not compared (a note says how many drew the same ids all the same)."""
@@ -77,15 +90,7 @@ def test_a_run_whose_ids_were_edited_disagrees_and_names_each_trial(standin_run,
     manifest = json.loads((run / MANIFEST_FILE).read_text())
     manifest["distributions"]["torch"] = "2.0.0"
     (run / MANIFEST_FILE).write_text(json.dumps(manifest))
-    import torch
-
-    model, tokenizer = grader_model
-    replay = Replay(RunView.read(run), model, tokenizer, time.monotonic())
-    with torch.inference_mode():
-        replay.inputs()
-        replay.generation()
-        replay.timing()
-    result = replay.compare()
+    result = replayed(run, grader_model, "inputs", "generation", "timing")
     assert result.compared["prompts"] == len({**protocol.PROMPTS, **protocol.TIMING_PROMPTS})
     assert len(result.contradictions) == 2, result.contradictions
     for line, trial in zip(result.contradictions, ("generation P1-G-rep2", "timing P1x8-cache_on-rep2")):
@@ -117,20 +122,11 @@ def test_no_comparison_is_switched_off_by_a_reference_removed_or_a_version_claim
     manifest = json.loads((run / MANIFEST_FILE).read_text())
     manifest["distributions"]["transformers"] = "4.0.0"
     (run / MANIFEST_FILE).write_text(json.dumps(manifest))
-    import torch
-
     from inferlab.verify import verify_run
 
     assert {"cache comparison statistics", "batching first-step statistics"} <= {
         line.split(":")[0] for line in verify_run(run)["not_checked"]}
-    model, tokenizer = grader_model
-    replay = Replay(RunView.read(run), model, tokenizer, time.monotonic())
-    with torch.inference_mode():
-        replay.inputs()
-        replay.generation()
-        replay.matched_prefix()
-        replay.batching()
-    result = replay.compare()
+    result = replayed(run, grader_model, "inputs", "generation", "matched_prefix", "batching")
     records = [json.loads(line) for line in (standin_run / "records.jsonl").read_text().splitlines()]
     stripped = [f"saved tensor cache_comparison {r['prefix_length']} {side}" for r in records
                 if r["kind"] == "cache_comparison" for side in ("cached", "uncached")]
@@ -162,7 +158,6 @@ def test_processed_scores_with_top_p_undone_and_their_hash_redone_disagree_with_
     import hashlib
 
     import numpy
-    import torch
     from safetensors.numpy import load_file, save_file
 
     def edit(records):
@@ -181,13 +176,7 @@ def test_processed_scores_with_top_p_undone_and_their_hash_redone_disagree_with_
 
     run = tmp_path / "edited"
     forge(standin_run, run, edit)
-    model, tokenizer = grader_model
-    replay = Replay(RunView.read(run), model, tokenizer, time.monotonic())
-    with torch.inference_mode():
-        replay.inputs()
-        replay.generation()
-        replay.first_step()
-    result = replay.compare()
+    result = replayed(run, grader_model, "inputs", "generation", "first_step")
     assert len(result.contradictions) == 1, result.contradictions
     line = result.contradictions[0]
     assert line.startswith("saved tensor generation P1-S3-seed17 first_step_scores (") and "under the same " \
