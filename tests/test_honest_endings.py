@@ -150,8 +150,9 @@ def full_disk_run(tmp_path_factory) -> dict:
             kept = folder / "run-from-the-full-disk"
             shutil.copytree(made.run, kept)
         finally:
-            for _ in mounted:
-                subprocess.run(["umount", str(folder / "project" / "run")], check=False)
+            for _ in mounted:  # a mount left behind outlives the session: that must fail loudly, never pass quietly
+                done = subprocess.run(["umount", str(folder / "project" / "run")], capture_output=True, text=True)
+                assert done.returncode == 0, f"the small disk is still mounted: {done.stderr.strip()}"
         return {"run": str(kept), "returncode": made.returncode, "tail": (made.stdout + made.stderr)[-3000:]}
 
     return made_once(tmp_path_factory, "full-disk", make)
