@@ -125,6 +125,11 @@ def generation_trials() -> list[GenerationTrial]:
     return trials
 
 
+def first_step_trial_ids() -> set[str]:
+    """The trials that save their first-step raw logits and processed scores: one per prompt and condition."""
+    return {t.test_id for t in generation_trials() if t.keeps_first_step_logits}
+
+
 # --- Part 4: matched-prefix cache test ---------------------------------------------------
 CACHE_REFERENCE_TRIAL = ("P1", "G", 1)  # prompt, condition, repetition
 CACHE_MAX_TARGET_TOKENS = 8

@@ -178,7 +178,7 @@ class Replay:
         """The raw first-step logits of each prompt (one plain forward over the prompt), standing for every saved
         tensor of that prompt: selection acts after the forward, so every condition saved the same vector. And each
         trial's processed scores from its replayed generate()'s first step."""
-        keeps = {t.test_id for t in protocol.generation_trials() if t.keeps_first_step_logits}
+        keeps = protocol.first_step_trial_ids()
         saved = [r for r in self.view.kind("generation")
                  if r.get("trial_id") in keeps and r.get("status", "ok") == "ok"]
         for prompt_id in protocol.PROMPTS:

@@ -84,11 +84,14 @@ def check(recheck: Recheck) -> None:
     _batching(recheck)
 
 
+UNREFERENCED = "a record that should reference its saved tensor references none"
+
+
 def _tensor(recheck: Recheck, reference: Any, what: str):
     """The tensor a reference names if it matches its record, else None (said once under `what`, as is a record
     that references none: the figures it holds are then not recomputed from anything)."""
     if not isinstance(reference, dict):
-        recheck.not_checked(what, "a record that should reference its saved tensor references none")
+        recheck.not_checked(what, UNREFERENCED)
         return None
     array = recheck.view.verified_tensor(reference)
     if array is None:
@@ -104,12 +107,14 @@ def _first_step_tensors(recheck: Recheck) -> dict:
     """{(prompt_id, condition): {"logits": array or None, "scores": array or None}} of the completed trials that
     saved them, the first trial of each pair."""
     found: dict = {}
-    keeps = {t.test_id for t in protocol.generation_trials() if t.keeps_first_step_logits}
+    keeps = protocol.first_step_trial_ids()
     for record in recheck.completed("generation"):
         key = (record.get("prompt_id"), record.get("condition"))
-        if key in found or not isinstance(record.get("first_step_logits"), dict):
-            if record.get("trial_id") in keeps and not isinstance(record.get("first_step_logits"), dict):
-                _tensor(recheck, record.get("first_step_logits"), "first-step logits statistics")  # says it
+        if key in found:
+            continue
+        if not isinstance(record.get("first_step_logits"), dict):
+            if record.get("trial_id") in keeps:
+                recheck.not_checked("first-step logits statistics", UNREFERENCED)
             continue
         found[key] = {"record": record,
                       "logits": _tensor(recheck, record["first_step_logits"], "first-step logits statistics"),
