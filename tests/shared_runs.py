@@ -279,8 +279,39 @@ def other_kernels_once(tmp_path_factory) -> ExperimentRun:
 # --- the grader's copy of a specimen, loaded once per process for every in-process replay ---------------------
 
 
+_LOADED: dict = {}  # resolved copy directory -> (OnceModel, tokenizer): this process's one load of that copy
+_LOAD_MODEL: list = []  # inferlab.recheck.replay's own load_model, kept before it is stood in for
+
+
+def loaded_once(directory, verification: dict):
+    """inferlab.recheck.replay.load_model, once per process and copy folder: the model wrapped in OnceModel (the
+    class grade's memory of each computation), so every in-process replay of a test after the first, by `replay` or
+    by `grade --replay`, is handed what the first computed for the same inputs and compares its run with it. The
+    first load verifies the copy as replay does; the session's copies are never modified."""
+    from inferlab.grading.replayed import OnceModel
+    from inferlab.recheck import replay
+
+    if not _LOAD_MODEL:
+        _LOAD_MODEL.append(replay.load_model)
+    key = str(Path(directory).resolve())
+    if key not in _LOADED:
+        model, tokenizer = _LOAD_MODEL[0](directory, verification)
+        _LOADED[key] = (OnceModel(model), tokenizer)
+    return _LOADED[key]
+
+
+def share_loaded_models(monkeypatch) -> None:
+    """During a test, `inferlab replay` (replay_run) loads its copy through loaded_once: every other step of the
+    command is its own (the pins compared before anything is loaded, the replay, the comparison, what it prints)."""
+    from inferlab.recheck import replay
+
+    if not _LOAD_MODEL:
+        _LOAD_MODEL.append(replay.load_model)
+    monkeypatch.setattr(replay, "load_model", loaded_once)
+
+
 def _process_grader_copy_class():
-    from inferlab.grading.replayed import GraderCopy
+    from inferlab.grading.replayed import GraderCopy, OnceModel
 
     class ProcessGraderCopy(GraderCopy):
         """A GraderCopy made once per process for each (specimen, artifacts): making it again hands back the same
@@ -300,6 +331,17 @@ def _process_grader_copy_class():
 
         def __init__(self, specimen=None, artifacts=None):  # set up once, in __new__
             pass
+
+        def _load(self, name, load=True):
+            """GraderCopy's own acquisition and verification; the model is loaded_once's, so that `replay` and
+            `grade --replay` in this process share one memory of its computations (not wrapped twice)."""
+            with pytest.MonkeyPatch.context() as patch:
+                share_loaded_models(patch)
+                problem = GraderCopy._load(self, name, load)
+            if name in self._loaded and isinstance(self._loaded[name][3]._model, OnceModel):
+                spec, how, acquired, model, tokenizer = self._loaded[name]
+                self._loaded[name] = (spec, how, acquired, model._model, tokenizer)
+            return problem
 
     return ProcessGraderCopy
 
@@ -321,8 +363,10 @@ def grader_copy(specimen: Optional[str] = None, artifacts=None):
 def share_grader_copies(monkeypatch) -> None:
     """During a test, every GraderCopy that `inferlab grade --replay` makes in this process (inferlab_command) is
     this process's one for its (specimen, artifacts) (grader_copy), instead of a new one that loads the model and
-    computes every part again. The command's own path is unchanged: its options, prepare(), the grading, each
-    part's comparison with the run, and what it prints."""
+    computes every part again, and `inferlab replay` loads its copy through loaded_once (share_loaded_models). The
+    commands' own paths are unchanged: their options, prepare(), the grading, each part's comparison with the run,
+    and what they print."""
     from inferlab.grading import replayed
 
     monkeypatch.setattr(replayed, "GraderCopy", _grader_copy_class())
+    share_loaded_models(monkeypatch)

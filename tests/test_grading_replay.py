@@ -90,8 +90,9 @@ def nudged(course_ci, tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_tensor_moved_in_its_last_bits_passes_every_file_check_and_grade_replay_exits_3_naming_it(
-        nudged, standin_dir):
+        nudged, standin_dir, monkeypatch):
     """Far inside the protocol's tolerance: only a replay bit for bit (same machine, same kernels) sees it."""
+    shared_runs.share_grader_copies(monkeypatch)  # the command replays on the process's one loaded model
     assert verify_run(nudged["run"])["problems"] == []
     status, printed = inferlab_command("grade", nudged["run"], "--replay", "--specimen", "standin", "--artifacts",
                                        standin_dir)

@@ -95,8 +95,12 @@ def test_a_project_folder_is_no_class_but_a_folder_of_submissions_is(runs, tmp_p
     assert [p.name for p in submissions_in(course)] == ["alice", "bob", "carol"]
 
 
-def test_replay_reads_a_pack_archive_as_grade_does(standin_run, standin_dir, tmp_path, capsys):
+def test_replay_reads_a_pack_archive_as_grade_does(standin_run, standin_dir, tmp_path, capsys, monkeypatch):
     from inferlab.__main__ import main
+
+    from shared_runs import share_loaded_models
+
+    share_loaded_models(monkeypatch)  # the process's one load of the copy
 
     archive = tmp_path / "submission.tar.gz"
     assert main(["pack", str(standin_run), "-o", str(archive)]) == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 from inferlab.__main__ import main
 
 from fixtures_records import copy_run, kill_after
+from shared_runs import share_loaded_models
 from fixture_runs import runs  # noqa: F401 (a fixture)
 from test_attach import built, run, tree  # noqa: F401 (fixtures)
 from test_rough_edges import claimed_by
@@ -53,7 +54,8 @@ def test_replay_of_a_plan_says_there_is_nothing_to_replay(runs, capsys):
     assert "specimen" not in err.split("nothing to replay")[0]
 
 
-def test_replay_of_a_killed_run_says_so_first_and_exits_1(standin_run, standin_dir, tmp_path, capsys):
+def test_replay_of_a_killed_run_says_so_first_and_exits_1(standin_run, standin_dir, tmp_path, capsys, monkeypatch):
+    share_loaded_models(monkeypatch)  # the process's one load of the copy
     killed = kill_after(copy_run(standin_run, tmp_path / "killed"), 12)
     assert main(["replay", str(killed), "--artifacts", str(standin_dir)]) == 1
     lines = capsys.readouterr().out.splitlines()

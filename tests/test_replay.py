@@ -16,10 +16,10 @@ from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, file_inventory
 from inferlab.reading.deterministic import saved_tensors
 from inferlab.reading.runview import RunView
-from inferlab.recheck.replay import Replay, load_model
+from inferlab.recheck.replay import Replay
 
 from forging import find, forge
-from shared_runs import inferlab_command, made_once
+from shared_runs import inferlab_command, loaded_once, made_once, share_loaded_models
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,9 @@ def honest(standin_run, standin_dir, tmp_path_factory):
     the run's files before, after)."""
     def make(_folder):
         before = file_inventory(standin_run)
-        status, printed = inferlab_command("replay", standin_run, "--artifacts", standin_dir)
+        with pytest.MonkeyPatch.context() as patch:
+            share_loaded_models(patch)  # the process's one load of the copy (grader_model below reuses it)
+            status, printed = inferlab_command("replay", standin_run, "--artifacts", standin_dir)
         return [status, printed.splitlines(), before, file_inventory(standin_run)]
 
     return tuple(made_once(tmp_path_factory, "replay-of-the-standin-run", make))
@@ -61,9 +63,10 @@ def test_replay_writes_nothing_into_the_run(honest):
 
 @pytest.fixture(scope="module")
 def grader_model(standin_dir):
-    """The grader's model and tokenizer, loaded once as replay loads them."""
+    """The grader's model and tokenizer, loaded once per process as replay loads them, each computation made once
+    (shared_runs.loaded_once): every forged copy is still compared with the replay's outputs."""
     verification = specimen.check_specimen_files(standin_dir, specimen.load_spec("standin"))
-    return load_model(standin_dir, verification)
+    return loaded_once(standin_dir, verification)
 
 
 def replayed(run, grader_model, *computations: str):
