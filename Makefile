@@ -38,7 +38,7 @@ plan: $(STAMP)
 
 # Everything CI checks, in one pytest session on every core (pytest-xdist; benchmarks/suite_time.py times it):
 # the offline analytic tests and the harness's own tests, handed to the workers one test file at a time, the
-# files with the longest runs first (tests/conftest.py), so a module's shared run is made where it is read; the
+# longest files first (tests/conftest.py), the two that make the shared runs at once, one on each worker; the
 # experiment itself always runs in one process. Among them, the whole experiment end to end on the stand-in (and
 # on the replica, where its reference files exist) with the arguments of `pytest experiments --specimen NAME
 # --record-dir DIR`, in a worker, then `inferlab verify DIR` and `inferlab report DIR --check`

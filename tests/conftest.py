@@ -49,13 +49,16 @@ def pytest_collection_finish(session):
 PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run", "course_ci"})
 
 
-# The test files that spend the most time in experiment runs (their own, or the session's shared ones they make),
-# longest first. `make test` hands whole files to its workers in collection order (--dist loadfile
-# --no-loadscope-reorder), so both workers start a long run at once and the short files fill the end; every other
-# file keeps its place after these.
-LONGEST_FIRST = ("test_experiment_runs.py", "test_course_ci.py", "test_evidence_runs.py", "test_early_stops.py",
-                 "test_replica_runs.py", "test_replay.py", "test_failed_trials.py", "test_plugin.py", "test_recipe.py",
-                 "test_specimen_hostile_hub.py", "test_plots.py")
+# The test files that take longest (mostly experiment runs: their own, or the session's shared ones they make),
+# longest first, as `make test --junitxml` measured them. `make test` hands a worker the next whole file when it is
+# almost done with its last (--dist loadfile --no-loadscope-reorder), in this order: the two files that make the
+# shared runs (test_experiment_runs.py the stand-in and replica runs, test_course_ci.py the course CI script's) start
+# at once, one on each worker, so every later file finds those made and waits for no lock; the long files follow,
+# and the short ones fill the end evenly. Every other file keeps its place after these.
+LONGEST_FIRST = ("test_experiment_runs.py", "test_course_ci.py", "test_reference_machines.py", "test_autograder.py",
+                 "test_grading_replay.py", "test_honest_endings.py", "test_early_stops.py", "test_grading_trust.py",
+                 "test_contention_run.py", "test_replica_runs.py", "test_plugin.py", "test_specimen_hostile_hub.py",
+                 "test_evidence_runs.py", "test_replay.py", "test_recipe.py", "test_failed_trials.py", "test_plots.py")
 
 
 def pytest_collection_modifyitems(config, items):
