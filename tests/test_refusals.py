@@ -8,8 +8,8 @@ from __future__ import annotations
 from inferlab.__main__ import main
 
 from fixtures_records import copy_run, kill_after
-from shared_runs import share_loaded_models
 from fixture_runs import runs  # noqa: F401 (a fixture)
+from shared_runs import share_loaded_models
 from test_attach import built, run, tree  # noqa: F401 (fixtures)
 from test_rough_edges import claimed_by
 
