@@ -283,19 +283,26 @@ _LOADED: dict = {}  # resolved copy directory -> (OnceModel, tokenizer): this pr
 _LOAD_MODEL: list = []  # inferlab.recheck.replay's own load_model, kept before it is stood in for
 
 
+def _replays_load_model():
+    """inferlab.recheck.replay's own load_model, taken the first time it is asked for, before any test stands
+    loaded_once in for it."""
+    from inferlab.recheck import replay
+
+    if not _LOAD_MODEL:
+        _LOAD_MODEL.append(replay.load_model)
+    return _LOAD_MODEL[0]
+
+
 def loaded_once(directory, verification: dict):
     """inferlab.recheck.replay.load_model, once per process and copy folder: the model wrapped in OnceModel (the
     class grade's memory of each computation), so every in-process replay of a test after the first, by `replay` or
     by `grade --replay`, is handed what the first computed for the same inputs and compares its run with it. The
     first load verifies the copy as replay does; the session's copies are never modified."""
     from inferlab.grading.replayed import OnceModel
-    from inferlab.recheck import replay
 
-    if not _LOAD_MODEL:
-        _LOAD_MODEL.append(replay.load_model)
     key = str(Path(directory).resolve())
     if key not in _LOADED:
-        model, tokenizer = _LOAD_MODEL[0](directory, verification)
+        model, tokenizer = _replays_load_model()(directory, verification)
         _LOADED[key] = (OnceModel(model), tokenizer)
     return _LOADED[key]
 
@@ -305,8 +312,7 @@ def share_loaded_models(monkeypatch) -> None:
     command is its own (the pins compared before anything is loaded, the replay, the comparison, what it prints)."""
     from inferlab.recheck import replay
 
-    if not _LOAD_MODEL:
-        _LOAD_MODEL.append(replay.load_model)
+    _replays_load_model()  # kept before it is stood in for
     monkeypatch.setattr(replay, "load_model", loaded_once)
 
 
