@@ -33,7 +33,6 @@ STOPPING_LISTENER = "inferlab-stopping-listener"
 
 def pytest_addhooks(pluginmanager):
     from inferlab import hookspec
-
     pluginmanager.add_hookspecs(hookspec)
 
 
@@ -98,9 +97,10 @@ def _write_report(record_dir: Path) -> None:
 
 
 def pytest_report_header(config):
-    """At the start: the earlier runs of --runs-dir found killed before their end, and renamed."""
+    """At the start: the earlier runs of --runs-dir found killed before their end, and renamed; predictions that do
+    not answer every question, said while they can still be fixed (before any output exists)."""
     run = get_run(config)
-    return list(run.ended_elsewhere) if run is not None else []
+    return terminal.start_lines(run) if run is not None else []
 
 
 @contextlib.contextmanager
@@ -138,11 +138,7 @@ def pytest_inferlab_record(config, record):
 
 
 def is_experiment(item) -> bool:
-    root = item.config.rootpath / EXPERIMENTS_DIR
-    try:
-        return item.path.is_relative_to(root)
-    except AttributeError:
-        return False
+    return getattr(item, "path", None) is not None and item.path.is_relative_to(item.config.rootpath / EXPERIMENTS_DIR)
 
 
 def facts_of(item) -> TestFacts:
@@ -164,6 +160,9 @@ def pytest_collectreport(report):
 @pytest.hookimpl(tryfirst=True)  # before -k, -m, --deselect and --lf remove anything
 def pytest_collection_modifyitems(session, config, items):
     experiments = [item for item in items if is_experiment(item)]
+    refusal = options.collection_refusal(bool(experiments), config.getoption, config.option)
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
     if not experiments:
         return
     run = get_run(config)

@@ -20,7 +20,6 @@ from fixtures_records import copy_run, edit_manifest, kill_after
 from fixture_runs import runs, shared  # noqa: F401 (runs is a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"  # a real stand-in run (see test_runview)
 TEMPLATE = (ROOT / addenda.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
 
 
@@ -61,9 +60,10 @@ def explanation(tmp_path) -> Path:
 # --- done when: a finished stand-in run ---------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_on_a_finished_stand_in_run_attach_keeps_every_session_file_and_verify_names_the_addendum(
-        tmp_path, explanation, capsys):
-    run = copy_run(SCHEMA1_RUN, tmp_path / "standin")
+        standin_run, tmp_path, explanation, capsys):
+    run = copy_run(standin_run, tmp_path / "standin")
     session = tree(run)
     assert main(["attach", str(run), str(explanation)]) == 0
     out = capsys.readouterr()
@@ -74,9 +74,8 @@ def test_on_a_finished_stand_in_run_attach_keeps_every_session_file_and_verify_n
     assert set(after) - set(session) == {"addenda.jsonl", "addenda/my_explanation.md"}
     assert after["addenda/my_explanation.md"] == explanation.read_bytes()
     assert main(["verify", str(run)]) == 0
-    # the verdict line; then what the older fixture's files do not let the consistency checks check
-    assert capsys.readouterr().out.splitlines()[-1] == ("verify: OK (279 records, 12 files); 1 addendum added after "
-                                                       "the session, intact")
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("verify: OK (") and last.endswith("1 addendum added after the session, intact"), last
     (run / "addenda/my_explanation.md").write_text(answered_explanation() + "an afterthought\n")
     assert main(["verify", str(run)]) == 1
     lines = capsys.readouterr().out.splitlines()

@@ -226,29 +226,19 @@ def test_stand_in_uncached_logits_agree_with_an_independent_recomputation(plain_
         assert row["max_abs_diff"] <= row["bound"], (row, tolerance.describe())
 
 
-def the_experiment_passed(course_ci) -> Path:
-    """The course CI script's experiment step (an --offline stand-in run, tests/conftest.py course_ci) passed:
-    its run folder."""
-    said = "the experiment ended with pytest exit status 0 "
-    assert said in course_ci["done"].stdout, (course_ci["done"].stdout + course_ci["done"].stderr)[-3000:]
-    return course_ci["run"]
-
-
-def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, course_ci):
-    """The session's complete run and a second complete one (the course CI script's, --offline) in another
-    process."""
+def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, offline_run):
+    """The session's complete run and a second complete one (--offline) in another process."""
     from inferlab.report.compare import compare
 
-    comparison = compare(standin_run, the_experiment_passed(course_ci))
+    comparison = compare(standin_run, offline_run)
     rows = comparison["generation"]
     assert len(rows) == len(protocol.generation_trials())
     assert all(row["equal"] for row in rows), [row for row in rows if not row["equal"]]
 
 
-def test_offline_stand_in_run_needs_no_network_and_proves_the_block(course_ci):
-    """The course CI script's stand-in run is --offline, and the stand-in is built in its scratch project with the
-    network blocked."""
-    run = the_experiment_passed(course_ci)
+def test_offline_stand_in_run_needs_no_network_and_proves_the_block(offline_run):
+    """An --offline stand-in run builds the stand-in in its scratch project with the network blocked."""
+    run = offline_run
     found = records(run)
     guard = next(r for r in found if r["kind"] == "offline_guard")
     assert guard["offline"] is True and "network access blocked" in guard["outcome"]

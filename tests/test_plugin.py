@@ -513,11 +513,12 @@ def test_a_run_abandoned_under_runs_dir_is_named_incomplete_at_once(suite):
     note = json.loads((run / "renamed-incomplete.json").read_text())
     assert note["renamed_to"] == run.name and "abandoned its final records" in note["why"]
     assert f"It is renamed {run.name} now" in err
-    from inferlab.grading.grade import split_verify
-    from inferlab.verify import verify_run
+    from inferlab.verify import integrity_problems, verify_run
 
-    integrity, short = split_verify(verify_run(run))
-    assert integrity == [] and short and short[0].startswith("unfinished: ")
+    result = verify_run(run)
+    assert integrity_problems(result) == [] and result["completeness"][0].startswith("unfinished: ")
+    assert f"to {run.name} by its own session" in result["completeness"][0] and "later run" not in \
+        result["completeness"][0]
 
 
 def test_abandoning_says_where_the_run_stands_and_exits_with_128_plus_the_signal(capsys):

@@ -18,7 +18,7 @@ from inferlab.verify import verify_run
 
 from fixtures_records import copy_run, rewrite_records
 from fixture_runs import runs  # noqa: F401 (a fixture)
-from test_attach import SCHEMA1_RUN, answered_explanation, built, ledger, run, tree  # noqa: F401 (fixtures)
+from test_attach import answered_explanation, built, ledger, run, tree  # noqa: F401 (fixtures)
 
 JUSTIFICATION = "the one-token path sums in another order; errors near 1e-6 are rounding, not a cache fault"
 
@@ -48,8 +48,8 @@ def aligned(run: Path, change=None) -> Path:
 
 
 @pytest.fixture
-def standin(tmp_path) -> Path:
-    return copy_run(SCHEMA1_RUN, tmp_path / "standin")
+def standin(standin_run, tmp_path) -> Path:
+    return copy_run(standin_run, tmp_path / "standin")
 
 
 def revise(run: Path, criterion: str = "1e-4,1e-3", justification: str = JUSTIFICATION) -> int:

@@ -28,7 +28,6 @@ from inferlab.measure import revised_criterion as criteria
 from inferlab.measure.revised_criterion import RevisedCriterionError, check_options, parse_criterion
 from inferlab.reading import addenda_store
 from inferlab.reading.runview import RunView
-from inferlab.recheck import replay
 from inferlab.verify import verify_run
 
 from fixtures_records import abandon_finish, copy_run, kill_after
@@ -152,12 +151,9 @@ def test_where_proc_cannot_say_a_running_pid_is_taken_for_the_session(monkeypatc
 
 
 def test_a_session_records_its_process_start_in_its_claim_and_its_report_is_not_stale(standin_run):
-    from inferlab.grading.stale_report import stale_report_problems
-
     claim = json.loads((standin_run / CLAIM_FILE).read_text())
     assert set(claim["process_start"]) == {"boot_id", "start_ticks"}
     assert claim["process_start"]["boot_id"] == live_claim.boot_id()
-    assert stale_report_problems(RunView.read(standin_run)) == []  # a real session's pages are what grade renders
 
 
 def test_the_start_identity_of_this_process_is_read_from_proc():
@@ -166,75 +162,6 @@ def test_the_start_identity_of_this_process_is_read_from_proc():
     assert start == {"boot_id": live_claim.boot_id(), "start_ticks": ticks}
     started = live_claim._started_utc(ticks)
     assert abs((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()) < 24 * 3600
-
-
-# --- b. grade on a folder of runs ---------------------------------------------------------------------------
-
-
-def test_grade_on_a_folder_of_runs_says_it_is_one(runs, tmp_path, capsys):
-    folder = tmp_path / "runs"
-    for name in ("standin-1", "standin-2"):
-        copy_run(runs.get("complete"), folder / name)
-    assert main(["grade", str(folder)]) == 2
-    err = capsys.readouterr().err
-    assert err == (f"grade: {folder} is a folder of runs (2: standin-1, standin-2), not one run: grade one run "
-                   f"(`.venv/bin/inferlab grade {folder / 'standin-1'}`), or give --out DIR to grade each as one "
-                   f"learner's submission on a class page\n")
-    (folder / "notes").mkdir()  # not a run: a folder of submissions, as before
-    assert main(["grade", str(folder)]) == 2
-    assert "a folder of submissions; give --out DIR for the class page" in capsys.readouterr().err
-
-
-# --- c. replay: integrity and specimen before anything is loaded ----------------------------------------------
-
-
-@pytest.fixture
-def nothing_loaded(monkeypatch):
-    """Acquiring a specimen copy or loading a model fails the test."""
-    def loads(*args, **kwargs):
-        raise AssertionError("replay acquired a copy or loaded a model")
-
-    monkeypatch.setattr("inferlab.specimen.acquire", loads)
-    monkeypatch.setattr(replay, "load_model", loads)
-
-
-@pytest.mark.slow
-def test_replay_of_a_run_that_fails_verify_loads_nothing(run, nothing_loaded, capsys):
-    records = (run / RECORDS_FILE).read_text().replace('"generated_ids": [', '"generated_ids": [1, ', 1)
-    (run / RECORDS_FILE).write_text(records)  # edited, the manifest not re-hashed
-    assert main(["replay", str(run), "--specimen", "standin"]) == 1
-    err = capsys.readouterr().err
-    assert f"replay: records.jsonl: sha256" in err
-    assert f"replay: not replayed: {run} fails verify" in err and "nothing was loaded" in err
-
-
-def test_replay_on_another_specimen_is_refused_before_anything_is_loaded(run, nothing_loaded, capsys):
-    assert main(["replay", str(run), "--specimen", "replica"]) == 2
-    err = capsys.readouterr().err
-    assert "the run's specimen is 'standin' (revision 685c649b), and the copy to replay it on is 'replica'" in err
-    assert "nothing was loaded" in err
-
-
-def test_replay_on_a_copy_with_other_files_loads_no_model(run, monkeypatch):
-    view = RunView.read(run)
-    recorded = view.kind("artifact_file")
-    name = recorded[0]["name"]
-    copy = [{**row, "sha256": "ab" * 32} if row is recorded[0] else row for row in recorded]  # one file another
-    monkeypatch.setattr(replay, "grader_spec", lambda view, specimen: (
-        SimpleNamespace(name="standin", revision="685c649b"), "the test's spec"))
-    monkeypatch.setattr("inferlab.specimen.acquire", lambda spec, artifacts_dir=None, offline=False: {
-        "directory": "copy", "acquisition": "given", "verification": {"files": copy}})
-
-    def loads(*args, **kwargs):
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setattr(replay, "load_model", loads)
-    result = replay.replay_run(run, specimen=None)
-    size = recorded[0]["size"]
-    assert result["agree"] is False and result["comparison"].contradictions == [
-        f"specimen file {name}: size {size} sha256 {recorded[0]['sha256']} in the run, size {size} sha256 "
-        f"{'ab' * 32} in the grader's copy"]
-    assert "no model was loaded" in result["comparison"].notes[-1]
 
 
 # --- d. attach refuses the run's own files ----------------------------------------------------------------
@@ -378,33 +305,3 @@ def test_revise_requires_every_prefix_s_alignment_checks_to_have_passed(run, cap
 
 
 # --- h. grade names a stale report ------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_grade_names_a_stale_report_as_an_integrity_problem(runs, tmp_path, capsys):
-    from inferlab.grading.stale_report import stale_report_problems
-
-    honest = runs.get("honest")
-    assert stale_report_problems(RunView.read(honest)) == []
-    stale = copy_run(honest, tmp_path / "stale")
-    report = (stale / REPORT_FILE).read_text()
-    (stale / REPORT_FILE).write_text(report.replace("\n\n", "\n\nEvery check passed on the real model.\n\n", 1))
-    rehash(stale)  # the manifest's inventory agrees with the edited page: verify finds nothing
-    assert verify_run(stale)["problems"] == []
-    assert main(["grade", str(stale)]) == 3
-    out = capsys.readouterr().out
-    assert f"regenerated text differs from {stale / REPORT_FILE} from line " in out
-    assert "the report is stale, it says what the records do not" in out
-
-
-@pytest.mark.slow
-def test_a_stale_details_page_is_named_too(runs, tmp_path):
-    from inferlab.grading.grade import grade_source
-    from inferlab.grading.rubric import load_rubric
-
-    stale = copy_run(runs.get("honest"), tmp_path / "stale")
-    (stale / "report-details.md").write_text((stale / "report-details.md").read_text() + "an added claim\n")
-    rehash(stale)
-    grade = grade_source(stale, load_rubric(None))
-    assert grade.exit_status == 3
-    assert [line for line in grade.integrity_problems if "report-details.md" in line and "stale" in line]

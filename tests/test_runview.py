@@ -18,7 +18,6 @@ from inferlab.reading.runview import RENDERER_VERSION_FIELD, RunView, parse_reco
 from inferlab.report.compare import compare
 from inferlab.verify import verify_run
 
-SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
 CACHE = "experiments/test_40_cache.py"
 
 
@@ -183,60 +182,3 @@ def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
 
 
 # --- the run written before runs named their schema -----------------------------------------------------------
-
-
-def test_the_schema_1_run_reads_in_the_current_shape():
-    view = RunView.read(SCHEMA1_RUN)
-    assert view.schema == 1 and not view.problems and view.producers_inferred
-    trial = view.first("timing_trial")
-    assert "token_times_s" in trial and "token_times" not in trial
-    comparison = view.first("cache_comparison")
-    assert "top2_margin_uncached" in comparison and "top2_margin" not in comparison
-    assert view.manifest["argv"] and "command_line" not in view.manifest
-    assert view.producers("cache_comparison") == [f"{CACHE}::test_matched_prefix"]
-    assert view.ending == "finished" and view.renderer_version == 1
-
-
-def test_the_schema_1_run_verifies_as_the_inferlab_that_wrote_it_said(capsys):
-    result = verify_run(SCHEMA1_RUN)
-    assert result["problems"] == [] and result["all_tests_passed"] and result["schema"] == 1
-    assert main(["verify", str(SCHEMA1_RUN)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[-1] == "verify: OK (279 records, 12 files)"  # what 492887e's verify printed, last
-    # before it, what its files do not let today's consistency checks check, said (its records carry no stamps)
-    assert lines[:-1] and all(line.startswith("not checked: ") for line in lines[:-1])
-    assert any("carry no perf_counter_ns" in line for line in lines[:-1])
-
-
-def test_the_schema_1_runs_pages_are_another_renderer_versions_and_are_not_compared(capsys):
-    """Renderer version 1 wrote its pages and this inferlab renders version 2 (the commands it prints changed):
-    --check says so and exits 3, calling them neither identical nor different; verify still hashes them."""
-    assert main(["report", str(SCHEMA1_RUN), "--check"]) == 3
-    out = capsys.readouterr().out
-    assert "rendered by report renderer version 1" in out and f"renders version {report.RENDERER_VERSION}" in out
-    assert "differs" not in out and "is identical" not in out and "not compared" in out
-    assert report.render_report(RunView.read(SCHEMA1_RUN), after_session=True).startswith("# inferlab run report")
-
-
-def test_the_schema_1_run_compares_equal_with_itself():
-    result = compare(SCHEMA1_RUN, SCHEMA1_RUN)
-    assert all(row["equal"] for row in result["generation"] + result["timing_ids"])
-    assert result["tensors"] and all(row["bitwise_equal"] for row in result["tensors"])
-    assert all(row["ratio_dir2_over_dir1"] == 1.0 for row in result["timing_ratios"])
-
-
-# --- pages another renderer version wrote ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("version", [report.RENDERER_VERSION + 1, 0])
-def test_report_check_says_plainly_when_another_renderer_version_wrote_the_pages(tmp_path, capsys, version):
-    run = Path(shutil.copytree(SCHEMA1_RUN, tmp_path / "run"))
-    manifest = json.loads((run / MANIFEST_FILE).read_text())
-    manifest[RENDERER_VERSION_FIELD] = version
-    write_json_atomic(run / MANIFEST_FILE, manifest)
-    (run / "report.md").write_text("# a page of another renderer\n")
-    assert main(["report", str(run), "--check"]) == 3
-    out = capsys.readouterr().out
-    assert f"rendered by report renderer version {version}" in out and "not compared" in out
-    assert "differs" not in out and "is identical" not in out
-    assert report.check(run).status == "other_renderer"

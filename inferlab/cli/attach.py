@@ -110,9 +110,14 @@ def run_attach(record_dir: Path, file: Path, kind_name: str) -> int:
         state = addenda_store.check_run(record_dir)
         addenda_store.refuse_run_file(file, record_dir)
         data = addenda_store.read_text_file(file)
+        same = same_bytes_attached(record_dir, data, kind_name)
+        if same is not None:
+            print(f"{NAME}: {file} is byte for byte the {kind_name} already attached as {same['file']} "
+                  f"({addenda.LEDGER_FILE} seq {same['seq']}); nothing was written")
+            return EXIT_OK
         structure = None
         if kind_name == addenda.EXPLANATION_KIND:
-            structure = addenda.structure_of(data.decode("utf-8"), addenda.read_template())
+            structure = explanation_structure(data.decode("utf-8"))
         entry = addenda_store.store(state, data, str(file), kind_name, TOOL, structure,
                                     on_wait=waiting(NAME, record_dir))
     except addenda_store.Refused as error:
@@ -127,6 +132,32 @@ def run_attach(record_dir: Path, file: Path, kind_name: str) -> int:
     return EXIT_OK
 
 
+def same_bytes_attached(record_dir: Path, data: bytes, kind_name: str):
+    """The ledger entry of an earlier version with exactly these bytes, or None."""
+    import hashlib
+
+    from inferlab.reading.runview import RunView
+
+    digest = hashlib.sha256(data).hexdigest()
+    return next((e for e in RunView.read(record_dir).addenda
+                 if isinstance(e, dict) and e.get("kind") == kind_name and e.get("sha256") == digest), None)
+
+
+def explanation_structure(text: str) -> dict:
+    """The explanation's form against the template (inferlab.writing): headings missing, sections not written."""
+    from inferlab import writing
+    from inferlab.base.checkout import PROJECT_ROOT
+
+    template = writing.template(PROJECT_ROOT, writing.EXPLANATION_TEMPLATE)
+    if template is None:
+        return {"template": writing.EXPLANATION_TEMPLATE, "ok": None,
+                "note": f"the template {writing.EXPLANATION_TEMPLATE} was not found; not checked"}
+    found = writing.sections_written(text, template)
+    return {"template": writing.EXPLANATION_TEMPLATE, "ok": not found["missing"] and not found["empty"],
+            "headings_present": found["written"] + list(found["empty"]), "headings_missing": found["missing"],
+            "empty_sections": list(found["empty"])}
+
+
 def structure_line(structure: dict) -> str:
     """The structure check in one line: a warning when headings are missing or sections empty."""
     template = structure.get("template")
@@ -137,6 +168,7 @@ def structure_line(structure: dict) -> str:
                 f"whether the content is right is for a person to judge)")
     missing, empty = structure.get("headings_missing") or [], structure.get("empty_sections") or []
     parts = ([f"missing heading(s): {'; '.join(missing)}"] if missing else []) + (
-        [f"section(s) with nothing but the template's guidance: {'; '.join(empty)}"] if empty else [])
+        [f"section(s) without text of your own (the template's guidance or placeholders only): {'; '.join(empty)}"]
+        if empty else [])
     return (f"{NAME}: warning: the explanation does not have {template}'s structure: {'. '.join(parts)}. It was kept "
             f"as it is and the check is recorded with it; attach it again once it is complete (every version is kept)")

@@ -125,8 +125,12 @@ def killed_detail(claim: Optional[dict], note: Optional[dict], hostname: Optiona
     if not isinstance(claim, dict):
         return ""
     who = f"pid {claim.get('pid')} on {claim.get('hostname')}"
-    renamed = (f"; renamed from {note.get('renamed_from')} to {note.get('renamed_to')} by a later run at "
-               f"{note.get('renamed_utc')} (its note: {RENAME_NOTE})") if isinstance(note, dict) else ""
+    renamed = ""
+    if isinstance(note, dict):
+        by = note.get("by") if isinstance(note.get("by"), dict) else {}
+        who_renamed = "by its own session" if by.get("pid") == claim.get("pid") else "by a later run"
+        renamed = (f"; renamed from {note.get('renamed_from')} to {note.get('renamed_to')} {who_renamed} at "
+                   f"{note.get('renamed_utc')}: {note.get('why')} (its note: {RENAME_NOTE})")
     state = claimant(claim, hostname or socket.gethostname()).state
     if state == "gone":
         return f"; its process ({who}) is no longer running{renamed}"

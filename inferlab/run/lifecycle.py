@@ -92,6 +92,15 @@ def invocation_of(config, specimen: dict, offline_from: Optional[str], pytest_ve
         named_by_plugin=config.getoption("inferlab_runs_dir") is not None)
 
 
+def answered_questions(text: str, root: Path) -> dict:
+    """How many of the six questions the predictions answer, judged when they are copied (inferlab.writing), so
+    that a learner hears it before any output exists, while the file can still be fixed."""
+    from inferlab import writing
+
+    found = writing.question_answers(text, writing.template(root, writing.PREDICTIONS_TEMPLATE))
+    return {"answered": found.answered, "answers": found.summary()}
+
+
 class Surroundings:
     """What the manifest says of the process and the machine, asked when it is written."""
 
@@ -362,6 +371,7 @@ class Run:
             "source_mtime_utc": modified.isoformat(),
             "copied_at_utc": self.clock(),
             **predictions.template_status(text, predictions.read_template(self.invocation.root)),
+            **answered_questions(text, self.invocation.root),
         }
 
     # --- the schedule and the tests --------------------------------------------------------------

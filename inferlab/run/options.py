@@ -75,6 +75,22 @@ MARKERS = (
     "its evidence, not a broken harness",
 )
 
+def collection_refusal(experiments: bool, getoption, option) -> Optional[str]:
+    """Why the collected session must not run, or None: the experiment's options given to a session that collected
+    no experiment test (they would be silently ignored), or pytest-timeout's --timeout given to the experiment (its
+    trials have the protocol's limit, which --timeout would silently not change)."""
+    given = [flag for flag, settings in OPTIONS.items() if getoption(settings["dest"]) not in (settings["default"], None)]
+    if not experiments:
+        if given and not option.collectonly:
+            return (f"{', '.join(given)}: options of the experiment, and no experiment test was collected; run them "
+                    f"with the experiments folder: {spelled('-m pytest experiments ' + ' '.join(given) + ' ...', 'python')}")
+        return None
+    if getattr(option, "timeout", None) is not None:
+        return (f"--timeout {option.timeout}: the experiment gives each trial the protocol's limit of "
+                f"{protocol.TRIAL_LIMIT_S} s itself (inferlab/protocol.py, TRIAL_LIMIT_S); leave --timeout out")
+    return None
+
+
 WANTED = {"--record-dir": "a new directory, e.g. --record-dir runs/first",
           "--runs-dir": "the folder for new runs, e.g. --runs-dir runs",
           "--artifacts": "the directory that holds the specimen's files",

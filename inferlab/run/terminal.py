@@ -164,3 +164,13 @@ def shortened_skip_reason(reason: str, known: dict) -> str:
     for message, pointer in sorted(known.items(), key=lambda item: -len(item[0])):
         reason = reason.replace(message, pointer)
     return reason
+
+
+def start_lines(run) -> list[str]:
+    """What the run says at its start: earlier runs found killed and renamed, and predictions that do not answer
+    every question, said while they can still be fixed (before any output exists)."""
+    predictions = run.predictions or {}
+    unanswered = ([f"predictions: {predictions['answers']}: stop now (Ctrl-C) and complete them before you see "
+                   "any output, or the grade will say so"] if predictions.get("supplied")
+                  and len(predictions.get("answered", [])) < 6 else [])
+    return list(run.ended_elsewhere) + unanswered

@@ -25,7 +25,7 @@ from inferlab.reading.runview import RunView
 from inferlab.verify.checker import Checker
 from inferlab.verify.walk import walk
 
-__all__ = ["Checker", "verify_run"]
+__all__ = ["Checker", "integrity_problems", "verify_run"]
 
 
 def verify_run(run: Union[Path, str, RunView]) -> dict:
@@ -35,3 +35,10 @@ def verify_run(run: Union[Path, str, RunView]) -> dict:
     in problems), not_listed, schema, notes, not_checked}."""
     view = run if isinstance(run, RunView) else RunView.read(Path(run))
     return walk(Checker(view))
+
+
+def integrity_problems(result: dict) -> list[str]:
+    """verify's problems that say the files are not as the session wrote them: every problem but the lines that
+    only say the run is unfinished or partial (its completeness)."""
+    completeness = set(result.get("completeness") or [])
+    return [line for line in result.get("problems") or [] if line not in completeness]
