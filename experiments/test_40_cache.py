@@ -29,7 +29,7 @@ def test_cache_criterion_declared(revised_criterion, record):
 
 
 @pytest.mark.records("cache_inspection", "cache_comparison", "cache_summary")
-@pytest.mark.requires("model_inspection", "cache_criterion")
+@pytest.mark.requires("model_inspection", "cache_criterion", "cache_reference_trial")
 @pytest.mark.provides("cache_comparison")
 @pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)
 def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, forward_window, record):

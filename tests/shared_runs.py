@@ -199,8 +199,18 @@ def experiment_here(folder: Path, *args: str, conftest_extra: str = "", env: Opt
     with inner_session_state(project, env, sys_path), contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(err):
         status = pytest.main(["experiments", *args, "--record-dir", "run"])
+    passed_on(status)
     texts = [stream.buffer.getvalue().decode("utf-8", "replace") for stream in (out, err)]
     return ExperimentRun(project, project / "run", int(status), *texts)
+
+
+def passed_on(status) -> None:
+    """An inner session of this process takes a Ctrl-C with its own handler (it must, to keep its records honest);
+    no inner session of this suite is interrupted on purpose, so an interrupted one passes the interrupt on: the
+    first Ctrl-C stops the whole suite at once, as it stops a make test of two workers. (pytester's in-process runs
+    pass it on themselves.)"""
+    if int(status) == int(pytest.ExitCode.INTERRUPTED):
+        raise KeyboardInterrupt("an inner experiment session was interrupted: the suite stops too")
 
 
 def experiment_once(tmp_path_factory, name: str, *args: str, conftest_extra: str = "", env: Optional[dict] = None,

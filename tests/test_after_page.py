@@ -107,7 +107,7 @@ def test_a_revised_criterion_of_the_run_stands_beside_the_declared_one(runs, cap
 
 def test_a_plan_folder_has_no_after_run_page(runs, capsys):
     plan = runs.get("plan")
-    assert main(["report", str(plan), "--after"]) == 0
+    assert main(["report", str(plan), "--after"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "is a plan folder" in captured.err
 

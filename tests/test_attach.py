@@ -131,6 +131,7 @@ def test_an_incomplete_explanation_is_kept_with_a_warning_and_its_structure_reco
 
 def test_verify_names_a_removed_addendum_a_stray_file_and_a_changed_manifest(run, explanation, capsys):
     assert main(["attach", str(run), str(explanation)]) == 0
+    explanation.write_text(answered_explanation() + "A second thought.\n")
     assert main(["attach", str(run), str(explanation)]) == 0
     (run / "addenda/my_explanation.md").unlink()
     (run / "addenda/stray.md").write_text("put here by hand\n")
@@ -250,6 +251,7 @@ def test_an_unfinished_run_is_allowed_and_labelled(run, explanation, capsys):
 
 def test_a_failure_half_way_leaves_nothing(run, explanation, monkeypatch, capsys):
     assert main(["attach", str(run), str(explanation)]) == 0
+    explanation.write_text(answered_explanation() + "A second thought.\n")
     before = tree(run)
     real_write = os.write
 

@@ -97,6 +97,14 @@ def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(no_hu
     assert "test_acquisition" in (run / "report.md").read_text()
 
 
+def test_grade_of_a_run_whose_acquisition_failed_gives_the_one_cause(no_hub):
+    status, printed = inferlab_command("grade", no_hub.run)
+    failing = [line for line in printed.splitlines() if line.strip().startswith("FAIL")]
+    machine = [line for line in failing if "nothing was measured: the specimen could not be acquired" in line]
+    assert status == 1 and len(machine) == 5, printed  # one line for each of items 2 to 6, the same cause
+    assert "expected the hub endpoint to accept a connection" in machine[0]
+
+
 def test_offline_default_run_names_the_missing_files(project):
     result = project.runpytest("experiments", "--record-dir", "run", "--offline")  # stops at acquisition: in process
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -361,6 +369,19 @@ def test_a_selection_without_its_prerequisites_says_which_tests_to_add_and_point
     assert "-k 'cache or test_thread_controls or test_acquisition or test_artifact_file or " in reason
     out = result.stdout.str()
     assert "inferlab/plugin.py" not in out and "experiments/test_40_cache.py:" in out
+
+
+def test_the_sessions_one_hint_followed_exactly_runs_every_test_it_waited_for(project):
+    """`-k matched_prefix` names, at its end, one -k that adds every prerequisite, the cache test's reference trial
+    (P1-G-rep1) among them; that -k, typed as printed, runs the matched-prefix test and skips nothing."""
+    first = project.runpytest("experiments", "--record-dir", "first", "--specimen", "standin", "-k", "matched_prefix")
+    line = next(line for line in first.stdout.lines if "to run them all, -k '" in line)
+    keyword = line.split("-k '", 1)[1].rsplit("'", 1)[0]
+    assert "P1-G-rep1" in keyword and keyword.startswith("matched_prefix or ")
+    project.runpytest("experiments", "--record-dir", "second", "--specimen", "standin", "-k", keyword)
+    outcomes = [r for r in records(project.path / "second") if r["kind"] == "test_outcome"]
+    assert [r["test"] for r in outcomes if r["outcome"] != "passed"] == []
+    assert outcome(outcomes, "test_matched_prefix")["outcome"] == "passed"
 
 
 def test_one_file_alone_is_told_which_files_to_name_too(project):

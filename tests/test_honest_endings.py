@@ -174,4 +174,4 @@ def test_a_full_disk_is_an_unfinished_run_never_an_integrity_problem(tmp_path_fa
     grade = grade_source(run, rubric.load())
     assert grade.exit_status == 1 and grade.integrity == [], grade.integrity
     status, printed = inferlab_command("grade", run)
-    assert status == 1 and "unfinished: no session_end record" in printed and "INTEGRITY" not in printed
+    assert status == 1 and "did not reach its end: no session_end record" in printed and "integrity" not in printed

@@ -284,16 +284,14 @@ def test_a_killed_run_verifies_as_unfinished_and_its_report_can_still_be_written
     assert manifest["complete"] is False  # writing a report never promotes the run
 
 
-def test_a_plan_folder_is_recognised_and_never_passes_all_passed(runs, capsys):
+def test_a_plan_folder_is_recognised_and_refused_like_every_command_refuses_it(runs, capsys):
     folder = runs.get("plan")
     result = verify_run(folder)
     assert result["problems"] == [] and result["plan_folder"] is True
-    assert main(["verify", str(folder)]) == 0
-    assert "a PLAN folder" in capsys.readouterr().out
-    assert main(["verify", "--all-passed", str(folder)]) == 1
-    assert "a plan folder: no test ran" in capsys.readouterr().out
-    assert main(["report", "--write", str(folder)]) == 0
-    assert "is a plan folder" in capsys.readouterr().err and not (folder / "report.md").exists()
+    for argv in (["verify", str(folder)], ["verify", "--all-passed", str(folder)], ["report", "--write", str(folder)]):
+        assert main(argv) == 2
+        assert "is a plan folder (written by --plan): no test ran" in capsys.readouterr().err
+    assert not (folder / "report.md").exists()
 
 
 def test_a_plan_folder_with_test_records_is_a_problem(runs, tmp_path):
@@ -546,14 +544,14 @@ def test_check_artifacts_says_a_missing_pinned_optional_file_is_a_problem(standi
 
 @pytest.mark.process
 @pytest.mark.parametrize("command", [["verify"], ["report"], ["compare", "SAME"]])
-def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(complete_run, command):
+def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(complete_run, second_run, command):
     import os
     import subprocess
     import sys
 
     read_end, write_end = os.pipe()
     os.close(read_end)  # `| head` that has already gone: the first write meets a closed pipe
-    args = [str(complete_run) if word == "SAME" else word for word in command] + [str(complete_run)]
+    args = [str(second_run) if word == "SAME" else word for word in command] + [str(complete_run)]
     done = subprocess.run([sys.executable, "-m", "inferlab", *args], stdout=write_end, stderr=subprocess.PIPE,
                           text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
     os.close(write_end)

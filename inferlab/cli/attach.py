@@ -139,7 +139,10 @@ def same_bytes_attached(record_dir: Path, data: bytes, kind_name: str):
     from inferlab.reading.runview import RunView
 
     digest = hashlib.sha256(data).hexdigest()
-    return next((e for e in RunView.read(record_dir).addenda
+    view = RunView.read(record_dir)
+    if view.addenda_problems:  # a damaged ledger is refused by the store, with its own message
+        return None
+    return next((e for e in view.addenda
                  if isinstance(e, dict) and e.get("kind") == kind_name and e.get("sha256") == digest), None)
 
 

@@ -114,7 +114,7 @@ def grade_run(view, rubric: Rubric, course=None, course_label: str = "", source:
 
     grade = Grade(source or str(view.directory), rubric, learner=learner)
     if view.is_plan_folder:
-        grade.error = f"{view.directory} is a plan folder (--plan): no test ran, so there is nothing to grade"
+        grade.error = f"{view.directory} is a plan folder (written by --plan): no test ran, so there is no run to grade"
         return grade
     verified = verify_run(view)
     grade.integrity = integrity_problems(verified)

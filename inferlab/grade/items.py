@@ -132,6 +132,12 @@ def _kinds_of_tests(view) -> dict[str, set]:
 
 def run_checks(view, number: int, verified: dict, comparison) -> list[Check]:
     """Item `number` (2 to 6) of a handed-in run: ended, complete, its tests passed, verifies, agrees."""
+    failed_acquisition = next((r for r in view.kind("artifact_acquisition") if r.get("ok") is False), None)
+    if failed_acquisition is not None:  # one cause, said once per item, not every test it stopped
+        cause = first_line(str(failed_acquisition.get("error") or "no reason recorded"))[:300]
+        return [Check("measured", FAIL, f"nothing was measured: the specimen could not be acquired ({cause})",
+                      "make the specimen available (--specimen standin, or --artifacts DIR with a verified copy) "
+                      "and run again")]
     checks = []
     if view.unfinished:
         checks.append(Check("finished", FAIL, f"the run did not reach its end: {view.unfinished}", RERUN))

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 from inferlab.base import learner_text
 from inferlab.base.commands import spelled
 from inferlab.run import session_status
-from inferlab.run.checks import CheckLedger, first_line
+from inferlab.run.checks import CheckLedger, case_checks, first_line
 from inferlab.run.interrupts import SignalWatch
 from inferlab.run.plan import EXPERIMENTS_DIR, Schedule, TestFacts, forward_budget
 from inferlab.run.plan import entry as plan_entry
@@ -390,6 +390,7 @@ class Run:
             collector_policy=self.collector_policy)
         self.schedule.adopt(written)
         self.schedule.declared = session_status.experiment_checks(self.invocation.root, EXPERIMENTS_DIR)
+        self.schedule.declared += case_checks(self.schedule.collected_facts, self.schedule.declared)
         write_json_atomic(self.record_dir / PLAN_FILE, written)
         self.emit("plan", None, writers.make_plan_record(written))
         return written
@@ -397,10 +398,12 @@ class Run:
     def refusal(self, facts: TestFacts) -> Optional[str]:
         """Why this test must not start (checks.CheckLedger.refusal), naming any prerequisite test that is not in
         this session's schedule and how to include it."""
-        from inferlab.run.checks import absent_prerequisite
+        from inferlab.run.checks import absent_prerequisite, missing_tests
 
         selection = (self.schedule.plan or {}).get("selection") or {}
         not_run = [name for name in facts.requires if self.ledger.status_of(name) is None]
+        for test in missing_tests(not_run, self.schedule.declared, self.schedule.planned):
+            self.schedule.missing.setdefault(test.get("nodeid") or test["function"], test)
         return self.ledger.refusal(facts.nodeid, facts.requires, absent=lambda name: absent_prerequisite(
             name, self.schedule.declared, self.schedule.planned, selection, also=not_run))
 

@@ -58,6 +58,12 @@ def write_summary(write: Callable[..., None], run) -> None:
               f"your predictions before you look at any output.")
     elif not predictions.get("supplied") and not plan_only:
         write("predictions: none supplied (--predictions FILE); the lab asks for them before you look at any output")
+    keyword = ((run.schedule.plan or {}).get("selection") or {}).get("keyword")
+    if run.schedule.missing and keyword:
+        from inferlab.run.checks import include_hint
+
+        write(f"skipped for prerequisites outside the selection: to run them all, "
+              f"{include_hint(keyword, run.schedule.missing.values())}", yellow=True)
     acquisition = run.ledger.checks.get(ACQUISITION_CHECK) or {}
     if acquisition.get("status") in ("failed", "error"):
         write("")
