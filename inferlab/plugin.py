@@ -172,12 +172,12 @@ def pytest_collection_modifyitems(session, config, items):
         raise pytest.UsageError("--record-dir DIR (or --runs-dir DIR) is required to run the experiments (use a new "
                                 "directory, e.g. runs/first)")
     run.schedule.collected = [item.nodeid for item in experiments]
-    run.schedule.collected_facts = [facts_of(item) for item in experiments]
     for item in experiments:
         if item.get_closest_marker("timeout") is None:
             # func_only: the limit is for the trial itself, not the session fixtures (download, load)
             # that the first test to need them happens to set up.
             item.add_marker(pytest.mark.timeout(protocol.TRIAL_LIMIT_S, method="signal", func_only=True))
+    run.schedule.collected_facts = [facts_of(item) for item in experiments]  # after the limit is marked
 
 
 def pytest_deselected(items):
