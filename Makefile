@@ -15,7 +15,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 RUN_DIR ?=
 WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),--runs-dir runs)
 ARGS ?=
-# The published small files the replica specimen is built from (see inferlab/synthetic/replica.py); optional.
+# The published small files the replica specimen is built from (see inferlab/specimen/build.py); optional.
 REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 # The same folder for the replica builder, as an absolute path (tests run some commands from other folders).
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))
