@@ -16,7 +16,7 @@ RUN_DIR ?=
 # --record-dir given in ARGS is the folder: then no --runs-dir is added.
 WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),$(if $(findstring --record-dir,$(ARGS)),,--runs-dir runs))
 ARGS ?=
-# The published small files the replica specimen is built from (see inferlab/synthetic/replica.py); optional.
+# The published small files the replica specimen is built from (see inferlab/specimen/build.py); optional.
 REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 # The same folder for the replica builder, as an absolute path (tests run some commands from other folders).
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))

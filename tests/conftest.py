@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from inferlab import specimen
-from inferlab.synthetic import standin
+from inferlab.specimen.build import STANDIN
 
 
 def runs_tests(config) -> bool:
@@ -113,7 +113,7 @@ def standin_build(tmp_path_factory):
     """One offline build of the stand-in for the whole session, every worker's: the build() record."""
     from shared_runs import made_once
 
-    return made_once(tmp_path_factory, "standin-build", lambda folder: standin.build(folder / "standin"))
+    return made_once(tmp_path_factory, "standin-build", lambda folder: STANDIN.build(folder / "standin"))
 
 
 @pytest.fixture(scope="session")
@@ -135,11 +135,11 @@ HUB_README_BYTES = 10_560
 
 def require_reference_dir() -> Path:
     """The published small files of pythia-14m, or a skip that says where they are expected."""
-    from inferlab.synthetic import replica
+    from inferlab.specimen import build
 
     try:
-        return replica.require_reference()
-    except replica.ReferenceUnavailable as error:
+        return build.require_reference()
+    except build.ReferenceUnavailable as error:
         pytest.skip(f"needs pythia-14m's published small files: {error}")
 
 
@@ -147,16 +147,16 @@ def require_reference_dir() -> Path:
 def replica_listing(tmp_path_factory):
     """Folders holding what the hub lists for pythia-14m: {"six": all six files + README.md, "five": no generation_config.json}.
 
-    The replica specimen (inferlab.replica): the four small files are the published ones byte for byte and
+    The replica specimen (inferlab.specimen.build.REPLICA): the four small files are the published ones byte for byte and
     model.safetensors is the real header holding the recipe's weights (28,143,920 bytes); to these the
     2023 generation's 111-byte generation_config.json is added for "six", and README.md, 10,560 bytes of
     filler listed by the hub and never to be requested.
     """
-    from inferlab.synthetic import replica
+    from inferlab.specimen.build import REPLICA
 
     reference = require_reference_dir()
     six = tmp_path_factory.mktemp("replica-listing") / "six"
-    replica.build(six, reference=reference)
+    REPLICA.build(six)
     shutil.copyfile(reference / "2023-generation" / "generation_config.json", six / "generation_config.json")
     readme = (b"# pythia-14m (filler standing in for the hub's model card)\n" * 200)[:HUB_README_BYTES]
     (six / "README.md").write_bytes(readme)
@@ -242,12 +242,12 @@ def standin_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def replica_run(tmp_path_factory):
     """The same for `--specimen replica` (built from pythia-14m's published small files, skipped without them)."""
-    from inferlab.synthetic import replica
+    from inferlab.specimen.build import REFERENCE_ENV
     from shared_runs import experiment_once
 
     reference = require_reference_dir()
     made = experiment_once(tmp_path_factory, "replica", "--specimen", "replica",
-                           env={replica.REFERENCE_ENV: str(reference)}, here=True)
+                           env={REFERENCE_ENV: str(reference)}, here=True)
     assert made.returncode == 0, made.tail()
     return made.run
 

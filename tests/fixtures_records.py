@@ -632,7 +632,7 @@ def with_check_kinds(records: list[dict]) -> list[dict]:
 def acquisition_failure_of(records: list[dict]) -> Optional[dict]:
     """session_end's acquisition_failure as the plugin makes it: when the test that provides the acquisition
     failed, the cause from its artifact_acquisition record and the failed tests that check the specimen."""
-    from inferlab.specimen.guidance import acquisition_cause
+    from inferlab.specimen import acquisition_cause
 
     outcomes = [r for r in records if r["kind"] == "test_outcome"]
     failing = [r for r in outcomes if r["outcome"] in ("failed", "error")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 # What an inner session of a scratch experiment suite imports that the harness's own session need not have.
-SESSION_MODULES = ("hypothesis", "statistics", "inferlab.reading.addenda", "inferlab.host.environment", "inferlab.specimen.guidance",
+SESSION_MODULES = ("hypothesis", "statistics", "inferlab.reading.addenda", "inferlab.host.environment", "inferlab.specimen.build",
                    "inferlab.host.installation", "inferlab.report.plots", "inferlab.run.predictions", "inferlab.replica",
                    "inferlab.report", "inferlab.reading.runview", "inferlab.reading.schema", "inferlab.measure.summaries")
 

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "inferlab"
 # its own part and from any lower layer, never from a higher one or from another part of its own layer.
 LAYERS = (
     ("protocol", "base", "hookspec", "writing"),
-    ("host", "synthetic"),
+    ("host",),
     ("specimen",),
     ("measure",),
     ("run",),

@@ -13,7 +13,7 @@ from inferlab.measure.cache_check import compare_vectors, run_matched_prefix
 from inferlab.measure.decode_loop import run_greedy_loop
 from inferlab.measure.memory import expected_kv_cache_bytes
 from inferlab.measure.summaries import first_divergence
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
 M = protocol.CACHE_MAX_TARGET_TOKENS

@@ -113,10 +113,10 @@ def test_offline_default_run_names_the_missing_files(project):
 
 
 def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_path):
-    from inferlab.synthetic import standin
+    from inferlab.specimen.build import STANDIN
 
     copy = tmp_path / "tampered"
-    standin.build(copy)
+    STANDIN.build(copy)
     weights = bytearray((copy / "model.safetensors").read_bytes())
     weights[-1] ^= 0x01
     (copy / "model.safetensors").write_bytes(bytes(weights))
@@ -269,9 +269,8 @@ def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(no
     skip_reason = outcome(found, "test_model_load")["skip_reason"]  # the records keep every reason uncut
     assert error in skip_reason and len(skip_reason) > 300
     from inferlab import specimen
-    from inferlab.specimen import guidance
 
-    steps = guidance.acquisition_next_steps(specimen.load_spec("pythia-14m").as_dict())
+    steps = specimen.acquisition_next_steps(specimen.load_spec("pythia-14m").as_dict())
     lines = no_hub.lines
     start = lines.index("Next steps:")
     assert [line.strip() for line in lines[start + 1:start + 1 + len(steps)]] == \

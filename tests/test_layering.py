@@ -75,11 +75,12 @@ def test_the_checks_find_an_upward_import_a_cycle_and_a_relative_one(tmp_path):
 
 
 def test_the_old_import_paths_still_work():
-    """What a course's conftest.py or script may name: the hook specs, the stand-in and replica modules (python -m
-    inferlab.standin runs through the same shim: tests/test_standin.py), and spelled's old home."""
+    """What a course's conftest.py or script may name: the hook specs, the stand-in and replica commands (python -m
+    inferlab.standin DIR: tests/test_specimen_build.py; imported, the shim builds nothing), and spelled's old home."""
     assert hasattr(importlib.import_module("inferlab.hookspec"), "pytest_inferlab_record")
     for name in ("standin", "replica"):
-        assert importlib.import_module(f"inferlab.{name}") is importlib.import_module(f"inferlab.synthetic.{name}")
+        assert importlib.import_module(f"inferlab.{name}").build_command is importlib.import_module(
+            "inferlab.specimen").build_command
     from inferlab.base.commands import spelled
     from inferlab.cli import spelled as old_spelled
 

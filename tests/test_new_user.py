@@ -15,7 +15,6 @@ from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.reading import earlier_runs
 from inferlab.report.compare import compare, format_compare
-from inferlab.specimen import guidance
 
 import inner_session
 from fixtures_records import copy_run
@@ -116,16 +115,15 @@ def backticked_commands(text: str) -> set[str]:
 def printed_texts(runs, standin_copy, tmp_path, capsys) -> list[str]:
     """What the tool prints where commands are given: the guidance for every specimen and failed path, a weight
     file's diagnosis, the failed run's report and verify's output, refusals of a folder that is not a run."""
-    from inferlab.specimen import weights
+    from inferlab.specimen.check import diagnose
 
     texts = []
     for name in ("pythia-14m", "standin", "replica"):
         for failed_path in (None, "reuse:artifacts_dir", "download"):
-            texts += guidance.acquisition_next_steps(specimen.load_spec(name).as_dict(), failed_path)
+            texts += specimen.acquisition_next_steps(specimen.load_spec(name).as_dict(), failed_path)
     (standin_copy / "model.safetensors").write_bytes(b"not a weight file at all")
-    for built_by in (None, "inferlab.standin", "inferlab.replica"):
-        texts.append(weights.diagnose(standin_copy / "model.safetensors", repo_id="r", revision="v", pinned_size=1,
-                                      pinned_sha256="0" * 64, built_by=built_by)["advice"])
+    for name in ("pythia-14m", "standin", "replica"):
+        texts.append(diagnose(standin_copy / "model.safetensors", specimen.load_spec(name))["advice"])
     failed = runs.copy("failed", tmp_path / "run")
     # The report quotes the command the run was started with: history, not a command to type, so left out.
     typed = json.loads((failed / MANIFEST_FILE).read_text())["command"]

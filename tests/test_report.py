@@ -14,7 +14,7 @@ from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
 from inferlab.reading.runview import RunView
 from inferlab.report import details, logits, tables
-from inferlab.specimen import guidance
+from inferlab.specimen import acquisition_next_steps
 
 from fixtures_records import (
     BANDWIDTH_BYTES_PER_S,
@@ -610,7 +610,7 @@ def test_failed_run_page_is_short_and_heads_with_the_reason_and_next_steps(faile
     assert text.index("## What happened") < text.index("## What to do next") < text.index("## What did not run")
     assert "test_acquisition" in section(text, "What happened")
     next_steps = section(text, "What to do next")
-    for step in guidance.acquisition_next_steps(RunView.read(failed_run).specimen_spec()):
+    for step in acquisition_next_steps(RunView.read(failed_run).specimen_spec()):
         assert f"- {step}" in next_steps
     assert report.MISSING not in text
 

@@ -526,7 +526,7 @@ def test_a_plan_that_falls_short_without_saying_so_is_a_problem(run_copy):
 
 
 def test_check_artifacts_says_an_absent_optional_file_is_absent_and_why(tmp_path, capsys):
-    from inferlab.specimen.verification import ABSENT_FROM_COPY
+    from inferlab.specimen.check import ABSENT_FROM_COPY
 
     # pythia-14m's spec does not pin generation_config.json either way: absent from a copy, it is fine.
     assert main(["check-artifacts", str(tmp_path)]) == 1  # the required files are missing

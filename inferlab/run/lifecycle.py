@@ -464,13 +464,13 @@ class Run:
 
     def acquisition_failure(self) -> Optional[dict]:
         """{cause, failed_tests} when the acquisition check failed (the specimen could not be acquired), else None."""
-        from inferlab.specimen import guidance
+        from inferlab.specimen import acquisition_cause
 
         check = self.ledger.checks.get(session_status.SPECIMEN_CHECKS[0]) or {}
         if check.get("status") not in ("failed", "error"):
             return None
         record = (self.records_of("artifact_acquisition") or [{}])[-1]
-        return {"cause": guidance.acquisition_cause(record, bool(self.invocation.options.get("offline"))),
+        return {"cause": acquisition_cause(record, bool(self.invocation.options.get("offline"))),
                 "failed_tests": self.outcomes.specimen_failures}
 
     def finish(self) -> None:

@@ -30,7 +30,7 @@ def specimen_line(specimen: dict) -> str:
 
 def write_summary(write: Callable[..., None], run) -> None:
     """The inferlab section's lines: record dir, specimen, outcomes, failures, predictions, acquisition, status."""
-    from inferlab.specimen import guidance
+    from inferlab.specimen import acquisition_next_steps
 
     write(f"record dir: {run.record_dir}")
     for line in getattr(run, "ended_elsewhere", []):
@@ -73,7 +73,7 @@ def write_summary(write: Callable[..., None], run) -> None:
         write("Next steps:", bold=True)
         failed = next(iter(run.records_of("artifact_acquisition")), {})
         other = failed.get("other_specimen")
-        for number, step in enumerate(guidance.acquisition_next_steps(specimen, failed.get("acquisition"), other),
+        for number, step in enumerate(acquisition_next_steps(specimen, failed.get("acquisition"), other),
                                       start=1):
             write(f"  {number}. {step}")
         write("")

@@ -110,7 +110,7 @@ class Checker:
         older than that field, its artifact_acquisition record), else None; failed_tests counts the failed tests
         that check the acquisition or the files."""
         from inferlab.run.session_status import SPECIMEN_CHECKS
-        from inferlab.specimen.guidance import acquisition_cause
+        from inferlab.specimen import acquisition_cause
 
         end = self.view.session_end or {}
         if isinstance(end.get("acquisition_failure"), dict):

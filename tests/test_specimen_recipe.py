@@ -1,5 +1,6 @@
-"""The constructed weights behave like a trained model's where the lab looks: peaked, context-dependent
-next-token distributions, logits on a realistic scale, a reachable EOS, and attention that matters."""
+"""The recipe's constructed weights behave like a trained model's where the lab looks: peaked, context-dependent
+next-token distributions, logits on a realistic scale, a reachable EOS, and attention that matters (so the stand-in
+and the replica keep the cache test's power)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from inferlab import protocol
 from inferlab.measure import cache_check, loading
-from inferlab.synthetic import recipe
+from inferlab.specimen import build, recipe
 
 # The issue's bar for the stand-in's first step under G, and a realistic logit range.
 MAX_ENTROPY_NATS = 6.0
@@ -24,9 +25,7 @@ def model_from_recipe(variant: recipe.Variant = recipe.BASE):
     """GPTNeoXForCausalLM with the stand-in's architecture holding the recipe's tensors (as float32)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from inferlab.synthetic import standin
-
-    fields = {key: value for key, value in standin.CONFIG.items() if not key.startswith("inferlab_")}
+    fields = {key: value for key, value in build.CONFIG.items() if not key.startswith("inferlab_")}
     config = GPTNeoXConfig(**fields, attn_implementation="eager")
     model = GPTNeoXForCausalLM(config)
     state = {name: torch.from_numpy(array.astype(np.float32)) for name, array in recipe.weights(variant).items()}
@@ -61,36 +60,24 @@ def distribution_facts(logits: torch.Tensor) -> dict:
             "span": float(logits.max() - logits.min())}
 
 
-def test_successor_maps_are_single_cycles():
-    """No cluster succeeds itself and no loop is shorter than all 40 clusters: greedy cannot repeat one token."""
-    structure = recipe.structure()
-    for channel, successor in structure.successor.items():
+def test_the_structure_has_no_short_loop_and_the_positional_heads_keep_their_margin():
+    """No cluster succeeds itself and no loop is shorter than all 40 clusters (greedy cannot repeat one token), and
+    each positional head prefers its offset by ATTENTION_GAP over every other distance checked."""
+    for channel, successor in recipe.structure().successor.items():
         seen, cluster = [], 0
         for _ in range(recipe.CLUSTERS):
             seen.append(cluster)
             cluster = int(successor[cluster])
         assert cluster == 0 and sorted(seen) == list(range(recipe.CLUSTERS)), channel
+    for offset in sorted(set(recipe.HEAD_OFFSETS)):
+        assert math.isclose(recipe.attention_gap(recipe.positional_amplitudes(offset), offset), recipe.ATTENTION_GAP)
 
 
-def test_every_tensor_is_finite_float16_in_pythia_layout():
-    tensors = recipe.weights()
-    assert {name: array.shape for name, array in tensors.items()} == recipe.expected_shapes()
-    assert all(array.dtype == np.float16 and np.isfinite(array).all() for array in tensors.values())
-
-
-@pytest.mark.slow
-def test_the_recipe_is_deterministic():
-    first, second = recipe.weights(), recipe.weights()
-    assert all(np.array_equal(first[name], second[name]) for name in first)
-
-
-@pytest.mark.parametrize("prompt_id", sorted(protocol.PROMPTS))
-def test_first_step_distribution_is_peaked_with_realistic_logits(loaded, prompt_ids, prompt_id):
-    facts = distribution_facts(last_logits(loaded["model"], prompt_ids[prompt_id]))
-    assert facts["entropy"] <= MAX_ENTROPY_NATS, facts
-    assert facts["top1"] >= MIN_TOP1, facts
-    assert facts["top_p_ids"] <= MAX_TOP_P_IDS, facts
-    assert facts["span"] >= MIN_LOGIT_SPAN, facts
+def test_the_first_step_of_every_prompt_is_peaked_with_realistic_logits(loaded, prompt_ids):
+    for prompt_id, ids in prompt_ids.items():
+        facts = distribution_facts(last_logits(loaded["model"], ids))
+        assert facts["entropy"] <= MAX_ENTROPY_NATS and facts["top1"] >= MIN_TOP1, (prompt_id, facts)
+        assert facts["top_p_ids"] <= MAX_TOP_P_IDS and facts["span"] >= MIN_LOGIT_SPAN, (prompt_id, facts)
 
 
 @pytest.mark.slow
@@ -128,12 +115,6 @@ def test_positional_heads_attend_to_one_and_two_tokens_back():
         assert float(on_target.min()) > 0.99, (head, offset, float(on_target.min()))
 
 
-def test_positional_design_keeps_its_margin_to_every_distance_checked():
-    for offset in sorted(set(recipe.HEAD_OFFSETS)):
-        amplitudes = recipe.positional_amplitudes(offset)
-        assert math.isclose(recipe.attention_gap(amplitudes, offset), recipe.ATTENTION_GAP)
-
-
 @pytest.mark.slow
 def test_eos_is_reachable_by_sampling_and_rare_for_greedy():
     """Across random contexts EOS is a real candidate after EOS clusters and almost never the argmax."""
@@ -151,50 +132,37 @@ def test_eos_is_reachable_by_sampling_and_rare_for_greedy():
 
 
 @pytest.mark.slow
-def test_forced_eos_variant_stops_greedy_after_its_cluster():
-    structure = recipe.structure()
-    token = 4011
-    variant = recipe.Variant(forced_eos_clusters=(int(structure.cluster[token]),))
-    model = model_from_recipe(variant)
+@pytest.mark.parametrize("forced", ["eos", "token"])
+def test_a_variant_forces_eos_after_its_cluster_or_one_token_after_every_context(forced):
+    """The test variants (tests/variants.py): EOS the argmax after a chosen token's cluster, or one id (a model row
+    the real tokenizer has no token for) the argmax everywhere."""
+    last = torch.from_numpy(np.random.default_rng(2).integers(2, recipe.VOCAB, size=(50, 5)))
+    if forced == "eos":
+        last[:, -1] = 4011
+        variant, expected = recipe.Variant(forced_eos_clusters=(int(recipe.structure().cluster[4011]),)), recipe.EOS_ID
+    else:
+        variant, expected = recipe.Variant(forced_token=50290), 50290
     with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([[33, 71, token]])).logits[0, -1]
-    assert int(logits.argmax()) == recipe.EOS_ID
+        chosen = model_from_recipe(variant)(input_ids=last).logits[:, -1].argmax(-1)
+    assert set(chosen.tolist()) == {expected}
 
 
 @pytest.mark.slow
-def test_forced_token_variant_selects_that_id_after_every_context():
-    token = 50290  # a model row the real tokenizer has no token for
-    model = model_from_recipe(recipe.Variant(forced_token=token))
-    contexts = torch.from_numpy(np.random.default_rng(2).integers(2, recipe.VOCAB, size=(50, 5)))
-    with torch.inference_mode():
-        chosen = model(input_ids=contexts).logits[:, -1].argmax(-1)
-    assert set(chosen.tolist()) == {token}
+@pytest.mark.parametrize("corruption", ["position_plus_one", "stale_entry"])
+def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, prompt_ids, monkeypatch, corruption):
+    """Attention matters: the cache test keeps its power to catch a real bug on this specimen (a position shifted by
+    one, or the entry written at p-1 masked while p is fed)."""
+    real = cache_check.cached_step_inputs
 
-
-def _stale_cache_step(real):
-    """A cached path that forgets the newest token: it feeds position p but masks the entry written at p-1."""
-    def step(past_length, new_length):
+    def corrupt(past_length, new_length):
         inputs = real(past_length, new_length)
-        if past_length:
+        if past_length and corruption == "position_plus_one":
+            inputs["position_ids"] = inputs["position_ids"] + 1
+        elif past_length:
             inputs["attention_mask"] = inputs["attention_mask"].clone()
             inputs["attention_mask"][0, past_length - 1] = 0
         return inputs
-    return step
 
-
-def _shifted_positions_step(real):
-    def step(past_length, new_length):
-        inputs = real(past_length, new_length)
-        if past_length:
-            inputs["position_ids"] = inputs["position_ids"] + 1
-        return inputs
-    return step
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("corrupt", [_shifted_positions_step, _stale_cache_step], ids=["position_plus_one", "stale_entry"])
-def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, prompt_ids, monkeypatch, corrupt):
-    """Attention matters: the cache test keeps its power to catch a real bug on this specimen."""
     model, ids = loaded["model"], prompt_ids["P1"]
     with torch.inference_mode():
         continuation = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
@@ -202,7 +170,7 @@ def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, 
                                       eos_token_id=0, pad_token_id=0)[0, len(ids):].tolist()
     clean, _ = cache_check.run_matched_prefix(model, ids, continuation)
     assert clean["all_within_tolerance"]
-    monkeypatch.setattr(cache_check, "cached_step_inputs", corrupt(cache_check.cached_step_inputs))
+    monkeypatch.setattr(cache_check, "cached_step_inputs", corrupt)
     broken, _ = cache_check.run_matched_prefix(model, ids, continuation)
     decode_steps = broken["prefixes"][1:]
     assert decode_steps and all(not p["checks"]["within_tolerance"] for p in decode_steps)
