@@ -17,9 +17,8 @@ import pytest
 
 from inferlab import protocol
 from inferlab.base.records import PLAN_FILE, RecordDirError, TensorStore
-from inferlab.measure import revised_criterion
-from inferlab.reading import earlier_runs
-from inferlab.run import hook_steps, lifecycle, live_claim, options, plan, terminal
+from inferlab.read import runview as earlier_runs
+from inferlab.run import hook_steps, lifecycle, options, plan, terminal
 from inferlab.run.interrupts import SignalWatch
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts
 
@@ -37,10 +36,6 @@ def pytest_addhooks(pluginmanager):
 
 
 def pytest_addoption(parser):
-    from inferlab.cli import accept_dash_numbers
-
-    if getattr(parser, "optparser", None) is not None:  # `--revised-cache-criterion -1,0` reaches its own message
-        accept_dash_numbers(parser.optparser)
     group = parser.getgroup("inferlab", "inferlab experiment")
     for flag, settings in options.OPTIONS.items():
         group.addoption(flag, **settings)
@@ -49,9 +44,6 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     for line in options.MARKERS:
         config.addinivalue_line("markers", line)
-    with _usage_error():  # the two options go together; checked before anything is written
-        revised_criterion.check_options(config.getoption("inferlab_revised_cache_criterion"),
-                                        config.getoption("inferlab_justification"))
     # HF_HUB_OFFLINE=1 is --offline, for the whole session (acquisition and the network block read the option)
     config.option.inferlab_offline, offline_from = options.offline_setting(config.getoption("inferlab_offline"),
                                                                            os.environ)
@@ -74,7 +66,6 @@ def pytest_configure(config):
         return
     with _usage_error("--runs-dir: " if runs_dir is not None else "--record-dir: "):
         run = lifecycle.claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
-                                  process_start=live_claim.start_identity(os.getpid()),
                                   reader=earlier_runs,
                                   record_dir=raw_dir and Path(os.path.expanduser(raw_dir)),
                                   runs_dir=runs_dir and Path(os.path.expanduser(runs_dir)))
@@ -110,7 +101,7 @@ def _usage_error(prefix: str = ""):
 
     try:
         yield
-    except (options.PathOptionError, RecordDirError, revised_criterion.RevisedCriterionError,
+    except (options.PathOptionError, RecordDirError,
             specimen.SpecimenError) as error:
         raise pytest.UsageError(f"{prefix}{error}") from None
 

@@ -40,7 +40,7 @@ from typing import Optional
 from inferlab import protocol
 from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
 from inferlab.measure import summaries
-from inferlab.reading import earlier_runs
+from inferlab.read import runview as earlier_runs
 from inferlab.run import session_status
 from inferlab.run import lifecycle, writers
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of

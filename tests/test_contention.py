@@ -14,7 +14,7 @@ import pytest
 
 from inferlab import protocol
 from inferlab.measure import contention, summaries
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report import plots
 from inferlab.report import measures, tables, timing_evidence
 from inferlab.report.sections import section_timing

@@ -23,7 +23,7 @@ import pytest
 
 from inferlab.base.records import REPORT_FILE
 from inferlab.measure import contention
-from inferlab.verify import verify_run
+from inferlab.read.verify import verify_run
 
 import shared_runs
 

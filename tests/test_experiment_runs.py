@@ -152,7 +152,7 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     assert ids == [trial.test_id for trial in protocol.generation_trials()]
     assert [r["kind"] for r in records(project.path / "run")] == ["plan", "session_end"]
     result.stdout.fnmatch_lines(["*test_generation_trial[[]P1-S2-seed23[]]*"])
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import verify_run
 
     checked = verify_run(project.path / "run")  # a plan folder says it is one, and verify knows it
     assert checked["problems"] == [] and checked["plan_folder"] is True

@@ -10,7 +10,7 @@ import pytest
 
 from inferlab import protocol
 from inferlab.run import plan, session_status
-from inferlab.verify import verify_run
+from inferlab.read.verify import verify_run
 
 from fixtures_records import RunBuilder, all_nodeids, generation_nodeid
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)

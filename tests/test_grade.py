@@ -45,7 +45,7 @@ def statuses(grade) -> dict:
 
 
 def test_an_honest_complete_archive_scores_full_and_is_compared_exactly(honest, standin_run, tmp_path):
-    from inferlab.reading.runview import RunView
+    from inferlab.read.runview import RunView
 
     grade = grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), RunView.read(standin_run))
     assert grade.exit_status == 0 and grade.score == grade.max_score, formats.text_page(grade)
@@ -77,7 +77,7 @@ def cached_replaced_by_uncached(source: Path, target: Path) -> Path:
 
 def test_cached_logits_replaced_by_their_uncached_twins_fail_the_cache_item_naming_the_element(
         honest, standin_run, tmp_path):
-    from inferlab.reading.runview import RunView
+    from inferlab.read.runview import RunView
 
     forged = cached_replaced_by_uncached(honest, tmp_path / "forged")
     assert main(["verify", str(forged)]) == 0  # its files are consistent: only the course's run can tell
@@ -88,7 +88,7 @@ def test_cached_logits_replaced_by_their_uncached_twins_fail_the_cache_item_nami
 
 
 def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_more(honest, standin_run, tmp_path):
-    from inferlab.reading.runview import RunView
+    from inferlab.read.runview import RunView
 
     forged = cached_replaced_by_uncached(honest, tmp_path / "forged")
     manifest = json.loads((forged / "manifest.json").read_text())
@@ -105,7 +105,7 @@ def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_
 
 
 def test_a_partial_run_scores_less_than_a_complete_one(tmp_path_factory, honest, standin_run):
-    from inferlab.reading.runview import RunView
+    from inferlab.read.runview import RunView
     from shared_runs import experiment_once
 
     partial = experiment_once(tmp_path_factory, "standin-partial", "--specimen", "standin", "-k",
@@ -133,7 +133,7 @@ def test_placeholder_text_under_every_heading_is_not_written(tmp_path):
 
 
 def test_a_run_of_another_specimen_is_not_comparable_and_says_why(honest, tmp_path):
-    from inferlab.reading.runview import RunView
+    from inferlab.read.runview import RunView
 
     other = shutil.copytree(honest, tmp_path / "other")
     manifest = json.loads((other / "manifest.json").read_text())

@@ -19,8 +19,8 @@ import pytest
 
 from inferlab.grade import rubric
 from inferlab.grade.grade import grade_source
-from inferlab.verify import integrity_problems
-from inferlab.verify import verify_run
+from inferlab.read.verify import integrity_problems
+from inferlab.read.verify import verify_run
 
 from shared_runs import experiment, experiment_here, inferlab_command, made_once
 

@@ -9,7 +9,7 @@ import pytest
 
 from inferlab.cli import EXIT_UNREADABLE, main
 from inferlab.grade.grade import EXIT_INTEGRITY
-from inferlab.verify import verify_run
+from inferlab.read.verify import verify_run
 
 from fixture_runs import fixture_runs
 from forging import find, forge

@@ -13,7 +13,7 @@ import pytest
 from inferlab import cli, specimen
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
-from inferlab.reading import earlier_runs
+from inferlab.read import runview as earlier_runs
 from inferlab.report.compare import compare, format_compare
 
 import inner_session
@@ -130,7 +130,7 @@ def printed_texts(runs, standin_copy, tmp_path, capsys) -> list[str]:
     texts.append((failed / "report.md").read_text(encoding="utf-8").replace(f"`{typed}`", ""))
     not_a_run = tmp_path / "notes"
     not_a_run.mkdir()
-    from inferlab.reading import addenda_store
+    from inferlab.read import addenda as addenda_store
     from inferlab.run import plan
 
     try:

@@ -13,8 +13,8 @@ from inferlab.run import options
 from fixtures_records import copy_run, kill_after
 from forging import rehash
 from fixture_runs import runs  # noqa: F401 (a fixture)
-from test_attach import built, run  # noqa: F401 (fixtures)
-from test_rough_edges import claimed_by
+from test_addenda import built, run  # noqa: F401 (fixtures)
+from test_addenda import claimed_by
 
 
 def test_a_python_without_pytest_timeout_is_named_as_the_cause_not_a_p_option():
@@ -40,7 +40,7 @@ def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpre
 
 def test_verify_calls_a_run_whose_session_still_runs_live_not_killed(run, capsys):
     from inferlab.__main__ import main
-    from inferlab.verify import integrity_problems, verify_run
+    from inferlab.read.verify import integrity_problems, verify_run
 
     claimed_by(kill_after(run, 10))  # no session_end yet, and the claim names this (running) process
     assert main(["verify", str(run)]) == 1

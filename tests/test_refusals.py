@@ -9,8 +9,8 @@ from inferlab.__main__ import main
 
 from fixtures_records import copy_run, kill_after
 from fixture_runs import runs  # noqa: F401 (a fixture)
-from test_attach import built, run, tree  # noqa: F401 (fixtures)
-from test_rough_edges import claimed_by
+from test_addenda import built, run, tree  # noqa: F401 (fixtures)
+from test_addenda import claimed_by
 
 
 def test_pack_refuses_a_run_its_session_is_still_writing_and_leaves_nothing(run, tmp_path, capsys):

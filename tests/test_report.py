@@ -12,7 +12,7 @@ import pytest
 from inferlab import protocol, report
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report import details, logits, tables
 from inferlab.specimen import acquisition_next_steps
 
@@ -779,7 +779,7 @@ def test_a_run_whose_environment_changed_is_never_called_passed(runs, tmp_path):
     status = section(page(run), "Run status")
     assert "**Verdict:** **The environment changed during the run** (source_sha256: inferlab/measure/cache_check.py)" in status
     assert "Every planned test passed" not in status
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import verify_run
 
     assert any(p.startswith("session_end: the environment changed during the run") for p in verify_run(run)["problems"])
 

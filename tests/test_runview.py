@@ -1,4 +1,4 @@
-"""inferlab.reading.runview and inferlab.reading.schema: one reader of a run, built from data in memory or read from disk once,
+"""inferlab.read.runview and inferlab.reading.schema: one reader of a run, built from data in memory or read from disk once,
 and the run written by inferlab before runs named their schema (tests/fixtures/schema1-run)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from inferlab import report
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
 from inferlab.reading import schema
-from inferlab.reading.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
+from inferlab.read.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
 from inferlab.report.compare import compare
-from inferlab.verify import verify_run
+from inferlab.read.verify import verify_run
 
 CACHE = "experiments/test_40_cache.py"
 
@@ -70,41 +70,6 @@ def test_a_manifest_that_is_not_an_object_is_a_problem_not_a_crash(tmp_path):
 
 
 # --- schema: which layout, and the upgrade in one place -------------------------------------------------------
-
-
-def test_the_schema_is_what_manifest_and_plan_name_and_one_without_any():
-    assert schema.schema_of({"schema": 2}, {"schema": 2}) == (2, [])
-    assert schema.schema_of({}, None) == (1, [])
-    found, problems = schema.schema_of({"schema": 1}, {"schema": 2})
-    assert found == 2 and "name different schemas" in problems[0]
-    found, problems = schema.schema_of({"schema": schema.CURRENT + 1}, None)
-    assert found == schema.CURRENT + 1 and "newer than this inferlab reads" in problems[0]
-
-
-def test_old_field_names_are_read_under_the_current_ones_and_never_twice():
-    old = [record("timing_trial", "t", token_times=[0.1, 0.2]),
-           record("cache_comparison", "c", top2_margin=0.5, top2_margin_uncached=0.5),
-           record("cache_comparison", "c", top2_margin=0.7)]
-    view = RunView.from_data(old, {"command_line": ["pytest", "x"]}, None)
-    trial, both, only_old = view.records
-    assert trial["token_times_s"] == [0.1, 0.2] and "token_times" not in trial
-    assert both["top2_margin_uncached"] == 0.5 and "top2_margin" not in both
-    assert only_old["top2_margin_uncached"] == 0.7
-    assert view.manifest["argv"] == ["pytest", "x"] and "command_line" not in view.manifest
-    assert old[0]["token_times"] == [0.1, 0.2]  # what was read is left as it was
-
-
-def test_a_schema_1_plan_infers_each_tests_kinds_from_what_it_wrote_and_says_so():
-    plan = {"schedule": [{"test": "e.py::test_in[P1]"}, {"test": "e.py::test_in[P2]"}, {"test": "e.py::test_load"}]}
-    records = [record("input", "e.py::test_in[P1]"), outcome("e.py::test_in[P1]"),
-               outcome("e.py::test_in[P2]", "failed", longrepr="E   x"), outcome("e.py::test_load", "skipped")]
-    view = RunView.from_data(records, {}, plan)
-    assert view.schema == 1 and view.producers_inferred and schema.INFERRED_NOTE in view.notes
-    assert view.producers("input") == ["e.py::test_in[P1]", "e.py::test_in[P2]"]  # every parametrization
-    assert view.why_missing("input").reason == "evidence"
-    # nobody wrote model_load, so no outcome can explain its absence (the skip of test_load is not evidence)
-    missing = view.why_missing("model_load")
-    assert missing.reason == "no_known_producer" and missing.producers == []
 
 
 # --- which test produces a kind, and why a record is missing: ask the plan ------------------------------------

@@ -65,7 +65,7 @@ def directory(value: str) -> Path:
 def refuse_non_run(command: str, *record_dirs: Path) -> bool:
     """Say so, and return True, when a folder is not a run's record dir or is a plan folder (--plan: no test ran):
     every command refuses both the same way, exit 2, and reads or writes nothing there."""
-    from inferlab.reading.runview import RunView, not_a_run_reason
+    from inferlab.read.runview import RunView, not_a_run_reason
 
     refused = False
     for record_dir in record_dirs:

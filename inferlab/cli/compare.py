@@ -67,6 +67,6 @@ def run_compare(dir1, dir2) -> int:
 
 def short_of(record_dir) -> list[str]:
     """verify's lines for a run that is unfinished or partial (empty for a finished, complete one)."""
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import verify_run
 
     return list(verify_run(record_dir).get("completeness") or [])

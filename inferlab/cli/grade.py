@@ -33,7 +33,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from inferlab.base.outputs import OutputPathError, output_kind, write_text_atomic
     from inferlab.grade import formats, grade, rubric
-    from inferlab.reading.runview import RunView, not_a_run_reason
+    from inferlab.read.runview import RunView, not_a_run_reason
 
     try:
         rules = rubric.load(args.rubric)

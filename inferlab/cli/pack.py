@@ -24,8 +24,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from inferlab.grade.archive import ArchiveError, pack
-    from inferlab.reading.runview import RunView
-    from inferlab.verify import verify_run
+    from inferlab.read.runview import RunView
+    from inferlab.read.verify import verify_run
 
     if refuse_non_run("pack", args.record_dir):
         return EXIT_UNREADABLE

@@ -49,13 +49,13 @@ def run_report(record_dir, check: bool, write: bool, after: bool = False) -> int
 
     if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
         return EXIT_UNREADABLE
-    from inferlab.reading.runview import RunView
+    from inferlab.read.runview import RunView
 
     view = RunView.read(record_dir)
     if view.session_end is None:
-        from inferlab.run.live_claim import claimant, read_claim
+        from inferlab.run.ended import claimant_alive
 
-        how = ("it is still running" if claimant(read_claim(record_dir)).live else
+        how = ("it is still running" if claimant_alive(view.claim) else
                "it never reached its end: it was killed or crashed")
         print(f"report: {record_dir} has no session_end record: {how}. The report shows the records that exist; "
               f"the run is not complete.", file=sys.stderr)

@@ -26,8 +26,7 @@ def run(args) -> int:
 def run_verify(record_dir, all_passed: bool) -> int:
     """`verify DIR`: one line per problem, one per check the files did not allow, then the verdict line; the exit
     code."""
-    from inferlab.verify import verify_run
-    from inferlab.verify.addenda import described
+    from inferlab.read.verify import verify_run
 
     if refuse_non_run("verify", record_dir):
         return EXIT_UNREADABLE
@@ -39,13 +38,12 @@ def run_verify(record_dir, all_passed: bool) -> int:
         print(line)
     print_not_checked(result)  # before the verdict, so that the verdict is always the last line
     if problems:
-        unlisted = (f"; not listed: {result['not_listed_outcomes']} missing test outcome(s) and "
-                    f"{result['not_listed_records']} missing record(s) of the tests the run left out or never reached "
-                    f"(said once above)") if result["not_listed"] else ""
+        unlisted = ""
         incomplete = "" if result["complete"] or result["plan_folder"] else "; NOT the complete protocol"
         print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}{incomplete}{findings_clause(result)}")
         return EXIT_PROBLEMS
-    attached = f"; {described(result['addenda'])}" if result["addenda"] else ""
+    count = result["addenda"]
+    attached = f"; {count} {'addendum' if count == 1 else 'addenda'} added after the session, intact" if count else ""
     if result["plan_folder"]:
         print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
               f"no test ran and nothing was measured{attached}")

@@ -226,7 +226,7 @@ def grade_submission(root: Path) -> str:
     """results.json's text for root/submission, graded against the course's run made here first."""
     from inferlab import writing
     from inferlab.grade import formats, grade, items, rubric
-    from inferlab.reading.runview import RunView
+    from inferlab.read.runview import RunView
 
     began = time.monotonic()
     source = root / "source"

@@ -74,7 +74,7 @@ def templates(root: Path = PROJECT_ROOT) -> dict:
 
 def run_writing(view) -> checklist.Writing:
     """The learner's texts inside a run: its predictions.md and the last explanation attached (addenda/<name>)."""
-    from inferlab.reading.addenda import EXPLANATION_KIND, stored_path_error
+    from inferlab.read.addenda import EXPLANATION_KIND, stored_path_error
 
     texts = checklist.Writing()
     recorded = view.manifest.get("predictions") if isinstance(view.manifest.get("predictions"), dict) else {}
@@ -110,7 +110,7 @@ def _hashes(texts: checklist.Writing, view=None) -> dict:
 def grade_run(view, rubric: Rubric, course=None, course_label: str = "", source: str = "",
               learner: Optional[str] = None) -> Grade:
     """One handed-in run (a RunView), against the course's run when one is given."""
-    from inferlab.verify import integrity_problems, verify_run
+    from inferlab.read.verify import integrity_problems, verify_run
 
     grade = Grade(source or str(view.directory), rubric, learner=learner)
     if view.is_plan_folder:
@@ -145,7 +145,7 @@ def grade_writing(texts: checklist.Writing, rubric: Rubric, source: str, learner
 
 def grade_source(path: Path, rubric: Rubric, course=None, course_label: str = "") -> Grade:
     """A run folder or a `pack` archive; a Grade with .error when it is neither."""
-    from inferlab.reading.runview import RunView, not_a_run_reason
+    from inferlab.read.runview import RunView, not_a_run_reason
 
     path = Path(path)
     if archive.is_archive(path):

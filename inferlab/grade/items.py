@@ -160,7 +160,7 @@ def run_checks(view, number: int, verified: dict, comparison) -> list[Check]:
     else:
         checks.append(Check("tests", PASS, f"every harness test behind this item that ran passed ({len(behind)})"))
     if not verified.get("ok"):
-        from inferlab.verify import integrity_problems
+        from inferlab.read.verify import integrity_problems
 
         problems = integrity_problems(verified)
         if problems:

@@ -25,7 +25,7 @@ from inferlab.report.fmt import (
     table,
     text_cell,
 )
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report.verdict import Verdict, acquisition_failure, outcome_summary
 
 SYNTHETIC_BANNER = "SYNTHETIC SPECIMEN - NOT PYTHIA"

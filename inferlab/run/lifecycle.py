@@ -151,7 +151,7 @@ class RecordLog:
 
     def __init__(self, path: Path, parse_records: Callable[[bytes], tuple]):
         self.path = Path(path)
-        self.parse_records = parse_records  # inferlab.reading.runview's, handed in: records are read above this layer
+        self.parse_records = parse_records  # inferlab.read.runview's, handed in: records are read above this layer
         self.writer = JsonlWriter(path)
         self.records: list[dict] = []
         self._known_bytes = 0  # the length of the file's lines that are in self.records
@@ -233,20 +233,17 @@ class Ending:
 def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
               pid: int, hostname: str, clock: Callable[[], str] = utc_now,
               surroundings: Optional[Surroundings] = None,
-              stamp: Callable[[], int] = time.perf_counter_ns, process_start: Optional[dict] = None,
+              stamp: Callable[[], int] = time.perf_counter_ns,
               reader=None) -> "Run":
     """Claim a new record dir (record_dir, or a new folder under runs_dir) and open the run's files in it.
 
-    The claim is the run's first write; RecordDirError says why a folder cannot be used. process_start is
-    pid's start (inferlab.run.live_claim.start_identity), recorded so that a later process given the same pid is
-    not taken for this session. reader is inferlab.reading.earlier_runs, handed in by the caller (a run is read above
-    this layer): its parse_records reads the lines the session keeps, and under runs_dir its claim_without_end finds
-    the earlier runs killed before their end.
+    The claim is the run's first write; RecordDirError says why a folder cannot be used. reader is
+    inferlab.read.runview, handed in by the caller (a run is read above this layer): its parse_records reads the
+    lines the session keeps, and under runs_dir its claim_without_end finds the earlier runs killed before their end.
     """
     from inferlab.run import ended
 
-    claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command,
-                               process_start=process_start)
+    claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command)
     if reader is None:
         raise ValueError("claim_run needs reader (inferlab.reading.earlier_runs): records are read through it")
     found_ended = []

@@ -18,7 +18,6 @@ from inferlab import protocol
 from inferlab.base import learner_text
 from inferlab.base.commands import spelled
 from inferlab.base.records import describe_path
-from inferlab.measure import revised_criterion
 
 HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
@@ -36,11 +35,6 @@ HELP = {
                "environment also turns it on, and the records say which did)",
     "plan": "write plan.json and print the ordered schedule without loading a model (default: off)",
     "predictions": "copy this predictions file into the record dir before any model computation (default: none)",
-    "revised_cache_criterion": "also judge the cache comparison under this justified revised criterion ATOL,RTOL "
-    f"(e.g. 1e-4,1e-3), recorded beside the declared {protocol.CACHE_TOLERANCE.describe()}, which keeps its "
-    "verdict; needs --justification (default: none, the declared criterion only)",
-    "justification": "why the revised cache criterion is justified; recorded with it (default: none; "
-    "required with --revised-cache-criterion)",
     "gc_in_spans": "leave Python's cyclic garbage collector on inside the timed spans, to measure what it costs as a "
                    "condition of its own (default: off: one full collection before each timed block and the "
                    "collector off inside it, as timeit does; the plan, the manifest and every trial say which)",
@@ -56,10 +50,6 @@ OPTIONS = {
     "--plan": {"dest": "inferlab_plan", "action": "store_true", "default": False, "help": HELP["plan"]},
     "--predictions": {"dest": "inferlab_predictions", "metavar": "FILE", "default": None,
                       "help": HELP["predictions"]},
-    "--revised-cache-criterion": {"dest": "inferlab_revised_cache_criterion", "metavar": "ATOL,RTOL", "default": None,
-                                  "type": revised_criterion.parse_criterion, "help": HELP["revised_cache_criterion"]},
-    "--justification": {"dest": "inferlab_justification", "metavar": "TEXT", "default": None,
-                        "help": HELP["justification"]},
     "--gc-in-spans": {"dest": "inferlab_gc_in_spans", "action": "store_true", "default": False,
                       "help": HELP["gc_in_spans"]},
 }

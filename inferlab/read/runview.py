@@ -1,30 +1,32 @@
 """The one reader of a run's record directory: records, manifest, plan and tensors, with every problem met.
 
-RunView.read(DIR) reads records.jsonl, manifest.json and plan.json once and upgrades them to the current
-schema (inferlab.reading.schema); a tensor file is read when a tensor of it is first asked for, and a tensor is
+RunView.read(DIR) reads records.jsonl, manifest.json and plan.json once; a tensor file is read when a tensor of it
+is first asked for (only from the run's own tensors/ folder), and a tensor is
 checked against the SHA-256 its record holds. Nothing here raises over a damaged or partial directory:
 what could not be read, or was not written as the writers write it, is a Problem (file, line, what).
 RunView.from_data(records, manifest, plan, tensors) builds one from data in memory, without a disk.
 
 verify, the report, compare (and every later reader of a finished run) are functions over a RunView. It
 answers how the session ended, whether the folder is a plan, which tests produce a record kind (the
-plan says), why a record is missing, and in which schema the run was written. Readers never touch the
+plan says) and why a record is missing. Readers never touch the
 model and never import torch: tensors are numpy arrays.
 """
 
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from inferlab.read.tensors import TensorCheck, TensorFileError, tensor_references, tensor_sha256  # noqa: F401
 from inferlab.base.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, STAMP_FIELD, TENSOR_DIR
-from inferlab.reading import schema as schemas
 
+LEDGER_FILE = "addenda.jsonl"  # what is kept beside the run afterwards (inferlab.read.addenda writes it)
+ENTRY_FIELDS = ("schema", "seq", "kind", "file", "original_name", "size", "sha256", "attached_utc",
+                "manifest_sha256", "structure", "tool")
 REQUIRED_ENVELOPE_FIELDS = ("kind", "test", "seq", "wall_time")  # every record has them
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
 NOT_PASSING = ("failed", "error", "skipped")
@@ -33,7 +35,30 @@ INTEGRITY, DIAGNOSTIC = "integrity", "diagnostic"
 # The report's renderer version recorded in the manifest; a run that records none was rendered by version 1.
 RENDERER_VERSION_FIELD = "report_renderer_version"
 FIRST_RENDERER_VERSION = 1
-unparametrized = schemas.unparametrized
+
+
+def unparametrized(nodeid) -> str:
+    """A node id without its parametrize id: every parametrization of one test function."""
+    text = str(nodeid or "")
+    return text[:text.index("[")] if text.endswith("]") and "[" in text else text
+
+
+PART_LABELS = (("test_10", "Part 2: specimen, files and loading"), ("test_20", "Part 3: inputs"),
+               ("test_30", "Part 3: the generation trials and their checks"),
+               ("test_40", "Part 4: the matched-prefix cache test"), ("test_50", "Part 5: timing"),
+               ("test_60", "Part 6: memory"), ("test_70", "optional batching extension"))
+
+
+def part_label(file: str, part: Optional[dict] = None) -> str:
+    """The label of one experiment file's part: the plan part's own label, the lab's part for the file's number,
+    else its title, else the file's name."""
+    if isinstance(part, dict) and isinstance(part.get("label"), str) and part["label"]:
+        return part["label"]
+    name = file.rsplit("/", 1)[-1]
+    known = next((label for prefix, label in PART_LABELS if name.startswith(prefix)), None)
+    if known is None and isinstance(part, dict) and isinstance(part.get("title"), str) and part["title"]:
+        return part["title"]
+    return known or name
 
 
 def bracket_id(nodeid: Optional[str]) -> Optional[str]:
@@ -73,73 +98,15 @@ class Problem:
         return f"{self.file}{'' if self.line is None else f':{self.line}'}: {self.what}"
 
 
-class TensorFileError(Exception):
-    """A tensor file that cannot be used: code is missing, outside (not in tensors/) or unreadable."""
-
-    def __init__(self, file: str, code: str, reason: str):
-        super().__init__(f"{file}: {reason}")
-        self.file, self.code, self.reason = file, code, reason
-
-
-@dataclass
-class TensorCheck:
-    """One tensor reference against the tensor itself: what was found, and each way it disagrees."""
-
-    array: Any = None
-    file_error: Optional[TensorFileError] = None
-    key_missing: bool = False
-    shape: Optional[list] = None  # the actual shape when the record names a different one
-    sha256: Optional[str] = None  # the actual digest when it differs from the record's
-
-    @property
-    def ok(self) -> bool:
-        """Whether the tensor exists and matches its record's shape and SHA-256."""
-        return self.array is not None and self.shape is None and self.sha256 is None
-
-
 @dataclass
 class Missing:
-    """Why records of a kind are missing, as far as the run's files say.
-
-    reason: 'evidence' (a producing test did not pass: evidence holds its first such outcome), 'ran' (a
-    producer has outcomes, all passed), 'not_reached' (planned, never reached: the session did not finish),
-    'planned_not_run' (planned, no outcome, nothing explains it), 'deselected' (no producer planned in a
-    partial run), 'not_planned' (no producer planned in a complete plan), 'no_known_producer' (the plan
-    declares no kinds and no test wrote this one).
-    """
+    """Why records of a kind are missing: evidence (a producer did not pass), ran (it passed), not_reached,
+    planned_not_run, deselected (a partial run) or not_planned."""
 
     kind: str
     reason: str
     producers: list[str]
     evidence: Optional[dict] = None
-
-
-def tensor_references(value: Any, path: str = "") -> Iterable[tuple[str, dict]]:
-    """Every {file, key, sha256, ...} tensor reference nested anywhere in a record, with its field path. A number
-    or a string holds none, so only dicts and lists are walked into (most of a record's values are ids)."""
-    if isinstance(value, dict):
-        if isinstance(value.get("file"), str) and isinstance(value.get("key"), str) and "sha256" in value:
-            yield path or "(record)", value
-        for name, inner in value.items():
-            if isinstance(inner, (dict, list)):
-                yield from tensor_references(inner, f"{path}.{name}" if path else name)
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            if isinstance(inner, (dict, list)):
-                yield from tensor_references(inner, f"{path}[{index}]")
-
-
-def tensor_sha256(array) -> str:
-    """SHA-256 of a tensor's raw little-endian bytes, as inferlab.base.records.TensorStore hashes them."""
-    import numpy
-
-    data = numpy.ascontiguousarray(array)
-    if data.dtype.byteorder == ">":
-        data = data.byteswap().view(data.dtype.newbyteorder("<"))
-    return hashlib.sha256(data.tobytes()).hexdigest()
-
-
-# --- reading the files -----------------------------------------------------------------------------
 
 
 def parse_records(raw: bytes) -> tuple[list[dict], list[Problem]]:
@@ -184,10 +151,33 @@ def _read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Pro
     return data, None
 
 
+def parse_ledger(raw: bytes) -> tuple[list[dict], list[tuple[int, str]]]:
+    """The ledger's entries, and (line number, what is wrong) for every line that is not one."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return [], [(0, f"not UTF-8 ({error})")]
+    entries, problems = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+        except ValueError as error:
+            problems.append((number, f"not a JSON object ({error})"))
+            continue
+        if not isinstance(entry, dict):
+            problems.append((number, f"a {type(entry).__name__}, expected a JSON object"))
+            continue
+        absent = [name for name in ENTRY_FIELDS if name not in entry]
+        if absent:
+            problems.append((number, f"missing field(s) {', '.join(absent)}"))
+        entries.append(entry)
+    if text and not text.endswith("\n"):
+        problems.append((len(text.splitlines()), "the last line is not complete (no newline): a torn write"))
+    return entries, problems
+
+
 def _read_ledger(directory: Path) -> tuple[list[dict], list[Problem]]:
     """The addenda ledger's entries and problems; a run with nothing attached has no ledger, which is no problem."""
-    from inferlab.reading.addenda import LEDGER_FILE, parse_ledger
-
     path = directory / LEDGER_FILE
     if not path.exists():
         return [], []
@@ -229,30 +219,22 @@ def not_a_run_reason(path: Path) -> Optional[str]:
             f"{'is' if len(present) == 1 else 'are'} not a run's (no record with kind and seq, no run manifest)")
 
 
-# --- the view --------------------------------------------------------------------------------------
-
 
 class RunView:
-    """One run as read: its records, manifest and plan in the current schema, its tensors, and the facts
+    """One run as read: its records, manifest and plan, its tensors, and the facts
     every reader asks (ending, plan folder, producers of a kind, why a record is missing)."""
 
     def __init__(self, records: list[dict], manifest: Optional[dict], plan: Optional[dict], *,
                  directory: Optional[Path] = None, problems: Iterable[Problem] = (), tensors: Optional[dict] = None,
                  addenda: Iterable[dict] = (), addenda_problems: Iterable[Problem] = ()):
         self.directory = Path(directory) if directory is not None else None
-        # Material attached after the session (inferlab.reading.addenda): its ledger's entries in order, and what was
-        # wrong with the ledger. Kept apart from the session's own problems: the session's pages do not depend
-        # on what was attached later.
+        # the ledger of what was kept beside the run afterwards (inferlab.read.addenda), apart from the session's files
         self.addenda: list[dict] = list(addenda)
         self.addenda_problems: list[Problem] = list(addenda_problems)
-        upgraded = schemas.upgrade(list(records), manifest, plan)
-        self.schema: int = upgraded.schema
-        self.schema_problems: list[str] = upgraded.problems
-        self.notes: list[str] = upgraded.notes
-        self.records: list[dict] = upgraded.records
-        self.manifest_found = isinstance(upgraded.manifest, dict)
-        self.manifest: dict = upgraded.manifest if self.manifest_found else {}
-        self.plan: Optional[dict] = upgraded.plan if isinstance(upgraded.plan, dict) else None
+        self.records: list[dict] = list(records)
+        self.manifest_found = isinstance(manifest, dict)
+        self.manifest: dict = manifest if self.manifest_found else {}
+        self.plan: Optional[dict] = plan if isinstance(plan, dict) else None
         self.problems: list[Problem] = list(problems)
         self.by_kind: dict[str, list[dict]] = collections.defaultdict(list)
         for record in self.records:
@@ -313,10 +295,7 @@ class RunView:
                                                                                (PLAN_FILE, plan)) if data is None]
         return cls(records, manifest, plan, problems=problems, tensors=dict(tensors or {}), addenda=addenda)
 
-    # --- problems --------------------------------------------------------------------------------
-
     def problems_of(self, file: str) -> list[Problem]:
-        """The problems met reading one file, in the order met."""
         return [p for p in self.problems if p.file == file]
 
     @property
@@ -330,18 +309,12 @@ class RunView:
         order = self._first_reference
         return [self._tensor_problems[f] for f in sorted(self._tensor_problems, key=lambda f: order.get(f, len(order)))]
 
-    # --- records ---------------------------------------------------------------------------------
-
     def kind(self, name: str) -> list[dict]:
-        """The records of one kind, in write order."""
         return self.by_kind.get(name, [])
 
     def first(self, name: str) -> Optional[dict]:
-        """The first record of a kind, or None."""
         records = self.kind(name)
         return records[0] if records else None
-
-    # --- outcomes --------------------------------------------------------------------------------
 
     def check_kind(self, outcome: dict) -> str:
         """'diagnostic' or 'integrity': the outcome's own field, else the plan's entry, else integrity."""
@@ -368,7 +341,6 @@ class RunView:
         return self._decisive
 
     def planned_without_outcome(self) -> list[str]:
-        """Planned node ids that have no test_outcome record."""
         return [t for t in self.schedule if t not in self.with_outcome]
 
     def non_passing(self, nodeids: Iterable) -> Optional[dict]:
@@ -380,8 +352,6 @@ class RunView:
         """The first non-passing outcome of a test whose parametrize id is `test_id`."""
         return next((r for r in self.outcomes if r.get("outcome") in NOT_PASSING
                      and bracket_id(r.get("test")) == test_id), None)
-
-    # --- how the session ended --------------------------------------------------------------------
 
     @property
     def is_plan_folder(self) -> bool:
@@ -442,24 +412,16 @@ class RunView:
             reasons = protocol.shortfalls(plan.get("totals") or {})
         return [str(reason) for reason in reasons or []]
 
-    # --- which tests produce what, and why a record is missing --------------------------------------
-
-    @property
-    def producers_inferred(self) -> bool:
-        """Whether the plan declared no record kinds (schema 1) and the producers were inferred from the records."""
-        return schemas.INFERRED_NOTE in self.notes
-
     def producers(self, *kinds: str) -> list[str]:
         """The planned tests that write a record of any of the kinds, in plan order (the plan's `records`)."""
         return [e.get("test") for e in self.planned if set(kinds) & set(e.get("records") or [])]
 
     def why_missing(self, *kinds: str) -> Missing:
         """Why no (or not enough) records of the kinds exist, from their producers' outcomes and the ending."""
-        return self.missing_from(kinds[0], self.producers(*kinds), inferred=self.producers_inferred)
+        return self.missing_from(kinds[0], self.producers(*kinds))
 
-    def missing_from(self, kind: str, producers: list[str], inferred: bool = False) -> Missing:
-        """Why the planned tests `producers` left no record of `kind`; inferred: the producers were inferred
-        from the records (schema 1), so having none explains nothing."""
+    def missing_from(self, kind: str, producers: list[str]) -> Missing:
+        """Why the planned tests `producers` left no record of `kind`."""
         evidence = self.non_passing(producers)
         if evidence is not None:
             return Missing(kind, "evidence", producers, evidence)
@@ -469,8 +431,6 @@ class RunView:
             unreached = self.unreached
             reason = "not_reached" if unreached and all(p in unreached for p in producers) else "planned_not_run"
             return Missing(kind, reason, producers)
-        if inferred:
-            return Missing(kind, "no_known_producer", producers)
         return Missing(kind, "deselected" if self.plan_partial_reasons() else "not_planned", producers)
 
     def part_label(self, nodeid: Optional[str]) -> str:
@@ -478,9 +438,7 @@ class RunView:
         if not nodeid:
             return "(session)"
         file = file_of(nodeid)
-        return schemas.part_label(file, self._parts.get(file))
-
-    # --- run facts --------------------------------------------------------------------------------
+        return part_label(file, self._parts.get(file))
 
     @property
     def renderer_version(self) -> int:
@@ -515,8 +473,6 @@ class RunView:
         if isinstance(argv, list) and argv:
             return " ".join(shlex.quote(str(a)) for a in argv), "sys.argv (the typed command was not recorded)"
         return None, "not recorded"
-
-    # --- tensors ----------------------------------------------------------------------------------
 
     def tensor_files(self) -> list[str]:
         """Every safetensors file in the run's tensors/ folder (or given to from_data), as 'tensors/NAME'."""
@@ -592,3 +548,18 @@ class RunView:
         """The tensor a reference names, only if it matches the record's shape and SHA-256; else None."""
         check = self.check_tensor(reference)
         return check.array if check.ok else None
+
+
+def claim_without_end(folder: Path) -> Optional[dict]:
+    """The claim of a run folder that has no session_end (neither a session_end record nor a final manifest), or
+    None: not a run's folder, or it reached its end (how a new session finds an earlier run killed before its end)."""
+    claim, _ = _read_json(Path(folder), CLAIM_FILE)
+    manifest, _ = _read_json(Path(folder), MANIFEST_FILE)
+    if not isinstance(claim, dict) or (manifest or {}).get("session_end") is not None or "files" in (manifest or {}):
+        return None
+    try:
+        raw = (Path(folder) / RECORDS_FILE).read_bytes()
+    except OSError:
+        raw = b""
+    records, _ = parse_records(raw)  # a torn or unreadable line is no session_end
+    return None if any(record.get("kind") == "session_end" for record in records) else claim
