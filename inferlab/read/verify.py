@@ -218,6 +218,17 @@ class Verify:
                                                 "no planned test declares that it writes it"))
         trials = {"generation": ("trial_id", "trial_index", [t.test_id for t in protocol.generation_trials()]),
                   "timing_trial": ("schedule_id", "schedule_index", [t.test_id for t in protocol.timing_schedule()])}
+        shapes = {"generation": (("prompt_id", "condition", "seed"), {t.test_id: (t.prompt_id, t.condition, t.seed)
+                                                                     for t in protocol.generation_trials()}),
+                  "timing_trial": (("prompt_id", "use_cache", "warmup"), {
+                      t.test_id: (t.prompt_id, t.use_cache, t.warmup) for t in protocol.timing_schedule()})}
+        for kind, (fields, expected) in shapes.items():
+            key = trials[kind][0]
+            for record in view.kind(kind):
+                found = tuple(record.get(name) for name in fields)
+                if record.get(key) in expected and found != expected[record.get(key)]:
+                    self.problem(f"{kind} {record.get(key)}: ({', '.join(fields)}) = {list(found)}, the protocol "
+                                 f"says {list(expected[record.get(key)])}")
         for kind, (key, order, ids) in trials.items():
             found = view.kind(kind)
             counts = collections.Counter(r.get(key) for r in found)
@@ -311,13 +322,20 @@ def verify_run(run: Union[Path, str, RunView]) -> dict:
     complete = bool(view.session_end and not checker.unfinished and not checker.partial and view.planned
                     and not view.planned_without_outcome() and view.session_end.get("complete") is True
                     and view.manifest.get("complete") is True)
+    acquisition = (view.session_end or {}).get("acquisition_failure")
+    failed = next((r for r in view.kind("artifact_acquisition") if r.get("ok") is False), None)
+    if not isinstance(acquisition, dict) and failed is not None:
+        from inferlab.specimen import acquisition_cause
+
+        acquisition = {"cause": acquisition_cause(failed), "failed_tests": failing.get(INTEGRITY, 0)}
     return {"record_dir": str(view.directory) if view.directory else None, "plan_folder": view.is_plan_folder,
             "ok": not checker.problems, "problems": checker.problems, "completeness": completeness,
             "complete": complete, "unfinished": checker.unfinished, "partial": checker.partial,
             "explained_gaps": checker.notes, "not_checked": checker.not_checked, "records": len(view.records),
             "files_checked": checker.files_checked, "outcome_counts": dict(sorted(outcomes.items())),
             "all_tests_passed": bool(outcomes) and set(outcomes) == {"passed"}, "addenda": len(view.addenda),
-            "failures_by_check_kind": {kind: failing.get(kind, 0) for kind in (INTEGRITY, DIAGNOSTIC)}}
+            "failures_by_check_kind": {kind: failing.get(kind, 0) for kind in (INTEGRITY, DIAGNOSTIC)},
+            "acquisition_failure": acquisition if isinstance(acquisition, dict) else None}
 
 
 def integrity_problems(result: dict) -> list[str]:
