@@ -1,12 +1,8 @@
 """python -m inferlab SUBCOMMAND ...: the command line (inferlab.cli); `python -m inferlab --help` lists it."""
 
-from __future__ import annotations
-
 import sys
 
-from inferlab.cli import build_parser, main, run_command_line
-
-__all__ = ["build_parser", "main", "run_command_line"]
+from inferlab.cli import build_parser, main, run_command_line  # noqa: F401 (the tests call main)
 
 if __name__ == "__main__":
     sys.exit(run_command_line())

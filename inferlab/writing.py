@@ -242,3 +242,12 @@ def sections_written(text: str, template_text: str) -> dict:
         else:
             empty[heading] = "the template's text only" if not own else f"{count} word(s) of text, placeholders aside"
     return {"written": written, "missing": missing, "empty": empty}
+
+
+def structure(text: str, template_text: Optional[str]) -> dict:
+    """The explanation's form as `attach` records it: {template, ok, headings_missing, empty_sections}."""
+    if template_text is None:
+        return {"template": EXPLANATION_TEMPLATE, "ok": None, "note": "the template was not found; not checked"}
+    found = sections_written(text, template_text)
+    return {"template": EXPLANATION_TEMPLATE, "ok": not found["missing"] and not found["empty"],
+            "headings_missing": found["missing"], "empty_sections": list(found["empty"])}

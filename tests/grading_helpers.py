@@ -23,7 +23,6 @@ from typing import Optional
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
 from inferlab.host import environment
 from inferlab import writing
-from inferlab.cli.attach import explanation_structure
 from inferlab.read import addenda
 from inferlab.run import predictions
 from inferlab.read.verify import verify_run
@@ -84,7 +83,7 @@ def attach_file(run_dir: Path, text: str, kind: str = "explanation", name: str =
     data = text.encode("utf-8")
     (run_dir / addenda.ADDENDA_DIR / stored).write_bytes(data)
     if structure == "check":
-        structure = explanation_structure(text) if kind == "explanation" else None
+        structure = writing.structure(text, TEMPLATE) if kind == "explanation" else None
     entry = {"schema": addenda.LEDGER_SCHEMA, "seq": len(entries), "kind": kind,
              "file": f"{addenda.ADDENDA_DIR}/{stored}", "original_name": name, "size": len(data),
              "sha256": hashlib.sha256(data).hexdigest(),

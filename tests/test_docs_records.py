@@ -115,8 +115,8 @@ def test_every_file_a_run_writes_is_documented(written_run):
         records.REPORT_FILE, DETAILS_FILE)})
     expected.update({name: "a plot inferlab.report.plots draws" for name in
                      (plots.TOKEN_TIMES_PNG, plots.TTFT_INTERVAL_PNG, plots.CPU_SHARE_PNG, plots.CACHE_DIFF_PNG)})
-    expected.update({addenda.LEDGER_FILE: "the addenda ledger (inferlab.reading.addenda)",
-                     f"{addenda.ADDENDA_DIR}/": "the addenda's folder (inferlab.reading.addenda)"})
+    expected.update({addenda.LEDGER_FILE: "the addenda ledger (inferlab.read.addenda)",
+                     f"{addenda.ADDENDA_DIR}/": "the addenda's folder (inferlab.read.addenda)"})
     expected.update({ended.RENAME_NOTE: "a later run's note on a killed run it renamed (inferlab.run.ended)"})
     expected.update(tensor_files())
     assert len(tensor_files()) >= 4  # first-step logits and scores, cache logits, batching

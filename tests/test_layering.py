@@ -27,9 +27,9 @@ def test_every_part_directly_in_inferlab_has_exactly_one_layer():
         f"in a layer but not in inferlab/: {sorted(set(declared) - layering.parts())}")
 
 
-def test_at_most_eight_files_lie_directly_in_inferlab():
+def test_at_most_ten_files_lie_directly_in_inferlab():
     files = sorted(p.name for p in layering.PACKAGE.iterdir() if p.is_file() and p.suffix == ".py")
-    assert len(files) <= 8, files
+    assert len(files) <= 10, files
 
 
 @pytest.mark.slow  # the three share one read of every module of inferlab (about half a second here)

@@ -51,7 +51,7 @@ def test_check_artifacts_never_prints_none_for_a_file_it_did_not_read(standin_co
     assert main(["check-artifacts", str(standin_copy), "--specimen", "standin"]) == cli.EXIT_PROBLEMS
     lines = capsys.readouterr().out.splitlines()
     assert not [line for line in lines if "None" in line], lines
-    assert any(line.startswith("PROBLEM config.json: present, not read (") for line in lines), lines
+    assert any(line.startswith("PROBLEM config.json: present, not hashed (") for line in lines), lines
 
 
 def test_verify_says_the_outcome_counts_and_the_gaps_in_words(failed_run, capsys):
@@ -59,7 +59,7 @@ def test_verify_says_the_outcome_counts_and_the_gaps_in_words(failed_run, capsys
     last = capsys.readouterr().out.splitlines()[-1]
     assert "{" not in last and "'" not in last, last
     assert re.search(r"not every test passed \(\d+ failed, \d+ passed, \d+ skipped\), and each of the \d+ gap\(s\) "
-                     r"this leaves \(a record or outcome the protocol expects that is not there\) has its recorded "
+                     r"this leaves \(a record the protocol expects that is not there\) has its recorded "
                      r"evidence", last), last
     assert "nothing was measured: the specimen could not be acquired (" in last and "harness failed" not in last
     assert main(["verify", str(failed_run), "--all-passed"]) == cli.EXIT_PROBLEMS
@@ -109,7 +109,7 @@ def test_the_scan_sees_an_unprefixed_command_in_an_f_string(tmp_path):
 def backticked_commands(text: str) -> set[str]:
     """Every `...` in a text that reads as a command (COMMAND, or one already spelled with .venv/bin/)."""
     return {quoted for quoted in re.findall(r"`([^`\n]+)`", text)
-            if COMMAND.search(quoted) or quoted.startswith((cli.VENV_BIN, "python", "pytest", "inferlab "))}
+            if COMMAND.search(quoted) or quoted.startswith((__import__('inferlab.base.commands').base.commands.VENV_BIN, "python", "pytest", "inferlab "))}
 
 
 def printed_texts(runs, standin_copy, tmp_path, capsys) -> list[str]:
@@ -165,7 +165,7 @@ def test_every_command_the_tool_prints_starts_with_the_environments_prefix(runs,
     assert any("inferlab.standin" in c for c in commands) and any(" verify " in c for c in commands), commands
     assert {"-m pytest --cache-clear", "-m pytest experiments --record-dir DIR"} <= {
         c.partition("python ")[2] for c in commands}, commands
-    unprefixed = sorted(c for c in commands if not c.startswith(f"{cli.VENV_BIN}/"))
+    unprefixed = sorted(c for c in commands if not c.startswith(f"{__import__('inferlab.base.commands').base.commands.VENV_BIN}/"))
     assert not unprefixed, unprefixed
 
 

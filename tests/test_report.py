@@ -109,16 +109,6 @@ def test_cli_report_check_names_a_missing_details_page(rich_run, tmp_path, capsy
     assert f"{run / DETAILS_FILE} does not exist" in capsys.readouterr().out
 
 
-def test_cli_report_write_writes_both_pages(rich_run, tmp_path, plots_not_drawn):
-    run = copy_run(rich_run, tmp_path / "rewrite")
-    for name in report.PAGES:
-        (run / name).unlink()
-    assert main(["report", str(run), "--write"]) == 0
-    assert [call["record_dir"] for call in plots_not_drawn] == [run]  # it asked for the plots
-    assert all((run / name).is_file() for name in report.PAGES)
-    assert report.check_pages(run) == []
-
-
 def test_every_details_link_of_the_page_names_a_heading_of_the_details_page(rich_run):
     headings = {details.slug(line[3:]) for line in page(rich_run, DETAILS_FILE).splitlines() if line.startswith("## ")}
     links = [part.split(")")[0] for part in page(rich_run).split(f"]({DETAILS_FILE}#")[1:]]

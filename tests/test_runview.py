@@ -1,4 +1,4 @@
-"""inferlab.read.runview and inferlab.reading.schema: one reader of a run, built from data in memory or read from disk once,
+"""inferlab.read.runview: one reader of a run, built from data in memory or read from disk once,
 and the run written by inferlab before runs named their schema (tests/fixtures/schema1-run)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from inferlab import report
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
-from inferlab.reading import schema
+
 from inferlab.read.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
 from inferlab.report.compare import compare
 from inferlab.read.verify import verify_run

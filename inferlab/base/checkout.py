@@ -23,7 +23,7 @@ def require_environment(program: str) -> None:
     if not missing:
         return
     venv = PROJECT_ROOT / ".venv" / "bin" / "python"
-    use = f"{venv}" if venv.exists() else f"the project's environment (run `make` in {PROJECT_ROOT} first)"
+    use = f"{venv}" if venv.exists() else f"{venv} (`make` in {PROJECT_ROOT} creates it)"
     print(f"{program}: this Python ({sys.executable}) lacks {', '.join(missing)}; nothing was read or written. "
           f"Use {use}", file=sys.stderr)
     raise SystemExit(2)

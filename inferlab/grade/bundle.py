@@ -278,6 +278,18 @@ def run(root: Path) -> int:
     return 0
 
 
+def command(args) -> int:
+    """`inferlab autograder gradescope -o ZIP` (inferlab.cli): write the zip; the exit status."""
+    try:
+        config = write_zip(args.output, args.specimen, args.artifacts, args.rubric,
+                           tuple(a.strip() for a in args.accept.split(",") if a.strip()), replace=args.replace)
+    except BundleError as error:
+        print(f"autograder: {error}", file=sys.stderr)
+        return 2
+    print(f"autograder: {args.output} written (specimen {config['specimen']}, accepts {', '.join(config['accept'])})")
+    return 0
+
+
 def main(argv=None) -> int:
     import argparse
 

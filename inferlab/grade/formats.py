@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from typing import Optional
 from xml.etree import ElementTree
 
@@ -142,3 +143,64 @@ def render(grades: list[Grade], name: str) -> str:
     if name == "gradescope":
         return gradescope(grades[0])
     return {"text": text, "json": as_json, "junit": junit}[name](grades)
+
+
+def command(args) -> int:
+    """`inferlab grade ...` (inferlab.cli): grade every source, print or write the formats; the exit status."""
+    from inferlab.base.outputs import OutputPathError, output_kind, write_text_atomic
+    from inferlab.grade import rubric
+    from inferlab.grade.grade import flag_copies, grade_source
+    from inferlab.read.runview import RunView, not_a_run_reason
+
+    try:
+        rules = rubric.load(args.rubric)
+    except rubric.RubricError as error:
+        return _usage(f"the rubric cannot be used: {error}")
+    sources = [p.resolve() for p in args.runs]
+    for option, target in (("--out", args.out), ("--csv", args.csv)):
+        if target is None:
+            continue
+        if target.resolve() in sources or any(s in target.resolve().parents for s in sources if s.is_dir()):
+            return _usage(f"{option} {target} is a submission or lies inside one: grade never writes there")
+        try:  # before any grading: an existing file is refused unless --replace, a folder or a socket always
+            output_kind(target, replace=args.replace)
+        except OutputPathError as error:
+            return _usage(f"{option}: {error}" + ("" if args.replace else " (or give --replace)"))
+    if args.out is not None and args.csv is not None and args.out.resolve() == args.csv.resolve():
+        return _usage("--out and --csv name the same file")
+    if args.format == "gradescope" and len(args.runs) != 1:
+        return _usage(f"--format gradescope writes one submission's results.json; {len(args.runs)} were given")
+    course = None
+    if args.against is not None and len(args.against) > 1:
+        return _usage(f"--against was given {len(args.against)} times; give the one course run to compare with")
+    args.against = args.against[0] if args.against else None
+    if args.against is not None:
+        why = not_a_run_reason(args.against)
+        if why:
+            return _usage(f"--against {args.against}: expected the course's run folder: {why}")
+        course = RunView.read(args.against)
+        if course.unfinished or course.is_plan_folder:
+            return _usage(f"--against {args.against}: the course's run must be a finished run "
+                          f"({course.unfinished or 'a plan folder'})")
+    grades = [grade_source(path, rules, course, str(args.against or "")) for path in args.runs]
+    flag_copies(grades)
+    output = render(grades, args.format)
+    try:
+        if args.out is None:
+            sys.stdout.write(output)
+        else:
+            write_text_atomic(args.out, output, replace=args.replace)
+            if args.format != "text":
+                sys.stdout.write(text(grades))
+            print(f"grade: {args.format} written to {args.out}", file=sys.stderr)
+        if args.csv is not None:
+            write_text_atomic(args.csv, csv_text(grades), replace=args.replace)
+            print(f"grade: {len(grades)} CSV row(s) written to {args.csv}", file=sys.stderr)
+    except OutputPathError as error:
+        return _usage(str(error))
+    return worst(g.exit_status for g in grades)
+
+
+def _usage(message: str) -> int:
+    print(f"grade: {message}", file=sys.stderr)
+    return 2
