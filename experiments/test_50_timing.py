@@ -16,15 +16,16 @@ def schedule_param(trial):
 
 @pytest.mark.records("timing_machine")
 def test_machine_before_timing(inferlab_run, record):
-    """The machine just before the first timing trial, and the contention rule every trial will be judged by,
-    declared here before any trial runs (as the cache tolerance is before any error)."""
+    """The machine just before the first timing trial, the contention rule every trial will be judged by and the
+    threshold every cache verdict will be judged against, declared here before any trial runs (as the cache
+    tolerance is before any error)."""
     from inferlab.measure import collector, contention
 
     state = contention.machine_state()
     rule = protocol.CONTENTION_RULE
     record("timing_machine", point="before", **state, usage_sources=contention.usage_sources(),
            contention_rule=rule.declaration(),
-           verdict_min_uncontended=protocol.VERDICT_MIN_UNCONTENDED,
+           cache_verdict=protocol.cache_verdict_declaration(),
            collector=collector.declaration(inferlab_run.collector_policy))
     unexplained = contention.unexplained_readings(state)
     assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"

@@ -1,9 +1,9 @@
 """The few measurements a class table and CSV show per run: the cache comparison's largest error, the median
 local TTFT per timing prompt and cache setting, and the ratio of the median post-first-token intervals with
 and without the cache per timing prompt (below 1: the cache made decode steps faster on that machine); beside
-them the evidence those timings rest on: how many timing trials the declared rule marked contended, the run's
-A/A noise floor, and the run's own cache verdict per timing prompt (inferlab.measure.contention: from uncontended
-samples only, 'cannot_tell' within the noise).
+them the evidence those timings rest on: how many timing trials the declared rule marked contended, and the run's
+own cache verdict per timing prompt (inferlab.measure.contention: 'cannot_tell' unless the interval lies beyond the
+declared threshold).
 
 They are read from the run's records through the report's own functions (inferlab.report.measures), so the
 class page and the report cannot disagree on a number.
@@ -30,7 +30,7 @@ def measurement_columns() -> list[str]:
     for prompt_id in protocol.TIMING_PROMPTS:
         columns += [f"ttft_median_ms_{prompt_id}_cache_on", f"ttft_median_ms_{prompt_id}_cache_off"]
     columns += [f"decode_interval_ratio_on_off_{prompt_id}" for prompt_id in protocol.TIMING_PROMPTS]
-    columns += ["timing_trials_contended", "timing_trials_without_cpu_evidence", "timing_aa_noise_fraction"]
+    columns += ["timing_trials_contended", "timing_trials_without_cpu_evidence"]
     columns += [f"cache_verdict_interval_{prompt_id}" for prompt_id in protocol.TIMING_PROMPTS]
     return columns
 
@@ -53,7 +53,6 @@ def key_measurements(view: RunView) -> dict:
     found["timing_trials_contended"] = counts["contended"] if evidence else None
     found["timing_trials_without_cpu_evidence"] = counts["without_evidence"] if trials else None
     verdicts = contention.cache_verdicts(trials) if trials else None
-    found["timing_aa_noise_fraction"] = verdicts["noise"]["noise_fraction"] if verdicts else None
     for prompt_id in protocol.TIMING_PROMPTS:
         entry = next((v for v in (verdicts or {}).get("verdicts", []) if v["prompt_id"] == prompt_id
                       and v["metric"] == "mean_post_first_interval_s"), None)

@@ -174,8 +174,7 @@ def side_by_side(claimed: RunView, course: RunView) -> TimingSides:
                 metrics.append(MetricSide(prompt_id, use_cache, metric, _median(a), _median(b), len(a), len(b)))
     # each run's own verdicts, as its report gives them: an interval of the effect against that run's own noise
     verdicts_mine, verdicts_theirs = contention.cache_verdicts(mine), contention.cache_verdicts(theirs)
-    noise_mine = verdicts_mine["noise"]["noise_fraction"]
-    noise_theirs = verdicts_theirs["noise"]["noise_fraction"]
+    noise_mine, noise_theirs = verdicts_mine["threshold"], verdicts_theirs["threshold"]  # no A/A noise any more
     theirs_by = {(v["prompt_id"], v["metric"]): v for v in verdicts_theirs["verdicts"]}
     effects = []
     for a in verdicts_mine["verdicts"]:

@@ -136,10 +136,10 @@ def section_conclusions(view: RunView) -> list[str]:
              + (yes_no(all(r.get("argmax_cached") == r.get("argmax_uncached") for r in comparisons))
                 if comparisons else MISSING) + ". "
              + ("; ".join(timing(p) for p in protocol.TIMING_PROMPTS) if groups else "No timing was measured")
-             + ". Whether the cache made this run faster, against this run's A/A noise and from uncontended "
-             f"samples only (the Timing section): {timing_evidence.short_verdicts(view)}. Prompt: does the cache "
-             "change what is computed, or only how much is repeated? Is the speed difference clear at this workload, "
-             "given the ranges and the noise?", "",
+             + f". Whether the cache made this run faster, each metric's interval against the declared "
+             f"{protocol.SMALLEST_TIMING_EFFECT:.0%} (the Timing section): {timing_evidence.short_verdicts(view)}. "
+             "Prompt: does the cache change what is computed, or only how much is repeated? Is the speed difference "
+             "clear at this workload, given the ranges?", "",
              "**Limitation 1.** Prompt: which limitation above most weakens your selection claim, and what "
              "experiment would remove it?", "",
              "**Limitation 2.** Prompt: which most weakens your computation or timing claim (overhead, the tiny CPU "

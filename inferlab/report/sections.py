@@ -207,9 +207,7 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
     against = timing_evidence.prefill_vs_decode_text(view)
     if throughput or against:  # one paragraph: each is a figure per condition
         lines += [" ".join(text for text in (throughput, against) if text), ""]
-    noise, verdicts = timing_evidence.noise_lines(view), timing_evidence.verdict_lines(view)
-    if noise:  # one paragraph: the noise, then the verdicts measured against it
-        lines += [noise[0] + (verdicts[0] if verdicts else "")] + (verdicts[1:] if verdicts else [""])
+    lines += timing_evidence.verdict_lines(view)
     lines += section_weight_read(view)
     phases = measures.phase_rows(view)
     if phases:

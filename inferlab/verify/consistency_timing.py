@@ -89,8 +89,8 @@ def _collector_policy(recheck: Recheck) -> None:
 
 
 def _declared_rule(recheck: Recheck) -> None:
-    """The contention rule was declared (timing_machine, point before) before the first timing trial, and it is
-    the protocol's rule, by which verify recomputed every trial's flag."""
+    """The contention rule and the cache verdict's threshold were declared (timing_machine, point before) before the
+    first timing trial, and they are the protocol's, by which verify recomputed every trial's flag."""
     before = [r for r in recheck.view.kind("timing_machine") if r.get("point") == "before"]
     trials = recheck.view.kind("timing_trial")
     if not before:
@@ -99,11 +99,16 @@ def _declared_rule(recheck: Recheck) -> None:
                                 "its test did not run, so the trials' flags were checked against the protocol's rule")
         return
     declared = before[0]
-    rule = declared.get("contention_rule") if isinstance(declared.get("contention_rule"), dict) else {}
-    wanted = protocol.CONTENTION_RULE.declaration()
-    for name, value in wanted.items():
-        if not same(rule.get(name), value):
-            recheck.differs(declared, f"contention_rule.{name}", rule.get(name), value, "protocol.CONTENTION_RULE")
+    for field, wanted, source in (("contention_rule", protocol.CONTENTION_RULE.declaration(), "protocol.CONTENTION_RULE"),
+                                  ("cache_verdict", protocol.cache_verdict_declaration(),
+                                   "protocol.cache_verdict_declaration()")):
+        if field not in declared and field == "cache_verdict":
+            recheck.not_checked("the cache verdict's declared threshold", "the timing_machine record predates it")
+            continue
+        found = declared.get(field) if isinstance(declared.get(field), dict) else {}
+        for name, value in wanted.items():
+            if not same(found.get(name), value):
+                recheck.differs(declared, f"{field}.{name}", found.get(name), value, source)
     first = recheck.before("timing_trial", declared)
     if first:
         recheck.checker.problem(f"inconsistent: {label(declared)}: the contention rule was declared after "
