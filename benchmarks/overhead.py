@@ -11,8 +11,8 @@ rounds time one complete 16-selection greedy run of
   (b') bare_greedy_loop again, an A/A control: the same code as (b), so its distance from (b) is this
        benchmark's own noise, the smallest overhead it can resolve,
 each measured from outside with perf_counter_ns and divided by the number of selections. Every timed call runs as
-a timing trial's spans do by default: after one full collection, with the cyclic collector off (COLLECTOR_DESIGN),
-so no variant pays for a collection another left due. The calls form one
+a timing trial's spans do by default: with the cyclic collector off, after one full collection and gc.freeze()
+before the first round (COLLECTOR_DESIGN), so no variant pays for a collection another left due. The calls form one
 stream in which every variant comes right after each other variant equally often (balanced_cycle; a rotation of
 one fixed order would put (a) after (c) in 3 of 4 rounds and (b') never, so whatever generate leaves behind would
 count as instrumentation, and the A/A control would not share it).
@@ -143,6 +143,7 @@ def main(argv=None) -> int:
             raise RuntimeError(f"benchmark: {name} made {len(ids)} selections, expected {n}")
 
     per_token_ns = {name: [] for name in variants}
+    collection = collector.collect_once("benchmarks/overhead.py: after the warmup, before the first measured round")
     for order, depth in zip(orders, depths):
         for name in order:
             with collector_state():  # outside the timed call: the same for every variant
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
     result["stack_placement"] = {"design": STACK_DESIGN, "depths": STACK_DEPTHS, "frame_slots": STACK_FRAME_SLOTS,
                                  "chunk_bytes": STACK_CHUNK_BYTES, "uses_per_depth": depth_use(depths)}
     result["usage_read_cost"] = {**usage, "sources": contention.usage_sources(), "fields": list(contention.READING_FIELDS)}
-    result["collector"] = {"design": COLLECTOR_DESIGN, **watch}
+    result["collector"] = {"design": COLLECTOR_DESIGN, **watch, "collection": collection}
     machine.append_result(result, args.results)
     print(f"result appended to {args.results}")
     print(f"overhead_ratio={result['overhead_ratio']:.3f} generate_ratio={result['generate_ratio']:.3f}")
@@ -197,11 +198,11 @@ STACK_DESIGN = ("each round runs all its variants below the same number of at_de
                 "amounts meet nearby offsets, not identical ones")
 
 
-COLLECTOR_DESIGN = ("every timed call, of every variant, runs after one full gc.collect() with the cyclic collector "
-                    "off (collector.TimedBlock under off_in_spans, outside the timed call), as a timing trial does by "
-                    "default; the instrumented variant keeps its collection watch and every usage reading, so what "
-                    "it adds is what a trial adds inside its spans, and the full collection, outside every span of a "
-                    "trial, is no part of either")
+COLLECTOR_DESIGN = ("one full gc.collect() and gc.freeze() before the first measured round (collector.collect_once, "
+                    "as a run does once before its timing trials), then every timed call, of every variant, with the "
+                    "cyclic collector off (collector.TimedBlock under off_in_spans, outside the timed call), as a "
+                    "timing trial has it by default; the instrumented variant keeps its collection watch and every "
+                    "usage reading, so what it adds is what a trial adds inside its spans")
 
 
 def collector_state():

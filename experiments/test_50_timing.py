@@ -23,10 +23,13 @@ def test_machine_before_timing(inferlab_run, record):
 
     state = contention.machine_state()
     rule = protocol.CONTENTION_RULE
+    # the run's one full collection, here and not before each trial: no trial starts cold after one
+    collection = collector.collect_once("test_machine_before_timing: after the machine readings, before the first "
+                                        "timing trial")
     record("timing_machine", point="before", **state, usage_sources=contention.usage_sources(),
            contention_rule=rule.declaration(),
            cache_verdict=protocol.cache_verdict_declaration(),
-           collector=collector.declaration(inferlab_run.collector_policy))
+           collector=collector.declaration(inferlab_run.collector_policy), collection=collection)
     unexplained = contention.unexplained_readings(state)
     assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
 
@@ -80,9 +83,11 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
 
 @pytest.mark.records("timing_machine")
 def test_machine_after_timing(inferlab_run, record):
-    """The machine just after the last timing trial, with how many trials the declared rule marked contended."""
-    from inferlab.measure import contention
+    """The machine just after the last timing trial, with how many trials the declared rule marked contended; the
+    freeze of the one collection before the block is undone here."""
+    from inferlab.measure import collector, contention
 
+    collector.thaw()
     state = contention.machine_state()
     counts = contention.contention_counts(inferlab_run.records_of("timing_trial"))
     before = next((r for r in inferlab_run.records_of("timing_machine") if r.get("point") == "before"), None)

@@ -247,17 +247,23 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
 
 
 def collector_line(view: RunView) -> str:
-    """' Under the collector policy ...: the full collection before each trial took M ms (median), outside every
-    span.' from the trials' collector fields; empty for a run whose trials record none."""
+    """' The collector policy: ...; the run's one full collection ...' from the trials' collector fields and the
+    timing_machine 'before' record; empty for a run whose trials record no policy."""
     trials = [t for t in view.kind("timing_trial") if isinstance(t.get("collector"), dict)]
     if not trials:
         return ""
     policies = sorted({str(t["collector"].get("policy")) for t in trials})
-    full = [t["collector"]["full_collection_ns"] for t in trials if is_number(t["collector"].get("full_collection_ns"))]
     text = f" The collector policy: {', '.join(policies)}"
-    if full:
-        text += (f"; the full collection before each trial took {ms(statistics.median(full) / 1e9, 1)} ms (median of "
-                 f"{len(full)}), outside every span")
+    full = [t["collector"]["full_collection_ns"] for t in trials if is_number(t["collector"].get("full_collection_ns"))]
+    before = next((r for r in view.kind("timing_machine") if r.get("point") == "before"), {})
+    once = before.get("collection") if isinstance(before.get("collection"), dict) else {}
+    if full:  # runs before issue 55 collected before every trial
+        text += (f"; a full collection before each trial took {ms(statistics.median(full) / 1e9, 1)} ms (median of "
+                 f"{len(full)}), outside every span, and left the trial to start cold")
+    elif is_number(once.get("elapsed_ns")):
+        text += (f"; the run's one full collection and freeze, before the first trial (timing_machine seq "
+                 f"{before.get('seq')}), took {ms(once['elapsed_ns'] / 1e9, 1)} ms and froze {num(once.get('frozen'))} "
+                 "objects; none ran between a trial's setup and its start stamp")
     return text + "."
 
 
