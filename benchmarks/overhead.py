@@ -5,8 +5,11 @@ Usage (from the repository root):  python -m benchmarks.overhead [--rounds N] [-
 In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then over N interleaved
 rounds time one complete 16-selection greedy run of
   (a) run_greedy_loop   (cache on, timestamps, the thread-usage readings at the ends of its spans (CPU time,
-                         switches, the thread's and the process's page faults) and the collection watch),
-  (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
+                         switches, the thread's and the process's page faults), the collection watch, and the
+                         session's per-forward hook (inferlab.measure.forward_mode): everything a trial runs),
+  (b) bare_greedy_loop  (the same forwards and selections, no timestamps, no hook),
+  (h) bare_greedy_loop with the per-forward hook registered (around the call, outside its timing): what the hook
+       alone costs; (a)/(h) is then what the stamps, the usage reads and the watch cost without it,
   (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
   (b') bare_greedy_loop again, an A/A control: the same code as (b), so its distance from (b) is this
        benchmark's own noise, the smallest overhead it can resolve,
@@ -47,6 +50,7 @@ reads it. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import math
@@ -66,10 +70,13 @@ from inferlab import protocol  # noqa: E402
 from inferlab.host import machine  # noqa: E402
 from inferlab.host.environment import git_state  # noqa: E402
 from inferlab.measure import collector, contention  # noqa: E402
+from inferlab.measure.forward_mode import ForwardWatch  # noqa: E402
 from inferlab.measure.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
 MIN_ROUNDS = 7
 OVERHEAD_BOUND = 0.01  # the instrumented loop's goal: within 1 % of the bare one
+VARIANTS = ("instrumented", "bare", "hooked", "bare_again", "generate")
+HOOKED = ("instrumented", "hooked")  # run with the session's per-forward hook registered, as every trial is
 
 
 def load_model(workdir: Path):
@@ -132,12 +139,15 @@ def main(argv=None) -> int:
             )
         return out[0, input_ids.shape[1] :].tolist()
 
-    variants = {"instrumented": instrumented, "bare": bare, "bare_again": bare, "generate": generate}
-    names = list(variants)
+    variants = {"instrumented": instrumented, "bare": bare, "hooked": bare, "bare_again": bare, "generate": generate}
+    names = list(VARIANTS)
     orders = round_orders(names, args.rounds)
     depths = round_depths(args.rounds)
     # warmup, not measured, in the cycle's last order: the first measured call follows what the cycle puts before it
-    warm = {names[i]: variants[names[i]]() for i in balanced_cycle(len(names))[-1]}
+    warm = {}
+    for i in balanced_cycle(len(names))[-1]:
+        with forward_hook(model, names[i] in HOOKED):
+            warm[names[i]] = variants[names[i]]()
     for name, ids in warm.items():
         if len(ids) != n:
             raise RuntimeError(f"benchmark: {name} made {len(ids)} selections, expected {n}")
@@ -146,10 +156,11 @@ def main(argv=None) -> int:
     collection = collector.collect_once("benchmarks/overhead.py: after the warmup, before the first measured round")
     for order, depth in zip(orders, depths):
         for name in order:
-            with collector_state():  # outside the timed call: the same for every variant
+            with collector_state(), forward_hook(model, name in HOOKED):  # outside the timed call
                 per_token_ns[name].append(at_depth(depth, functools.partial(timed_call, variants[name])) / n)
 
-    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at)
+    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at,
+                         depths=depths)
     print(f"model: {description}; prompt tokens: {input_ids.shape[1]}; selections per run: {n}; rounds: {args.rounds}")
     print(f"threads: intra-op {torch.get_num_threads()}, inter-op {torch.get_num_interop_threads()}")
     print(f"ids equal (instrumented, bare, generate): {warm['instrumented'] == warm['bare']}, "
@@ -169,6 +180,13 @@ def main(argv=None) -> int:
     print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f} "
           f"[{paired['interval'][0]:.4f}, {paired['interval'][1]:.4f}], A/A bare again/bare {paired['aa']:.4f}: "
           f"noise ±{paired['noise']:.2%}; {paired['verdict']}")
+    hook, readings, placement = result["hook"], result["readings_without_hook"], result["placement"]
+    print(f"per round, median: the per-forward hook alone (hooked/bare) {hook['median']:.4f} [{hook['interval'][0]:.4f}, "
+          f"{hook['interval'][1]:.4f}]; stamps, usage reads and watch without it (instrumented/hooked) "
+          f"{readings['median']:.4f} [{readings['interval'][0]:.4f}, {readings['interval'][1]:.4f}]")
+    print(f"placement: instrumented/bare per stack depth (median of its rounds) from "
+          f"{placement['instrumented_over_bare'][0]:.4f} to {placement['instrumented_over_bare'][1]:.4f}; A/A per depth "
+          f"from {placement['aa'][0]:.4f} to {placement['aa'][1]:.4f}")
     usage = contention.usage_read_cost(10_000)
     watch = collector.watch_cost(10_000)
     print(f"thread-usage reading ({', '.join(contention.READING_FIELDS)}; {contention.usage_sources()}): "
@@ -205,6 +223,17 @@ COLLECTOR_DESIGN = ("one full gc.collect() and gc.freeze() before the first meas
                     "usage reading, so what it adds is what a trial adds inside its spans")
 
 
+@contextlib.contextmanager
+def forward_hook(model, on: bool):
+    """The session's per-forward hook (forward_mode.ForwardWatch) registered on the model while `on`, else nothing."""
+    watch = ForwardWatch(model) if on else None
+    try:
+        yield
+    finally:
+        if watch is not None:
+            watch.remove()
+
+
 def collector_state():
     """The collector as a timing trial has it by default, around one timed call (COLLECTOR_DESIGN)."""
     return collector.TimedBlock(collector.OFF_IN_SPANS)
@@ -235,7 +264,7 @@ def round_depths(rounds: int) -> list[int]:
     return [(r * stride) % STACK_DEPTHS for r in range(rounds)]
 
 
-def full_pass_rounds(variants: int = 4) -> int:
+def full_pass_rounds(variants: int = len(VARIANTS)) -> int:
     """The fewest rounds in which every stack depth and every order of the balanced cycle come equally often."""
     return math.lcm(len(balanced_cycle(variants)), STACK_DEPTHS)
 
@@ -360,10 +389,29 @@ def paired_ratios(per_token_ns: dict, placements_balanced: bool = True) -> dict:
             "verdict": verdict}
 
 
+def ratio_of(numerators: list, denominators: list) -> dict:
+    """The median of the per-round ratios and its distribution-free 95 % interval (median_interval)."""
+    ratios = [a / b for a, b in zip(numerators, denominators)]
+    return {"median": statistics.median(ratios), "interval": list(median_interval(ratios))}
+
+
+def placement_spread(per_token_ns: dict, depths: list[int]) -> dict:
+    """Per stack depth, the median of its rounds' instrumented/bare and bare_again/bare: the lowest and highest over
+    the depths. The A/A range is what noise alone spreads; a wider instrumented range is where the calls fell."""
+    found = {}
+    for name in ("instrumented", "bare_again"):
+        by_depth: dict = {}
+        for depth, a, b in zip(depths, per_token_ns[name], per_token_ns["bare"]):
+            by_depth.setdefault(depth, []).append(a / b)
+        medians = [statistics.median(values) for values in by_depth.values()]
+        found["instrumented_over_bare" if name == "instrumented" else "aa"] = [min(medians), max(medians)]
+    return {**found, "depths_used": len(set(depths)), "rounds_per_depth": depth_use(depths)}
+
+
 def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tokens: int, selections: int,
-                rounds: int, git: Optional[dict] = None) -> dict:
+                rounds: int, git: Optional[dict] = None, depths: Optional[list[int]] = None) -> dict:
     """One benchmark result as a plain dict, with this machine's fingerprint and the software versions; `git` is
-    the checkout's state as the benchmark started (read now when not given)."""
+    the checkout's state as the benchmark started (read now when not given); `depths` each round's stack depth."""
     import datetime
     import platform
 
@@ -388,6 +436,9 @@ def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tok
                       "instrumented_vs_generate": warm_ids["instrumented"] == warm_ids["generate"]},
         "overhead_ratio": medians["instrumented"] / medians["bare"],
         "paired": paired_ratios(per_token_ns, placements_balanced=balanced_rounds(rounds)),
+        "hook": ratio_of(per_token_ns["hooked"], per_token_ns["bare"]),
+        "readings_without_hook": ratio_of(per_token_ns["instrumented"], per_token_ns["hooked"]),
+        "placement": placement_spread(per_token_ns, depths if depths is not None else round_depths(rounds)),
         "generate_ratio": medians["generate"] / medians["bare"],
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 
 import pytest
@@ -99,15 +100,22 @@ def test_benchmark_result_carries_the_fingerprint_and_ratios():
     from benchmarks.overhead import make_result
 
     per_token_ns = {"instrumented": [110.0, 100.0, 105.0], "bare": [100.0, 100.0, 100.0],
-                    "bare_again": [100.0, 100.5, 99.0], "generate": [120.0, 121.0, 119.0]}
+                    "hooked": [101.0, 102.0, 100.0], "bare_again": [100.0, 100.5, 99.0],
+                    "generate": [120.0, 121.0, 119.0]}
     warm = {"instrumented": [1, 2], "bare": [1, 2], "generate": [1, 2]}
-    result = make_result(per_token_ns, warm, "stand-in", prompt_tokens=9, selections=16, rounds=3)
+    result = make_result(per_token_ns, warm, "stand-in", prompt_tokens=9, selections=16, rounds=3, depths=[0, 1, 1])
     assert result["machine"] == machine.machine_fingerprint() and result["recorded_utc"]
     assert set(result["git"]) >= {"commit", "dirty"}  # the figure names its machine, its date and its commit
     assert (result["overhead_ratio"], result["generate_ratio"]) == (1.05, 1.2)
     assert result["per_token_ns"]["instrumented"] == {"median": 105.0, "min": 100.0, "max": 110.0}
     assert result["ids_equal"] == {"instrumented_vs_bare": True, "instrumented_vs_generate": True}
     assert result["paired"]["overhead"] == 1.05 and result["paired"]["aa"] == 1.0
+    # the per-forward hook alone, and the rest of the instrumentation without it, each from its own rounds
+    assert result["hook"]["median"] == pytest.approx(1.01) and result["readings_without_hook"]["median"] == \
+        pytest.approx(statistics.median([110 / 101, 100 / 102, 105 / 100]))
+    # where the calls fell: per depth, the median of its rounds (depth 0: 1.10; depth 1: 1.00 and 1.05)
+    assert result["placement"]["instrumented_over_bare"] == [pytest.approx(1.025), pytest.approx(1.10)]
+    assert result["placement"]["aa"] == [pytest.approx(0.9975), pytest.approx(1.0)]
     assert json.loads(json.dumps(result)) == result
 
 
@@ -162,7 +170,8 @@ def test_the_median_interval_is_the_binomial_order_statistics_one():
 def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
     """at_depth puts exactly `depth` frames below the call, and each pass of STACK_DEPTHS rounds uses each depth once;
     a verdict needs whole passes of both the depths and the order cycle."""
-    from benchmarks.overhead import STACK_DEPTHS, at_depth, balanced_rounds, depth_use, full_pass_rounds, round_depths
+    from benchmarks.overhead import (STACK_DEPTHS, VARIANTS, at_depth, balanced_cycle, balanced_rounds, depth_use,
+                                     full_pass_rounds, round_depths)
 
     def frames_below() -> int:
         frame, count = sys._getframe(1), 0
@@ -175,7 +184,8 @@ def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
     assert sorted(depths) == sorted(list(range(STACK_DEPTHS)) * 2) and depth_use(depths) == "2"
     assert depth_use(round_depths(STACK_DEPTHS + 1)) == "1 to 2"
     assert all(abs(a - b) > 1 for a, b in zip(depths, depths[1:]))  # neighbouring rounds are not neighbouring depths
-    assert full_pass_rounds() == 3 * STACK_DEPTHS and balanced_rounds(2 * full_pass_rounds())
+    assert full_pass_rounds() == len(balanced_cycle(len(VARIANTS))) * STACK_DEPTHS == 4 * STACK_DEPTHS
+    assert balanced_rounds(2 * full_pass_rounds())
     assert not balanced_rounds(full_pass_rounds() + 1) and not balanced_rounds(STACK_DEPTHS)
 
 

@@ -82,6 +82,28 @@ def read_results(path: Path = RESULTS_FILE) -> list[dict]:
     return results
 
 
+def benchmark_figures(path: Path = TRACKED_RESULTS_FILE) -> dict:
+    """The newest tracked overhead benchmark result that measured the per-forward hook, as a run quotes it: another
+    run's figures (its date, commit, machine, rounds), never this run's; {"found": False, "reason"} without one."""
+    try:
+        results = [r for r in read_results(path) if isinstance(r.get("hook"), dict)]
+    except (OSError, ValueError) as error:
+        return {"found": False, "reason": f"{path.name}: {error}"}
+    if not results:
+        return {"found": False, "reason": f"{path.name} holds no result that measured the per-forward hook"}
+    newest = results[-1]
+    paired = newest.get("paired") or {}
+    return {"found": True, "file": str(Path(path).relative_to(PROJECT_ROOT)) if Path(path).is_relative_to(PROJECT_ROOT)
+            else str(path), "whose": "another run's: benchmarks/overhead.py, not this run",
+            "recorded_utc": newest.get("recorded_utc"), "commit": (newest.get("git") or {}).get("commit"),
+            "machine": newest.get("machine"), "python": (newest.get("software") or {}).get("python"),
+            "rounds": newest.get("rounds"), "instrumented_over_bare": paired.get("overhead"),
+            "instrumented_interval": paired.get("interval"), "aa": paired.get("aa"), "verdict": paired.get("verdict"),
+            "hook": newest["hook"], "readings_without_hook": newest.get("readings_without_hook"),
+            "placement": newest.get("placement"),
+            "usage_per_read_ns": (newest.get("usage_read_cost") or {}).get("usage_per_read_ns")}
+
+
 def _size_bytes(text: str) -> Optional[int]:
     """'32K' -> 32768, '32768K', '1M', '512' (bytes); None for anything else."""
     text = text.strip().upper().removesuffix("B").removesuffix("I")

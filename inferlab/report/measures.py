@@ -246,6 +246,47 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
             f"({text_cell(record.get('method'))}).{usage_text}{watch_text}{collector_line(view)}")
 
 
+def _ratio(value: Any, interval: Any = None) -> str:
+    """'1.0064 [1.0044, 1.0089]' or '1.0064', or MISSING."""
+    if not is_number(value):
+        return MISSING
+    bounds = interval if isinstance(interval, list) and len(interval) == 2 and all(map(is_number, interval)) else None
+    return f"{value:.4f}" + (f" [{bounds[0]:.4f}, {bounds[1]:.4f}]" if bounds else "")
+
+
+def benchmark_line(view: RunView) -> str:
+    """What benchmarks/overhead.py measured of the whole instrumentation, as the clock_overhead record quoted it:
+    another run's figures, labelled so (its date, commit, machine, rounds), with the frame-placement spread."""
+    record = view.first("clock_overhead") or {}
+    found = record.get("benchmark") if isinstance(record.get("benchmark"), dict) else {}
+    if not found.get("found"):
+        return (" This run quoted no overhead benchmark" + (f" ({text_cell(found.get('reason'))})" if found else "")
+                + ", so the per-forward hook's cost and the frame-placement effect are not stated here.")
+    hook = found.get("hook") if isinstance(found.get("hook"), dict) else {}
+    rest = found.get("readings_without_hook") if isinstance(found.get("readings_without_hook"), dict) else {}
+    placement = found.get("placement") if isinstance(found.get("placement"), dict) else {}
+    spread = placement.get("instrumented_over_bare") if isinstance(placement.get("instrumented_over_bare"), list) else []
+    aa = placement.get("aa") if isinstance(placement.get("aa"), list) else []
+    machine = found.get("machine") if isinstance(found.get("machine"), dict) else {}
+    where = ", ".join(str(machine[k]) for k in ("cpu_model", "logical_cpus") if k in machine) or MISSING
+    text = (f" Another run's figures, not this run's ({text_cell(found.get('file'))}: benchmarks/overhead.py on "
+            f"{text_cell(found.get('recorded_utc'))}, at {text_cell(str(found.get('commit'))[:7])}, on {where} CPUs, "
+            f"Python {text_cell(found.get('python'))}, {num(found.get('rounds'))} rounds, each call's time over the "
+            f"bare loop's in the same round): the loop with everything a trial adds (the clock, the usage reads, "
+            f"the collection watch and the per-forward hook) "
+            f"{_ratio(found.get('instrumented_over_bare'), found.get('instrumented_interval'))}, the per-forward "
+            f"hook alone {_ratio(hook.get('median'), hook.get('interval'))}, the rest without the hook "
+            f"{_ratio(rest.get('median'), rest.get('interval'))}; the bare loop against itself (A/A) "
+            f"{_ratio(found.get('aa'))}.")
+    if len(spread) == 2 and len(aa) == 2 and all(map(is_number, spread + aa)):
+        text += (f" **Frame placement:** where a forward's calls fall on CPython 3.11's frame stack moved the "
+                 f"instrumented loop against the bare one from {spread[0] - 1:+.1%} to {spread[1] - 1:+.1%} over "
+                 f"the {num(placement.get('depths_used'))} placements the benchmark tried (A/A alone: "
+                 f"{aa[0] - 1:+.1%} to {aa[1] - 1:+.1%}); in one run every trial of a path sits at one placement, "
+                 "so a difference of that size between the two cache paths can be placement, not the cache.")
+    return text
+
+
 def collector_line(view: RunView) -> str:
     """' The collector policy: ...; the run's one full collection ...' from the trials' collector fields and the
     timing_machine 'before' record; empty for a run whose trials record no policy."""

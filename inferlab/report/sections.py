@@ -315,10 +315,11 @@ def section_limitations(view: RunView) -> list[str]:
     if view.synthetic:
         items.append("The specimen is synthetic: nothing here describes Pythia or any trained model.")
     items += [
-        "Timestamps add overhead, identical for both cache paths and not subtracted: " +
+        "The instrumentation (clock reads, usage reads, a collection watch, and a hook on every forward that checks "
+        "inference mode and the model's training flag) adds time, the same code on both cache paths, and none of "
+        "it is subtracted. This run's own measurement: " +
         (clock if clock else "its size was not measured in this run (no `clock_overhead` record).") +
-        " Only this run's own measurement is quoted: a benchmark made in another run, or on another machine, "
-        "says nothing certain about this one.",
+        measures.benchmark_line(view),
         f"A tiny CPU test: one small model, batch 1, {protocol.INTRA_OP_THREADS} thread, prompts of {lengths} tokens. "
         "Nothing follows for larger models, GPUs, long contexts or concurrent serving.",
         "Three seeds per condition neither estimate the output distribution nor pick a best temperature.",
@@ -329,9 +330,6 @@ def section_limitations(view: RunView) -> list[str]:
         "around a whole call: besides the forwards it holds `generate()`'s own work at every step (preparing the "
         "step's inputs, the stopping criteria, updating its arguments; a profile is in docs/timing.md), so it is no "
         "measurement of generation speed; Part 5's instrumented loop is.",
-        "Every forward runs one small hook that checks inference mode and the model's training flag (the "
-        "`forward_mode` of each record); it is inside the timed loop too, identical for both cache paths, and not "
-        "subtracted.",
     ]
     return ["## Limitations", ""] + bullet_list(items) + [""]
 
