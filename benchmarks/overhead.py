@@ -22,7 +22,7 @@ count as instrumentation, and the A/A control would not share it).
 
 Where a call sits on CPython's frame stack matters as much as what it does. Since 3.11 the interpreter keeps
 its frames in 16 KiB chunks and frees a chunk as soon as the frame that opened it returns (CPython issue
-gh-142183, fixed in 3.13 and 3.14, not in 3.11): a forward whose calls cross a chunk boundary maps and unmaps a
+gh-142183, fixed only in 2026 releases: Debian 13's 3.13.5 shows it too, benchmarks/page_faults.py): a forward whose calls cross a chunk boundary maps and unmaps a
 chunk each time, dozens of times a token. Measured here with the bare loop alone, moving its starting depth one
 small frame at a time changed its page faults per call from 64 to 2880, in a pattern that comes back every
 chunk. Two variants whose own frames differ by a few locals start the model at different offsets, so a

@@ -187,8 +187,9 @@ class ContentionRule:
     max_involuntary_switches times inside it, when the garbage collector's own time inside it is more than
     max_collector_share of its wall time, or when it met more than max_major_faults major page faults (the
     thread's own count where the platform gives one, else the process's). A trial is contended when either of
-    its spans is. Minor faults are counted and labelled, never judged: they are the first touches of the memory
-    the loop itself allocates. Why these values: docs/timing.md, "The contention rule".
+    its spans is. Minor faults are counted, never judged: on CPython 3.11 nearly all of them are the interpreter
+    mapping a frame-stack chunk each time a forward's calls cross one, as many as where the calls fall makes them,
+    whatever the cache does. Why these values, and the faults measured: docs/timing.md.
     """
 
     min_cpu_share: float

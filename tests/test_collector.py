@@ -80,10 +80,11 @@ def test_the_one_collection_before_the_block_is_timed_and_freezes_what_is_alive_
     try:
         found = collector.collect_once("here")
         assert found["where"] == "here" and found["elapsed_ns"] > 0 and found["frozen"] >= len(kept)
-        assert gc.get_freeze_count() == found["frozen"]
+        still = gc.get_freeze_count()  # a frozen object that dies leaves the count
+        assert len(kept) <= still <= found["frozen"]
     finally:
-        assert collector.thaw() == found["frozen"]
-    assert gc.get_freeze_count() == 0
+        thawed = collector.thaw()
+    assert len(kept) <= thawed <= found["frozen"] and gc.get_freeze_count() == 0
 
 
 def test_a_loop_under_the_default_policy_collects_nothing_and_sees_no_collection_in_its_spans(
@@ -115,7 +116,7 @@ def test_a_loop_with_the_collector_left_on_records_and_labels_its_collections(mo
         assert loop["cpu_ns"] <= loop["wall_ns"] + 200_000
 
 
-def test_page_faults_are_read_per_thread_and_per_process_and_a_span_with_one_is_labelled():
+def test_page_faults_are_read_per_thread_and_per_process_and_minor_ones_label_nothing():
     import mmap
 
     start, end = contention.usage_reader()
@@ -140,7 +141,7 @@ def test_page_faults_are_read_per_thread_and_per_process_and_a_span_with_one_is_
     span = contention.trial_evidence(readings, 0, 10, 20)["cpu_evidence"]["loop"]
     assert span["thread_minor_faults"] == last[minor] - first[minor]
     assert span["process_minor_faults"] >= span["thread_minor_faults"]  # the process counts this thread's too
-    assert "minor_fault" in span["disturbed_by"]
+    assert span["disturbed_by"] == []  # counted, never a disturbance: nearly all are frame-stack chunks (3.11)
 
 
 def test_a_stand_in_run_declares_its_policy_collects_once_and_every_trial_records_collections_and_faults(standin_run):

@@ -194,6 +194,16 @@ def test_the_run_verifies_and_a_forged_uncontended_flag_is_caught(busy_run, tmp_
     assert any(f"{BUSY[1]}]: cpu_evidence, contended, contention_reasons without the raw cpu_readings" in p
                for p in problems), problems
 
+    def older_labels(records):  # runs before issue 55 labelled every span with minor faults: no problem
+        for record in records:
+            if record["kind"] == "timing_trial" and record.get("status") == "ok":
+                for span in record["cpu_evidence"].values():
+                    span["disturbed_by"] = span["disturbed_by"] + ["minor_fault"]
+        record["cpu_evidence"]["loop"]["disturbed_by"].append("collection")  # one that ran no collection: a problem
+
+    problems = verify_run(forge(busy_run["run"], tmp_path / "older-labels", older_labels))["problems"]
+    assert len(problems) == 1 and "cpu_evidence.loop.disturbed_by" in problems[0], problems
+
     def quiet_after(records):
         record = next(r for r in records if r["kind"] == "timing_machine" and r.get("point") == "after")
         record["trial_counts"].update(contended=0, contended_ids=[])

@@ -191,8 +191,8 @@ def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
 
 @pytest.mark.skipif(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11)
                     or not hasattr(resource, "RUSAGE_THREAD"),
-                    reason="the frame-stack chunks measured here are CPython 3.11's (3.13 and 3.14 keep a spare "
-                           "chunk), and their page faults are read per thread (Linux)")
+                    reason="STACK_DEPTHS counts at_depth frames of CPython 3.11's size (other versions size frames "
+                           "otherwise), and the page faults are read per thread (Linux)")
 def test_the_frame_stack_boundaries_a_call_meets_repeat_every_stack_depths_depths():
     """The benchmark's premise, measured: a small call tree run under 0 to 520 at_depth frames faults pages only where
     it crosses a chunk boundary (CPython 3.11 maps a new chunk each time and unmaps it on return), and those depths

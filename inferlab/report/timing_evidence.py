@@ -132,13 +132,17 @@ def disturbance_text(view: RunView) -> str:
     trials = [t for t in view.kind("timing_trial") if t.get("status", "ok") == "ok" and "disturbed_by" in t]
     if not trials:
         return ""
-    words = {"collection": "a garbage collection", "major_fault": "a major page fault",
-             "minor_fault": "minor page faults"}
+    words = {"collection": "a garbage collection", "major_fault": "a major page fault"}
     parts = [f"{words[kind]} in {sum(1 for t in trials if kind in (t.get('disturbed_by') or []))}"
              for kind in contention.DISTURBANCES]
     policies = sorted({str((t.get("collector") or {}).get("policy")) for t in trials})
+    minor = [((t.get("cpu_evidence") or {}).get("loop") or {}).get("thread_minor_faults") for t in trials]
+    minor = [m for m in minor if is_number(m)]
     return (f" What else ran inside the spans, of {len(trials)} trials (collector policy {', '.join(policies)}): "
-            + ", ".join(parts) + "; such trials are ringed on the plot, not left out.")
+            + ", ".join(parts) + "; such trials are ringed on the plot, not left out."
+            + (f" Minor page faults ({min(minor)} to {max(minor)} in a loop) are counted and judge nothing: on "
+               "CPython 3.11 nearly all are the interpreter mapping frame-stack chunks, as many as where a forward's "
+               "calls fall makes them (docs/timing.md)." if minor else ""))
 
 
 def _group_text(group: dict) -> str:

@@ -182,6 +182,8 @@ def _trial_contention(recheck: Recheck, record: dict) -> None:
             recheck.expect(record, name, expected[name], source)
         else:
             for path, recorded, computed in common_leaves(record[name], expected[name], name):
+                if path.endswith("disturbed_by") and isinstance(recorded, list):
+                    recorded = [kind for kind in recorded if kind != "minor_fault"]  # labelled until issue 55
                 if not same(recorded, computed):
                     recheck.differs(record, path, recorded, computed, source)
     for span, evidence in expected["cpu_evidence"].items():
