@@ -5,7 +5,6 @@ verdict on each metric's own samples against the declared threshold, all on reco
 from __future__ import annotations
 
 import copy
-import math
 import gc
 import sys
 import time
@@ -16,7 +15,7 @@ from inferlab import protocol
 from inferlab.measure import contention, summaries
 from inferlab.reading.runview import RunView
 from inferlab.report import plots
-from inferlab.report import measures, tables, timing_evidence
+from inferlab.report import fmt, measures, tables, timing_evidence
 from inferlab.report.sections import section_timing
 from inferlab.report.verdict import decide
 from inferlab.verify.consistency_timing import CPU_OVER_WALL_SLACK_NS
@@ -399,6 +398,21 @@ def test_contended_samples_are_left_out_while_each_side_keeps_enough_and_used_an
     assert loop[4].count(measures.CONTENDED_MARK) == 5 and len(loop[4].split(", ")) == 5
     assert loop[6] == "none uncontended"
     assert "Contended: 5 of 20 trials" in section and all(name in section for name in busy)
+    assert "**Was each sample's thread running for all of its span?** (Only that:" in section
+
+
+def test_the_conclusions_scaffold_quotes_uncontended_medians_and_marks_where_only_contended_ones_exist():
+    from inferlab.report.checklist import section_conclusions
+
+    busy = {f"P1-cache_off-{repetition}" for repetition in range(1, 6)} | {"P1-cache_on-3"}
+    records = schedule(1.0, 3.0, contended=busy, slow=5)
+    text = "\n".join(section_conclusions(view_of(records)))
+    clean_on = [t["mean_post_first_interval_s"] for t in records
+                if t["prompt_id"] == "P1" and t["use_cache"] and t["schedule_id"] != "P1-cache_on-3"]
+    every_off = [t["mean_post_first_interval_s"] for t in records if t["prompt_id"] == "P1" and not t["use_cache"]]
+    assert (f"P1 (8 prompt tokens, 16 output tokens): TTFT " in text and
+            f"post-first interval {fmt.spread(clean_on)} vs {fmt.spread(every_off)}{measures.CONTENDED_MARK} ms" in text)
+    assert "of the uncontended timing samples" in text
 
 
 def test_prefill_against_a_step_is_each_trials_own_ratio():

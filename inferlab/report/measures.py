@@ -150,10 +150,26 @@ def timing_rows(view: RunView) -> list[list[str]]:
     return rows
 
 
+def uncontended_spread(trials: list[dict], value_of, scale=ms) -> str:
+    """spread() of the uncontended trials' values; where none is uncontended, of all of them, marked ‡ when they
+    are contended (a run without CPU evidence has no mark: nothing says either way)."""
+    flags = [summaries.trial_contended(t) for t in trials]
+    clean = [value_of(t) for t, flag in zip(trials, flags) if flag is False]
+    if clean:
+        return spread(clean, scale)
+    return spread([value_of(t) for t in trials], scale) + (CONTENDED_MARK if True in flags else "")
+
+
+def lengths_text(trials: list[dict]) -> str:
+    """'8 prompt tokens, 16 output tokens' of these trials."""
+    return f"{lengths_of(trials, 'prompt_length')} prompt tokens, {lengths_of(trials, 'output_length')} output tokens"
+
+
 def throughput_line(view: RunView) -> Optional[str]:
     """Per condition the throughput n/(t_n - t0) of its measured trials, median of the per-trial values [min–max],
     with that convention named (the protocol allows another, total tokens over total time, which differs)."""
-    parts = [f"{condition_label(prompt_id, use_cache)} {spread([throughput(t) for t in trials], tokens_per_s)}"
+    parts = [f"{condition_label(prompt_id, use_cache)} ({lengths_text(trials)}) "
+             f"{spread([throughput(t) for t in trials], tokens_per_s)}"
              for (prompt_id, use_cache), trials in measured_trials(view).items()]
     if not parts:
         return None

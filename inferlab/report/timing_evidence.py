@@ -119,7 +119,9 @@ def contention_lines(view: RunView) -> list[str]:
         machine = (f" The machine before the timing trials: {_machine_cell(declaration)}; after: {_machine_cell(after)}."
                    + (f" Some task waited for a CPU during {share:.0%} of the time between the two readings "
                       "(/proc/pressure/cpu)." if is_number(share) else ""))
-    return [f"**Did each sample have the CPU?** Each trial reads its thread's CPU time, context switches and page "
+    return [f"**Was each sample's thread running for all of its span?** (Only that: nothing here says what else "
+            f"used the core's caches, memory bandwidth or clock.) Each trial reads its thread's CPU time, context "
+            f"switches and page "
             f"faults (the thread's and the process's) at the ends of its spans only, never between tokens, and "
             f"records every garbage collection that ran; {usage_cost(view)}. Rule ({where}): {text_cell(rule)}. "
             + marked + disturbance_text(view)
