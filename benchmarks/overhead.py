@@ -159,8 +159,7 @@ def main(argv=None) -> int:
             with collector_state(), forward_hook(model, name in HOOKED):  # outside the timed call
                 per_token_ns[name].append(at_depth(depth, functools.partial(timed_call, variants[name])) / n)
 
-    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at,
-                         depths=depths)
+    result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at)
     print(f"model: {description}; prompt tokens: {input_ids.shape[1]}; selections per run: {n}; rounds: {args.rounds}")
     print(f"threads: intra-op {torch.get_num_threads()}, inter-op {torch.get_num_interop_threads()}")
     print(f"ids equal (instrumented, bare, generate): {warm['instrumented'] == warm['bare']}, "
@@ -180,13 +179,10 @@ def main(argv=None) -> int:
     print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f} "
           f"[{paired['interval'][0]:.4f}, {paired['interval'][1]:.4f}], A/A bare again/bare {paired['aa']:.4f}: "
           f"noise ±{paired['noise']:.2%}; {paired['verdict']}")
-    hook, readings, placement = result["hook"], result["readings_without_hook"], result["placement"]
+    hook, readings = result["hook"], result["readings_without_hook"]
     print(f"per round, median: the per-forward hook alone (hooked/bare) {hook['median']:.4f} [{hook['interval'][0]:.4f}, "
           f"{hook['interval'][1]:.4f}]; stamps, usage reads and watch without it (instrumented/hooked) "
           f"{readings['median']:.4f} [{readings['interval'][0]:.4f}, {readings['interval'][1]:.4f}]")
-    print(f"placement: instrumented/bare per stack depth (median of its rounds) from "
-          f"{placement['instrumented_over_bare'][0]:.4f} to {placement['instrumented_over_bare'][1]:.4f}; A/A per depth "
-          f"from {placement['aa'][0]:.4f} to {placement['aa'][1]:.4f}")
     usage = contention.usage_read_cost(10_000)
     watch = collector.watch_cost(10_000)
     print(f"thread-usage reading ({', '.join(contention.READING_FIELDS)}; {contention.usage_sources()}): "
@@ -395,23 +391,10 @@ def ratio_of(numerators: list, denominators: list) -> dict:
     return {"median": statistics.median(ratios), "interval": list(median_interval(ratios))}
 
 
-def placement_spread(per_token_ns: dict, depths: list[int]) -> dict:
-    """Per stack depth, the median of its rounds' instrumented/bare and bare_again/bare: the lowest and highest over
-    the depths. The A/A range is what noise alone spreads; a wider instrumented range is where the calls fell."""
-    found = {}
-    for name in ("instrumented", "bare_again"):
-        by_depth: dict = {}
-        for depth, a, b in zip(depths, per_token_ns[name], per_token_ns["bare"]):
-            by_depth.setdefault(depth, []).append(a / b)
-        medians = [statistics.median(values) for values in by_depth.values()]
-        found["instrumented_over_bare" if name == "instrumented" else "aa"] = [min(medians), max(medians)]
-    return {**found, "depths_used": len(set(depths)), "rounds_per_depth": depth_use(depths)}
-
-
 def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tokens: int, selections: int,
-                rounds: int, git: Optional[dict] = None, depths: Optional[list[int]] = None) -> dict:
+                rounds: int, git: Optional[dict] = None) -> dict:
     """One benchmark result as a plain dict, with this machine's fingerprint and the software versions; `git` is
-    the checkout's state as the benchmark started (read now when not given); `depths` each round's stack depth."""
+    the checkout's state as the benchmark started (read now when not given)."""
     import datetime
     import platform
 
@@ -438,7 +421,6 @@ def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tok
         "paired": paired_ratios(per_token_ns, placements_balanced=balanced_rounds(rounds)),
         "hook": ratio_of(per_token_ns["hooked"], per_token_ns["bare"]),
         "readings_without_hook": ratio_of(per_token_ns["instrumented"], per_token_ns["hooked"]),
-        "placement": placement_spread(per_token_ns, depths if depths is not None else round_depths(rounds)),
         "generate_ratio": medians["generate"] / medians["bare"],
     }
 

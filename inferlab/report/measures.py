@@ -281,8 +281,6 @@ def benchmark_line(view: RunView) -> str:
     hook = found.get("hook") if isinstance(found.get("hook"), dict) else {}
     rest = found.get("readings_without_hook") if isinstance(found.get("readings_without_hook"), dict) else {}
     placement = found.get("placement") if isinstance(found.get("placement"), dict) else {}
-    spread = placement.get("instrumented_over_bare") if isinstance(placement.get("instrumented_over_bare"), list) else []
-    aa = placement.get("aa") if isinstance(placement.get("aa"), list) else []
     machine = found.get("machine") if isinstance(found.get("machine"), dict) else {}
     where = ", ".join(str(machine[k]) for k in ("cpu_model", "logical_cpus") if k in machine) or MISSING
     text = (f" Another run's figures, not this run's ({text_cell(found.get('file'))}: benchmarks/overhead.py on "
@@ -293,13 +291,17 @@ def benchmark_line(view: RunView) -> str:
             f"{_ratio(found.get('instrumented_over_bare'), found.get('instrumented_interval'))}, the per-forward "
             f"hook alone {_ratio(hook.get('median'), hook.get('interval'))}, the rest without the hook "
             f"{_ratio(rest.get('median'), rest.get('interval'))}; the bare loop against itself (A/A) "
-            f"{_ratio(found.get('aa'))}.")
-    if len(spread) == 2 and len(aa) == 2 and all(map(is_number, spread + aa)):
-        text += (f" **Frame placement:** where a forward's calls fall on CPython 3.11's frame stack moved the "
-                 f"instrumented loop against the bare one from {spread[0] - 1:+.1%} to {spread[1] - 1:+.1%} over "
-                 f"the {num(placement.get('depths_used'))} placements the benchmark tried (A/A alone: "
-                 f"{aa[0] - 1:+.1%} to {aa[1] - 1:+.1%}); in one run every trial of a path sits at one placement, "
-                 "so a difference of that size between the two cache paths can be placement, not the cache.")
+            f"{_ratio(found.get('aa'))}" + (f"; its verdict: {text_cell(found['verdict'])}" if found.get("verdict")
+                                             else "") + ".")
+    ratio, bounds = placement.get("most_over_fewest"), placement.get("interval")
+    if is_number(ratio) and isinstance(bounds, list) and len(bounds) == 2 and all(map(is_number, bounds)):
+        text += (f" **Frame placement** (benchmarks/page_faults.py, another run's too: "
+                 f"{text_cell(placement.get('recorded_utc'))}, at {text_cell(str(placement.get('commit'))[:7])}, "
+                 f"Python {text_cell(placement.get('python'))}, {num(placement.get('rounds'))} rounds): the same bare "
+                 f"loop took {_ratio(ratio, bounds)} times as long started where its calls crossed the most "
+                 "frame-stack chunk ends as where they crossed the fewest "
+                 f"(A/A {_ratio(placement.get('aa'))}); every trial of this run started at the test's own place, "
+                 "good or bad, unmeasured.")
     return text
 
 
