@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The benchmark's command line: --rounds, --record-to."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=full_pass_rounds(),
-                        help=f"interleaved rounds (default {full_pass_rounds()}, about 6 minutes here; at least "
+                        help=f"interleaved rounds (default {full_pass_rounds()}, about 8 minutes on a quiet machine; at least "
                              f"{MIN_ROUNDS}, and a multiple of {full_pass_rounds()} for a verdict)")
     parser.add_argument("--record-to", dest="results", type=Path, default=machine.RESULTS_FILE, metavar="FILE",
                         help=f"append the result to this JSON Lines file (default: {machine.RESULTS_FILE}, which git "
