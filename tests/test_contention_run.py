@@ -195,11 +195,11 @@ def test_the_run_verifies_and_a_forged_uncontended_flag_is_caught(busy_run, tmp_
                for p in problems), problems
 
     def older_labels(records):  # runs before issue 55 labelled every span with minor faults: no problem
-        for record in records:
-            if record["kind"] == "timing_trial" and record.get("status") == "ok":
-                for span in record["cpu_evidence"].values():
-                    span["disturbed_by"] = span["disturbed_by"] + ["minor_fault"]
-        record["cpu_evidence"]["loop"]["disturbed_by"].append("collection")  # one that ran no collection: a problem
+        trials = [r for r in records if r["kind"] == "timing_trial" and r.get("status") == "ok"]
+        for record in trials:
+            for span in record["cpu_evidence"].values():
+                span["disturbed_by"] = span["disturbed_by"] + ["minor_fault"]
+        trials[0]["cpu_evidence"]["loop"]["disturbed_by"].append("collection")  # none ran: that is a problem
 
     problems = verify_run(forge(busy_run["run"], tmp_path / "older-labels", older_labels))["problems"]
     assert len(problems) == 1 and "cpu_evidence.loop.disturbed_by" in problems[0], problems
