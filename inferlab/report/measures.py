@@ -248,7 +248,7 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
     share = (f" ({overhead / 1e9 / shortest * 100:.2g} % of the shortest measured loop, {ms(shortest, 1)} ms)"
              if shortest and is_number(overhead) else "")
     usage = record.get("usage_per_read_ns")
-    usage_text = (f" The thread-usage readings that say whether a sample had the CPU: "
+    usage_text = (f" The thread-usage readings that say whether a sample's thread kept running: "
                   f"{num(record.get('usage_reads_per_trial'))} per trial, ≈ {us(usage)} µs each, "
                   f"{num(record.get('usage_reads_inside_loop'))} of them inside the loop span"
                   + (f" ({record['usage_inside_loop_ns'] / 1e9 / shortest * 100:.2g} % of the shortest measured loop)"
