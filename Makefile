@@ -13,9 +13,10 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # with -failed, -findings, -partial, -partial-failed, -partial-findings or -incomplete added when that is how it
 # ended. Set RUN_DIR to choose one.
 RUN_DIR ?=
-WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),--runs-dir runs)
+# --record-dir given in ARGS is the folder: then no --runs-dir is added.
+WHERE = $(if $(RUN_DIR),--record-dir $(RUN_DIR),$(if $(findstring --record-dir,$(ARGS)),,--runs-dir runs))
 ARGS ?=
-# The published small files the replica specimen is built from (see inferlab/synthetic/replica.py); optional.
+# The published small files the replica specimen is built from (see inferlab/specimen/build.py); optional.
 REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 # The same folder for the replica builder, as an absolute path (tests run some commands from other folders).
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))

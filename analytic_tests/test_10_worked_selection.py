@@ -16,7 +16,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 from analytic_tests import reference
 from inferlab import protocol
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 # The worked example of the spec's "Analytical checks" (not protocol settings).
 WEIGHTS = (8, 4, 2, 1)

@@ -17,7 +17,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 
 from analytic_tests import reference
 from inferlab import protocol
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 

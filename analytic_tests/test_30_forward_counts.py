@@ -11,7 +11,7 @@ import torch
 from transformers import GenerationConfig
 
 from inferlab import protocol
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 PROMPT_IDS = torch.tensor([[11, 12, 13, 14, 15, 16, 17]])  # (1, T) any ids of the tiny vocabulary
 

@@ -9,7 +9,7 @@ import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 from analytic_tests import reference
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 # The architecture fields of the pinned specimen's config.json (EleutherAI/pythia-14m at the pinned
 # revision), restated here because these tests must run without the file.

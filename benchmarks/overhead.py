@@ -83,9 +83,9 @@ def load_model(workdir: Path):
     """(model, input_ids, eos id, description): the stand-in, built offline, with P1 tokenized."""
     from inferlab.measure.loading import load_specimen
     from inferlab.specimen import load_spec
-    from inferlab.synthetic import standin
+    from inferlab.specimen.build import STANDIN
 
-    standin.build(workdir)
+    STANDIN.build(workdir)
     loaded = load_specimen(workdir, load_spec("standin"))
     tokenizer = loaded["tokenizer"]
     ids = tokenizer(protocol.PROMPTS["P1"], add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]

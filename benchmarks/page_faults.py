@@ -67,10 +67,10 @@ def main(argv=None) -> int:
     torch.set_num_interop_threads(protocol.INTER_OP_THREADS)
     from inferlab.measure.loading import load_specimen
     from inferlab.specimen import load_spec
-    from inferlab.synthetic import standin
+    from inferlab.specimen.build import STANDIN
 
     with tempfile.TemporaryDirectory() as tmp:
-        standin.build(Path(tmp))
+        STANDIN.build(Path(tmp))
         loaded = load_specimen(Path(tmp), load_spec("standin"))
     model, tokenizer = loaded["model"], loaded["tokenizer"]
     inputs = {}

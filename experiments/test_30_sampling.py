@@ -13,7 +13,9 @@ REFERENCE = "G's raw first-step logits"
 
 def trial_param(trial):
     budget = pytest.mark.budget(category="generation", selections=protocol.MAX_NEW_TOKENS)
-    return pytest.param(trial, marks=[budget], id=trial.test_id)
+    # the matched-prefix cache test follows this trial's ids (Part 4): it requires this check
+    reference = [pytest.mark.provides("cache_reference_trial")] if trial.is_cache_reference else []
+    return pytest.param(trial, marks=[budget, *reference], id=trial.test_id)
 
 
 # A failed trial is recorded and the matrix goes on; the checks below read whatever trials exist

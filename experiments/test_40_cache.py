@@ -7,32 +7,22 @@ from inferlab import protocol
 CACHE_FILE = "cache_logits"
 
 
-@pytest.fixture
-def revised_criterion(pytestconfig):
-    """The learner's justified revised criterion (--revised-cache-criterion, --justification), or None."""
-    from inferlab.measure import revised_criterion
-
-    return revised_criterion.from_options(pytestconfig.getoption("inferlab_revised_cache_criterion"),
-                                          pytestconfig.getoption("inferlab_justification"))
-
-
-@pytest.mark.records("cache_criterion", "cache_criterion_revised")
+@pytest.mark.records("cache_criterion")
 @pytest.mark.requires("model_inspection")
 @pytest.mark.provides("cache_criterion")
-def test_cache_criterion_declared(revised_criterion, record):
-    """The criterion is on record before any cached/uncached error is computed; a revised one, if any, beside it."""
+def test_cache_criterion_declared(record):
+    """The criterion is on record before any cached/uncached error is computed (a justified revised one can be
+    kept beside it afterwards: `inferlab revise`)."""
     record("cache_criterion", atol=protocol.CACHE_TOLERANCE.atol, rtol=protocol.CACHE_TOLERANCE.rtol,
            rule=protocol.CACHE_TOLERANCE.describe(), reference="uncached path",
            declared_before_errors=True, near_tie_rule=protocol.NEAR_TIE_RULE)
-    if revised_criterion is not None:
-        record("cache_criterion_revised", **revised_criterion.as_record())
 
 
 @pytest.mark.records("cache_inspection", "cache_comparison", "cache_summary")
-@pytest.mark.requires("model_inspection", "cache_criterion")
+@pytest.mark.requires("model_inspection", "cache_criterion", "cache_reference_trial")
 @pytest.mark.provides("cache_comparison")
 @pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)
-def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, forward_window, record):
+def test_matched_prefix(model, inferlab_run, tensor_store, forward_window, record):
     from inferlab.measure import cache_check, forward_mode
 
     prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
@@ -47,8 +37,6 @@ def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, fo
     continuation = reference["generated_ids"][: protocol.CACHE_MAX_TARGET_TOKENS]
     result, tensors = cache_check.run_matched_prefix(model, reference["prompt_ids"], continuation)
     mode = forward_window.summary()
-    # A justified revised criterion judges the same stored logits a second time; the declared verdict stays.
-    revised = cache_check.evaluate_revised(result, tensors, revised_criterion) if revised_criterion else None
     references = {name: tensor_store.put(CACHE_FILE, name, tensor) for name, tensor in tensors.items()}
     record("cache_inspection", **result["cache"], eval_mode=result["eval_mode"],
            cache_object_reused=result["cache_object_reused"], warnings=result["warnings"])
@@ -56,7 +44,6 @@ def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, fo
         record("cache_comparison", **prefix,
                tensors={"cached": references[f"cached/{prefix['name']}"],
                         "uncached": references[f"uncached/{prefix['name']}"]},
-               **({"revised": revised["per_prefix"][prefix["name"]]} if revised else {}),
                warnings=result["warnings"])
     summary = {key: value for key, value in result.items() if key not in ("prefixes", "cache")}
     record("cache_summary", available=True, reference_trial=reference["trial_id"],
@@ -66,7 +53,7 @@ def test_matched_prefix(model, inferlab_run, tensor_store, revised_criterion, fo
                                 "max_abs_diff": max((p["max_abs_diff"] or 0.0) for p in result["prefixes"])},
            token_agreement={"all_argmax_equal": result["all_argmax_equal"],
                             "near_tie_prefixes": [p["prefix_length"] for p in result["prefixes"] if p["near_tie"]]},
-           forward_mode=mode, **({"revised_evaluation": revised["summary"]} if revised else {}))
+           forward_mode=mode)
     assert result["forward_count"] == result["forward_count_expected"], (
         f"forwards: counted {result['forward_count']}, expected 2m = {result['forward_count_expected']}"
     )

@@ -17,9 +17,8 @@ import pytest
 
 from inferlab import protocol
 from inferlab.base.records import PLAN_FILE, RecordDirError, TensorStore
-from inferlab.measure import revised_criterion
-from inferlab.reading import earlier_runs
-from inferlab.run import hook_steps, lifecycle, live_claim, options, plan, terminal
+from inferlab.read import runview as earlier_runs
+from inferlab.run import hook_steps, lifecycle, options, plan, terminal
 from inferlab.run.interrupts import SignalWatch
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts
 
@@ -33,15 +32,10 @@ STOPPING_LISTENER = "inferlab-stopping-listener"
 
 def pytest_addhooks(pluginmanager):
     from inferlab import hookspec
-
     pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_addoption(parser):
-    from inferlab.cli import accept_dash_numbers
-
-    if getattr(parser, "optparser", None) is not None:  # `--revised-cache-criterion -1,0` reaches its own message
-        accept_dash_numbers(parser.optparser)
     group = parser.getgroup("inferlab", "inferlab experiment")
     for flag, settings in options.OPTIONS.items():
         group.addoption(flag, **settings)
@@ -50,9 +44,6 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     for line in options.MARKERS:
         config.addinivalue_line("markers", line)
-    with _usage_error():  # the two options go together; checked before anything is written
-        revised_criterion.check_options(config.getoption("inferlab_revised_cache_criterion"),
-                                        config.getoption("inferlab_justification"))
     # HF_HUB_OFFLINE=1 is --offline, for the whole session (acquisition and the network block read the option)
     config.option.inferlab_offline, offline_from = options.offline_setting(config.getoption("inferlab_offline"),
                                                                            os.environ)
@@ -75,7 +66,6 @@ def pytest_configure(config):
         return
     with _usage_error("--runs-dir: " if runs_dir is not None else "--record-dir: "):
         run = lifecycle.claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
-                                  process_start=live_claim.start_identity(os.getpid()),
                                   reader=earlier_runs,
                                   record_dir=raw_dir and Path(os.path.expanduser(raw_dir)),
                                   runs_dir=runs_dir and Path(os.path.expanduser(runs_dir)))
@@ -98,9 +88,10 @@ def _write_report(record_dir: Path) -> None:
 
 
 def pytest_report_header(config):
-    """At the start: the earlier runs of --runs-dir found killed before their end, and renamed."""
+    """At the start: the earlier runs of --runs-dir found killed before their end, and renamed; predictions that do
+    not answer every question, said while they can still be fixed (before any output exists)."""
     run = get_run(config)
-    return list(run.ended_elsewhere) if run is not None else []
+    return terminal.start_lines(run) if run is not None else []
 
 
 @contextlib.contextmanager
@@ -110,7 +101,7 @@ def _usage_error(prefix: str = ""):
 
     try:
         yield
-    except (options.PathOptionError, RecordDirError, revised_criterion.RevisedCriterionError,
+    except (options.PathOptionError, RecordDirError,
             specimen.SpecimenError) as error:
         raise pytest.UsageError(f"{prefix}{error}") from None
 
@@ -138,11 +129,7 @@ def pytest_inferlab_record(config, record):
 
 
 def is_experiment(item) -> bool:
-    root = item.config.rootpath / EXPERIMENTS_DIR
-    try:
-        return item.path.is_relative_to(root)
-    except AttributeError:
-        return False
+    return getattr(item, "path", None) is not None and item.path.is_relative_to(item.config.rootpath / EXPERIMENTS_DIR)
 
 
 def facts_of(item) -> TestFacts:
@@ -164,6 +151,9 @@ def pytest_collectreport(report):
 @pytest.hookimpl(tryfirst=True)  # before -k, -m, --deselect and --lf remove anything
 def pytest_collection_modifyitems(session, config, items):
     experiments = [item for item in items if is_experiment(item)]
+    refusal = options.collection_refusal(bool(experiments), config.getoption, config.option)
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
     if not experiments:
         return
     run = get_run(config)
@@ -178,6 +168,7 @@ def pytest_collection_modifyitems(session, config, items):
             # func_only: the limit is for the trial itself, not the session fixtures (download, load)
             # that the first test to need them happens to set up.
             item.add_marker(pytest.mark.timeout(protocol.TRIAL_LIMIT_S, method="signal", func_only=True))
+    run.schedule.collected_facts = [facts_of(item) for item in experiments]  # after the limit is marked
 
 
 def pytest_deselected(items):

@@ -100,6 +100,11 @@ class GenerationTrial:
     keeps_first_step_logits: bool
 
     @property
+    def is_cache_reference(self) -> bool:
+        """The trial whose ids the matched-prefix cache test feeds (CACHE_REFERENCE_TRIAL)."""
+        return (self.prompt_id, self.condition, self.repetition) == CACHE_REFERENCE_TRIAL and not self.is_rerun
+
+    @property
     def test_id(self) -> str:
         if self.seed is None:
             return f"{self.prompt_id}-{self.condition}-rep{self.repetition}"

@@ -1,12 +1,14 @@
-"""`python -m inferlab.replica DIR`, the command the docs, the specimen specs and earlier runs name: it builds the
-replica with inferlab.synthetic.replica, where the code lives since the layout by stage (docs/architecture.md).
-Imported, this name is that module itself, so `from inferlab import replica` keeps working too."""
+"""`python -m inferlab.replica DIR`: build the replica into a new or empty DIR (inferlab/specimen/build.py)."""
 
 import sys
 
-from inferlab.synthetic import replica as _module
+from inferlab.specimen import build_command
+
+
+def main(argv=None) -> int:
+    """The command: exit 0 with the files' sizes and hashes as JSON, or 2 with one line saying why not."""
+    return build_command("replica", argv)
+
 
 if __name__ == "__main__":
-    sys.exit(_module.main())
-else:
-    sys.modules[__name__] = _module
+    sys.exit(main())

@@ -1,12 +1,14 @@
-"""`python -m inferlab.standin DIR`, the command the docs, the specimen specs and earlier runs name: it builds the
-stand-in with inferlab.synthetic.standin, where the code lives since the layout by stage (docs/architecture.md).
-Imported, this name is that module itself, so `from inferlab import standin` keeps working too."""
+"""`python -m inferlab.standin DIR`: build the synthetic stand-in into a new or empty DIR (inferlab/specimen/build.py)."""
 
 import sys
 
-from inferlab.synthetic import standin as _module
+from inferlab.specimen import build_command
+
+
+def main(argv=None) -> int:
+    """The command: exit 0 with the files' sizes and hashes as JSON, or 2 with one line saying why not."""
+    return build_command("standin", argv)
+
 
 if __name__ == "__main__":
-    sys.exit(_module.main())
-else:
-    sys.modules[__name__] = _module
+    sys.exit(main())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from inferlab import specimen
-from inferlab.synthetic import standin
+from inferlab.specimen.build import STANDIN
 
 
 def runs_tests(config) -> bool:
@@ -33,6 +33,15 @@ def pytest_configure(config):
         inner_session.protocol_threads()
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """A green session leaves little behind: the runs its workers shared go with it (a failed one keeps them, as
+    pytest keeps the folders of failed tests)."""
+    if exitstatus == 0 and not hasattr(session.config, "workerinput"):
+        from shared_runs import SHARED_FOLDER
+
+        shutil.rmtree(session.config._tmp_path_factory.getbasetemp() / SHARED_FOLDER, ignore_errors=True)
+
+
 def pytest_collection_finish(session):
     """A worker's heap as collection leaves it (torch, transformers, matplotlib, every collected test) lives as long
     as the worker, so it is moved out of the cyclic collector's reach (gc.freeze, as a pre-forking server does).
@@ -46,7 +55,7 @@ def pytest_collection_finish(session):
 
 # Fixtures that run pytest again (pytester) or a whole experiment: a test using one starts another process or
 # an inner session, so it is a `process` test, left out of the fast lane (make test-fast) like a marked one.
-PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run", "course_ci"})
+PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run", "offline_run"})
 
 
 # The test files that take longest (mostly experiment runs: their own, or the session's shared ones they make),
@@ -55,10 +64,9 @@ PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run",
 # shared runs (test_experiment_runs.py the stand-in and replica runs, test_course_ci.py the course CI script's) start
 # at once, one on each worker, so every later file finds those made and waits for no lock; the long files follow,
 # and the short ones fill the end evenly. Every other file keeps its place after these.
-LONGEST_FIRST = ("test_experiment_runs.py", "test_course_ci.py", "test_reference_machines.py", "test_autograder.py",
-                 "test_grading_replay.py", "test_honest_endings.py", "test_early_stops.py", "test_grading_trust.py",
+LONGEST_FIRST = ("test_experiment_runs.py", "test_grade.py", "test_honest_endings.py", "test_early_stops.py",
                  "test_contention_run.py", "test_replica_runs.py", "test_plugin.py", "test_specimen_hostile_hub.py",
-                 "test_evidence_runs.py", "test_replay.py", "test_recipe.py", "test_failed_trials.py", "test_plots.py")
+                 "test_evidence_runs.py", "test_recipe.py", "test_failed_trials.py", "test_plots.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -94,17 +102,6 @@ def _no_process_in_the_fast_lane(request, monkeypatch):
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse_python)
 
 
-@pytest.fixture(autouse=True)
-def _graders_cache_of_its_own(monkeypatch, tmp_path_factory):
-    """grade decodes a run's ids with the grader's copy of the tokenizer from the project cache
-    (inferlab.grading.decoded); in the tests that cache is an empty folder of the session, so a stand-in someone
-    built in this checkout never decides a test (the fixture runs' ids are made up). A test that wants a copy
-    points acquire's cache_dir at one."""
-    from inferlab.grading import decoded
-
-    monkeypatch.setattr(decoded, "CACHE_ROOT", tmp_path_factory.getbasetemp() / "graders-cache")
-
-
 @pytest.fixture(scope="session")
 def standin_spec():
     """The stand-in's spec as pinned in artifacts/standin.json."""
@@ -116,7 +113,7 @@ def standin_build(tmp_path_factory):
     """One offline build of the stand-in for the whole session, every worker's: the build() record."""
     from shared_runs import made_once
 
-    return made_once(tmp_path_factory, "standin-build", lambda folder: standin.build(folder / "standin"))
+    return made_once(tmp_path_factory, "standin-build", lambda folder: STANDIN.build(folder / "standin"))
 
 
 @pytest.fixture(scope="session")
@@ -138,11 +135,11 @@ HUB_README_BYTES = 10_560
 
 def require_reference_dir() -> Path:
     """The published small files of pythia-14m, or a skip that says where they are expected."""
-    from inferlab.synthetic import replica
+    from inferlab.specimen import build
 
     try:
-        return replica.require_reference()
-    except replica.ReferenceUnavailable as error:
+        return build.require_reference()
+    except build.ReferenceUnavailable as error:
         pytest.skip(f"needs pythia-14m's published small files: {error}")
 
 
@@ -150,16 +147,16 @@ def require_reference_dir() -> Path:
 def replica_listing(tmp_path_factory):
     """Folders holding what the hub lists for pythia-14m: {"six": all six files + README.md, "five": no generation_config.json}.
 
-    The replica specimen (inferlab.replica): the four small files are the published ones byte for byte and
+    The replica specimen (inferlab.specimen.build.REPLICA): the four small files are the published ones byte for byte and
     model.safetensors is the real header holding the recipe's weights (28,143,920 bytes); to these the
     2023 generation's 111-byte generation_config.json is added for "six", and README.md, 10,560 bytes of
     filler listed by the hub and never to be requested.
     """
-    from inferlab.synthetic import replica
+    from inferlab.specimen.build import REPLICA
 
     reference = require_reference_dir()
     six = tmp_path_factory.mktemp("replica-listing") / "six"
-    replica.build(six, reference=reference)
+    REPLICA.build(six)
     shutil.copyfile(reference / "2023-generation" / "generation_config.json", six / "generation_config.json")
     readme = (b"# pythia-14m (filler standing in for the hub's model card)\n" * 200)[:HUB_README_BYTES]
     (six / "README.md").write_bytes(readme)
@@ -227,13 +224,17 @@ def suite(pytester, monkeypatch):
 
 @pytest.fixture(scope="session")
 def standin_run(tmp_path_factory):
-    """`pytest experiments --specimen standin --record-dir D` with the default acquisition, in a scratch copy of the
+    """`pytest experiments --specimen standin --predictions my_predictions.md --record-dir D` (answered predictions)
+    with the default acquisition, in a scratch copy of the
     project (the stand-in is built into that copy's artifacts/cache), made once per session as an inner session of
-    the worker that asks first (the same command in a new Python is the course CI script's run, course_ci): D.
+    the worker that asks first: D.
     Shared, so never modify it (copy it first)."""
+    from grading_helpers import answered_predictions
     from shared_runs import experiment_once
 
-    made = experiment_once(tmp_path_factory, "standin", "--specimen", "standin", here=True)
+    made = experiment_once(tmp_path_factory, "standin", "--specimen", "standin", "--predictions", "my_predictions.md",
+                           here=True, prepare=lambda project: (project / "my_predictions.md").write_text(
+                               answered_predictions()))
     assert made.returncode == 0, made.tail()
     return made.run
 
@@ -241,20 +242,22 @@ def standin_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def replica_run(tmp_path_factory):
     """The same for `--specimen replica` (built from pythia-14m's published small files, skipped without them)."""
-    from inferlab.synthetic import replica
+    from inferlab.specimen.build import REFERENCE_ENV
     from shared_runs import experiment_once
 
     reference = require_reference_dir()
     made = experiment_once(tmp_path_factory, "replica", "--specimen", "replica",
-                           env={replica.REFERENCE_ENV: str(reference)}, here=True)
+                           env={REFERENCE_ENV: str(reference)}, here=True)
     assert made.returncode == 0, made.tail()
     return made.run
 
 
 @pytest.fixture(scope="session")
-def course_ci(tmp_path_factory):
-    """The course CI script run end to end once per session (shared_runs.course_ci_once): its output folder and
-    its run, an --offline stand-in run with predictions and an explanation. Shared, so never modify it."""
-    from shared_runs import course_ci_once
+def offline_run(tmp_path_factory):
+    """A second complete stand-in run, `--offline`, in a Python of its own (the stand-in built there with the
+    network blocked), made once per session. Shared, so never modify it."""
+    from shared_runs import experiment_once
 
-    return course_ci_once(tmp_path_factory)
+    made = experiment_once(tmp_path_factory, "standin-offline", "--specimen", "standin", "--offline")
+    assert made.returncode == 0, made.tail()
+    return made.run

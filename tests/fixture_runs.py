@@ -30,7 +30,7 @@ from typing import Callable, Optional
 import pytest
 
 from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 
 import fixtures_records as fixtures
 import grading_helpers

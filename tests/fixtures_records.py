@@ -40,7 +40,7 @@ from typing import Optional
 from inferlab import protocol
 from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
 from inferlab.measure import summaries
-from inferlab.reading import earlier_runs
+from inferlab.read import runview as earlier_runs
 from inferlab.run import session_status
 from inferlab.run import lifecycle, writers
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of
@@ -632,7 +632,7 @@ def with_check_kinds(records: list[dict]) -> list[dict]:
 def acquisition_failure_of(records: list[dict]) -> Optional[dict]:
     """session_end's acquisition_failure as the plugin makes it: when the test that provides the acquisition
     failed, the cause from its artifact_acquisition record and the failed tests that check the specimen."""
-    from inferlab.specimen.guidance import acquisition_cause
+    from inferlab.specimen import acquisition_cause
 
     outcomes = [r for r in records if r["kind"] == "test_outcome"]
     failing = [r for r in outcomes if r["outcome"] in ("failed", "error")]

@@ -22,13 +22,15 @@ from typing import Optional
 
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
 from inferlab.host import environment
-from inferlab.reading import addenda
+from inferlab import writing
+from inferlab.cli.attach import explanation_structure
+from inferlab.read import addenda
 from inferlab.run import predictions
-from inferlab.verify import verify_run
+from inferlab.read.verify import verify_run
 
 from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, rerender
 
-TEMPLATE = (REPO_ROOT / addenda.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
+TEMPLATE = (REPO_ROOT / writing.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
 PREDICTIONS_TEMPLATE = (REPO_ROOT / predictions.TEMPLATE_FILE).read_text(encoding="utf-8")
 
 
@@ -46,7 +48,7 @@ def answered_explanation(skip: tuple[str, ...] = ()) -> str:
     `skip` (left with the template's guidance only)."""
     out, current = [], None  # current: the heading above, None under the page's title
     for line in TEMPLATE.splitlines():
-        match = addenda.HEADING.match(line)
+        match = writing.HEADING.match(line)
         if match:
             current = match.group(2).strip() if len(match.group(1)) > 1 else None
             out.append(line)
@@ -82,7 +84,7 @@ def attach_file(run_dir: Path, text: str, kind: str = "explanation", name: str =
     data = text.encode("utf-8")
     (run_dir / addenda.ADDENDA_DIR / stored).write_bytes(data)
     if structure == "check":
-        structure = addenda.structure_of(text, TEMPLATE) if kind == "explanation" else None
+        structure = explanation_structure(text) if kind == "explanation" else None
     entry = {"schema": addenda.LEDGER_SCHEMA, "seq": len(entries), "kind": kind,
              "file": f"{addenda.ADDENDA_DIR}/{stored}", "original_name": name, "size": len(data),
              "sha256": hashlib.sha256(data).hexdigest(),
@@ -212,7 +214,7 @@ def written_explanation(paragraphs: list[str]) -> str:
     """The explanation template with paragraphs[k] under its k-th answer heading, in place of the guidance."""
     out, current, used = [], None, 0
     for line in TEMPLATE.splitlines():
-        match = addenda.HEADING.match(line)
+        match = writing.HEADING.match(line)
         if match:
             current = match.group(2).strip() if len(match.group(1)) > 1 else None
             out.append(line)

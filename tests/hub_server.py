@@ -5,14 +5,13 @@ It answers what the real hub answers to a client that resolves files at a revisi
 - HEAD/GET /{repo_id}/resolve/{revision}/{filename} with X-Repo-Commit, ETag and Content-Length;
   a regular file's ETag is its git blob sha1;
 - for an LFS file (*.safetensors, *.bin) the real hub answers 302 to its CDN with X-Linked-Size and
-  X-Linked-Etag (the sha256); here the CDN is /cdn/{sha256} on the same server (lfs_redirect=True);
+  X-Linked-Etag (the sha256); here the CDN is /cdn/{sha256} on the same server;
 - unknown files answer 404 with X-Error-Code EntryNotFound (and X-Repo-Commit), unknown revisions
   RevisionNotFound.
 
-Every request is logged as (method, path). Faults for tests:
+Every request is logged as (method, path), its headers in `headers`. Faults for tests:
 
-- advertise_sizes: name -> size in the metadata; alter: name -> fn(bytes) -> bytes (the hub really
-  holds other bytes, its ETag agrees); extra_files: name -> bytes (listed, must never be requested);
+- advertise_sizes: name -> size in the metadata; extra_files: name -> bytes (listed, must never be requested);
 - faults: (method, name) -> mode, where method is "HEAD", "GET" or "*" and name a file name or "*"
   (for an LFS file a GET fault applies to the CDN request that carries the body). Modes:
     stall            accept the connection and the request, then send nothing
@@ -69,24 +68,20 @@ class HubServer:
         revision: str,
         *,
         advertise_sizes: Optional[dict] = None,
-        alter: Optional[dict] = None,
         extra_files: Optional[dict] = None,
         faults: Optional[dict] = None,
-        lfs_redirect: bool = True,
     ):
         self.repo_id, self.revision = repo_id, revision
         paths = sorted(p for p in Path(directory).iterdir() if p.is_file())
         self.files: dict[str, bytes] = {p.name: p.read_bytes() for p in paths}
-        for name, change in (alter or {}).items():
-            self.files[name] = change(self.files[name])
         self.files.update(extra_files or {})
         self.advertise_sizes = dict(advertise_sizes or {})
         self.faults = dict(faults or {})
         for (method, name), mode in self.faults.items():
             if mode not in BODY_MODES + ANY_TIME_MODES or method not in ("HEAD", "GET", "*"):
                 raise ValueError(f"fault ({method}, {name}): unknown mode {mode!r}")
-        self.lfs_redirect = lfs_redirect
         self.requests: list[tuple[str, str]] = []
+        self.headers: list[dict] = []
         self.stopping = threading.Event()
         self.held, self.release = threading.Event(), threading.Event()
         self._lock = threading.Lock()
@@ -99,10 +94,11 @@ class HubServer:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def log(self, method: str, path: str) -> None:
+    def log(self, method: str, path: str, headers: Optional[dict] = None) -> None:
         """Record one request."""
         with self._lock:
             self.requests.append((method, path))
+            self.headers.append(dict(headers or {}))
 
     def requested(self, method: Optional[str] = None) -> list[str]:
         """File names requested at resolve paths so far (optionally for one method), in order."""
@@ -183,10 +179,8 @@ class HubServer:
             sha256 = hashlib.sha256(data).hexdigest()
             headers["ETag"] = headers["X-Linked-Etag"] = f'"{sha256}"'
             headers["X-Linked-Size"] = str(self.advertise_sizes.get(filename, len(data)))
-            if self.lfs_redirect:
-                host, port = self._server.server_address[:2]
-                headers["Location"] = f"http://{host}:{port}/cdn/{sha256}"
-                return 302, headers, b"", filename
+            headers["Location"] = f"{self.endpoint}/cdn/{sha256}"
+            return 302, headers, b"", filename
         else:
             headers["ETag"] = f'"{git_blob_sha1(data)}"'
             if filename in self.advertise_sizes:
@@ -203,7 +197,7 @@ def _flip_middle(data: bytes) -> bytes:
 def _handler_for(hub: HubServer) -> Callable:
     class Handler(BaseHTTPRequestHandler):
         def _respond(self, with_body: bool) -> None:
-            hub.log(self.command, self.path)
+            hub.log(self.command, self.path, self.headers)
             status, headers, body, name = hub.answer(self.command, self.path)
             mode = hub.fault(self.command, name) if name is not None else None
             is_body = with_body and status == 200

@@ -12,17 +12,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "inferlab"
 # Each layer names the parts directly in inferlab/ (a module without .py, or a package). A module may import from
 # its own part and from any lower layer, never from a higher one or from another part of its own layer.
 LAYERS = (
-    ("protocol", "base", "hookspec"),
-    ("host", "synthetic"),
+    ("protocol", "base", "hookspec", "writing"),
+    ("host",),
     ("specimen",),
     ("measure",),
     ("run",),
-    ("reading",),
-    ("recheck", "submission"),
-    ("verify",),
+    ("read",),
     ("report",),
-    ("grading",),
-    ("gradescope",),
+    ("grade",),
     ("cli",),
     ("plugin", "__main__", "standin", "replica"),
 )

@@ -199,8 +199,18 @@ def experiment_here(folder: Path, *args: str, conftest_extra: str = "", env: Opt
     with inner_session_state(project, env, sys_path), contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(err):
         status = pytest.main(["experiments", *args, "--record-dir", "run"])
+    passed_on(status)
     texts = [stream.buffer.getvalue().decode("utf-8", "replace") for stream in (out, err)]
     return ExperimentRun(project, project / "run", int(status), *texts)
+
+
+def passed_on(status) -> None:
+    """An inner session of this process takes a Ctrl-C with its own handler (it must, to keep its records honest);
+    no inner session of this suite is interrupted on purpose, so an interrupted one passes the interrupt on: the
+    first Ctrl-C stops the whole suite at once, as it stops a make test of two workers. (pytester's in-process runs
+    pass it on themselves.)"""
+    if int(status) == int(pytest.ExitCode.INTERRUPTED):
+        raise KeyboardInterrupt("an inner experiment session was interrupted: the suite stops too")
 
 
 def experiment_once(tmp_path_factory, name: str, *args: str, conftest_extra: str = "", env: Optional[dict] = None,
@@ -231,38 +241,6 @@ def inferlab_command(*args) -> tuple[int, str]:
     return status, printed.getvalue()
 
 
-COURSE_CI_SCRIPT = REPO_ROOT / ".ci" / "course-grade"
-
-
-def course_ci_once(tmp_path_factory) -> dict:
-    """One run of the course CI script (.ci/course-grade), as a course's CI job runs it after the set-up step,
-    from a scratch copy of the project with answered predictions and explanation; made once per session:
-    {"done": CompletedProcess, "out": its output folder, "run": the run folder in it}.
-
-    Its experiment is an --offline stand-in run with the default acquisition (built in that copy's cache) in a
-    process of its own: the session's second complete stand-in run beside standin_run."""
-    from grading_helpers import answered_explanation, answered_predictions
-
-    def make(base: Path) -> dict:
-        project = make_project(base / "project", analytic_tests=True)
-        (project / ".ci").mkdir()
-        shutil.copy(COURSE_CI_SCRIPT, project / ".ci" / COURSE_CI_SCRIPT.name)
-        (base / "my_predictions.md").write_text(answered_predictions())
-        (base / "my_explanation.md").write_text(answered_explanation())
-        env = child_env({"PYTHON": sys.executable, "OUT": str(base / "out"),
-                         "PREDICTIONS": str(base / "my_predictions.md"),
-                         "EXPLANATION": str(base / "my_explanation.md")})
-        done = subprocess.run(["bash", str(project / ".ci" / COURSE_CI_SCRIPT.name)], cwd=project, env=env,
-                              capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr, "out": str(base / "out")}
-
-    made = made_once(tmp_path_factory, "course-ci", make)
-    done = subprocess.CompletedProcess(["bash", str(COURSE_CI_SCRIPT)], made["returncode"], made["stdout"],
-                                       made["stderr"])
-    out = Path(made["out"])
-    return {"done": done, "out": out, "run": out / "run"}
-
-
 # A kernel set other than this machine's default (ATEN_CPU_CAPABILITY): logits move by rounding, as on another CPU.
 OTHER_KERNELS = "default"
 
@@ -273,106 +251,3 @@ def other_kernels_once(tmp_path_factory) -> ExperimentRun:
     modify it)."""
     return experiment_once(tmp_path_factory, "standin-other-kernels", "--specimen", "standin",
                            env={"ATEN_CPU_CAPABILITY": OTHER_KERNELS})
-
-
-
-# --- the grader's copy of a specimen, loaded once per process for every in-process replay ---------------------
-
-
-_LOADED: dict = {}  # resolved copy directory -> (OnceModel, tokenizer): this process's one load of that copy
-_LOAD_MODEL: list = []  # inferlab.recheck.replay's own load_model, kept before it is stood in for
-
-
-def _replays_load_model():
-    """inferlab.recheck.replay's own load_model, taken the first time it is asked for, before any test stands
-    loaded_once in for it."""
-    from inferlab.recheck import replay
-
-    if not _LOAD_MODEL:
-        _LOAD_MODEL.append(replay.load_model)
-    return _LOAD_MODEL[0]
-
-
-def loaded_once(directory, verification: dict):
-    """inferlab.recheck.replay.load_model, once per process and copy folder: the model wrapped in OnceModel (the
-    class grade's memory of each computation), so every in-process replay of a test after the first, by `replay` or
-    by `grade --replay`, is handed what the first computed for the same inputs and compares its run with it. The
-    first load verifies the copy as replay does; the session's copies are never modified."""
-    from inferlab.grading.replayed import OnceModel
-
-    key = str(Path(directory).resolve())
-    if key not in _LOADED:
-        model, tokenizer = _replays_load_model()(directory, verification)
-        _LOADED[key] = (OnceModel(model), tokenizer)
-    return _LOADED[key]
-
-
-def share_loaded_models(monkeypatch) -> None:
-    """During a test, `inferlab replay` (replay_run) loads its copy through loaded_once: every other step of the
-    command is its own (the pins compared before anything is loaded, the replay, the comparison, what it prints)."""
-    from inferlab.recheck import replay
-
-    _replays_load_model()  # kept before it is stood in for
-    monkeypatch.setattr(replay, "load_model", loaded_once)
-
-
-def _process_grader_copy_class():
-    from inferlab.grading.replayed import GraderCopy, OnceModel
-
-    class ProcessGraderCopy(GraderCopy):
-        """A GraderCopy made once per process for each (specimen, artifacts): making it again hands back the same
-        one, its model loaded at its first replay and its computations remembered (OnceModel) for every later
-        replay in this process, as `grade --replay` of a class replays one run after another on one model. Each
-        run is still replayed and compared with what it recorded."""
-
-        made: dict = {}
-
-        def __new__(cls, specimen=None, artifacts=None):
-            key = (specimen, None if artifacts is None else str(artifacts))
-            if key not in cls.made:
-                copy = super().__new__(cls)
-                GraderCopy.__init__(copy, *key)
-                cls.made[key] = copy
-            return cls.made[key]
-
-        def __init__(self, specimen=None, artifacts=None):  # set up once, in __new__
-            pass
-
-        def _load(self, name, load=True):
-            """GraderCopy's own acquisition and verification; the model is loaded_once's, so that `replay` and
-            `grade --replay` in this process share one memory of its computations (not wrapped twice)."""
-            with pytest.MonkeyPatch.context() as patch:
-                share_loaded_models(patch)
-                problem = GraderCopy._load(self, name, load)
-            if name in self._loaded and isinstance(self._loaded[name][3]._model, OnceModel):
-                spec, how, acquired, model, tokenizer = self._loaded[name]
-                self._loaded[name] = (spec, how, acquired, model._model, tokenizer)
-            return problem
-
-    return ProcessGraderCopy
-
-
-_PROCESS_GRADER_COPY: list = []  # the class, made at first use (inferlab.grading imported only then)
-
-
-def _grader_copy_class():
-    if not _PROCESS_GRADER_COPY:
-        _PROCESS_GRADER_COPY.append(_process_grader_copy_class())
-    return _PROCESS_GRADER_COPY[0]
-
-
-def grader_copy(specimen: Optional[str] = None, artifacts=None):
-    """This process's one grader's copy for (specimen, artifacts) (a GraderCopy; see share_grader_copies)."""
-    return _grader_copy_class()(specimen, artifacts)
-
-
-def share_grader_copies(monkeypatch) -> None:
-    """During a test, every GraderCopy that `inferlab grade --replay` makes in this process (inferlab_command) is
-    this process's one for its (specimen, artifacts) (grader_copy), instead of a new one that loads the model and
-    computes every part again, and `inferlab replay` loads its copy through loaded_once (share_loaded_models). The
-    commands' own paths are unchanged: their options, prepare(), the grading, each part's comparison with the run,
-    and what they print."""
-    from inferlab.grading import replayed
-
-    monkeypatch.setattr(replayed, "GraderCopy", _grader_copy_class())
-    share_loaded_models(monkeypatch)

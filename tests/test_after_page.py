@@ -10,14 +10,24 @@ import pytest
 from inferlab import report
 from inferlab.__main__ import main
 from inferlab.base.records import PREDICTIONS_FILE, sha256_file
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 
 from fixtures_records import copy_run, edit_manifest, rerender
 from fixture_runs import runs, fixture_runs  # noqa: F401 (runs is a fixture)
-from test_attach import answered_explanation, tree
-from test_revise import aligned
+from test_addenda import tree
+from test_addenda import aligned
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def answered_explanation() -> str:
+    """The template with every section answered in a line of its own."""
+    lines = []
+    for line in (ROOT / "explanation.md").read_text(encoding="utf-8").splitlines():
+        lines.append(line)
+        if line.startswith("### ") or line.startswith("## A conclusion"):
+            lines.append("My answer, resting on records.jsonl seq 139.")
+    return "\n".join(lines) + "\n"
 PREDICTED = "Prediction: identical ids, every time"
 EXACTNESS = "exactness, for the record: every logit of both paths must be the same number"
 
@@ -107,7 +117,7 @@ def test_a_revised_criterion_of_the_run_stands_beside_the_declared_one(runs, cap
 
 def test_a_plan_folder_has_no_after_run_page(runs, capsys):
     plan = runs.get("plan")
-    assert main(["report", str(plan), "--after"]) == 0
+    assert main(["report", str(plan), "--after"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "is a plan folder" in captured.err
 

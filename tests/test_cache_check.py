@@ -13,7 +13,7 @@ from inferlab.measure.cache_check import compare_vectors, run_matched_prefix
 from inferlab.measure.decode_loop import run_greedy_loop
 from inferlab.measure.memory import expected_kv_cache_bytes
 from inferlab.measure.summaries import first_divergence
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
 M = protocol.CACHE_MAX_TARGET_TOKENS
@@ -236,30 +236,6 @@ def _revised(atol, rtol):
     from inferlab.measure.revised_criterion import RevisedCriterion
 
     return RevisedCriterion(protocol.Tolerance(atol=atol, rtol=rtol), "a reason the learner gives")
-
-
-def test_revised_evaluation_judges_the_same_logits_and_keeps_the_declared_verdict(model, continuation, monkeypatch):
-    monkeypatch.setattr(cache_check, "cached_step_inputs", _wrong_decode_positions)
-    result, tensors = run_matched_prefix(model, PROMPT, continuation)
-    declared = [p["checks"]["within_tolerance"] for p in result["prefixes"]]
-    revised = cache_check.evaluate_revised(result, tensors, _revised(1e3, 0.0))  # loose enough for anything
-    assert not all(declared) and not result["passed"]
-    assert [p["checks"]["within_tolerance"] for p in result["prefixes"]] == declared  # untouched
-    assert all(row["passed"] for row in revised["per_prefix"].values())
-    summary = revised["summary"]
-    assert (summary["atol"], summary["rtol"], summary["all_within_tolerance"], summary["failing_prefix_lengths"]) == (
-        1e3, 0.0, True, [])
-    assert summary["justification"] == "a reason the learner gives" and summary["rule"].startswith("|a-b| <= 1000")
-
-
-def test_revised_evaluation_names_the_prefixes_it_fails(model, continuation, monkeypatch):
-    monkeypatch.setattr(cache_check, "cached_step_inputs", _wrong_decode_positions)
-    result, tensors = run_matched_prefix(model, PROMPT, continuation)
-    revised = cache_check.evaluate_revised(result, tensors, _revised(0.0, 0.0))
-    failing = [p["prefix_length"] for p in result["prefixes"] if not p["bitwise_equal"]]
-    assert failing and revised["summary"]["failing_prefix_lengths"] == failing
-    row = revised["per_prefix"][result["prefixes"][-1]["name"]]
-    assert set(row) == {"atol", "rtol", "passed", "fail_count", "fail_fraction"} and not row["passed"]
 
 
 # --- near ties are judged by the declared criterion, not by the observed error (issue 26, A2) ------------------

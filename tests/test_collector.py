@@ -9,7 +9,7 @@ import torch
 
 from inferlab.measure import collector, contention
 from inferlab.measure.decode_loop import run_greedy_loop
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
 

@@ -13,12 +13,11 @@ import pytest
 
 from inferlab import protocol
 from inferlab.measure import contention, summaries
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report import plots
 from inferlab.report import fmt, measures, tables, timing_evidence
 from inferlab.report.sections import section_timing
 from inferlab.report.verdict import decide
-from inferlab.verify.consistency_timing import CPU_OVER_WALL_SLACK_NS
 
 RULE = protocol.CONTENTION_RULE
 MS = 1_000_000  # ns
@@ -219,7 +218,7 @@ def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(
     if due == "at the reader's own allocation":
         assert start.__name__ in burned[0], f"the collection ran in {burned[0]}, not in the start reader"
     cpu, wall = last[0] - first[0], t_end - t_start
-    assert cpu <= wall + CPU_OVER_WALL_SLACK_NS, (
+    assert cpu <= wall + 200_000, (
         f"{cpu} ns of thread CPU time between the readings around {wall} ns of wall time (the collection ran in "
         f"{burned[0]})")
 
@@ -467,22 +466,3 @@ def test_the_cpu_share_plot_rings_the_trials_a_collection_or_a_fault_disturbed_w
     assert "garbage collection inside a span (1)" in labels
     ring = next(c for c in figure.axes[0].collections if c.get_label() == "garbage collection inside a span (1)")
     assert [tuple(p) for p in ring.get_offsets()] == [(hit["schedule_index"], hit["loop_s"] * 1e3)]
-
-
-def test_compare_and_the_class_measures_carry_the_same_evidence():
-    from inferlab.grading import measures as class_measures
-    from inferlab.report import compare
-
-    quiet, busy = schedule(1.0, 3.0), schedule(1.0, 3.0, contended={"P1-cache_off-2", "P1-cache_on-2"}, slow=4)
-    result = compare.compare(view_of(quiet), view_of(busy))
-    assert result["timing_contention"]["dir1"]["contended"] == 0
-    assert result["timing_contention"]["dir2"]["contended_ids"] == ["P1-cache_on-2", "P1-cache_off-2"]
-    row = next(r for r in result["timing_ratios"] if r["prompt_id"] == "P1" and r["use_cache"] is False
-               and r["metric"] == "loop_s")
-    assert row["ratio_dir2_over_dir1"] > 1 and row["uncontended_ratio_dir2_over_dir1"] == pytest.approx(1, rel=0.02)
-    text = compare.format_compare(result)
-    assert "dir2: 2 of 20 timing trials contended" in text and "uncontended ratio=" in text
-    found = class_measures.key_measurements(view_of(busy))
-    assert found["timing_trials_contended"] == 2 and found["timing_trials_without_cpu_evidence"] == 0
-    assert found["cache_verdict_interval_P1x8"] == "faster" and "timing_aa_noise_fraction" not in found
-    assert set(class_measures.measurement_columns()) >= set(found)

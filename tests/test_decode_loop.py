@@ -15,7 +15,7 @@ from inferlab.measure.decode_loop import (
     loop_matches_generate,
     run_greedy_loop,
 )
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 N = protocol.TIMING_NEW_TOKENS
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
@@ -117,7 +117,7 @@ def test_clock_overhead_counts_the_reads_it_claims(monkeypatch):
 
 
 def test_profiling_text_is_decoded_with_special_tokens_kept():
-    from inferlab.synthetic.tiny_model import tiny_tokenizer
+    from inferlab.specimen.build import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     ids = tokenizer("A small boat", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

@@ -13,7 +13,6 @@ import pytest
 
 from inferlab import cli, protocol, specimen
 from inferlab.base.records import REPORT_FILE
-from inferlab.specimen import guidance
 
 from fixture_runs import runs  # noqa: F401 (a fixture)
 
@@ -58,7 +57,7 @@ def printed_commands(runs, tmp_path) -> tuple[Path, set[str]]:
     texts = [(run / REPORT_FILE).read_text(encoding="utf-8")]
     for name, failed_path in ((protocol.DEFAULT_SPECIMEN, None), ("standin", "reuse:artifacts_dir"),
                               ("replica", "reuse:artifacts_dir")):
-        texts += guidance.acquisition_next_steps(specimen.load_spec(name).as_dict(), failed_path)
+        texts += specimen.acquisition_next_steps(specimen.load_spec(name).as_dict(), failed_path)
     return run, {command for text in texts for command in re.findall(r"`(\.venv/bin/[^`]+)`", text)}
 
 

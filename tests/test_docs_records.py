@@ -13,7 +13,7 @@ import pytest
 from fixtures_records import REPO_ROOT, RunBuilder, experiment_markers
 from inferlab.base import records
 from inferlab.host import environment
-from inferlab.reading import addenda
+from inferlab.read import addenda
 from inferlab.report import plots
 from inferlab.report import DETAILS_FILE
 from inferlab.run import ended, writers

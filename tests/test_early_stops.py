@@ -2,7 +2,7 @@
 through the whole experiment, its records, `verify` and the report.
 
 A real Pythia run takes these paths; the base stand-in almost never does under greedy selection, so the
-variants force EOS after chosen clusters (inferlab.synthetic.recipe.Variant) and are pinned on the fly in the
+variants force EOS after chosen clusters (inferlab.specimen.recipe.Variant) and are pinned on the fly in the
 scratch project's own spec file, used through --artifacts like a learner's copy.
 """
 
@@ -15,7 +15,8 @@ import torch
 
 from inferlab import protocol, specimen
 from inferlab.measure import cache_check, loading
-from inferlab.synthetic import recipe, standin
+from inferlab.specimen import recipe
+from inferlab.specimen.build import STANDIN
 from shared_runs import experiment_in_process, inferlab_command, make_project, records
 from variants import pin_variant
 
@@ -52,7 +53,7 @@ def run_variant(pytester, tmp_path, stop_after: int, base_p1) -> Path:
     variant = variant_for_stop_after(stop_after, prompt_ids, greedy)
     result = experiment_in_process(
         pytester, "--specimen", name, "--artifacts", str(tmp_path / name),
-        prepare=lambda project: pin_variant(project, name, standin, variant, tmp_path / name))
+        prepare=lambda project: pin_variant(project, name, STANDIN, variant, tmp_path / name))
     assert result.returncode == pytest.ExitCode.OK, result.tail()
     return result.run
 
@@ -114,8 +115,8 @@ def test_a_variant_pin_is_refused_for_the_base_bytes(tmp_path, base_p1):
     """The variant's spec pins the variant's weights: the base stand-in does not pass it (no silent swap)."""
     prompt_ids, greedy = base_p1
     project = make_project(tmp_path / "project")
-    pin_variant(project, "standin-eos1", standin, variant_for_stop_after(1, prompt_ids, greedy), tmp_path / "variant")
+    pin_variant(project, "standin-eos1", STANDIN, variant_for_stop_after(1, prompt_ids, greedy), tmp_path / "variant")
     spec = specimen.load_spec("standin-eos1", project / "artifacts")
-    base = standin.build(tmp_path / "base")
+    base = STANDIN.build(tmp_path / "base")
     assert base["files"]["model.safetensors"]["sha256"] != spec.expected["model.safetensors"]["sha256"]
     assert not specimen.check_specimen_files(tmp_path / "base", spec)["ok"]

@@ -97,6 +97,14 @@ def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(no_hu
     assert "test_acquisition" in (run / "report.md").read_text()
 
 
+def test_grade_of_a_run_whose_acquisition_failed_gives_the_one_cause(no_hub):
+    status, printed = inferlab_command("grade", no_hub.run)
+    failing = [line for line in printed.splitlines() if line.strip().startswith("FAIL")]
+    machine = [line for line in failing if "nothing was measured: the specimen could not be acquired" in line]
+    assert status == 1 and len(machine) == 5, printed  # one line for each of items 2 to 6, the same cause
+    assert "expected the hub endpoint to accept a connection" in machine[0]
+
+
 def test_offline_default_run_names_the_missing_files(project):
     result = project.runpytest("experiments", "--record-dir", "run", "--offline")  # stops at acquisition: in process
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -105,10 +113,10 @@ def test_offline_default_run_names_the_missing_files(project):
 
 
 def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_path):
-    from inferlab.synthetic import standin
+    from inferlab.specimen.build import STANDIN
 
     copy = tmp_path / "tampered"
-    standin.build(copy)
+    STANDIN.build(copy)
     weights = bytearray((copy / "model.safetensors").read_bytes())
     weights[-1] ^= 0x01
     (copy / "model.safetensors").write_bytes(bytes(weights))
@@ -144,7 +152,7 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     assert ids == [trial.test_id for trial in protocol.generation_trials()]
     assert [r["kind"] for r in records(project.path / "run")] == ["plan", "session_end"]
     result.stdout.fnmatch_lines(["*test_generation_trial[[]P1-S2-seed23[]]*"])
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import verify_run
 
     checked = verify_run(project.path / "run")  # a plan folder says it is one, and verify knows it
     assert checked["problems"] == [] and checked["plan_folder"] is True
@@ -226,29 +234,19 @@ def test_stand_in_uncached_logits_agree_with_an_independent_recomputation(plain_
         assert row["max_abs_diff"] <= row["bound"], (row, tolerance.describe())
 
 
-def the_experiment_passed(course_ci) -> Path:
-    """The course CI script's experiment step (an --offline stand-in run, tests/conftest.py course_ci) passed:
-    its run folder."""
-    said = "the experiment ended with pytest exit status 0 "
-    assert said in course_ci["done"].stdout, (course_ci["done"].stdout + course_ci["done"].stderr)[-3000:]
-    return course_ci["run"]
-
-
-def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, course_ci):
-    """The session's complete run and a second complete one (the course CI script's, --offline) in another
-    process."""
+def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, offline_run):
+    """The session's complete run and a second complete one (--offline) in another process."""
     from inferlab.report.compare import compare
 
-    comparison = compare(standin_run, the_experiment_passed(course_ci))
+    comparison = compare(standin_run, offline_run)
     rows = comparison["generation"]
     assert len(rows) == len(protocol.generation_trials())
     assert all(row["equal"] for row in rows), [row for row in rows if not row["equal"]]
 
 
-def test_offline_stand_in_run_needs_no_network_and_proves_the_block(course_ci):
-    """The course CI script's stand-in run is --offline, and the stand-in is built in its scratch project with the
-    network blocked."""
-    run = the_experiment_passed(course_ci)
+def test_offline_stand_in_run_needs_no_network_and_proves_the_block(offline_run):
+    """An --offline stand-in run builds the stand-in in its scratch project with the network blocked."""
+    run = offline_run
     found = records(run)
     guard = next(r for r in found if r["kind"] == "offline_guard")
     assert guard["offline"] is True and "network access blocked" in guard["outcome"]
@@ -271,9 +269,8 @@ def test_without_a_hub_the_reason_is_printed_once_in_full_with_the_next_steps(no
     skip_reason = outcome(found, "test_model_load")["skip_reason"]  # the records keep every reason uncut
     assert error in skip_reason and len(skip_reason) > 300
     from inferlab import specimen
-    from inferlab.specimen import guidance
 
-    steps = guidance.acquisition_next_steps(specimen.load_spec("pythia-14m").as_dict())
+    steps = specimen.acquisition_next_steps(specimen.load_spec("pythia-14m").as_dict())
     lines = no_hub.lines
     start = lines.index("Next steps:")
     assert [line.strip() for line in lines[start + 1:start + 1 + len(steps)]] == \
@@ -371,6 +368,19 @@ def test_a_selection_without_its_prerequisites_says_which_tests_to_add_and_point
     assert "-k 'cache or test_thread_controls or test_acquisition or test_artifact_file or " in reason
     out = result.stdout.str()
     assert "inferlab/plugin.py" not in out and "experiments/test_40_cache.py:" in out
+
+
+def test_the_sessions_one_hint_followed_exactly_runs_every_test_it_waited_for(project):
+    """`-k matched_prefix` names, at its end, one -k that adds every prerequisite, the cache test's reference trial
+    (P1-G-rep1) among them; that -k, typed as printed, runs the matched-prefix test and skips nothing."""
+    first = project.runpytest("experiments", "--record-dir", "first", "--specimen", "standin", "-k", "matched_prefix")
+    line = next(line for line in first.stdout.lines if "to run them all, -k '" in line)
+    keyword = line.split("-k '", 1)[1].rsplit("'", 1)[0]
+    assert "P1-G-rep1" in keyword and keyword.startswith("matched_prefix or ")
+    project.runpytest("experiments", "--record-dir", "second", "--specimen", "standin", "-k", keyword)
+    outcomes = [r for r in records(project.path / "second") if r["kind"] == "test_outcome"]
+    assert [r["test"] for r in outcomes if r["outcome"] != "passed"] == []
+    assert outcome(outcomes, "test_matched_prefix")["outcome"] == "passed"
 
 
 def test_one_file_alone_is_told_which_files_to_name_too(project):

@@ -8,7 +8,7 @@ import torch
 from inferlab.measure import forward_mode
 from inferlab.measure.cache_check import run_matched_prefix
 from inferlab.measure.decode_loop import run_greedy_loop
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9]
 

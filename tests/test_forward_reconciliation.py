@@ -10,7 +10,7 @@ import pytest
 
 from inferlab import protocol
 from inferlab.run import plan, session_status
-from inferlab.verify import verify_run
+from inferlab.read.verify import verify_run
 
 from fixtures_records import RunBuilder, all_nodeids, generation_nodeid
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)
@@ -173,23 +173,6 @@ def test_verify_names_a_session_over_its_plan_as_a_harness_failure(complete):
            f"at most 16" in problems
 
 
-def test_verify_recomputes_a_reconciliation_forged_to_say_ok(complete):
-    problems = verify_run(with_reconciliation(complete, 20, {FIRST_TRIAL: 17, MEMORY_TEST: 1}, ok=True))["problems"]
-    assert any("forward_reconciliation says ok True, its counts against plan.json give False" in p for p in problems)
-    assert any("ran outside every test" in p for p in problems)
-
-
-def test_verify_catches_a_record_whose_forward_window_exceeds_its_tests_count(complete):
-    def change(records):
-        trial = next(r for r in records if r["kind"] == "generation")
-        trial["forward_mode"] = {"forwards": 16, "violation_count": 0, "violations": []}
-        return records
-
-    problems = verify_run(with_reconciliation(complete.changed(change), 12, {FIRST_TRIAL: 12}))["problems"]
-    assert any("its forward_mode counts 16 forwards, more than the 12 the session counted for its test" in p
-               for p in problems), problems
-
-
 def test_verify_says_an_older_run_without_a_reconciliation_is_not_checked(complete):
     def change(records):
         next(r for r in records if r["kind"] == "session_end").pop("forward_reconciliation", None)
@@ -217,4 +200,3 @@ def test_a_real_session_counts_every_forward_and_keeps_to_its_plan(standin_run):
     assert reconciliation["planned_at_most"] == COMPLETE_PLAN_AT_MOST
     timing = [v["forwards"] for t, v in reconciliation["by_test"].items() if "test_timing_trial[" in t]
     assert timing == [protocol.TIMING_NEW_TOKENS] * len(protocol.timing_schedule())
-

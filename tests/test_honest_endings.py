@@ -17,9 +17,10 @@ import subprocess
 
 import pytest
 
-from inferlab.grading.grade import grade_source, split_verify
-from inferlab.grading.rubric import load_rubric
-from inferlab.verify import verify_run
+from inferlab.grade import rubric
+from inferlab.grade.grade import grade_source
+from inferlab.read.verify import integrity_problems
+from inferlab.read.verify import verify_run
 
 from shared_runs import experiment, experiment_here, inferlab_command, made_once
 
@@ -93,13 +94,12 @@ def test_a_time_limit_that_strikes_is_a_failed_item_never_an_integrity_problem(t
     struck = timed_out(run)
     assert struck, tail
     result = verify_run(run)
-    integrity, _ = split_verify(result)
-    assert integrity == [], integrity
+    assert integrity_problems(result) == [], result["problems"]
     assert result["outcome_counts"]["failed"] >= len(struck)
-    grade = grade_source(run, load_rubric(None))
-    assert grade.exit_status == 1 and grade.integrity_problems == [], grade.integrity_problems
+    grade = grade_source(run, rubric.load())
+    assert grade.exit_status == 1 and grade.integrity == [], grade.integrity
     status, printed = inferlab_command("grade", run)  # what a grader reads
-    assert status == 1 and "FAILED (exit 1)" in printed.splitlines()[0] and "INTEGRITY" not in printed
+    assert status == 1 and "(exit 1)" in printed.splitlines()[-1] and "integrity" not in printed
     assert "Timeout (>0.001s)" in printed  # the failure record, quoted
 
 
@@ -170,9 +170,8 @@ def test_a_full_disk_is_an_unfinished_run_never_an_integrity_problem(tmp_path_fa
     lines = (run / "records.jsonl").read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])  # whole lines only, none torn
     result = verify_run(run)
-    integrity, _ = split_verify(result)
-    assert integrity == [], integrity
-    grade = grade_source(run, load_rubric(None))
-    assert grade.exit_status == 1 and grade.integrity_problems == [], grade.integrity_problems
+    assert integrity_problems(result) == [], result["problems"]
+    grade = grade_source(run, rubric.load())
+    assert grade.exit_status == 1 and grade.integrity == [], grade.integrity
     status, printed = inferlab_command("grade", run)
-    assert status == 1 and "unfinished: no session_end record" in printed and "INTEGRITY" not in printed
+    assert status == 1 and "did not reach its end: no session_end record" in printed and "integrity" not in printed

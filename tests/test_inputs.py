@@ -9,7 +9,7 @@ from tokenizers import normalizers
 
 from inferlab import protocol
 from inferlab.measure.inputs import choose_pad_token, encode_prompt
-from inferlab.synthetic.tiny_model import ENDOFTEXT, tiny_tokenizer
+from inferlab.specimen.build import ENDOFTEXT, tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer():

@@ -75,11 +75,12 @@ def test_the_checks_find_an_upward_import_a_cycle_and_a_relative_one(tmp_path):
 
 
 def test_the_old_import_paths_still_work():
-    """What a course's conftest.py or script may name: the hook specs, the stand-in and replica modules (python -m
-    inferlab.standin runs through the same shim: tests/test_standin.py), and spelled's old home."""
+    """What a course's conftest.py or script may name: the hook specs, the stand-in and replica commands (python -m
+    inferlab.standin DIR: tests/test_specimen_build.py; imported, the shim builds nothing), and spelled's old home."""
     assert hasattr(importlib.import_module("inferlab.hookspec"), "pytest_inferlab_record")
     for name in ("standin", "replica"):
-        assert importlib.import_module(f"inferlab.{name}") is importlib.import_module(f"inferlab.synthetic.{name}")
+        assert importlib.import_module(f"inferlab.{name}").build_command is importlib.import_module(
+            "inferlab.specimen").build_command
     from inferlab.base.commands import spelled
     from inferlab.cli import spelled as old_spelled
 
@@ -103,15 +104,15 @@ def test_the_plugin_only_wires_and_no_library_module_is_over_600_lines():
 
 
 def test_records_jsonl_is_parsed_by_the_one_reader_only():
-    """A module that reads records.jsonl's content hands it to inferlab.reading.runview.parse_records: no second
+    """A module that reads records.jsonl's content hands it to inferlab.read.runview.parse_records: no second
     parser (a byte search for a kind was one)."""
     readers = {str(path.relative_to(layering.PACKAGE.parent)): path.read_text(encoding="utf-8")
                for path in sorted(layering.PACKAGE.rglob("*.py"))
                if READS_RECORDS.search(path.read_text(encoding="utf-8"))}
-    assert "inferlab/reading/runview.py" in readers  # the pattern finds the one reader itself
+    assert "inferlab/read/runview.py" in readers  # the pattern finds the one reader itself
     second = [name for name, text in readers.items()
-              if name != "inferlab/reading/runview.py" and "parse_records(" not in text]
-    assert not second, f"records.jsonl read without the one parser (inferlab.reading.runview) in: {second}"
+              if name != "inferlab/read/runview.py" and "parse_records(" not in text]
+    assert not second, f"records.jsonl read without the one parser (inferlab.read.runview) in: {second}"
 
 
 PARSES_JSON_LINES = re.compile(r"for \w+ in [^\n]*splitlines\(\)[^\n]*:\n(?:[^\n]*\n){0,3}?[^\n]*json\.loads\(")
@@ -119,7 +120,7 @@ PARSES_JSON_LINES = re.compile(r"for \w+ in [^\n]*splitlines\(\)[^\n]*:\n(?:[^\n
 
 def test_no_library_module_parses_json_lines_itself():
     """A loop that json-parses lines one by one is a second records.jsonl parser, whatever path it opened (the
-    session's RecordLog.catch_up read its own file so); runs' lines go through inferlab.reading.runview.parse_records."""
+    session's RecordLog.catch_up read its own file so); runs' lines go through inferlab.read.runview.parse_records."""
     second = [str(path.relative_to(layering.PACKAGE.parent)) for path in sorted(layering.PACKAGE.rglob("*.py"))
               if PARSES_JSON_LINES.search(path.read_text(encoding="utf-8"))]
-    assert not second, f"lines parsed as JSON one by one outside inferlab.reading.runview in: {second}"
+    assert not second, f"lines parsed as JSON one by one outside inferlab.read.runview in: {second}"

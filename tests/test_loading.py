@@ -9,7 +9,7 @@ import torch
 
 from inferlab import protocol
 from inferlab.measure import loading, memory
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 STANDIN_PARAMETERS = 14_067_712  # pythia-14m's parameter count
 STANDIN_FP32_BYTES = 56_270_848  # 4 bytes each, no shared storage (untied embeddings)

@@ -59,7 +59,7 @@ def test_the_benchmark_records_to_the_file_it_is_given(tmp_path, monkeypatch):
 
     import benchmarks.overhead as overhead
     from inferlab import protocol
-    from inferlab.synthetic.tiny_model import tiny_gpt_neox
+    from inferlab.specimen.build import tiny_gpt_neox
 
     threads = {}
     set_intra_op = torch.set_num_threads

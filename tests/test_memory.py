@@ -9,7 +9,7 @@ import torch
 
 from inferlab.measure import memory
 from inferlab.measure.decode_loop import run_greedy_loop
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9]
 
@@ -83,7 +83,7 @@ def test_unmeasured_categories_are_declared():
 
 def test_the_weight_read_reads_every_tensor_of_a_decode_step_but_the_input_embedding():
     """Issue 26 A1: the time to read the step's own weights once, in the thread setting as it is, no forward."""
-    from inferlab.synthetic.tiny_model import tiny_gpt_neox
+    from inferlab.specimen.build import tiny_gpt_neox
 
     model = tiny_gpt_neox(seed=0)
     calls = []
@@ -104,7 +104,7 @@ def test_the_weight_read_reads_every_tensor_of_a_decode_step_but_the_input_embed
 
 
 def test_a_tied_output_projection_keeps_the_embedding_in_the_read():
-    from inferlab.synthetic.tiny_model import tiny_gpt_neox
+    from inferlab.specimen.build import tiny_gpt_neox
 
     model = tiny_gpt_neox(seed=0)
     model.get_output_embeddings().weight = model.get_input_embeddings().weight
@@ -113,7 +113,7 @@ def test_a_tied_output_projection_keeps_the_embedding_in_the_read():
 
 
 def test_the_weight_read_rejects_no_passes():
-    from inferlab.synthetic.tiny_model import tiny_gpt_neox
+    from inferlab.specimen.build import tiny_gpt_neox
 
     with pytest.raises(ValueError, match="passes"):
         memory.weight_read_time(tiny_gpt_neox(seed=0), passes=0)

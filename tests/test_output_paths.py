@@ -223,16 +223,15 @@ def commands(run: Path, target: Path) -> dict:
     return {
         "grade --out": ["grade", run, "--format", "json", "--out", target],
         "grade --csv": ["grade", run, "--csv", target],
-        "reference -o": ["reference", run, "-o", target],
         "pack -o": ["pack", run, "-o", target],
         "autograder -o": ["autograder", "gradescope", "-o", target],
     }
 
 
 COMMANDS = list(commands(Path(), Path()))
-# What each writes, as the first bytes the reader of a FIFO sees (a JSON grade or reference, a CSV header, a gzip
+# What each writes, as the first bytes the reader of a FIFO sees (a JSON grade, a CSV header, a gzip
 # archive, a zip).
-STARTS = {"grade --out": b"{", "grade --csv": b"source,run_id,", "reference -o": b"{", "pack -o": b"\x1f\x8b",
+STARTS = {"grade --out": b"{", "grade --csv": b"learner,source,", "pack -o": b"\x1f\x8b",
           "autograder -o": b"PK"}
 
 
@@ -266,23 +265,16 @@ def test_every_command_refuses_a_directory_naming_it(honest, tmp_path, command, 
     assert list(target.iterdir()) == []
 
 
-@pytest.mark.parametrize("command", ["reference -o", "pack -o", "autograder -o"])
-def test_commands_that_write_new_files_refuse_an_existing_one(honest, tmp_path, command, capsys):
-    target = tmp_path / "there"
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_refuses_an_existing_file_and_replaces_it_only_with_replace(honest, tmp_path, command, capsys):
+    target = tmp_path / "there.tar.gz"
     target.write_bytes(b"kept")
     status, _ = inferlab_command(*commands(honest, target)[command])
     assert status == 2 and f"{target}: already exists" in capsys.readouterr().err
     assert target.read_bytes() == b"kept"
-
-
-def test_grade_refuses_a_class_page_folder_that_is_a_fifo(honest, tmp_path, capsys):
-    klass = tmp_path / "class"
-    klass.mkdir()
-    os.symlink(honest, klass / "learner-a")
-    os.mkfifo(tmp_path / "pipe")
-    status, _ = inferlab_command("grade", klass, "--out", tmp_path / "pipe")
-    assert status == 2 and "is a FIFO (named pipe): for a class, --out names the folder" in capsys.readouterr().err
-    assert kind(tmp_path / "pipe") == "a FIFO (named pipe)"
+    status, _ = inferlab_command(*commands(honest, target)[command], "--replace")
+    assert status in (0, 1) and target.read_bytes().startswith(STARTS[command])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["there.tar.gz"]  # no temporary file left
 
 
 @pytest.mark.process
@@ -301,7 +293,7 @@ def test_grade_out_dev_stdout_redirected_to_a_file_keeps_the_json_and_the_page_i
                               cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert done.returncode != 2, done.stderr  # the verdict is not what this test is about: where the bytes go is
     text = out.read_text()
-    assert text.startswith("{\n") and '"runs"' in text, text[:200]
+    assert text.startswith("{\n") and '"grades"' in text, text[:200]
     json_end = text.index("\n}\n") + 3
     assert text[json_end:].startswith("grade: "), text[json_end:json_end + 200]
 

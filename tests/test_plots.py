@@ -8,7 +8,7 @@ import pytest
 
 from inferlab import report
 from inferlab.base.records import RECORDS_FILE, REPORT_FILE
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report import plots
 from inferlab.report import measures
 from inferlab.report.verdict import decide, partial_note

@@ -513,11 +513,12 @@ def test_a_run_abandoned_under_runs_dir_is_named_incomplete_at_once(suite):
     note = json.loads((run / "renamed-incomplete.json").read_text())
     assert note["renamed_to"] == run.name and "abandoned its final records" in note["why"]
     assert f"It is renamed {run.name} now" in err
-    from inferlab.grading.grade import split_verify
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import integrity_problems, verify_run
 
-    integrity, short = split_verify(verify_run(run))
-    assert integrity == [] and short and short[0].startswith("unfinished: ")
+    result = verify_run(run)
+    assert integrity_problems(result) == [] and result["completeness"][0].startswith("unfinished: ")
+    assert f"to {run.name} by its own session" in result["completeness"][0] and "later run" not in \
+        result["completeness"][0]
 
 
 def test_abandoning_says_where_the_run_stands_and_exits_with_128_plus_the_signal(capsys):
@@ -745,7 +746,7 @@ def test_a_failed_diagnostic_run_says_the_protocol_found_something_in_its_name_l
     last = [line for line in result.outlines if line.strip()][-1]
     assert last.startswith("inferlab: ") and "the protocol ran and found 1 finding(s)" in last
     assert "no harness-integrity check failed" in last and "HARNESS FAILED" not in last
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import verify_run
 
     assert verify_run(run)["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
     renamed = run.with_name(run.name.replace("-partial-findings", "-whatever"))

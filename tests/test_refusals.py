@@ -9,9 +9,8 @@ from inferlab.__main__ import main
 
 from fixtures_records import copy_run, kill_after
 from fixture_runs import runs  # noqa: F401 (a fixture)
-from shared_runs import share_loaded_models
-from test_attach import built, run, tree  # noqa: F401 (fixtures)
-from test_rough_edges import claimed_by
+from test_addenda import built, run, tree  # noqa: F401 (fixtures)
+from test_addenda import claimed_by
 
 
 def test_pack_refuses_a_run_its_session_is_still_writing_and_leaves_nothing(run, tmp_path, capsys):
@@ -20,7 +19,7 @@ def test_pack_refuses_a_run_its_session_is_still_writing_and_leaves_nothing(run,
     target = tmp_path / "out" / "submission.tar.gz"
     assert main(["pack", str(run), "-o", str(target)]) == 2
     err = capsys.readouterr().err
-    assert f"{run} is still being written by its session" in err and "wait for the session to end" in err
+    assert f"{run} is still being written" in err and "wait for it to end" in err
     assert tree(run) == before and not target.exists()
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
@@ -45,19 +44,3 @@ def test_compare_of_a_killed_run_says_so_first_and_exits_1(runs, tmp_path, capsy
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("compare: DIR2 fails verify as unfinished or partial: unfinished: ")
     assert "the exit is 1" in lines[1]
-
-
-def test_replay_of_a_plan_says_there_is_nothing_to_replay(runs, capsys):
-    assert main(["replay", str(runs.get("plan")), "--specimen", "standin"]) == 2
-    err = capsys.readouterr().err
-    assert "is a plan folder (written by --plan): no test ran, so there is nothing to replay" in err
-    assert "specimen" not in err.split("nothing to replay")[0]
-
-
-def test_replay_of_a_killed_run_says_so_first_and_exits_1(standin_run, standin_dir, tmp_path, capsys, monkeypatch):
-    share_loaded_models(monkeypatch)  # the process's one load of the copy
-    killed = kill_after(copy_run(standin_run, tmp_path / "killed"), 12)
-    assert main(["replay", str(killed), "--artifacts", str(standin_dir)]) == 1
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("replay: unfinished: ") and "the exit is 1 whatever agrees" in lines[1]
-    assert lines[-1].endswith("is unfinished or partial: exit 1 (see the first line)")

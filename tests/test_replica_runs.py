@@ -7,13 +7,13 @@ import pytest
 
 from inferlab import protocol
 from inferlab.measure.inputs import NO_TOKEN_NOTE
-from inferlab.synthetic import recipe, replica
+from inferlab.specimen import build, recipe
 from shared_runs import experiment_in_process, inferlab_command, records
 from variants import pin_variant
 
 pytestmark = [pytest.mark.process, pytest.mark.skipif(
-    not (replica.reference_dir() / replica.HEADER_FILE).is_file(),
-    reason=f"the replica needs pythia-14m's published small files in {replica.reference_dir()} (../shared beside "
+    not (build.reference_dir() / build.HEADER_FILE).is_file(),
+    reason=f"the replica needs pythia-14m's published small files in {build.reference_dir()} (../shared beside "
            f"the project), present on the course's CI machines but not in a learner's clone",
 )]
 REAL_LENGTHS = {"P1": 8, "P2": 7, "P1x8": 64}
@@ -40,7 +40,7 @@ def test_a_replica_run_receives_the_real_tokenizers_inputs(replica_run):
 def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(pytester, tmp_path):
     variant = recipe.Variant(forced_token=NO_TOKEN_ID)
     result = experiment_in_process(pytester, "--specimen", "replica-notoken", "--artifacts", str(tmp_path / "variant"),
-                                   prepare=lambda project: pin_variant(project, "replica-notoken", replica, variant,
+                                   prepare=lambda project: pin_variant(project, "replica-notoken", build.REPLICA, variant,
                                                                        tmp_path / "variant"))
     assert result.returncode == pytest.ExitCode.OK, result.tail()
     run = result.run

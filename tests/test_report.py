@@ -12,9 +12,9 @@ import pytest
 from inferlab import protocol, report
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report import details, logits, tables
-from inferlab.specimen import guidance
+from inferlab.specimen import acquisition_next_steps
 
 from fixtures_records import (
     BANDWIDTH_BYTES_PER_S,
@@ -652,7 +652,7 @@ def test_failed_run_page_is_short_and_heads_with_the_reason_and_next_steps(faile
     assert text.index("## What happened") < text.index("## What to do next") < text.index("## What did not run")
     assert "test_acquisition" in section(text, "What happened")
     next_steps = section(text, "What to do next")
-    for step in guidance.acquisition_next_steps(RunView.read(failed_run).specimen_spec()):
+    for step in acquisition_next_steps(RunView.read(failed_run).specimen_spec()):
         assert f"- {step}" in next_steps
     assert report.MISSING not in text
 
@@ -821,30 +821,9 @@ def test_a_run_whose_environment_changed_is_never_called_passed(runs, tmp_path):
     status = section(page(run), "Run status")
     assert "**Verdict:** **The environment changed during the run** (source_sha256: inferlab/measure/cache_check.py)" in status
     assert "Every planned test passed" not in status
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import verify_run
 
     assert any(p.startswith("session_end: the environment changed during the run") for p in verify_run(run)["problems"])
-
-
-@pytest.mark.parametrize("missing", ["safetensors", "numpy"])
-def test_a_python_without_the_readers_modules_is_a_usage_error_and_writes_nothing(rich_run, tmp_path, capsys,
-                                                                                   monkeypatch, missing):
-    """B5: such a Python used to call intact tensors 'not a readable safetensors file' and rewrite report.md."""
-    run = copy_run(rich_run, tmp_path / "run")
-    manifest = json.loads((run / MANIFEST_FILE).read_text())
-    manifest["platform"]["python_executable"] = "/home/learner/lab/.venv/bin/python"
-    write_json_atomic(run / MANIFEST_FILE, manifest)
-    before = {name: (run / name).read_bytes() for name in (REPORT_FILE, DETAILS_FILE)}
-    for name in [m for m in list(__import__("sys").modules) if m == missing or m.startswith(missing + ".")]:
-        monkeypatch.delitem(__import__("sys").modules, name)
-    monkeypatch.setitem(__import__("sys").modules, missing, None)  # import now raises ImportError
-    for argv in (["verify", str(run)], ["report", str(run), "--write"], ["report", str(run), "--check"],
-                 ["report", str(run)], ["compare", str(run), str(run)]):
-        assert main(argv) == 2, argv
-        err = capsys.readouterr().err
-        assert f"cannot import {missing}" in err and "judged nothing and wrote nothing" in err
-        assert "the interpreter that made the run: /home/learner/lab/.venv/bin/python" in err
-    assert {name: (run / name).read_bytes() for name in before} == before
 
 
 def test_the_run_table_says_what_the_watch_inside_every_forward_saw(complete):

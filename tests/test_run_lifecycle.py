@@ -9,7 +9,7 @@ import pytest
 
 from fixtures_records import REPO_ROOT, FixedSurroundings, TickingClock, TickingStamp
 from inferlab.run import session_status
-from inferlab.reading import earlier_runs
+from inferlab.read import runview as earlier_runs
 from inferlab.run import lifecycle, writers
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, selection_of
 

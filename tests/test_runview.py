@@ -1,4 +1,4 @@
-"""inferlab.reading.runview and inferlab.reading.schema: one reader of a run, built from data in memory or read from disk once,
+"""inferlab.read.runview and inferlab.reading.schema: one reader of a run, built from data in memory or read from disk once,
 and the run written by inferlab before runs named their schema (tests/fixtures/schema1-run)."""
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from inferlab import report
 from inferlab.__main__ import main
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
 from inferlab.reading import schema
-from inferlab.reading.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
+from inferlab.read.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
 from inferlab.report.compare import compare
-from inferlab.verify import verify_run
+from inferlab.read.verify import verify_run
 
-SCHEMA1_RUN = Path(__file__).resolve().parent / "fixtures" / "schema1-run"
 CACHE = "experiments/test_40_cache.py"
 
 
@@ -71,41 +70,6 @@ def test_a_manifest_that_is_not_an_object_is_a_problem_not_a_crash(tmp_path):
 
 
 # --- schema: which layout, and the upgrade in one place -------------------------------------------------------
-
-
-def test_the_schema_is_what_manifest_and_plan_name_and_one_without_any():
-    assert schema.schema_of({"schema": 2}, {"schema": 2}) == (2, [])
-    assert schema.schema_of({}, None) == (1, [])
-    found, problems = schema.schema_of({"schema": 1}, {"schema": 2})
-    assert found == 2 and "name different schemas" in problems[0]
-    found, problems = schema.schema_of({"schema": schema.CURRENT + 1}, None)
-    assert found == schema.CURRENT + 1 and "newer than this inferlab reads" in problems[0]
-
-
-def test_old_field_names_are_read_under_the_current_ones_and_never_twice():
-    old = [record("timing_trial", "t", token_times=[0.1, 0.2]),
-           record("cache_comparison", "c", top2_margin=0.5, top2_margin_uncached=0.5),
-           record("cache_comparison", "c", top2_margin=0.7)]
-    view = RunView.from_data(old, {"command_line": ["pytest", "x"]}, None)
-    trial, both, only_old = view.records
-    assert trial["token_times_s"] == [0.1, 0.2] and "token_times" not in trial
-    assert both["top2_margin_uncached"] == 0.5 and "top2_margin" not in both
-    assert only_old["top2_margin_uncached"] == 0.7
-    assert view.manifest["argv"] == ["pytest", "x"] and "command_line" not in view.manifest
-    assert old[0]["token_times"] == [0.1, 0.2]  # what was read is left as it was
-
-
-def test_a_schema_1_plan_infers_each_tests_kinds_from_what_it_wrote_and_says_so():
-    plan = {"schedule": [{"test": "e.py::test_in[P1]"}, {"test": "e.py::test_in[P2]"}, {"test": "e.py::test_load"}]}
-    records = [record("input", "e.py::test_in[P1]"), outcome("e.py::test_in[P1]"),
-               outcome("e.py::test_in[P2]", "failed", longrepr="E   x"), outcome("e.py::test_load", "skipped")]
-    view = RunView.from_data(records, {}, plan)
-    assert view.schema == 1 and view.producers_inferred and schema.INFERRED_NOTE in view.notes
-    assert view.producers("input") == ["e.py::test_in[P1]", "e.py::test_in[P2]"]  # every parametrization
-    assert view.why_missing("input").reason == "evidence"
-    # nobody wrote model_load, so no outcome can explain its absence (the skip of test_load is not evidence)
-    missing = view.why_missing("model_load")
-    assert missing.reason == "no_known_producer" and missing.producers == []
 
 
 # --- which test produces a kind, and why a record is missing: ask the plan ------------------------------------
@@ -183,60 +147,3 @@ def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
 
 
 # --- the run written before runs named their schema -----------------------------------------------------------
-
-
-def test_the_schema_1_run_reads_in_the_current_shape():
-    view = RunView.read(SCHEMA1_RUN)
-    assert view.schema == 1 and not view.problems and view.producers_inferred
-    trial = view.first("timing_trial")
-    assert "token_times_s" in trial and "token_times" not in trial
-    comparison = view.first("cache_comparison")
-    assert "top2_margin_uncached" in comparison and "top2_margin" not in comparison
-    assert view.manifest["argv"] and "command_line" not in view.manifest
-    assert view.producers("cache_comparison") == [f"{CACHE}::test_matched_prefix"]
-    assert view.ending == "finished" and view.renderer_version == 1
-
-
-def test_the_schema_1_run_verifies_as_the_inferlab_that_wrote_it_said(capsys):
-    result = verify_run(SCHEMA1_RUN)
-    assert result["problems"] == [] and result["all_tests_passed"] and result["schema"] == 1
-    assert main(["verify", str(SCHEMA1_RUN)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[-1] == "verify: OK (279 records, 12 files)"  # what 492887e's verify printed, last
-    # before it, what its files do not let today's consistency checks check, said (its records carry no stamps)
-    assert lines[:-1] and all(line.startswith("not checked: ") for line in lines[:-1])
-    assert any("carry no perf_counter_ns" in line for line in lines[:-1])
-
-
-def test_the_schema_1_runs_pages_are_another_renderer_versions_and_are_not_compared(capsys):
-    """Renderer version 1 wrote its pages and this inferlab renders version 2 (the commands it prints changed):
-    --check says so and exits 3, calling them neither identical nor different; verify still hashes them."""
-    assert main(["report", str(SCHEMA1_RUN), "--check"]) == 3
-    out = capsys.readouterr().out
-    assert "rendered by report renderer version 1" in out and f"renders version {report.RENDERER_VERSION}" in out
-    assert "differs" not in out and "is identical" not in out and "not compared" in out
-    assert report.render_report(RunView.read(SCHEMA1_RUN), after_session=True).startswith("# inferlab run report")
-
-
-def test_the_schema_1_run_compares_equal_with_itself():
-    result = compare(SCHEMA1_RUN, SCHEMA1_RUN)
-    assert all(row["equal"] for row in result["generation"] + result["timing_ids"])
-    assert result["tensors"] and all(row["bitwise_equal"] for row in result["tensors"])
-    assert all(row["ratio_dir2_over_dir1"] == 1.0 for row in result["timing_ratios"])
-
-
-# --- pages another renderer version wrote ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("version", [report.RENDERER_VERSION + 1, 0])
-def test_report_check_says_plainly_when_another_renderer_version_wrote_the_pages(tmp_path, capsys, version):
-    run = Path(shutil.copytree(SCHEMA1_RUN, tmp_path / "run"))
-    manifest = json.loads((run / MANIFEST_FILE).read_text())
-    manifest[RENDERER_VERSION_FIELD] = version
-    write_json_atomic(run / MANIFEST_FILE, manifest)
-    (run / "report.md").write_text("# a page of another renderer\n")
-    assert main(["report", str(run), "--check"]) == 3
-    out = capsys.readouterr().out
-    assert f"rendered by report renderer version {version}" in out and "not compared" in out
-    assert "differs" not in out and "is identical" not in out
-    assert report.check(run).status == "other_renderer"

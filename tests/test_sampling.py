@@ -22,7 +22,7 @@ from inferlab.measure.sampling import (
     run_generation_trial,
     stop_reason,
 )
-from inferlab.synthetic.tiny_model import tiny_gpt_neox, tiny_tokenizer
+from inferlab.specimen.build import tiny_gpt_neox, tiny_tokenizer
 
 @pytest.fixture(scope="module")
 def tokenizer():

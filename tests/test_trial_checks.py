@@ -14,7 +14,7 @@ import torch
 from inferlab import protocol
 from inferlab.measure import cache_check, decode_loop, forward_mode, loop_check
 from inferlab.measure.decode_loop import run_greedy_loop
-from inferlab.synthetic.tiny_model import tiny_gpt_neox
+from inferlab.specimen.build import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
 

@@ -16,7 +16,7 @@ def build_tiny_specimen(directory: Path, drop: tuple = (), extra: tuple = ()) ->
     from safetensors.torch import load_file, save_file
     from transformers import GPTNeoXTokenizerFast
 
-    from inferlab.synthetic.tiny_model import ENDOFTEXT, tiny_gpt_neox, tiny_tokenizer
+    from inferlab.specimen.build import ENDOFTEXT, tiny_gpt_neox, tiny_tokenizer
 
     directory = Path(directory)
     backend = tiny_tokenizer()

@@ -1,7 +1,6 @@
 """The command line: one module per subcommand, each with NAME, HELP, add_arguments(parser) and run(args).
 
-Readers of a finished run (verify, report, compare, ...) never load a model and never open the network; replay is
-the one exception: it loads the grader's own verified copy of the specimen to redo the run's computations.
+Readers of a finished run (verify, report, compare, grade, ...) never load a model and never open the network.
 Exit codes: 0 success; 1 problems found (verify, check-artifacts) or report --check found a difference;
 2 a usage error, a directory that could not be read, or one that is not a run's record dir; 3 report --check
 met pages that another report renderer version wrote, so it did not compare their text (verify still checks
@@ -23,21 +22,21 @@ from inferlab.base.commands import PROG, VENV_BIN, spelled  # noqa: F401 - spell
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_OTHER_RENDERER = 0, 1, 2, 3
 EXIT_READER_GONE = 141  # what a shell reports for a command ended by SIGPIPE
 DESCRIPTION = ("Check, grade, report and compare inferlab runs and keep what you write after one, from their files alone "
-               "(no model, no network), or "
-               "replay one on your own copy of the specimen.")
+               "(no model, no network).")
 EXIT_CODES = """exit status:
   0    success
   1    problems found (verify, check-artifacts), an item failed (grade), attach or revise refused the
-       content (nothing written), replay disagreed, or report --check found a difference
+       content (nothing written), or report --check found a difference
   2    a usage error, a folder that cannot be read, one that is not a run's record dir, or a Python
-       without the modules reading a run needs (numpy, safetensors; matplotlib for report --write)
-  3    an integrity problem (grade: verify found one, or the reference contradicts the run; compare:
+       without the project's packages (the message names the Python to use)
+  3    an integrity problem (grade: the run fails verify or contradicts the course's run; compare:
        a run fails verify);
        report --check: the pages were written by another report renderer version (not compared)
   141  the reader of the output went away (... | head)"""
 # The subcommands in the order --help lists them: modules of this package.
-COMMANDS = ("verify", "report", "compare", "check_artifacts", "grade", "reference", "pack", "replay", "attach", "revise",
-            "autograder")
+COMMANDS = ("verify", "report", "compare", "check_artifacts", "attach", "revise", "pack", "grade", "autograder")
+# The one flag of every command that writes a file a user names: without it an existing file is refused.
+REPLACE_HELP = "replace the output file if it exists (without this flag an existing file is refused and left as it is)"
 
 
 # A value that reads as numbers, alone or comma-separated ("-1,0", "-1e-4,1e-3"). argparse takes a word that starts
@@ -64,50 +63,20 @@ def directory(value: str) -> Path:
 
 
 def refuse_non_run(command: str, *record_dirs: Path) -> bool:
-    """Say so, and return True, when a folder is not a run's record dir: no command reads or writes in one."""
-    from inferlab.reading.runview import not_a_run_reason
+    """Say so, and return True, when a folder is not a run's record dir or is a plan folder (--plan: no test ran):
+    every command refuses both the same way, exit 2, and reads or writes nothing there."""
+    from inferlab.read.runview import RunView, not_a_run_reason
 
-    reasons = [reason for reason in map(not_a_run_reason, record_dirs) if reason]
-    for reason in reasons:
-        print(f"{command}: {reason}; nothing was read or written there", file=sys.stderr)
-    return bool(reasons)
-
-
-READER_DEPENDENCIES = ("numpy", "safetensors")  # what reading a run's tensors needs
-PLOT_DEPENDENCIES = ("matplotlib",)  # what drawing the report's plots needs
-
-
-def missing_dependencies(names) -> list[str]:
-    """The modules among names that this Python cannot import."""
-    missing = []
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
-    return missing
-
-
-def refuse_missing_dependencies(command: str, record_dirs, names=READER_DEPENDENCIES) -> bool:
-    """Say so, and return True, when this Python lacks a module the command needs: a usage error naming the
-    interpreter to use (the one the run recorded), never a verdict on the run's files."""
-    missing = missing_dependencies(names)
-    if not missing:
-        return False
-    from inferlab.reading.runview import RunView
-
-    recorded = []
+    refused = False
     for record_dir in record_dirs:
-        platform = RunView.read(Path(record_dir)).manifest.get("platform")
-        executable = platform.get("python_executable") if isinstance(platform, dict) else None
-        if executable and executable not in recorded:
-            recorded.append(executable)
-    use = (f"the interpreter that made the run: {' or '.join(recorded)}" if recorded
-           else "the project's own environment: .venv/bin/python")
-    print(f"{command}: this Python ({sys.executable}) cannot import {', '.join(missing)}, which {command} needs to "
-          f"read a run's files, so it judged nothing and wrote nothing. Run it with {use} "
-          f"(for example: {recorded[0] if recorded else '.venv/bin/python'} -m inferlab {command} ...)", file=sys.stderr)
-    return True
+        reason = not_a_run_reason(record_dir)
+        if reason is None and RunView.read(record_dir).is_plan_folder:
+            reason = (f"{record_dir} is a plan folder (written by --plan): no test ran, so there is no run to "
+                      f"{command}; run the experiment without --plan")
+        if reason:
+            print(f"{command}: {reason}; nothing was read or written there", file=sys.stderr)
+            refused = True
+    return refused
 
 
 def command_modules() -> list:
@@ -146,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Parse the command line and run one subcommand; returns the exit code."""
+    from inferlab.base.checkout import require_environment
+
+    require_environment(PROG)
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

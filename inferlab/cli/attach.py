@@ -1,5 +1,5 @@
 """`attach RUN_DIR FILE [--kind KIND]`: keep a file written after the run (by default the learner's explanation)
-beside the run's records, as an addendum (inferlab.reading.addenda_store); nothing the session wrote changes."""
+beside the run's records, as an addendum (inferlab.read.addenda); nothing the session wrote changes."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ KIND = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 def kind(value: str) -> str:
     """An argparse type: a lower-case word, and not the kind only `revise` writes."""
-    from inferlab.reading.addenda import REVISED_KIND
+    from inferlab.read.addenda import REVISED_KIND
 
     if not KIND.match(value):
         raise argparse.ArgumentTypeError(f"expected a lower-case word (a-z, 0-9, _; at most 40 characters, for "
@@ -65,7 +65,7 @@ def run(args) -> int:
 
 
 def waiting(command: str, directory: Path):
-    """The on_wait of addenda_store.store: one line saying why the command waits."""
+    """The on_wait of addenda.store: one line saying why the command waits."""
     return lambda: print(f"{command}: waiting for another attach or revise in {directory} to finish", file=sys.stderr,
                          flush=True)
 
@@ -104,18 +104,23 @@ def after_hint(command: str, directory: Path) -> str:
 
 def run_attach(record_dir: Path, file: Path, kind_name: str) -> int:
     """`attach RUN_DIR FILE`: check both, keep the copy and its ledger line, say what was kept; the exit code."""
-    from inferlab.reading import addenda, addenda_store
+    from inferlab.read import addenda
 
     try:
-        state = addenda_store.check_run(record_dir)
-        addenda_store.refuse_run_file(file, record_dir)
-        data = addenda_store.read_text_file(file)
+        state = addenda.check_run(record_dir)
+        addenda.refuse_run_file(file, record_dir)
+        data = addenda.read_text_file(file)
+        same = same_bytes_attached(record_dir, data, kind_name)
+        if same is not None:
+            print(f"{NAME}: {file} is byte for byte the {kind_name} already attached as {same['file']} "
+                  f"({addenda.LEDGER_FILE} seq {same['seq']}); nothing was written")
+            return EXIT_OK
         structure = None
         if kind_name == addenda.EXPLANATION_KIND:
-            structure = addenda.structure_of(data.decode("utf-8"), addenda.read_template())
-        entry = addenda_store.store(state, data, str(file), kind_name, TOOL, structure,
+            structure = explanation_structure(data.decode("utf-8"))
+        entry = addenda.store(state, data, str(file), kind_name, TOOL, structure,
                                     on_wait=waiting(NAME, record_dir))
-    except addenda_store.Refused as error:
+    except addenda.Refused as error:
         return refused(NAME, error)
     except OSError as error:
         return cannot_write(NAME, record_dir, error)
@@ -125,6 +130,35 @@ def run_attach(record_dir: Path, file: Path, kind_name: str) -> int:
         print(structure_line(structure), file=sys.stderr if structure.get("ok") is False else sys.stdout)
     print(after_hint(NAME, record_dir))
     return EXIT_OK
+
+
+def same_bytes_attached(record_dir: Path, data: bytes, kind_name: str):
+    """The ledger entry of an earlier version with exactly these bytes, or None."""
+    import hashlib
+
+    from inferlab.read.runview import RunView
+
+    digest = hashlib.sha256(data).hexdigest()
+    view = RunView.read(record_dir)
+    if view.addenda_problems:  # a damaged ledger is refused by the store, with its own message
+        return None
+    return next((e for e in view.addenda
+                 if isinstance(e, dict) and e.get("kind") == kind_name and e.get("sha256") == digest), None)
+
+
+def explanation_structure(text: str) -> dict:
+    """The explanation's form against the template (inferlab.writing): headings missing, sections not written."""
+    from inferlab import writing
+    from inferlab.base.checkout import PROJECT_ROOT
+
+    template = writing.template(PROJECT_ROOT, writing.EXPLANATION_TEMPLATE)
+    if template is None:
+        return {"template": writing.EXPLANATION_TEMPLATE, "ok": None,
+                "note": f"the template {writing.EXPLANATION_TEMPLATE} was not found; not checked"}
+    found = writing.sections_written(text, template)
+    return {"template": writing.EXPLANATION_TEMPLATE, "ok": not found["missing"] and not found["empty"],
+            "headings_present": found["written"] + list(found["empty"]), "headings_missing": found["missing"],
+            "empty_sections": list(found["empty"])}
 
 
 def structure_line(structure: dict) -> str:
@@ -137,6 +171,7 @@ def structure_line(structure: dict) -> str:
                 f"whether the content is right is for a person to judge)")
     missing, empty = structure.get("headings_missing") or [], structure.get("empty_sections") or []
     parts = ([f"missing heading(s): {'; '.join(missing)}"] if missing else []) + (
-        [f"section(s) with nothing but the template's guidance: {'; '.join(empty)}"] if empty else [])
+        [f"section(s) without text of your own (the template's guidance or placeholders only): {'; '.join(empty)}"]
+        if empty else [])
     return (f"{NAME}: warning: the explanation does not have {template}'s structure: {'. '.join(parts)}. It was kept "
             f"as it is and the check is recorded with it; attach it again once it is complete (every version is kept)")

@@ -26,9 +26,13 @@ def run(args) -> int:
 
 
 def pins_of(row: dict, asked_row, asked: str, other: str) -> str:
-    """Which specimen's pin a file of another specimen's valid copy matches: both, or only the other's."""
-    if asked_row is not None and asked_row.get("ok"):
+    """Which specimen's pin a file of another specimen's valid copy matches: both, only the other's, or the other's
+    where the asked specimen pins none (pythia-14m pins only the weights: an unpinned file matches no pin of it)."""
+    pinned = asked_row is not None and (asked_row.get("expected_size"), asked_row.get("expected_sha256")) != (None, None)
+    if pinned and asked_row.get("ok"):
         return f"as the pins of both {asked} and {other}"
+    if asked_row is not None and not pinned:
+        return f"as {other}'s pin; {asked} pins none for it"
     return f"as {other}'s pin, not {asked}'s"
 
 
@@ -62,7 +66,7 @@ def run_check_artifacts(artifacts_dir, specimen_name) -> int:
     result = specimen.check_specimen_files(artifacts_dir, spec)
     other = result.get("other_specimen")
     if other is not None:  # the same diagnosis, in the same words, as a run with --artifacts DIR
-        from inferlab.specimen.verification import check_specimen_files
+        from inferlab.specimen.check import check_specimen_files
 
         other_spec = specimen.load_spec(other["name"], Path(spec.spec_file).parent)
         asked = {row["name"]: row for row in result["files"]}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from inferlab.cli import (
     EXIT_OK,
     EXIT_PROBLEMS,
     EXIT_UNREADABLE,
     directory,
-    refuse_missing_dependencies,
     refuse_non_run,
     spelled,
 )
@@ -42,8 +42,10 @@ def run_compare(dir1, dir2) -> int:
     the output)."""
     from inferlab.report.compare import compare, format_compare
 
-    if refuse_non_run("compare", dir1, dir2) or refuse_plans(dir1, dir2) or \
-            refuse_missing_dependencies("compare", [dir1, dir2]):
+    if refuse_non_run("compare", dir1, dir2):
+        return EXIT_UNREADABLE
+    if Path(dir1).resolve() == Path(dir2).resolve():
+        print(f"compare: DIR1 and DIR2 are the same run folder ({dir1}); give two runs", file=sys.stderr)
         return EXIT_UNREADABLE
     try:
         short = {name: short_of(directory) for name, directory in (("DIR1", dir1), ("DIR2", dir2))}
@@ -63,21 +65,8 @@ def run_compare(dir1, dir2) -> int:
     return EXIT_SHORT if any(short.values()) else EXIT_OK
 
 
-def refuse_plans(*record_dirs) -> bool:
-    """Say so, and return True, when a folder holds a plan (--plan): it has no measurement to compare."""
-    from inferlab.reading.runview import RunView
-
-    plans = [d for d in record_dirs if RunView.read(d).is_plan_folder]
-    for plan in plans:
-        print(f"compare: {plan} is a plan folder (written by --plan): no test ran, so it has no measurement to "
-              f"compare and nothing was compared; run the experiment without --plan and compare that run folder",
-              file=sys.stderr)
-    return bool(plans)
-
-
 def short_of(record_dir) -> list[str]:
     """verify's lines for a run that is unfinished or partial (empty for a finished, complete one)."""
-    from inferlab.grading.grade import split_verify
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import verify_run
 
-    return split_verify(verify_run(record_dir))[1]
+    return list(verify_run(record_dir).get("completeness") or [])

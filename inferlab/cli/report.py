@@ -9,18 +9,15 @@ from inferlab.cli import (
     EXIT_OTHER_RENDERER,
     EXIT_PROBLEMS,
     EXIT_UNREADABLE,
-    PLOT_DEPENDENCIES,
-    READER_DEPENDENCIES,
     directory,
-    refuse_missing_dependencies,
     refuse_non_run,
 )
 
 NAME = "report"
 # What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
-EXITS = {0: "the report printed or written (a plan folder: said, nothing to report); --check or --after found "
+EXITS = {0: "the report printed or written; --check or --after found "
             "nothing", 1: "--check found a difference, or --after an addendum changed, removed or not listed",
-         2: "not a run's record dir, or a Python without the modules it needs",
+         2: "not a run's record dir, a plan folder, or a Python without the project's packages",
          3: "--check met pages another report renderer version wrote: not compared"}
 HELP = "regenerate report.md's text from the records alone and print it (report-details.md too with --check and --write)"
 
@@ -52,22 +49,13 @@ def run_report(record_dir, check: bool, write: bool, after: bool = False) -> int
 
     if refuse_non_run("report", record_dir):  # never write a report into a folder that holds no run
         return EXIT_UNREADABLE
-    # A Python that cannot read the tensors (or draw the plots) would render a degraded page: never print or
-    # compare one, and never let it replace the report.
-    needed = READER_DEPENDENCIES + (PLOT_DEPENDENCIES if write else ())
-    if refuse_missing_dependencies("report", [record_dir], needed):
-        return EXIT_UNREADABLE
-    from inferlab.reading.runview import RunView
+    from inferlab.read.runview import RunView
 
     view = RunView.read(record_dir)
-    if view.is_plan_folder:
-        print(f"report: {record_dir} is a plan folder (written by --plan): no test ran, so there is no run to report; "
-              f"its schedule is in plan.json", file=sys.stderr)
-        return EXIT_OK
     if view.session_end is None:
-        from inferlab.run.live_claim import claimant, read_claim
+        from inferlab.run.ended import claimant_alive
 
-        how = ("it is still running" if claimant(read_claim(record_dir)).live else
+        how = ("it is still running" if claimant_alive(view.claim) else
                "it never reached its end: it was killed or crashed")
         print(f"report: {record_dir} has no session_end record: {how}. The report shows the records that exist; "
               f"the run is not complete.", file=sys.stderr)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_missing_dependencies, refuse_non_run
+from inferlab.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, directory, refuse_non_run
 
 NAME = "verify"
 # What each exit status means (docs/records.md's table of every command's exit codes is checked against it).
-EXITS = {0: "no problem found (a plan folder too: said so)", 1: "problems found, one line each",
-         2: "not a run's record dir, or a Python without the modules reading a run needs"}
+EXITS = {0: "no problem found", 1: "problems found, one line each",
+         2: "not a run's record dir, a plan folder, or a Python without the project's packages"}
 HELP = ("re-hash every file against the manifest, check the records are complete for the protocol and the report "
         "pages say what the records say (as grade does); one line per problem")
 
@@ -26,28 +26,24 @@ def run(args) -> int:
 def run_verify(record_dir, all_passed: bool) -> int:
     """`verify DIR`: one line per problem, one per check the files did not allow, then the verdict line; the exit
     code."""
-    from inferlab.verify import verify_run
-    from inferlab.verify.addenda import described
+    from inferlab.read.verify import verify_run
 
-    if refuse_non_run("verify", record_dir) or refuse_missing_dependencies("verify", [record_dir]):
+    if refuse_non_run("verify", record_dir):
         return EXIT_UNREADABLE
     result = verify_run(record_dir)
-    problems = list(result["problems"]) + stale_pages(record_dir, result)
+    problems = list(result["problems"])
     if all_passed and not result["all_tests_passed"]:
         problems.append(f"not every test passed: {counts_text(result['outcome_counts'])}")
-    if all_passed and result["plan_folder"]:
-        problems.append("a plan folder: no test ran, so no test passed")
     for line in problems:
         print(line)
     print_not_checked(result)  # before the verdict, so that the verdict is always the last line
     if problems:
-        unlisted = (f"; not listed: {result['not_listed_outcomes']} missing test outcome(s) and "
-                    f"{result['not_listed_records']} missing record(s) of the tests the run left out or never reached "
-                    f"(said once above)") if result["not_listed"] else ""
+        unlisted = ""
         incomplete = "" if result["complete"] or result["plan_folder"] else "; NOT the complete protocol"
         print(f"verify: {len(problems)} problem(s) in {record_dir}{unlisted}{incomplete}{findings_clause(result)}")
         return EXIT_PROBLEMS
-    attached = f"; {described(result['addenda'])}" if result["addenda"] else ""
+    count = result["addenda"]
+    attached = f"; {count} {'addendum' if count == 1 else 'addenda'} added after the session, intact" if count else ""
     if result["plan_folder"]:
         print(f"verify: OK, a PLAN folder ({result['planned_tests']} tests planned, {result['files_checked']} files): "
               f"no test ran and nothing was measured{attached}")
@@ -59,17 +55,6 @@ def run_verify(record_dir, all_passed: bool) -> int:
     print(f"verify: OK ({result['records']} records, {result['files_checked']} files){tail}{attached}"
           f"{findings_clause(result)}")
     return EXIT_OK
-
-
-def stale_pages(record_dir, result: dict) -> list[str]:
-    """report.md and report-details.md against the pages rendered again from the records, as grade checks them
-    (inferlab.grading.stale_report): a page rewritten with its hash redone says what the records do not."""
-    if result["plan_folder"]:
-        return []
-    from inferlab.grading.stale_report import stale_report_problems
-    from inferlab.reading.runview import RunView
-
-    return stale_report_problems(RunView.read(record_dir))
 
 
 def counts_text(counts: dict) -> str:

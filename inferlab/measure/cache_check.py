@@ -342,17 +342,3 @@ def run_matched_prefix(
                    and all(check["ok"] for check in prefill_logits.values())),
     }
     return result, tensors
-
-
-def evaluate_revised(result: dict, tensors: dict[str, torch.Tensor], revised) -> dict:
-    """The same stored logits judged under a revised criterion (inferlab.measure.revised_criterion.RevisedCriterion).
-
-    Returns {"per_prefix": {name: {atol, rtol, passed, fail_count, fail_fraction}}, "summary": {atol, rtol,
-    rule, justification, label, all_within_tolerance, failing_prefix_lengths}}: revised_criterion.evaluate,
-    which `inferlab revise` also uses on the saved tensors. No forward is made, and the declared evaluation in
-    `result` is left exactly as it is.
-    """
-    from inferlab.measure.revised_criterion import evaluate
-
-    return evaluate(((p["name"], p["prefix_length"], tensors[f"cached/{p['name']}"].detach().cpu().numpy(),
-                      tensors[f"uncached/{p['name']}"].detach().cpu().numpy()) for p in result["prefixes"]), revised)

@@ -2,7 +2,7 @@
 
 report.md (page.py, sections.py) is the page a learner reads: status and verdict first, then the tables of
 each part; report-details.md (details.py) holds the records behind each section. The tables are pure
-functions of one run's view (tables.py, measures.py; the view is inferlab.reading.runview.RunView); the verdict
+functions of one run's view (tables.py, measures.py; the view is inferlab.read.runview.RunView); the verdict
 separates harness-integrity checks from protocol diagnostics and says first when a run did not finish or
 was partial (verdict.py).
 
@@ -14,7 +14,7 @@ finalised (its `files` inventory) enters the verdict, because the session itself
 writes that manifest.
 
 RENDERER_VERSION names the text this renderer produces. The session records it in the manifest (field
-inferlab.reading.runview.RENDERER_VERSION_FIELD; a run without it was rendered by version 1), and check() does not
+inferlab.read.runview.RENDERER_VERSION_FIELD; a run without it was rendered by version 1), and check() does not
 compare pages that another version rendered: it says so, and verify's hashes of the pages still hold.
 Raise it whenever the text rendered from the same files changes.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from inferlab.base.records import REPORT_FILE, REPORT_RENDERER_VERSION, write_text_atomic
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report import plots
 from inferlab.report import details, measures, page
 from inferlab.report.fmt import MISSING, code, jstr

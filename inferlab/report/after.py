@@ -8,7 +8,7 @@ It is rendered from the run's records, its manifest and its addenda (inferlab.re
     and limitations;
   - the declared cache criterion and its verdict as the session recorded them, beside every revised one
     (the run's --revised-cache-criterion, and each `inferlab revise` addendum), per prefix;
-  - every addendum with its ledger entry, and whether it is intact now (inferlab.verify.addenda's check).
+  - every addendum with its ledger entry, and whether it is intact now (inferlab.read.verify's check).
 report.md stays the session's own page, checkable with `report --check`; this page depends on what was
 attached later, so it has no place among the session's files.
 """
@@ -19,17 +19,16 @@ import json
 import re
 from typing import Optional
 
-from inferlab.reading.addenda import (
+from inferlab.read.addenda import (
     EXPLANATION_KIND,
     REVISED_KIND,
     entry_findings,
-    sections,
-    sha256_of_file,
     stored_path_error,
 )
+from inferlab.writing import headings as sections
 from inferlab.base.commands import spelled
 from inferlab.base.records import PREDICTIONS_FILE
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report.fmt import MISSING, code, table, text_cell, yes_no
 from inferlab.report.page import SYNTHETIC_BANNER
 
@@ -90,7 +89,7 @@ class AfterPage:
 
     def __init__(self, view: RunView):
         self.view = view
-        from inferlab.verify.addenda import manifest_sha256
+        from inferlab.read.verify import manifest_sha256
 
         self.manifest_now = manifest_sha256(view)
         self.findings = {entry.get("seq"): entry_findings(view.directory, entry, self.manifest_now)
@@ -99,10 +98,10 @@ class AfterPage:
 
     @property
     def problems(self) -> list[str]:
-        """What verify says of the addenda (inferlab.verify.addenda), once: empty when every addendum is intact
+        """What verify says of the addenda (inferlab.read.verify), once: empty when every addendum is intact
         and listed. `report --after` exits 1 when it is not."""
         if self._problems is None:
-            from inferlab.verify.addenda import addenda_problems
+            from inferlab.read.verify import addenda_problems
 
             self._problems = addenda_problems(self.view)
         return self._problems
@@ -155,7 +154,7 @@ class AfterPage:
         lines = ["## Predictions (before the run) beside the explanation (after it)", ""]
         predicted_text = None
         if predictions.get("supplied"):
-            now = sha256_of_file(view.directory / PREDICTIONS_FILE) if view.directory is not None else None
+            now = _sha256_or_none(view.directory / PREDICTIONS_FILE) if view.directory is not None else None
             state = "the copy matches it" if now == predictions.get("sha256") else (
                 f"**the copy in the run folder differs from it now** (sha256 {code(str(now), False)})")
             lines.append(f"**Written before the run:** {code(PREDICTIONS_FILE, False)}, copied into the run folder at "
@@ -221,7 +220,7 @@ class AfterPage:
 
     def criteria(self) -> list[str]:
         """The declared criterion beside every revised one, and their verdicts per prefix."""
-        from inferlab.recheck.revise import declared_verdict
+        from inferlab.read.addenda import declared_verdict
 
         view = self.view
         declared = view.first("cache_criterion")
@@ -284,3 +283,12 @@ class AfterPage:
 def render(view: RunView) -> str:
     """The after-run page of one run, as Markdown."""
     return AfterPage(view).render()
+
+
+def _sha256_or_none(path):
+    from inferlab.base.records import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None

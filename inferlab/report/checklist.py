@@ -17,7 +17,7 @@ from inferlab.report.fmt import (
     text_cell,
     yes_no,
 )
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 
 
 def _present(view: RunView, kind: str, at_least: int = 1) -> tuple[bool, str]:

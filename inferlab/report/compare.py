@@ -1,7 +1,7 @@
 """Compare two finished record directories from their files alone (no model, no torch): `python -m inferlab
 compare`. It reports and does not judge: exact-id agreement per generation and timing trial, the max abs
 difference of every saved tensor, the ratio of the timing medians, and every difference of artifact hashes
-and environment. Each run is read through its view (inferlab.reading.runview).
+and environment. Each run is read through its view (inferlab.read.runview).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Any, Union
 from inferlab import protocol
 from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.measure.summaries import first_divergence
-from inferlab.reading.runview import RunView, TensorFileError
-from inferlab.verify.completeness import timing_combinations
+from inferlab.read.runview import RunView, TensorFileError
 
 
 def load_for_compare(record_dir: Path) -> RunView:
@@ -177,7 +176,7 @@ def integrity_problems(view: RunView) -> list[str]:
     """What verify finds wrong with the run's files and records (a hash, a seq, a derived number): compare checks
     both runs first, so that an edited run is never reported as agreeing. How the run ended (unfinished, partial)
     is the header's business, not an integrity problem."""
-    from inferlab.verify import verify_run
+    from inferlab.read.verify import verify_run
 
     return [line for line in verify_run(view)["problems"] if not line.startswith(("unfinished: ", "partial: "))]
 
@@ -236,7 +235,7 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
         return y / x if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x > 0 else None
 
     ratios = []
-    for prompt_id, use_cache in timing_combinations():
+    for prompt_id, use_cache in dict.fromkeys((t.prompt_id, t.use_cache) for t in protocol.timing_schedule()):
         key = (prompt_id, use_cache)
         for metric in TIMING_METRICS:
             x, y = medians_a.get(key, {}).get(metric), medians_b.get(key, {}).get(metric)

@@ -28,7 +28,7 @@ from inferlab.report.fmt import (
     text_cell,
     yes_no,
 )
-from inferlab.reading.runview import ENVELOPE_FIELDS, RunView, short_test
+from inferlab.read.runview import ENVELOPE_FIELDS, RunView, short_test
 
 DETAILS_FILE = "report-details.md"
 LONG_VALUE_CHARS = 200

@@ -1,5 +1,5 @@
 """The report's tables of what was measured: the cache comparison, timing and the weight read, phases, memory, batching
-and captured warnings, each a pure function of one run's view (inferlab.reading.runview.RunView).
+and captured warnings, each a pure function of one run's view (inferlab.read.runview.RunView).
 
 Every function returns plain data or Markdown cells; the pages arrange them with their prose. A missing
 record gives a placeholder cell, never an error.
@@ -27,7 +27,7 @@ from inferlab.report.fmt import (
     us,
     yes_no,
 )
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 
 # --- cache --------------------------------------------------------------------------------------
 

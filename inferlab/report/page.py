@@ -15,7 +15,7 @@ from inferlab.base.commands import spelled
 from inferlab.base.records import PREDICTIONS_FILE, RECORDS_FILE
 from inferlab.report import details as details_page
 from inferlab.report import checklist, measures, sections, tables
-from inferlab.specimen import guidance
+from inferlab.specimen import acquisition_next_steps
 from inferlab.report.fmt import (
     MISSING,
     bullet_list,
@@ -25,7 +25,7 @@ from inferlab.report.fmt import (
     table,
     text_cell,
 )
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report.verdict import Verdict, acquisition_failure, outcome_summary
 
 SYNTHETIC_BANNER = "SYNTHETIC SPECIMEN - NOT PYTHIA"
@@ -235,7 +235,7 @@ def failed_page(view: RunView, verdict: Verdict) -> list[str]:
                   "## What to do next", ""]
         failed = view.first("artifact_acquisition") or {}
         other = failed.get("other_specimen") if isinstance(failed.get("other_specimen"), dict) else None
-        lines += bullet_list(guidance.acquisition_next_steps(view.specimen_spec(), failed.get("acquisition"), other))
+        lines += bullet_list(acquisition_next_steps(view.specimen_spec(), failed.get("acquisition"), other))
     elif first is not None:
         lines += [f"`{first.get('test')}` {first.get('outcome')}, and nothing was measured after it. Its message, in "
                   "full:", "", "```text", *message_lines(first.get("longrepr")), "```"]

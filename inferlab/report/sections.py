@@ -20,7 +20,7 @@ from inferlab.report.fmt import (
     text_cell,
     yes_no,
 )
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 
 see = details_page_link
 

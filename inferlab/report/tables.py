@@ -1,5 +1,5 @@
 """The report's tables of what ran: the recorded protocol, outcome labels, the generation trials, repeatability
-and the first-step distribution, each a pure function of one run's view (inferlab.reading.runview.RunView).
+and the first-step distribution, each a pure function of one run's view (inferlab.read.runview.RunView).
 
 Every function returns plain data or Markdown cells; the pages (page.py, sections.py, details.py) arrange
 them with their prose. Rows count from one. A missing record gives a placeholder cell, never an error.
@@ -29,7 +29,7 @@ from inferlab.report.fmt import (
     text_cell,
     yes_no,
 )
-from inferlab.reading.runview import FAILING, RunView, bracket_id, short_test
+from inferlab.read.runview import FAILING, RunView, bracket_id, short_test
 
 # A trial cut off by Ctrl-C or a signal records its error as "KeyboardInterrupt: SIGINT received".
 INTERRUPTED_ERROR = re.compile(r"^KeyboardInterrupt\b|\bSIG(INT|TERM|HUP|QUIT|KILL)\b")

@@ -11,7 +11,7 @@ from typing import Optional
 
 from inferlab import protocol
 from inferlab.measure import contention, intervals
-from inferlab.reading.runview import RunView
+from inferlab.read.runview import RunView
 from inferlab.report import measures
 from inferlab.report.fmt import MISSING, is_number, ms, num, text_cell
 

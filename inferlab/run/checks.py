@@ -91,7 +91,8 @@ def function_of(nodeid: str) -> str:
 def prerequisite_tests(names: Iterable[str], declared: list[dict]) -> list[dict]:
     """The test functions some checks need: those that provide them, then what they require in turn, in file
     order, without repeats. declared: every experiment test function with its provides and requires
-    (session_status.experiment_checks)."""
+    (session_status.experiment_checks), and every collected test that provides a check its function does not (a
+    parametrized case marked on its own: its `nodeid` and its `keyword`, the case's id)."""
     chain, wanted, seen = [], list(names), set()
     while wanted:
         check = wanted.pop(0)
@@ -105,24 +106,51 @@ def prerequisite_tests(names: Iterable[str], declared: list[dict]) -> list[dict]
     return sorted(chain, key=declared.index)
 
 
+def missing_tests(names: Iterable[str], declared: list[dict], planned: Iterable[str]) -> list[dict]:
+    """The tests that provide the checks `names` need (prerequisite_tests) and are not in the schedule."""
+    planned = set(planned)
+    planned_functions = {function_of(nodeid) for nodeid in planned}
+    return [test for test in prerequisite_tests(names, declared)
+            if (test["nodeid"] not in planned if test.get("nodeid") else test["function"] not in planned_functions)]
+
+
+def include_hint(keyword: str, missing: Iterable[dict]) -> str:
+    """The -k expression that keeps the selection and adds the missing tests."""
+    names = list(dict.fromkeys(test.get("keyword") or test["function"] for test in missing))
+    return f"-k '{keyword} or {' or '.join(names)}'"
+
+
 def absent_prerequisite(name: str, declared: list[dict], planned: Iterable[str], selection: dict,
                         also: Iterable[str] = ()) -> str:
     """Why a required check has not run: which tests that provide it (or that they need) are not in this
     session's schedule, what left them out, and how to include them. selection: the plan's selection; also:
     the test's other required checks that have not run either, whose tests are named too."""
-    planned_functions = {function_of(nodeid) for nodeid in planned}
-    missing = [test for test in prerequisite_tests([name, *also], declared)
-               if test["function"] not in planned_functions]
+    missing = missing_tests([name, *also], declared, planned)
     if not missing:
         return f"prerequisite '{name}' has not run"
-    names = list(dict.fromkeys(test["function"] for test in missing))
+    names = list(dict.fromkeys(test.get("keyword") or test["function"] for test in missing))
     files = list(dict.fromkeys(test["file"] for test in missing))
     keyword, named = selection.get("keyword"), selection.get("named_paths") or []
     if keyword:
-        why, how = f"-k {keyword!r} deselected them", f"-k '{keyword} or {' or '.join(names)}'"
+        why, how = f"-k {keyword!r} deselected them", include_hint(keyword, missing)
     elif named:
         why, how = f"the command named only {' '.join(named)}", f"name {' '.join(files)} too"
     else:
         why, how = "the command's selection left them out", "run the whole experiments folder"
     return (f"prerequisite '{name}' has not run: the tests it needs are not in this session's schedule "
             f"({', '.join(names)}; {why}); to include them: {how}")
+
+
+def case_checks(facts: Iterable, declared: list[dict]) -> list[dict]:
+    """The collected tests that provide a check their function does not declare (a parametrized case with a
+    provides mark of its own), as entries of `declared` named by the case's id, so that a -k hint names it."""
+    by_function = {(test["file"], test["function"]): set(test["provides"]) for test in declared}
+    found = []
+    for fact in facts:
+        file, function = fact.nodeid.split("::")[0], function_of(fact.nodeid)
+        extra = [name for name in fact.provides if name not in by_function.get((file, function), set())]
+        if extra and "[" in fact.nodeid:
+            found.append({"file": file, "function": function, "nodeid": fact.nodeid,
+                          "keyword": fact.nodeid.split("[", 1)[1].rstrip("]"), "provides": extra,
+                          "requires": list(fact.requires)})
+    return found

@@ -4,8 +4,9 @@ longer shows them with the plain name of a good run.
 
 A folder is renamed only when all of these hold: it is a run's folder (claim.json) whose name carries no ending
 suffix yet, it has no session_end (neither in records.jsonl nor in manifest.json), its claim names this host, and
-the process the claim names is not running (inferlab.run.live_claim.claimant: the pid is gone, a zombie, or reused
-by a later process). Nothing the session wrote is changed: the folder is renamed, and a note beside the session's
+the process the claim names is not running (claimant_state: no such pid, or a zombie). A pid the kernel gave to a
+later process still reads as the session: the folder then keeps its name until that process ends, never wrongly
+renamed. Nothing the session wrote is changed: the folder is renamed, and a note beside the session's
 files (RENAME_NOTE) says when, by which process and why. A folder that cannot be renamed keeps its name.
 """
 
@@ -17,13 +18,39 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from inferlab.run.live_claim import claimant
 from inferlab.base.records import CLAIM_FILE, RecordDirError, rename_with_suffix, write_json_atomic
 
 RENAME_NOTE = "renamed-incomplete.json"  # written by the later run that renamed the folder, never by the session
 SUFFIX = "-incomplete"
 # A name that already says how the run ended (session_status.outcome_suffix), with an optional -N after it.
 ENDED_NAME = re.compile(r"-(incomplete|failed|findings|partial|partial-failed|partial-findings)(-\d+)?$")
+
+
+def claimant_state(claim, hostname: Optional[str] = None) -> str:
+    """Whether the process a claim names runs here now: live, gone (no such pid, or a zombie), elsewhere (another
+    host: it cannot be looked at) or unknown (no claim)."""
+    import socket
+
+    if not isinstance(claim, dict) or not isinstance(claim.get("pid"), int):
+        return "unknown"
+    if claim.get("hostname") != (hostname or socket.gethostname()):
+        return "elsewhere"
+    try:
+        os.kill(claim["pid"], 0)
+    except ProcessLookupError:
+        return "gone"
+    except OSError:
+        pass
+    try:
+        state = Path(f"/proc/{claim['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = ""
+    return "gone" if state == "Z" else "live"
+
+
+def claimant_alive(claim) -> bool:
+    """Whether the session that claimed a folder may still be running here (a reused pid reads as alive)."""
+    return claimant_state(claim) == "live"
 
 
 def rename_ended_runs(runs_dir: Path, *, hostname: str, now: Callable[[], str], by: dict,
@@ -42,7 +69,7 @@ def rename_ended_runs(runs_dir: Path, *, hostname: str, now: Callable[[], str], 
         if ENDED_NAME.search(folder.name):
             continue
         claim = claim_without_end(folder)
-        if claim is None or claimant(claim, hostname).state != "gone":
+        if claim is None or claimant_state(claim, hostname) != "gone":
             continue
         entry = {"from": folder.name, "to": None, "pid": claim.get("pid"), "hostname": claim.get("hostname"),
                  "note": None, "error": None}
@@ -125,9 +152,13 @@ def killed_detail(claim: Optional[dict], note: Optional[dict], hostname: Optiona
     if not isinstance(claim, dict):
         return ""
     who = f"pid {claim.get('pid')} on {claim.get('hostname')}"
-    renamed = (f"; renamed from {note.get('renamed_from')} to {note.get('renamed_to')} by a later run at "
-               f"{note.get('renamed_utc')} (its note: {RENAME_NOTE})") if isinstance(note, dict) else ""
-    state = claimant(claim, hostname or socket.gethostname()).state
+    renamed = ""
+    if isinstance(note, dict):
+        by = note.get("by") if isinstance(note.get("by"), dict) else {}
+        who_renamed = "by its own session" if by.get("pid") == claim.get("pid") else "by a later run"
+        renamed = (f"; renamed from {note.get('renamed_from')} to {note.get('renamed_to')} {who_renamed} at "
+                   f"{note.get('renamed_utc')}: {note.get('why')} (its note: {RENAME_NOTE})")
+    state = claimant_state(claim, hostname or socket.gethostname())
     if state == "gone":
         return f"; its process ({who}) is no longer running{renamed}"
     if state == "live":

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 from inferlab.base import learner_text
 from inferlab.base.commands import spelled
 from inferlab.run import session_status
-from inferlab.run.checks import CheckLedger, first_line
+from inferlab.run.checks import CheckLedger, case_checks, first_line
 from inferlab.run.interrupts import SignalWatch
 from inferlab.run.plan import EXPERIMENTS_DIR, Schedule, TestFacts, forward_budget
 from inferlab.run.plan import entry as plan_entry
@@ -92,6 +92,15 @@ def invocation_of(config, specimen: dict, offline_from: Optional[str], pytest_ve
         named_by_plugin=config.getoption("inferlab_runs_dir") is not None)
 
 
+def answered_questions(text: str, root: Path) -> dict:
+    """How many of the six questions the predictions answer, judged when they are copied (inferlab.writing), so
+    that a learner hears it before any output exists, while the file can still be fixed."""
+    from inferlab import writing
+
+    found = writing.question_answers(text, writing.template(root, writing.PREDICTIONS_TEMPLATE))
+    return {"answered": found.answered, "answers": found.summary()}
+
+
 class Surroundings:
     """What the manifest says of the process and the machine, asked when it is written."""
 
@@ -142,7 +151,7 @@ class RecordLog:
 
     def __init__(self, path: Path, parse_records: Callable[[bytes], tuple]):
         self.path = Path(path)
-        self.parse_records = parse_records  # inferlab.reading.runview's, handed in: records are read above this layer
+        self.parse_records = parse_records  # inferlab.read.runview's, handed in: records are read above this layer
         self.writer = JsonlWriter(path)
         self.records: list[dict] = []
         self._known_bytes = 0  # the length of the file's lines that are in self.records
@@ -224,20 +233,17 @@ class Ending:
 def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
               pid: int, hostname: str, clock: Callable[[], str] = utc_now,
               surroundings: Optional[Surroundings] = None,
-              stamp: Callable[[], int] = time.perf_counter_ns, process_start: Optional[dict] = None,
+              stamp: Callable[[], int] = time.perf_counter_ns,
               reader=None) -> "Run":
     """Claim a new record dir (record_dir, or a new folder under runs_dir) and open the run's files in it.
 
-    The claim is the run's first write; RecordDirError says why a folder cannot be used. process_start is
-    pid's start (inferlab.run.live_claim.start_identity), recorded so that a later process given the same pid is
-    not taken for this session. reader is inferlab.reading.earlier_runs, handed in by the caller (a run is read above
-    this layer): its parse_records reads the lines the session keeps, and under runs_dir its claim_without_end finds
-    the earlier runs killed before their end.
+    The claim is the run's first write; RecordDirError says why a folder cannot be used. reader is
+    inferlab.read.runview, handed in by the caller (a run is read above this layer): its parse_records reads the
+    lines the session keeps, and under runs_dir its claim_without_end finds the earlier runs killed before their end.
     """
     from inferlab.run import ended
 
-    claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command,
-                               process_start=process_start)
+    claim = writers.make_claim(pid=pid, hostname=hostname, claimed_utc=clock(), command=invocation.command)
     if reader is None:
         raise ValueError("claim_run needs reader (inferlab.reading.earlier_runs): records are read through it")
     found_ended = []
@@ -362,6 +368,7 @@ class Run:
             "source_mtime_utc": modified.isoformat(),
             "copied_at_utc": self.clock(),
             **predictions.template_status(text, predictions.read_template(self.invocation.root)),
+            **answered_questions(text, self.invocation.root),
         }
 
     # --- the schedule and the tests --------------------------------------------------------------
@@ -380,6 +387,7 @@ class Run:
             collector_policy=self.collector_policy)
         self.schedule.adopt(written)
         self.schedule.declared = session_status.experiment_checks(self.invocation.root, EXPERIMENTS_DIR)
+        self.schedule.declared += case_checks(self.schedule.collected_facts, self.schedule.declared)
         write_json_atomic(self.record_dir / PLAN_FILE, written)
         self.emit("plan", None, writers.make_plan_record(written))
         return written
@@ -387,10 +395,12 @@ class Run:
     def refusal(self, facts: TestFacts) -> Optional[str]:
         """Why this test must not start (checks.CheckLedger.refusal), naming any prerequisite test that is not in
         this session's schedule and how to include it."""
-        from inferlab.run.checks import absent_prerequisite
+        from inferlab.run.checks import absent_prerequisite, missing_tests
 
         selection = (self.schedule.plan or {}).get("selection") or {}
         not_run = [name for name in facts.requires if self.ledger.status_of(name) is None]
+        for test in missing_tests(not_run, self.schedule.declared, self.schedule.planned):
+            self.schedule.missing.setdefault(test.get("nodeid") or test["function"], test)
         return self.ledger.refusal(facts.nodeid, facts.requires, absent=lambda name: absent_prerequisite(
             name, self.schedule.declared, self.schedule.planned, selection, also=not_run))
 
@@ -451,13 +461,13 @@ class Run:
 
     def acquisition_failure(self) -> Optional[dict]:
         """{cause, failed_tests} when the acquisition check failed (the specimen could not be acquired), else None."""
-        from inferlab.specimen import guidance
+        from inferlab.specimen import acquisition_cause
 
         check = self.ledger.checks.get(session_status.SPECIMEN_CHECKS[0]) or {}
         if check.get("status") not in ("failed", "error"):
             return None
         record = (self.records_of("artifact_acquisition") or [{}])[-1]
-        return {"cause": guidance.acquisition_cause(record, bool(self.invocation.options.get("offline"))),
+        return {"cause": acquisition_cause(record, bool(self.invocation.options.get("offline"))),
                 "failed_tests": self.outcomes.specimen_failures}
 
     def finish(self) -> None:

@@ -18,7 +18,6 @@ from inferlab import protocol
 from inferlab.base import learner_text
 from inferlab.base.commands import spelled
 from inferlab.base.records import describe_path
-from inferlab.measure import revised_criterion
 
 HELP = {
     "record_dir": "directory for this run's records; must be new or empty (required with experiments unless "
@@ -36,11 +35,6 @@ HELP = {
                "environment also turns it on, and the records say which did)",
     "plan": "write plan.json and print the ordered schedule without loading a model (default: off)",
     "predictions": "copy this predictions file into the record dir before any model computation (default: none)",
-    "revised_cache_criterion": "also judge the cache comparison under this justified revised criterion ATOL,RTOL "
-    f"(e.g. 1e-4,1e-3), recorded beside the declared {protocol.CACHE_TOLERANCE.describe()}, which keeps its "
-    "verdict; needs --justification (default: none, the declared criterion only)",
-    "justification": "why the revised cache criterion is justified; recorded with it (default: none; "
-    "required with --revised-cache-criterion)",
     "gc_in_spans": "leave Python's cyclic garbage collector on inside the timed spans, to measure what it costs as a "
                    "condition of its own (default: off: the collector off inside each timed block, as timeit does, "
                    "after one full collection before the first trial; the plan, the manifest and every trial say "
@@ -57,10 +51,6 @@ OPTIONS = {
     "--plan": {"dest": "inferlab_plan", "action": "store_true", "default": False, "help": HELP["plan"]},
     "--predictions": {"dest": "inferlab_predictions", "metavar": "FILE", "default": None,
                       "help": HELP["predictions"]},
-    "--revised-cache-criterion": {"dest": "inferlab_revised_cache_criterion", "metavar": "ATOL,RTOL", "default": None,
-                                  "type": revised_criterion.parse_criterion, "help": HELP["revised_cache_criterion"]},
-    "--justification": {"dest": "inferlab_justification", "metavar": "TEXT", "default": None,
-                        "help": HELP["justification"]},
     "--gc-in-spans": {"dest": "inferlab_gc_in_spans", "action": "store_true", "default": False,
                       "help": HELP["gc_in_spans"]},
 }
@@ -75,6 +65,22 @@ MARKERS = (
     "diagnostic: a protocol diagnostic or observation; its failure is a finding about the computation, kept with "
     "its evidence, not a broken harness",
 )
+
+def collection_refusal(experiments: bool, getoption, option) -> Optional[str]:
+    """Why the collected session must not run, or None: the experiment's options given to a session that collected
+    no experiment test (they would be silently ignored), or pytest-timeout's --timeout given to the experiment (its
+    trials have the protocol's limit, which --timeout would silently not change)."""
+    given = [flag for flag, settings in OPTIONS.items() if getoption(settings["dest"]) not in (settings["default"], None)]
+    if not experiments:
+        if given and not option.collectonly:
+            return (f"{', '.join(given)}: options of the experiment, and no experiment test was collected; run them "
+                    f"with the experiments folder: {spelled('-m pytest experiments ' + ' '.join(given) + ' ...', 'python')}")
+        return None
+    if getattr(option, "timeout", None) is not None:
+        return (f"--timeout {option.timeout}: the experiment gives each trial the protocol's limit of "
+                f"{protocol.TRIAL_LIMIT_S} s itself (inferlab/protocol.py, TRIAL_LIMIT_S); leave --timeout out")
+    return None
+
 
 WANTED = {"--record-dir": "a new directory, e.g. --record-dir runs/first",
           "--runs-dir": "the folder for new runs, e.g. --runs-dir runs",

@@ -190,6 +190,8 @@ class Schedule:
     status: dict = field(default_factory=dict)  # protocol_complete, partial_reasons, optional_left_out
     plan: Optional[dict] = None  # plan.json as written
     declared: list = field(default_factory=list)  # every experiment test on disk: provides, requires
+    collected_facts: list = field(default_factory=list)  # TestFacts of every collected test, deselected ones too
+    missing: dict = field(default_factory=dict)  # prerequisite tests outside the schedule that a test waited for
 
     def adopt(self, plan: dict) -> None:
         """Remember a written plan: what it planned and how it judged itself."""

@@ -30,7 +30,7 @@ def specimen_line(specimen: dict) -> str:
 
 def write_summary(write: Callable[..., None], run) -> None:
     """The inferlab section's lines: record dir, specimen, outcomes, failures, predictions, acquisition, status."""
-    from inferlab.specimen import guidance
+    from inferlab.specimen import acquisition_next_steps
 
     write(f"record dir: {run.record_dir}")
     for line in getattr(run, "ended_elsewhere", []):
@@ -58,6 +58,12 @@ def write_summary(write: Callable[..., None], run) -> None:
               f"your predictions before you look at any output.")
     elif not predictions.get("supplied") and not plan_only:
         write("predictions: none supplied (--predictions FILE); the lab asks for them before you look at any output")
+    keyword = ((run.schedule.plan or {}).get("selection") or {}).get("keyword")
+    if run.schedule.missing and keyword:
+        from inferlab.run.checks import include_hint
+
+        write(f"skipped for prerequisites outside the selection: to run them all, "
+              f"{include_hint(keyword, run.schedule.missing.values())}", yellow=True)
     acquisition = run.ledger.checks.get(ACQUISITION_CHECK) or {}
     if acquisition.get("status") in ("failed", "error"):
         write("")
@@ -67,7 +73,7 @@ def write_summary(write: Callable[..., None], run) -> None:
         write("Next steps:", bold=True)
         failed = next(iter(run.records_of("artifact_acquisition")), {})
         other = failed.get("other_specimen")
-        for number, step in enumerate(guidance.acquisition_next_steps(specimen, failed.get("acquisition"), other),
+        for number, step in enumerate(acquisition_next_steps(specimen, failed.get("acquisition"), other),
                                       start=1):
             write(f"  {number}. {step}")
         write("")
@@ -164,3 +170,13 @@ def shortened_skip_reason(reason: str, known: dict) -> str:
     for message, pointer in sorted(known.items(), key=lambda item: -len(item[0])):
         reason = reason.replace(message, pointer)
     return reason
+
+
+def start_lines(run) -> list[str]:
+    """What the run says at its start: earlier runs found killed and renamed, and predictions that do not answer
+    every question, said while they can still be fixed (before any output exists)."""
+    predictions = run.predictions or {}
+    unanswered = ([f"predictions: {predictions['answers']}: stop now (Ctrl-C) and complete them before you see "
+                   "any output, or the grade will say so"] if predictions.get("supplied")
+                  and len(predictions.get("answered", [])) < 6 else [])
+    return list(run.ended_elsewhere) + unanswered

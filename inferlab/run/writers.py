@@ -61,12 +61,9 @@ def undeclared_kind(nodeid: str, kind: str, declared: Iterable[str]) -> Optional
             f"(add it to @pytest.mark.records)")
 
 
-def make_claim(*, pid: int, hostname: str, claimed_utc: str, command: str,
-               process_start: Optional[dict] = None) -> dict:
-    """claim.json: who claimed the record dir, when, and with which command; process_start tells the process
-    from a later one given the same pid (inferlab.run.live_claim; None where /proc cannot say)."""
-    return {"pid": pid, "hostname": hostname, "claimed_utc": claimed_utc, "command": command,
-            "process_start": process_start}
+def make_claim(*, pid: int, hostname: str, claimed_utc: str, command: str) -> dict:
+    """claim.json: who claimed the record dir, when, and with which command."""
+    return {"pid": pid, "hostname": hostname, "claimed_utc": claimed_utc, "command": command}
 
 
 def make_test_outcome(*, outcome: str, phase: str, duration: float, longrepr: Optional[str],

@@ -1,20 +1,21 @@
-"""Getting a verified specimen folder by exactly one path, within one deadline, under one lock.
+"""Getting a verified specimen folder by exactly one path, within one deadline, under one lock; and what to do next
+when none could be had.
 
 The paths, in the order they are tried:
 
 1. ``reuse:artifacts_dir``  --artifacts DIR, verified; never a fallback to anything else.
-2. ``reuse:project_cache``  artifacts/cache/<name>/<revision>/, verified; a damaged cache is
-                            reported with the file that failed and is never repaired silently.
-3. ``built_offline``        (the recorded name) a synthetic specimen built here, without a download:
-                            into staging, verified, then published.
-4. ``download``             metadata first (HEAD only; refused before any body if a required file
-                            is missing, a size is unknown, over the cap or unlike the pin); then each
-                            file the revision has, streamed into staging under the deadline; verified
-                            there; only then published into the project cache by one rename.
+2. ``reuse:project_cache``  artifacts/cache/<name>/<revision>/, verified; a damaged cache is reported with the file
+                            that failed and is never repaired silently.
+3. ``built_offline``        a synthetic specimen built here (build.py), without a download: into staging, verified,
+                            then published.
+4. ``download``             the hub's metadata first (hub.remote_metadata: refused before any body if a required
+                            file is missing, a size unknown, over the cap or unlike the pin); then each file the
+                            revision has, into staging under the deadline; verified there; published by one rename.
 
-Paths 2-4 hold the cache folder's lock (lock.py) so that two runs never build or download into one
-cache at once: the second waits, then reuses what the first published. Staging is removed on every
-way out, Ctrl-C included; staging left by a killed run is removed (and recorded) by the next one.
+Paths 2-4 hold the cache folder's lock (filelock: flock, released by the kernel when its holder dies, even by
+SIGKILL) so that two runs never build or download into one cache at once: the second waits, then reuses what the
+first published. Staging is removed on every way out, Ctrl-C included; staging a killed run left behind is removed
+(and recorded) by the next one.
 """
 
 from __future__ import annotations
@@ -27,105 +28,70 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.specimen import hub, lock
-from inferlab.specimen.deadline import Deadline, DeadlineExpired
-from inferlab.specimen.offline import offline_mode
-from inferlab.specimen.spec import SpecimenError, SpecimenSpec, cache_dir, load_spec
-from inferlab.specimen.verification import check_specimen_files, require_verified
+from inferlab.base.commands import spelled
+from inferlab.specimen import hub
+from inferlab.specimen.check import check_specimen_files
+from inferlab.specimen.hub import Deadline, DeadlineExpired
+from inferlab.specimen.netguard import offline_mode
+from inferlab.specimen.spec import SpecimenError, SpecimenSpec, builder_module, cache_dir, load_spec
 
 ACQUISITIONS = ("reuse:artifacts_dir", "reuse:project_cache", "download", "built_offline")
-# What each path is, in words, once it has succeeded (a failed path is described by its error instead).
-ACQUISITION_LABELS = {
+ACQUISITION_LABELS = {  # what each path is, in words, once it has succeeded (a failed one is told by its error)
     "download": "fresh bounded download",
     "reuse:artifacts_dir": "verified local reuse (--artifacts)",
     "reuse:project_cache": "verified local reuse (project cache)",
     "built_offline": "built offline (a synthetic specimen; not a download)",
 }
 STAGING_PREFIX = ".staging-"
+# How a missing optional file is known to be absent at the revision (None: only the spec's own pin can say so).
+ABSENT_IN_HUB_LISTING = "the hub's listing at the pinned commit has no such file (HTTP 404 EntryNotFound)"
+ABSENT_IN_PROJECT_CACHE = ("missing from the project cache, which inferlab fills only with a set verified against "
+                           "the hub's listing at the pinned commit (or builds offline)")
 
 
-# --- the hub's metadata, before any body ---------------------------------------------------------
+def require_verified(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
+    """check_specimen_files(), raising SpecimenError listing every problem unless the folder passed."""
+    report = check_specimen_files(directory, spec, absence_known_from)
+    if not report["ok"]:
+        error = SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  "
+                              + "\n  ".join(report["problems"]))
+        error.verification = report
+        raise error
+    return report
 
 
-def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str] = None, deadline: Optional[Deadline] = None,
-                    watchdog: Optional[hub.Watchdog] = None) -> dict:
-    """HEAD each allowlisted file at the pinned revision (no body): {endpoint, files, total_bytes, problems}.
+# --- the lock, staging and publication ----------------------------------------------------------------------------
 
-    files maps name -> the hub's answer plus status "present", "absent_at_revision" (404
-    EntryNotFound at the pinned commit) or "unavailable"; problems lists every reason to refuse
-    the download before a body is requested.
-    """
-    endpoint = hub.resolve_endpoint(endpoint)
-    deadline = deadline or Deadline()
-    owned = watchdog is None
-    watchdog = watchdog or hub.Watchdog(deadline)
-    files, problems = {}, []
-    where = f"{spec.repo_id}@{spec.revision}"
+
+@contextlib.contextmanager
+def _locked(directory: Path, deadline: Deadline):
+    """Hold the cache folder's lock (<revision>.lock beside it) for the block, waiting at most until the deadline:
+    yields {path, contended, waited_s}."""
+    from filelock import FileLock, Timeout
+
+    path = directory.with_name(directory.name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock, start, contended = FileLock(path), time.monotonic(), False
     try:
-        for name in spec.files:
-            meta = hub.file_metadata(hub.file_url(spec.repo_id, name, spec.revision, endpoint), deadline, watchdog, name)
-            files[name] = meta
-            problems.extend(_metadata_problems(spec, name, meta, where))
+        lock.acquire(blocking=False)
+    except Timeout:
+        contended = True
+        try:
+            lock.acquire(timeout=max(deadline.remaining(), 0.001), poll_interval=0.1)
+        except Timeout:
+            raise deadline.error(f"waiting for another run, which holds {path} while it acquires the same specimen "
+                                 f"into {directory}") from None
+    try:
+        yield {"path": str(path), "contended": contended, "waited_s": time.monotonic() - start}
     finally:
-        if owned:
-            watchdog.close()
-    total = sum(meta["size"] or 0 for meta in files.values() if meta["status"] == "present")
-    if total > spec.bundle_cap_bytes:
-        problems.append(f"bundle: expected at most {spec.bundle_cap_bytes} bytes, actual {total} bytes advertised")
-    return {"endpoint": endpoint, "files": files, "total_bytes": total, "problems": problems,
-            "absent_at_revision": [name for name, meta in files.items() if meta["status"] == "absent_at_revision"]}
+        lock.release()
 
 
-def _metadata_problems(spec: SpecimenSpec, name: str, meta: dict, where: str) -> list[str]:
-    status, code = meta["http_status"], meta["error_code"]
-    # The URL names the pinned commit, so EntryNotFound means that commit has no such file (the hub
-    # usually confirms the commit in X-Repo-Commit; a 404 naming another commit is not this case).
-    if status == 404 and code == "EntryNotFound" and meta["commit"] in (spec.revision, None):
-        meta["status"] = "absent_at_revision"
-        if name in spec.required_files:
-            return [f"{name} at {where}: expected a file, actual: HTTP 404 EntryNotFound (the revision has no such "
-                    f"file, and the experiment requires it)"]
-        if spec.pinned_present(name):
-            return [f"{name} at {where}: the spec pins it present, actual: HTTP 404 EntryNotFound"]
-        return []  # optional: recorded as absent at the revision, never substituted
-    if not (status == 200 or 300 <= status < 400):
-        meta["status"] = "unavailable"
-        detail = f"HTTP {status}" + (f" {code}" if code else "")
-        hint = " (a server error; nothing was retried or downloaded: try again later)" if status >= 500 else ""
-        return [f"{name} at {where}: expected a file, actual: {detail}{hint} ({meta['url']})"]
-    meta["status"] = "present"
-    problems = []
-    if meta["commit"] != spec.revision:
-        problems.append(f"{name}: expected commit {spec.revision}, actual commit {meta['commit']}")
-    pinned = spec.expected[name].get("size")
-    if spec.pinned_absent(name):
-        problems.append(f"{name}: the spec pins it absent at the revision, actual: the hub lists it "
-                        f"({meta['size']} bytes)")
-    if meta["size"] is None:
-        problems.append(f"{name}: expected an advertised size, actual: none")
-    elif meta["size"] > spec.bundle_cap_bytes:
-        problems.append(f"{name}: expected at most {spec.bundle_cap_bytes} bytes (the bundle cap), "
-                        f"actual {meta['size']} bytes advertised")
-    elif pinned is not None and meta["size"] != pinned:
-        problems.append(f"{name}: expected {pinned} bytes (pinned), actual {meta['size']} bytes advertised")
-    return problems
-
-
-# --- staging and publication ----------------------------------------------------------------------
-
-
-def _staging_dir(target: Path) -> Path:
-    return target.parent / f"{STAGING_PREFIX}{target.name}-{os.getpid()}"
-
-
-def _remove_stale_staging(target: Path) -> list[str]:
-    """Staging folders of this cache left by a killed run; only called under the lock, so none is live."""
-    removed = []
-    if target.parent.is_dir():
-        for stale in sorted(target.parent.glob(f"{STAGING_PREFIX}{target.name}-*")):
-            shutil.rmtree(stale, ignore_errors=True)
-            removed.append(str(stale))
-    return removed
+def _staging(target: Path) -> Path:
+    staging = target.parent / f"{STAGING_PREFIX}{target.name}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return staging
 
 
 def _publish(staging: Path, target: Path) -> None:
@@ -136,70 +102,51 @@ def _publish(staging: Path, target: Path) -> None:
 
 def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str] = None,
              deadline: Optional[Deadline] = None) -> dict:
-    """Bounded download of the revision's allowlisted files into target (absent or empty).
-
-    Returns the metadata read before any body, with `fetched` (per file: bytes, sha256,
-    etag_check, redirects). Files land in staging, are verified there, and only a passing set
-    is moved into place; staging is removed whatever happens.
-    """
+    """Bounded download of the revision's allowlisted files into target (absent or empty): the hub's metadata, with
+    `fetched` (per file: bytes, sha256, etag_check, redirects). Only a verified set is moved into place."""
     deadline = deadline or Deadline()
-    with hub.Watchdog(deadline) as watchdog:
-        remote = remote_metadata(spec, endpoint, deadline, watchdog)
+    remote = hub.remote_metadata(spec, endpoint, deadline)
+    staging = _staging(target)
+    try:
         if remote["problems"]:
-            error = SpecimenError(
-                f"specimen {spec.name!r} ({spec.spec_file}): download refused before fetching any file:\n  "
-                + "\n  ".join(remote["problems"]))
-            error.remote = remote
-            raise error
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = _staging_dir(target)
-        shutil.rmtree(staging, ignore_errors=True)
+            raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): download refused before fetching any "
+                                f"file:\n  " + "\n  ".join(remote["problems"]))
         staging.mkdir()
-        try:
-            fetched = {}
-            for name in spec.files:
-                meta = remote["files"][name]
-                if meta["status"] == "present":
-                    fetched[name] = hub.fetch(meta["url"], name, meta["size"], meta["etag"], staging / name,
-                                              deadline, watchdog)
-            remote["fetched"] = fetched
-            require_verified(staging, spec, ABSENT_IN_HUB_LISTING)
-            _publish(staging, target)
-        except SpecimenError as error:
-            error.remote = remote
-            raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        remote["fetched"] = {name: hub.fetch(meta["url"], name, meta["size"], meta["etag"], staging / name, deadline)
+                             for name, meta in remote["files"].items() if meta["status"] == "present"}
+        require_verified(staging, spec, ABSENT_IN_HUB_LISTING)
+        _publish(staging, target)
+    except SpecimenError as error:
+        error.remote = remote
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return remote
 
 
 def local_builder(spec: SpecimenSpec):
-    """The module that builds a synthetic spec here, without a download (inferlab.standin or inferlab.replica), or None.
+    """The builder of a synthetic spec (build.STANDIN or build.REPLICA), known by its revision (sha1 of its recipe),
+    or None."""
+    from inferlab.specimen import build
 
-    A builder is recognised by its revision (sha1 of its recipe), so a spec pins exactly one recipe.
-    """
-    from inferlab.synthetic import replica, standin
-
-    if not spec.synthetic:
-        return None
-    return {module.revision(): module for module in (standin, replica)}.get(spec.revision)
+    return build.BUILDERS.get(spec.revision) if spec.synthetic else None
 
 
 def local_build_problem(spec: SpecimenSpec) -> Optional[str]:
-    """Why this spec's local builder cannot run here (the replica without its reference folder), or None."""
-    from inferlab.synthetic import replica
+    """Why this spec's local build cannot run here (the replica without its reference folder), or None."""
+    from inferlab.specimen import build
 
-    if local_builder(spec) is replica:
+    if local_builder(spec) is build.REPLICA:
         try:
-            replica.require_reference()
-        except replica.ReferenceUnavailable as error:
+            build.require_reference()
+        except build.ReferenceUnavailable as error:
             return str(error)
     return None
 
 
 def load_runnable_spec(name: str, artifacts_root=None) -> SpecimenSpec:
-    """load_spec(), also refused (SpecimenError) when the spec's local build cannot run here: checked before a
-    run writes anything, so that a replica without its reference folder is a usage error."""
+    """load_spec(), also refused (SpecimenError) when its local build cannot run here: checked before a run writes
+    anything, so that a replica without its reference folder is a usage error."""
     spec = load_spec(name, artifacts_root)
     problem = local_build_problem(spec)
     if problem:
@@ -207,42 +154,32 @@ def load_runnable_spec(name: str, artifacts_root=None) -> SpecimenSpec:
     return spec
 
 
-def _require_local_builder(spec: SpecimenSpec):
-    from inferlab.synthetic import replica, standin
-
-    builder = local_builder(spec)
-    if builder is None:
-        raise SpecimenError(
-            f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can build offline "
-            f"(the stand-in's is {standin.revision()}, sha1 of {standin.RECIPE!r}; the replica's is "
-            f"{replica.revision()}, sha1 of {replica.RECIPE!r})")
-    problem = local_build_problem(spec)
-    if problem:
-        raise SpecimenError(problem)
-    return builder.build
-
-
 def _build_locally(spec: SpecimenSpec, target: Path) -> None:
     """Build a synthetic specimen in staging, verify it there, and move it into target."""
-    build = _require_local_builder(spec)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = _staging_dir(target)
-    shutil.rmtree(staging, ignore_errors=True)
+    from inferlab.specimen import build
+
+    builder, problem = local_builder(spec), local_build_problem(spec)
+    if builder is None:
+        problem = (f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can build "
+                   f"offline ({', '.join(f'{b.name}: {b.revision()}, sha1 of {b.recipe!r}' for b in build.BUILDERS.values())})")
+    if problem:
+        raise SpecimenError(problem)
+    staging = _staging(target)
     try:
         try:
-            build(staging)
+            builder.build(staging)
         except (SpecimenError, OSError):
             raise
         except Exception as error:  # a builder's own error (say, a changed reference header) is a refusal on record
             raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): building it offline failed: "
                                 f"{type(error).__name__}: {error}") from error
-        require_verified(staging, spec, ABSENT_PINNED_ONLY)
+        require_verified(staging, spec)  # a local build: only the spec's own pin says a file is absent
         _publish(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-# --- choosing and running one path --------------------------------------------------------------------
+# --- choosing and running one path --------------------------------------------------------------------------------
 
 
 def _has_entries(directory: Path) -> bool:
@@ -250,10 +187,8 @@ def _has_entries(directory: Path) -> bool:
 
 
 def choose_acquisition(spec: SpecimenSpec, artifacts_dir=None, cache_root=None) -> tuple[str, Path]:
-    """Which path acquire() expects to take, and the folder it will verify: (acquisition, directory).
-
-    Under the lock acquire() looks again: a cache another run published meanwhile is reused.
-    """
+    """The path acquire() expects to take and the folder it will verify (under the lock it looks again: a cache
+    another run published meanwhile is reused)."""
     if artifacts_dir is not None:
         return "reuse:artifacts_dir", Path(artifacts_dir).expanduser()
     directory = cache_dir(spec, cache_root)
@@ -262,14 +197,7 @@ def choose_acquisition(spec: SpecimenSpec, artifacts_dir=None, cache_root=None) 
     return ("built_offline" if spec.synthetic else "download"), directory
 
 
-ABSENT_PINNED_ONLY = None  # a local build: only the spec's own pin can say a file is absent at the revision
-ABSENT_IN_HUB_LISTING = "the hub's listing at the pinned commit has no such file (HTTP 404 EntryNotFound)"
-ABSENT_IN_PROJECT_CACHE = ("missing from the project cache, which inferlab fills only with a set verified against "
-                           "the hub's listing at the pinned commit (or builds offline)")
-
-
 def _absence_known_from(acquisition: str) -> Optional[str]:
-    """How a missing optional file is known to be absent at the revision on this path (None: it is not)."""
     return None if acquisition == "reuse:artifacts_dir" else ABSENT_IN_PROJECT_CACHE
 
 
@@ -280,9 +208,9 @@ def _verified(directory: Path, spec: SpecimenSpec, acquisition: str) -> dict:
     problems = "\n  ".join(report["problems"])
     if acquisition == "reuse:project_cache":
         message = (f"specimen {spec.name!r}: the project cache {directory} failed verification:\n  {problems}\n"
-                   f"It is not repaired or replaced automatically. To recover, delete that folder "
-                   f"(rm -r '{directory}') and run again: the next run downloads (or rebuilds) it. "
-                   f"Or pass --artifacts DIR with a verified copy.")
+                   f"It is not repaired or replaced automatically. To recover, delete that folder (rm -r '{directory}') "
+                   f"and run again: the next run downloads (or rebuilds) it. Or pass --artifacts DIR with a verified "
+                   f"copy.")
     elif acquisition == "reuse:artifacts_dir":
         message = (f"specimen {spec.name!r} ({spec.spec_file}): --artifacts {directory} failed verification:\n  "
                    f"{problems}\nNothing was loaded, and nothing else is tried instead.")
@@ -295,27 +223,28 @@ def _verified(directory: Path, spec: SpecimenSpec, acquisition: str) -> dict:
 
 def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bool = False,
             endpoint: Optional[str] = None, deadline_s: Optional[float] = None) -> dict:
-    """Obtain a verified specimen folder by exactly one path (see the module docstring).
+    """Obtain a verified specimen folder by exactly one path (the module's docstring).
 
-    Returns {specimen, acquisition, directory, elapsed_s, deadline_s, lock, stale_staging_removed,
-    remote, verification}; remote holds the hub metadata of a download (None otherwise).
-    Raises SpecimenError (DeadlineExpired when the deadline is the reason), with `acquisition`
-    set to the path that failed.
+    Returns {specimen, acquisition, directory, elapsed_s, deadline_s, lock, stale_staging_removed, remote,
+    verification}; remote holds the hub's metadata of a download (None otherwise). Raises SpecimenError
+    (DeadlineExpired when the deadline is the reason), with `acquisition` set to the path that failed.
     """
     start = time.perf_counter()
     deadline = Deadline(deadline_s if deadline_s is not None else protocol.ACQUISITION_DEADLINE_S)
     acquisition, directory = choose_acquisition(spec, artifacts_dir, cache_root)
     result = {"specimen": spec.name, "directory": str(directory), "deadline_s": deadline.seconds, "lock": None,
               "stale_staging_removed": [], "remote": None}
-    context = offline_mode() if offline else contextlib.nullcontext()
     try:
-        with context:
+        with offline_mode() if offline else contextlib.nullcontext():
             if acquisition == "reuse:artifacts_dir":
                 verification = _verified(directory, spec, acquisition)
             else:
-                with lock.held(directory, deadline) as lock_info:
-                    result["lock"] = lock_info
-                    result["stale_staging_removed"] = _remove_stale_staging(directory)
+                with _locked(directory, deadline) as result["lock"]:
+                    # under the lock no other run's staging is live: any left here is a killed run's
+                    stale = sorted(directory.parent.glob(f"{STAGING_PREFIX}{directory.name}-*"))
+                    for path in stale:
+                        shutil.rmtree(path, ignore_errors=True)
+                    result["stale_staging_removed"] = [str(path) for path in stale]
                     acquisition = _fill_cache(spec, directory, offline, endpoint, deadline, result)
                     verification = _verified(directory, spec, acquisition)
     except SpecimenError as error:
@@ -333,24 +262,21 @@ def _fill_cache(spec, directory: Path, offline: bool, endpoint, deadline: Deadli
         _build_locally(spec, directory)
         return "built_offline"
     if offline:
-        error = SpecimenError(
-            f"specimen {spec.name!r} ({spec.spec_file}): offline, and the project cache {directory} is empty; "
-            f"expected the required files {list(spec.required_files)}. Pass --artifacts DIR with a verified "
-            f"copy, or run once without --offline for the bounded download.")
-        error.acquisition = "download"
-        raise error
+        raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): offline, and the project cache {directory} is "
+                            f"empty; expected the required files {list(spec.required_files)}. Pass --artifacts DIR "
+                            f"with a verified copy, or run once without --offline for the bounded download.")
     result["remote"] = download(spec, directory, endpoint, deadline)
     return "download"
 
 
 def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bool = False,
                         endpoint: Optional[str] = None, deadline_s: Optional[float] = None) -> dict:
-    """acquire(), but a failed acquisition is returned as data, never raised: the artifact_acquisition record.
+    """acquire(), with a failure returned as data, never raised: the artifact_acquisition record.
 
-    Always: ok, specimen, acquisition, offline, directory (None when no folder is left to
-    examine), error, deadline_s, deadline_expired, remote and verification (the per-file report of
-    the folder examined, or None); on failure also other_specimen (the folder is a valid copy of another
-    specimen: verification's other_specimen, else None). On success also elapsed_s, lock and stale_staging_removed.
+    Always: ok, specimen, acquisition, offline, directory (None when no folder is left to examine), error,
+    deadline_s, deadline_expired, remote, verification (the per-file report of the folder examined, or None); on
+    failure also other_specimen (the folder is a valid copy of another specimen); on success also elapsed_s, lock
+    and stale_staging_removed.
     """
     seconds = float(deadline_s if deadline_s is not None else protocol.ACQUISITION_DEADLINE_S)
     try:
@@ -364,7 +290,68 @@ def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None,
                 "offline": offline, "directory": str(directory) if directory.is_dir() else None,
                 "error": str(error) or type(error).__name__, "deadline_s": seconds,
                 "deadline_expired": isinstance(error, DeadlineExpired), "remote": getattr(error, "remote", None),
-                "verification": verification,
-                # a valid copy of another specimen this checkout knows: named, with the flag that uses it
-                "other_specimen": (verification or {}).get("other_specimen")}
+                "verification": verification, "other_specimen": (verification or {}).get("other_specimen")}
     return {"ok": True, "offline": offline, "error": None, "deadline_expired": False, **result}
+
+
+# --- what to do next: one text for the terminal summary and the report -----------------------------------------
+
+
+def acquisition_cause(record: dict, offline: bool = False) -> str:
+    """What could not happen, in a few words, from the artifact_acquisition record (its path and error)."""
+    path, error = record.get("acquisition"), str(record.get("error") or "")
+    causes = {"reuse:artifacts_dir": "your --artifacts copy was refused",
+              "reuse:project_cache": "the copy in artifacts/cache/ was refused",
+              "built_offline": "inferlab could not build the synthetic specimen"}
+    if path in causes:
+        return causes[path]
+    if offline:
+        return "--offline, and no verified copy was found"
+    return "no connection to the hub" if "connection" in error.lower() else "the download from the hub failed"
+
+
+def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] = None,
+                           other_copy: Optional[dict] = None) -> list[str]:
+    """The ways forward after a failed acquisition, one step per line: specimen is the spec as a dict, acquisition
+    the path that failed, other_copy the verification's other_specimen (then the first step is to use that copy as
+    what it is, never to replace or delete it)."""
+    specimen = specimen or {}
+    name = specimen.get("name", protocol.DEFAULT_SPECIMEN)
+    new_dir = "Every run needs a new record dir; `make run` makes one under runs/ for you."
+    if isinstance(other_copy, dict) and isinstance(other_copy.get("words"), str):
+        return [f"{other_copy['words']}.",
+                f"For {name} itself, pass --artifacts with a copy of {name}, or leave --artifacts out.", new_dir]
+    if specimen.get("synthetic") and acquisition == "reuse:artifacts_dir":
+        build = spelled(f"-m {builder_module(name, True)} NEWDIR", "python")
+        return [f"Your --artifacts copy of the synthetic {name} specimen failed verification: the error above names "
+                f"the file. Leave --artifacts out and inferlab builds a verified {name} itself, or build a fresh copy "
+                f"with `{build}` (NEWDIR new or empty).", new_dir]
+    if specimen.get("synthetic"):
+        return [f"The {name} specimen is built offline by inferlab itself, so its failure is a problem of this "
+                f"checkout or environment, not of the network: read the error above, then run `make test` to check "
+                f"the harness.", new_dir]
+    revision = specimen.get("revision", protocol.PINNED_REVISION)
+    weight = (specimen.get("expected") or {}).get("model.safetensors") or {}
+    optional = specimen.get("optional_files") or list(protocol.OPTIONAL_FILES)
+    required = [f for f in specimen.get("files") or protocol.ALLOWLISTED_FILES if f not in optional]
+    pin = (f"{weight['size']:,} bytes with SHA-256 {weight['sha256']}" if weight.get("sha256") and weight.get("size")
+           else "its pinned size and SHA-256")
+    check = spelled("check-artifacts DIR") + ("" if name == protocol.DEFAULT_SPECIMEN else f" --specimen {name}")
+    valid = (f"A valid copy is a directory holding {specimen.get('repo_id', protocol.PINNED_REPO_ID)} at revision "
+             f"{revision}, for example your Lab 05 download: the required files ({', '.join(required)}), "
+             f"{' and '.join(optional)} only if that revision has it (it very probably has none), and no other file "
+             f"but a README.md or .gitattributes. Its model.safetensors must be {pin}.")
+    first = (f"Your --artifacts copy failed verification: the error above names each file that differs, is missing "
+             f"or is extra. Replace those files (or pass --artifacts with another copy). {valid}"
+             if acquisition == "reuse:artifacts_dir" else  # the copy was given: it is the copy that must change
+             f"Use a verified copy of the files: add --artifacts DIR (with make: make run ARGS=\"--artifacts DIR "
+             f"--offline\"). {valid}")
+    return [first,
+            f"Check a copy before you run: `{check}` hashes every file against artifacts/{name}.json and names any that "
+            f"differs, is missing or is extra (the weight file alone: `sha256sum DIR/model.safetensors`, on macOS "
+            f"`shasum -a 256`). A machine that reaches the hub gets a verified copy with one `make run`: it lands in "
+            f"artifacts/cache/{name}/{revision}/.",
+            "Or check the harness offline: add --specimen standin (with make: make run ARGS=\"--specimen standin\"). "
+            "It runs the whole experiment on a synthetic checkpoint that inferlab builds itself. It is not Pythia, and "
+            "its records and report say so.",
+            new_dir]

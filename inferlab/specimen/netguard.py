@@ -1,9 +1,12 @@
-"""Refuse every network connection inside a block: the proof behind `--offline` and offline tests."""
+"""--offline: every network connection refused inside a block (the proof behind it, and offline tests), with the hub
+clients' own offline flags on."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import sys
 
 
 class NetworkBlocked(RuntimeError):
@@ -56,3 +59,40 @@ def block_network(allow_loopback: bool = False):
         socket.socket.connect_ex = real_connect_ex
         socket.getaddrinfo = real_getaddrinfo
         socket.create_connection = real_create_connection
+
+
+@contextlib.contextmanager
+def offline_mode():
+    """Hub offline flags on and every network connection refused (block_network) inside the block.
+
+    huggingface_hub reads HF_HUB_OFFLINE at import into huggingface_hub.constants, and transformers copies it into
+    transformers.utils.hub._is_offline_mode, so the variable alone is too late once they are imported: both are
+    patched and restored. huggingface_hub also keeps one HTTP session per thread, made for the flag's value at the
+    time, so the sessions are reset on entry and on exit.
+    """
+    previous_env = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    patched = [(module, name, getattr(module, name)) for module, name in (
+        (sys.modules.get("huggingface_hub.constants"), "HF_HUB_OFFLINE"),
+        (sys.modules.get("transformers.utils.hub"), "_is_offline_mode")) if hasattr(module, name)]
+    for module, name, _ in patched:
+        setattr(module, name, True)
+    _reset_hub_sessions()
+    try:
+        with block_network():
+            yield
+    finally:
+        for module, name, value in reversed(patched):
+            setattr(module, name, value)
+        _reset_hub_sessions()
+        if previous_env is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = previous_env
+
+
+def _reset_hub_sessions() -> None:
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import reset_sessions
+
+        reset_sessions()

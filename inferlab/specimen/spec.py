@@ -1,23 +1,18 @@
 """A specimen's spec: artifacts/<name>.json read, checked against the protocol, and held as data.
 
-The JSON format (every key at the top level is required except ``reference``):
+The JSON format (every key is required except ``reference`` and ``architecture``):
 
-    repo_id            "owner/name"
-    revision           the 40-hex commit that pins every byte
-    files              the protocol's six allowlisted file names
-    optional_files     the allowlisted files the experiment can run without (a subset of
-                       protocol.OPTIONAL_FILES); every other file is required
-    bundle_cap_bytes   at most protocol.BUNDLE_CAP_BYTES
-    synthetic          true for a checkpoint inferlab builds itself
-    description        one line
-    expected           one entry per file: {"size": int|null, "sha256": hex|null}, or
-                       {"absent": true} for an optional file pinned absent at this revision
-                       (a present copy then fails verification). model.safetensors is always
-                       pinned by size and sha256.
-    reference          optional, informational only, never a reason to refuse:
-                       {"revision": hex, "note": str,
-                        "files": {name: {"size": int, "sha256": hex}},
-                        "weight_header": {"size": int, "sha256": hex}}   (weight_header optional)
+    repo_id, revision      "owner/name" and the 40-hex commit that pins every byte
+    files                  the protocol's six allowlisted names
+    optional_files         the allowlisted files a run can do without (drawn from protocol.OPTIONAL_FILES)
+    bundle_cap_bytes       at most protocol.BUNDLE_CAP_BYTES
+    synthetic, description a specimen inferlab builds itself; one line
+    expected               per file {"size": int|null, "sha256": hex|null}, or {"absent": true} for an optional
+                           file the revision lacks; model.safetensors is always pinned by both
+    reference              informational, never a reason to refuse: {"revision", "note", "files": {name: {size,
+                           sha256}}, "weight_header": {size, sha256}} published for another revision
+    architecture           config fields the loaded model must have (a config that is not pinned by hash could
+                           otherwise change what the model computes unnoticed)
 """
 
 from __future__ import annotations
@@ -33,9 +28,8 @@ from inferlab.base.checkout import PROJECT_ROOT
 
 DEFAULT_ARTIFACTS_ROOT = PROJECT_ROOT / "artifacts"
 WEIGHT_FILE = "model.safetensors"
-SPEC_FIELDS = (
-    "repo_id", "revision", "files", "optional_files", "bundle_cap_bytes", "synthetic", "description", "expected",
-)
+SPEC_FIELDS = ("repo_id", "revision", "files", "optional_files", "bundle_cap_bytes", "synthetic", "description",
+               "expected")
 OPTIONAL_SPEC_FIELDS = ("reference", "architecture")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -43,10 +37,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class SpecimenError(Exception):
-    """A specimen spec, download or directory failed a check; the message names file, expected and actual.
+    """A spec, download or folder failed a check; the message names the file, the expected and the actual.
 
-    Acquisition attaches what it learned before failing, for the record: ``acquisition`` (the path
-    taken), ``verification`` (a check_specimen_files() report) and ``remote`` (the hub metadata), each or None.
+    An acquisition attaches what it learned before failing, for the record: ``acquisition`` (the path taken),
+    ``verification`` (a check_specimen_files() report) and ``remote`` (the hub's metadata), each or None.
     """
 
     acquisition: Optional[str] = None
@@ -68,14 +62,12 @@ class SpecimenSpec:
     synthetic: bool
     description: str
     expected: dict  # file name -> {"size": int | None, "sha256": str | None} or {"absent": True}
-    reference: Optional[dict] = None  # informational hashes published for another revision
-    # config fields that decide what the model computes, as the loaded model must have them; files that are
-    # not pinned by hash (pythia-14m's config.json) could otherwise change the architecture unnoticed
+    reference: Optional[dict] = None
     architecture: Optional[dict] = None
 
     @property
     def required_files(self) -> tuple:
-        """The allowlisted files the experiment cannot run without, in allowlist order."""
+        """The allowlisted files a run cannot do without, in allowlist order."""
         return tuple(name for name in self.files if name not in self.optional_files)
 
     def pinned_absent(self, name: str) -> bool:
@@ -83,21 +75,28 @@ class SpecimenSpec:
         return self.expected.get(name, {}).get("absent") is True
 
     def pinned_present(self, name: str) -> bool:
-        """Whether the spec pins a size or hash for the file, which says the revision has it."""
+        """Whether the spec pins a size or a hash for the file, which says the revision has it."""
         pin = self.expected.get(name, {})
         return pin.get("size") is not None or pin.get("sha256") is not None
 
+    def reference_status(self, name: str, size: Optional[int], sha256: Optional[str]) -> Optional[dict]:
+        """A file against the hashes published for another revision: informational, never a refusal."""
+        published = ((self.reference or {}).get("files") or {}).get(name)
+        if published is None:
+            return None
+        status = ("absent" if sha256 is None else
+                  "matches" if (size, sha256) == (published["size"], published["sha256"]) else "differs")
+        return {"revision": self.reference["revision"], "size": published["size"], "sha256": published["sha256"],
+                "status": status}
+
     def as_dict(self) -> dict:
         """The spec as plain JSON-ready data."""
-        data = dataclasses.asdict(self)
-        data["files"] = list(self.files)
-        data["optional_files"] = list(self.optional_files)
-        data["required_files"] = list(self.required_files)
-        return data
+        return {**dataclasses.asdict(self), "files": list(self.files), "optional_files": list(self.optional_files),
+                "required_files": list(self.required_files)}
 
 
 def load_spec(name: str, artifacts_root=None) -> SpecimenSpec:
-    """Read and check artifacts_root/<name>.json; raise SpecimenError naming the file on any problem."""
+    """Read and check artifacts_root/<name>.json; SpecimenError naming the file on any problem."""
     root = Path(artifacts_root) if artifacts_root is not None else DEFAULT_ARTIFACTS_ROOT
     if not _NAME.match(name or ""):
         raise SpecimenError(f"specimen name {name!r}: expected letters, digits, '.', '_' or '-'")
@@ -116,23 +115,10 @@ def load_spec(name: str, artifacts_root=None) -> SpecimenSpec:
         raise SpecimenError(f"{path}: expected fields {list(SPEC_FIELDS)}, actual: missing {missing}")
     unknown = sorted(set(data) - set(SPEC_FIELDS) - set(OPTIONAL_SPEC_FIELDS))
     if unknown:
-        raise SpecimenError(f"{path}: expected only the fields {list(SPEC_FIELDS) + list(OPTIONAL_SPEC_FIELDS)}, "
-                            f"actual extra {unknown}")
-    files, optional = data["files"], data["optional_files"]
-    spec = SpecimenSpec(
-        name=name,
-        spec_file=str(path),
-        repo_id=data["repo_id"],
-        revision=data["revision"],
-        files=tuple(files) if isinstance(files, list) else files,
-        optional_files=tuple(optional) if isinstance(optional, list) else optional,
-        bundle_cap_bytes=data["bundle_cap_bytes"],
-        synthetic=data["synthetic"],
-        description=data["description"],
-        expected=data["expected"],
-        reference=data.get("reference"),
-        architecture=data.get("architecture"),
-    )
+        raise SpecimenError(f"{path}: expected only {list(SPEC_FIELDS + OPTIONAL_SPEC_FIELDS)}, actual extra {unknown}")
+    as_tuple = {key: tuple(data[key]) if isinstance(data[key], list) else data[key]
+                for key in ("files", "optional_files")}
+    spec = SpecimenSpec(name=name, spec_file=str(path), **{**data, **as_tuple})
     problems = spec_problems(spec)
     if problems:
         raise SpecimenError(f"{path}: " + "; ".join(problems))
@@ -147,26 +133,27 @@ def _is_sha256(value) -> bool:
     return isinstance(value, str) and bool(_SHA256.match(value))
 
 
+def _is_commit(value) -> bool:
+    return isinstance(value, str) and bool(_COMMIT.match(value))
+
+
 def spec_problems(spec: SpecimenSpec) -> list[str]:
     """What is wrong with a spec against the protocol: allowlist, optional files, cap, revision, pins."""
     problems = []
     if not isinstance(spec.repo_id, str) or spec.repo_id.count("/") != 1:
         problems.append(f"repo_id: expected 'owner/name', actual {spec.repo_id!r}")
-    # A branch name could move; only a commit hash pins the bytes.
-    if not isinstance(spec.revision, str) or not _COMMIT.match(spec.revision):
+    if not _is_commit(spec.revision):  # a branch name could move; only a commit pins the bytes
         problems.append(f"revision: expected a 40-hex commit hash, actual {spec.revision!r}")
     if (not isinstance(spec.files, tuple) or len(spec.files) != len(set(spec.files))
             or set(spec.files) != set(protocol.ALLOWLISTED_FILES)):
-        problems.append(f"files: expected the allowlist {list(protocol.ALLOWLISTED_FILES)}, actual {spec.files!r}")
-        return problems
+        return problems + [f"files: expected the allowlist {list(protocol.ALLOWLISTED_FILES)}, actual {spec.files!r}"]
     optional = spec.optional_files
     if (not isinstance(optional, tuple) or len(optional) != len(set(optional))
             or not set(optional) <= set(protocol.OPTIONAL_FILES)):
-        problems.append(f"optional_files: expected a list drawn from {list(protocol.OPTIONAL_FILES)} "
-                        f"(the files the experiment can run without), actual {optional!r}")
-        return problems
+        return problems + [f"optional_files: expected a list drawn from {list(protocol.OPTIONAL_FILES)} (the files "
+                           f"a run can do without), actual {optional!r}"]
     cap = spec.bundle_cap_bytes
-    if not isinstance(cap, int) or isinstance(cap, bool) or not 0 < cap <= protocol.BUNDLE_CAP_BYTES:
+    if not _is_size(cap) or not 0 < cap <= protocol.BUNDLE_CAP_BYTES:
         problems.append(f"bundle_cap_bytes: expected an int in 1..{protocol.BUNDLE_CAP_BYTES}, actual {cap!r}")
     if not isinstance(spec.synthetic, bool):
         problems.append(f"synthetic: expected true or false, actual {spec.synthetic!r}")
@@ -174,20 +161,19 @@ def spec_problems(spec: SpecimenSpec) -> list[str]:
         problems.append(f"description: expected a one-line text, actual {spec.description!r}")
     if not isinstance(spec.expected, dict) or set(spec.expected) != set(spec.files):
         keys = sorted(spec.expected) if isinstance(spec.expected, dict) else spec.expected
-        problems.append(f"expected: expected one entry per allowlisted file, actual {keys!r}")
-        return problems
+        return problems + [f"expected: expected one entry per allowlisted file, actual {keys!r}"]
     for name, pin in spec.expected.items():
         problems.extend(_pin_problems(name, pin, optional=name in optional))
-    weight = spec.expected.get(WEIGHT_FILE, {})
+    weight = spec.expected[WEIGHT_FILE]
     if isinstance(weight, dict) and not (_is_size(weight.get("size")) and _is_sha256(weight.get("sha256"))):
         problems.append(f"expected[{WEIGHT_FILE}]: expected a pinned size and sha256, actual {weight!r}")
     if spec.reference is not None:
         problems.extend(_reference_problems(spec.reference, spec.files))
-    architecture = spec.architecture
-    if architecture is not None and (not isinstance(architecture, dict) or not architecture or not all(
+    arch = spec.architecture
+    if arch is not None and (not isinstance(arch, dict) or not arch or not all(
             isinstance(key, str) and (value is None or isinstance(value, (bool, int, float, str)))
-            for key, value in architecture.items())):
-        problems.append(f"architecture: expected an object of config field -> JSON scalar, actual {architecture!r}")
+            for key, value in arch.items())):
+        problems.append(f"architecture: expected an object of config field -> JSON scalar, actual {arch!r}")
     return problems
 
 
@@ -195,50 +181,40 @@ def _pin_problems(name: str, pin, optional: bool) -> list[str]:
     if isinstance(pin, dict) and set(pin) == {"absent"}:
         if pin["absent"] is not True:
             return [f"expected[{name}].absent: expected true (omit the key otherwise), actual {pin['absent']!r}"]
-        if not optional:
-            return [f"expected[{name}]: pinned absent, but {name} is required (not in optional_files)"]
-        return []
+        return [] if optional else [f"expected[{name}]: pinned absent, but {name} is required (not in optional_files)"]
     if not isinstance(pin, dict) or set(pin) != {"size", "sha256"}:
         return [f"expected[{name}]: expected {{size, sha256}} or {{absent: true}}, actual {pin!r}"]
-    problems = []
-    if pin["size"] is not None and not _is_size(pin["size"]):
-        problems.append(f"expected[{name}].size: expected null or a byte count, actual {pin['size']!r}")
-    if pin["sha256"] is not None and not _is_sha256(pin["sha256"]):
-        problems.append(f"expected[{name}].sha256: expected null or 64 lowercase hex digits, actual {pin['sha256']!r}")
-    return problems
-
-
-def _size_and_hash_problems(where: str, entry) -> list[str]:
-    if not isinstance(entry, dict) or set(entry) != {"size", "sha256"}:
-        return [f"{where}: expected {{size, sha256}}, actual {entry!r}"]
-    if not _is_size(entry["size"]) or not _is_sha256(entry["sha256"]):
-        return [f"{where}: expected a byte count and 64 lowercase hex digits, actual {entry!r}"]
+    if not (pin["size"] is None or _is_size(pin["size"])) or not (pin["sha256"] is None or _is_sha256(pin["sha256"])):
+        return [f"expected[{name}]: expected null or a byte count, and null or 64 lowercase hex digits, actual {pin!r}"]
     return []
 
 
 def _reference_problems(reference, allowlist) -> list[str]:
-    if not isinstance(reference, dict) or not {"revision", "note", "files"} <= set(reference):
+    if not isinstance(reference, dict) or not {"revision", "note", "files"} <= set(reference) <= {
+            "revision", "note", "files", "weight_header"}:
         return [f"reference: expected {{revision, note, files[, weight_header]}}, actual {reference!r}"]
-    problems = []
-    extra = sorted(set(reference) - {"revision", "note", "files", "weight_header"})
-    if extra:
-        problems.append(f"reference: unknown keys {extra}")
-    if not isinstance(reference["revision"], str) or not _COMMIT.match(reference["revision"]):
-        problems.append(f"reference.revision: expected a 40-hex commit hash, actual {reference['revision']!r}")
-    if not isinstance(reference["note"], str):
-        problems.append(f"reference.note: expected a text, actual {reference['note']!r}")
+    problems = [] if _is_commit(reference["revision"]) else [
+        f"reference.revision: expected a 40-hex commit hash, actual {reference['revision']!r}"]
     files = reference["files"]
     if not isinstance(files, dict) or not set(files) <= set(allowlist):
-        problems.append(f"reference.files: expected allowlisted names, actual {files!r}")
-    else:
-        for name, entry in files.items():
-            problems.extend(_size_and_hash_problems(f"reference.files[{name}]", entry))
+        return problems + [f"reference.files: expected allowlisted names, actual {files!r}"]
+    entries = {f"reference.files[{name}]": entry for name, entry in files.items()}
     if "weight_header" in reference:
-        problems.extend(_size_and_hash_problems("reference.weight_header", reference["weight_header"]))
+        entries["reference.weight_header"] = reference["weight_header"]
+    for where, entry in entries.items():
+        if not (isinstance(entry, dict) and set(entry) == {"size", "sha256"} and _is_size(entry["size"])
+                and _is_sha256(entry["sha256"])):
+            problems.append(f"{where}: expected a byte count and 64 lowercase hex digits, actual {entry!r}")
     return problems
 
 
 def cache_dir(spec: SpecimenSpec, cache_root=None) -> Path:
-    """The project cache directory of a specimen: <cache_root>/<name>/<revision>/."""
+    """The project cache folder of a specimen: <cache_root>/<name>/<revision>/."""
     root = Path(cache_root) if cache_root is not None else DEFAULT_ARTIFACTS_ROOT / "cache"
     return root / spec.name / spec.revision
+
+
+def builder_module(name: str, synthetic: bool) -> Optional[str]:
+    """The command module that builds a synthetic specimen offline (inferlab.replica or inferlab.standin); None for
+    a real one, which is downloaded."""
+    return None if not synthetic else "inferlab.replica" if name.startswith("replica") else "inferlab.standin"

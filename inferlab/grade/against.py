@@ -1,0 +1,201 @@
+"""The one comparison of a handed-in run (a claim) with the course's own run (the evidence).
+
+Exact where the two runs computed under the same conditions (torch build, CPU kernel set and its switches, CPU
+model, effective threads): then every id and every saved tensor must be equal bit for bit. Otherwise within the
+protocol's declared tolerance (|a - b| <= atol + rtol |b|, b the course's value), ids are shown but not held
+against the run (other kernels may round a near tie the other way), and the comparison says it was not exact and
+why. The conditions are read from the claim's own manifest: a learner can edit them, and editing them only
+loosens the comparison, which the grade then says; it never raises a score (inferlab.grade.items).
+
+What is compared, by checklist item: 3 the specimen's file hashes and sizes; 4 the inputs' ids and masks (exact
+always: a tokenizer does not depend on kernels), every trial's generated ids, the first-step logits; 5 every
+matched-prefix logit vector, cached and uncached; 6 the timing trials' ids, the counted parameter and cache bytes
+(exact always: arithmetic). Timings are never compared: they are shown side by side.
+A contradiction names the record and the first element that differs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Optional
+
+from inferlab import protocol
+
+TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
+
+
+def conditions(view) -> dict:
+    """What decides whether two runs compute bit for bit alike, as the run's manifest records it."""
+    manifest = view.manifest
+    build = manifest.get("torch_build") if isinstance(manifest.get("torch_build"), dict) else {}
+    kernels = build.get("cpu_kernels") if isinstance(build.get("cpu_kernels"), dict) else {}
+    platform = manifest.get("platform") if isinstance(manifest.get("platform"), dict) else {}
+    threads = manifest.get("torch_threads") if isinstance(manifest.get("torch_threads"), dict) else {}
+    return {"torch": build.get("version"),
+            "kernels": {k: v for k, v in kernels.items() if k == "capability" or k.startswith("env_")},
+            "cpu_model": platform.get("cpu_model"), "threads": threads.get("effective")}
+
+
+@dataclass
+class Comparison:
+    """What the comparison found: per item, contradictions (each fails its item) and notes."""
+
+    course: str
+    exact: bool
+    why_not_exact: list[str] = field(default_factory=list)
+    different_specimen: Optional[str] = None
+    contradictions: dict[int, list[str]] = field(default_factory=dict)
+    notes: dict[int, list[str]] = field(default_factory=dict)
+    compared: dict[int, int] = field(default_factory=dict)  # item -> how many values were compared
+    timings: list[dict] = field(default_factory=list)
+
+    def contradict(self, item: int, message: str) -> None:
+        self.contradictions.setdefault(item, []).append(message)
+
+    def how(self) -> str:
+        """One line: exact, or within the tolerance and why."""
+        if self.exact:
+            return f"exact (bit for bit): both runs computed under the same conditions ({self.course})"
+        return (f"not exact, within the declared tolerance {protocol.CACHE_TOLERANCE.describe('the course run')}, "
+                f"because {'; '.join(self.why_not_exact)}; ids that differ are shown, not held against the run")
+
+    def as_dict(self) -> dict:
+        return {"course": self.course, "exact": self.exact, "why_not_exact": self.why_not_exact,
+                "different_specimen": self.different_specimen, "how": self.how(),
+                "contradictions": {str(k): v for k, v in self.contradictions.items()},
+                "notes": {str(k): v for k, v in self.notes.items()},
+                "compared": {str(k): v for k, v in self.compared.items()}, "timings": self.timings}
+
+
+def _first_difference(a, b) -> Optional[int]:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), None if len(a) == len(b) else n)
+
+
+def _tensor_difference(claimed, course, exact: bool) -> Optional[str]:
+    """Where a claimed array departs from the course's: None, or the first element in words."""
+    import numpy as np
+
+    if claimed.shape != course.shape:
+        return f"shape {list(claimed.shape)}, the course's {list(course.shape)}"
+    if exact:
+        kind = f"u{claimed.dtype.itemsize}"
+        bad = np.flatnonzero(claimed.reshape(-1).view(kind) != course.reshape(-1).view(kind))
+        rule = "bit for bit"
+    else:
+        tol = protocol.CACHE_TOLERANCE
+        a, b = claimed.astype("float64").reshape(-1), course.astype("float64").reshape(-1)
+        bad = np.flatnonzero(~(np.abs(a - b) <= tol.atol + tol.rtol * np.abs(b)))
+        rule = "within the tolerance"
+    if bad.size == 0:
+        return None
+    first = int(bad[0])
+    index = [int(i) for i in np.unravel_index(first, claimed.shape)]
+    return (f"element {index}: {claimed.reshape(-1)[first]!r}, the course's {course.reshape(-1)[first]!r} "
+            f"({bad.size} of {claimed.size} elements differ; compared {rule})")
+
+
+class _Pair:
+    """The claim and the course, read record by record under one rule."""
+
+    def __init__(self, claim, course, found: Comparison):
+        self.claim, self.course, self.found = claim, course, found
+
+    def keyed(self, kind: str, key: str, side) -> dict:
+        return {r.get(key): r for r in side.kind(kind) if r.get("status", "ok") == "ok"}
+
+    def ids(self, item: int, kind: str, key: str, field_name: str, always_exact: bool = False) -> None:
+        mine, theirs = self.keyed(kind, key, self.claim), self.keyed(kind, key, self.course)
+        for name, course_record in theirs.items():
+            record = mine.get(name)
+            if record is None:
+                continue  # a missing record fails its item as incomplete (items.py), not as a contradiction
+            self.found.compared[item] = self.found.compared.get(item, 0) + 1
+            claimed, expected = record.get(field_name), course_record.get(field_name)
+            if claimed == expected:
+                continue
+            where = _first_difference(claimed or [], expected or [])
+            message = (f"{kind} {name} {field_name}: position {where}: {(claimed or [])[where:where + 1]}, the "
+                       f"course's {(expected or [])[where:where + 1]} (seq {record.get('seq')})")
+            if always_exact or self.found.exact:
+                self.found.contradict(item, message)
+            else:
+                self.found.notes.setdefault(item, []).append(f"differs (not held against the run): {message}")
+
+    def tensor(self, item: int, what: str, claimed_ref, course_ref) -> None:
+        course = self.course.verified_tensor(course_ref) if isinstance(course_ref, dict) else None
+        if course is None:
+            return  # the course's own tensor is missing: nothing to compare against
+        self.found.compared[item] = self.found.compared.get(item, 0) + 1
+        claimed = self.claim.verified_tensor(claimed_ref) if isinstance(claimed_ref, dict) else None
+        if claimed is None:
+            self.found.contradict(item, f"{what}: the course's run holds this tensor, the run's is missing or does "
+                                        "not match its record")
+            return
+        difference = _tensor_difference(claimed, course, self.found.exact)
+        if difference is not None:
+            self.found.contradict(item, f"{what} ({claimed_ref.get('file')}[{claimed_ref.get('key')}]): {difference}")
+
+
+def _timing_rows(claim, course) -> list[dict]:
+    """Median of each timing metric per prompt and cache setting, the run's beside the course's."""
+    rows = []
+    for prompt_id in protocol.TIMING_PROMPTS:
+        for use_cache in (True, False):
+            for metric in TIMING_METRICS:
+                row = {"prompt_id": prompt_id, "use_cache": use_cache, "metric": metric}
+                for side, view in (("run", claim), ("course", course)):
+                    values = [r.get(metric) for r in view.kind("timing_trial") if r.get("prompt_id") == prompt_id
+                              and r.get("use_cache") == use_cache and not r.get("warmup")
+                              and isinstance(r.get(metric), (int, float))]
+                    row[side] = statistics.median(values) if values else None
+                    row[f"{side}_n"] = len(values)
+                rows.append(row)
+    return rows
+
+
+def compare(claim, course, course_label: str) -> Comparison:
+    """Compare the run `claim` reads with the course's run (both RunViews)."""
+    mine, theirs = conditions(claim), conditions(course)
+    differ = [f"{name}: the run's {mine[name]!r}, the course's {theirs[name]!r}"
+              for name in mine if mine[name] != theirs[name]]
+    found = Comparison(course_label, exact=not differ, why_not_exact=differ)
+    specimen, course_specimen = claim.specimen_spec(), course.specimen_spec()
+    if (specimen.get("name"), specimen.get("revision")) != (course_specimen.get("name"), course_specimen.get("revision")):
+        found.different_specimen = (f"the run used {specimen.get('name')} at {specimen.get('revision')}, the course's "
+                                    f"run {course_specimen.get('name')} at {course_specimen.get('revision')}")
+        return found
+    pair = _Pair(claim, course, found)
+    files, course_files = pair.keyed("artifact_file", "name", claim), pair.keyed("artifact_file", "name", course)
+    for name, expected in course_files.items():
+        found.compared[3] = found.compared.get(3, 0) + 1
+        got = files.get(name) or {}
+        if (got.get("sha256"), got.get("size")) != (expected.get("sha256"), expected.get("size")):
+            found.contradict(3, f"artifact_file {name}: sha256 {got.get('sha256')} size {got.get('size')}, the "
+                                f"course's {expected.get('sha256')} size {expected.get('size')}")
+    pair.ids(4, "input", "prompt_id", "token_ids", always_exact=True)
+    pair.ids(4, "input", "prompt_id", "attention_mask", always_exact=True)
+    pair.ids(4, "generation", "trial_id", "generated_ids")
+    generations = pair.keyed("generation", "trial_id", claim)
+    for name, record in pair.keyed("generation", "trial_id", course).items():
+        if record.get("first_step_logits") and name in generations:
+            pair.tensor(4, f"generation {name} first_step_logits", generations[name].get("first_step_logits"),
+                        record["first_step_logits"])
+    prefixes = pair.keyed("cache_comparison", "prefix_length", claim)
+    for length, record in pair.keyed("cache_comparison", "prefix_length", course).items():
+        if length in prefixes:
+            for path in ("cached", "uncached"):
+                pair.tensor(5, f"cache_comparison prefix {length} {path} logits",
+                            (prefixes[length].get("tensors") or {}).get(path), (record.get("tensors") or {}).get(path))
+    pair.ids(6, "timing_trial", "schedule_id", "generated_ids")
+    memory = {(r.get("measure"), r.get("point")): r for r in claim.kind("memory")}
+    for record in course.kind("memory"):
+        key = (record.get("measure"), record.get("point"))
+        if record.get("measure") in ("parameter_storage", "cache_storage") and key in memory:
+            found.compared[6] = found.compared.get(6, 0) + 1
+            if memory[key].get("unique_bytes") != record.get("unique_bytes"):
+                found.contradict(6, f"memory {key[0]} {key[1] or ''}: {memory[key].get('unique_bytes')} bytes, the "
+                                    f"course's {record.get('unique_bytes')} (seq {memory[key].get('seq')})")
+    found.timings = _timing_rows(claim, course)
+    return found

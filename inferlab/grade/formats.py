@@ -1,0 +1,144 @@
+"""grade's output formats, pure functions of the grades: text (for a person), json, junit (one testcase per item),
+gradescope (an autograder's results.json) and csv (one row per submission). Each names the learner.
+
+The writing items carry the learner's own texts in the gradescope format, for the person who grades them, beside
+a short summary of the course's run (what the texts are read against)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Optional
+from xml.etree import ElementTree
+
+from inferlab.grade.grade import Grade, worst
+from inferlab.grade.items import FAIL, MANUAL, PASS
+
+FORMATS = ("text", "json", "junit", "gradescope")
+MARK = {PASS: "pass", MANUAL: "manual", FAIL: "FAIL"}
+TEXT_LIMIT = 20_000  # characters of a learner's text shown in results.json
+
+
+def _who(grade: Grade) -> str:
+    return grade.learner or "(no learner id: pack --learner ID)"
+
+
+def text_page(grade: Grade) -> str:
+    if grade.error:
+        return f"grade: {grade.source}: not graded (exit {grade.exit_status}): {grade.error}\n"
+    lines = [f"grade: {grade.source}", f"learner: {_who(grade)}"]
+    for item in grade.items:
+        lines.append(f"  {MARK[item.status]:6} item {item.item.number}: {item.item.title} "
+                     f"({item.points:g} of {item.item.points:g}"
+                     + (f", plus {item.item.manual_points:g} a person awards" if item.item.manual_points else "") + ")")
+        for check in item.checks:
+            lines.append(f"      {MARK[check.status]:6} {check.name}: {check.detail}")
+            if check.fix and check.status == FAIL:
+                lines.append(f"             to fix: {check.fix}")
+    if grade.integrity:
+        lines.append(f"integrity: {len(grade.integrity)} problem(s): " + "; ".join(grade.integrity[:3]))
+    for finding in grade.findings:
+        lines.append(f"finding (explain it; costs nothing): {finding}")
+    for note in grade.notes:
+        lines.append(f"note: {note}")
+    if grade.comparison and grade.comparison.timings:
+        lines.append("timings (median of the measured trials, ms): run / course")
+        for row in grade.comparison.timings:
+            both = [f"{row[s] * 1e3:.3f}" if row[s] is not None else "-" for s in ("run", "course")]
+            lines.append(f"  {row['prompt_id']} cache {'on' if row['use_cache'] else 'off'} {row['metric']}: "
+                         f"{both[0]} / {both[1]}")
+    lines.append(f"score: {grade.score:g} of {grade.max_score:g} (exit {grade.exit_status})")
+    return "\n".join(lines) + "\n"
+
+
+def text(grades: list[Grade]) -> str:
+    pages = [text_page(g) for g in grades]
+    if len(grades) > 1:
+        pages.append(f"{len(grades)} submissions; worst exit status {worst(g.exit_status for g in grades)}\n")
+    return "\n".join(pages)
+
+
+def as_json(grades: list[Grade]) -> str:
+    return json.dumps({"format": "inferlab-grade", "schema": 2, "grades": [g.as_dict() for g in grades]},
+                      indent=2, allow_nan=False, default=str) + "\n"
+
+
+def junit(grades: list[Grade]) -> str:
+    suites = ElementTree.Element("testsuites")
+    for grade in grades:
+        suite = ElementTree.SubElement(suites, "testsuite", name=f"{grade.learner or grade.source}",
+                                       tests=str(len(grade.items)),
+                                       failures=str(sum(i.status == FAIL for i in grade.items)),
+                                       errors="1" if grade.error else "0",
+                                       skipped=str(sum(i.status == MANUAL for i in grade.items)))
+        properties = ElementTree.SubElement(suite, "properties")
+        for name, value in (("learner", _who(grade)), ("score", f"{grade.score:g}"),
+                            ("max_score", f"{grade.max_score:g}"), ("exit_status", str(grade.exit_status))):
+            ElementTree.SubElement(properties, "property", name=name, value=value)
+        if grade.error:
+            case = ElementTree.SubElement(suite, "testcase", classname=grade.source, name="submission")
+            ElementTree.SubElement(case, "error", message=grade.error)
+        for item in grade.items:
+            case = ElementTree.SubElement(suite, "testcase", classname=grade.source,
+                                          name=f"item {item.item.number}: {item.item.title}")
+            if item.status == FAIL:
+                ElementTree.SubElement(case, "failure", message=item.message()[:500]).text = item.message()
+            elif item.status == MANUAL:
+                ElementTree.SubElement(case, "skipped", message="a person grades this item")
+    return ElementTree.tostring(suites, encoding="unicode") + "\n"
+
+
+def _shown(label: str, text: Optional[str]) -> str:
+    if text is None:
+        return f"{label}: none handed in"
+    return f"--- {label} ---\n{text[:TEXT_LIMIT]}" + ("\n[cut]" if len(text) > TEXT_LIMIT else "")
+
+
+def gradescope(grade: Grade, execution_time: float = 0.0, course_summary: Optional[str] = None) -> str:
+    """An autograder's results.json for one submission (Gradescope's format)."""
+    if grade.error:
+        output = f"not graded: {grade.error}"
+        data = {"score": 0.0, "execution_time": round(execution_time, 3), "output": output,
+                "tests": [{"name": "A submission to grade", "score": 0.0, "max_score": grade.max_score,
+                           "status": "failed", "output": output, "visibility": "visible"}]}
+    else:
+        tests = []
+        for item in grade.items:
+            output = item.message()
+            if item.item.number in (1, 7):
+                output += "\n\n" + _shown("your predictions", grade.texts.predictions)
+                output += "\n\n" + _shown("your explanation", grade.texts.explanation)
+                if course_summary:
+                    output += "\n\n--- the course's run, the evidence these are read against ---\n" + course_summary
+            tests.append({"name": f"Item {item.item.number}: {item.item.title}", "number": str(item.item.number),
+                          "score": item.points, "max_score": item.item.points,
+                          "status": "failed" if item.status == FAIL else "passed", "output": output,
+                          "visibility": item.item.visibility})
+        summary = [f"learner: {_who(grade)}"] + [f"note: {n}" for n in grade.notes] + \
+                  [f"integrity: {p}" for p in grade.integrity] + [f"finding: {f}" for f in grade.findings]
+        data = {"score": grade.score, "execution_time": round(execution_time, 3), "output": "\n".join(summary),
+                "tests": tests}
+    data["extra_data"] = {"learner": grade.learner, "exit_status": grade.exit_status, "source": grade.source}
+    return json.dumps(data, indent=2, allow_nan=False, default=str) + "\n"
+
+
+def csv_text(grades: list[Grade]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    numbers = sorted({i.item.number for g in grades for i in g.items}) or list(range(1, 8))
+    writer.writerow(["learner", "source", "score", "max_score", "exit_status", "compared_exactly",
+                     *[f"item_{n}" for n in numbers], "notes"])
+    for grade in grades:
+        status = {i.item.number: i.status for i in grade.items}
+        exact = "" if grade.comparison is None else str(grade.comparison.exact).lower()
+        writer.writerow([grade.learner or "", grade.source, f"{grade.score:g}", f"{grade.max_score:g}",
+                         grade.exit_status, exact, *[status.get(n, "") for n in numbers],
+                         " | ".join(grade.notes + ([grade.error] if grade.error else []))])
+    return out.getvalue()
+
+
+def render(grades: list[Grade], name: str) -> str:
+    if name == "gradescope":
+        return gradescope(grades[0])
+    return {"text": text, "json": as_json, "junit": junit}[name](grades)

@@ -1,0 +1,116 @@
+"""The entry points' own rules: every command and `python -m inferlab.*` entry refuses a Python without the
+project's packages before it reads or writes anything (exit 2, one line naming the Python to use)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+
+
+def system_python_lacks_the_project() -> bool:
+    if SYSTEM_PYTHON is None:
+        return False
+    done = subprocess.run([SYSTEM_PYTHON, "-c", "import torch, safetensors"], capture_output=True)
+    return done.returncode != 0
+
+
+@pytest.mark.process
+@pytest.mark.skipif(not system_python_lacks_the_project(), reason="no system Python without the project's packages")
+@pytest.mark.parametrize("entry", [["-m", "inferlab", "verify", "RUN"], ["-m", "inferlab", "grade", "RUN"],
+                                   ["-m", "inferlab", "pack", "RUN", "-o", "OUT"],
+                                   ["-m", "inferlab.grade.bundle", "run"]])
+def test_a_python_without_the_project_is_refused_in_one_line_and_nothing_is_written(tmp_path, entry):
+    run = tmp_path / "run"
+    run.mkdir()
+    argv = [str(run) if a == "RUN" else str(tmp_path / "out.tar.gz") if a == "OUT" else a for a in entry]
+    done = subprocess.run([SYSTEM_PYTHON, *argv], cwd=REPO_ROOT, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin", "AUTOGRADER_ROOT": str(tmp_path)})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr and ".venv/bin/python" in lines[0], done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # nothing written
+
+
+SLEEPING_HARNESS = '''
+from shared_runs import experiment_here
+
+
+def test_first(tmp_path):
+    def sleeping(project):
+        (project / "experiments" / "test_sleep.py").write_text(
+            "import time\\ndef test_sleeps():\\n    open(%r, 'w').close()\\n    time.sleep(60)\\n")
+    experiment_here(tmp_path, "-k", "sleeps", prepare=sleeping)
+
+
+def test_second():
+    open(%r, "w").close()
+'''
+
+
+@pytest.mark.process
+def test_the_first_ctrl_c_stops_a_harness_session_inside_an_inner_session(tmp_path):
+    """An experiment session run inside the suite's process (shared_runs.experiment_here, as the shared runs are made)
+    takes Ctrl-C with its own handler; the suite stops all the same, and runs no further test."""
+    import signal
+    import sys
+    import time
+
+    from child_process import popen_signallable
+
+    started, second = tmp_path / "started", tmp_path / "second-ran"
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "test_outer.py").write_text(SLEEPING_HARNESS % (str(started), str(second)))
+    env = {**__import__("os").environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
+    done = popen_signallable([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_outer.py"],
+                             cwd=tmp_path / "harness", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), done.communicate(timeout=60)[0]
+    done.send_signal(signal.SIGINT)
+    out, _ = done.communicate(timeout=20)
+    assert done.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert not second.exists(), out
+
+
+from fixture_runs import runs  # noqa: E402,F401 (a fixture)
+
+
+def test_every_command_refuses_a_plan_folder_the_same_way(runs, tmp_path, capsys):
+    from inferlab.__main__ import main
+
+    plan = runs.get("plan")
+    for argv in (["verify", plan], ["report", plan], ["compare", runs.get("complete"), plan],
+                 ["pack", plan, "-o", tmp_path / "p.tar.gz"], ["grade", plan]):
+        assert main([str(a) for a in argv]) == 2, argv
+        said = capsys.readouterr()
+        assert "plan folder (written by --plan): no test ran" in said.out + said.err, argv
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_of_a_folder_with_itself_is_refused(runs, capsys):
+    from inferlab.__main__ import main
+
+    assert main(["compare", str(runs.get("complete")), str(runs.get("complete"))]) == 2
+    assert "DIR1 and DIR2 are the same run folder" in capsys.readouterr().err
+
+
+def test_attaching_the_same_bytes_again_writes_nothing_and_says_so(runs, tmp_path, capsys):
+    from inferlab.__main__ import main
+    from fixtures_records import copy_run
+    from grading_helpers import answered_explanation
+
+    run = copy_run(runs.get("complete"), tmp_path / "run")
+    explanation = tmp_path / "my_explanation.md"
+    explanation.write_text(answered_explanation())
+    assert main(["attach", str(run), str(explanation)]) == 0
+    assert main(["attach", str(run), str(explanation)]) == 0
+    assert "byte for byte the explanation already attached as addenda/my_explanation.md" in capsys.readouterr().out
+    assert len((run / "addenda.jsonl").read_text().splitlines()) == 1

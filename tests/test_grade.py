@@ -1,0 +1,254 @@
+"""grade on the course's run: a handed-in run earns items 2 to 6 by agreeing with the course's own run, and never
+scores above an honest complete run; the writing earns items 1 and 7; outputs never replace a user's file; nothing
+outside a submission is read. The session's stand-in run (answered predictions) is the course's run throughout."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from inferlab.__main__ import main
+from inferlab.grade import bundle, formats, rubric
+from inferlab.grade.grade import grade_source, grade_writing
+from inferlab.grade.items import FAIL, MANUAL, PASS, Writing
+
+from forging import rebind
+from grading_helpers import answered_explanation, answered_predictions
+
+pytestmark = pytest.mark.process
+
+
+@pytest.fixture(scope="module")
+def honest(standin_run, tmp_path_factory) -> Path:
+    """A copy of the course's run with an explanation attached by `attach`, as a learner hands it in."""
+    run = shutil.copytree(standin_run, tmp_path_factory.mktemp("honest") / "run")
+    explanation = run.parent / "my_explanation.md"
+    explanation.write_text(answered_explanation())
+    assert main(["attach", str(run), str(explanation)]) == 0
+    return run
+
+
+def packed(run: Path, target: Path, learner: str = "ada") -> Path:
+    assert main(["pack", str(run), "-o", str(target), "--learner", learner]) in (0, 1)
+    return target
+
+
+def statuses(grade) -> dict:
+    return {item.item.number: item.status for item in grade.items}
+
+
+def test_an_honest_complete_archive_scores_full_and_is_compared_exactly(honest, standin_run, tmp_path):
+    from inferlab.read.runview import RunView
+
+    grade = grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), RunView.read(standin_run))
+    assert grade.exit_status == 0 and grade.score == grade.max_score, formats.text_page(grade)
+    assert statuses(grade) == {1: MANUAL, 2: PASS, 3: PASS, 4: PASS, 5: PASS, 6: PASS, 7: MANUAL}
+    assert grade.comparison.exact and grade.learner == "ada"
+    assert all(grade.comparison.compared.get(n) for n in (3, 4, 5, 6)), grade.comparison.compared
+
+
+def cached_replaced_by_uncached(source: Path, target: Path) -> Path:
+    """Every cached logit vector replaced by its uncached twin, every hash redone (a forger on the same machine)."""
+    import hashlib
+
+    import numpy
+    from safetensors.numpy import load_file, save_file
+
+    run = shutil.copytree(source, target)
+    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    for record in [r for r in records if r["kind"] == "cache_comparison"]:
+        cached, uncached = record["tensors"]["cached"], record["tensors"]["uncached"]
+        tensors = load_file(str(run / cached["file"]))
+        tensors[cached["key"]] = tensors[uncached["key"]].copy()
+        save_file(tensors, str(run / cached["file"]))
+        cached["sha256"] = hashlib.sha256(numpy.ascontiguousarray(tensors[cached["key"]]).tobytes()).hexdigest()
+        record["max_abs_diff"], record["bitwise_equal"] = 0.0, True
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rebind(run)
+    return run
+
+
+def test_cached_logits_replaced_by_their_uncached_twins_fail_the_cache_item_naming_the_element(
+        honest, standin_run, tmp_path):
+    from inferlab.read.runview import RunView
+
+    forged = cached_replaced_by_uncached(honest, tmp_path / "forged")
+    assert main(["verify", str(forged)]) == 0  # its files are consistent: only the course's run can tell
+    grade = grade_source(forged, rubric.load(), RunView.read(standin_run))
+    assert statuses(grade)[5] == FAIL and grade.exit_status == 3
+    detail = next(c.detail for c in grade.items[4].checks if c.name == "course_run")
+    assert "contradicts the course's run: cache_comparison prefix" in detail and "element [" in detail, detail
+
+
+def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_more(honest, standin_run, tmp_path):
+    from inferlab.read.runview import RunView
+
+    forged = cached_replaced_by_uncached(honest, tmp_path / "forged")
+    manifest = json.loads((forged / "manifest.json").read_text())
+    manifest["platform"]["cpu_model"] = "Some Other CPU"
+    (forged / "manifest.json").write_text(json.dumps(manifest))
+    rebind(forged)  # the explanation bound to the edited manifest, as a forger would keep it
+    course = RunView.read(standin_run)
+    grade = grade_source(forged, rubric.load(), course)
+    honest_grade = grade_source(honest, rubric.load(), course)
+    assert not grade.comparison.exact and "cpu_model" in grade.comparison.why_not_exact[0]
+    text = formats.text_page(grade)
+    assert "not exact" in text and "Some Other CPU" in text and "no contradiction" not in text
+    assert grade.score <= honest_grade.score
+
+
+def test_a_partial_run_scores_less_than_a_complete_one(tmp_path_factory, honest, standin_run):
+    from inferlab.read.runview import RunView
+    from shared_runs import experiment_once
+
+    partial = experiment_once(tmp_path_factory, "standin-partial", "--specimen", "standin", "-k",
+                              "specimen or inputs or sampling", here=True)
+    course = RunView.read(standin_run)
+    grade = grade_source(partial.run, rubric.load(), course)
+    full = grade_source(honest, rubric.load(), course)
+    assert statuses(grade)[4] == PASS and statuses(grade)[5] == FAIL and statuses(grade)[6] == FAIL
+    assert grade.score < full.score
+
+
+def test_writing_alone_earns_the_writing_items_only_and_says_no_run_came(tmp_path):
+    texts = Writing(predictions=answered_predictions(), explanation=answered_explanation())
+    grade = grade_writing(texts, rubric.load(), "writing")
+    assert statuses(grade) == {1: MANUAL, 2: FAIL, 3: FAIL, 4: FAIL, 5: FAIL, 6: FAIL, 7: MANUAL}
+    assert grade.score == 10 and any("no run was handed in" in note for note in grade.notes)
+
+
+def test_placeholder_text_under_every_heading_is_not_written(tmp_path):
+    from grading_helpers import written_explanation
+
+    texts = Writing(predictions=answered_predictions(), explanation=written_explanation(["TODO"]))
+    grade = grade_writing(texts, rubric.load(), "writing")
+    assert statuses(grade)[7] == FAIL and "placeholders aside" in grade.items[6].message()
+
+
+def test_a_run_of_another_specimen_is_not_comparable_and_says_why(honest, tmp_path):
+    from inferlab.read.runview import RunView
+
+    other = shutil.copytree(honest, tmp_path / "other")
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["specimen"]["name"] = "replica"
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    grade = grade_source(honest, rubric.load(), RunView.read(other))
+    assert all(statuses(grade)[n] == FAIL for n in (3, 4, 5, 6))
+    assert "not comparable: the run used standin" in grade.items[2].message()
+    assert "reference" not in formats.text_page(grade)
+
+
+# --- outputs: a user's file is never replaced unless asked ------------------------------------------------------
+
+
+def test_grade_out_over_a_learners_file_is_refused_and_the_file_kept_byte_for_byte(honest, tmp_path, capsys):
+    mine = tmp_path / "my_explanation.md"
+    mine.write_bytes(b"my own words\n")
+    for option in ("--out", "--csv"):
+        assert main(["grade", str(honest), option, str(mine)]) == 2
+        assert mine.read_bytes() == b"my own words\n" and "--replace" in capsys.readouterr().err
+
+
+def test_pack_refuses_a_zip_name_for_its_gzipped_tar(honest, tmp_path, capsys):
+    assert main(["pack", str(honest), "-o", str(tmp_path / "x.zip")]) == 2
+    assert "name the file FILE.tar.gz" in capsys.readouterr().err and not (tmp_path / "x.zip").exists()
+
+
+def test_grade_refuses_two_course_runs(honest, standin_run, capsys):
+    assert main(["grade", str(honest), "--against", str(standin_run), "--against", str(standin_run)]) == 2
+    assert "--against was given 2 times" in capsys.readouterr().err
+
+
+# --- confinement: nothing outside a submission is read because a file inside names it ---------------------------
+
+
+@pytest.fixture
+def guarded(monkeypatch):
+    """A file outside every submission; opening it in any way fails the test."""
+    def install(path: Path):
+        path = os.path.realpath(path)
+
+        def guard(opener):
+            def opened(file, *args, **kwargs):
+                if isinstance(file, (str, bytes, os.PathLike)) and os.path.realpath(os.fsdecode(file)) == path:
+                    raise AssertionError(f"{path} was opened")
+                return opener(file, *args, **kwargs)
+            return opened
+
+        for module, name in ((builtins, "open"), (io, "open"), (os, "open")):
+            monkeypatch.setattr(module, name, guard(getattr(module, name)))
+    return install
+
+
+@pytest.mark.parametrize("field", ["absolute", "dotdot"])
+def test_an_archive_naming_a_file_outside_it_opens_nothing_outside(honest, tmp_path, guarded, field):
+    secret = tmp_path / "course" / "reference.md"
+    secret.parent.mkdir()
+    secret.write_text(answered_predictions())
+    run = shutil.copytree(honest, tmp_path / "claim" / "run")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["predictions"]["copied_to"] = str(secret) if field == "absolute" else "../../course/reference.md"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    ledger = run / "addenda.jsonl"
+    entry = json.loads(ledger.read_text().splitlines()[0])
+    entry["file"] = str(secret) if field == "absolute" else "addenda/../../../course/reference.md"
+    ledger.write_text(json.dumps(entry) + "\n")
+    archive = packed(run, tmp_path / "claim.tar.gz")
+    guarded(secret)
+    grade = grade_source(archive, rubric.load())
+    assert grade.texts.explanation is None and grade.texts.predictions == answered_predictions()
+    assert any("addenda.jsonl" in line for line in grade.integrity), grade.integrity
+
+
+def test_an_archive_with_a_link_or_an_absolute_entry_is_refused_before_anything_is_written(tmp_path):
+    archive = tmp_path / "bad.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("run/records.jsonl")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    grade = grade_source(archive, rubric.load())
+    assert grade.exit_status == 2 and "not a plain file or folder" in grade.error
+
+
+# --- the Gradescope bundle, end to end ------------------------------------------------------------------------
+
+
+def test_the_bundle_makes_the_course_run_and_grades_an_archive_against_it(honest, tmp_path):
+    zipped = tmp_path / "autograder.zip"
+    bundle.write_zip(zipped, "standin", None, None)
+    root = tmp_path / "autograder"
+    import zipfile
+
+    with zipfile.ZipFile(zipped) as archive:
+        archive.extractall(root / "source")
+    packed(honest, root / "submission" / "run.tar.gz")
+    (root / "submission_metadata.json").write_text(json.dumps({"users": [{"email": "ada@example.edu"}]}))
+    os.environ[bundle.ROOT_VARIABLE] = str(root)
+    try:
+        assert bundle.run(root) == 0
+    finally:
+        del os.environ[bundle.ROOT_VARIABLE]
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 60 and results["execution_time"] > 0, results["output"]
+    assert results["extra_data"]["learner"] == "ada@example.edu"
+    item1 = next(t for t in results["tests"] if t["number"] == "1")
+    assert "--- your predictions ---" in item1["output"] and "the course's run, the evidence" in item1["output"]
+
+
+def test_a_replica_bundle_carries_the_files_the_replica_is_built_from(tmp_path, monkeypatch):
+    import zipfile
+
+    from conftest import require_reference_dir
+
+    reference = require_reference_dir()
+    monkeypatch.setenv(bundle.REFERENCE_VARIABLE, str(reference))
+    bundle.write_zip(tmp_path / "a.zip", "replica", None, None)
+    names = zipfile.ZipFile(tmp_path / "a.zip").namelist()
+    assert {f"{bundle.REFERENCE_DIR}/{p.name}" for p in reference.iterdir() if p.is_file()} <= set(names)

@@ -1,0 +1,211 @@
+"""The offline builds: the stand-in's and the replica's bytes are exactly their pins, their commands build or refuse
+cleanly, and each meets the tokenizer and layout it promises. Replica tests skip, naming the folder, where pythia-14m's
+published small files (../shared/reference/pythia-14m) are absent."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferlab import protocol, specimen
+from inferlab.specimen import build, recipe
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+needs_reference = pytest.mark.skipif(
+    not (build.reference_dir() / build.HEADER_FILE).is_file(),
+    reason=f"the replica needs pythia-14m's published small files in {build.reference_dir()} (../shared beside the "
+           f"project), present on the course's CI machines but not in a learner's clone")
+REPLICA_IDS = 50277  # ids 0..50276 have a token; the model has 50304 rows
+
+
+@pytest.fixture(scope="module")
+def replica_dir(tmp_path_factory):
+    if not (build.reference_dir() / build.HEADER_FILE).is_file():
+        pytest.skip(f"needs pythia-14m's published small files in {build.reference_dir()}")
+    return Path(build.REPLICA.build(tmp_path_factory.mktemp("replica") / "built")["directory"])
+
+
+@pytest.fixture(scope="module")
+def standin_tokenizer(standin_dir):
+    from transformers import GPTNeoXTokenizerFast
+
+    return GPTNeoXTokenizerFast.from_pretrained(standin_dir, local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def replica_tokenizer(replica_dir):
+    from transformers import GPTNeoXTokenizerFast
+
+    return GPTNeoXTokenizerFast.from_pretrained(replica_dir, local_files_only=True)
+
+
+def pins(name: str) -> dict:
+    return {file: pin for file, pin in specimen.load_spec(name).expected.items() if not pin.get("absent")}
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("name", ["standin", pytest.param("replica", marks=needs_reference)])
+def test_the_command_builds_exactly_the_pinned_bytes(tmp_path, name):
+    (tmp_path / "out").mkdir()  # an empty folder is as good as a new one
+    done = subprocess.run([sys.executable, "-m", f"inferlab.{name}", str(tmp_path / "out")], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    built = json.loads(done.stdout)
+    assert built["files"] == pins(name) and built["revision"] == specimen.load_spec(name).revision
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(pins(name))  # the replica: no generation
+
+
+def test_the_session_build_and_the_revisions_are_the_pinned_ones(standin_build):
+    assert standin_build["files"] == pins("standin")
+    assert specimen.load_spec("standin").revision == build.STANDIN.revision() != build.REPLICA.revision()
+    assert specimen.local_builder(specimen.load_spec("replica")) is build.REPLICA
+
+
+def refusal_target(tmp_path: Path, case: str) -> Path:
+    (tmp_path / "a-file").write_text("keep me")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "model.safetensors").write_bytes(b"a learner's own weights")
+    return {"non-empty": tmp_path / "mine", "a-file": tmp_path / "a-file", "under-a-file": tmp_path / "a-file" / "sub",
+            "proc": Path("/proc/inferlab-cannot-be-here")}[case]
+
+
+@pytest.mark.parametrize("case, message", [("non-empty", "it holds 1 entry (model.safetensors)"),
+                                           ("a-file", "actual: an existing file"),
+                                           ("under-a-file", "could not write"), ("proc", "could not write")])
+def test_the_command_refuses_a_target_it_must_not_or_cannot_write_in_one_line(tmp_path, capsys, case, message):
+    target = refusal_target(tmp_path, case)
+    before = sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file())
+    quick = dataclasses.replace(build.STANDIN, contents=lambda variant: {"config.json": b"{}"})  # its refusals alone
+    assert quick.main([str(target)]) == 2  # in process: an unhandled error would fail with its traceback
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()) == before
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("case", ["without-the-projects-packages", "replica-without-its-reference"])
+def test_the_command_refuses_cleanly_where_it_cannot_build(tmp_path, case):
+    """Issue 54: outside the project's environment, one line naming the Python to use and exit 2, not a traceback."""
+    name, flags = ("standin", ["-S"]) if case.startswith("without") else ("replica", [])
+    env = {**os.environ, build.REFERENCE_ENV: str(tmp_path / "absent")}
+    done = subprocess.run([sys.executable, *flags, "-m", f"inferlab.{name}", str(tmp_path / "out")], cwd=REPO_ROOT,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    expected = f".venv/bin/python -m inferlab.{name} DIR" if flags else f"{tmp_path / 'absent'}"
+    assert expected in done.stderr and "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_replica_without_its_reference_is_a_usage_error_before_a_run_writes_anything(pytester, monkeypatch,
+                                                                                        tmp_path):
+    import shutil
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv(build.REFERENCE_ENV, str(tmp_path / "absent"))
+    shutil.copytree(REPO_ROOT / "experiments", pytester.path / "experiments")
+    shutil.copytree(REPO_ROOT / "artifacts", pytester.path / "artifacts", ignore=shutil.ignore_patterns("cache"))
+    shutil.copy(REPO_ROOT / "conftest.py", pytester.path / "conftest.py")
+    result = pytester.runpytest_subprocess("experiments", "--specimen", "replica", "--record-dir", "run")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and not (pytester.path / "run").exists()
+    result.stderr.fnmatch_lines([f"*--specimen replica*{tmp_path / 'absent'}*"])
+
+
+def test_a_builders_own_error_is_a_recorded_refusal(monkeypatch, tmp_path):
+    """A reference header that no longer fits the recipe raises ValueError inside the build: the acquisition still
+    returns its record, with the reason, and publishes nothing into the cache."""
+    def broken(header, variant=None):
+        raise ValueError("model.safetensors.header: a tensor the recipe does not know")
+
+    monkeypatch.setattr(build, "weight_file_bytes", broken)
+    monkeypatch.setattr(build, "require_reference", lambda: tmp_path)
+    for name in (*build.COPIED_FILES, build.HEADER_FILE):
+        (tmp_path / name).write_bytes(b"{}")
+    outcome = specimen.acquisition_outcome(specimen.load_spec("replica"), cache_root=tmp_path / "cache")
+    assert (outcome["ok"], outcome["acquisition"]) == (False, "built_offline")
+    assert "building it offline failed: ValueError: model.safetensors.header: a tensor" in outcome["error"]
+    assert not list((tmp_path / "cache").glob("replica/*/*"))
+
+
+# --- the files each one promises ------------------------------------------------------------------------------
+
+
+def test_the_standin_has_pythias_layout_the_recipes_weights_and_says_it_is_synthetic(standin_dir):
+    from safetensors import safe_open
+
+    assert (standin_dir / "model.safetensors").stat().st_size == pins("pythia-14m")["model.safetensors"]["size"]
+    expected = recipe.weights()
+    with safe_open(standin_dir / "model.safetensors", framework="numpy") as handle:
+        assert {name: (tuple(handle.get_slice(name).get_shape()), handle.get_slice(name).get_dtype())
+                for name in handle.keys()} == {name: (shape, "F16") for name, shape in recipe.expected_shapes().items()}
+        assert handle.metadata() == {"format": "pt"}
+        assert all(np.array_equal(handle.get_tensor(name), expected[name]) for name in expected)
+    config = json.loads((standin_dir / "config.json").read_text())
+    assert {key: config[key] for key in specimen.load_spec("pythia-14m").architecture} == \
+        specimen.load_spec("pythia-14m").architecture
+    assert config["inferlab_synthetic"] is True and "Not EleutherAI/pythia-14m" in config["inferlab_note"]
+    assert json.loads((standin_dir / "tokenizer_config.json").read_text())["inferlab_synthetic"] is True
+
+
+def test_the_replica_is_the_published_small_files_and_header_with_the_standins_weights(replica_dir, standin_dir):
+    reference = build.reference_dir()
+    assert all((replica_dir / n).read_bytes() == (reference / n).read_bytes() for n in build.COPIED_FILES)
+    data, header = (replica_dir / "model.safetensors").read_bytes(), (reference / build.HEADER_FILE).read_bytes()
+    assert struct.unpack("<Q", data[:8])[0] == len(header) and data[8:8 + len(header)] == header
+    assert data == (standin_dir / "model.safetensors").read_bytes()  # one recipe, laid out by the real header
+
+
+@pytest.mark.parametrize("name", ["standin", "replica"])
+def test_eos_is_id_zero_and_every_prompt_round_trips(request, name):
+    tokenizer = request.getfixturevalue(f"{name}_tokenizer")
+    assert (tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id) == (0, 0, None)
+    assert tokenizer.is_fast and len(tokenizer) == {"standin": recipe.VOCAB, "replica": REPLICA_IDS}[name]
+    for text in {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}.values():
+        ids = tokenizer(text, add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]
+        assert tokenizer.decode(ids, clean_up_tokenization_spaces=False) == text and 0 not in ids
+
+
+@pytest.mark.slow
+def test_every_standin_id_decodes_to_something_and_filler_words_are_never_produced(standin_tokenizer):
+    """The model can select any of its 50,304 ids; all but the two special ones decode to visible text, and the
+    filler tokens that make that so have no merges: text made of them still splits into trained pieces."""
+    tokenizer = standin_tokenizer
+    decoded = tokenizer.batch_decode([[i] for i in range(recipe.VOCAB)], skip_special_tokens=True)
+    assert [i for i, text in enumerate(decoded) if text == ""] == [0, 1]
+    word = build.filler_token(12345)
+    assert tokenizer.convert_tokens_to_ids(word) not in tokenizer(word.replace("\u0120", " "))["input_ids"]
+
+
+def test_the_replica_meets_the_real_tokenizers_facts(replica_tokenizer, replica_dir):
+    from transformers import AutoConfig
+
+    from inferlab.measure.inputs import NO_TOKEN_NOTE, eos_cross_check, token_pieces
+
+    tokenizer = replica_tokenizer
+    assert tokenizer("The cat sat", add_special_tokens=False)["input_ids"] == [510, 5798, 2206]  # published ids
+    lengths = {p: len(tokenizer({**protocol.PROMPTS, **protocol.TIMING_PROMPTS}[p])["input_ids"]) for p in
+               ("P1", "P2", "P1x8")}
+    assert lengths == {"P1": 8, "P2": 7, "P1x8": 64}
+    extra = list(range(REPLICA_IDS, recipe.VOCAB))  # model rows without a token decode to nothing
+    assert tokenizer.convert_ids_to_tokens(extra) == [None] * len(extra)
+    pieces = token_pieces(tokenizer, [510, 50290, 0])
+    assert (pieces["pieces"], pieces["ids_without_token"], pieces["note"]) == (
+        ["The", None, "<|endoftext|>"], [50290], NO_TOKEN_NOTE)
+    check = eos_cross_check(replica_dir, tokenizer, AutoConfig.from_pretrained(replica_dir, local_files_only=True))
+    assert check["eos_token_id_by_source"] == {"tokenizer": 0, "config.json": 0} and check["agree"] is True
+    assert check["checkpoint_generation_config_present"] is False
+
+
+@pytest.mark.slow
+def test_the_replicas_real_configuration_loads_as_float32(replica_dir):
+    from inferlab.measure import loading
+
+    model = loading.load_specimen(replica_dir, specimen.load_spec("replica"))["model"]
+    assert (model.config.attention_bias, model.config.vocab_size, model.config.hidden_size) == (True, 50304, 128)
+    assert {str(p.dtype) for p in model.parameters()} == {"torch.float32"}
