@@ -5,21 +5,24 @@ Usage (from the repository root):  python -m benchmarks.overhead [--rounds N] [-
 In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then over N interleaved
 rounds time one complete 16-selection greedy run of
   (a) run_greedy_loop   (cache on, timestamps, the thread-usage readings at the ends of its spans (CPU time,
-                         switches, the thread's and the process's page faults) and the collection watch),
-  (b) bare_greedy_loop  (the same forwards and selections, no timestamps),
+                         switches, the thread's and the process's page faults), the collection watch, and the
+                         session's per-forward hook (inferlab.measure.forward_mode): everything a trial runs),
+  (b) bare_greedy_loop  (the same forwards and selections, no timestamps, no hook),
+  (h) bare_greedy_loop with the per-forward hook registered (around the call, outside its timing): what the hook
+       alone costs; (a)/(h) is then what the stamps, the usage reads and the watch cost without it,
   (c) model.generate    (greedy, min_new_tokens = max_new_tokens so EOS cannot stop it early),
   (b') bare_greedy_loop again, an A/A control: the same code as (b), so its distance from (b) is this
        benchmark's own noise, the smallest overhead it can resolve,
 each measured from outside with perf_counter_ns and divided by the number of selections. Every timed call runs as
-a timing trial's spans do by default: after one full collection, with the cyclic collector off (COLLECTOR_DESIGN),
-so no variant pays for a collection another left due. The calls form one
+a timing trial's spans do by default: with the cyclic collector off, after one full collection and gc.freeze()
+before the first round (COLLECTOR_DESIGN), so no variant pays for a collection another left due. The calls form one
 stream in which every variant comes right after each other variant equally often (balanced_cycle; a rotation of
 one fixed order would put (a) after (c) in 3 of 4 rounds and (b') never, so whatever generate leaves behind would
 count as instrumentation, and the A/A control would not share it).
 
 Where a call sits on CPython's frame stack matters as much as what it does. Since 3.11 the interpreter keeps
 its frames in 16 KiB chunks and frees a chunk as soon as the frame that opened it returns (CPython issue
-gh-142183, fixed in 3.13 and 3.14, not in 3.11): a forward whose calls cross a chunk boundary maps and unmaps a
+gh-142183, fixed only in 2026 releases: Debian 13's 3.13.5 shows it too, benchmarks/page_faults.py): a forward whose calls cross a chunk boundary maps and unmaps a
 chunk each time, dozens of times a token. Measured here with the bare loop alone, moving its starting depth one
 small frame at a time changed its page faults per call from 64 to 2880, in a pattern that comes back every
 chunk. Two variants whose own frames differ by a few locals start the model at different offsets, so a
@@ -47,6 +50,7 @@ reads it. The last line is exactly:  overhead_ratio=<a/b> generate_ratio=<c/b>
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import math
@@ -66,10 +70,13 @@ from inferlab import protocol  # noqa: E402
 from inferlab.host import machine  # noqa: E402
 from inferlab.host.environment import git_state  # noqa: E402
 from inferlab.measure import collector, contention  # noqa: E402
+from inferlab.measure.forward_mode import ForwardWatch  # noqa: E402
 from inferlab.measure.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
 
 MIN_ROUNDS = 7
 OVERHEAD_BOUND = 0.01  # the instrumented loop's goal: within 1 % of the bare one
+VARIANTS = ("instrumented", "bare", "hooked", "bare_again", "generate")
+HOOKED = ("instrumented", "hooked")  # run with the session's per-forward hook registered, as every trial is
 
 
 def load_model(workdir: Path):
@@ -89,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The benchmark's command line: --rounds, --record-to."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=full_pass_rounds(),
-                        help=f"interleaved rounds (default {full_pass_rounds()}, about 6 minutes here; at least "
+                        help=f"interleaved rounds (default {full_pass_rounds()}, about 8 minutes on a quiet machine; at least "
                              f"{MIN_ROUNDS}, and a multiple of {full_pass_rounds()} for a verdict)")
     parser.add_argument("--record-to", dest="results", type=Path, default=machine.RESULTS_FILE, metavar="FILE",
                         help=f"append the result to this JSON Lines file (default: {machine.RESULTS_FILE}, which git "
@@ -132,20 +139,24 @@ def main(argv=None) -> int:
             )
         return out[0, input_ids.shape[1] :].tolist()
 
-    variants = {"instrumented": instrumented, "bare": bare, "bare_again": bare, "generate": generate}
-    names = list(variants)
+    variants = {"instrumented": instrumented, "bare": bare, "hooked": bare, "bare_again": bare, "generate": generate}
+    names = list(VARIANTS)
     orders = round_orders(names, args.rounds)
     depths = round_depths(args.rounds)
     # warmup, not measured, in the cycle's last order: the first measured call follows what the cycle puts before it
-    warm = {names[i]: variants[names[i]]() for i in balanced_cycle(len(names))[-1]}
+    warm = {}
+    for i in balanced_cycle(len(names))[-1]:
+        with forward_hook(model, names[i] in HOOKED):
+            warm[names[i]] = variants[names[i]]()
     for name, ids in warm.items():
         if len(ids) != n:
             raise RuntimeError(f"benchmark: {name} made {len(ids)} selections, expected {n}")
 
     per_token_ns = {name: [] for name in variants}
+    collection = collector.collect_once("benchmarks/overhead.py: after the warmup, before the first measured round")
     for order, depth in zip(orders, depths):
         for name in order:
-            with collector_state():  # outside the timed call: the same for every variant
+            with collector_state(), forward_hook(model, name in HOOKED):  # outside the timed call
                 per_token_ns[name].append(at_depth(depth, functools.partial(timed_call, variants[name])) / n)
 
     result = make_result(per_token_ns, warm, description, int(input_ids.shape[1]), n, args.rounds, git=started_at)
@@ -168,6 +179,10 @@ def main(argv=None) -> int:
     print(f"per round (neighbours in time), median: instrumented/bare {paired['overhead']:.4f} "
           f"[{paired['interval'][0]:.4f}, {paired['interval'][1]:.4f}], A/A bare again/bare {paired['aa']:.4f}: "
           f"noise ±{paired['noise']:.2%}; {paired['verdict']}")
+    hook, readings = result["hook"], result["readings_without_hook"]
+    print(f"per round, median: the per-forward hook alone (hooked/bare) {hook['median']:.4f} [{hook['interval'][0]:.4f}, "
+          f"{hook['interval'][1]:.4f}]; stamps, usage reads and watch without it (instrumented/hooked) "
+          f"{readings['median']:.4f} [{readings['interval'][0]:.4f}, {readings['interval'][1]:.4f}]")
     usage = contention.usage_read_cost(10_000)
     watch = collector.watch_cost(10_000)
     print(f"thread-usage reading ({', '.join(contention.READING_FIELDS)}; {contention.usage_sources()}): "
@@ -177,7 +192,7 @@ def main(argv=None) -> int:
     result["stack_placement"] = {"design": STACK_DESIGN, "depths": STACK_DEPTHS, "frame_slots": STACK_FRAME_SLOTS,
                                  "chunk_bytes": STACK_CHUNK_BYTES, "uses_per_depth": depth_use(depths)}
     result["usage_read_cost"] = {**usage, "sources": contention.usage_sources(), "fields": list(contention.READING_FIELDS)}
-    result["collector"] = {"design": COLLECTOR_DESIGN, **watch}
+    result["collector"] = {"design": COLLECTOR_DESIGN, **watch, "collection": collection}
     machine.append_result(result, args.results)
     print(f"result appended to {args.results}")
     print(f"overhead_ratio={result['overhead_ratio']:.3f} generate_ratio={result['generate_ratio']:.3f}")
@@ -197,11 +212,22 @@ STACK_DESIGN = ("each round runs all its variants below the same number of at_de
                 "amounts meet nearby offsets, not identical ones")
 
 
-COLLECTOR_DESIGN = ("every timed call, of every variant, runs after one full gc.collect() with the cyclic collector "
-                    "off (collector.TimedBlock under off_in_spans, outside the timed call), as a timing trial does by "
-                    "default; the instrumented variant keeps its collection watch and every usage reading, so what "
-                    "it adds is what a trial adds inside its spans, and the full collection, outside every span of a "
-                    "trial, is no part of either")
+COLLECTOR_DESIGN = ("one full gc.collect() and gc.freeze() before the first measured round (collector.collect_once, "
+                    "as a run does once before its timing trials), then every timed call, of every variant, with the "
+                    "cyclic collector off (collector.TimedBlock under off_in_spans, outside the timed call), as a "
+                    "timing trial has it by default; the instrumented variant keeps its collection watch and every "
+                    "usage reading, so what it adds is what a trial adds inside its spans")
+
+
+@contextlib.contextmanager
+def forward_hook(model, on: bool):
+    """The session's per-forward hook (forward_mode.ForwardWatch) registered on the model while `on`, else nothing."""
+    watch = ForwardWatch(model) if on else None
+    try:
+        yield
+    finally:
+        if watch is not None:
+            watch.remove()
 
 
 def collector_state():
@@ -234,7 +260,7 @@ def round_depths(rounds: int) -> list[int]:
     return [(r * stride) % STACK_DEPTHS for r in range(rounds)]
 
 
-def full_pass_rounds(variants: int = 4) -> int:
+def full_pass_rounds(variants: int = len(VARIANTS)) -> int:
     """The fewest rounds in which every stack depth and every order of the balanced cycle come equally often."""
     return math.lcm(len(balanced_cycle(variants)), STACK_DEPTHS)
 
@@ -359,6 +385,12 @@ def paired_ratios(per_token_ns: dict, placements_balanced: bool = True) -> dict:
             "verdict": verdict}
 
 
+def ratio_of(numerators: list, denominators: list) -> dict:
+    """The median of the per-round ratios and its distribution-free 95 % interval (median_interval)."""
+    ratios = [a / b for a, b in zip(numerators, denominators)]
+    return {"median": statistics.median(ratios), "interval": list(median_interval(ratios))}
+
+
 def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tokens: int, selections: int,
                 rounds: int, git: Optional[dict] = None) -> dict:
     """One benchmark result as a plain dict, with this machine's fingerprint and the software versions; `git` is
@@ -387,6 +419,8 @@ def make_result(per_token_ns: dict, warm_ids: dict, description: str, prompt_tok
                       "instrumented_vs_generate": warm_ids["instrumented"] == warm_ids["generate"]},
         "overhead_ratio": medians["instrumented"] / medians["bare"],
         "paired": paired_ratios(per_token_ns, placements_balanced=balanced_rounds(rounds)),
+        "hook": ratio_of(per_token_ns["hooked"], per_token_ns["bare"]),
+        "readings_without_hook": ratio_of(per_token_ns["instrumented"], per_token_ns["hooked"]),
         "generate_ratio": medians["generate"] / medians["bare"],
     }
 

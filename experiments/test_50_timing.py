@@ -16,16 +16,20 @@ def schedule_param(trial):
 
 @pytest.mark.records("timing_machine")
 def test_machine_before_timing(inferlab_run, record):
-    """The machine just before the first timing trial, and the contention rule every trial will be judged by,
-    declared here before any trial runs (as the cache tolerance is before any error)."""
+    """The machine just before the first timing trial, the contention rule every trial will be judged by and the
+    threshold every cache verdict will be judged against, declared here before any trial runs (as the cache
+    tolerance is before any error)."""
     from inferlab.measure import collector, contention
 
     state = contention.machine_state()
     rule = protocol.CONTENTION_RULE
+    # the run's one full collection, here and not before each trial: no trial starts cold after one
+    collection = collector.collect_once("test_machine_before_timing: after the machine readings, before the first "
+                                        "timing trial")
     record("timing_machine", point="before", **state, usage_sources=contention.usage_sources(),
            contention_rule=rule.declaration(),
-           verdict_min_uncontended=protocol.VERDICT_MIN_UNCONTENDED,
-           collector=collector.declaration(inferlab_run.collector_policy))
+           cache_verdict=protocol.cache_verdict_declaration(),
+           collector=collector.declaration(inferlab_run.collector_policy), collection=collection)
     unexplained = contention.unexplained_readings(state)
     assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
 
@@ -79,9 +83,11 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
 
 @pytest.mark.records("timing_machine")
 def test_machine_after_timing(inferlab_run, record):
-    """The machine just after the last timing trial, with how many trials the declared rule marked contended."""
-    from inferlab.measure import contention
+    """The machine just after the last timing trial, with how many trials the declared rule marked contended; the
+    freeze of the one collection before the block is undone here."""
+    from inferlab.measure import collector, contention
 
+    collector.thaw()
     state = contention.machine_state()
     counts = contention.contention_counts(inferlab_run.records_of("timing_trial"))
     before = next((r for r in inferlab_run.records_of("timing_machine") if r.get("point") == "before"), None)
@@ -101,11 +107,13 @@ def _effective_threads():
 @pytest.mark.records("clock_overhead")
 def test_timestamp_overhead(record):
     """What the loop's own clock reads cost, measured in this run from the clock alone (no forward, between
-    trials). benchmarks/overhead.py's fuller comparison is another machine's and another run's, so it is not quoted."""
+    trials); beside it benchmarks/overhead.py's figures for the whole instrumentation (the per-forward hook too),
+    labelled as another run's (its date, commit and machine), never as this one's."""
+    from inferlab.host import machine
     from inferlab.measure import decode_loop
 
     overhead = decode_loop.clock_overhead()
-    record("clock_overhead", **overhead)
+    record("clock_overhead", **overhead, benchmark=machine.benchmark_figures())
     assert overhead["elapsed_ns"] > 0, f"{overhead['reads']} clock reads took {overhead['elapsed_ns']} ns"
     assert overhead["reads_per_trial"] == decode_loop.clock_reads_per_trial(protocol.TIMING_NEW_TOKENS)
 

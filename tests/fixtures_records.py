@@ -520,7 +520,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     run.emit("memory", memory_test, what="parameters", unique_bytes=56270848, analytic_bytes=56270848,
              note="tensor payload of parameters only; not process memory")
     run.emit("memory", memory_test, what="process_rss", current_rss={"bytes": 400_000_000, "meaning": "current"},
-             peak_rss={"bytes": 450_000_000, "meaning": "lifetime peak (cannot be reset)"},
+             peak_rss={"bytes": 450_000_000, "meaning": "lifetime peak (freeing objects does not lower it)"},
              unmeasured_categories={"activations": "temporary hidden states", "workspace": "kernel scratch"})
     run.outcome(memory_test)
     batching_test = "experiments/test_70_batching.py::test_batching_calls"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 
 import pytest
@@ -99,7 +100,8 @@ def test_benchmark_result_carries_the_fingerprint_and_ratios():
     from benchmarks.overhead import make_result
 
     per_token_ns = {"instrumented": [110.0, 100.0, 105.0], "bare": [100.0, 100.0, 100.0],
-                    "bare_again": [100.0, 100.5, 99.0], "generate": [120.0, 121.0, 119.0]}
+                    "hooked": [101.0, 102.0, 100.0], "bare_again": [100.0, 100.5, 99.0],
+                    "generate": [120.0, 121.0, 119.0]}
     warm = {"instrumented": [1, 2], "bare": [1, 2], "generate": [1, 2]}
     result = make_result(per_token_ns, warm, "stand-in", prompt_tokens=9, selections=16, rounds=3)
     assert result["machine"] == machine.machine_fingerprint() and result["recorded_utc"]
@@ -108,6 +110,9 @@ def test_benchmark_result_carries_the_fingerprint_and_ratios():
     assert result["per_token_ns"]["instrumented"] == {"median": 105.0, "min": 100.0, "max": 110.0}
     assert result["ids_equal"] == {"instrumented_vs_bare": True, "instrumented_vs_generate": True}
     assert result["paired"]["overhead"] == 1.05 and result["paired"]["aa"] == 1.0
+    # the per-forward hook alone, and the rest of the instrumentation without it, each from its own rounds
+    assert result["hook"]["median"] == pytest.approx(1.01) and result["readings_without_hook"]["median"] == \
+        pytest.approx(statistics.median([110 / 101, 100 / 102, 105 / 100]))
     assert json.loads(json.dumps(result)) == result
 
 
@@ -162,7 +167,8 @@ def test_the_median_interval_is_the_binomial_order_statistics_one():
 def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
     """at_depth puts exactly `depth` frames below the call, and each pass of STACK_DEPTHS rounds uses each depth once;
     a verdict needs whole passes of both the depths and the order cycle."""
-    from benchmarks.overhead import STACK_DEPTHS, at_depth, balanced_rounds, depth_use, full_pass_rounds, round_depths
+    from benchmarks.overhead import (STACK_DEPTHS, VARIANTS, at_depth, balanced_cycle, balanced_rounds, depth_use,
+                                     full_pass_rounds, round_depths)
 
     def frames_below() -> int:
         frame, count = sys._getframe(1), 0
@@ -175,14 +181,15 @@ def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
     assert sorted(depths) == sorted(list(range(STACK_DEPTHS)) * 2) and depth_use(depths) == "2"
     assert depth_use(round_depths(STACK_DEPTHS + 1)) == "1 to 2"
     assert all(abs(a - b) > 1 for a, b in zip(depths, depths[1:]))  # neighbouring rounds are not neighbouring depths
-    assert full_pass_rounds() == 3 * STACK_DEPTHS and balanced_rounds(2 * full_pass_rounds())
+    assert full_pass_rounds() == len(balanced_cycle(len(VARIANTS))) * STACK_DEPTHS == 4 * STACK_DEPTHS
+    assert balanced_rounds(2 * full_pass_rounds())
     assert not balanced_rounds(full_pass_rounds() + 1) and not balanced_rounds(STACK_DEPTHS)
 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11)
                     or not hasattr(resource, "RUSAGE_THREAD"),
-                    reason="the frame-stack chunks measured here are CPython 3.11's (3.13 and 3.14 keep a spare "
-                           "chunk), and their page faults are read per thread (Linux)")
+                    reason="STACK_DEPTHS counts at_depth frames of CPython 3.11's size (other versions size frames "
+                           "otherwise), and the page faults are read per thread (Linux)")
 def test_the_frame_stack_boundaries_a_call_meets_repeat_every_stack_depths_depths():
     """The benchmark's premise, measured: a small call tree run under 0 to 520 at_depth frames faults pages only where
     it crosses a chunk boundary (CPython 3.11 maps a new chunk each time and unmaps it on return), and those depths

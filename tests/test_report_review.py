@@ -62,7 +62,9 @@ def test_report_shows_throughput_per_condition_with_its_convention_named(rich_ru
               and t["use_cache"]]
     rates = [summaries.throughput_including_prompt(t["token_times_s"]) for t in trials]
     line = next(line for line in timing.splitlines() if line.startswith("Throughput"))
-    expected = (f"P1, cache on {statistics.median(rates):.1f} [{min(rates):.1f}–{max(rates):.1f}]")
+    length = trials[0]["prompt_length"]  # the output length beside every number (issue 55)
+    expected = (f"P1, cache on ({length} prompt tokens, 16 output tokens) {statistics.median(rates):.1f} "
+                f"[{min(rates):.1f}–{max(rates):.1f}]")
     assert expected in line, line
     for condition in ("P1, cache off", "P1x8, cache on", "P1x8, cache off"):
         assert condition in line

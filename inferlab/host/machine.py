@@ -82,6 +82,35 @@ def read_results(path: Path = RESULTS_FILE) -> list[dict]:
     return results
 
 
+def benchmark_figures(path: Path = TRACKED_RESULTS_FILE) -> dict:
+    """What a run quotes of the tracked benchmark results, as another run's figures (each with its date, commit,
+    machine), never this run's: the newest overhead result that measured the per-forward hook, and the newest
+    frame-placement timing of benchmarks/page_faults.py; {"found": False, "reason"} without the first."""
+    try:
+        results = read_results(path)
+    except (OSError, ValueError) as error:
+        return {"found": False, "reason": f"{Path(path).name}: {error}"}
+    overhead = [r for r in results if isinstance(r.get("hook"), dict)]
+    placement = [r for r in results if isinstance(r.get("placement_timing"), dict)]
+    if not overhead:
+        return {"found": False, "reason": f"{Path(path).name} holds no result that measured the per-forward hook"}
+    newest, paired = overhead[-1], overhead[-1].get("paired") or {}
+    found = {"found": True, "file": str(Path(path).relative_to(PROJECT_ROOT)) if Path(path).is_relative_to(PROJECT_ROOT)
+             else str(path), "whose": "another run's: benchmarks/overhead.py, not this run",
+             "recorded_utc": newest.get("recorded_utc"), "commit": (newest.get("git") or {}).get("commit"),
+             "machine": newest.get("machine"), "python": (newest.get("software") or {}).get("python"),
+             "rounds": newest.get("rounds"), "instrumented_over_bare": paired.get("overhead"),
+             "instrumented_interval": paired.get("interval"), "aa": paired.get("aa"), "verdict": paired.get("verdict"),
+             "hook": newest["hook"], "readings_without_hook": newest.get("readings_without_hook"),
+             "usage_per_read_ns": (newest.get("usage_read_cost") or {}).get("usage_per_read_ns")}
+    if placement:
+        last = placement[-1]
+        found["placement"] = {**last["placement_timing"], "recorded_utc": last.get("recorded_utc"),
+                              "commit": (last.get("git") or {}).get("commit"), "python": last.get("python"),
+                              "whose": "another run's: benchmarks/page_faults.py --timing, not this run"}
+    return found
+
+
 def _size_bytes(text: str) -> Optional[int]:
     """'32K' -> 32768, '32768K', '1M', '512' (bytes); None for anything else."""
     text = text.strip().upper().removesuffix("B").removesuffix("I")

@@ -1,12 +1,15 @@
 """Python's cyclic garbage collector around the timed spans: the declared policy, and what collections ran inside.
 
 A collection runs inside whichever allocation crosses the collector's threshold, so without a policy a timed
-decode loop also times the collector (a 16-token loop saw 16 to 17 of them). Two policies, declared in the plan
-and the manifest and recorded by every timing trial:
+decode loop also times the collector (a 16-token loop saw 16 to 17 of them). Before the timing block as a whole
+(not before each trial) collect_once() runs one full collection and gc.freeze(), so the objects alive then are out
+of every later collection's way; it is timed and recorded once, and thaw() undoes the freeze after the block.
+Nothing is collected between a trial's setup and its start stamp: a full collection there (as this module once
+ran before every trial) walks every object, and the prefill and the first step after it ran cold. Two policies
+for the trials, declared in the plan and the manifest and recorded by every timing trial:
 
-- "off_in_spans" (the default, as timeit does): one full collection before each timed block, then the collector
-  is switched off for the block and switched back on after it. The full collection is timed and recorded, but lies
-  outside every timed span.
+- "off_in_spans" (the default, as timeit does): the collector is switched off for each trial's timed block and
+  switched back on after it.
 - "on_in_spans" (--gc-in-spans): the collector stays as it was, so what it costs is measured as a condition of
   its own.
 
@@ -28,11 +31,13 @@ OFF_IN_SPANS = "off_in_spans"
 ON_IN_SPANS = "on_in_spans"
 POLICIES = (OFF_IN_SPANS, ON_IN_SPANS)
 DEFAULT_POLICY = OFF_IN_SPANS
+ONCE = ("one full gc.collect() and gc.freeze() before the first timing trial (timed, in the timing_machine 'before' "
+        "record), none before a single trial")
 POLICY_TEXT = {
-    OFF_IN_SPANS: "one full gc.collect() before each timed block (timed, outside every span), the cyclic collector "
-                  "off inside the block (gc.disable), and back on after it, as timeit does",
-    ON_IN_SPANS: "the cyclic collector left on inside the timed blocks (--gc-in-spans): its collections are timed "
-                 "with the work, and each one is recorded",
+    OFF_IN_SPANS: ONCE + "; the cyclic collector off inside each trial's timed block (gc.disable), and back on after "
+                         "it, as timeit does",
+    ON_IN_SPANS: ONCE + "; the cyclic collector left on inside the timed blocks (--gc-in-spans): its collections are "
+                        "timed with the work, and each one is recorded",
 }
 GENERATIONS = (0, 1, 2)
 EVENT_FIELDS = ("generation", "start_ns", "stop_ns")
@@ -79,24 +84,36 @@ class CollectionWatch:
             gc.callbacks.remove(self)
 
 
+def collect_once(where: str) -> dict:
+    """One full collection, then gc.freeze(): what the run records of it (where, how long, what it found and froze).
+    Called once, before the timing block as a whole."""
+    began = _CLOCK()
+    found = gc.collect()
+    gc.freeze()
+    return {"where": where, "elapsed_ns": _CLOCK() - began, "collected": found, "frozen": gc.get_freeze_count(),
+            "how": "gc.collect(), then gc.freeze(), timed together with time.perf_counter_ns"}
+
+
+def thaw() -> int:
+    """Undo collect_once's freeze after the timing block; how many objects were still frozen."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    return frozen
+
+
 class TimedBlock:
-    """The policy around one timed block: `with TimedBlock(policy) as block:` ... block.before holds what was done
-    before it (the full collection's time under off_in_spans) and block.enabled_inside whether the collector was
-    on when the block began."""
+    """The policy around one timed block: `with TimedBlock(policy) as block:` ... block.enabled_inside says whether
+    the collector was on when the block began. Entering it collects nothing."""
 
     def __init__(self, policy: str):
         if policy not in POLICIES:
             raise ValueError(f"collector policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy = policy
         self.was_enabled = gc.isenabled()
-        self.before: dict = {}
         self.enabled_inside: Optional[bool] = None
 
     def __enter__(self) -> "TimedBlock":
         if self.policy == OFF_IN_SPANS:
-            began = _CLOCK()
-            found = gc.collect()
-            self.before = {"full_collection_ns": _CLOCK() - began, "full_collection_found": found}
             gc.disable()
         self.enabled_inside = gc.isenabled()
         return self

@@ -8,16 +8,14 @@ on it, the machine around the timing block, and what this run's timings can and 
   and verify call the same function, so a forged flag differs from its recomputation.
 - machine_state(): load average, running processes, CPU pressure and frequency, each said unavailable when the
   platform does not give it (never a made-up value).
-- aa_noise() and cache_verdict(): prefill with and without the cache is the same forward over the same ids, so
-  their difference is this run's noise; an effect is claimed only beyond it, with separate ranges, from
-  uncontended samples.
+- cache_verdict(): per timing prompt and metric, the interval of the cache's effect from that metric's own samples
+  (uncontended ones when each side has enough), claimed only beyond the declared threshold.
 
 Nothing here reads the model; everything but the readers is arithmetic on records.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -172,19 +170,20 @@ def _delta(readings: dict, first: str, last: str, index: int) -> Optional[int]:
 
 
 FAULT_FIELDS = READING_FIELDS[3:]
-DISTURBANCES = ("collection", "major_fault", "minor_fault")  # what else can run inside a span, as its label says
+# What else can run inside a span, as its label says. Minor faults are counted per span but are no disturbance: on
+# CPython 3.11 nearly all of them are the interpreter mapping a frame-stack chunk each time a forward's calls cross
+# one (their count follows where the calls fall, not the cache; docs/timing.md), in every span of every trial.
+DISTURBANCES = ("collection", "major_fault")
 
 
 def disturbances(span: dict) -> list[str]:
-    """What else ran inside a span (span_evidence's fields): a collection, a major fault, a minor fault (thread or
-    process); empty when nothing did or nothing could be read."""
+    """What else ran inside a span (span_evidence's fields): a collection, a major fault (thread or process); empty
+    when nothing did or nothing could be read."""
     found = []
     if (span.get("collections") or 0) > 0:
         found.append("collection")
     if any((span.get(name) or 0) > 0 for name in ("thread_major_faults", "process_major_faults")):
         found.append("major_fault")
-    if any((span.get(name) or 0) > 0 for name in ("thread_minor_faults", "process_minor_faults")):
-        found.append("minor_fault")
     return found
 
 
@@ -378,14 +377,14 @@ def pressure_between(before: dict, after: dict) -> Optional[float]:
     return stalled_us / wall_us if wall_us > 0 else None
 
 
-# --- this run's noise and the cache verdict --------------------------------------------------------
+# --- the cache verdict ----------------------------------------------------------------------------
 
 VERDICT_METRICS = ("mean_post_first_interval_s", "loop_s")
 
 
 def _value(record: dict, metric: str) -> Optional[float]:
     value = post_first_interval(record) if metric == "mean_post_first_interval_s" else record.get(metric)
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def _measured(trials: list[dict], prompt_id: str, use_cache: bool) -> list[dict]:
@@ -394,20 +393,21 @@ def _measured(trials: list[dict], prompt_id: str, use_cache: bool) -> list[dict]
                   key=lambda t: t.get("schedule_index", 0))
 
 
-def _group(trials: list[dict], metric: str, uncontended_only: bool) -> dict:
-    chosen = [t for t in trials if not uncontended_only or trial_contended(t) is False]
-    values = [(t, _value(t, metric)) for t in chosen]
-    values = [(t, v) for t, v in values if v is not None and v > 0]
-    numbers = [v for _, v in values]
-    return {"n": len(numbers), "schedule_ids": [t.get("schedule_id") for t, _ in values], "values": numbers,
-            "median": statistics.median(numbers) if numbers else None,
+def _group(trials: list[dict], metric: str) -> dict:
+    values = [(t, _value(t, metric)) for t in trials]
+    numbers = [v for _, v in values if v is not None]
+    return {"n": len(numbers), "schedule_ids": [t.get("schedule_id") for t, v in values if v is not None],
+            "values": numbers, "median": statistics.median(numbers) if numbers else None,
             "min": min(numbers) if numbers else None, "max": max(numbers) if numbers else None}
 
 
-def _uncontended_or_all(on: list[dict], off: list[dict]) -> bool:
-    """Whether both groups hold enough uncontended samples to rest on them alone."""
-    minimum = protocol.VERDICT_MIN_UNCONTENDED
-    return all(sum(1 for t in group if trial_contended(t) is False) >= minimum for group in (on, off))
+def chosen_samples(*groups: list[dict]) -> tuple[str, list[list[dict]]]:
+    """('uncontended', those trials of each group) when every group has protocol.VERDICT_MIN_UNCONTENDED of them,
+    else ('all', the groups as they are)."""
+    clean = [[t for t in group if trial_contended(t) is False] for group in groups]
+    if all(len(group) >= protocol.VERDICT_MIN_UNCONTENDED for group in clean):
+        return "uncontended", clean
+    return "all", [list(group) for group in groups]
 
 
 def interval_fields(shift: dict) -> dict:
@@ -416,84 +416,48 @@ def interval_fields(shift: dict) -> dict:
             "low_fraction": intervals.fraction(shift["low"]), "high_fraction": intervals.fraction(shift["high"])}
 
 
-def _shift(a: dict, b: dict) -> dict:
-    """log(b) - log(a) over two _group results, as interval_fields."""
-    return interval_fields(intervals.log_shift(a["values"], b["values"]))
+def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
+                  threshold: float = protocol.SMALLEST_TIMING_EFFECT) -> dict:
+    """Whether the cache made this metric faster for this prompt in this run: 'faster', 'slower' or 'cannot_tell',
+    from this metric's own samples alone (intervals.verdict against the declared threshold).
 
-
-def aa_noise(trials: list[dict], prompt_id: str) -> dict:
-    """The A/A comparison of one timing prompt: prefill_s with and without the cache (the same forward over the same
-    ids) as an interval of the shift of log times (intervals.log_shift, without against with); its noise_fraction is
-    how far from zero that interval reaches, as a fraction of time. From the uncontended samples when each side has
-    enough."""
-    on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
-    uncontended = _uncontended_or_all(on, off)
-    a, b = _group(on, "prefill_s", uncontended), _group(off, "prefill_s", uncontended)
-    interval = _shift(a, b)
-    reach = intervals.noise_margin([interval])
-    return {"prompt_id": prompt_id, "metric": "prefill_s", "samples": "uncontended" if uncontended else "all",
-            "cache_on": a, "cache_off": b, "interval": interval, "noise_log": reach,
-            "noise_fraction": intervals.fraction(reach)}
-
-
-def run_noise(trials: list[dict]) -> dict:
-    """This run's noise: the farthest any timing prompt's A/A interval reaches from zero (None when none exists)."""
-    per_prompt = [aa_noise(trials, p) for p in protocol.TIMING_PROMPTS]
-    margin = intervals.noise_margin([n["interval"] for n in per_prompt])
-    return {"per_prompt": per_prompt, "noise_log": margin, "noise_fraction": intervals.fraction(margin),
-            "method": intervals.METHOD, "declared_level": intervals.DECLARED_LEVEL,
-            "definition": "prefill with and without the cache is one forward over the same ids (the cache-on path "
-                          "also stores its keys and values): per timing prompt an interval of the shift of log "
-                          "prefill times without against with the cache, by the stated method; this run's noise is "
-                          "the farthest any of them reaches from zero, as a fraction of time"}
-
-
-def cache_verdict(trials: list[dict], prompt_id: str, metric: str, noise: Optional[float]) -> dict:
-    """Whether the cache made this metric faster for this prompt in this run: 'faster', 'slower' or 'cannot_tell'.
-
-    noise: this run's noise as a log shift (run_noise's noise_log). The effect is the shift of log times without
-    against with the cache (positive: the cache is faster), with its interval (intervals.log_shift); it is claimed
-    only when the whole interval clears the noise (intervals.verdict). The verdict rests on the uncontended samples
-    only; with fewer than protocol.VERDICT_MIN_UNCONTENDED on either side it is 'cannot_tell'. The all-sample
-    verdict is given beside it, labelled, and is never the claim. `effect` is the estimate as a fraction of time.
+    The effect is the shift of log times without against with the cache (positive: the cache is faster), with its
+    interval (intervals.log_shift); `effect` is its estimate as a fraction of time. The samples are the uncontended
+    ones when each side has enough (chosen_samples), else all of them, and `samples` says which.
     """
     on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
-    clean_on, clean_off = _group(on, metric, True), _group(off, metric, True)
-    every_on, every_off = _group(on, metric, False), _group(off, metric, False)
-    excluded = [t.get("schedule_id") for t in on + off if trial_contended(t) is not False]
-    minimum = protocol.VERDICT_MIN_UNCONTENDED
-    clean, everything = _shift(clean_on, clean_off), _shift(every_on, every_off)
-    if min(clean_on["n"], clean_off["n"]) < minimum:
-        verdict, reason = ("cannot_tell", f"fewer than {minimum} uncontended samples on a side "
-                           f"(cache on {clean_on['n']}, off {clean_off['n']})")
-    else:
-        verdict, reason = intervals.verdict(clean, noise)
-    all_verdict, _ = intervals.verdict(everything, noise)
-    return {"prompt_id": prompt_id, "metric": metric, "verdict": verdict, "reason": reason,
-            "effect": clean["estimate_fraction"], "interval": clean, "noise_log": noise,
-            "noise_fraction": intervals.fraction(noise), "cache_on": clean_on, "cache_off": clean_off,
-            "not_used": excluded,
-            "all_samples": {"verdict": all_verdict, "effect": everything["estimate_fraction"], "interval": everything,
-                            "cache_on": every_on, "cache_off": every_off}}
+    samples, (used_on, used_off) = chosen_samples(on, off)
+    a, b = _group(used_on, metric), _group(used_off, metric)
+    interval = interval_fields(intervals.log_shift(a["values"], b["values"]))
+    verdict, reason = intervals.verdict(interval, threshold)
+    if samples == "all":
+        clean = [sum(1 for t in group if trial_contended(t) is False) for group in (on, off)]
+        reason += (f"; from all samples: fewer than {protocol.VERDICT_MIN_UNCONTENDED} of them uncontended on a side "
+                   f"(cache on {clean[0]}, off {clean[1]}; the others contended or without CPU evidence)")
+    used = {id(t) for t in used_on + used_off}
+    return {"prompt_id": prompt_id, "metric": metric, "verdict": verdict, "reason": reason, "samples": samples,
+            "threshold": threshold, "effect": interval["estimate_fraction"], "interval": interval,
+            "cache_on": a, "cache_off": b, "not_used": [t.get("schedule_id") for t in on + off if id(t) not in used]}
 
 
 def prefill_vs_decode(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
-    """How many decode steps one prefill is worth in this condition: the shift of log prefill_s against log mean
-    post-first interval with its interval (ratio = exp(shift)), from the uncontended samples when there are enough."""
-    chosen = _measured(trials, prompt_id, use_cache)
-    enough = sum(1 for t in chosen if trial_contended(t) is False) >= protocol.VERDICT_MIN_UNCONTENDED
-    step, prefill = _group(chosen, "mean_post_first_interval_s", enough), _group(chosen, "prefill_s", enough)
-    shift = intervals.log_shift(step["values"], prefill["values"])
-    ratio = {name: None if shift[name] is None else math.exp(shift[name]) for name in ("estimate", "low", "high")}
-    return {"prompt_id": prompt_id, "use_cache": use_cache, "samples": "uncontended" if enough else "all",
-            "prefill": prefill, "decode_step": step, "interval": shift, "ratio": ratio}
+    """How many decode steps one prefill is worth in this condition: per trial, its prefill_s over its own mean
+    post-first interval (the two come from one trial, so they are paired, never two independent samples); the
+    median [min, max] of those ratios, from the uncontended trials when there are enough."""
+    measured = _measured(trials, prompt_id, use_cache)
+    samples, (chosen,) = chosen_samples(measured)
+    pairs = [(t, _value(t, "prefill_s"), _value(t, "mean_post_first_interval_s")) for t in chosen]
+    ratios = [prefill / step for _, prefill, step in pairs if prefill is not None and step is not None]
+    return {"prompt_id": prompt_id, "use_cache": use_cache, "samples": samples, "n": len(ratios), "ratios": ratios,
+            "median": statistics.median(ratios) if ratios else None, "min": min(ratios, default=None),
+            "max": max(ratios, default=None), "output_length": sorted({t.get("output_length") for t in chosen}, key=str)}
 
 
 def cache_verdicts(trials: list[dict]) -> dict:
-    """The noise, one verdict per timing prompt and metric (VERDICT_METRICS), and prefill against one decode step."""
-    noise = run_noise(trials)
-    return {"noise": noise, "verdicts": [cache_verdict(trials, p, m, noise["noise_log"])
-                                         for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS],
+    """The declared threshold, one verdict per timing prompt and metric (VERDICT_METRICS), and prefill against
+    one decode step per prompt and cache setting."""
+    return {"threshold": protocol.SMALLEST_TIMING_EFFECT,
+            "verdicts": [cache_verdict(trials, p, m) for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS],
             "prefill_vs_decode": [prefill_vs_decode(trials, p, c) for p in protocol.TIMING_PROMPTS
                                   for c in (True, False)]}
 

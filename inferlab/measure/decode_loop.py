@@ -54,7 +54,6 @@ class LoopResult:
     cpu_readings: dict = field(default_factory=dict)  # {start, prefill_done, end}: contention.READING_FIELDS each
     collector_policy: str = collector.DEFAULT_POLICY
     collector_enabled_in_spans: Optional[bool] = None  # gc.isenabled() as the timed block began
-    collector_before: dict = field(default_factory=dict)  # the full collection before the block (off_in_spans)
     gc_events: list = field(default_factory=list)  # [generation, start_ns, stop_ns] of each collection in the block
     # each step's logits tensor as the forward returned it, (1, keep, vocab), held by reference (no copy); their top
     # two are taken when the record is made, so the call that is timed (the benchmark's too) does no more work
@@ -134,8 +133,7 @@ class LoopResult:
             "cpu_reading_fields": list(contention.READING_FIELDS),
             "cpu_reading_scope": dict(contention.READING_SCOPE),
             "cpu_usage_sources": contention.usage_sources(),
-            "collector": {"policy": self.collector_policy, "enabled_in_spans": self.collector_enabled_in_spans,
-                          **self.collector_before},
+            "collector": {"policy": self.collector_policy, "enabled_in_spans": self.collector_enabled_in_spans},
             "gc_events": [list(event) for event in self.gc_events],
             "gc_event_fields": list(collector.EVENT_FIELDS),
             **contention.trial_evidence(self.cpu_readings, self.t_start_ns, self.t_prefill_done_ns,
@@ -213,7 +211,7 @@ def run_greedy_loop(
     """Exactly `new_tokens` greedy selections with timestamps; EOS is recorded in eos_positions, never a stop.
 
     The timed block (the usage readings and every stamp) runs under collector_policy (inferlab.measure.collector):
-    by default after one full collection and with the collector off, which is switched back on after t_n.
+    by default with the collector off, switched back on after t_n; nothing is collected before it.
     """
     buffers = _prepare(input_ids, attention_mask, new_tokens)
     tokens, prompt_length = buffers.tokens, buffers.prompt_length
@@ -266,7 +264,6 @@ def run_greedy_loop(
         cpu_readings={"start": usage_start, "prefill_done": usage_prefill, "end": usage_end},
         collector_policy=collector_policy,
         collector_enabled_in_spans=block.enabled_inside,
-        collector_before=block.before,
         gc_events=watch.events,
         step_logits=kept,
         cache=out.past_key_values if use_cache else None,

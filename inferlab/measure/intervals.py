@@ -15,7 +15,8 @@ than it holds. With 3 against 3 no interval reaches 95 % (the widest, min to max
 so instead of giving a weaker interval under the declared name.
 
 A shift s of log times is a ratio exp(s) of times; fraction() turns it into exp(s) - 1 ("+5 %": b is 5 % longer).
-Pure arithmetic: nothing here reads a clock or a record.
+verdict() claims a direction only when the whole interval lies beyond a fixed threshold on one side, so where there
+is no shift it claims one at most as often as the interval misses, 1 - coverage. Pure arithmetic: nothing here reads a clock or a record.
 """
 
 from __future__ import annotations
@@ -93,30 +94,17 @@ def fraction(shift: Optional[float]) -> Optional[float]:
     return None if shift is None else math.expm1(shift)
 
 
-def noise_margin(aa_intervals: Sequence[dict]) -> Optional[float]:
-    """The run's noise as a log shift: the largest distance from zero reached by any A/A interval (the same
-    work compared with itself), or None when no A/A interval exists."""
-    reach = [max(abs(i["low"]), abs(i["high"])) for i in aa_intervals if i.get("low") is not None]
-    return max(reach) if reach else None
-
-
-def band_text(margin: float) -> str:
-    """A noise margin of log times as the band of time fractions it spans: '[-4.8%, +5.0%]'."""
-    return f"[{math.expm1(-margin):+.1%}, {math.expm1(margin):+.1%}]"
-
-
-def verdict(effect: dict, margin: Optional[float]) -> tuple[str, str]:
-    """(verdict, reason) for an effect interval of log(without) - log(with): faster when the whole interval lies
-    above +margin, slower when it lies below -margin, otherwise this run cannot tell."""
+def verdict(effect: dict, threshold: float) -> tuple[str, str]:
+    """(verdict, reason) for an interval of log(without) - log(with): faster when the whole interval lies above
+    log(1 + threshold), slower when it lies below -log(1 + threshold), otherwise cannot tell. Nothing else gates it."""
     if effect.get("low") is None:
         return CANNOT_TELL, effect.get("reason") or "no interval"
-    if margin is None:
-        return CANNOT_TELL, "this run has no A/A noise interval to measure the effect against"
-    low, high = fraction(effect["low"]), fraction(effect["high"])
-    words = (f"the effect {fraction(effect['estimate']):+.1%} [{low:+.1%}, {high:+.1%}] "
-             f"({effect['coverage']:.1%} interval) against this run's noise band {band_text(margin)}")
+    margin = math.log1p(threshold)
+    words = (f"{fraction(effect['estimate']):+.1%} [{fraction(effect['low']):+.1%}, {fraction(effect['high']):+.1%}] "
+             f"({effect['coverage']:.1%} interval)")
     if effect["low"] > margin:
-        return FASTER, words + ": the whole interval lies above the noise"
+        return FASTER, words + f": the whole interval lies above {fraction(margin):+.1%}"
     if effect["high"] < -margin:
-        return SLOWER, words + ": the whole interval lies below the noise"
-    return CANNOT_TELL, words + ": the interval does not clear the noise"
+        return SLOWER, words + f": the whole interval lies below {fraction(-margin):+.1%} (a ratio of 1/{1 + threshold:g})"
+    return CANNOT_TELL, (words + f": the interval does not lie wholly above {fraction(margin):+.1%} or wholly below "
+                                 f"{fraction(-margin):+.1%}")

@@ -31,7 +31,8 @@ UNMEASURED_CATEGORIES = {
 }
 
 CURRENT = "current"
-LIFETIME_PEAK = "lifetime peak (cannot be reset)"
+# Linux can reset VmHWM (writing 5 to /proc/self/clear_refs); this run never does, and freeing objects never lowers it
+LIFETIME_PEAK = "lifetime peak (freeing objects does not lower it)"
 
 
 def unique_storage_bytes(tensors: Iterable[torch.Tensor]) -> int:

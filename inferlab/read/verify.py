@@ -30,7 +30,7 @@ EXPECTED = {
     "timing_trial": len(protocol.timing_schedule()), "timing_summary": 2 * len(protocol.TIMING_PROMPTS),
     "cache_divergence": 1, "loop_vs_generate": 1, "memory": 1,
 }
-PROSE = ("timing_stopping_rule", "cache_tolerance.rule", "contention_rule.rule", "near_tie_rule")
+PROSE = ("timing_stopping_rule", "cache_tolerance.rule", "contention_rule.rule", "near_tie_rule", "cache_verdict.rule")
 
 
 def differences(recorded: Any, expected: Any, path: str = "") -> Iterable[tuple[str, Any, Any]]:

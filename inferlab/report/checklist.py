@@ -13,7 +13,6 @@ from inferlab.report.fmt import (
     MISSING,
     is_number,
     num,
-    spread,
     table,
     text_cell,
     yes_no,
@@ -107,11 +106,10 @@ def section_conclusions(view: RunView) -> list[str]:
 
     def timing(prompt_id: str) -> str:
         on, off = groups.get((prompt_id, True), []), groups.get((prompt_id, False), [])
-        length = measures.lengths_of(on + off, "prompt_length")
-        return (f"{prompt_id} ({length} prompt tokens): TTFT {spread([t.get('ttft_s') for t in on])} ms with the "
-                f"cache vs {spread([t.get('ttft_s') for t in off])} without; post-first interval "
-                f"{spread([measures.post_first_interval(t) for t in on])} vs "
-                f"{spread([measures.post_first_interval(t) for t in off])} ms")
+        ttft, step = (lambda t: t.get("ttft_s")), measures.post_first_interval
+        return (f"{prompt_id} ({measures.lengths_text(on + off)}): TTFT {measures.uncontended_spread(on, ttft)} ms "
+                f"with the cache vs {measures.uncontended_spread(off, ttft)} without; post-first interval "
+                f"{measures.uncontended_spread(on, step)} vs {measures.uncontended_spread(off, step)} ms")
 
     greedy = ", ".join(f"{r['prompt_id']} {r['greedy_short']}" for r in repeat) or MISSING
     distinct = "; ".join(f"{r['prompt_id']}: {r['distinct']}" for r in repeat) or MISSING
@@ -120,8 +118,9 @@ def section_conclusions(view: RunView) -> list[str]:
     produced = f"{states.count('ok')} of {len(states)} trials produced ids" + (f" ({missing})" if missing else "")
     lines = ["## Your conclusions: a scaffold", "",
              "> **These are prompts for you, the learner, not conclusions.** The numbers come from the records "
-             "(median [min–max]); the claims are yours to make, check and write in your own words, separately from "
-             "your predictions.", "",
+             f"(median [min–max], of the uncontended timing samples; {measures.CONTENDED_MARK}: only contended ones "
+             "exist, so all of them); the claims are yours to make, check and write in your own words, separately "
+             "from your predictions.", "",
              f"Write them in a copy of explanation.md and keep it with this run: `{spelled('attach DIR FILE')}` "
              f"(a revised cache criterion: `{spelled('revise DIR --cache-criterion ATOL,RTOL --justification TEXT')}`); "
              f"`{spelled('report DIR --after')}` then prints the after-run page, your predictions beside your "
@@ -136,10 +135,10 @@ def section_conclusions(view: RunView) -> list[str]:
              + (yes_no(all(r.get("argmax_cached") == r.get("argmax_uncached") for r in comparisons))
                 if comparisons else MISSING) + ". "
              + ("; ".join(timing(p) for p in protocol.TIMING_PROMPTS) if groups else "No timing was measured")
-             + ". Whether the cache made this run faster, against this run's A/A noise and from uncontended "
-             f"samples only (the Timing section): {timing_evidence.short_verdicts(view)}. Prompt: does the cache "
-             "change what is computed, or only how much is repeated? Is the speed difference clear at this workload, "
-             "given the ranges and the noise?", "",
+             + f". Whether the cache made this run faster, each metric's interval against the declared "
+             f"{protocol.SMALLEST_TIMING_EFFECT:.0%} (the Timing section): {timing_evidence.short_verdicts(view)}. "
+             "Prompt: does the cache change what is computed, or only how much is repeated? Is the speed difference "
+             "clear at this workload, given the ranges?", "",
              "**Limitation 1.** Prompt: which limitation above most weakens your selection claim, and what "
              "experiment would remove it?", "",
              "**Limitation 2.** Prompt: which most weakens your computation or timing claim (overhead, the tiny CPU "

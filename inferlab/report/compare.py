@@ -264,11 +264,10 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
 
 
 def _contention(view: RunView) -> dict:
-    """Each run's contended trials under the declared rule, and its A/A noise floor (inferlab.measure.contention)."""
+    """Each run's contended trials under the declared rule (inferlab.measure.contention)."""
     from inferlab.measure import contention
 
-    trials = view.kind("timing_trial")
-    return {**contention.contention_counts(trials), "noise_fraction": contention.run_noise(trials)["noise_fraction"]}
+    return contention.contention_counts(view.kind("timing_trial"))
 
 
 def _cpu_kernels(manifest_a: dict, manifest_b: dict) -> dict:
@@ -339,10 +338,8 @@ def format_compare(result: dict) -> str:
     for name in ("dir1", "dir2"):
         found = contention.get(name)
         if found:
-            noise = found.get("noise_fraction")
             lines.append(f"  {name}: {found['contended']} of {found['trials']} timing trials contended, "
-                         f"{found['without_evidence']} without CPU evidence; A/A noise floor "
-                         + (f"±{noise:.1%}" if isinstance(noise, (int, float)) else "-")
+                         f"{found['without_evidence']} without CPU evidence"
                          + (f"; contended: {', '.join(found['contended_ids'])}" if found["contended_ids"] else ""))
     for row in result["timing_ratios"]:
         cache = "cache_on " if row["use_cache"] else "cache_off"

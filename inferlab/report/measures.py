@@ -150,10 +150,26 @@ def timing_rows(view: RunView) -> list[list[str]]:
     return rows
 
 
+def uncontended_spread(trials: list[dict], value_of, scale=ms) -> str:
+    """spread() of the uncontended trials' values; where none is uncontended, of all of them, marked ‡ when they
+    are contended (a run without CPU evidence has no mark: nothing says either way)."""
+    flags = [summaries.trial_contended(t) for t in trials]
+    clean = [value_of(t) for t, flag in zip(trials, flags) if flag is False]
+    if clean:
+        return spread(clean, scale)
+    return spread([value_of(t) for t in trials], scale) + (CONTENDED_MARK if True in flags else "")
+
+
+def lengths_text(trials: list[dict]) -> str:
+    """'8 prompt tokens, 16 output tokens' of these trials."""
+    return f"{lengths_of(trials, 'prompt_length')} prompt tokens, {lengths_of(trials, 'output_length')} output tokens"
+
+
 def throughput_line(view: RunView) -> Optional[str]:
     """Per condition the throughput n/(t_n - t0) of its measured trials, median of the per-trial values [min–max],
     with that convention named (the protocol allows another, total tokens over total time, which differs)."""
-    parts = [f"{condition_label(prompt_id, use_cache)} {spread([throughput(t) for t in trials], tokens_per_s)}"
+    parts = [f"{condition_label(prompt_id, use_cache)} ({lengths_text(trials)}) "
+             f"{spread([throughput(t) for t in trials], tokens_per_s)}"
              for (prompt_id, use_cache), trials in measured_trials(view).items()]
     if not parts:
         return None
@@ -232,7 +248,7 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
     share = (f" ({overhead / 1e9 / shortest * 100:.2g} % of the shortest measured loop, {ms(shortest, 1)} ms)"
              if shortest and is_number(overhead) else "")
     usage = record.get("usage_per_read_ns")
-    usage_text = (f" The thread-usage readings that say whether a sample had the CPU: "
+    usage_text = (f" The thread-usage readings that say whether a sample's thread kept running: "
                   f"{num(record.get('usage_reads_per_trial'))} per trial, ≈ {us(usage)} µs each, "
                   f"{num(record.get('usage_reads_inside_loop'))} of them inside the loop span"
                   + (f" ({record['usage_inside_loop_ns'] / 1e9 / shortest * 100:.2g} % of the shortest measured loop)"
@@ -246,18 +262,67 @@ def clock_overhead_line(view: RunView) -> Optional[str]:
             f"({text_cell(record.get('method'))}).{usage_text}{watch_text}{collector_line(view)}")
 
 
+def _ratio(value: Any, interval: Any = None) -> str:
+    """'1.0064 [1.0044, 1.0089]' or '1.0064', or MISSING."""
+    if not is_number(value):
+        return MISSING
+    bounds = interval if isinstance(interval, list) and len(interval) == 2 and all(map(is_number, interval)) else None
+    return f"{value:.4f}" + (f" [{bounds[0]:.4f}, {bounds[1]:.4f}]" if bounds else "")
+
+
+def benchmark_line(view: RunView) -> str:
+    """What benchmarks/overhead.py measured of the whole instrumentation, as the clock_overhead record quoted it:
+    another run's figures, labelled so (its date, commit, machine, rounds), with the frame-placement spread."""
+    record = view.first("clock_overhead") or {}
+    found = record.get("benchmark") if isinstance(record.get("benchmark"), dict) else {}
+    if not found.get("found"):
+        return (" This run quoted no overhead benchmark" + (f" ({text_cell(found.get('reason'))})" if found else "")
+                + ", so the per-forward hook's cost and the frame-placement effect are not stated here.")
+    hook = found.get("hook") if isinstance(found.get("hook"), dict) else {}
+    rest = found.get("readings_without_hook") if isinstance(found.get("readings_without_hook"), dict) else {}
+    placement = found.get("placement") if isinstance(found.get("placement"), dict) else {}
+    machine = found.get("machine") if isinstance(found.get("machine"), dict) else {}
+    where = ", ".join(str(machine[k]) for k in ("cpu_model", "logical_cpus") if k in machine) or MISSING
+    text = (f" Another run's figures, not this run's ({text_cell(found.get('file'))}: benchmarks/overhead.py on "
+            f"{text_cell(found.get('recorded_utc'))}, at {text_cell(str(found.get('commit'))[:7])}, on {where} CPUs, "
+            f"Python {text_cell(found.get('python'))}, {num(found.get('rounds'))} rounds, each call's time over the "
+            f"bare loop's in the same round): the loop with everything a trial adds (the clock, the usage reads, "
+            f"the collection watch and the per-forward hook) "
+            f"{_ratio(found.get('instrumented_over_bare'), found.get('instrumented_interval'))}, the per-forward "
+            f"hook alone {_ratio(hook.get('median'), hook.get('interval'))}, the rest without the hook "
+            f"{_ratio(rest.get('median'), rest.get('interval'))}; the bare loop against itself (A/A) "
+            f"{_ratio(found.get('aa'))}" + (f"; its verdict: {text_cell(found['verdict'])}" if found.get("verdict")
+                                             else "") + ".")
+    ratio, bounds = placement.get("most_over_fewest"), placement.get("interval")
+    if is_number(ratio) and isinstance(bounds, list) and len(bounds) == 2 and all(map(is_number, bounds)):
+        text += (f" **Frame placement** (benchmarks/page_faults.py, another run's too: "
+                 f"{text_cell(placement.get('recorded_utc'))}, at {text_cell(str(placement.get('commit'))[:7])}, "
+                 f"Python {text_cell(placement.get('python'))}, {num(placement.get('rounds'))} rounds): the same bare "
+                 f"loop took {_ratio(ratio, bounds)} times as long started where its calls crossed the most "
+                 "frame-stack chunk ends as where they crossed the fewest "
+                 f"(A/A {_ratio(placement.get('aa'))}); every trial of this run started at the test's own place, "
+                 "good or bad, unmeasured.")
+    return text
+
+
 def collector_line(view: RunView) -> str:
-    """' Under the collector policy ...: the full collection before each trial took M ms (median), outside every
-    span.' from the trials' collector fields; empty for a run whose trials record none."""
+    """' The collector policy: ...; the run's one full collection ...' from the trials' collector fields and the
+    timing_machine 'before' record; empty for a run whose trials record no policy."""
     trials = [t for t in view.kind("timing_trial") if isinstance(t.get("collector"), dict)]
     if not trials:
         return ""
     policies = sorted({str(t["collector"].get("policy")) for t in trials})
-    full = [t["collector"]["full_collection_ns"] for t in trials if is_number(t["collector"].get("full_collection_ns"))]
     text = f" The collector policy: {', '.join(policies)}"
-    if full:
-        text += (f"; the full collection before each trial took {ms(statistics.median(full) / 1e9, 1)} ms (median of "
-                 f"{len(full)}), outside every span")
+    full = [t["collector"]["full_collection_ns"] for t in trials if is_number(t["collector"].get("full_collection_ns"))]
+    before = next((r for r in view.kind("timing_machine") if r.get("point") == "before"), {})
+    once = before.get("collection") if isinstance(before.get("collection"), dict) else {}
+    if full:  # runs before issue 55 collected before every trial
+        text += (f"; a full collection before each trial took {ms(statistics.median(full) / 1e9, 1)} ms (median of "
+                 f"{len(full)}), outside every span, and left the trial to start cold")
+    elif is_number(once.get("elapsed_ns")):
+        text += (f"; the run's one full collection and freeze, before the first trial (timing_machine seq "
+                 f"{before.get('seq')}), took {ms(once['elapsed_ns'] / 1e9, 1)} ms and froze {num(once.get('frozen'))} "
+                 "objects; none ran between a trial's setup and its start stamp")
     return text + "."
 
 

@@ -237,9 +237,8 @@ def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optio
 
 # what else ran inside a trial's spans (contention.DISTURBANCES): marker, colour, legend words
 DISTURBANCE_MARKERS = {"collection": ("o", "tab:purple", "garbage collection"),
-                       "major_fault": ("s", "tab:brown", "major page fault"),
-                       "minor_fault": ("D", "tab:gray", "minor page fault")}
-DISTURBANCE_SIZES = {"collection": 170, "major_fault": 120, "minor_fault": 70}
+                       "major_fault": ("s", "tab:brown", "major page fault")}
+DISTURBANCE_SIZES = {"collection": 170, "major_fault": 120}
 
 
 def draw_cpu_share(records: list[dict], path: Optional[Path], partial: Optional[str] = None):

@@ -207,9 +207,7 @@ def section_timing(view: RunView, labels: tables.Labels, plot_errors: dict) -> l
     against = timing_evidence.prefill_vs_decode_text(view)
     if throughput or against:  # one paragraph: each is a figure per condition
         lines += [" ".join(text for text in (throughput, against) if text), ""]
-    noise, verdicts = timing_evidence.noise_lines(view), timing_evidence.verdict_lines(view)
-    if noise:  # one paragraph: the noise, then the verdicts measured against it
-        lines += [noise[0] + (verdicts[0] if verdicts else "")] + (verdicts[1:] if verdicts else [""])
+    lines += timing_evidence.verdict_lines(view)
     lines += section_weight_read(view)
     phases = measures.phase_rows(view)
     if phases:
@@ -243,9 +241,13 @@ def section_weight_read(view: RunView) -> list[str]:
         return []
     fits = record.get("fits_in_largest_cache")
     largest = (record.get("caches") or {}).get("largest_bytes") if isinstance(record.get("caches"), dict) else None
+    levels = [e for e in ((record.get("caches") or {}).get("levels") or []) if isinstance(e, dict)
+              and e.get("bytes") == largest and e.get("type") != "Instruction"]
+    shared = f", shared with CPUs {text_cell(levels[0].get('shared_cpu_list'))}" if levels else ""
     fit_text = ("unknown (the cache sizes are not known)" if not isinstance(fits, bool)
                 else f"{'yes' if fits else 'no'}: {nbytes(record.get('bytes'))} against the largest level's "
-                     f"{nbytes(largest)}")
+                     f"{nbytes(largest)}{shared}, as the kernel lists it; on a virtual machine that level can be "
+                     "the host's, shared with other guests, so how much of it this run had is not known")
     left_out = ", ".join(f"{text_cell(item.get('name'))} ({text_cell(item.get('why'))})"
                          for item in record.get("left_out") or [] if isinstance(item, dict)) or "nothing"
     lines = ["### Reading the decode step's weights", "",
@@ -253,7 +255,7 @@ def section_weight_read(view: RunView) -> list[str]:
              f"({nbytes(record.get('bytes'))}; left out: {left_out}) took the times below over "
              f"{num(record.get('passes'))} passes: {text_cell(record.get('method'))}; threads "
              f"{jstr(record.get('threads'), False)}. This machine's CPU caches: "
-             f"{measures.cache_levels(record.get('caches'))}. The weights fit in the largest: {fit_text}. "
+             f"{measures.cache_levels(record.get('caches'))}. The weights fit in the largest level listed: {fit_text}. "
              f"{text_cell(record.get('note'))}.", "",
              "Nothing in this run measures where the rest of a step's time goes, so this report does not explain "
              "the difference between the two columns, and sets no ratio of them: it would bound nothing (a "
@@ -281,7 +283,7 @@ def section_memory(view: RunView, labels: tables.Labels) -> list[str]:
         lines += ["", "Process memory (RSS), process-wide. The baseline was taken before the model was loaded, in a "
                   "process that had already imported the interpreter's and the experiment's libraries (torch among "
                   "them), so it already includes them:", ""]
-        lines += table(["point", "current", "lifetime peak (cannot be reset)", "source"], rss)
+        lines += table(["point", "current", "lifetime peak (freeing objects does not lower it)", "source"], rss)
         lines += ["", f"**{RSS_WARNING}**"]
     categories = measures.unmeasured(view)
     if categories:
@@ -317,23 +319,22 @@ def section_limitations(view: RunView) -> list[str]:
     if view.synthetic:
         items.append("The specimen is synthetic: nothing here describes Pythia or any trained model.")
     items += [
-        "Timestamps add overhead, identical for both cache paths and not subtracted: " +
+        "The instrumentation (clock reads, usage reads, a collection watch, and a hook on every forward that checks "
+        "inference mode and the model's training flag) adds time, the same code on both cache paths, and none of "
+        "it is subtracted. This run's own measurement: " +
         (clock if clock else "its size was not measured in this run (no `clock_overhead` record).") +
-        " Only this run's own measurement is quoted: a benchmark made in another run, or on another machine, "
-        "says nothing certain about this one.",
+        measures.benchmark_line(view),
         f"A tiny CPU test: one small model, batch 1, {protocol.INTRA_OP_THREADS} thread, prompts of {lengths} tokens. "
         "Nothing follows for larger models, GPUs, long contexts or concurrent serving.",
         "Three seeds per condition neither estimate the output distribution nor pick a best temperature.",
         "The cache tolerance is a diagnostic for this backend and dtype, not a universal guarantee.",
-        "RSS is process-wide; a lifetime peak cannot be reset and isolates no cache increment.",
+        "RSS is process-wide; the lifetime peak does not fall when Python objects are freed (Linux can reset it, "
+        "this run never does) and isolates no cache increment.",
         "The profiling loop keeps selecting after EOS; those ids are not responses.",
         "A generation trial's `generate()` duration (" + see("Generation trials in full") + ") is the wall clock "
         "around a whole call: besides the forwards it holds `generate()`'s own work at every step (preparing the "
         "step's inputs, the stopping criteria, updating its arguments; a profile is in docs/timing.md), so it is no "
         "measurement of generation speed; Part 5's instrumented loop is.",
-        "Every forward runs one small hook that checks inference mode and the model's training flag (the "
-        "`forward_mode` of each record); it is inside the timed loop too, identical for both cache paths, and not "
-        "subtracted.",
     ]
     return ["## Limitations", ""] + bullet_list(items) + [""]
 

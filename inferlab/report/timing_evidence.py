@@ -1,5 +1,5 @@
 """What the report says about whether the timing samples had the CPU: the declared rule and which trials it marked,
-the machine before and after the timing block, this run's A/A noise, and whether the cache made this run faster.
+the machine before and after the timing block, and whether the cache made this run faster.
 
 Every sentence is a pure function of one run's view; the arithmetic is inferlab.measure.contention's.
 """
@@ -53,7 +53,8 @@ def status_fact(view: RunView) -> Optional[str]:
                                   "of them than the rule allows" if collector else ""))
         return (f"**The timing part was contended**: {found['contended']} of {found['trials']} timing trials did not "
                 f"have their spans to themselves under the declared rule ({shown}). They are kept and marked "
-                f"{CONTENDED_MARK} in the Timing section, and the cache verdict rests on the others only; "
+                f"{CONTENDED_MARK} in the Timing section, and a cache verdict rests on the others where each side keeps "
+                f"at least {protocol.VERDICT_MIN_UNCONTENDED} (else on all samples, and says so); "
                 f"{advice}.")
     return (f"Timing: none of the {found['trials']} timing trials was contended under the declared rule "
             "(every span passed each of its thresholds).")
@@ -118,7 +119,9 @@ def contention_lines(view: RunView) -> list[str]:
         machine = (f" The machine before the timing trials: {_machine_cell(declaration)}; after: {_machine_cell(after)}."
                    + (f" Some task waited for a CPU during {share:.0%} of the time between the two readings "
                       "(/proc/pressure/cpu)." if is_number(share) else ""))
-    return [f"**Did each sample have the CPU?** Each trial reads its thread's CPU time, context switches and page "
+    return [f"**Was each sample's thread running for all of its span?** (Only that: nothing here says what else "
+            f"used the core's caches, memory bandwidth or clock.) Each trial reads its thread's CPU time, context "
+            f"switches and page "
             f"faults (the thread's and the process's) at the ends of its spans only, never between tokens, and "
             f"records every garbage collection that ran; {usage_cost(view)}. Rule ({where}): {text_cell(rule)}. "
             + marked + disturbance_text(view)
@@ -131,13 +134,17 @@ def disturbance_text(view: RunView) -> str:
     trials = [t for t in view.kind("timing_trial") if t.get("status", "ok") == "ok" and "disturbed_by" in t]
     if not trials:
         return ""
-    words = {"collection": "a garbage collection", "major_fault": "a major page fault",
-             "minor_fault": "minor page faults"}
+    words = {"collection": "a garbage collection", "major_fault": "a major page fault"}
     parts = [f"{words[kind]} in {sum(1 for t in trials if kind in (t.get('disturbed_by') or []))}"
              for kind in contention.DISTURBANCES]
     policies = sorted({str((t.get("collector") or {}).get("policy")) for t in trials})
+    minor = [((t.get("cpu_evidence") or {}).get("loop") or {}).get("thread_minor_faults") for t in trials]
+    minor = [m for m in minor if is_number(m)]
     return (f" What else ran inside the spans, of {len(trials)} trials (collector policy {', '.join(policies)}): "
-            + ", ".join(parts) + "; such trials are ringed on the plot, not left out.")
+            + ", ".join(parts) + "; such trials are ringed on the plot, not left out."
+            + (f" Minor page faults ({min(minor)} to {max(minor)} in a loop) are counted and judge nothing: on "
+               "CPython 3.11 nearly all are the interpreter mapping frame-stack chunks, as many as where a forward's "
+               "calls fall makes them (docs/timing.md)." if minor else ""))
 
 
 def _group_text(group: dict) -> str:
@@ -146,75 +153,32 @@ def _group_text(group: dict) -> str:
     return f"{ms(group['median'])} [{ms(group['min'])}–{ms(group['max'])}] ms, n={group['n']}"
 
 
-def _interval_text(interval: dict) -> str:
-    """'+4.1 % [+1.0 %, +7.3 %] (96.8 % interval)', or why there is no interval."""
-    if interval.get("estimate") is None:
-        return f"no estimate ({interval.get('reason')})"
-    estimate = f"{interval['estimate_fraction']:+.1%}"
-    if interval.get("low") is None:
-        return f"{estimate}, no interval ({interval.get('reason')})"
-    return (f"{estimate} [{interval['low_fraction']:+.1%}, {interval['high_fraction']:+.1%}] "
-            f"({interval['coverage']:.1%} interval)")
-
-
 def method_text() -> str:
     """The interval method and its coverage, in one sentence."""
-    k, coverage = intervals.rank_order(protocol.TIMING_MEASURED_PER_COMBINATION,
-                                       protocol.TIMING_MEASURED_PER_COMBINATION)
     n = protocol.TIMING_MEASURED_PER_COMBINATION
-    return (f"Every interval here is the {intervals.METHOD}; coverage is discrete, so each is the narrowest "
-            f"whose coverage is at least {intervals.DECLARED_LEVEL:.0%}: for {n} against {n} samples the "
-            f"{k}rd smallest to the {k}rd largest of the {n * n} pairwise differences, {coverage:.1%}. "
+    k, coverage = intervals.rank_order(n, n)
+    return (f"each interval is the {intervals.METHOD}, the narrowest whose coverage is at least "
+            f"{intervals.DECLARED_LEVEL:.0%} (coverage is discrete: for {n} against {n} samples the {k}rd smallest "
+            f"to the {k}rd largest of the {n * n} pairwise differences, {coverage:.1%}; each states its own)"
             if k == 3 else
-            f"Every interval here is the {intervals.METHOD}, the narrowest whose coverage is at least "
-            f"{intervals.DECLARED_LEVEL:.0%} (coverage is discrete; each states its own). ")
-
-
-def noise_lines(view: RunView) -> list[str]:
-    """The A/A interval of each timing prompt and the run's noise figure."""
-    trials = view.kind("timing_trial")
-    if not trials:
-        return []
-    noise = contention.run_noise(trials)
-    parts = []
-    for entry in noise["per_prompt"]:
-        parts.append(f"{entry['prompt_id']}: {_group_text(entry['cache_on'])} with the cache, "
-                     f"{_group_text(entry['cache_off'])} without ({entry['samples']} samples), without against with "
-                     + _interval_text(entry["interval"]))
-    figure = noise["noise_fraction"]
-    return [f"**This run's noise (A/A).** Prefill with and without the cache is the same forward over the same ids "
-            f"(the cache-on path also keeps its keys and values), so any shift between them is noise. "
-            + method_text() + "; ".join(parts)
-            + ". This run's noise, the farthest either A/A interval reaches from zero: "
-            + (f"**{intervals.band_text(noise['noise_log'])}**" if is_number(figure) else MISSING)
-            + " (the same shift either way in log time); an effect whose interval does not clear it is not a finding."]
+            f"each interval is the {intervals.METHOD}, the narrowest whose coverage is at least "
+            f"{intervals.DECLARED_LEVEL:.0%} (coverage is discrete; each states its own)")
 
 
 def verdict_items(view: RunView) -> list[str]:
-    """One sentence per timing prompt and metric: faster, slower, or this run cannot tell, and why."""
+    """One sentence per timing prompt, a clause per metric: faster, slower, or this run cannot tell, and why."""
     trials = view.kind("timing_trial")
     if not trials:
         return []
-    verdicts = contention.cache_verdicts(trials)["verdicts"]
-    if verdicts and not any(entry["cache_on"]["n"] + entry["cache_off"]["n"] for entry in verdicts):
-        return [_no_uncontended_sample(verdicts)]
-    items = []
-    for entry in verdicts:
-        other = entry["all_samples"]["verdict"]
-        everything = entry["all_samples"]["cache_on"]["n"] + entry["all_samples"]["cache_off"]["n"]
-        used = entry["cache_on"]["n"] + entry["cache_off"]["n"]
-        note = ""
-        if entry["not_used"]:
-            left_out = ("every sample" if not used else ", ".join(map(str, entry["not_used"])))
-            note = f"; left out as contended or without evidence: {left_out}"
-            if other != entry["verdict"]:
-                note += (f"; all {everything} samples, contended ones included, would say {other.replace('_', ' ')}, "
-                         "which this report does not claim")
-        groups = (f"; uncontended: with the cache {_group_text(entry['cache_on'])}, without "
-                  f"{_group_text(entry['cache_off'])}" if used else "")
-        items.append(f"{entry['prompt_id']}, {METRIC_WORDS[entry['metric']]}: {VERDICT_WORDS[entry['verdict']]}"
-                     f"{_by_how_much(entry)} ({entry['reason']}{groups}{note})")
-    return items
+    clauses: dict[str, list[str]] = {}
+    for entry in contention.cache_verdicts(trials)["verdicts"]:
+        left_out = (f"; left out as contended or without evidence: {', '.join(map(str, entry['not_used']))}"
+                    if entry["not_used"] else "")
+        clauses.setdefault(entry["prompt_id"], []).append(
+            f"{METRIC_WORDS[entry['metric']]}: {VERDICT_WORDS[entry['verdict']]}{_by_how_much(entry)} "
+            f"({entry['reason']}; {entry['samples']} samples: with the cache {_group_text(entry['cache_on'])}, "
+            f"without {_group_text(entry['cache_off'])}{left_out})")
+    return [f"{prompt_id}: " + "; ".join(found) for prompt_id, found in clauses.items()]
 
 
 def _by_how_much(entry: dict) -> str:
@@ -229,45 +193,42 @@ def _by_how_much(entry: dict) -> str:
     return f", by {-saved[0]:.1%} [{-saved[1]:.1%}, {-saved[2]:.1%}] more than the time without it"
 
 
-def _no_uncontended_sample(verdicts: list[dict]) -> str:
-    """One sentence for every prompt and metric when no sample on either side is uncontended (the same reason)."""
-    claimed_elsewhere = [f"{entry['prompt_id']} {METRIC_WORDS[entry['metric']]} "
-                         f"{entry['all_samples']['verdict'].replace('_', ' ')}"
-                         for entry in verdicts if entry["all_samples"]["verdict"] != entry["verdict"]]
-    return (f"every prompt and metric: {VERDICT_WORDS['cannot_tell']} (no uncontended sample on either side: every "
-            "sample is contended or carries no CPU evidence"
-            + (f"; all samples, contended ones included, would say {', '.join(claimed_elsewhere)}, which this report "
-               "does not claim" if claimed_elsewhere else "") + ")")
-
-
 def verdict_lines(view: RunView) -> list[str]:
-    """The verdict paragraph of the Timing section (it follows noise_lines' paragraph, on the same line)."""
+    """The verdict paragraph of the Timing section and one item per timing prompt and metric."""
     items = verdict_items(view)
     if not items:
         return []
-    return [" **Did the cache make this run faster?** Each effect is the shift of log times without against with the "
-            f"cache (positive: faster with it), from the uncontended samples (at least "
-            f"{protocol.VERDICT_MIN_UNCONTENDED} a side), with its interval by the same method; a verdict is claimed "
-            "only when the whole interval lies beyond this run's noise, on one side:", ""] \
-        + [f"- {item}." for item in items] + [""]
+    threshold = protocol.SMALLEST_TIMING_EFFECT
+    return [f"**Did the cache make this run faster?** Each effect is the shift of log times without against with "
+            f"the cache (positive: faster with it), from that metric's own samples: the uncontended ones when each "
+            f"side has at least {protocol.VERDICT_MIN_UNCONTENDED}, else all of them (said so); "
+            + method_text() + f". A verdict is claimed only when the whole interval lies beyond {threshold:.0%} on "
+            f"one side (a ratio of times beyond {1 + threshold:g} either way), the threshold the run declared before "
+            "its first trial (why that value: docs/timing.md); nothing else decides it:"] \
+        + [f"- {item}" for item in items] + [""]
 
 
 def prefill_vs_decode_text(view: RunView) -> Optional[str]:
-    """One prefill against one decode step, per timing prompt and cache setting, with its interval (one sentence)."""
+    """One prefill against one decode step, per timing prompt and cache setting: the median [min–max] of each
+    trial's own ratio (one sentence)."""
     trials = view.kind("timing_trial")
     parts = []
     for entry in contention.cache_verdicts(trials)["prefill_vs_decode"] if trials else []:
-        ratio = entry["ratio"]
-        if ratio["estimate"] is None:
+        if entry["median"] is None:
             continue
-        interval = (f" [{ratio['low']:.2f}, {ratio['high']:.2f}] ({entry['interval']['coverage']:.1%} interval)"
-                    if ratio["low"] is not None else f", no interval ({entry['interval']['reason']})")
-        parts.append(f"{entry['prompt_id']} cache {'on' if entry['use_cache'] else 'off'}: "
-                     f"{ratio['estimate']:.2f}×{interval}, {entry['samples']} samples")
+        lengths = measures.lengths_of(_measured(view, entry["prompt_id"], entry["use_cache"]), "prompt_length")
+        parts.append(f"{measures.condition_label(entry['prompt_id'], entry['use_cache'])} ({lengths} prompt tokens, "
+                     f"{'/'.join(map(str, entry['output_length']))} output tokens): {entry['median']:.2f}× "
+                     f"[{entry['min']:.2f}–{entry['max']:.2f}], n={entry['n']}, {entry['samples']} samples")
     if not parts:
         return None
-    return ("**Prefill against one decode step:** the prefill's time over the mean post-first interval (one step), "
-            "the Hodges-Lehmann ratio with its interval by the method of the noise below: " + "; ".join(parts) + ".")
+    return ("**Prefill against one decode step:** each trial's prefill over its own mean post-first interval (one "
+            "step), a ratio of two times from the same trial, so paired; median [min–max] of those ratios: "
+            + "; ".join(parts) + ".")
+
+
+def _measured(view: RunView, prompt_id: str, use_cache: bool) -> list[dict]:
+    return measures.measured_trials(view).get((prompt_id, use_cache), [])
 
 
 def short_verdicts(view: RunView) -> str:
@@ -277,4 +238,5 @@ def short_verdicts(view: RunView) -> str:
         return MISSING
     found = contention.cache_verdicts(trials)
     words = {"faster": "faster with the cache", "slower": "slower with the cache", "cannot_tell": "this run cannot tell"}
-    return "; ".join(f"{v['prompt_id']} {METRIC_WORDS[v['metric']]}: {words[v['verdict']]}" for v in found["verdicts"])
+    return "; ".join(f"{v['prompt_id']} {METRIC_WORDS[v['metric']]}: {words[v['verdict']]}"
+                     + (" (all samples)" if v["samples"] == "all" else "") for v in found["verdicts"])

@@ -36,8 +36,9 @@ HELP = {
     "plan": "write plan.json and print the ordered schedule without loading a model (default: off)",
     "predictions": "copy this predictions file into the record dir before any model computation (default: none)",
     "gc_in_spans": "leave Python's cyclic garbage collector on inside the timed spans, to measure what it costs as a "
-                   "condition of its own (default: off: one full collection before each timed block and the "
-                   "collector off inside it, as timeit does; the plan, the manifest and every trial say which)",
+                   "condition of its own (default: off: the collector off inside each timed block, as timeit does, "
+                   "after one full collection before the first trial; the plan, the manifest and every trial say "
+                   "which)",
 }
 # pytest's addoption settings per flag; every dest starts with inferlab_.
 OPTIONS = {
