@@ -1,13 +1,11 @@
-# Two commands for a learner: `make run` and `make test`.
-# Both create .venv from requirements.lock when it is missing or the lock (or the project's description)
-# changed, and install the project itself into it, editable: .venv/bin/inferlab is its command.
-# `make` alone does only that.
+# Two commands for a learner: `make run` and `make test`. Both first build .venv (`make` alone does only that):
+# torch from PyTorch's CPU index, then the lock, then the project itself, editable (.venv/bin/inferlab).
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 STAMP := $(VENV)/.lock-installed
 PY := $(VENV)/bin/python
-INFERLAB := $(VENV)/bin/inferlab
-# torch comes from PyTorch's CPU wheel index first (no CUDA build); see inferlab/host/installation.py.
+PIP := $(PY) -m pip install --disable-pip-version-check
+# PyPI's torch for Linux is a CUDA build of several GB; this index has the CPU build (docs/environment.md).
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # Empty: each run gets a new folder runs/<UTC time>-<specimen>[-plan], unique even within one second,
 # with -failed, -findings, -partial, -partial-failed, -partial-findings or -incomplete added when that is how it
@@ -23,9 +21,13 @@ export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))
 
 .PHONY: run test test-analytic test-harness test-fast test-py313 plan docs lock clean-venv
 
-$(STAMP): requirements.lock requirements.in pyproject.toml inferlab/host/installation.py
+# Runs again when the lock, the project's description or this file (its install rule) changes.
+$(STAMP): requirements.lock requirements.in pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m inferlab.host.installation --lock requirements.lock --cpu-index $(TORCH_CPU_INDEX) --editable .
+	$(PIP) --no-deps --index-url $(TORCH_CPU_INDEX) --timeout 10 --retries 0 $$(grep '^torch==' requirements.lock) || \
+	  echo "make: no torch from $(TORCH_CPU_INDEX); the lock's step takes your default index's (for Linux a CUDA build)"
+	$(PIP) --quiet -r requirements.lock
+	$(PIP) --quiet --no-deps --editable .
 	cp requirements.lock $(STAMP)
 
 # The experiment itself. Pass options through ARGS, e.g.
@@ -80,10 +82,13 @@ test-py313:
 docs: $(STAMP)
 	$(PY) -m inferlab.run.docgen
 
-# Re-pin after a deliberate upgrade: keeps the header, and pins torch without the +cpu local tag
-# so that the same line resolves to the platform's build elsewhere.
+# Re-pin after a deliberate upgrade: the lock's comments, this Python's version, then pip freeze (the project,
+# installed editable, left out), torch without its +cpu label so that the same line finds each platform's build.
 lock:
-	$(PY) -m inferlab.host.installation --lock requirements.lock --write-lock
+	sed -n '/^# python:/d; /^#/p' requirements.lock > $(VENV)/lock.new
+	$(PY) -c 'import platform; print("# python:", platform.python_version())' >> $(VENV)/lock.new
+	$(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' >> $(VENV)/lock.new
+	mv $(VENV)/lock.new requirements.lock
 
 clean-venv:
 	rm -rf $(VENV)

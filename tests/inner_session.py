@@ -13,7 +13,7 @@ import importlib
 
 # What an inner session of a scratch experiment suite imports that the harness's own session need not have.
 SESSION_MODULES = ("hypothesis", "statistics", "inferlab.reading.addenda", "inferlab.host.environment", "inferlab.specimen.build",
-                   "inferlab.host.installation", "inferlab.report.plots", "inferlab.run.predictions", "inferlab.replica",
+                   "inferlab.report.plots", "inferlab.run.predictions", "inferlab.replica",
                    "inferlab.report", "inferlab.reading.runview", "inferlab.reading.schema", "inferlab.measure.summaries")
 
 
