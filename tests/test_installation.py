@@ -26,6 +26,8 @@ LOCK = REPO_ROOT / "requirements.lock"
 
 
 def make(*args: str, cwd: Path = REPO_ROOT, env: dict = None) -> subprocess.CompletedProcess:
+    """make in `cwd`, never under the settings of a make this session may run in (MAKEFLAGS carries its variables)."""
+    env = {key: value for key, value in (env or os.environ).items() if not key.startswith(("MAKE", "MFLAGS"))}
     return subprocess.run(["make", "--no-print-directory", "-C", str(cwd), *args], capture_output=True, text=True,
                           env=env, timeout=600)
 
@@ -84,7 +86,7 @@ def test_make_takes_torch_from_the_cpu_index_first_and_says_so_when_it_cannot(tm
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}/whl/cpu"
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "MAKE"))}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=default, PIP_NO_CACHE_DIR="1")
     venv = tmp_path / "venv"
     python = venv / "bin" / "python"
