@@ -194,9 +194,8 @@ class FixedSurroundings(lifecycle.Surroundings):
         return {"requested": requested, "effective": {"intra_op": 1, "inter_op": 1}}
 
     def torch_build(self) -> dict:
-        return {"version": "2.13.0+cpu", "local_label": "cpu", "cpu_only": True,
-                "how_known": "its version carries the +cpu label", "cuda": None, "installed_from": None,
-                "install_route": None, "install_record": None,
+        return {"version": "2.13.0+cpu", "cpu_only": True, "how_known": "its version carries the +cpu label",
+                "cuda": None, "installed_from": None,
                 "cpu_kernels": {"env_ATEN_CPU_CAPABILITY": None, "capability": "AVX2", "mkl_available": True,
                                 "mkldnn_available": True, "mkldnn_enabled": True,
                                 "config_lines": ["CPU capability usage: AVX2"]}}

@@ -1,12 +1,13 @@
-"""The installer: CPU torch first, a recorded fallback to the default index, and a lock that pins everything."""
+"""The environment `make` builds: torch from the CPU index first, the lock exactly, the project editable; and what
+the manifest says of it (the lock check, the torch build)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import importlib.metadata
 import json
 import os
+import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,300 +16,222 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from inferlab.host import installation
+from inferlab.host import environment
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SCHEMA1_RUN = REPO_ROOT / "tests" / "fixtures" / "schema1-run"
-BOOTSTRAP = {"pip", "setuptools", "wheel"}  # what `python -m venv` brings; not part of the lab's lock
+LOCK = REPO_ROOT / "requirements.lock"
 
 
-def fake_wheel(folder: Path, version: str, name: str = "torch", requires: tuple = ()) -> Path:
-    """A tiny pure-Python wheel named torch (or `name`), so pip can install it without a network or gigabytes;
-    `requires` are its Requires-Dist lines."""
-    base = version.split("+")[0]
+def make(*args: str, cwd: Path = REPO_ROOT, env: dict = None) -> subprocess.CompletedProcess:
+    """make in `cwd`, never under the settings of a make this session may run in (MAKEFLAGS carries its variables)."""
+    env = {key: value for key, value in (env or os.environ).items() if not key.startswith(("MAKE", "MFLAGS"))}
+    return subprocess.run(["make", "--no-print-directory", "-C", str(cwd), *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def wheel(folder: Path, name: str, version: str, requires: tuple = ()) -> Path:
+    """A tiny pure-Python wheel, so that pip installs a 'torch' without a network or gigabytes."""
     dist_info = f"{name}-{version}.dist-info"
-    metadata = "".join(f"Requires-Dist: {line}\n" for line in requires)
-    files = {
-        f"{name}/__init__.py": f"__version__ = {version!r}\n",
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{metadata}",
-        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: inferlab-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record_lines = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record_lines.append(f"{name},sha256={digest},{len(text.encode())}")
-    record_lines.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = "\n".join(record_lines) + "\n"
+    files = {f"{name}/__init__.py": "",
+             f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                      + "".join(f"Requires-Dist: {line}\n" for line in requires),
+             f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             f"{dist_info}/RECORD": ""}
     folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / f"{dist_info.split('-')[0]}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(name, text)
-    assert base in wheel.name
-    return wheel
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in files.items():
+            archive.writestr(member, text)
+    return path
 
 
-def simple_index(root: Path, *wheels: Path) -> str:
-    """A PEP 503 index on disk that offers these wheels (one project each, named by the wheel); its file:// URL."""
-    for wheel in wheels:
-        project = root / "simple" / wheel.name.split("-")[0]
-        project.mkdir(parents=True)
-        (project / "index.html").write_text(f'<html><body><a href="{wheel.as_uri()}">{wheel.name}</a></body>'
-                                            '</html>\n')
-    return (root / "simple").as_uri()
+def installed_as_wheel(name: str, folder: Path) -> Path:
+    """An installed distribution (setuptools, to build the project offline) packed again as a wheel."""
+    dist = importlib.metadata.distribution(name)
+    path = folder / f"{name}-{dist.version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for file in dist.files:
+            if not str(file).startswith("..") and "__pycache__" not in file.parts:
+                archive.write(file.locate(), str(file))
+    return path
 
 
-def closed_port_url() -> str:
+def index(root: Path, *wheels: Path) -> str:
+    """A PEP 503 index on disk offering these wheels; its file:// URL."""
+    for path in wheels:
+        project = root / path.name.split("-")[0]
+        project.mkdir(parents=True, exist_ok=True)
+        (project / "index.html").write_text(f'<a href="{path.as_uri()}">{path.name}</a>\n')
+    return root.as_uri()
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_make_takes_torch_from_the_cpu_index_first_and_says_so_when_it_cannot(tmp_path):
+    """The install rule as written, on a copy of the project with a one-line lock, against indexes on disk and no
+    pip configuration: an unreachable CPU index is named and the default index's torch (which brings one package
+    more, as PyPI's CUDA build does) installed; a reachable one gives the +cpu build, which the lock's step keeps."""
+    project = tmp_path / "project"
+    (project / "inferlab").mkdir(parents=True)
+    for name in ("Makefile", "pyproject.toml", "requirements.in", "inferlab/__init__.py"):
+        shutil.copy(REPO_ROOT / name, project / name)
+    (project / "requirements.lock").write_text("# python: 3\ntorch==2.13.0\n")
+    files = tmp_path / "files"
+    default = index(tmp_path / "default", wheel(files, "torch", "2.13.0", ("cudalike==1.0",)),
+                    wheel(files, "cudalike", "1.0"), installed_as_wheel("setuptools", files))
+    cpu = index(tmp_path / "cpu", wheel(files / "cpu", "torch", "2.13.0+cpu"))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/whl/cpu"
-
-
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    """A fresh virtual environment that the installer runs in, with pip. Made --without-pip (ensurepip's copy of
-    pip takes seconds to install), then given this environment's pip through a .pth file naming a folder that
-    holds pip alone: pip installs into the interpreter running it, so everything else lands in the new venv."""
-    import importlib.util
-
-    root = tmp_path_factory.mktemp("venv")
-    folder = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True,
-                   timeout=300)
-    pip_alone = root / "pip-alone"
-    pip_alone.mkdir()
-    (pip_alone / "pip").symlink_to(Path(importlib.util.find_spec("pip").origin).parent, target_is_directory=True)
-    purelib = subprocess.run([str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                              "['purelib'])"], check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-    (Path(purelib) / "pip-from-the-test-environment.pth").write_text(f"{pip_alone}\n")
-    return folder
-
-
-def run_installer(venv: Path, lock: Path, cpu_index: str, default_index: str) -> subprocess.CompletedProcess:
-    # Only the indexes named here: the machine's pip configuration (its find-links, extra indexes and
-    # constraints) is switched off, so the test sees exactly the fallback it sets up.
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/whl/cpu"
     env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=default_index, PIP_NO_CACHE_DIR="1",
-               PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([str(venv / "bin" / "python"), "-m", "inferlab.host.installation", "--lock", str(lock),
-                           "--cpu-index", cpu_index, "--timeout", "2"], capture_output=True, text=True, env=env,
-                          cwd=REPO_ROOT, timeout=600)
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=default, PIP_NO_CACHE_DIR="1")
+    venv = tmp_path / "venv"
+    python = venv / "bin" / "python"
 
+    def torch_and_extras() -> tuple:
+        listed = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True,
+                                text=True, check=True).stdout
+        have = {item["name"]: item["version"] for item in json.loads(listed)}
+        return have.get("torch"), "cudalike" in have, (venv / "bin" / "inferlab").is_file()
 
-@pytest.mark.slow
-@pytest.mark.process
-def test_an_unreachable_cpu_index_falls_back_to_the_default_index_and_says_so(venv, tmp_path):
-    # the default index's torch brings one more package, as PyPI's CUDA build brings nvidia-* (the lock's variant)
-    default_wheel = fake_wheel(tmp_path / "default-files", "2.13.0", requires=("cudalike==1.0",))
-    extra_wheel = fake_wheel(tmp_path / "default-files", "1.0", name="cudalike")
-    default_index = simple_index(tmp_path / "default", default_wheel, extra_wheel)
-    lock = tmp_path / "requirements.lock"
-    lock.write_text("# test lock\n# variant torch-cuda: cudalike==1.0\ntorch==2.13.0\n")
-    done = run_installer(venv, lock, closed_port_url(), default_index)
+    done = make(f"VENV={venv}", f"PYTHON={sys.executable}", f"TORCH_CPU_INDEX={closed}", cwd=project, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    said = [line for line in done.stdout.splitlines() if "gave no torch==2.13.0 for this machine" in line]
-    assert len(said) == 1, done.stdout
-    assert ("1 package(s) the lock does not pin came with it: cudalike==1.0 (exactly the lock's known variant "
-            "'torch-cuda')") in said[0]
-    record = json.loads((venv / installation.RECORD_FILE).read_text())
-    torch = record["torch"]
-    assert "cudalike==1.0" in torch["beyond_the_lock"]
-    assert torch["route"] == "default_index_fallback" and torch["cpu_index_attempt"]["ok"] is False
-    assert torch["installed_version"] == "2.13.0" and torch["download_url"] == default_wheel.as_uri()
+    said = [line for line in done.stdout.splitlines() if line.startswith("make: no torch from")]
+    assert said == [f"make: no torch from {closed}; the lock's step takes your default index's (for Linux a CUDA "
+                    "build)"], done.stdout
+    assert torch_and_extras() == ("2.13.0", True, True)
+    assert (venv / ".lock-installed").read_text() == "# python: 3\ntorch==2.13.0\n"
+
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "torch", "cudalike"], check=True)
+    (venv / ".lock-installed").unlink()
+    done = make(f"VENV={venv}", f"TORCH_CPU_INDEX={cpu}", cwd=project, env=env)
+    assert done.returncode == 0 and "\nmake: no torch from" not in done.stdout, done.stdout + done.stderr
+    assert torch_and_extras() == ("2.13.0+cpu", False, True)
 
 
-@pytest.mark.slow
+def test_make_installs_again_only_when_the_lock_or_the_install_rule_changes(tmp_path):
+    (tmp_path / ".lock-installed").touch()
+
+    def up_to_date(*changed: str) -> bool:
+        flags = [f"--what-if={name}" for name in changed]
+        return make("-q", f"VENV={tmp_path}", *flags, str(tmp_path / ".lock-installed")).returncode == 0
+
+    assert up_to_date() and up_to_date("explanation.md") and up_to_date("inferlab/host/environment.py")
+    for name in ("requirements.lock", "requirements.in", "pyproject.toml", "Makefile"):
+        assert not up_to_date(name), name
+
+
 @pytest.mark.process
-def test_a_reachable_cpu_index_gives_the_cpu_build_and_the_lock_keeps_it(venv, tmp_path):
-    cpu_wheel = fake_wheel(tmp_path / "cpu-files", "2.13.0+cpu")
-    cpu_index = simple_index(tmp_path / "cpu", cpu_wheel)
-    default_index = simple_index(tmp_path / "default", fake_wheel(tmp_path / "default-files", "2.13.0"))
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "torch"], capture_output=True)
+def test_make_lock_pins_every_installed_package_and_keeps_the_header(tmp_path):
+    """On a copy of the lock: the header's comments kept, this Python's version, every installed distribution but
+    the project and pip's own pinned at its version, torch without +cpu."""
+    (tmp_path / "requirements.lock").write_text("# a header\n# python: 2.7\nstale==0\n")
+    shutil.copy(REPO_ROOT / "Makefile", tmp_path / "Makefile")
+    done = make("lock", f"VENV={tmp_path}", f"PY={sys.executable}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    head, python, *pins = (tmp_path / "requirements.lock").read_text().splitlines()
+    assert (head, python) == ("# a header", f"# python: {platform.python_version()}")
+    expected = {canonicalize_name(name): version.removesuffix("+cpu") if name == "torch" else version
+                for name, version in environment.installed_distributions().items()
+                if canonicalize_name(name) not in environment.NOT_LOCKED}
+    assert {canonicalize_name(line.split("==")[0]): line.split("==")[1] for line in pins} == expected
+
+
+def test_this_environment_holds_the_lock_exactly():
+    """Every pin at its version, nothing else; but a torch that is not the CPU build (PyPI's CUDA build, where the CPU
+    index could not be reached, as in a Debian 13 root) brings what it requires, which the lock check names."""
+    check = environment.lock_check(LOCK, environment.installed_distributions(), platform.python_version())
+    assert check["found"] and not check.get("error")
+    extra = {canonicalize_name(d["name"]) for d in check["differences"] if d["name"] != "python" and not d["locked"]}
+    assert [d for d in check["differences"] if d["name"] != "python" and d["locked"]] == []
+    if extra and not importlib.metadata.version("torch").endswith("+cpu"):
+        extra -= {canonicalize_name(Requirement(line).name) for name in ("torch", *extra)
+                  for line in importlib.metadata.requires(name) or []}  # what torch, or what it brought, requires
+    assert extra == set()
+
+
+LOCK_TEXT = "# python: 3.11.7\nnumpy==2.4.6\ntorch==2.13.0\n"
+
+
+@pytest.mark.parametrize("installed, python, differences", [
+    ({"numpy": "2.4.6", "torch": "2.13.0+cpu", "pip": "25", "inferlab": "0"}, "3.11.7", []),
+    ({"numpy": "2.4.7", "torch": "2.13.0"}, "3.11.7", [("numpy", "2.4.6", "2.4.7")]),
+    ({"numpy": "2.4.6"}, "3.11.7", [("torch", "2.13.0", None)]),
+    ({"numpy": "2.4.6", "torch": "2.13.0", "Triton": "3.7.1"}, "3.11.7", [("Triton", None, "3.7.1")]),
+    ({"numpy": "2.4.6", "torch": "2.13.1+cpu"}, "3.13.5", [("torch", "2.13.0", "2.13.1+cpu"),
+                                                             ("python", "3.11.7", "3.13.5")]),
+], ids=["the-lock", "another-version", "missing", "not-pinned", "python-and-torch"])
+def test_the_lock_check_names_every_difference_and_no_local_label(tmp_path, installed, python, differences):
     lock = tmp_path / "requirements.lock"
-    lock.write_text("torch==2.13.0\n")
-    done = run_installer(venv, lock, cpu_index, default_index)
-    assert done.returncode == 0, done.stdout + done.stderr
-    torch = json.loads((venv / installation.RECORD_FILE).read_text())["torch"]
-    assert (torch["route"], torch["installed_version"]) == ("cpu_index_step", "2.13.0+cpu")
-    assert torch["download_url"] == cpu_wheel.as_uri() and "gave no" not in done.stdout
-
-
-def test_the_lock_pins_exactly_what_is_installed():
-    """Every installed distribution has its exact version in requirements.lock, and every pin is installed; beyond
-    the pins, either nothing or exactly the lock's known variant (PyPI's CUDA torch and every package it brought,
-    each at its listed version), and then torch is not the CPU build."""
-    pins = {}
-    for line in (REPO_ROOT / "requirements.lock").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, version = line.split("==")
-            pins[name.lower().replace("_", "-")] = version
-    installed = {dist.metadata["Name"].lower().replace("_", "-"): dist.version
-                 for dist in importlib.metadata.distributions() if dist.metadata["Name"]}
-    torch_build = installed.get("torch")
-    installed = {name: version.split("+")[0] if name == "torch" else version
-                 for name, version in installed.items()
-                 if name not in BOOTSTRAP and name != installation.PROJECT_DISTRIBUTION}  # the project, editable
-    beyond = {name: version for name, version in installed.items() if name not in pins}
-    if beyond:
-        variants = installation.read_lock((REPO_ROOT / "requirements.lock").read_text())["variants"]
-        listed = {name: {key: version for key, (_, version) in variant.items()} for name, variant in variants.items()}
-        assert beyond in listed.values(), f"installed beyond the lock, and no variant it lists: {beyond}"
-        assert not torch_build.endswith("+cpu"), "the lock's variant is the default index's torch, not the CPU build"
-    assert {name: version for name, version in installed.items() if name in pins} == pins
-
-
-VARIANT_LOCK = """# python: 3.11.7
-# variant torch-cuda: nvidia-cublas==13.1.1.3
-# variant torch-cuda: triton==3.7.1
-numpy==2.4.6
-torch==2.13.0
-"""
-LOCKED_DISTRIBUTIONS = {"numpy": "2.4.6", "torch": "2.13.0+cpu", "pip": "25.1", installation.PROJECT_DISTRIBUTION: "0"}
-
-
-def test_a_variant_listed_in_the_lock_is_read_apart_from_its_pins():
-    locked = installation.read_lock(VARIANT_LOCK)
-    assert sorted(locked["pins"]) == ["numpy", "torch"]
-    assert locked["variants"] == {"torch-cuda": {"nvidia-cublas": ("nvidia-cublas", "13.1.1.3"),
-                                                 "triton": ("triton", "3.7.1")}}
-    with pytest.raises(ValueError, match="line 2: expected NAME==VERSION, actual 'nvidia-cublas'"):
-        installation.read_lock("# python: 3.11.7\n# variant torch-cuda: nvidia-cublas\n")
-
-
-def test_make_lock_keeps_the_variant_lines_and_pins_none_of_their_packages():
-    frozen = ["numpy==2.4.6", "torch==2.13.0", "triton==3.7.1", "nvidia-cublas==13.1.1.3"]
-    text = installation.lock_text(frozen, "3.13.5", VARIANT_LOCK.splitlines())
-    assert text == ("# variant torch-cuda: nvidia-cublas==13.1.1.3\n# variant torch-cuda: triton==3.7.1\n"
-                    "# python: 3.13.5\nnumpy==2.4.6\ntorch==2.13.0\n")
-    assert installation.lock_text(["torch==2.13.0+cpu"], "3.11.7", []) == "# python: 3.11.7\ntorch==2.13.0\n"
-
-
-@pytest.mark.parametrize("extra, variant, differences", [
-    ({}, None, []),
-    ({"nvidia-cublas": "13.1.1.3", "triton": "3.7.1"}, "torch-cuda", []),
-    ({"nvidia-cublas": "13.1.1.3"}, None, [("nvidia-cublas", None, "13.1.1.3")]),
-    ({"nvidia-cublas": "13.1.1.3", "triton": "3.7.2"}, None, [("nvidia-cublas", None, "13.1.1.3"),
-                                                              ("triton", None, "3.7.2")]),
-    ({"nvidia-cublas": "13.1.1.3", "triton": "3.7.1", "cupy": "14.0"}, None,
-     [("cupy", None, "14.0"), ("nvidia-cublas", None, "13.1.1.3"), ("triton", None, "3.7.1")]),
-], ids=["the-lock", "the-variant-exactly", "part-of-it", "another-version", "more-than-it"])
-def test_the_lock_check_accepts_its_known_variant_only_exactly(tmp_path, extra, variant, differences):
-    from inferlab.host import environment
-
-    lock = tmp_path / "requirements.lock"
-    lock.write_text(VARIANT_LOCK)
-    check = environment.lock_check(lock, {**LOCKED_DISTRIBUTIONS, "torch": "2.13.0", **extra}, "3.11.7")
+    lock.write_text(LOCK_TEXT)
+    check = environment.lock_check(lock, installed, python)
     assert [(d["name"], d["locked"], d["installed"]) for d in check["differences"]] == differences
-    assert (check.get("variant") or {}).get("name") == variant
-    line = installation.extra_line(installation.read_lock(VARIANT_LOCK), {**LOCKED_DISTRIBUTIONS, **extra})
-    if not extra:
-        assert line is None
-    else:
-        assert line.startswith(f"{len(extra)} package(s) the lock does not pin came with it: ")
-        assert ("exactly the lock's known variant 'torch-cuda'" in line) == (variant is not None), line
+    assert (check["pins"], check["python_locked"]) == (2, "3.11.7")
 
 
-def test_the_torch_line_is_read_from_the_lock():
-    assert installation.torch_requirement("# x\nnumpy==2.4.6\ntorch==2.13.0  # cpu\n") == "torch==2.13.0"
-    with pytest.raises(ValueError, match="no 'torch==VERSION' line"):
-        installation.torch_requirement("numpy==2.4.6\n")
+def test_a_lock_that_cannot_be_read_is_said_and_a_missing_one_compares_nothing(tmp_path):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("numpy>=2\n")
+    assert environment.lock_check(lock, {}, "3.11.7")["error"] == (
+        "requirements.lock: line 1: expected NAME==VERSION, actual 'numpy>=2'")
+    missing = environment.lock_check(tmp_path / "nothing.lock", {"numpy": "2"}, "3.11.7")
+    assert missing["found"] is False and missing["differences"] == []
 
 
-def test_the_manifest_says_which_torch_build_is_installed():
-    from inferlab.host import environment
-
-    import torch  # noqa: F401  # imported, so the build itself is asked
+def test_the_manifest_asks_torch_itself_which_build_it_is():
+    import torch
 
     build = environment.torch_build()
-    assert build["version"] == importlib.metadata.version("torch")
+    assert build["version"] == importlib.metadata.version("torch") == torch.__version__
     assert build["cpu_only"] is (torch.version.cuda is None and getattr(torch.version, "hip", None) is None)
-    assert "torch.version.cuda" in build["how_known"]
-
-
-def test_the_install_record_is_replaced_whole_never_rewritten_in_place(tmp_path):
-    path = tmp_path / installation.RECORD_FILE
-    installation.write_record(path, {"torch": {"route": "first"}})
-    with open(path, encoding="utf-8") as reader:  # a reader (the manifest) that opened the old record
-        installation.write_record(path, {"torch": {"route": "second", "note": "x" * 10000}})
-        assert json.loads(reader.read()) == {"torch": {"route": "first"}}  # still whole: a new file took its name
-    assert json.loads(path.read_text(encoding="utf-8"))["torch"]["route"] == "second"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [installation.RECORD_FILE]  # no temporary left
-    umask = os.umask(0)
-    os.umask(umask)
-    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert "torch.version.cuda" in build["how_known"] and build["cpu_kernels"]["capability"]
 
 
 # --- the project itself: installed editable, with its command ---------------------------------------------------
 
 
 def project_distribution() -> importlib.metadata.Distribution:
-    """The project as this environment installed it: its dist-info in site-packages (the editable build also
-    leaves an inferlab.egg-info in the checkout, git-ignored, which the checkout folder on sys.path would find)."""
+    """The project's dist-info in site-packages (the checkout's own inferlab.egg-info, also on sys.path, aside)."""
     found = [dist for dist in importlib.metadata.distributions(path=[sysconfig.get_paths()["purelib"]])
-             if dist.metadata["Name"] == installation.PROJECT_DISTRIBUTION]
-    if len(found) != 1:
-        pytest.fail(f"{sys.prefix} has {len(found)} {installation.PROJECT_DISTRIBUTION} distributions, not 1: run `make` in the "
-                    f"project folder, which installs the project editable (inferlab/host/installation.py --editable)")
+             if dist.metadata["Name"] == "inferlab"]
+    assert len(found) == 1, f"{sys.prefix} has {len(found)} inferlab distributions, not 1: run `make`"
     return found[0]
 
 
-def installed_command() -> Path:
-    script = Path(sys.executable).parent / "inferlab"
-    assert script.is_file(), f"expected the console script {script} (pyproject.toml [project.scripts]); run `make`"
-    return script
-
-
-def test_the_project_is_installed_editable_from_the_checkout_its_environment_belongs_to():
+def test_the_project_is_installed_editable_from_its_checkout_with_one_entry_point(request):
     dist = project_distribution()
     direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
     assert direct_url.get("dir_info", {}).get("editable") is True, direct_url
-    checkout = Path(direct_url["url"].removeprefix("file://"))
-    assert checkout.resolve() == Path(sys.prefix).resolve().parent, (checkout, sys.prefix)
-    import inferlab
-
-    assert Path(inferlab.__file__).resolve().parent == checkout.resolve() / "inferlab"
-
-
-def test_its_one_entry_point_is_the_command_and_the_plugin_is_registered_once(request):
-    """pytest.ini registers the plugin; an entry point in the pytest11 group as well would load it a second time."""
-    points = {(point.group, point.name): point.value for point in project_distribution().entry_points}
+    assert Path(direct_url["url"].removeprefix("file://")).resolve() == Path(sys.prefix).resolve().parent
+    # pytest.ini registers the plugin; an entry point in the pytest11 group as well would load it twice.
+    points = {(point.group, point.name): point.value for point in dist.entry_points}
     assert points == {("console_scripts", "inferlab"): "inferlab.cli:run_command_line"}
-    assert not [point for point in importlib.metadata.entry_points(group="pytest11") if "inferlab" in point.value]
-    registered = [plugin for plugin in request.config.pluginmanager.get_plugins()
-                  if getattr(plugin, "__name__", None) == "inferlab.plugin"]
-    assert len(registered) == 1
+    assert [getattr(plugin, "__name__", None) for plugin in request.config.pluginmanager.get_plugins()].count(
+        "inferlab.plugin") == 1
 
 
 def test_its_dependencies_are_requirements_in_and_the_lock_satisfies_every_one():
-    from packaging.requirements import Requirement
-
     declared = [line.split("#", 1)[0].strip() for line in (REPO_ROOT / "requirements.in").read_text().splitlines()]
-    declared = [line for line in declared if line]
-    requires = project_distribution().requires or []
-    assert [str(Requirement(line)) for line in requires] == [str(Requirement(line)) for line in declared]
-    pins = dict(line.split("==") for line in (REPO_ROOT / "requirements.lock").read_text().splitlines()
-                if line and not line.startswith("#"))
-    pins = {name.lower().replace("_", "-"): version for name, version in pins.items()}
-    for line in declared:
-        requirement = Requirement(line)
-        pinned = pins.get(requirement.name.lower().replace("_", "-"))
-        assert pinned is not None and requirement.specifier.contains(pinned), (line, pinned)
+    declared = [Requirement(line) for line in declared if line]
+    assert [str(Requirement(line)) for line in project_distribution().requires or []] == list(map(str, declared))
+    pins = {canonicalize_name(line.split("==")[0]): line.split("==")[1] for line in LOCK.read_text().splitlines()
+            if line and not line.startswith("#")}
+    for requirement in declared:
+        pin = pins.get(canonicalize_name(requirement.name))
+        assert pin and requirement.specifier.contains(pin), requirement
 
 
 @pytest.mark.process
-@pytest.mark.process
-def test_the_installed_command_lists_every_subcommand_and_verifies_a_run_from_the_root_folder(standin_run):
+def test_the_installed_command_lists_every_subcommand_and_verifies_a_run_from_another_folder(standin_run):
     from inferlab import cli
 
-    script = installed_command()
+    script = Path(sys.executable).parent / "inferlab"
     shown = subprocess.run([str(script), "--help"], capture_output=True, text=True, cwd="/", timeout=60)
-    assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.startswith(f"usage: {cli.PROG} ")
-    missing = [module.NAME for module in cli.command_modules() if module.NAME not in shown.stdout]
-    assert not missing, f"inferlab --help lists no {missing}"
+    assert shown.returncode == 0 and shown.stdout.startswith(f"usage: {cli.PROG} "), shown.stderr
+    assert [module.NAME for module in cli.command_modules() if module.NAME not in shown.stdout] == []
     verified = subprocess.run([str(script), "verify", str(standin_run)], capture_output=True, text=True, cwd="/",
                               timeout=120)
     assert verified.returncode == 0 and verified.stdout.splitlines()[-1].startswith("verify: OK ("), verified.stderr

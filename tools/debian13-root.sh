@@ -133,7 +133,7 @@ COMMIT=$(git -C "$PROJECT" rev-parse HEAD)
 git -C "$PROJECT" diff --quiet HEAD 2>/dev/null ||
     say "note: uncommitted changes in $PROJECT are not tested; the root tests commit $COMMIT"
 # The clone's .venv is kept (always at the same path in the root, so its editable install stays valid): the fresh
-# clone's files are newer than its stamp, so make runs the installer again, which installs the new lock into it and
+# clone's files are newer than its stamp, so make runs its install rule again, which installs the new lock into it and
 # downloads only what changed. INFERLAB_DEBIAN13_FRESH_VENV=1 starts from an empty venv instead.
 KEPT_VENV=/var/cache/inferlab-venv
 rm -rf "$ROOT$KEPT_VENV"

@@ -1,9 +1,8 @@
-"""This machine: its fingerprint and its CPU caches; and where benchmark results (benchmarks/overhead.py) go.
+"""This machine: its CPU, its fingerprint and its caches; and the file benchmark results are appended to.
 
-A benchmark writes its result outside every tracked file unless asked: by default it appends to
-runs/benchmarks/overhead.jsonl (runs/ is git-ignored); `--record-to FILE` names another file, such as the
-tracked benchmarks/results.jsonl. No experiment run reads these results: another run's figure, matched by a
-CPU fingerprint, says nothing certain about this run, so a run's report quotes only what the run measured.
+A benchmark (benchmarks/*.py) appends to runs/benchmarks/overhead.jsonl, which git ignores, unless --record-to names
+another file (the tracked benchmarks/results.jsonl, say). No run reads these results: a figure from another run says
+nothing certain about this one, so a report quotes only what its run measured.
 """
 
 from __future__ import annotations
@@ -12,55 +11,40 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Optional
 
 from inferlab.base.checkout import PROJECT_ROOT
 
-RESULTS_FILE = PROJECT_ROOT / "runs" / "benchmarks" / "overhead.jsonl"  # untracked: the default destination
-TRACKED_RESULTS_FILE = PROJECT_ROOT / "benchmarks" / "results.jsonl"  # only with --record-to
-CPUINFO = Path("/proc/cpuinfo")
+RESULTS_FILE = PROJECT_ROOT / "runs" / "benchmarks" / "overhead.jsonl"
+TRACKED_RESULTS_FILE = PROJECT_ROOT / "benchmarks" / "results.jsonl"
 CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
-SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
 
 
-def _cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo on Linux, else what platform.processor() says."""
-    if CPUINFO.is_file():
-        for line in CPUINFO.read_text(errors="replace").splitlines():
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what platform.processor() says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             name, _, value = line.partition(":")
-            if name.strip() in ("model name", "Model", "cpu model") and value.strip():
+            if name.strip().lower() in ("model name", "hardware", "cpu model") and value.strip():
                 return value.strip()
+    except OSError:
+        pass
     return platform.processor() or "unknown"
 
 
 def machine_fingerprint() -> dict:
-    """What identifies the hardware a timing depends on: OS, architecture, CPU model, logical CPU count.
-
-    No host name: two identical machines (or CI containers) share a fingerprint, which is what a
-    benchmark reference needs.
-    """
-    return {
-        "system": platform.system(),
-        "machine": platform.machine(),
-        "cpu_model": _cpu_model(),
-        "logical_cpus": os.cpu_count(),
-    }
-
-
-def fingerprint_of(platform_record: dict) -> dict:
-    """The same fingerprint, read from a run manifest's `platform` (inferlab.host.environment.platform_record, which
-    names the system `os`): how grade's class view counts the machines of a class."""
-    return {"system": platform_record.get("os"), "machine": platform_record.get("machine"),
-            "cpu_model": platform_record.get("cpu_model"), "logical_cpus": platform_record.get("logical_cpus")}
+    """What a timing depends on in the hardware: OS, architecture, CPU model, logical CPUs. No host name: two
+    identical machines share a fingerprint."""
+    return {"system": platform.system(), "machine": platform.machine(), "cpu_model": cpu_model(),
+            "logical_cpus": os.cpu_count()}
 
 
 def append_result(result: dict, path: Path = RESULTS_FILE) -> None:
-    """Append one benchmark result as a JSON line, flushed and synced before returning."""
+    """Append one benchmark result as a JSON line, synced before returning."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(result, ensure_ascii=True, sort_keys=True)
-    with path.open("a", encoding="ascii") as handle:
-        handle.write(line + "\n")
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(result, sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 
@@ -111,38 +95,28 @@ def benchmark_figures(path: Path = TRACKED_RESULTS_FILE) -> dict:
     return found
 
 
-def _size_bytes(text: str) -> Optional[int]:
-    """'32K' -> 32768, '32768K', '1M', '512' (bytes); None for anything else."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    number, unit = (text[:-1], text[-1]) if text[-1:] in SIZE_UNITS and text[-1:] else (text, "")
-    return int(number) * SIZE_UNITS[unit] if number.isdigit() else None
-
-
-def _sysfs_field(path: Path) -> str:
-    """One sysfs attribute's text, stripped; empty when the file does not exist."""
-    return path.read_text(encoding="ascii").strip() if path.is_file() else ""
+def _bytes(size: str):
+    """'32K' -> 32768, '1M', '512' (bytes); None for anything else."""
+    number, unit = (size[:-1], SIZE_UNITS[size[-1]]) if size[-1:] in SIZE_UNITS else (size, 1)
+    return int(number) * unit if number.isdigit() else None
 
 
 def cache_sizes(directory: Path = CPU_CACHE_DIR) -> dict:
-    """The CPU caches one core sees, as the kernel lists them (Linux sysfs): {source, levels, largest_bytes, note}.
-
-    levels: [{level, type, bytes, size, shared_cpu_list}] in the kernel's order; largest_bytes the biggest
-    data or unified level. Elsewhere, or when the folder cannot be read, levels is empty and largest_bytes
-    "unknown".
-    """
-    directory, levels = Path(directory), []
+    """The CPU caches one core sees, as Linux lists them: {source, levels: [{level, type, size, bytes}],
+    largest_bytes (of a data or unified level), note}; no levels and largest_bytes "unknown" where none is listed."""
+    levels = []
     try:
-        for index in sorted(directory.glob("index*")):
-            fields = {name: _sysfs_field(index / name) for name in ("level", "type", "size", "shared_cpu_list")}
-            levels.append({"level": int(fields["level"]) if fields["level"].isdigit() else fields["level"] or None,
-                           "type": fields["type"] or None, "bytes": _size_bytes(fields["size"]),
-                           "size": fields["size"] or None, "shared_cpu_list": fields["shared_cpu_list"] or None})
+        for index in sorted(Path(directory).glob("index*")):
+            level, kind, size = ((index / name).read_text(encoding="ascii").strip()
+                                 for name in ("level", "type", "size"))
+            levels.append({"level": int(level) if level.isdigit() else level, "type": kind, "size": size,
+                           "bytes": _bytes(size)})
     except (OSError, ValueError) as error:
         return {"source": str(directory), "levels": [], "largest_bytes": "unknown",
                 "note": f"the cache sizes could not be read: {error}"}
-    data = [entry["bytes"] for entry in levels if entry["type"] != "Instruction" and isinstance(entry["bytes"], int)]
+    data = [entry["bytes"] for entry in levels if entry["type"] != "Instruction" and entry["bytes"] is not None]
     if not data:
         return {"source": str(directory), "levels": levels, "largest_bytes": "unknown",
-                "note": f"{directory} lists no cache size on this machine, so the cache sizes are unknown"}
+                "note": f"{directory} lists no cache size here, so the cache sizes are unknown"}
     return {"source": str(directory), "levels": levels, "largest_bytes": max(data),
-            "note": "as the kernel lists them for cpu0; a level may be shared with other cores (shared_cpu_list)"}
+            "note": "as Linux lists them for cpu0; a level may be shared with other cores"}
