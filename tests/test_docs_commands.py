@@ -1,5 +1,5 @@
 """Every command the terminal, the guidance, the report and the errors print works when typed as printed in the
-project folder: all of them are spelled by inferlab.cli.spelled, and the ones a report prints run."""
+project folder: all of them are spelled by inferlab.base.commands.spelled, and the ones a report prints run."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from inferlab import cli, protocol, specimen
+from inferlab.base.commands import VENV_BIN
 from inferlab.base.records import REPORT_FILE
 
 from fixture_runs import runs  # noqa: F401 (a fixture)
@@ -66,7 +67,7 @@ def test_every_command_a_report_and_the_guidance_print_runs_typed_as_printed(run
     run, commands = printed_commands(runs, tmp_path)
     assert {"verify", "report", "check-artifacts", "inferlab.standin", "inferlab.replica"} <= {
         shlex.split(c)[1] if c.startswith(".venv/bin/inferlab") else shlex.split(c)[2] for c in commands}, commands
-    assert (REPO_ROOT / cli.VENV_BIN / "inferlab").is_file(), "no .venv/bin/inferlab: run `make` (it installs it)"
+    assert (REPO_ROOT / VENV_BIN / "inferlab").is_file(), "no .venv/bin/inferlab: run `make` (it installs it)"
     empty, occupied = tmp_path / "empty", tmp_path / "occupied"
     empty.mkdir()
     occupied.mkdir()
