@@ -1,5 +1,4 @@
-"""inferlab.measure.sampling: one generate() trial, its complete config, processors and raw logits (a recorded trial replayed
-in a fresh process with plain transformers is tests/test_experiment_runs.py's, on the stand-in run)."""
+"""inferlab.measure.sampling: one generate() trial, its complete config, processors and raw logits."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from inferlab.measure.sampling import (
     generation_cache_record,
     observe_generation_cache,
     processors_for,
-    replay_generation,
     reset_random_state,
     run_generation_trial,
     stop_reason,
@@ -249,15 +247,6 @@ def test_full_length_trial_is_stopped_by_max_new_tokens(first_trials):
     assert (record["generated_length"], record["stop_reason"]) == (protocol.MAX_NEW_TOKENS, "max_new_tokens")
 
 
-# --- replay ---------------------------------------------------------------------------------
-
-
-def test_replay_in_process_reproduces_a_sampling_trial(model, first_trials):
-    record = first_trials["S3"][0]
-    replayed = replay_generation(model, record["prompt_ids"], record["generation_config"], record["seed"])
-    assert replayed["generated_ids"] == record["generated_ids"]
-
-
 @pytest.mark.parametrize("condition_name", list(protocol.CONDITIONS))
 def test_expected_processors_match_what_generate_builds(model, condition_name):
     from inferlab.measure.sampling import expected_processor_classes
@@ -337,29 +326,3 @@ def test_the_same_cache_object_twice_is_not_new(model):
         cache = generation_cache_record({"forwards": 1, "first_cache": reused, "length_before_first_forward": 0,
                                          "same_object_every_forward": True})
     assert not cache["new_object"] and not cache["fresh"] and "NOT a new object" in cache["how"]
-
-
-# --- every greedy step's top two (a reference across machines, inferlab.measure.near_tie) --------------------------
-
-
-def test_a_greedy_trial_records_each_steps_top_two_from_its_own_raw_logits(model, first_trials, prompt):
-    record, first_logits, _ = first_trials["G"]
-    values, pairs = record["step_top2_logits"], record["step_top2_ids"]
-    assert len(values) == len(pairs) == record["generated_length"]
-    assert [p[0] for p in pairs] == record["generated_ids"] and all(a >= b for a, b in values)
-    # step 0 is the saved first-step vector of the same call: the selected id's logit and the best other one
-    others = first_logits.clone()
-    others[record["generated_ids"][0]] = float("-inf")
-    assert values[0] == [float(first_logits[record["generated_ids"][0]]), float(others.max())]
-    assert pairs[0][1] == int(others.argmax())
-    # a later step, from a plain forward over the prompt and the ids before it (within rounding of the cache path)
-    _, input_ids, _ = prompt
-    step = 3
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([input_ids[0].tolist() + record["generated_ids"][:step]])).logits[0, -1]
-    assert abs(values[step][0] - float(logits[record["generated_ids"][step]])) < 1e-4
-
-
-def test_a_sampling_trial_records_no_greedy_steps(first_trials):
-    record, _, _ = first_trials["S1"]
-    assert "step_top2_logits" not in record and "step_top2_ids" not in record

@@ -1,3 +1,2 @@
 """What the experiment computes with the model: its inputs, the generate() trials, the timed decode loop, the cache
-check, memory, batching, loading and inspection, and the arithmetic of their records (summaries, contention,
-near_tie)."""
+check, memory, batching, loading and inspection, and the arithmetic of their records (summaries, contention)."""

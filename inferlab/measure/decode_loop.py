@@ -12,9 +12,7 @@ tokenization); converting results to lists happens after t_n.
 
 The thread's own usage (CPU time, voluntary and involuntary context switches: inferlab.measure.contention) is read at
 the ends of the spans only, never between tokens: just before t_start, just after t_prefill_done (the one read
-inside loop_s, before the first selection) and just after t_n. The loop keeps a reference to each step's
-logits (one list store, no copy) so that every step's top two raw logits are read after t_n, for a reference
-across machines (inferlab.measure.near_tie).
+inside loop_s, before the first selection) and just after t_n.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ from transformers import DynamicCache, GenerationConfig
 
 from inferlab import protocol
 from inferlab.measure import collector, contention
-from inferlab.measure.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
-from inferlab.measure.sampling import build_generation_config, step_top_two
+from inferlab.measure.sampling import build_generation_config
 from inferlab.measure.summaries import first_divergence, post_first_interval_s
 
 EosIds = Union[int, Iterable[int], None]
@@ -55,17 +52,7 @@ class LoopResult:
     collector_policy: str = collector.DEFAULT_POLICY
     collector_enabled_in_spans: Optional[bool] = None  # gc.isenabled() as the timed block began
     gc_events: list = field(default_factory=list)  # [generation, start_ns, stop_ns] of each collection in the block
-    # each step's logits tensor as the forward returned it, (1, keep, vocab), held by reference (no copy); their top
-    # two are taken when the record is made, so the call that is timed (the benchmark's too) does no more work
-    step_logits: list = field(default_factory=list, repr=False)
     cache: Any = field(default=None, repr=False)  # final cache (cache on), for inspection after timing
-
-    def top_two_per_step(self) -> dict:
-        """Per step: [selected id's raw logit, best other] and [selected id, runner-up id] (near_tie's fields)."""
-        if not self.step_logits:
-            return {STEP_VALUES_FIELD: [], STEP_IDS_FIELD: []}
-        last = torch.cat([logits[0, -1:] for logits in self.step_logits])  # (steps, vocab)
-        return step_top_two(last, self.generated_ids)
 
     @property
     def token_times_s(self) -> list[float]:
@@ -120,7 +107,6 @@ class LoopResult:
             ),
             "last_logits_shape": list(self.last_logits_shape),
             "prefill_logits_shape": list(self.prefill_logits_shape),
-            **{name: [list(pair) for pair in pairs] for name, pairs in self.top_two_per_step().items()},
             "clock": "time.perf_counter_ns (monotonic)",
             "stopping_rule": protocol.TIMING_STOPPING_RULE,
             **self.contention_fields(),
@@ -220,17 +206,16 @@ def run_greedy_loop(
     usage_at_start, usage_at_end = contention.usage_reader()
     cache = DynamicCache(config=model.config) if use_cache else None  # fresh cache for every trial
 
-    kept = [None] * new_tokens  # each step's logits tensor, held by reference (no copy), read when recorded
     with collector.TimedBlock(collector_policy) as block, collector.CollectionWatch() as watch:
         # inline, no call between a stamp and its CPU reading: a returned tuple there could start a collection
         usage_start = usage_at_start()
         t_start = clock()
-        # 1) prefill: the whole prompt, one forward (its logits are kept[0]: their shape is read after t_n)
+        # 1) prefill: the whole prompt, one forward (its logits' shape is read after t_n)
         out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
         t_prefill_done = clock()
         usage_prefill = usage_at_end()
         # 2) first selection (not a forward)
-        kept[0] = out.logits
+        prefill = out.logits  # (1, keep, vocab), a reference: no copy
         tokens[0, prompt_length] = out.logits[0, -1].argmax()
         times[0] = clock()
         # 3) the remaining selections, one forward each
@@ -240,11 +225,9 @@ def run_greedy_loop(
                 out = _forward(model, buffers, end - 1, end, out.past_key_values, True, logits_to_keep)
             else:
                 out = _forward(model, buffers, 0, end, None, False, logits_to_keep)
-            kept[i] = out.logits
             tokens[0, end] = out.logits[0, -1].argmax()
             times[i] = clock()
         usage_end = usage_at_end()
-    prefill = kept[0]
 
     generated = tokens[0, prompt_length:].tolist()
     eos = _eos_list(eos_token_id)
@@ -265,7 +248,6 @@ def run_greedy_loop(
         collector_policy=collector_policy,
         collector_enabled_in_spans=block.enabled_inside,
         gc_events=watch.events,
-        step_logits=kept,
         cache=out.past_key_values if use_cache else None,
     )
 

@@ -26,7 +26,6 @@ from inferlab import protocol
 from inferlab.base.records import jsonable, tensor_sha256
 from inferlab.measure.inputs import token_pieces
 from inferlab.measure.messages import capture_messages
-from inferlab.measure.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
 
 # generate() receives our config as is; with None it would fall back to the checkpoint's,
 # and with True (or None on a >=4.50 checkpoint) it would overwrite our default-valued fields.
@@ -269,19 +268,6 @@ def reset_random_state(seed: int) -> list[dict]:
     ]
 
 
-def step_top_two(step_logits: torch.Tensor, selected_ids: list[int]) -> dict:
-    """Per greedy step, the selected id's raw logit and the best other id with its logit, from logits the call
-    already returned (no forward): {STEP_VALUES_FIELD: [[top, second], ...], STEP_IDS_FIELD: [[selected, runner-up],
-    ...]} (inferlab.measure.near_tie). Relative to the selection, so an exact tie still names the selected id first."""
-    logits = step_logits.detach().to(dtype=torch.float32)  # (n, vocab)
-    selected = torch.tensor(selected_ids, dtype=torch.long).reshape(-1, 1)  # (n, 1)
-    top = logits.gather(1, selected)  # (n, 1)
-    others = logits.scatter(1, selected, float("-inf"))  # (n, vocab), the selected id masked out
-    second, runner_up = others.max(dim=1)  # (n,), (n,)
-    return {STEP_VALUES_FIELD: [[a, b] for a, b in zip(top[:, 0].tolist(), second.tolist())],
-            STEP_IDS_FIELD: [[a, b] for a, b in zip(selected[:, 0].tolist(), runner_up.tolist())]}
-
-
 def stop_reason(generated_ids: list[int], eos_token_id: int, max_new_tokens: int) -> str:
     """'eos', 'max_new_tokens' or 'unexplained', by the rule in STOP_RULE_TEXT."""
     if generated_ids and generated_ids[-1] == eos_token_id:
@@ -349,9 +335,6 @@ def run_generation_trial(
     start = time.perf_counter()
     text = tokenizer.decode(generated_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     decode_s = time.perf_counter() - start  # output decoding (OUTPUT_DECODING_LABEL), after generate() returned
-    # Greedy: every step's top two raw logits, from output.logits of this call (steps x (1, vocab)), after it returned.
-    greedy_steps = {} if condition.do_sample or not generated_ids else step_top_two(
-        torch.cat([step[:1] for step in output.logits[:len(generated_ids)]]), generated_ids)
     record = {
         "condition": condition.name,
         "condition_controls": {
@@ -398,7 +381,6 @@ def run_generation_trial(
         "first_step_logits_shape": list(first_step_logits.shape),
         "first_step_logits_sha256": tensor_sha256(first_step_logits),
         "first_step_logits_argmax": int(first_step_logits.argmax()),
-        **greedy_steps,
         "generation_cache": generation_cache,
         "warnings": list(messages),
         "elapsed_s": elapsed_s,
@@ -406,24 +388,3 @@ def run_generation_trial(
         "status": "ok",
     }
     return record, first_step_logits, first_step_scores
-
-
-@torch.inference_mode()
-def replay_generation(model, prompt_ids: list[int], generation_config_dict: dict, seed: Optional[int]) -> dict:
-    """Regenerate from a recorded config dict and seed; returns {"sequence_ids", "generated_ids"}."""
-    generation_config = GenerationConfig.from_dict(dict(generation_config_dict))
-    input_ids = torch.tensor([prompt_ids], dtype=torch.long)  # (1, T)
-    attention_mask = torch.ones_like(input_ids)  # (1, T)
-    if generation_config.do_sample:
-        if seed is None:
-            raise ValueError("replay_generation: the recorded config samples, so a seed is required")
-        reset_random_state(seed)
-    output = model.generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        generation_config=generation_config,
-        use_model_defaults=USE_MODEL_DEFAULTS,
-    )
-    sequences = output.sequences if hasattr(output, "sequences") else output
-    sequence_ids = sequences[0].tolist()
-    return {"sequence_ids": sequence_ids, "generated_ids": sequence_ids[len(prompt_ids):]}
