@@ -39,7 +39,7 @@ from typing import Optional
 
 from inferlab import protocol
 from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
-from inferlab.measure import summaries
+from inferlab.measure import stats
 from inferlab.read import runview as earlier_runs
 from inferlab.run import session_status
 from inferlab.run import lifecycle, writers
@@ -415,7 +415,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     generations = [r for r in run.written if r["kind"] == "generation"]
     for prompt_id in protocol.PROMPTS:
         run.emit("sampling_summary", f"{SAMPLING}::test_greedy_repetitions_identical",
-                 **summaries.sampling_summary(generations, prompt_id))
+                 **stats.sampling_summary(generations, prompt_id))
     run.outcome(f"{SAMPLING}::test_greedy_repetitions_identical")
 
     # the matched-prefix cache test
@@ -465,7 +465,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
                           schedule_id=trial.test_id, status="ok", prompt_ids=prompt_ids[trial.prompt_id],
                           prompt_length=length, generated_ids=ids, output_length=len(ids), token_times_s=times,
                           prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
-                          mean_post_first_interval_s=summaries.mean_post_first_interval(times),
+                          mean_post_first_interval_s=stats.mean_post_first_interval(times),
                           eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID],
                           logits_to_keep=protocol.LOGITS_TO_KEEP, stopping_rule=protocol.TIMING_STOPPING_RULE,
                           threads={"intra_op": 1, "inter_op": 1})
@@ -474,13 +474,13 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     summary_test = f"{TIMING}::test_timing_summary"
     for prompt_id in protocol.TIMING_PROMPTS:
         for use_cache in (True, False):
-            run.emit("timing_summary", summary_test, **summaries.timing_summary(trials, prompt_id, use_cache))
+            run.emit("timing_summary", summary_test, **stats.timing_summary(trials, prompt_id, use_cache))
     run.outcome(summary_test)
     run.emit("loop_vs_generate", f"{TIMING}::test_loop_matches_generate", prompt_id="P1", equal=True,
              first_difference=None, compared_length=16)
     run.outcome(f"{TIMING}::test_loop_matches_generate")
     for prompt_id in protocol.TIMING_PROMPTS:
-        run.emit("cache_divergence", f"{TIMING}::test_cache_divergence", **summaries.cache_divergence(trials, prompt_id))
+        run.emit("cache_divergence", f"{TIMING}::test_cache_divergence", **stats.cache_divergence(trials, prompt_id))
     run.outcome(f"{TIMING}::test_cache_divergence")
 
     # memory and batching

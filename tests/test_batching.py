@@ -10,7 +10,7 @@ import torch
 
 from inferlab import protocol
 from inferlab.measure.batching import left_pad, positions_by_rule, run_batching, truncate_after_eos
-from inferlab.measure.summaries import first_divergence
+from inferlab.measure.stats import first_divergence
 from inferlab.specimen.build import tiny_gpt_neox, tiny_tokenizer
 
 @pytest.fixture(scope="module")

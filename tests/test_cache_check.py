@@ -12,7 +12,7 @@ from inferlab.measure import cache_check
 from inferlab.measure.cache_check import compare_vectors, run_matched_prefix
 from inferlab.measure.decode_loop import run_greedy_loop
 from inferlab.measure.memory import expected_kv_cache_bytes
-from inferlab.measure.summaries import first_divergence
+from inferlab.measure.stats import first_divergence
 from inferlab.specimen.build import tiny_gpt_neox
 
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
@@ -272,3 +272,22 @@ def test_a_bitwise_equal_prefix_near_a_tie_is_flagged(model, continuation, monke
     assert first["near_tie"] and first["top2_margin_uncached"] <= first["near_tie_allowance"]
     assert result["near_tie_rule"] == protocol.NEAR_TIE_RULE and result["any_near_tie"]
     assert all(not p["near_tie"] for p in result["prefixes"][1:] if p["top2_margin_uncached"] > p["near_tie_allowance"])
+
+
+def test_the_cache_test_checks_logits_to_keep_on_every_uncached_forward_not_only_the_first(monkeypatch):
+    """Each uncached forward feeds a whole prefix: one that ignores logits_to_keep after the first is caught."""
+    model = tiny_gpt_neox(seed=0)
+    real_forward = model.forward
+    calls = []
+
+    def full_after_the_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second uncached forward (prompt + y1)
+            kwargs["logits_to_keep"] = 0
+        return real_forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", full_after_the_first)
+    result, _ = cache_check.run_matched_prefix(model, PROMPT, [3, 4, 5])
+    assert all(check["ok"] for check in result["prefill_logits_to_keep"].values())  # the first forwards could not tell
+    assert [p["checks"]["uncached_logits_to_keep"] for p in result["prefixes"]] == [True, False, True]
+    assert not result["prefixes"][1]["passed"] and not result["passed"]

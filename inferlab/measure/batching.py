@@ -22,7 +22,7 @@ from inferlab.measure.cache_check import top2_margin
 from inferlab.measure.inputs import choose_pad_token, encode_prompt
 from inferlab.measure.messages import capture_messages
 from inferlab.measure.sampling import build_generation_config, processors_for, timed_generate
-from inferlab.measure.summaries import first_divergence
+from inferlab.measure.stats import first_divergence
 
 BATCH_CONDITION = "G"
 PADDING_SIDE = "left"

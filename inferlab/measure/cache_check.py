@@ -15,6 +15,7 @@ from transformers import DynamicCache
 
 from inferlab import protocol
 from inferlab.measure import memory
+from inferlab.measure.decode_loop import logits_to_keep_check
 from inferlab.measure.messages import capture_messages
 from inferlab.protocol import Tolerance
 
@@ -156,23 +157,6 @@ def fed_alignment(fed_inputs: dict, prefix_length: int, fed_tokens: int) -> dict
     positions = (uncached["position_ids"] == uncached["cache_position"] == full
                  and cached["position_ids"] == cached["cache_position"] == new_slots)
     return {"fed_masks_aligned": masks, "fed_positions_aligned": positions}
-
-
-def logits_to_keep_check(observed_shape: list, logits_to_keep: int, vocab_size: int) -> dict:
-    """A forward's observed logits shape against the (1, logits_to_keep, vocab) that logits_to_keep asks for."""
-    expected = [1, logits_to_keep, vocab_size]
-    return {"logits_to_keep": logits_to_keep, "expected_shape": expected, "observed_shape": list(observed_shape),
-            "ok": list(observed_shape) == expected}
-
-
-def loop_logits_to_keep(prefill_shape: list, last_shape: list, logits_to_keep: int, vocab_size: int) -> dict:
-    """A timing trial's prefill and last forward against logits_to_keep. The prefill is the forward that tells: a
-    cache-on step feeds one token, so its logits have one position whether or not logits_to_keep was honoured.
-
-    {"prefill": check, "last": check, "ok": both ok}, each check as logits_to_keep_check gives it."""
-    checks = {"prefill": logits_to_keep_check(prefill_shape, logits_to_keep, vocab_size),
-              "last": logits_to_keep_check(last_shape, logits_to_keep, vocab_size)}
-    return {**checks, "ok": all(check["ok"] for check in checks.values())}
 
 
 def _both_paths(model, prompt_ids: list, continuation: list, common: dict):

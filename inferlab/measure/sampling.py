@@ -388,3 +388,13 @@ def run_generation_trial(
         "status": "ok",
     }
     return record, first_step_logits, first_step_scores
+
+
+def greedy_generation_config(new_tokens: int, eos_token_id, pad_token_id, **extra) -> GenerationConfig:
+    """The matrix's complete greedy config for new_tokens ids, returning plain sequences (no per-step logits or
+    scores; transformers 4.57.1 still copies each step's last logits in _sample either way)."""
+    config = build_generation_config(protocol.CONDITIONS["G"], eos_token_id, pad_token_id)
+    config.update(max_new_tokens=new_tokens, output_logits=False, output_scores=False, return_dict_in_generate=False,
+                  **extra)
+    config.validate()
+    return config

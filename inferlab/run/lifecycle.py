@@ -49,7 +49,7 @@ from inferlab.base.records import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from inferlab.measure import collector
+from inferlab.measure import usage as collector
 from inferlab.run import options, writers
 
 NO_PREDICTIONS = {"supplied": False, "note": "no predictions were supplied (--predictions FILE)"}

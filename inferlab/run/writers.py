@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from inferlab import protocol
-from inferlab.measure import collector
+from inferlab.measure import usage as collector
 from inferlab.base.records import CLAIM_FILE, PLAN_FILE, RECORD_SCHEMA, REPORT_RENDERER_VERSION, STAMP_FIELD, jsonable
 from inferlab.run import session_status
 from inferlab.run.plan import core_deselected, plan_totals
