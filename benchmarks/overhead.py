@@ -6,7 +6,7 @@ In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then o
 rounds time one complete 16-selection greedy run of
   (a) run_greedy_loop   (cache on, timestamps, the thread-usage readings at the ends of its spans (CPU time,
                          switches, the thread's and the process's page faults), the collection watch, and the
-                         session's per-forward hook (inferlab.measure.forward_mode): everything a trial runs),
+                         session's per-forward hook (inferlab.measure.loading.ForwardWatch): everything a trial runs),
   (b) bare_greedy_loop  (the same forwards and selections, no timestamps, no hook),
   (h) bare_greedy_loop with the per-forward hook registered (around the call, outside its timing): what the hook
        alone costs; (a)/(h) is then what the stamps, the usage reads and the watch cost without it,
@@ -70,7 +70,7 @@ from inferlab import protocol  # noqa: E402
 from inferlab.host import machine  # noqa: E402
 from inferlab.host.environment import git_state  # noqa: E402
 from inferlab.measure import usage  # noqa: E402
-from inferlab.measure.forward_mode import ForwardWatch  # noqa: E402
+from inferlab.measure.loading import ForwardWatch  # noqa: E402
 from inferlab.measure.decode_loop import bare_greedy_loop, run_greedy_loop  # noqa: E402
 from inferlab.measure.sampling import greedy_generation_config  # noqa: E402
 
@@ -222,7 +222,7 @@ COLLECTOR_DESIGN = ("one full gc.collect() and gc.freeze() before the first meas
 
 @contextlib.contextmanager
 def forward_hook(model, on: bool):
-    """The session's per-forward hook (forward_mode.ForwardWatch) registered on the model while `on`, else nothing."""
+    """The session's per-forward hook (loading.ForwardWatch) registered on the model while `on`, else nothing."""
     watch = ForwardWatch(model) if on else None
     try:
         yield

@@ -24,7 +24,7 @@ def trial_param(trial):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [trial_param(t) for t in TRIALS])
 def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store, forward_window, record):
-    from inferlab.measure import forward_mode, sampling
+    from inferlab.measure import loading, sampling
 
     encoded = encoded_prompts[trial.prompt_id]
     identity = {"trial_index": trial.index, "trial_id": trial.test_id, "prompt_id": trial.prompt_id,
@@ -55,7 +55,7 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
         f"generated {fields['generated_length']} tokens, budget {protocol.MAX_NEW_TOKENS}"
     )
     assert fields["generation_cache"]["fresh"], f"not a fresh generation cache: {fields['generation_cache']['how']}"
-    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
+    assert not loading.violation_message(mode), loading.violation_message(mode)
 
 
 @pytest.mark.requires("model_inspection", "inputs")

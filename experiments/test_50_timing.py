@@ -39,8 +39,7 @@ def test_machine_before_timing(inferlab_run, record):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
 def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, forward_window, record):
-    from inferlab.measure import decode_loop, forward_mode, inputs, memory
-    from inferlab.measure.messages import capture_messages
+    from inferlab.measure import decode_loop, inputs, loading, memory
 
     encoded = encoded_prompts[trial.prompt_id]
     eos_id = encoded["record"]["eos_token_id"]
@@ -49,7 +48,7 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
     messages = []
     try:
         # The capture wraps the whole loop: it is set up before t_start and read after t_16.
-        with capture_messages() as messages:
+        with loading.capture_messages() as messages:
             result = decode_loop.run_greedy_loop(model, encoded["input_ids"], encoded["attention_mask"],
                                                  use_cache=trial.use_cache, eos_token_id=eos_id,
                                                  collector_policy=inferlab_run.collector_policy)
@@ -79,7 +78,7 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
     kept = decode_loop.loop_logits_to_keep(result.prefill_logits_shape, result.last_logits_shape,
                                            protocol.LOGITS_TO_KEEP, model.config.vocab_size)
     assert kept["ok"], f"logits against logits_to_keep={protocol.LOGITS_TO_KEEP}: {kept}"
-    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
+    assert not loading.violation_message(mode), loading.violation_message(mode)
 
 
 @pytest.mark.records("timing_machine")

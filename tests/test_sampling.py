@@ -10,7 +10,7 @@ from transformers import GenerationConfig
 
 from inferlab import protocol
 from inferlab.measure.inputs import encode_prompt
-from inferlab.measure.messages import capture_messages
+from inferlab.measure.loading import capture_messages
 from inferlab.measure.sampling import (
     build_generation_config,
     generation_cache_record,

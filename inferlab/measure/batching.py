@@ -20,7 +20,7 @@ import torch
 from inferlab import protocol
 from inferlab.measure.cache_check import top2_margin
 from inferlab.measure.inputs import choose_pad_token, encode_prompt
-from inferlab.measure.messages import capture_messages
+from inferlab.measure.loading import capture_messages
 from inferlab.measure.sampling import build_generation_config, processors_for, timed_generate
 from inferlab.measure.stats import first_divergence
 

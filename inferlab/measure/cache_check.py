@@ -16,7 +16,7 @@ from transformers import DynamicCache
 from inferlab import protocol
 from inferlab.measure import memory
 from inferlab.measure.decode_loop import logits_to_keep_check
-from inferlab.measure.messages import capture_messages
+from inferlab.measure.loading import capture_messages
 from inferlab.protocol import Tolerance
 
 NOTE_PREFILL_ONLY = "prefill only: cache reuse not exercised (one target token, so only the prompt's logits were compared)"

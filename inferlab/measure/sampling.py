@@ -25,7 +25,7 @@ from transformers.generation import LogitsProcessorList
 from inferlab import protocol
 from inferlab.base.records import jsonable, tensor_sha256
 from inferlab.measure.inputs import token_pieces
-from inferlab.measure.messages import capture_messages
+from inferlab.measure.loading import capture_messages
 
 # generate() receives our config as is; with None it would fall back to the checkpoint's,
 # and with True (or None on a >=4.50 checkpoint) it would overwrite our default-valued fields.

@@ -97,10 +97,10 @@ def thread_controls(run: lifecycle.Run) -> dict:
 def load_watched(run: Optional[lifecycle.Run], directory, spec) -> dict:
     """The model and tokenizer loaded from the verified directory with the protocol's controls, and the watch on
     every forward of the model, which the run (if any) reconciles with its plan at its end."""
-    from inferlab.measure import forward_mode, loading
+    from inferlab.measure import loading
 
     loaded = loading.load_specimen(directory, spec)
-    watch = forward_mode.ForwardWatch(loaded["model"])
+    watch = loading.ForwardWatch(loaded["model"])
     if run is not None:
         run.forward_watch = watch
     return {**loaded, "forward_watch": watch}
