@@ -21,7 +21,8 @@ from inferlab.measure.decode_loop import logits_to_keep_check
 from inferlab.measure.loading import capture_messages
 from inferlab.protocol import Tolerance
 
-NOTE_PREFILL_ONLY = "prefill only: cache reuse not exercised (one target token, so only the prompt's logits were compared)"
+NOTE_PREFILL_ONLY = ("prefill only: cache reuse not exercised (one target token, so only the prompt's logits were "
+                     "compared)")
 FED_INPUT_NAMES = ("input_ids", "attention_mask", "position_ids", "cache_position")
 ALIGNMENT_CHECKS = ("fed_masks_aligned", "fed_positions_aligned")
 
@@ -31,7 +32,8 @@ def _finite_or_none(value: float) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def compare_vectors(a: torch.Tensor, b: torch.Tensor, tolerance: Tolerance, reference: str = "uncached reference") -> dict:
+def compare_vectors(a: torch.Tensor, b: torch.Tensor, tolerance: Tolerance,
+                    reference: str = "uncached reference") -> dict:
     """`a` against the reference `b` under |a-b| <= atol + rtol*|b|: the comparison's statistics."""
     if a.shape != b.shape:
         raise ValueError(f"compare_vectors: shapes differ, a {tuple(a.shape)} vs reference b {tuple(b.shape)}")
@@ -42,7 +44,8 @@ def compare_vectors(a: torch.Tensor, b: torch.Tensor, tolerance: Tolerance, refe
     numel = a64.numel()
     return {"numel": numel, "finite_a": finite_a, "finite_b": finite_b,
             "max_abs_diff": _finite_or_none(float(diff.max())) if numel else 0.0, "fail_count": fail_count,
-            "fail_fraction": fail_count / numel if numel else 0.0, "bitwise_equal": bool(torch.equal(a.detach(), b.detach())),
+            "fail_fraction": fail_count / numel if numel else 0.0,
+            "bitwise_equal": bool(torch.equal(a.detach(), b.detach())),
             "criterion": tolerance.describe(reference), "atol": tolerance.atol, "rtol": tolerance.rtol,
             "passed": finite_a and finite_b and fail_count == 0}
 
@@ -79,7 +82,8 @@ def inspect_cache(cache: Any, model: torch.nn.Module) -> dict:
     length = int(cache.get_seq_length())
     return {"cache_type": type(cache).__name__, "layers": layers, "layer_count": len(layers), "get_seq_length": length,
             "unique_bytes": memory.cache_storage(cache)["unique_bytes"],
-            "expected_bytes": memory.expected_kv_cache_bytes(model.config, length, dtype_bytes=pairs[0][0].element_size()),
+            "expected_bytes": memory.expected_kv_cache_bytes(model.config, length,
+                                                             dtype_bytes=pairs[0][0].element_size()),
             "config_use_cache": getattr(model.config, "use_cache", None)}
 
 
@@ -139,7 +143,8 @@ def _prefix_record(k: int, uncached: tuple, cached: tuple, fed_inputs: dict, con
               "vocab_dim_uncached": logits_u.shape[-1] == vocab_size,
               # each uncached forward feeds its whole prefix, so each shows whether logits_to_keep held
               "uncached_logits_to_keep": logits_to_keep_check(shape_u, logits_to_keep, vocab_size)["ok"],
-              "finite": found["finite_a"] and found["finite_b"], "cache_length_matches_prefix": cache_length == len(prefix_c),
+              "finite": found["finite_a"] and found["finite_b"],
+              "cache_length_matches_prefix": cache_length == len(prefix_c),
               **fed_alignment(fed_inputs, len(prefix_u), k), "within_tolerance": found["fail_count"] == 0}
     argmax_c, argmax_u = int(logits_c.argmax()), int(logits_u.argmax())
     return {
@@ -176,7 +181,8 @@ def run_matched_prefix(model: torch.nn.Module, prompt_ids: Sequence[int], contin
     vocab_size = model.config.vocab_size
     common = {"logits_to_keep": logits_to_keep, "output_attentions": False, "output_hidden_states": False}
     fed = []  # what each forward received, in call order: the uncached m, then the cached m
-    hook = model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(_fed_inputs(kwargs)), with_kwargs=True)
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(_fed_inputs(kwargs)),
+                                           with_kwargs=True)
     try:
         with capture_messages() as messages:
             uncached, cached, cache, same_object = _both_paths(model, prompt_ids, continuation, common)

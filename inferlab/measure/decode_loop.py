@@ -278,7 +278,8 @@ def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol
             "method": CLOCK_OVERHEAD_METHOD.format(reads=reads, usage_pairs=usage_pairs)}
 
 
-PROFILING_DECODING_LABEL = "tokenizer.decode of the 16 profiling ids (special tokens kept), after the timed loop returned"
+PROFILING_DECODING_LABEL = ("tokenizer.decode of the 16 profiling ids (special tokens kept), after the timed loop "
+                            "returned")
 
 
 def decode_profiling_text(tokenizer, generated_ids: list[int]) -> tuple[str, float]:
@@ -288,7 +289,7 @@ def decode_profiling_text(tokenizer, generated_ids: list[int]) -> tuple[str, flo
     return text, time.perf_counter() - start
 
 
-# --- the loop against generate() ---------------------------------------------------------------------------------------
+# --- the loop against generate() ------------------------------------------------------------------------------------
 # P1's loop is checked by ids against the matrix's first greedy trial of P1, a generate() call the budget already
 # holds. P1x8 has no such call and the budget has no room for one (Parts 3 and 5 use all 800 selections), so for it
 # what the loop feeds the model at each step is checked against what generate()'s own preparation builds for the same
@@ -317,7 +318,8 @@ def loop_vs_generate(trials: list[dict], generations: list[dict], prompt_id: str
             "compared_length": len(generate_ids), "loop_ids": loop_ids, "generate_ids": generate_ids,
             "first_difference": first_divergence(loop_ids, generate_ids), "equal": loop_ids == generate_ids,
             "not_compared": [p for p in {t["prompt_id"] for t in trials} if p != prompt_id],
-            "note": "only prompts of the generation matrix have a generate() reference; no extra generate() call is made"}
+            "note": ("only prompts of the generation matrix have a generate() reference; no extra generate() call is "
+                     "made")}
 
 
 def _plain(value):
@@ -333,7 +335,8 @@ def loop_step_inputs(prompt_ids: list[int], generated_ids: list[int],
     steps, length = [], len(prompt_ids)
     for step in range(len(generated_ids)):
         start, end = (0, length) if step == 0 else (length + step - 1, length + step)
-        steps.append({"input_ids": buffers.tokens[:, start:end].tolist(), "attention_mask": buffers.mask[:, :end].tolist(),
+        steps.append({"input_ids": buffers.tokens[:, start:end].tolist(),
+                      "attention_mask": buffers.mask[:, :end].tolist(),
                       "position_ids": buffers.positions[:, start:end].tolist(),
                       "cache_position": buffers.cache_positions[start:end].tolist(),
                       "logits_to_keep": logits_to_keep, "use_cache": True})

@@ -76,7 +76,8 @@ def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.T
     tokenization_s = time.perf_counter() - start  # the tokenizer call alone
     input_ids, attention_mask = encoded["input_ids"].to(torch.long), encoded["attention_mask"].to(torch.long)
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
-        raise ValueError(f"encode_prompt({prompt_id}): expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
+        raise ValueError(f"encode_prompt({prompt_id}): expected input_ids of shape (1, T), got "
+                         f"{tuple(input_ids.shape)}")
     token_ids = input_ids[0].tolist()
     # clean_up_tokenization_spaces=False: the cleanup would rewrite " ." to "." and hide a mismatch
     serialized = tokenizer.decode(token_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)

@@ -52,7 +52,8 @@ def load_options() -> dict:
 
 
 # from_pretrained's own words when a weight was not loaded from the checkpoint as it is (4.57.1)
-WEIGHT_MESSAGE_MARKERS = ("newly initialized", "were not used when initializing", "not initialized from the model checkpoint")
+WEIGHT_MESSAGE_MARKERS = ("newly initialized", "were not used when initializing",
+                          "not initialized from the model checkpoint")
 LOADING_INFO_MEANING = {
     "missing_keys": "parameters the checkpoint lacks, so they were newly initialised",
     "unexpected_keys": "checkpoint tensors the model has no place for, so they were not used",
@@ -69,7 +70,8 @@ LOADED_FROM = (
 def load_problems(loading_info: dict, log_messages: list[dict]) -> list[str]:
     """Why a load did not give the checkpoint's weights exactly: one line per non-empty loading_info list and per log
     message about weights left out or newly initialised. Empty for a faithful load."""
-    problems = [f"{key}: {LOADING_INFO_MEANING.get(key, key)}: {values}" for key, values in loading_info.items() if values]
+    problems = [f"{key}: {LOADING_INFO_MEANING.get(key, key)}: {values}"
+                for key, values in loading_info.items() if values]
     problems += [f"log {entry['logger']} {entry['level']}: {entry['message'].splitlines()[0]}"
                  for entry in log_messages if any(marker in entry["message"] for marker in WEIGHT_MESSAGE_MARKERS)]
     return problems
@@ -180,8 +182,9 @@ def inspect_model(model, directory, expected_architecture: Optional[dict] = None
     for name, parameter in model.named_parameters():
         parameters.append({"name": name, "shape": list(parameter.shape), "numel": parameter.numel(),
                            "device": str(parameter.device), "dtype": str(parameter.dtype).removeprefix("torch.")})
-        for wrong, what, actual in ((parameter.device.type != "cpu", "device expected cpu", parameter.device),
-                                    (parameter.dtype != expected_dtype, f"dtype expected {expected_dtype}", parameter.dtype)):
+        checks = ((parameter.device.type != "cpu", "device expected cpu", parameter.device),
+                  (parameter.dtype != expected_dtype, f"dtype expected {expected_dtype}", parameter.dtype))
+        for wrong, what, actual in checks:
             if wrong:
                 violations.append(f"{name}: {what}, actual {actual}")
                 off_controls.setdefault((what, str(actual)), []).append(name)

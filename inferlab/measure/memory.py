@@ -25,7 +25,8 @@ UNMEASURED_CATEGORIES = {
     "workspace": "scratch buffers BLAS/attention kernels allocate during a call; invisible to tensor accounting",
     "allocator_retention": "memory the allocator keeps after tensors are freed; shows up in RSS, not in any tensor",
     "runtime_libraries": "code and data of Python, torch, BLAS and tokenizers mapped into the process",
-    "loading_copies": "transient copies made while reading and converting the checkpoint; only a peak RSS may show them",
+    "loading_copies": ("transient copies made while reading and converting the checkpoint; only a peak RSS may "
+                       "show them"),
 }
 CURRENT = "current"
 # Linux can reset VmHWM (writing 5 to /proc/self/clear_refs); this run never does, and freeing objects never lowers it
@@ -61,7 +62,8 @@ def gpt_neox_parameter_count(config: Any) -> int:
 def unique_storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the distinct storages behind `tensors`, each storage counted once (views and ties dedup)."""
     # a zero-byte storage may report data_ptr 0; it adds nothing either way
-    return sum({(str(t.device), t.untyped_storage().data_ptr()): t.untyped_storage().nbytes() for t in tensors}.values())
+    storages = {(str(t.device), t.untyped_storage().data_ptr()): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
 
 
 def parameter_storage(model: torch.nn.Module) -> dict:
@@ -94,7 +96,8 @@ def cache_layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
 def cache_storage(cache: Any) -> dict:
     """The observed KV-cache payload: unique bytes over all layers, bytes and logical length per layer."""
     pairs = cache_layer_tensors(cache)
-    per_layer = [{"layer": index, "key_bytes": unique_storage_bytes([keys]), "value_bytes": unique_storage_bytes([values]),
+    per_layer = [{"layer": index, "key_bytes": unique_storage_bytes([keys]),
+                  "value_bytes": unique_storage_bytes([values]),
                   "logical_length": int(keys.shape[-2])}  # keys are (B, heads, T, head_dim)
                  for index, (keys, values) in enumerate(pairs)]
     lengths = sorted({entry["logical_length"] for entry in per_layer})
@@ -195,7 +198,8 @@ def weight_read_time(model: torch.nn.Module, passes: int = WEIGHT_READ_PASSES, c
         "method": WEIGHT_READ_METHOD.format(passes=passes),
         "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}, **read,
         "passes": passes, "seconds": seconds, "median_s": statistics.median(seconds), "warmup_s": warmup_ns / 1e9,
-        "caches": caches, "fits_in_largest_cache": "unknown" if not isinstance(largest, int) else read["bytes"] <= largest,
+        "caches": caches,
+        "fits_in_largest_cache": "unknown" if not isinstance(largest, int) else read["bytes"] <= largest,
         "note": ("When the weights fit in a cache level, a pass that follows another may be served from that cache "
                  "rather than from main memory; this is a time for these reads on this machine, not a bound on "
                  "a decode step"),

@@ -76,8 +76,8 @@ def expected_processor_classes(condition: protocol.Condition) -> list[str]:
 
 def describe(objects) -> list[dict]:
     """[{"class", "params"}] for processors or stopping criteria, in application order."""
-    return [{"class": type(obj).__name__, "params": {k: jsonable(v) for k, v in vars(obj).items() if not k.startswith("_")}}
-            for obj in objects]
+    return [{"class": type(obj).__name__,
+             "params": {k: jsonable(v) for k, v in vars(obj).items() if not k.startswith("_")}} for obj in objects]
 
 
 def timed_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: GenerationConfig):

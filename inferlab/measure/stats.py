@@ -319,7 +319,8 @@ def verdict(effect: dict, threshold: float) -> tuple[str, str]:
     if effect["low"] > margin:
         return FASTER, words + f": the whole interval lies above {fraction(margin):+.1%}"
     if effect["high"] < -margin:
-        return SLOWER, words + f": the whole interval lies below {fraction(-margin):+.1%} (a ratio of 1/{1 + threshold:g})"
+        return SLOWER, (words + f": the whole interval lies below {fraction(-margin):+.1%} (a ratio of "
+                                f"1/{1 + threshold:g})")
     return CANNOT_TELL, (words + f": the interval does not lie wholly above {fraction(margin):+.1%} or wholly below "
                                  f"{fraction(-margin):+.1%}")
 
@@ -360,9 +361,9 @@ def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
     for used in (used_on, used_off):
         kept = [(t, _value(t, metric)) for t in used]
         values = [v for _, v in kept if v is not None]
+        spread = median_min_max(values) if values else {"median": None, "min": None, "max": None}
         groups.append({"n": len(values), "schedule_ids": [t.get("schedule_id") for t, v in kept if v is not None],
-                       "values": values, **({k: v for k, v in median_min_max(values).items() if k not in ("n", "values")}
-                                            if values else {"median": None, "min": None, "max": None})})
+                       "values": values, "median": spread["median"], "min": spread["min"], "max": spread["max"]})
     shift = log_shift(groups[0]["values"], groups[1]["values"])
     interval = {**shift, **{f"{name}_fraction": fraction(shift[name]) for name in ("estimate", "low", "high")}}
     found, reason = verdict(interval, threshold)
@@ -385,7 +386,8 @@ def prefill_vs_decode(trials: list[dict], prompt_id: str, use_cache: bool) -> di
     ratios = [prefill / step for prefill, step in pairs if prefill is not None and step is not None]
     return {"prompt_id": prompt_id, "use_cache": use_cache, "samples": samples, "n": len(ratios), "ratios": ratios,
             "median": statistics.median(ratios) if ratios else None, "min": min(ratios, default=None),
-            "max": max(ratios, default=None), "output_length": sorted({t.get("output_length") for t in chosen}, key=str)}
+            "max": max(ratios, default=None),
+            "output_length": sorted({t.get("output_length") for t in chosen}, key=str)}
 
 
 def cache_verdicts(trials: list[dict]) -> dict:

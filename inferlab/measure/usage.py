@@ -85,8 +85,8 @@ def usage_reader() -> tuple[Callable[[], list], Callable[[], list]]:
     def start() -> list:
         reading = [None] * len(READING_FIELDS)
         usage, process = getrusage(who), getrusage(whole)
-        reading[1], reading[2], reading[3], reading[4] = usage.ru_nvcsw, usage.ru_nivcsw, usage.ru_minflt, usage.ru_majflt
-        reading[5], reading[6] = process.ru_minflt, process.ru_majflt
+        reading[1], reading[2], reading[3] = usage.ru_nvcsw, usage.ru_nivcsw, usage.ru_minflt
+        reading[4], reading[5], reading[6] = usage.ru_majflt, process.ru_minflt, process.ru_majflt
         _check_point()  # 3.12+: a collection the last result made due runs here, not inside the span
         reading[0] = thread_time()
         return reading
@@ -215,7 +215,8 @@ def watch_cost(collections: int) -> dict:
         watch("start", info)
         watch("stop", info)
     elapsed = _CLOCK() - began
-    return {"watch_collections": collections, "watch_elapsed_ns": elapsed, "watch_per_collection_ns": elapsed / collections}
+    return {"watch_collections": collections, "watch_elapsed_ns": elapsed,
+            "watch_per_collection_ns": elapsed / collections}
 
 
 def _int(value) -> Optional[int]:
@@ -225,8 +226,9 @@ def _int(value) -> Optional[int]:
 def in_span(events, first_ns: int, last_ns: int) -> Optional[dict]:
     """The collections that started inside [first_ns, last_ns]: their count per generation and the collector's own
     time inside the span (each clipped to it); None when the events are not a list of three-int lists."""
-    if not isinstance(events, list) or not all(isinstance(e, list) and len(e) == 3 and all(_int(v) is not None
-                                                                                            for v in e) for e in events):
+    valid = isinstance(events, list) and all(
+        isinstance(event, list) and len(event) == 3 and all(_int(v) is not None for v in event) for event in events)
+    if not valid:
         return None
     counts, spent = {str(g): 0 for g in GENERATIONS}, 0
     for generation, start, stop in events:
