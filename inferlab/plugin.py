@@ -131,8 +131,8 @@ def pytest_collection_finish(session):
     experiments = [item for item in session.items if is_experiment(item)]
     if run is None or not experiments:
         return
-    # after every plugin's reordering: an order that is not the protocol's is refused before the plan is written
-    run.refused = plan.order_refusal([(i.nodeid, i.location[0], i.location[1] or 0) for i in experiments], run.collected)
+    where = [(item.nodeid, item.location[0], item.location[1] or 0) for item in experiments]  # after any reordering
+    run.refused = plan.order_refusal(where, run.collected)  # an order not the protocol's is refused before the plan
     if run.refused is not None:
         raise pytest.UsageError(run.refused)
     paths, tests = plan.named_experiment_paths(config.args, config.invocation_params.dir, config.rootpath)

@@ -25,7 +25,6 @@ from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE
 from inferlab.host import environment
 from inferlab import writing
 from inferlab.read import addenda
-from inferlab.run.session import predictions_judged
 from inferlab.read.verify import verify_run
 
 from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, rerender
@@ -64,7 +63,7 @@ def give_predictions(run_dir: Path, text: str) -> Path:
     target = Path(run_dir) / PREDICTIONS_FILE
     target.write_text(text, encoding="utf-8")
     manifest = json.loads((Path(run_dir) / MANIFEST_FILE).read_text())
-    status = predictions_judged(text, PREDICTIONS_TEMPLATE)
+    status = writing.predictions_status(text, PREDICTIONS_TEMPLATE)
     edit_manifest(run_dir, predictions={"supplied": True, "source": str(target), "copied_to": PREDICTIONS_FILE,
                                         "sha256": sha256_file(target), "source_mtime_utc": manifest["started_utc"],
                                         "copied_at_utc": manifest["started_utc"], **status})

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures_records import REPO_ROOT, FixedHost, TickingClock, TickingStamp
+from inferlab import writing
 from inferlab.host import environment
 from inferlab.run import endings, records, session
 from inferlab.run.plan import TestFacts, selection_of
@@ -178,11 +179,11 @@ def test_a_failed_provider_stops_its_dependent_with_the_failure_as_the_reason(tm
 
 def test_predictions_are_judged_as_they_are_copied():
     template = (REPO_ROOT / "predictions.md").read_text()
-    assert session.predictions_judged(template + "\n\n", template)["template_unanswered"] is True
-    answered = session.predictions_judged(template.replace("Prediction:\n", "Prediction:\nyes, identical ids\n", 1),
+    assert writing.predictions_status(template + "\n\n", template)["template_unanswered"] is True
+    answered = writing.predictions_status(template.replace("Prediction:\n", "Prediction:\nyes, identical ids\n", 1),
                                           template)
     assert answered["template_unanswered"] is False and answered["answered"] == [1]
-    assert session.predictions_judged("I expect identical greedy ids.\n", template)["template_unanswered"] is False
+    assert writing.predictions_status("I expect identical greedy ids.\n", template)["template_unanswered"] is False
 
 
 @pytest.mark.parametrize("orig_argv, argv, args, typed", [

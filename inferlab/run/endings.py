@@ -92,7 +92,7 @@ def stop_reason(*, exit_code_name: str, signals: list[str], should_stop, should_
     """Why the session stopped before its end, or None when it ran through its schedule; refused: why the run was
     refused after it claimed its folder (a test order that is not the protocol's)."""
     if signals:
-        return f"interrupted by {signals[0]}" + (f", then {len(signals) - 1} more signal(s)" if len(signals) > 1 else "")
+        return f"interrupted by {signals[0]}" + (f", then {len(signals) - 1} more signal(s)" if signals[1:] else "")
     if exit_code_name == "INTERRUPTED":
         return "interrupted (KeyboardInterrupt or pytest.exit)"
     if should_fail:
@@ -196,7 +196,8 @@ def status_line(end: dict, counts: Optional[dict] = None, optional_notes=()) -> 
     elif end["collect_only"]:
         head = f"collect only (--co): {planned} tests collected, none ran"
     elif end["interrupted"] or end["stopped_early"]:
-        head = f"the run did NOT finish ({end['stop_reason']}): {missing} of {planned} planned tests have no outcome{told}"
+        head = f"the run did NOT finish ({end['stop_reason']}): {missing} of {planned} planned tests have no " \
+               f"outcome{told}"
     elif end["exit_code_name"] not in ("OK", "TESTS_FAILED"):
         head = f"the session ended with {end['exit_code_name']}: {missing} of {planned} planned tests have no outcome"
     elif missing:

@@ -59,9 +59,8 @@ def facts_from_markers(nodeid: str, params: dict, markers: Callable) -> TestFact
         return tuple(arg for marker in markers(name) for arg in marker.args)
 
     budget, timeout = next(iter(markers("budget")), None), next(iter(markers("timeout")), None)
-    plain = {name: ({**asdict(value), "test_id": getattr(value, "test_id", None)} if hasattr(value, "__dataclass_fields__")
-                    else value if isinstance(value, (str, int, float, bool, type(None))) else repr(value))
-             for name, value in params.items()}
+    plain = {name: ({**asdict(v), "test_id": getattr(v, "test_id", None)} if hasattr(v, "__dataclass_fields__") else v
+                    if isinstance(v, (str, int, float, bool, type(None))) else repr(v)) for name, v in params.items()}
     return TestFacts(nodeid, plain, dict(budget.kwargs) if budget else None, args("requires"), args("provides"),
                      tuple(dict.fromkeys(args("records"))), timeout.args[0] if timeout and timeout.args else None,
                      bool(list(markers("diagnostic"))), bool(list(markers(OPTIONAL_MARKER))))
@@ -336,7 +335,8 @@ REORDERING_PLUGINS = ("randomly", "random_order", "pytest_randomly", "pytest_ran
 def refusal(config, specimen: str) -> Optional[str]:
     """Why this session may not run at all (pytest's config read as plain data), or None: no bound on each trial
     (no interval timers, or no pytest-timeout), parallel workers, tests reordered, --lf of another specimen."""
-    limit, has_plugin = f"the {protocol.TRIAL_LIMIT_S} s per-trial limit cannot be enforced", config.pluginmanager.has_plugin
+    has_plugin = config.pluginmanager.has_plugin
+    limit = f"the {protocol.TRIAL_LIMIT_S} s per-trial limit cannot be enforced"
     if not (hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer")):
         return f"this platform ({sys.platform}) has no POSIX interval timers, so {limit}; the experiments refuse to " \
                "run unbounded"

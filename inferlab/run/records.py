@@ -205,8 +205,8 @@ def check_paths(paths: dict, cache_root: Optional[Path] = None) -> None:
     predictions = paths.get("--predictions") and os.path.expanduser(paths["--predictions"])
     if predictions and not os.path.isfile(predictions):
         what = describe_path(predictions)
-        raise ValueError(f"--predictions: {predictions} {what}{', not a regular file' if what.startswith('is ') else ''}"
-                         f"; expected your copy of predictions.md")
+        what += ", not a regular file" if what.startswith("is ") else ""
+        raise ValueError(f"--predictions: {predictions} {what}; expected your copy of predictions.md")
     if predictions:
         try:  # the check `attach` and the autograder make of a learner's text
             writing.read(predictions, "--predictions:")

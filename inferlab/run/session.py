@@ -44,7 +44,7 @@ OPTIONS = {  # pytest's addoption settings per flag; each help text says its def
                         "directory after verifying them (default: none; the project cache under artifacts/cache/ is "
                         "tried, then a bounded download)"),
     "--offline": dict(dest="inferlab_offline", action="store_true", help="never open a network connection; missing "
-                      "files are an error (default: off; HF_HUB_OFFLINE=1 also turns it on, and the records say which)"),
+                      "files are an error (default: off; HF_HUB_OFFLINE=1 also turns it on; the records say which)"),
     "--plan": dict(dest="inferlab_plan", action="store_true",
                    help="write plan.json and print the ordered schedule without loading a model (default: off)"),
     "--predictions": dict(dest="inferlab_predictions", metavar="FILE", help="copy this predictions file into the "
@@ -92,7 +92,8 @@ def invocation_of(config, offline_from: Optional[str], pytest_version: str) -> I
         tuple(sys.argv), command, how, str(config.invocation_params.dir), config.rootpath,
         "plan" if option("inferlab_plan") else "run", specimen.as_dict(),
         {"artifacts": option("inferlab_artifacts"), "offline": option("inferlab_offline"), "offline_from": offline_from,
-         "plan": option("inferlab_plan"), "collector_policy": collector.policy_of(bool(option("inferlab_gc_in_spans")))},
+         "plan": option("inferlab_plan"),
+         "collector_policy": collector.policy_of(bool(option("inferlab_gc_in_spans")))},
         {"version": pytest_version, "plugins": {d.project_name: d.version
                                                 for _, d in config.pluginmanager.list_plugin_distinfo()}},
         option("inferlab_runs_dir") is not None)
@@ -105,15 +106,6 @@ def offline_setting(option: bool, environ) -> tuple[bool, Optional[str]]:
     if option or name is None or environ[name].upper() not in ("1", "ON", "YES", "TRUE"):
         return (True, "--offline") if option else (False, None)
     return True, f"{name}={environ[name]}"
-
-
-def predictions_judged(text: str, template: Optional[str]) -> dict:
-    """How the session judges predictions as it copies them (inferlab.writing): the questions they answer, and
-    whether they are still the blank template (its form, or the template itself, with nothing answered)."""
-    found = writing.question_answers(text, template)
-    blank = not found.answered and (text.strip() == (template or "").strip() or any(
-        writing.FIELD.match(line) for line in text.splitlines()))
-    return {"template_unanswered": blank, "answered": found.answered, "answers": found.summary()}
 
 
 def claim_run(invocation: Invocation, *, record_dir: Optional[Path] = None, runs_dir: Optional[Path] = None,
@@ -206,7 +198,7 @@ class Run:
                 "sha256": sha256_file(self.record_dir / PREDICTIONS_FILE), "copied_at_utc": self.clock(),
                 "source_mtime_utc": datetime.datetime.fromtimestamp(os.stat(predictions).st_mtime,
                                                                     datetime.timezone.utc).isoformat(),
-                **predictions_judged(data.decode("utf-8"), writing.template(self.invocation.root,
+                **writing.predictions_status(data.decode("utf-8"), writing.template(self.invocation.root,
                                                                             writing.PREDICTIONS_TEMPLATE))}
         self.write_manifest(None)
 
@@ -379,7 +371,7 @@ class Run:
         except (OSError, ValueError, AttributeError):
             final = None
         if final is not None:
-            return f"Its final records were already written in {self.record_dir}; only the terminal summary is cut short."
+            return f"Its final records were written in {self.record_dir}; only the terminal summary is cut short."
         renamed = ""
         if self.invocation.named_by_plugin and not ENDED_NAME.search(self.record_dir.name):
             with contextlib.suppress(RecordDirError, OSError):
