@@ -37,54 +37,35 @@ def test_the_plans_forward_totals_give_each_test_its_most():
     assert budget["by_test"][MEMORY_TEST] == 0  # no budget: no forward
 
 
-def test_fewer_forwards_than_planned_reconcile():
-    """An EOS stops a generation early: under the budget is no problem."""
-    budget = plan.forward_budget(entries_of(all_nodeids()))
-    found = endings.reconcile_forwards(9, {FIRST_TRIAL: 9, MEMORY_TEST: 0}, budget)
-    assert found["ok"] and found["problems"] == [] and found["planned_at_most"] == COMPLETE_PLAN_AT_MOST
-    assert found["by_test"] == {FIRST_TRIAL: 9}  # what each test ran; its most is the plan's
+@pytest.mark.parametrize("counted, by_test, problems", [
+    (9, {FIRST_TRIAL: 9, MEMORY_TEST: 0}, []),  # an EOS stops a generation early: under the budget is no problem
+    (18, {FIRST_TRIAL: 16, MEMORY_TEST: 1}, ["forwards: the session ran 18, its tests ran 17: 1 ran outside every "
+                                             "test", f"forwards: {MEMORY_TEST} ran 1, the plan allows it at most 0"]),
+    (COMPLETE_PLAN_AT_MOST + 1, {FIRST_TRIAL: COMPLETE_PLAN_AT_MOST + 1}, [
+        f"forwards: the session ran {COMPLETE_PLAN_AT_MOST + 1}, the plan allows at most {COMPLETE_PLAN_AT_MOST}",
+        f"forwards: {FIRST_TRIAL} ran {COMPLETE_PLAN_AT_MOST + 1}, the plan allows it at most 16"]),
+], ids=["fewer", "outside-a-test", "over-the-plan"])
+def test_a_forward_outside_the_plan_is_named_with_both_numbers(counted, by_test, problems):
+    found = endings.reconcile_forwards(counted, by_test, plan.forward_budget(entries_of(all_nodeids())))
+    assert found["problems"] == problems and found["ok"] is not problems
+    assert found["by_test"] == {nodeid: n for nodeid, n in by_test.items() if n}  # each test's most is the plan's
 
 
-def test_a_forward_outside_the_plan_is_named_with_both_numbers():
-    budget = plan.forward_budget(entries_of(all_nodeids()))
-    found = endings.reconcile_forwards(18, {FIRST_TRIAL: 16, MEMORY_TEST: 1}, budget)
-    assert not found["ok"]
-    assert found["problems"] == [
-        "forwards: the session ran 18, its tests ran 17: 1 ran outside every test",
-        f"forwards: {MEMORY_TEST} ran 1, the plan allows it at most 0",
-    ]
-    over = endings.reconcile_forwards(COMPLETE_PLAN_AT_MOST + 1, {FIRST_TRIAL: COMPLETE_PLAN_AT_MOST + 1},
-                                             budget)
-    assert f"forwards: the session ran {COMPLETE_PLAN_AT_MOST + 1}, the plan allows at most " \
-           f"{COMPLETE_PLAN_AT_MOST}" in over["problems"]
-
-
-def test_the_session_end_of_a_session_with_an_unplanned_forward_says_the_harness_failed(tmp_path):
-    """Through the lifecycle, as a session ends: the watch's count and the per-test counts the plugin keeps."""
+@pytest.mark.parametrize("counted, failed", [(17, True), (16, False)])
+def test_the_session_end_says_whether_the_harness_kept_to_the_plans_forwards(tmp_path, counted, failed):
+    """Through the Run, as a session ends: the watch's count and the per-test counts the plugin keeps."""
     builder = RunBuilder(tmp_path / "run", "standin", True, current_format=True, report=False)
     builder.write_plan([(FIRST_TRIAL, {"category": "generation", "selections": 16}), (MEMORY_TEST, None)])
-    builder.run.forward_watch = types.SimpleNamespace(forwards=17)
-    builder.run.forwards_by_test = {FIRST_TRIAL: 16, MEMORY_TEST: 1}
+    builder.run.forward_watch = types.SimpleNamespace(forwards=counted)
+    builder.run.forwards_by_test = {FIRST_TRIAL: 16, MEMORY_TEST: counted - 16}
     builder.outcome(FIRST_TRIAL)
     builder.outcome(MEMORY_TEST)
     end = builder.end_session()
-    reconciliation = end["forward_reconciliation"]
-    assert reconciliation["counted"] == 17 and reconciliation["planned_at_most"] == 16 and not reconciliation["ok"]
-    assert endings.failure_kind(end, {"passed": 2}) == "harness"
-    assert endings.outcome_suffix(end, {"passed": 2}) == "-partial-failed"  # two tests: partial
-    assert "the HARNESS FAILED its forward count (forwards: the session ran 17, the plan allows at most 16" \
-        in end["status"]
-
-
-def test_a_session_within_its_plan_ends_with_its_count_recorded(tmp_path):
-    builder = RunBuilder(tmp_path / "run", "standin", True, current_format=True, report=False)
-    builder.write_plan([(FIRST_TRIAL, {"category": "generation", "selections": 16})])
-    builder.run.forward_watch = types.SimpleNamespace(forwards=12)
-    builder.run.forwards_by_test = {FIRST_TRIAL: 12}
-    builder.outcome(FIRST_TRIAL)
-    end = builder.end_session()
-    assert end["forward_reconciliation"]["ok"] and end["forward_reconciliation"]["counted"] == 12
-    assert "forward count" not in end["status"]
+    assert end["forward_reconciliation"]["counted"] == counted and end["forward_reconciliation"]["ok"] is not failed
+    assert (endings.failure_kind(end, {"passed": 2}) == "harness") is failed
+    assert endings.outcome_suffix(end, {"passed": 2}) == ("-partial-failed" if failed else "-partial")  # two tests
+    assert ("the HARNESS FAILED its forward count (forwards: the session ran 17, the plan allows at most 16"
+            in end["status"]) is failed
 
 
 @pytest.mark.parametrize("end, pytest_status, expected", [
