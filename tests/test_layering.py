@@ -91,7 +91,7 @@ def test_the_old_import_paths_still_work():
 
 # --- what must not grow back (issue 46, item 4) ------------------------------------------------------------
 
-PLUGIN_MAX_LINES, MODULE_MAX_LINES, RUN_MAX_LINES, RUN_MAX_MODULES = 300, 600, 1600, 5
+PLUGIN_MAX_LINES, MODULE_MAX_LINES, RUN_MAX_LINES, RUN_MAX_MODULES = 300, 600, 1550, 5  # run/: issue 57
 READS_RECORDS = re.compile(r"RECORDS_FILE\)?\.(read_bytes|read_text|open)\(|open\([^)\n]*RECORDS_FILE")
 
 

@@ -110,11 +110,6 @@ def claim_record_dir(path: Path, claim: dict) -> Path:
         handle.write(json.dumps(jsonable(claim), ensure_ascii=True, indent=2) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
-    others = sorted(name for name in os.listdir(path) if name != CLAIM_FILE)
-    if others:  # something else wrote here between the emptiness check and the claim
-        (path / CLAIM_FILE).unlink()
-        raise RecordDirError(f"record dir {path} gained other files while this run claimed it ({others[:3]}); "
-                             f"choose a new directory")
     return path / CLAIM_FILE
 
 
