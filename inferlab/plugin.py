@@ -114,8 +114,7 @@ def pytest_collection_modifyitems(session, config, items):
     given = [flag for flag, settings in OPTIONS.items() if config.getoption(settings["dest"]) not in (
         settings.get("default"), None, False)]
     run = get_run(config)
-    refusal = plan.collection_refusal(bool(experiments), given, config.option.collectonly,
-                                      getattr(config.option, "timeout", None), run is not None)
+    refusal = plan.collection_refusal(bool(experiments), given, config.option.collectonly, run is not None)
     if refusal is not None:
         raise pytest.UsageError(refusal)
     if run is not None and experiments:

@@ -522,7 +522,8 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
                           "the pytest-timeout plugin is not loaded (for example by -p no:timeout)"),
     "xdist": (None, ["--record-dir", "run", "-n", "2"], "the experiments run in one process, one test at a time, "
                                                         "but -n 2 (pytest-xdist)"),
-    "reordering": (None, ["--record-dir", "run", "--ff"], "--ff (--failed-first) runs the tests that failed"),
+    "timeout": (None, ["--record-dir", "run", "--timeout", "5"],
+                "--timeout 5.0: the experiment gives each trial the protocol's limit of 30 s itself"),
     "under-a-file": (lambda s, m: (s.path / "a_file").write_text("x"), ["--record-dir", "a_file/run"],
                      "--record-dir: record dir a_file/run cannot be created: a_file is a regular file, not a directory"),
     "under-proc": (None, ["--record-dir", "/proc/inferlab-run"], "cannot be created: No such file or directory"),
@@ -571,6 +572,14 @@ def test_a_session_that_cannot_run_is_refused_in_one_line_before_anything_is_wri
     assert result.ret == pytest.ExitCode.USAGE_ERROR and words in err, result.stdout.str() + err
     assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
     assert files_of(suite.path) == before  # nothing written, not even a claim, and nothing already there changed
+
+
+def test_options_of_the_experiment_without_its_tests_are_refused(suite):
+    (suite.path / "test_other.py").write_text(PASSES)
+    result = suite.runpytest("test_other.py", "--specimen", "standin")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--specimen: options of the experiment, and no experiment test was collected" in result.stderr.str()
+    suite.runpytest("test_other.py", "--timeout", "5").assert_outcomes(passed=1)  # the harness's own tests may
 
 
 def test_last_failed_of_another_specimen_is_refused_and_of_the_same_one_runs(suite):

@@ -334,7 +334,8 @@ REORDERING_PLUGINS = ("randomly", "random_order", "pytest_randomly", "pytest_ran
 
 def refusal(config, specimen: str) -> Optional[str]:
     """Why this session may not run at all (pytest's config read as plain data), or None: no bound on each trial
-    (no interval timers, or no pytest-timeout), parallel workers, tests reordered, --lf of another specimen."""
+    (no interval timers, or no pytest-timeout), another bound (--timeout), parallel workers, tests reordered, --lf of
+    another specimen."""
     has_plugin = config.pluginmanager.has_plugin
     limit = f"the {protocol.TRIAL_LIMIT_S} s per-trial limit cannot be enforced"
     if not (hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer")):
@@ -347,6 +348,9 @@ def refusal(config, specimen: str) -> Optional[str]:
     if not has_plugin("timeout"):
         return (f"the pytest-timeout plugin is not loaded (for example by -p no:timeout), so {limit}; the experiments "
                 "refuse to run unbounded (leave out -p no:timeout; pytest-timeout is pinned in requirements.lock)")
+    if getattr(config.option, "timeout", None) is not None:
+        return (f"--timeout {config.option.timeout}: the experiment gives each trial the protocol's limit of "
+                f"{protocol.TRIAL_LIMIT_S} s itself (inferlab/protocol.py, TRIAL_LIMIT_S); leave --timeout out")
     workers = config.getoption("numprocesses", None)
     if workers not in (None, 0, "0", "no"):
         return (f"the experiments run in one process, one test at a time, but -n {workers} (pytest-xdist) asks for "
@@ -384,16 +388,13 @@ def order_refusal(items: list[tuple[str, str, int]], collected: list[str]) -> Op
     return None
 
 
-def collection_refusal(experiments: bool, given: list[str], collect_only: bool, timeout, run: bool) -> Optional[str]:
-    """Why the collected session must not run: the experiment's options and none of its tests, its tests and no
-    record dir, or pytest-timeout's --timeout given to it (its trials have the protocol's limit)."""
+def collection_refusal(experiments: bool, given: list[str], collect_only: bool, run: bool) -> Optional[str]:
+    """Why the collected session must not run: the experiment's options and none of its tests (they would be silently
+    ignored), or its tests and no record dir."""
     if experiments and not run and not collect_only:
         return "--record-dir DIR (or --runs-dir DIR) is required to run the experiments (use a new directory, e.g. " \
                "runs/first)"
     if not experiments and given and not collect_only:
         return (f"{', '.join(given)}: options of the experiment, and no experiment test was collected; run them with "
                 f"the experiments folder: {spelled('-m pytest experiments ' + ' '.join(given) + ' ...', 'python')}")
-    if experiments and timeout is not None:
-        return (f"--timeout {timeout}: the experiment gives each trial the protocol's limit of "
-                f"{protocol.TRIAL_LIMIT_S} s itself (inferlab/protocol.py, TRIAL_LIMIT_S); leave --timeout out")
     return None
