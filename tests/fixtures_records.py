@@ -206,11 +206,11 @@ PLAN_FIELDS_ADDED_LATER = ("mode", "parts", "selection", "protocol_complete", "p
 
 
 class RunBuilder:
-    """Writes one record dir through the harness's lifecycle, as a session does; the tests give the values.
+    """Writes one record dir through the harness's Run, as a session does; the tests give the values.
 
     current_format=False writes outcomes and plan.json in their older format (see the module's docstring),
     as the builds of build_complete_run and build_failed_run have always been. By default the session ends as
-    the lifecycle ends it (its write_report, plots and all); report=False: it writes no report (the caller renders
+    the Run ends it (its write_report, plots and all); report=False: it writes no report (the caller renders
     it, rerender()); plots=False: its report's pages are written without drawing the plots (write_pages).
     """
 

@@ -353,10 +353,10 @@ def test_the_default_run_without_a_hub_says_once_that_the_specimen_could_not_be_
 
 
 def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
-    from inferlab.run import endings as session_status
+    from inferlab.run import endings
 
     def end(by_kind, acquisition):
-        return session_status.session_end(
+        return endings.session_end(
             exit_status=1, exit_code_name="TESTS_FAILED", signals=[], collect_only=False, plan_only=False,
             stop_reason=None, planned=["a", "b", "c"], with_outcome={"a", "b", "c"}, partial_reasons=[],
             failures_by_check_kind=by_kind, acquisition_failure=acquisition,
@@ -364,13 +364,13 @@ def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_
 
     counts = {"failed": 2, "skipped": 1}
     refused = end({"integrity": 2}, {"cause": "your --artifacts copy was refused", "failed_tests": 2})
-    assert session_status.failure_kind(refused, counts) == "acquisition"
-    line = session_status.status_line(refused, counts)
+    assert endings.failure_kind(refused, counts) == "acquisition"
+    line = endings.status_line(refused, counts)
     assert line.startswith("NOTHING was measured: the specimen could not be acquired (your --artifacts copy was "
                            "refused); ") and "HARNESS" not in line
     broken = end({"integrity": 2}, {"cause": "no connection to the hub", "failed_tests": 1})
-    assert session_status.failure_kind(broken, counts) == "harness"
-    assert "the HARNESS FAILED" in session_status.status_line(broken, counts)
+    assert endings.failure_kind(broken, counts) == "harness"
+    assert "the HARNESS FAILED" in endings.status_line(broken, counts)
 
 
 @pytest.mark.slow
@@ -446,7 +446,7 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     import os
     import socket
 
-    from inferlab.run import records as ended
+    from inferlab.run import records
 
     host, runs = socket.gethostname(), tmp_path / "runs"
     dead = {"pid": ended_pid(), "hostname": host, "claimed_utc": "2026-12-01T10:00:00Z", "command": "make run"}
@@ -457,14 +457,14 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     finished = killed_folder(runs, "20261201T100003Z-standin", dead,
                              records='{"kind": "plan", "seq": 0}\n{"kind": "session_end", "seq": 1}\n')
     suffixed = killed_folder(runs, "20261201T100004Z-standin-incomplete", dead)
-    found = ended.rename_ended_runs(runs, hostname=host, now="2026-12-01T11:00:00Z",
+    found = records.rename_ended_runs(runs, hostname=host, now="2026-12-01T11:00:00Z",
                                     by={"pid": 1, "hostname": host, "command": "make run"},
                                     claim_without_end=earlier_runs.claim_without_end)
     assert found == [f"earlier run {killed}: its session (pid {dead['pid']} on {host}) ended without its final records "
-                     f"(killed or crashed); renamed {killed.name}-incomplete ({ended.RENAME_NOTE} in it says so)"]
+                     f"(killed or crashed); renamed {killed.name}-incomplete ({records.RENAME_NOTE} in it says so)"]
     renamed = runs / "20261201T100000Z-standin-incomplete"
     assert not killed.exists() and {n: (renamed / n).read_bytes() for n in before} == before  # nothing changed
-    note = json.loads((renamed / ended.RENAME_NOTE).read_text())
+    note = json.loads((renamed / records.RENAME_NOTE).read_text())
     assert note["renamed_from"] == killed.name and note["claim"] == dead and "no longer running" in note["why"]
     assert all(folder.exists() for folder in (live, elsewhere, finished, suffixed))
 
