@@ -147,7 +147,7 @@ def render(grades: list[Grade], name: str) -> str:
 
 def command(args) -> int:
     """`inferlab grade ...` (inferlab.cli): grade every source, print or write the formats; the exit status."""
-    from inferlab.base.outputs import OutputPathError, output_kind, write_text_atomic
+    from inferlab.files import OutputPathError, output_kind, write_text_atomic
     from inferlab.grade import rubric
     from inferlab.grade.grade import flag_copies, grade_source
     from inferlab.read.runview import RunView, not_a_run_reason

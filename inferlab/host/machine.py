@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from inferlab.base.checkout import PROJECT_ROOT
+from inferlab.files import PROJECT_ROOT
 
 RESULTS_FILE = PROJECT_ROOT / "runs" / "benchmarks" / "overhead.jsonl"
 TRACKED_RESULTS_FILE = PROJECT_ROOT / "benchmarks" / "results.jsonl"

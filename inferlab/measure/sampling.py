@@ -23,7 +23,7 @@ from transformers.cache_utils import Cache
 from transformers.generation import LogitsProcessorList
 
 from inferlab import protocol
-from inferlab.base.records import jsonable, tensor_sha256
+from inferlab.files import jsonable, tensor_sha256
 from inferlab.measure.inputs import token_pieces
 from inferlab.measure.messages import capture_messages
 from inferlab.measure.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
