@@ -13,7 +13,7 @@ import importlib
 
 # What an inner session of a scratch experiment suite imports that the harness's own session need not have.
 SESSION_MODULES = ("hypothesis", "statistics", "inferlab.read.addenda", "inferlab.host.environment",
-                   "inferlab.specimen.build", "inferlab.report.plots", "inferlab.run.predictions", "inferlab.replica",
+                   "inferlab.specimen.build", "inferlab.report.plots", "inferlab.writing", "inferlab.replica",
                    "inferlab.report", "inferlab.read.runview", "inferlab.measure.stats")
 
 

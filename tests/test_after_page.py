@@ -9,7 +9,8 @@ import pytest
 
 from inferlab import report
 from inferlab.__main__ import main
-from inferlab.base.records import PREDICTIONS_FILE, sha256_file
+from inferlab.files import sha256_file
+from inferlab.run.records import PREDICTIONS_FILE
 from inferlab.read.runview import RunView
 
 from fixtures_records import copy_run, edit_manifest, rerender

@@ -22,7 +22,7 @@ import os
 import pytest
 
 from inferlab import protocol
-from inferlab.base.records import REPORT_FILE
+from inferlab.run.records import REPORT_FILE
 from inferlab.measure import stats, usage
 from inferlab.read.verify import verify_run
 

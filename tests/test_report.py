@@ -11,7 +11,8 @@ import pytest
 
 from inferlab import protocol, report
 from inferlab.__main__ import main
-from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
+from inferlab.files import dumps, write_json_atomic
+from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE
 from inferlab.read.runview import RunView
 from inferlab.report import details, logits, tables
 from inferlab.specimen import acquisition_next_steps

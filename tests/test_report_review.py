@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from inferlab import report
-from inferlab.base.records import RECORDS_FILE, REPORT_FILE
+from inferlab.run.records import RECORDS_FILE, REPORT_FILE
 from inferlab.measure import stats
 
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from inferlab.base.outputs import OutputPathError, write_bytes_atomic
-from inferlab.base.records import sha256_file
+from inferlab.files import OutputPathError, sha256_file, write_bytes_atomic
 
 SUBMISSION_FILE = "submission.json"
 SUBMISSION_FORMAT = "inferlab-submission"

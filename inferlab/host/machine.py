@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from inferlab.base.checkout import PROJECT_ROOT
+from inferlab.files import PROJECT_ROOT
 
 RESULTS_FILE = PROJECT_ROOT / "runs" / "benchmarks" / "overhead.jsonl"
 TRACKED_RESULTS_FILE = PROJECT_ROOT / "benchmarks" / "results.jsonl"

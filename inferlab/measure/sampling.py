@@ -21,7 +21,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from inferlab import protocol
-from inferlab.base.records import jsonable, tensor_sha256
+from inferlab.files import jsonable, tensor_sha256
 from inferlab.measure.inputs import token_pieces
 from inferlab.measure.loading import capture_messages
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-from inferlab.base.records import REPORT_FILE, REPORT_RENDERER_VERSION, write_text_atomic
+from inferlab.files import write_text_atomic
+from inferlab.run.records import REPORT_FILE, REPORT_RENDERER_VERSION
 from inferlab.read.runview import RunView
 from inferlab.report import plots
 from inferlab.report import details, measures, page

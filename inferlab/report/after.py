@@ -26,8 +26,8 @@ from inferlab.read.addenda import (
     stored_path_error,
 )
 from inferlab.writing import headings as sections
-from inferlab.base.commands import spelled
-from inferlab.base.records import PREDICTIONS_FILE
+from inferlab.files import spelled
+from inferlab.run.records import PREDICTIONS_FILE
 from inferlab.read.runview import RunView
 from inferlab.report.fmt import MISSING, code, table, text_cell, yes_no
 from inferlab.report.page import SYNTHETIC_BANNER
@@ -286,7 +286,7 @@ def render(view: RunView) -> str:
 
 
 def _sha256_or_none(path):
-    from inferlab.base.records import sha256_file
+    from inferlab.files import sha256_file
 
     try:
         return sha256_file(path)

@@ -5,8 +5,8 @@ scaffold for the learner's conclusions, from one run's view.
 from __future__ import annotations
 
 from inferlab import protocol
-from inferlab.base.commands import spelled
-from inferlab.base.records import PREDICTIONS_FILE
+from inferlab.files import spelled
+from inferlab.run.records import PREDICTIONS_FILE
 from inferlab.report import measures, tables, timing_evidence
 from inferlab.report.fmt import (
     DASH,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from inferlab import protocol
-from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.measure.stats import first_divergence
 from inferlab.read.runview import RunView, TensorFileError
 
@@ -293,7 +293,7 @@ INTEGRITY_SHOWN = 5  # problem lines shown per run in the header (verify DIR lis
 
 def header_warnings(result: dict) -> list[str]:
     """What the reader must know before any row: a run whose files fail verify, and runs of two specimens."""
-    from inferlab.base.commands import spelled
+    from inferlab.files import spelled
 
     lines = []
     for name in ("dir1", "dir2"):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from inferlab.base.commands import spelled
-from inferlab.base.records import PREDICTIONS_FILE, RECORDS_FILE
+from inferlab.files import spelled
+from inferlab.run.records import PREDICTIONS_FILE, RECORDS_FILE
 from inferlab.report import details as details_page
 from inferlab.report import checklist, measures, sections, tables
 from inferlab.specimen import acquisition_next_steps

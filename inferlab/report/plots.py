@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.base.records import write_bytes_atomic
+from inferlab.files import write_bytes_atomic
 from inferlab.measure.stats import post_first_interval, token_times
 
 TOKEN_TIMES_PNG = "plot_token_times.png"

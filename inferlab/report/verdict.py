@@ -13,7 +13,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Optional
 
-from inferlab.base.commands import spelled
+from inferlab.files import spelled
 from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView
 from inferlab.report import timing_evidence
 from inferlab.report.fmt import skip_text
