@@ -1,5 +1,5 @@
 """Whether a timing sample had the CPU: the thread's usage read at the ends of each timed span, the collector kept
-out of the spans, the declared contention rule applied to a trial, and the machine around the timing block.
+out of the spans, and the declared contention rule applied to a trial (the machine's load: inferlab.host.machine).
 
 - usage_reader(): what the loop calls at the ends of its spans (never between tokens): the thread's CPU time
   (time.thread_time_ns), its voluntary and involuntary context switches and page faults (getrusage(RUSAGE_THREAD)),
@@ -41,7 +41,7 @@ FAULT_FIELDS = READING_FIELDS[3:]
 def usage_sources() -> dict:
     """Where this platform's readings come from, or None for a reading it cannot take."""
     thread = _RUSAGE_THREAD is not None and _THREAD_TIME_NS is not None  # as usage_reader reads them
-    return {"thread_cpu": "time.thread_time_ns (the thread's CPU clock)" if _THREAD_TIME_NS else None,
+    return {"thread_cpu": "time.thread_time_ns (the thread's CPU clock)" if _THREAD_TIME_NS is not None else None,
             "context_switches": "resource.getrusage(RUSAGE_THREAD) ru_nvcsw, ru_nivcsw" if thread else None,
             "thread_page_faults": "resource.getrusage(RUSAGE_THREAD) ru_minflt, ru_majflt (this thread's own)"
             if thread else None,
