@@ -254,7 +254,7 @@ class RunView:
         parts = (self.plan or {}).get("parts")
         self._parts = {p.get("file"): p for p in parts if isinstance(p, dict)} if isinstance(parts, list) else {}
         self.claim: Optional[dict] = None  # claim.json, when read from a folder
-        self.rename_note: Optional[dict] = None  # inferlab.run.ended's note, when a later run renamed the folder
+        self.rename_note: Optional[dict] = None  # inferlab.run.records' rename note, when a run renamed the folder
         self._given_tensors = tensors
         self._tensor_files: dict[str, tuple[Optional[dict], Optional[TensorFileError]]] = {}
         self._tensor_problems: dict[str, str] = {}
