@@ -267,10 +267,10 @@ def verification(acquisition):
 @pytest.fixture(scope="session")
 def loaded_specimen(inferlab_run, acquisition, specimen_spec, thread_controls):
     """The model and tokenizer loaded once with the protocol's controls, and the watch on its every forward."""
-    from inferlab.measure import forward_mode, loading
+    from inferlab.measure import loading
 
     loaded = loading.load_specimen(acquisition["directory"], specimen_spec)
-    inferlab_run.forward_watch = forward_mode.ForwardWatch(loaded["model"])  # reconciled with the plan at the end
+    inferlab_run.forward_watch = loading.ForwardWatch(loaded["model"])  # reconciled with the plan at the end
     return {**loaded, "forward_watch": inferlab_run.forward_watch}
 
 

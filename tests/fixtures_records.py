@@ -40,7 +40,7 @@ from typing import Optional
 from inferlab import protocol
 from inferlab.files import dumps, write_json_atomic
 from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, file_inventory, make_record
-from inferlab.measure import summaries
+from inferlab.measure import stats
 from inferlab.run import endings, session
 from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, experiment_files, forward_budget, selection_of
 
@@ -319,34 +319,6 @@ def _fake_text(ids: list[int]) -> str:
     return "".join({0: "", 5: " |", 7: "\n"}.get(i, f" w{i}") for i in ids)
 
 
-# A constructed near tie, the same in every build: P2's greedy step NEAR_TIE_STEP has the top-two margin
-# NEAR_TIE_MARGIN, within the default reference tolerance's near-tie limit (2 * (1e-4 + 1e-4 * |top|), top ~ 11).
-NEAR_TIE_PROMPT, NEAR_TIE_STEP, NEAR_TIE_MARGIN = "P2", 9, 1e-3
-
-
-def greedy_steps(prompt_id: str, ids: list[int], first_logits=None) -> dict:
-    """A greedy trial's step_top2_logits and step_top2_ids (inferlab.measure.near_tie): step 0 from the raw first-step
-    logits when given (as verify recomputes it), every other step an invented top value with a wide margin, but
-    NEAR_TIE_STEP of NEAR_TIE_PROMPT, a near tie."""
-    values, pairs = [], []
-    for step, selected in enumerate(ids):
-        runner_up = (selected + 1) % VOCAB
-        top, margin = 11.0 + (step % 3) * 0.25, 0.5 + 0.05 * step
-        if step == 0 and first_logits is not None:
-            import numpy
-
-            array = numpy.asarray(first_logits, dtype=numpy.float32).reshape(-1)
-            others = array.astype(numpy.float64)
-            others[selected] = -numpy.inf
-            runner_up = int(numpy.argmax(others))
-            top, margin = float(array[selected]), float(array[selected]) - float(others[runner_up])
-        elif prompt_id == NEAR_TIE_PROMPT and step == NEAR_TIE_STEP:
-            margin = NEAR_TIE_MARGIN
-        values.append([top, top - margin])
-        pairs.append([selected, runner_up])
-    return {"step_top2_logits": values, "step_top2_ids": pairs}
-
-
 def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed: Optional[int] = None,
                        plots: bool = False, report: bool = True) -> Path:
     """A complete protocol run's record dir (26 generations, 24 timing trials, cache, memory, batching).
@@ -426,9 +398,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
                  generation_config={"max_new_tokens": protocol.MAX_NEW_TOKENS, "do_sample": trial.condition != "G"},
                  processors=[], rng_reset=[] if trial.seed is None else [{"call": "torch.manual_seed",
                                                                           "seed": trial.seed}],
-                 warnings=[], elapsed_s=0.02, status="ok", first_step_logits=reference,
-                 **(greedy_steps(trial.prompt_id, ids, first_logits[trial.prompt_id]) if trial.condition == "G"
-                    else {}))
+                 warnings=[], elapsed_s=0.02, status="ok", first_step_logits=reference)
         run.outcome(nodeid)
     run.emit("first_step_logits_check", f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection", prompts=["P1", "P2"],
              max_abs_diff={"P1": 0.0, "P2": 0.0}, all_equal=True, processed_scores_differ_where_t_not_1=True,
@@ -437,7 +407,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     generations = [r for r in run.written if r["kind"] == "generation"]
     for prompt_id in protocol.PROMPTS:
         run.emit("sampling_summary", f"{SAMPLING}::test_greedy_repetitions_identical",
-                 **summaries.sampling_summary(generations, prompt_id))
+                 **stats.sampling_summary(generations, prompt_id))
     run.outcome(f"{SAMPLING}::test_greedy_repetitions_identical")
 
     # the matched-prefix cache test
@@ -482,28 +452,27 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
         ids = greedy["P1"] if trial.prompt_id == "P1" else [rng.randrange(0, 3) for _ in range(16)]
         if not trial.use_cache and trial.prompt_id == "P1x8":
             ids = ids[:10] + [1] * 6  # cache on and off diverge at index 10
-        steps = greedy_steps(trial.prompt_id, ids, first_logits.get(trial.prompt_id))
         record = run.emit("timing_trial", timing_nodeid(trial), prompt_id=trial.prompt_id, use_cache=trial.use_cache,
                           warmup=trial.warmup, schedule_index=trial.schedule_index, repetition=trial.repetition,
                           schedule_id=trial.test_id, status="ok", prompt_ids=prompt_ids[trial.prompt_id],
                           prompt_length=length, generated_ids=ids, output_length=len(ids), token_times_s=times,
                           prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
-                          mean_post_first_interval_s=summaries.mean_post_first_interval(times),
+                          mean_post_first_interval_s=stats.mean_post_first_interval(times),
                           eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID],
                           logits_to_keep=protocol.LOGITS_TO_KEEP, stopping_rule=protocol.TIMING_STOPPING_RULE,
-                          threads={"intra_op": 1, "inter_op": 1}, **steps)
+                          threads={"intra_op": 1, "inter_op": 1})
         trials.append(record)
         run.outcome(timing_nodeid(trial))
     summary_test = f"{TIMING}::test_timing_summary"
     for prompt_id in protocol.TIMING_PROMPTS:
         for use_cache in (True, False):
-            run.emit("timing_summary", summary_test, **summaries.timing_summary(trials, prompt_id, use_cache))
+            run.emit("timing_summary", summary_test, **stats.timing_summary(trials, prompt_id, use_cache))
     run.outcome(summary_test)
     run.emit("loop_vs_generate", f"{TIMING}::test_loop_matches_generate", prompt_id="P1", equal=True,
              first_difference=None, compared_length=16)
     run.outcome(f"{TIMING}::test_loop_matches_generate")
     for prompt_id in protocol.TIMING_PROMPTS:
-        run.emit("cache_divergence", f"{TIMING}::test_cache_divergence", **summaries.cache_divergence(trials, prompt_id))
+        run.emit("cache_divergence", f"{TIMING}::test_cache_divergence", **stats.cache_divergence(trials, prompt_id))
     run.outcome(f"{TIMING}::test_cache_divergence")
 
     # memory and batching

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from inferlab import report
 from inferlab.run.records import RECORDS_FILE, REPORT_FILE
-from inferlab.measure import summaries
+from inferlab.measure import stats
 
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)
 
@@ -60,7 +60,7 @@ def test_report_shows_throughput_per_condition_with_its_convention_named(rich_ru
     assert "median of the per-trial values" in timing and "includes the prompt" in timing
     trials = [t for t in records_of(rich_run, "timing_trial") if not t["warmup"] and t["prompt_id"] == "P1"
               and t["use_cache"]]
-    rates = [summaries.throughput_including_prompt(t["token_times_s"]) for t in trials]
+    rates = [stats.throughput_including_prompt(t["token_times_s"]) for t in trials]
     line = next(line for line in timing.splitlines() if line.startswith("Throughput"))
     length = trials[0]["prompt_length"]  # the output length beside every number (issue 55)
     expected = (f"P1, cache on ({length} prompt tokens, 16 output tokens) {statistics.median(rates):.1f} "

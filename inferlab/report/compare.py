@@ -14,7 +14,7 @@ from typing import Any, Union
 
 from inferlab import protocol
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
-from inferlab.measure.summaries import first_divergence
+from inferlab.measure.stats import first_divergence
 from inferlab.read.runview import RunView, TensorFileError
 
 
@@ -95,8 +95,7 @@ TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
 def _timing_medians(records: list[dict], uncontended_only: bool = False) -> dict:
     """Per (prompt, use_cache): the median of each metric over the measured (non-warmup) trials; with
     uncontended_only, over those the declared contention rule did not mark (a trial without evidence is left out)."""
-    from inferlab.measure.summaries import trial_contended
-    from inferlab.measure.summaries import median_min_max, post_first_interval
+    from inferlab.measure.stats import median_min_max, post_first_interval, trial_contended
 
     values: dict = collections.defaultdict(lambda: collections.defaultdict(list))
     for record in records:
@@ -265,9 +264,9 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
 
 def _contention(view: RunView) -> dict:
     """Each run's contended trials under the declared rule (inferlab.measure.contention)."""
-    from inferlab.measure import contention
+    from inferlab.measure import usage
 
-    return contention.contention_counts(view.kind("timing_trial"))
+    return usage.contention_counts(view.kind("timing_trial"))
 
 
 def _cpu_kernels(manifest_a: dict, manifest_b: dict) -> dict:

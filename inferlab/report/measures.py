@@ -12,7 +12,7 @@ import statistics
 from typing import Any, Optional
 
 from inferlab import protocol
-from inferlab.measure import summaries
+from inferlab.measure import stats as summaries
 from inferlab.report import logits as logit_math
 from inferlab.report.fmt import (
     DASH,

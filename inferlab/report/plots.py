@@ -17,7 +17,7 @@ from typing import Optional
 
 from inferlab import protocol
 from inferlab.files import write_bytes_atomic
-from inferlab.measure.summaries import post_first_interval, token_times
+from inferlab.measure.stats import post_first_interval, token_times
 
 TOKEN_TIMES_PNG = "plot_token_times.png"
 TTFT_INTERVAL_PNG = "plot_ttft_interval.png"
@@ -48,7 +48,7 @@ def _prompt_length(trials: list[dict], prompt_id: str) -> str:
 
 def trials_with_evidence(records: list[dict]) -> list[dict]:
     """Completed timing trials (warmups included) whose loop span has a CPU share, in schedule order."""
-    from inferlab.measure.contention import loop_cpu_share
+    from inferlab.measure.stats import loop_cpu_share
 
     found = [r for r in records if r.get("kind") == "timing_trial" and r.get("status", "ok") == "ok"
              and loop_cpu_share(r) is not None and isinstance(r.get("loop_s"), (int, float))]
@@ -245,7 +245,7 @@ def draw_cpu_share(records: list[dict], path: Optional[Path], partial: Optional[
     """Two panels sharing the schedule index: each trial's loop time above, its spans' CPU share below, against the
     declared rule's threshold; contended trials are drawn red, warmups hollow; a trial inside whose spans a
     collection or a page fault happened is ringed, one ring per kind, each in the legend."""
-    from inferlab.measure.contention import loop_cpu_share
+    from inferlab.measure.stats import loop_cpu_share
 
     trials = trials_with_evidence(records)
     rule = protocol.CONTENTION_RULE

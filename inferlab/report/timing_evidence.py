@@ -1,7 +1,7 @@
 """What the report says about whether the timing samples had the CPU: the declared rule and which trials it marked,
 the machine before and after the timing block, and whether the cache made this run faster.
 
-Every sentence is a pure function of one run's view; the arithmetic is inferlab.measure.contention's.
+Every sentence is a pure function of one run's view; the arithmetic is inferlab.measure.stats' and usage's.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.measure import contention, intervals
+from inferlab.measure import stats, usage
 from inferlab.read.runview import RunView
 from inferlab.report import measures
 from inferlab.report.fmt import MISSING, is_number, ms, num, text_cell
@@ -32,8 +32,8 @@ def declared_rule(view: RunView) -> tuple[Optional[dict], str]:
 
 
 def counts(view: RunView) -> dict:
-    """contention.contention_counts over every timing trial of the run (warmups included)."""
-    return contention.contention_counts(view.kind("timing_trial"))
+    """usage.contention_counts over every timing trial of the run (warmups included)."""
+    return usage.contention_counts(view.kind("timing_trial"))
 
 
 def status_fact(view: RunView) -> Optional[str]:
@@ -136,7 +136,7 @@ def disturbance_text(view: RunView) -> str:
         return ""
     words = {"collection": "a garbage collection", "major_fault": "a major page fault"}
     parts = [f"{words[kind]} in {sum(1 for t in trials if kind in (t.get('disturbed_by') or []))}"
-             for kind in contention.DISTURBANCES]
+             for kind in usage.DISTURBANCES]
     policies = sorted({str((t.get("collector") or {}).get("policy")) for t in trials})
     minor = [((t.get("cpu_evidence") or {}).get("loop") or {}).get("thread_minor_faults") for t in trials]
     minor = [m for m in minor if is_number(m)]
@@ -156,13 +156,13 @@ def _group_text(group: dict) -> str:
 def method_text() -> str:
     """The interval method and its coverage, in one sentence."""
     n = protocol.TIMING_MEASURED_PER_COMBINATION
-    k, coverage = intervals.rank_order(n, n)
-    return (f"each interval is the {intervals.METHOD}, the narrowest whose coverage is at least "
-            f"{intervals.DECLARED_LEVEL:.0%} (coverage is discrete: for {n} against {n} samples the {k}rd smallest "
+    k, coverage = stats.rank_order(n, n)
+    return (f"each interval is the {stats.METHOD}, the narrowest whose coverage is at least "
+            f"{stats.DECLARED_LEVEL:.0%} (coverage is discrete: for {n} against {n} samples the {k}rd smallest "
             f"to the {k}rd largest of the {n * n} pairwise differences, {coverage:.1%}; each states its own)"
             if k == 3 else
-            f"each interval is the {intervals.METHOD}, the narrowest whose coverage is at least "
-            f"{intervals.DECLARED_LEVEL:.0%} (coverage is discrete; each states its own)")
+            f"each interval is the {stats.METHOD}, the narrowest whose coverage is at least "
+            f"{stats.DECLARED_LEVEL:.0%} (coverage is discrete; each states its own)")
 
 
 def verdict_items(view: RunView) -> list[str]:
@@ -171,7 +171,7 @@ def verdict_items(view: RunView) -> list[str]:
     if not trials:
         return []
     clauses: dict[str, list[str]] = {}
-    for entry in contention.cache_verdicts(trials)["verdicts"]:
+    for entry in stats.cache_verdicts(trials)["verdicts"]:
         left_out = (f"; left out as contended or without evidence: {', '.join(map(str, entry['not_used']))}"
                     if entry["not_used"] else "")
         clauses.setdefault(entry["prompt_id"], []).append(
@@ -213,7 +213,7 @@ def prefill_vs_decode_text(view: RunView) -> Optional[str]:
     trial's own ratio (one sentence)."""
     trials = view.kind("timing_trial")
     parts = []
-    for entry in contention.cache_verdicts(trials)["prefill_vs_decode"] if trials else []:
+    for entry in stats.cache_verdicts(trials)["prefill_vs_decode"] if trials else []:
         if entry["median"] is None:
             continue
         lengths = measures.lengths_of(_measured(view, entry["prompt_id"], entry["use_cache"]), "prompt_length")
@@ -236,7 +236,7 @@ def short_verdicts(view: RunView) -> str:
     trials = view.kind("timing_trial")
     if not trials:
         return MISSING
-    found = contention.cache_verdicts(trials)
+    found = stats.cache_verdicts(trials)
     words = {"faster": "faster with the cache", "slower": "slower with the cache", "cannot_tell": "this run cannot tell"}
     return "; ".join(f"{v['prompt_id']} {METRIC_WORDS[v['metric']]}: {words[v['verdict']]}"
                      + (" (all samples)" if v["samples"] == "all" else "") for v in found["verdicts"])

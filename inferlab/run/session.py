@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from inferlab import protocol, writing
 from inferlab.files import sha256_file, spelled, write_bytes_atomic, write_json_atomic
-from inferlab.measure import collector
+from inferlab.measure import usage as collector
 from inferlab.run import endings
 from inferlab.run.endings import first_line
 from inferlab.run.plan import (LAST_FAILED_SPECIMEN_KEY, Ledger, TestFacts, absent_prerequisite, case_checks,
@@ -168,7 +168,7 @@ class Run:
 
     @property
     def collector_policy(self) -> str:
-        """The garbage-collector policy of the timed spans (inferlab.measure.collector), from --gc-in-spans."""
+        """The garbage-collector policy of the timed spans (inferlab.measure.usage), from --gc-in-spans."""
         return self.invocation.options.get("collector_policy") or collector.DEFAULT_POLICY
 
     def emit(self, kind: str, test: Optional[str], fields: dict, declared: Optional[tuple] = None) -> dict:
