@@ -43,11 +43,12 @@ STAMP_FIELD = "perf_counter_ns"
 RECORD_SCHEMA = 2
 # The version of the text the report renderer (inferlab.report) writes, named in manifest.json as
 # report_renderer_version; a run that names none was rendered by version 1. Raise it with any change of the pages.
-REPORT_RENDERER_VERSION = 6  # 2: the pages of issues 23 to 27 (commands spelled as typed, the after-run
+REPORT_RENDERER_VERSION = 7  # 2: the pages of issues 23 to 27 (commands spelled as typed, the after-run
 # page, findings apart from failures); 3: issue 33 (contended timing samples marked, the A/A noise, the cache
 # verdict, the CPU share plot); 4: issue 34 (a run that measured nothing says why its tests did not run);
 # 5: issue 44 (effects and noise as intervals, collections and faults ringed on the CPU share plot); 6: issue 44's
-# rule (the collector's time and major faults judged; contended trials 'did not have their spans to themselves')
+# rule (the collector's time and major faults judged; contended trials 'did not have their spans to themselves');
+# 7: issue 56 (report.md holds the evidence and answers no question; report-details.md is no longer written)
 
 
 class RecordDirError(Exception):

@@ -146,7 +146,7 @@ def _environment_differences(manifest_a: dict, manifest_b: dict) -> list[dict]:
 
 def run_state(view: RunView) -> str:
     """One phrase for how a run ended, so that a comparison with an unfinished, partial or unmeasured run says so."""
-    from inferlab.report.verdict import acquisition_failure
+    from inferlab.report import acquisition_failure
 
     end = view.session_end
     if end is None:
