@@ -301,7 +301,7 @@ def failed_page(view: RunView) -> list[str]:
     else:
         lines += ["No model computation was recorded and no test failed: every selected test was skipped (reasons "
                   "under Run status)."]
-    return lines + [""]
+    return lines + ["", f"`{spelled('verify DIR')}` checks that this failure has its evidence.", ""]
 
 
 def render(view: RunView, verdict: Verdict, plot_errors: Optional[dict] = None) -> str:

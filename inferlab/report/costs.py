@@ -110,8 +110,9 @@ def section_timing(view: RunView, why) -> list[str]:
     rule, counts = protocol.CONTENTION_RULE, contention.contention_counts(view.kind("timing_trial"))
     machine = {r.get("point"): r for r in view.kind("timing_machine")}
     share = (machine.get("after") or {}).get("cpu_pressure_share_during")
+    named = f": {', '.join(counts['contended_ids'])}" if counts["contended"] else ""
     lines += ["", f"Contended ({CONTENDED}): {counts['contended']} of {counts['trials']} trials, warmups included "
-              f"({counts['without_evidence']} without CPU readings), under the rule declared at `timing_machine` seq "
+              f"({counts['without_evidence']} without CPU readings){named}; the rule, declared at `timing_machine` seq "
               f"{(machine.get('before') or {}).get('seq')}: a span's CPU share below {rule.min_cpu_share:g}, more than "
               f"{rule.max_involuntary_switches} involuntary switches, the collector over {rule.max_collector_share:.1%}"
               f" of it, or a major page fault." + (f" Some task waited for a CPU during {share:.0%} of the timing "
