@@ -248,7 +248,8 @@ def run_table(view: RunView) -> list[str]:
             ["warnings", ", ".join(f"`{r.get('kind')}` seq {r.get('seq')}" for r in warned) or "none captured"],
             ["session end", f"{cell(end.get('exit_code_name'))} (exit status {num(end.get('exit_status'))}); "
              f"{len(view.records)} records" if end else "**not recorded**: the run did not finish"]]
-    return table(["", ""], rows) + [""] + [f"- reading problem: {cell(p)}" for p in view.read_problems]
+    problems = [f"- reading problem: {cell(p)}" for p in view.read_problems]
+    return table(["", ""], rows) + ([""] + problems if problems else [])
 
 
 def section_status(view: RunView, verdict: Verdict, labels: Labels) -> list[str]:
