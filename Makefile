@@ -15,7 +15,7 @@ ARGS ?=
 REFERENCE ?= $(or $(INFERLAB_PYTHIA_REFERENCE),../shared/reference/pythia-14m)
 export INFERLAB_PYTHIA_REFERENCE := $(abspath $(REFERENCE))
 
-.PHONY: run test test-analytic test-harness test-fast test-py313 plan docs lock clean-venv
+.PHONY: run test test-analytic test-harness test-fast test-py313 plan lock clean-venv
 
 # Runs again when the lock, the project's description or this file (its install rule) changes.
 $(STAMP): requirements.lock requirements.in pyproject.toml Makefile
@@ -59,10 +59,6 @@ test-fast: $(STAMP)
 PY313_TARGET ?= test
 test-py313:
 	tools/debian13-root.sh $(PY313_TARGET)
-
-# Rewrite docs/options.md's generated part from the option definitions.
-docs: $(STAMP)
-	$(PY) -m inferlab.run.docgen
 
 # Re-pin after a deliberate upgrade: the lock's comments, this Python, pip freeze (the editable project left
 # out) with torch's +cpu dropped, so that its line also finds each platform's own build.

@@ -6,7 +6,7 @@ In one process with 1 intra-op / 1 inter-op thread: warm each variant up, then o
 rounds time one complete 16-selection greedy run of
   (a) run_greedy_loop   (cache on, timestamps, the thread-usage readings at the ends of its spans (CPU time,
                          switches, the thread's and the process's page faults), the collection watch, and the
-                         session's per-forward hook (inferlab.measure.forward_mode): everything a trial runs),
+                         session's per-forward hook (inferlab.measure.loading.ForwardWatch): everything a trial runs),
   (b) bare_greedy_loop  (the same forwards and selections, no timestamps, no hook),
   (h) bare_greedy_loop with the per-forward hook registered (around the call, outside its timing): what the hook
        alone costs; (a)/(h) is then what the stamps, the usage reads and the watch cost without it,
@@ -69,9 +69,10 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 from inferlab import protocol  # noqa: E402
 from inferlab.host import machine  # noqa: E402
 from inferlab.host.environment import git_state  # noqa: E402
-from inferlab.measure import collector, contention  # noqa: E402
-from inferlab.measure.forward_mode import ForwardWatch  # noqa: E402
-from inferlab.measure.decode_loop import bare_greedy_loop, greedy_generation_config, run_greedy_loop  # noqa: E402
+from inferlab.measure import usage  # noqa: E402
+from inferlab.measure.loading import ForwardWatch  # noqa: E402
+from inferlab.measure.decode_loop import bare_greedy_loop, run_greedy_loop  # noqa: E402
+from inferlab.measure.sampling import greedy_generation_config  # noqa: E402
 
 MIN_ROUNDS = 7
 OVERHEAD_BOUND = 0.01  # the instrumented loop's goal: within 1 % of the bare one
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
 
     def instrumented():  # every reading a trial takes; the collector is off already (collector_state, below)
         return run_greedy_loop(model, input_ids, mask, use_cache=True, new_tokens=n, eos_token_id=eos,
-                               collector_policy=collector.ON_IN_SPANS).generated_ids
+                               collector_policy=usage.ON_IN_SPANS).generated_ids
 
     def bare():
         return bare_greedy_loop(model, input_ids, mask, use_cache=True, new_tokens=n)
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
             raise RuntimeError(f"benchmark: {name} made {len(ids)} selections, expected {n}")
 
     per_token_ns = {name: [] for name in variants}
-    collection = collector.collect_once("benchmarks/overhead.py: after the warmup, before the first measured round")
+    collection = usage.collect_once("benchmarks/overhead.py: after the warmup, before the first measured round")
     for order, depth in zip(orders, depths):
         for name in order:
             with collector_state(), forward_hook(model, name in HOOKED):  # outside the timed call
@@ -183,15 +184,15 @@ def main(argv=None) -> int:
     print(f"per round, median: the per-forward hook alone (hooked/bare) {hook['median']:.4f} [{hook['interval'][0]:.4f}, "
           f"{hook['interval'][1]:.4f}]; stamps, usage reads and watch without it (instrumented/hooked) "
           f"{readings['median']:.4f} [{readings['interval'][0]:.4f}, {readings['interval'][1]:.4f}]")
-    usage = contention.usage_read_cost(10_000)
-    watch = collector.watch_cost(10_000)
-    print(f"thread-usage reading ({', '.join(contention.READING_FIELDS)}; {contention.usage_sources()}): "
-          f"{usage['usage_per_read_ns'] / 1e3:.2f} us per read, 3 per trial, 1 of them inside the timed loop; "
+    cost = usage.usage_read_cost(10_000)
+    watch = usage.watch_cost(10_000)
+    print(f"thread-usage reading ({', '.join(usage.READING_FIELDS)}; {usage.usage_sources()}): "
+          f"{cost['usage_per_read_ns'] / 1e3:.2f} us per read, 3 per trial, 1 of them inside the timed loop; "
           f"collection watch {watch['watch_per_collection_ns'] / 1e3:.2f} us per collection inside a span")
     result["order"] = {"design": ORDER_DESIGN, "cycle_rounds": len(balanced_cycle(len(names))), "preceded_by": preceded}
     result["stack_placement"] = {"design": STACK_DESIGN, "depths": STACK_DEPTHS, "frame_slots": STACK_FRAME_SLOTS,
                                  "chunk_bytes": STACK_CHUNK_BYTES, "uses_per_depth": depth_use(depths)}
-    result["usage_read_cost"] = {**usage, "sources": contention.usage_sources(), "fields": list(contention.READING_FIELDS)}
+    result["usage_read_cost"] = {**cost, "sources": usage.usage_sources(), "fields": list(usage.READING_FIELDS)}
     result["collector"] = {"design": COLLECTOR_DESIGN, **watch, "collection": collection}
     machine.append_result(result, args.results)
     print(f"result appended to {args.results}")
@@ -212,16 +213,16 @@ STACK_DESIGN = ("each round runs all its variants below the same number of at_de
                 "amounts meet nearby offsets, not identical ones")
 
 
-COLLECTOR_DESIGN = ("one full gc.collect() and gc.freeze() before the first measured round (collector.collect_once, "
+COLLECTOR_DESIGN = ("one full gc.collect() and gc.freeze() before the first measured round (usage.collect_once, "
                     "as a run does once before its timing trials), then every timed call, of every variant, with the "
-                    "cyclic collector off (collector.TimedBlock under off_in_spans, outside the timed call), as a "
+                    "cyclic collector off (usage.TimedBlock under off_in_spans, outside the timed call), as a "
                     "timing trial has it by default; the instrumented variant keeps its collection watch and every "
                     "usage reading, so what it adds is what a trial adds inside its spans")
 
 
 @contextlib.contextmanager
 def forward_hook(model, on: bool):
-    """The session's per-forward hook (forward_mode.ForwardWatch) registered on the model while `on`, else nothing."""
+    """The session's per-forward hook (loading.ForwardWatch) registered on the model while `on`, else nothing."""
     watch = ForwardWatch(model) if on else None
     try:
         yield
@@ -232,7 +233,7 @@ def forward_hook(model, on: bool):
 
 def collector_state():
     """The collector as a timing trial has it by default, around one timed call (COLLECTOR_DESIGN)."""
-    return collector.TimedBlock(collector.OFF_IN_SPANS)
+    return usage.TimedBlock(usage.OFF_IN_SPANS)
 
 
 def at_depth(depth: int, call, _slot=None):

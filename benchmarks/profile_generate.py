@@ -31,9 +31,9 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 
 from benchmarks.overhead import load_model  # noqa: E402
 from inferlab import protocol  # noqa: E402
-from inferlab.measure import collector  # noqa: E402
-from inferlab.measure.decode_loop import greedy_generation_config, run_greedy_loop  # noqa: E402
-from inferlab.measure.sampling import build_generation_config  # noqa: E402
+from inferlab.measure import usage  # noqa: E402
+from inferlab.measure.decode_loop import run_greedy_loop  # noqa: E402
+from inferlab.measure.sampling import build_generation_config, greedy_generation_config  # noqa: E402
 
 
 def _profile(function, calls: int) -> pstats.Stats:
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
 
     def loop():  # the collector is already off around every profiled call (_profile): no collection of its own
         return run_greedy_loop(model, input_ids, mask, use_cache=True, new_tokens=n, eos_token_id=eos,
-                               collector_policy=collector.ON_IN_SPANS)
+                               collector_policy=usage.ON_IN_SPANS)
 
     def generate(config):
         def call():

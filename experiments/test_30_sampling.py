@@ -3,7 +3,7 @@
 import pytest
 
 from inferlab import protocol
-from inferlab.measure import summaries
+from inferlab.measure import stats
 
 TRIALS = protocol.generation_trials()
 FIRST_STEP_FILE = "first_step_logits"
@@ -24,7 +24,7 @@ def trial_param(trial):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [trial_param(t) for t in TRIALS])
 def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store, forward_window, record):
-    from inferlab.measure import forward_mode, sampling
+    from inferlab.measure import loading, sampling
 
     encoded = encoded_prompts[trial.prompt_id]
     identity = {"trial_index": trial.index, "trial_id": trial.test_id, "prompt_id": trial.prompt_id,
@@ -55,7 +55,7 @@ def test_generation_trial(trial, model, tokenizer, encoded_prompts, tensor_store
         f"generated {fields['generated_length']} tokens, budget {protocol.MAX_NEW_TOKENS}"
     )
     assert fields["generation_cache"]["fresh"], f"not a fresh generation cache: {fields['generation_cache']['how']}"
-    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
+    assert not loading.violation_message(mode), loading.violation_message(mode)
 
 
 @pytest.mark.requires("model_inspection", "inputs")
@@ -66,7 +66,7 @@ def test_processors_are_only_the_conditions_controls(condition, inferlab_run):
 
     expected = expected_processor_classes(protocol.CONDITIONS[condition])
     built = {r["trial_id"]: [p["class"] for p in r["processors"]]
-             for r in summaries.completed(inferlab_run.records_of("generation")) if r["condition"] == condition}
+             for r in stats.completed(inferlab_run.records_of("generation")) if r["condition"] == condition}
     if not built:
         pytest.skip(f"not decidable: no {condition} trial completed (each failure is recorded with its trial)")
     wrong = {trial: classes for trial, classes in built.items() if classes != expected}
@@ -127,7 +127,7 @@ def test_processed_scores_differ_where_temperature_is_not_one(prompt_id, tensor_
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_greedy_repetitions_identical(prompt_id, inferlab_run, record):
-    summary = summaries.sampling_summary(inferlab_run.records_of("generation"), prompt_id)
+    summary = stats.sampling_summary(inferlab_run.records_of("generation"), prompt_id)
     record("sampling_summary", **summary)
     greedy = summary["greedy_repeatability"]
     if greedy["repetitions"] != protocol.GREEDY_REPETITIONS:
@@ -141,7 +141,7 @@ def test_greedy_repetitions_identical(prompt_id, inferlab_run, record):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_same_seed_rerun_identical(prompt_id, inferlab_run):
-    summary = summaries.sampling_summary(inferlab_run.records_of("generation"), prompt_id)
+    summary = stats.sampling_summary(inferlab_run.records_of("generation"), prompt_id)
     rerun = summary["seed_rerun"]
     if rerun["first"] is None or rerun["rerun"] is None:
         pytest.skip(f"not decidable: the {protocol.RERUN_CONDITION} seed {protocol.RERUN_SEED} first run or its "

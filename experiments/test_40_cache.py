@@ -23,7 +23,7 @@ def test_cache_criterion_declared(record):
 @pytest.mark.provides("cache_comparison")
 @pytest.mark.budget(category="cache", forwards=2 * protocol.CACHE_MAX_TARGET_TOKENS)
 def test_matched_prefix(model, inferlab_run, tensor_store, forward_window, record):
-    from inferlab.measure import cache_check, forward_mode
+    from inferlab.measure import cache_check, loading
 
     prompt_id, condition, repetition = protocol.CACHE_REFERENCE_TRIAL
     reference = next((r for r in inferlab_run.records_of("generation")
@@ -58,7 +58,7 @@ def test_matched_prefix(model, inferlab_run, tensor_store, forward_window, recor
         f"forwards: counted {result['forward_count']}, expected 2m = {result['forward_count_expected']}"
     )
     assert result["eval_mode"], "model.training: expected False, actual True"
-    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
+    assert not loading.violation_message(mode), loading.violation_message(mode)
     wrong_shape = {path: check for path, check in result["prefill_logits_to_keep"].items() if not check["ok"]}
     assert not wrong_shape, f"prefill logits against logits_to_keep={protocol.LOGITS_TO_KEEP}: {wrong_shape}"
 

@@ -1,9 +1,9 @@
-"""Part 5: the instrumented greedy loop over a fixed, alternating schedule, and honest summaries."""
+"""Part 5: the instrumented greedy loop over a fixed, alternating schedule, and honest stats."""
 
 import pytest
 
 from inferlab import protocol
-from inferlab.measure import summaries
+from inferlab.measure import stats
 
 SCHEDULE = protocol.timing_schedule()
 
@@ -19,18 +19,19 @@ def test_machine_before_timing(inferlab_run, record):
     """The machine just before the first timing trial, the contention rule every trial will be judged by and the
     threshold every cache verdict will be judged against, declared here before any trial runs (as the cache
     tolerance is before any error)."""
-    from inferlab.measure import collector, contention
+    from inferlab.host import machine
+    from inferlab.measure import usage
 
-    state = contention.machine_state()
+    state = machine.machine_state()
     rule = protocol.CONTENTION_RULE
     # the run's one full collection, here and not before each trial: no trial starts cold after one
-    collection = collector.collect_once("test_machine_before_timing: after the machine readings, before the first "
+    collection = usage.collect_once("test_machine_before_timing: after the machine readings, before the first "
                                         "timing trial")
-    record("timing_machine", point="before", **state, usage_sources=contention.usage_sources(),
+    record("timing_machine", point="before", **state, usage_sources=usage.usage_sources(),
            contention_rule=rule.declaration(),
            cache_verdict=protocol.cache_verdict_declaration(),
-           collector=collector.declaration(inferlab_run.collector_policy), collection=collection)
-    unexplained = contention.unexplained_readings(state)
+           collector=usage.declaration(inferlab_run.collector_policy), collection=collection)
+    unexplained = machine.unexplained_readings(state)
     assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
 
 
@@ -38,8 +39,7 @@ def test_machine_before_timing(inferlab_run, record):
 @pytest.mark.requires("model_inspection", "inputs")
 @pytest.mark.parametrize("trial", [schedule_param(t) for t in SCHEDULE])
 def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, forward_window, record):
-    from inferlab.measure import cache_check, decode_loop, forward_mode, inputs, memory
-    from inferlab.measure.messages import capture_messages
+    from inferlab.measure import decode_loop, inputs, loading, memory
 
     encoded = encoded_prompts[trial.prompt_id]
     eos_id = encoded["record"]["eos_token_id"]
@@ -48,7 +48,7 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
     messages = []
     try:
         # The capture wraps the whole loop: it is set up before t_start and read after t_16.
-        with capture_messages() as messages:
+        with loading.capture_messages() as messages:
             result = decode_loop.run_greedy_loop(model, encoded["input_ids"], encoded["attention_mask"],
                                                  use_cache=trial.use_cache, eos_token_id=eos_id,
                                                  collector_policy=inferlab_run.collector_policy)
@@ -75,25 +75,26 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
     times = result.token_times_ns
     assert all(a < b for a, b in zip(times, times[1:])) and result.t_start_ns <= result.t_prefill_done_ns <= times[0]
     # The prefill's shape is the one that tells: a cache-on step's forward feeds one token whatever logits_to_keep is.
-    kept = cache_check.loop_logits_to_keep(result.prefill_logits_shape, result.last_logits_shape,
+    kept = decode_loop.loop_logits_to_keep(result.prefill_logits_shape, result.last_logits_shape,
                                            protocol.LOGITS_TO_KEEP, model.config.vocab_size)
     assert kept["ok"], f"logits against logits_to_keep={protocol.LOGITS_TO_KEEP}: {kept}"
-    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
+    assert not loading.violation_message(mode), loading.violation_message(mode)
 
 
 @pytest.mark.records("timing_machine")
 def test_machine_after_timing(inferlab_run, record):
     """The machine just after the last timing trial, with how many trials the declared rule marked contended; the
     freeze of the one collection before the block is undone here."""
-    from inferlab.measure import collector, contention
+    from inferlab.host import machine
+    from inferlab.measure import usage
 
-    collector.thaw()
-    state = contention.machine_state()
-    counts = contention.contention_counts(inferlab_run.records_of("timing_trial"))
+    usage.thaw()
+    state = machine.machine_state()
+    counts = usage.contention_counts(inferlab_run.records_of("timing_trial"))
     before = next((r for r in inferlab_run.records_of("timing_machine") if r.get("point") == "before"), None)
     record("timing_machine", point="after", **state, trial_counts=counts,
-           cpu_pressure_share_during=contention.pressure_between(before, state) if before else None)
-    unexplained = contention.unexplained_readings(state)
+           cpu_pressure_share_during=machine.pressure_between(before, state) if before else None)
+    unexplained = machine.unexplained_readings(state)
     assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
     assert before is not None, "no timing_machine record from before the timing trials"
 
@@ -140,16 +141,16 @@ def test_loop_matches_generate(model, inferlab_run, forward_window, record):
     """The loop's cache-on selections equal generate()'s greedy ones for P1, up to generate's EOS stop. The other
     timing prompts have no generate() call in the budget: for each, the inputs the loop fed at every step of its
     first measured cache-on trial equal those generate()'s own preparation builds for the same ids (no forward)."""
-    from inferlab.measure import loop_check
+    from inferlab.measure import decode_loop
 
     trials = inferlab_run.records_of("timing_trial")
-    check = summaries.loop_vs_generate(trials, inferlab_run.records_of("generation"))
+    check = decode_loop.loop_vs_generate(trials, inferlab_run.records_of("generation"))
     inputs = {}
     for prompt_id in sorted(check.get("not_compared") or []):
-        trial = next((t for t in summaries.completed(trials)
+        trial = next((t for t in stats.completed(trials)
                       if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]), None)
         if trial is not None:
-            inputs[prompt_id] = loop_check.loop_inputs_match_generate(model, prompt_id, trial["prompt_ids"],
+            inputs[prompt_id] = decode_loop.loop_inputs_match_generate(model, prompt_id, trial["prompt_ids"],
                                                                       trial["generated_ids"], trial["schedule_id"])
     record("loop_vs_generate", **check, inputs_vs_generate=inputs, forward_mode=forward_window.summary())
     assert check["equal"], (
@@ -165,7 +166,7 @@ def test_loop_matches_generate(model, inferlab_run, forward_window, record):
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
-    summary = summaries.timing_summary(inferlab_run.records_of("timing_trial"), prompt_id, use_cache)
+    summary = stats.timing_summary(inferlab_run.records_of("timing_trial"), prompt_id, use_cache)
     record("timing_summary", **summary)
     assert summary["measured_trials"] == protocol.TIMING_MEASURED_PER_COMBINATION, (
         f"{prompt_id} cache {'on' if use_cache else 'off'}: {summary['measured_trials']} measured trials, "
@@ -179,7 +180,7 @@ def test_timing_summary(prompt_id, use_cache, inferlab_run, record):
 @pytest.mark.parametrize("prompt_id", list(protocol.TIMING_PROMPTS))
 def test_cache_divergence(prompt_id, inferlab_run, record):
     """Free-running cache-on and cache-off ids: where, if anywhere, they first differ (an observation)."""
-    divergence = summaries.cache_divergence(inferlab_run.records_of("timing_trial"), prompt_id)
+    divergence = stats.cache_divergence(inferlab_run.records_of("timing_trial"), prompt_id)
     record("cache_divergence", **divergence)
     assert divergence["pairs_compared"] == protocol.TIMING_MEASURED_PER_COMBINATION, (
         f"{prompt_id}: compared {divergence['pairs_compared']} cache-on/off pairs, expected "

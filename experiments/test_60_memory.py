@@ -3,7 +3,7 @@
 import pytest
 
 from inferlab import protocol
-from inferlab.measure import summaries
+from inferlab.measure import stats
 
 
 @pytest.mark.records("memory")
@@ -56,7 +56,7 @@ def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, reco
     """The cache a measured cache-on timing trial ended with: prompt plus the 15 fed-back selections."""
     from inferlab.measure import memory
 
-    trials = [t for t in summaries.completed(inferlab_run.records_of("timing_trial"))
+    trials = [t for t in stats.completed(inferlab_run.records_of("timing_trial"))
               if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]]
     assert trials, f"{prompt_id}: no measured cache-on timing trial was recorded"
     last = trials[-1]

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.batching, pytest.mark.optional_extension]
 @pytest.mark.provides("batching")
 @pytest.mark.budget(category="batching", calls=4, selections=6 * protocol.MAX_NEW_TOKENS)
 def test_batching_calls(model, tokenizer, tensor_store, forward_window, record):
-    from inferlab.measure import batching, forward_mode
+    from inferlab.measure import batching, loading
 
     result, tensors = batching.run_batching(model, tokenizer, dict(protocol.PROMPTS))
     mode = forward_window.summary()
@@ -26,7 +26,7 @@ def test_batching_calls(model, tokenizer, tensor_store, forward_window, record):
                singletons_note="singletons are fresh calls of this extension, not reused from the core trials")
     record("batching", record_type="summary", **common, comparisons=result["comparisons"], **result["summary"],
            forward_mode=mode)
-    assert not forward_mode.violation_message(mode), forward_mode.violation_message(mode)
+    assert not loading.violation_message(mode), loading.violation_message(mode)
     assert result["summary"]["generate_calls"] <= protocol.BATCHING_MAX_CALLS
     assert result["summary"]["all_row_mappings_verified"], "a batch row's unpadded prompt differs from its request's"
 

@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from inferlab.base.commands import PROG, spelled
+from inferlab.files import PROG, spelled
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_UNREADABLE, EXIT_INTEGRITY, EXIT_READER_GONE = 0, 1, 2, 3, 141
 REPLACE_HELP = "replace the output file if it exists (without this flag an existing file is refused and kept)"
@@ -92,7 +92,7 @@ def verify(args) -> int:
 def report(args) -> int:
     from inferlab import report as pages
     from inferlab.read.runview import RunView
-    from inferlab.run.ended import claimant_alive
+    from inferlab.run.records import claimant_alive
 
     if refuse_non_run("report", args.record_dir):
         return EXIT_UNREADABLE
@@ -180,7 +180,7 @@ def _kept_or_refused(command: str, keep) -> int:
 
 def attach(args) -> int:
     from inferlab import writing
-    from inferlab.base.checkout import PROJECT_ROOT
+    from inferlab.files import PROJECT_ROOT
     from inferlab.read import addenda
 
     if args.kind == addenda.REVISED_KIND or not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", args.kind):
@@ -217,7 +217,8 @@ def attach(args) -> int:
 def revise(args) -> int:
     import json
 
-    from inferlab.base.records import jsonable, utc_now
+    from inferlab.files import jsonable
+    from inferlab.run.records import utc_now
     from inferlab.read import addenda
 
     def keep() -> int:
@@ -374,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Check the Python, parse the command line and run one subcommand; the exit code."""
-    from inferlab.base.checkout import require_environment
+    from inferlab.files import require_environment
 
     require_environment(PROG)
     args = build_parser().parse_args(argv)

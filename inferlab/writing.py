@@ -198,6 +198,15 @@ def question_answers(text: str, template_text: Optional[str] = None) -> Answers:
     return result
 
 
+def predictions_status(text: str, template_text: Optional[str]) -> dict:
+    """What the session records of predictions as it copies them: the questions they answer, and whether they are
+    still the blank template (the template itself, or its form with nothing answered)."""
+    found = question_answers(text, template_text)
+    blank = not found.answered and (text.strip() == (template_text or "").strip() or any(
+        FIELD.match(line) for line in text.splitlines()))
+    return {"template_unanswered": blank, "answered": found.answered, "answers": found.summary()}
+
+
 # --- the explanation -----------------------------------------------------------------------------------------
 
 

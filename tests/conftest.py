@@ -46,7 +46,7 @@ def pytest_collection_finish(session):
     """A worker's heap as collection leaves it (torch, transformers, matplotlib, every collected test) lives as long
     as the worker, so it is moved out of the cyclic collector's reach (gc.freeze, as a pre-forking server does).
     Otherwise every full collection walks it: an experiment run as an inner session of this process makes one
-    before each timed block (inferlab.measure.collector), about 0.15 s each here, and the collector's own
+    before each timed block (inferlab.measure.usage), about 0.15 s each here, and the collector's own
     generation-2 passes cost the same. What a test creates later is collected as before."""
     if runs_tests(session.config):
         gc.collect()

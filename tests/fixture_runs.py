@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR
+from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_DIR
 from inferlab.read.runview import RunView
 
 import fixtures_records as fixtures

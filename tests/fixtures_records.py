@@ -1,9 +1,9 @@
 """Synthetic record directories for the report, verify and compare tests (no model is run).
 
-A run is written through the harness's own lifecycle (inferlab.run.lifecycle) and writers, as a session
-writes it: the claim, the start manifest, plan.json, every record, the tensors (TensorStore), report.md
+A run is written through the harness's own Run (inferlab.run.session) and writer (inferlab.run.records), as a
+session writes it: the claim, the start manifest, plan.json, every record, the tensors (TensorStore), report.md
 with its plots, then the final manifest with its file inventory. Only the values are made up: a ticking
-clock stands in for the wall clock (and a ticking stamp for perf_counter_ns) and FixedSurroundings for the machine,
+clock stands in for the wall clock (and a ticking stamp for perf_counter_ns) and FixedHost for the machine,
 so two builds are byte-identical.
 Each plan entry carries the markers its experiment test really has (read from experiments/ source).
 
@@ -38,12 +38,11 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, dumps, file_inventory, write_json_atomic
-from inferlab.measure import summaries
-from inferlab.read import runview as earlier_runs
-from inferlab.run import session_status
-from inferlab.run import lifecycle, writers
-from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, forward_budget, selection_of
+from inferlab.files import dumps, write_json_atomic
+from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, file_inventory, make_record
+from inferlab.measure import stats
+from inferlab.run import endings, session
+from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, experiment_files, forward_budget, selection_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 64  # tiny on purpose: the tests check plumbing, not a real vocabulary
@@ -65,7 +64,7 @@ SAMPLING = "experiments/test_30_sampling.py"
 TIMING = "experiments/test_50_timing.py"
 CACHE = "experiments/test_40_cache.py"
 FIXTURE_START = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
-FIXTURE_ENVIRONMENT = {  # what FixedSurroundings says of the machine, the software and the source
+FIXTURE_ENVIRONMENT = {  # what FixedHost says of the machine, the software and the source
     "platform": {"python_version": "3.11.2", "python_implementation": "CPython", "os": "Linux",
                  "machine": "x86_64", "cpu_model": "Test CPU", "logical_cpus": 2},
     "distributions": {"numpy": "2.0.0", "safetensors": "0.8.0", "tokenizers": "0.22.2", "torch": "2.13.0",
@@ -126,10 +125,10 @@ def _marker_args(decorator: ast.expr, name: str) -> Optional[list]:
 def experiment_markers() -> dict[str, dict]:
     """Each experiment test function's markers, read from the experiments' source: {name: {records, requires,
     provides, diagnostic, optional}} (optional: its module says pytestmark = [..., optional_extension])."""
-    found = {}
+    found, optional_files = {}, {part["file"] for part in experiment_files(REPO_ROOT)[0] if part["optional"]}
     for path in sorted((REPO_ROOT / EXPERIMENTS_DIR).glob("test_*.py")):
         module = ast.parse(path.read_text(encoding="utf-8"))
-        optional = session_status.declares_optional(module)
+        optional = f"{EXPERIMENTS_DIR}/{path.name}" in optional_files
         for node in module.body:
             if not isinstance(node, ast.FunctionDef):
                 continue
@@ -184,16 +183,18 @@ class TickingStamp:
         return 10**12 + self.readings * 10**6
 
 
-class FixedSurroundings(lifecycle.Surroundings):
-    """The same machine and software every time (FIXTURE_ENVIRONMENT), one torch thread each way."""
+class FixedHost:
+    """The same machine and software every time (FIXTURE_ENVIRONMENT), one torch thread each way: what the Run asks
+    inferlab.host.environment, by the same names."""
 
-    def environment(self) -> dict:
+    def environment_record(self, root) -> dict:
         return json.loads(json.dumps(FIXTURE_ENVIRONMENT))
 
     def torch_threads(self, requested: Optional[dict]) -> dict:
         return {"requested": requested, "effective": {"intra_op": 1, "inter_op": 1}}
 
-    def torch_build(self) -> dict:
+    @staticmethod
+    def torch_build() -> dict:
         return {"version": "2.13.0+cpu", "cpu_only": True, "how_known": "its version carries the +cpu label",
                 "cuda": None, "installed_from": None,
                 "cpu_kernels": {"env_ATEN_CPU_CAPABILITY": None, "capability": "AVX2", "mkl_available": True,
@@ -204,16 +205,12 @@ class FixedSurroundings(lifecycle.Surroundings):
 PLAN_FIELDS_ADDED_LATER = ("mode", "parts", "selection", "protocol_complete", "partial_reasons", "optional_left_out")
 
 
-def _without_check_kind(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k != "check_kind"}
-
-
 class RunBuilder:
-    """Writes one record dir through the harness's lifecycle, as a session does; the tests give the values.
+    """Writes one record dir through the harness's Run, as a session does; the tests give the values.
 
     current_format=False writes outcomes and plan.json in their older format (see the module's docstring),
     as the builds of build_complete_run and build_failed_run have always been. By default the session ends as
-    the lifecycle ends it (its write_report, plots and all); report=False: it writes no report (the caller renders
+    the Run ends it (its write_report, plots and all); report=False: it writes no report (the caller renders
     it, rerender()); plots=False: its report's pages are written without drawing the plots (write_pages).
     """
 
@@ -224,7 +221,7 @@ class RunBuilder:
             raise FileExistsError(f"{directory}: a fixture run is built into a new directory")
         argv = ("pytest", "experiments", "--specimen", specimen, "--record-dir", str(directory))
         argv += ("--plan",) if plan_only else ()
-        invocation = lifecycle.Invocation(
+        invocation = session.Invocation(
             argv=argv, command=" ".join(argv), command_how="the fixture's own command", invocation_dir=str(REPO_ROOT),
             root=REPO_ROOT, mode="plan" if plan_only else "run",
             specimen={"name": specimen, "synthetic": synthetic,
@@ -232,12 +229,8 @@ class RunBuilder:
                       "revision": "685c649b" if synthetic else protocol.PINNED_REVISION},
             options={"artifacts": None, "offline": True, "plan": plan_only},
             pytest={"version": "9.2.0", "plugins": {}})
-        self.run = lifecycle.claim_run(invocation, record_dir=directory, pid=4242, hostname="fixture-host",
-                                       clock=TickingClock(), surroundings=FixedSurroundings(REPO_ROOT),
-                                       stamp=TickingStamp(), reader=earlier_runs)
-        if not current_format:
-            self.run.publish = lambda record: self.run.store(
-                _without_check_kind(record) if record["kind"] == "test_outcome" else record)
+        self.run = session.claim_run(invocation, record_dir=directory, pid=4242, hostname="fixture-host",
+                                     clock=TickingClock(), host=FixedHost(), stamp=TickingStamp())
         # An --offline session as its manifest tells it; nothing is blocked in the test process itself.
         self.run.network_guard = contextlib.ExitStack()
         if not report:  # the caller rewrites the records and renders the report itself (rerender)
@@ -277,23 +270,22 @@ class RunBuilder:
 
     def write_plan(self, tests) -> None:
         self.facts = {nodeid: facts_of(nodeid, budget) for nodeid, budget in tests}
-        self.run.write_plan(list(self.facts.values()), selection=selection_of(types.SimpleNamespace()),
-                            parts=session_status.experiment_parts(REPO_ROOT, EXPERIMENTS_DIR))
+        self.run.write_plan(list(self.facts.values()), selection=selection_of(types.SimpleNamespace()))
         if not self.current_format:  # before the report reads it
             plan = json.loads((self.dir / PLAN_FILE).read_text())
             plan = {key: value for key, value in plan.items() if key not in PLAN_FIELDS_ADDED_LATER}
-            plan["schedule"] = [_without_check_kind(entry) for entry in plan["schedule"]]
+            plan["schedule"] = [{k: v for k, v in entry.items() if k != "check_kind"} for entry in plan["schedule"]]
             write_json_atomic(self.dir / PLAN_FILE, plan)
 
     def end_session(self) -> dict:
         """The session_end record of a session that ran to its end (exit status from the outcomes)."""
-        failed = self.run.outcomes.counts.get("failed") or self.run.outcomes.counts.get("error")
-        return self.run.end_session(lifecycle.SessionFacts(
-            exit_status=1 if failed else 0, exit_code_name="TESTS_FAILED" if failed else "OK", interrupted_status=2))
+        failed = self.run.counts.get("failed") or self.run.counts.get("error")
+        return self.run.end_session(exit_status=1 if failed else 0, exit_code_name="TESTS_FAILED" if failed else "OK",
+                                    interrupted_status=2)
 
     def finish(self) -> Path:
         """session_end (unless already written), the report, the closed records, the final manifest."""
-        if self.run.ending.session_end is None:
+        if self.run.session_end is None:
             self.end_session()
         self.run.finish()
         errors = self.run.records_of("report_error")  # a session keeps going; a fixture must not hide a broken page
@@ -325,34 +317,6 @@ def _specimen_records(run: RunBuilder, test: str, ok: bool) -> None:
 def _fake_text(ids: list[int]) -> str:
     # Includes a pipe and a newline so the report's escaping is exercised.
     return "".join({0: "", 5: " |", 7: "\n"}.get(i, f" w{i}") for i in ids)
-
-
-# A constructed near tie, the same in every build: P2's greedy step NEAR_TIE_STEP has the top-two margin
-# NEAR_TIE_MARGIN, within the default reference tolerance's near-tie limit (2 * (1e-4 + 1e-4 * |top|), top ~ 11).
-NEAR_TIE_PROMPT, NEAR_TIE_STEP, NEAR_TIE_MARGIN = "P2", 9, 1e-3
-
-
-def greedy_steps(prompt_id: str, ids: list[int], first_logits=None) -> dict:
-    """A greedy trial's step_top2_logits and step_top2_ids (inferlab.measure.near_tie): step 0 from the raw first-step
-    logits when given (as verify recomputes it), every other step an invented top value with a wide margin, but
-    NEAR_TIE_STEP of NEAR_TIE_PROMPT, a near tie."""
-    values, pairs = [], []
-    for step, selected in enumerate(ids):
-        runner_up = (selected + 1) % VOCAB
-        top, margin = 11.0 + (step % 3) * 0.25, 0.5 + 0.05 * step
-        if step == 0 and first_logits is not None:
-            import numpy
-
-            array = numpy.asarray(first_logits, dtype=numpy.float32).reshape(-1)
-            others = array.astype(numpy.float64)
-            others[selected] = -numpy.inf
-            runner_up = int(numpy.argmax(others))
-            top, margin = float(array[selected]), float(array[selected]) - float(others[runner_up])
-        elif prompt_id == NEAR_TIE_PROMPT and step == NEAR_TIE_STEP:
-            margin = NEAR_TIE_MARGIN
-        values.append([top, top - margin])
-        pairs.append([selected, runner_up])
-    return {"step_top2_logits": values, "step_top2_ids": pairs}
 
 
 def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed: Optional[int] = None,
@@ -434,9 +398,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
                  generation_config={"max_new_tokens": protocol.MAX_NEW_TOKENS, "do_sample": trial.condition != "G"},
                  processors=[], rng_reset=[] if trial.seed is None else [{"call": "torch.manual_seed",
                                                                           "seed": trial.seed}],
-                 warnings=[], elapsed_s=0.02, status="ok", first_step_logits=reference,
-                 **(greedy_steps(trial.prompt_id, ids, first_logits[trial.prompt_id]) if trial.condition == "G"
-                    else {}))
+                 warnings=[], elapsed_s=0.02, status="ok", first_step_logits=reference)
         run.outcome(nodeid)
     run.emit("first_step_logits_check", f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection", prompts=["P1", "P2"],
              max_abs_diff={"P1": 0.0, "P2": 0.0}, all_equal=True, processed_scores_differ_where_t_not_1=True,
@@ -445,7 +407,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     generations = [r for r in run.written if r["kind"] == "generation"]
     for prompt_id in protocol.PROMPTS:
         run.emit("sampling_summary", f"{SAMPLING}::test_greedy_repetitions_identical",
-                 **summaries.sampling_summary(generations, prompt_id))
+                 **stats.sampling_summary(generations, prompt_id))
     run.outcome(f"{SAMPLING}::test_greedy_repetitions_identical")
 
     # the matched-prefix cache test
@@ -490,28 +452,27 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
         ids = greedy["P1"] if trial.prompt_id == "P1" else [rng.randrange(0, 3) for _ in range(16)]
         if not trial.use_cache and trial.prompt_id == "P1x8":
             ids = ids[:10] + [1] * 6  # cache on and off diverge at index 10
-        steps = greedy_steps(trial.prompt_id, ids, first_logits.get(trial.prompt_id))
         record = run.emit("timing_trial", timing_nodeid(trial), prompt_id=trial.prompt_id, use_cache=trial.use_cache,
                           warmup=trial.warmup, schedule_index=trial.schedule_index, repetition=trial.repetition,
                           schedule_id=trial.test_id, status="ok", prompt_ids=prompt_ids[trial.prompt_id],
                           prompt_length=length, generated_ids=ids, output_length=len(ids), token_times_s=times,
                           prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
-                          mean_post_first_interval_s=summaries.mean_post_first_interval(times),
+                          mean_post_first_interval_s=stats.mean_post_first_interval(times),
                           eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID],
                           logits_to_keep=protocol.LOGITS_TO_KEEP, stopping_rule=protocol.TIMING_STOPPING_RULE,
-                          threads={"intra_op": 1, "inter_op": 1}, **steps)
+                          threads={"intra_op": 1, "inter_op": 1})
         trials.append(record)
         run.outcome(timing_nodeid(trial))
     summary_test = f"{TIMING}::test_timing_summary"
     for prompt_id in protocol.TIMING_PROMPTS:
         for use_cache in (True, False):
-            run.emit("timing_summary", summary_test, **summaries.timing_summary(trials, prompt_id, use_cache))
+            run.emit("timing_summary", summary_test, **stats.timing_summary(trials, prompt_id, use_cache))
     run.outcome(summary_test)
     run.emit("loop_vs_generate", f"{TIMING}::test_loop_matches_generate", prompt_id="P1", equal=True,
              first_difference=None, compared_length=16)
     run.outcome(f"{TIMING}::test_loop_matches_generate")
     for prompt_id in protocol.TIMING_PROMPTS:
-        run.emit("cache_divergence", f"{TIMING}::test_cache_divergence", **summaries.cache_divergence(trials, prompt_id))
+        run.emit("cache_divergence", f"{TIMING}::test_cache_divergence", **stats.cache_divergence(trials, prompt_id))
     run.outcome(f"{TIMING}::test_cache_divergence")
 
     # memory and batching
@@ -617,7 +578,7 @@ FIXTURE_CACHES = {"source": "/sys/devices/system/cpu/cpu0/cache", "largest_bytes
 
 def _envelope(kind: str, test: Optional[str], **fields) -> dict:
     """A record made by the harness's writer, for splicing into a run's records (rewrite_records renumbers seq)."""
-    return writers.make_record(kind, test, 0, "2025-01-01T00:09:00+00:00", fields)
+    return make_record(kind, test, 0, "2025-01-01T00:09:00+00:00", fields)
 
 
 def with_check_kinds(records: list[dict]) -> list[dict]:
@@ -635,7 +596,7 @@ def acquisition_failure_of(records: list[dict]) -> Optional[dict]:
 
     outcomes = [r for r in records if r["kind"] == "test_outcome"]
     failing = [r for r in outcomes if r["outcome"] in ("failed", "error")]
-    checks = set(session_status.SPECIMEN_CHECKS)
+    checks = set(endings.SPECIMEN_CHECKS)
     if not any("acquisition" in experiment_markers().get(function_of(r["test"]), {}).get("provides", ())
                for r in failing):
         return None
@@ -656,17 +617,17 @@ def session_end_record(records: list[dict], schedule: Optional[list] = None, **o
     outcomes = [r for r in records if r["kind"] == "test_outcome"]
     counts = collections.Counter(r["outcome"] for r in outcomes)
     failed = bool(counts.get("failed") or counts.get("error"))
-    fields = writers.make_session_end(
+    fields = endings.session_end(
         exit_status=overrides.get("exit_status", 1 if failed else 0),
         exit_code_name=overrides.get("exit_code_name", "TESTS_FAILED" if failed else "OK"),
         signals=overrides.get("signals", []), collect_only=overrides.get("collect_only", False), plan_only=False,
-        stopped_reason=overrides.get("stop_reason"), planned=[t for t, _ in all_nodeids()],
+        stop_reason=overrides.get("stop_reason"), planned=[t for t, _ in all_nodeids()],
         with_outcome={r["test"] for r in outcomes}, partial_reasons=overrides.get("partial_reasons", []),
         optional_notes=[], outcome_counts=counts,
         failures_by_check_kind=collections.Counter(r.get("check_kind", "integrity") for r in outcomes
                                                    if r["outcome"] in ("failed", "error")),
         # as a fixture session ends it: no model, so no forward counted, against the plan's forward totals
-        forward_reconciliation=session_status.reconcile_forwards(0, {}, forward_budget(
+        forward_reconciliation=endings.reconcile_forwards(0, {}, forward_budget(
             schedule if schedule is not None else [{"test": t, "budget": b} for t, b in all_nodeids()])),
         acquisition_failure=acquisition_failure_of(records))
     fields.update(overrides)
@@ -772,7 +733,7 @@ def write_pages(directory: Path, plots: bool = False) -> None:
     write_report renders when every plot is drawn) and removes any plot left by an earlier rendering, since it was
     drawn from other records."""
     from inferlab import report
-    from inferlab.base.records import write_text_atomic
+    from inferlab.files import write_text_atomic
     from inferlab.report import plots as plots_module
 
     directory = Path(directory)
@@ -872,7 +833,7 @@ def kill_after(directory: Path, tests_done: int) -> Path:
     for name in ("files", "session_end"):
         manifest.pop(name, None)
     manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, outcome_counts={},
-                    status=writers.STARTED_STATUS)
+                    status=session.STARTED_STATUS)
     write_json_atomic(directory / MANIFEST_FILE, manifest)
     return directory
 
@@ -914,6 +875,6 @@ def abandon_finish(directory: Path) -> Path:
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     manifest.pop("files", None)
     manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, session_end=None,
-                    outcome_counts={}, status=writers.STARTED_STATUS)
+                    outcome_counts={}, status=session.STARTED_STATUS)
     write_json_atomic(directory / MANIFEST_FILE, manifest)
     return directory

@@ -20,24 +20,24 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, sha256_file
+from inferlab.files import sha256_file
+from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE
 from inferlab.host import environment
 from inferlab import writing
 from inferlab.read import addenda
-from inferlab.run import predictions
 from inferlab.read.verify import verify_run
 
 from fixtures_records import REPO_ROOT, _envelope, build_rich_run, edit_manifest, rerender
 
 TEMPLATE = (REPO_ROOT / writing.EXPLANATION_TEMPLATE).read_text(encoding="utf-8")
-PREDICTIONS_TEMPLATE = (REPO_ROOT / predictions.TEMPLATE_FILE).read_text(encoding="utf-8")
+PREDICTIONS_TEMPLATE = (REPO_ROOT / writing.PREDICTIONS_TEMPLATE).read_text(encoding="utf-8")
 
 
 def answered_predictions() -> str:
     """The predictions template with every answer field filled in."""
     lines = []
     for line in PREDICTIONS_TEMPLATE.splitlines():
-        match = predictions.FIELD.match(line)
+        match = writing.FIELD.match(line)
         lines.append(f"{match.group(1)}: my answer, written before the run" if match else line)
     return "\n".join(lines) + "\n"
 
@@ -63,7 +63,7 @@ def give_predictions(run_dir: Path, text: str) -> Path:
     target = Path(run_dir) / PREDICTIONS_FILE
     target.write_text(text, encoding="utf-8")
     manifest = json.loads((Path(run_dir) / MANIFEST_FILE).read_text())
-    status = predictions.template_status(text, PREDICTIONS_TEMPLATE)
+    status = writing.predictions_status(text, PREDICTIONS_TEMPLATE)
     edit_manifest(run_dir, predictions={"supplied": True, "source": str(target), "copied_to": PREDICTIONS_FILE,
                                         "sha256": sha256_file(target), "source_mtime_utc": manifest["started_utc"],
                                         "copied_at_utc": manifest["started_utc"], **status})
@@ -232,7 +232,7 @@ def own_predictions(seed: int) -> str:
     """The predictions template with every field answered in words of the learner's own (own_words)."""
     lines = []
     for number, line in enumerate(PREDICTIONS_TEMPLATE.splitlines()):
-        match = predictions.FIELD.match(line)
+        match = writing.FIELD.match(line)
         lines.append(f"{match.group(1)}: {own_words(seed * 1000 + number, 9)}" if match else line)
     return "\n".join(lines) + "\n"
 

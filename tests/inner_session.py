@@ -13,8 +13,8 @@ import importlib
 
 # What an inner session of a scratch experiment suite imports that the harness's own session need not have.
 SESSION_MODULES = ("hypothesis", "statistics", "inferlab.read.addenda", "inferlab.host.environment",
-                   "inferlab.specimen.build", "inferlab.report.plots", "inferlab.run.predictions", "inferlab.replica",
-                   "inferlab.report", "inferlab.read.runview", "inferlab.measure.summaries")
+                   "inferlab.specimen.build", "inferlab.report.plots", "inferlab.writing", "inferlab.replica",
+                   "inferlab.report", "inferlab.read.runview", "inferlab.measure.stats")
 
 
 # What an inner session that loads a model and writes its report imports: torch cannot be imported twice in one

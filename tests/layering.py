@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "inferlab"
 # Each layer names the parts directly in inferlab/ (a module without .py, or a package). A module may import from
 # its own part and from any lower layer, never from a higher one or from another part of its own layer.
 LAYERS = (
-    ("protocol", "base", "hookspec", "writing"),
+    ("protocol", "files", "hookspec", "writing"),
     ("host",),
     ("specimen",),
     ("measure",),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from inferlab.__main__ import main
-from inferlab.base.records import CLAIM_FILE, MANIFEST_FILE, RECORDS_FILE, REPORT_FILE, utc_now
+from inferlab.run.records import CLAIM_FILE, MANIFEST_FILE, RECORDS_FILE, REPORT_FILE, utc_now
 from inferlab.read import addenda
 from inferlab.read.verify import verify_run
 

@@ -10,8 +10,9 @@ import pytest
 
 from inferlab import protocol
 from inferlab.__main__ import main
-from inferlab.base.records import PREDICTIONS_FILE, sha256_file
-from inferlab.measure import contention
+from inferlab.files import sha256_file
+from inferlab.measure import stats
+from inferlab.run.records import PREDICTIONS_FILE
 from inferlab.read.runview import RunView
 
 from fixtures_records import copy_run, edit_manifest, rerender
@@ -83,7 +84,7 @@ def test_after_attaching_the_tools_reading_stands_beside_each_answer(run, tmp_pa
         assert order == sorted(order) and part.split("*The tool's reading:*")[1].strip().startswith("- ")
     assert f"> {PREDICTED}" in page[page.index("### 1."):page.index("### 2.")]
     timing = page[page.index("### 5."):page.index("### 6.")].split("*The tool's reading:*")[1]
-    for verdict in contention.cache_verdicts(RunView.read(run).kind("timing_trial"))["verdicts"]:
+    for verdict in stats.cache_verdicts(RunView.read(run).kind("timing_trial"))["verdicts"]:
         assert f"{verdict['prompt_id']}, " in timing and f"**{VERDICT_WORDS[verdict['verdict']]}**" in timing
     conclusions = page[page.index("## Conclusions and limitations"):page.index("## The cache criterion")]
     assert conclusions.index("### Limitation 2") < conclusions.index("*The tool's reading*, for comparison")

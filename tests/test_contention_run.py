@@ -22,8 +22,8 @@ import os
 import pytest
 
 from inferlab import protocol
-from inferlab.base.records import REPORT_FILE
-from inferlab.measure import contention
+from inferlab.run.records import REPORT_FILE
+from inferlab.measure import stats, usage
 from inferlab.read.verify import verify_run
 
 import shared_runs
@@ -126,10 +126,10 @@ def test_exactly_the_busy_trials_and_those_the_kernel_saw_waiting_are_marked_con
     for name in BUSY:
         record = trials[name]
         assert record["contended"] is True, (name, record["cpu_evidence"], busy_run["tail"])
-        assert contention.loop_cpu_share(record) < BUSY_SHARE_BELOW, (name, record["cpu_evidence"])  # it shared its CPU
+        assert stats.loop_cpu_share(record) < BUSY_SHARE_BELOW, (name, record["cpu_evidence"])  # it shared its CPU
     unexplained = []
     for name, record in trials.items():
-        assert record["contended"] == contention.recorded_evidence(record)["contended"]  # from its own readings
+        assert record["contended"] == usage.recorded_evidence(record)["contended"]  # from its own readings
         if name in BUSY or record["contended"] is False:
             continue
         # not touched by the busy loop, yet contended: the kernel must say this thread waited for its CPU
@@ -162,7 +162,7 @@ def test_the_report_and_run_status_say_which_trials_were_contended(busy_run):
 def test_the_cache_verdict_leaves_the_contended_trials_out_or_says_it_rests_on_them(busy_run):
     trials = list(trials_of(busy_run).values())
     contended = {t["schedule_id"] for t in trials if t["contended"]}
-    for verdict in contention.cache_verdicts(trials)["verdicts"]:
+    for verdict in stats.cache_verdicts(trials)["verdicts"]:
         used = set(verdict["cache_on"]["schedule_ids"]) | set(verdict["cache_off"]["schedule_ids"])
         if verdict["samples"] == "uncontended":
             assert not used & contended, verdict

@@ -1,25 +1,25 @@
-"""The instrumented greedy loop: same selections with and without cache, ordered timestamps, generate() parity."""
+"""inferlab.measure.decode_loop on the tiny model: the same selections with and without the cache, ordered stamps and
+the times derived from them, the forwards it makes, logits_to_keep checked where it tells, the usage reads at the
+span ends only, what its own reads cost, and its check against generate() (by ids for P1, by inputs for P1x8)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
-from transformers import DynamicCache
 
 from inferlab import protocol
-from inferlab.measure import contention
-from inferlab.measure import decode_loop
+from inferlab.measure import decode_loop, usage
 from inferlab.measure.cache_check import compare_vectors
-from inferlab.measure.decode_loop import (
-    bare_greedy_loop,
-    loop_matches_generate,
-    run_greedy_loop,
-)
-from inferlab.specimen.build import tiny_gpt_neox
+from inferlab.measure.decode_loop import bare_greedy_loop, run_greedy_loop
+from inferlab.measure.sampling import greedy_generation_config
+from inferlab.specimen.build import tiny_gpt_neox, tiny_tokenizer
 
 N = protocol.TIMING_NEW_TOKENS
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
 EOS = 0
+BOTH = pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
 
 
 @pytest.fixture(scope="module")
@@ -35,266 +35,218 @@ def prompt():
 
 @pytest.fixture(scope="module")
 def runs(model, prompt):
-    ids, mask = prompt
-    return {
-        use_cache: run_greedy_loop(model, ids, mask, use_cache=use_cache, eos_token_id=EOS) for use_cache in (True, False)
-    }
+    return {use_cache: run_greedy_loop(model, *prompt, use_cache=use_cache, eos_token_id=EOS) for use_cache in (True, False)}
 
 
-def test_cache_on_and_off_select_the_same_ids(runs):
+def fed(model, call) -> list[dict]:
+    """What the model received at each forward while call() ran, as decode_loop.COMPARED names it."""
+    seen = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append({name: decode_loop._plain(kwargs.get(name))
+                                                  for name in decode_loop.COMPARED}), with_kwargs=True)
+    try:
+        call()
+    finally:
+        handle.remove()
+    return seen
+
+
+def test_cache_on_off_and_the_bare_loop_select_the_same_ids(runs, model, prompt):
     assert runs[True].generated_ids == runs[False].generated_ids
+    assert all(bare_greedy_loop(model, *prompt, use_cache=c) == runs[c].generated_ids for c in (True, False))
 
 
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
-def test_exactly_n_selections_with_increasing_times(runs, use_cache):
+@BOTH
+def test_exactly_n_selections_with_increasing_stamps_and_times_by_their_definitions(runs, use_cache):
     result = runs[use_cache]
-    assert len(result.generated_ids) == N and len(result.token_times_ns) == N
     boundaries = [result.t_start_ns, result.t_prefill_done_ns, *result.token_times_ns]
+    assert len(result.generated_ids) == len(result.token_times_ns) == N
     assert all(b > a for a, b in zip(boundaries, boundaries[1:])), boundaries
+    assert result.ttft_s == (result.token_times_ns[0] - result.t_start_ns) / 1e9 and result.loop_s == result.token_times_s[-1]
+    assert result.mean_post_first_interval_s == (result.token_times_ns[-1] - result.token_times_ns[0]) / (N - 1) / 1e9
+    record = result.to_record()
+    assert json.loads(json.dumps(record)) == record and record["stopping_rule"] == protocol.TIMING_STOPPING_RULE
 
 
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
-def test_derived_times_follow_their_definitions(runs, use_cache):
-    result = runs[use_cache]
-    assert result.ttft_s == (result.token_times_ns[0] - result.t_start_ns) / 1e9
-    assert result.loop_s == result.token_times_s[-1]
-    assert 0 < result.prefill_s < result.ttft_s < result.loop_s
-    assert result.mean_post_first_interval_s == pytest.approx(
-        (result.token_times_ns[-1] - result.token_times_ns[0]) / (N - 1) / 1e9
-    )
+@BOTH
+def test_one_prefill_then_one_forward_per_selection_and_a_cache_of_the_fed_length(model, prompt, use_cache):
+    results = []
+    steps = fed(model, lambda: results.append(run_greedy_loop(model, *prompt, use_cache=use_cache)))
+    T = len(PROMPT)
+    assert [len(step["input_ids"][0]) for step in steps] == [T] + ([1] * (N - 1) if use_cache else list(range(T + 1, T + N)))
+    cache = results[0].cache  # the last selected token is never fed, so the cache holds prompt + N - 1 tokens
+    assert cache.get_seq_length() == T + N - 1 if use_cache else cache is None
 
 
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
-def test_both_paths_request_only_the_last_position(runs, model, use_cache):
-    assert runs[use_cache].last_logits_shape == [1, 1, model.config.vocab_size]
+def ignoring_logits_to_keep(monkeypatch):
+    """A tiny model whose forward returns every position's logits, whatever logits_to_keep asks for."""
+    model = tiny_gpt_neox(seed=0)
+    real_forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *args, **kwargs: real_forward(*args, **{**kwargs, "logits_to_keep": 0}))
+    return model
+
+
+@BOTH
+def test_logits_to_keep_is_checked_on_the_prefill_where_it_tells(runs, model, prompt, monkeypatch, use_cache):
+    vocab = model.config.vocab_size
+    honest = runs[use_cache]
+    assert decode_loop.loop_logits_to_keep(honest.prefill_logits_shape, honest.last_logits_shape, 1, vocab)["ok"]
+    result = run_greedy_loop(ignoring_logits_to_keep(monkeypatch), *prompt, use_cache=use_cache)
+    if use_cache:  # the last forward alone could not tell: it fed one token
+        assert result.last_logits_shape == [1, 1, vocab]
+    kept = decode_loop.loop_logits_to_keep(result.prefill_logits_shape, result.last_logits_shape, 1, vocab)
+    assert not kept["ok"] and kept["prefill"]["observed_shape"] == [1, len(PROMPT), vocab]
 
 
 @torch.inference_mode()
-def test_installed_forward_honours_logits_to_keep(model, prompt):
-    """The interface fact the loop relies on: logits_to_keep=1 returns only the last position, and its values
-    are the full computation's last position (the run checks the shape on every forward it makes)."""
-    ids, mask = prompt
-    kept = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=protocol.LOGITS_TO_KEEP).logits
-    full = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=0).logits  # (1, T, vocab)
-    assert list(kept.shape) == [1, protocol.LOGITS_TO_KEEP, model.config.vocab_size]
+def test_the_installed_forward_honours_logits_to_keep(model, prompt):
+    """The interface fact the loop relies on: logits_to_keep=1 gives only the last position, equal to the full
+    computation's last position."""
+    kept = model(input_ids=prompt[0], attention_mask=prompt[1], use_cache=False, logits_to_keep=1).logits
+    full = model(input_ids=prompt[0], attention_mask=prompt[1], use_cache=False, logits_to_keep=0).logits
+    assert list(kept.shape) == [1, 1, model.config.vocab_size]
     assert compare_vectors(kept[0, -1], full[0, -1], protocol.CACHE_TOLERANCE)["passed"]
 
 
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
-def test_clock_reads_per_trial_counts_every_read_of_the_loop(model, prompt, monkeypatch, use_cache):
-    reads = []
-    real_clock = decode_loop.time.perf_counter_ns
-
-    def counting_clock():
-        reads.append(1)
-        return real_clock()
-
-    monkeypatch.setattr(decode_loop.time, "perf_counter_ns", counting_clock)
-    run_greedy_loop(model, *prompt, use_cache=use_cache)
-    assert len(reads) == decode_loop.clock_reads_per_trial(N)
-
-
-def test_clock_overhead_is_the_clock_alone_scaled_to_one_trial(model):
-    calls = []
-    hook = model.register_forward_pre_hook(lambda module, args: calls.append(1))
-    try:
-        overhead = decode_loop.clock_overhead(reads=5_000)
-    finally:
-        hook.remove()
-    assert calls == [], "measuring the clock must not run the model"
-    assert overhead["clock"] == "time.perf_counter_ns" and overhead["reads"] == 5_000 and overhead["elapsed_ns"] > 0
-    assert overhead["per_read_ns"] == overhead["elapsed_ns"] / 5_000
-    assert overhead["reads_per_trial"] == decode_loop.clock_reads_per_trial(protocol.TIMING_NEW_TOKENS) == 18
-    assert overhead["per_trial_overhead_ns"] == pytest.approx(overhead["per_read_ns"] * 18)
-
-
-def test_clock_overhead_counts_the_reads_it_claims(monkeypatch):
-    reads = []
-    real_clock = decode_loop.time.perf_counter_ns
-    monkeypatch.setattr(decode_loop.time, "perf_counter_ns", lambda: reads.append(1) or real_clock())
-    decode_loop.clock_overhead(reads=1_000)
-    assert len(reads) == 1_000 + 2  # the reads themselves, bracketed by a start and an end read
-
-
-def test_profiling_text_is_decoded_with_special_tokens_kept():
-    from inferlab.specimen.build import tiny_tokenizer
-
-    tokenizer = tiny_tokenizer()
-    ids = tokenizer("A small boat", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    text, elapsed_s = decode_loop.decode_profiling_text(tokenizer, ids)
-    assert text == "A small boat" + tokenizer.eos_token and elapsed_s >= 0
-
-
-def test_cache_on_keeps_a_cache_of_the_fed_length(runs):
-    cache = runs[True].cache
-    assert isinstance(cache, DynamicCache)
-    # The last selected token is never fed, so the cache holds prompt + N - 1 tokens.
-    assert cache.get_seq_length() == len(PROMPT) + N - 1
-    assert runs[False].cache is None
-
-
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
-def test_one_prefill_and_n_minus_1_forwards_of_the_right_width(model, prompt, use_cache):
-    widths = []
-    hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
-    )
-    try:
-        run_greedy_loop(model, *prompt, use_cache=use_cache)
-    finally:
-        hook.remove()
-    T = len(PROMPT)
-    expected = [T] + ([1] * (N - 1) if use_cache else list(range(T + 1, T + N)))
-    assert widths == expected
-
-
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
-def test_bare_loop_makes_the_same_selections(runs, model, prompt, use_cache):
-    assert bare_greedy_loop(model, *prompt, use_cache=use_cache) == runs[use_cache].generated_ids
-
-
-def test_loop_matches_generate(model, prompt):
-    comparison = loop_matches_generate(model, *prompt, eos_token_id=EOS, pad_token_id=EOS)
-    assert comparison["equal"], comparison
-    assert comparison["compared_length"] == len(comparison["loop_ids_through_first_eos"])
-
-
-def test_selected_eos_does_not_stop_the_loop(model, prompt, runs):
-    # Declare the model's own first greedy choice to be EOS: the loop must record it and carry on.
-    eos = runs[True].generated_ids[0]
+def test_a_selected_eos_is_recorded_and_does_not_stop_the_loop(model, prompt, runs):
+    eos = runs[True].generated_ids[0]  # declare the model's own first greedy choice to be EOS
     result = run_greedy_loop(model, *prompt, use_cache=True, eos_token_id=eos)
-    assert len(result.generated_ids) == N
+    assert len(result.generated_ids) == N and result.eos_positions[0] == 0
     assert result.eos_positions == [i for i, token in enumerate(result.generated_ids) if token == eos]
-    assert result.eos_positions[0] == 0
-    assert result.to_record()["eos_selected"] is True
+    assert result.to_record()["eos_selected"] is True and result.to_record()["continued_past_eos"] is True
 
 
-def test_generate_comparison_stops_at_eos(model, prompt, runs):
-    eos = runs[True].generated_ids[0]
-    comparison = loop_matches_generate(model, *prompt, eos_token_id=eos, pad_token_id=eos)
-    assert comparison["generate_ids"] == [eos]
-    assert comparison["compared_length"] == 1 and comparison["equal"]
-
-
-def test_generate_comparison_detects_a_difference(model, prompt, runs, monkeypatch):
-    # If generate() selected differently (here: forced to a wrong first token), the comparison must say so.
-    wrong = (runs[True].generated_ids[0] + 1) % model.config.vocab_size
-    real_generate = model.generate
-
-    def fake_generate(input_ids, **kwargs):
-        output = real_generate(input_ids=input_ids, **kwargs)
-        output[0, input_ids.shape[1]] = wrong
-        return output
-
-    monkeypatch.setattr(model, "generate", fake_generate)
-    comparison = loop_matches_generate(model, *prompt, eos_token_id=EOS, pad_token_id=EOS)
-    assert not comparison["equal"] and comparison["first_difference"] == 0
-
-
-def test_record_is_json_ready(runs):
-    import json
-
-    record = runs[True].to_record()
-    assert json.loads(json.dumps(record)) == record
-    assert record["stopping_rule"] == protocol.TIMING_STOPPING_RULE
-
-
-@pytest.mark.parametrize(
-    "ids, mask",
-    [
-        (torch.tensor([PROMPT, PROMPT]), torch.ones((2, len(PROMPT)), dtype=torch.long)),
-        (torch.tensor([PROMPT]), torch.ones((1, 3), dtype=torch.long)),
-    ],
-    ids=["batch_of_two", "mask_shape_mismatch"],
-)
+@pytest.mark.parametrize("ids, mask", [(torch.tensor([PROMPT, PROMPT]), torch.ones((2, 7), dtype=torch.long)),
+                                       (torch.tensor([PROMPT]), torch.ones((1, 3), dtype=torch.long))],
+                         ids=["batch_of_two", "mask_shape_mismatch"])
 def test_rejects_inputs_it_does_not_support(model, ids, mask):
     with pytest.raises(ValueError, match="decode loop"):
         run_greedy_loop(model, ids, mask, use_cache=True)
 
 
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
-def test_thread_usage_is_read_at_the_span_ends_only_never_between_tokens(model, prompt, monkeypatch, use_cache):
-    """The usage reads around the clock reads: one before t_start, one right after t_prefill_done, one after t_n."""
+@BOTH
+def test_the_usage_is_read_at_the_span_ends_only_and_the_clock_as_often_as_it_says(model, prompt, monkeypatch,
+                                                                                    use_cache):
     events = []
     real_clock = decode_loop.time.perf_counter_ns
-    real_start, real_end = contention.usage_reader()
-
-    def clock():
-        events.append("clock")
-        return real_clock()
-
-    def reader():
-        def start():
-            events.append("usage")
-            return real_start()
-
-        def end():
-            events.append("usage")
-            return real_end()
-
-        return start, end
-
-    monkeypatch.setattr(decode_loop.time, "perf_counter_ns", clock)
-    monkeypatch.setattr(decode_loop.contention, "usage_reader", reader)
+    real_start, real_end = usage.usage_reader()
+    monkeypatch.setattr(decode_loop.time, "perf_counter_ns", lambda: events.append("clock") or real_clock())
+    monkeypatch.setattr(decode_loop.usage, "usage_reader", lambda: (lambda: events.append("usage") or real_start(),
+                                                                    lambda: events.append("usage") or real_end()))
     result = run_greedy_loop(model, *prompt, use_cache=use_cache)
     assert events == ["usage", "clock", "clock", "usage"] + ["clock"] * N + ["usage"]
+    assert events.count("clock") == decode_loop.clock_reads_per_trial(N)
     assert events.count("usage") == decode_loop.USAGE_READS_PER_TRIAL
     record = result.to_record()
-    assert set(record["cpu_readings"]) == set(contention.READING_POINTS)
-    assert record["cpu_evidence"] == contention.recorded_evidence(record)["cpu_evidence"]
-    assert record["contended"] == contention.recorded_evidence(record)["contended"]
+    assert set(record["cpu_readings"]) == set(usage.READING_POINTS)
+    assert {k: record[k] for k in ("cpu_evidence", "contended")} == {
+        k: usage.recorded_evidence(record)[k] for k in ("cpu_evidence", "contended")}
     loop = record["cpu_evidence"]["loop"]
     assert loop["wall_ns"] == result.token_times_ns[-1] - result.t_start_ns  # exactly the span of loop_s
     if loop["cpu_ns"] is not None:
         assert 0 < loop["cpu_ns"] <= loop["wall_ns"] + 200_000
 
 
-def test_clock_overhead_measures_the_usage_reads_too():
-    overhead = decode_loop.clock_overhead(reads=2_000)
-    assert overhead["usage_reads"] == 2 * (2_000 // 20) and overhead["usage_per_read_ns"] > 0
-    assert overhead["usage_reads_per_trial"] == 3 and overhead["usage_reads_inside_loop"] == 1
-    assert overhead["usage_inside_loop_ns"] == overhead["usage_per_read_ns"]
-    assert overhead["usage_sources"] == contention.usage_sources()
-
-
-@pytest.mark.parametrize("use_cache", [True, False])
-def test_each_steps_top_two_come_from_the_logits_it_selected_from(runs, model, prompt, use_cache):
-    """The loop records every step's selected id's logit and the best other id (after t_n, from its own logits):
-    checked against a plain full forward over the same ids, within rounding."""
-    result = runs[use_cache]
-    record = result.to_record()
-    assert len(record["step_top2_logits"]) == len(record["step_top2_ids"]) == protocol.TIMING_NEW_TOKENS
-    assert [p[0] for p in record["step_top2_ids"]] == result.generated_ids
-    ids, _ = prompt
-    sequence = ids[0].tolist() + result.generated_ids
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([sequence])).logits[0]  # (T + n, vocab)
-    for step in range(protocol.TIMING_NEW_TOKENS):
-        row = logits[len(PROMPT) - 1 + step].clone()  # the position whose logits selected step `step`
-        top = float(row[result.generated_ids[step]])
-        row[result.generated_ids[step]] = float("-inf")
-        assert abs(record["step_top2_logits"][step][0] - top) < 1e-4
-        assert abs(record["step_top2_logits"][step][1] - float(row.max())) < 1e-4
-
-
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cache_off"])
-def test_recorded_top_two_are_exactly_those_of_the_raw_logits_each_forward_returned(model, prompt, use_cache):
-    """Exact, not within rounding: each forward's logits are cloned as it returns them (a forward hook, outside the
-    loop's code), and the record's top two per step are the selected id's raw logit and the largest other one, equal
-    to the bit, with the runner-up's id; the loop itself selected the argmax of that same row."""
-    returned = []
-    hook = model.register_forward_hook(lambda module, args, output: returned.append(output.logits.detach().clone()))
+def test_the_clock_overhead_is_measured_alone_and_counts_the_reads_it_claims(model, monkeypatch):
+    calls = []
+    hook = model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    reads = []
+    real_clock = decode_loop.time.perf_counter_ns
+    monkeypatch.setattr(decode_loop.time, "perf_counter_ns", lambda: reads.append(1) or real_clock())
     try:
-        result = run_greedy_loop(model, *prompt, use_cache=use_cache, eos_token_id=EOS)
+        overhead = decode_loop.clock_overhead(reads=2_000)
     finally:
         hook.remove()
-    record = result.to_record()
-    assert len(returned) == N
-    for step, logits in enumerate(returned):
-        row = logits[0, -1].to(torch.float32)  # (vocab,), the row step `step` selected from
-        selected = result.generated_ids[step]
-        assert selected == int(row.argmax())
-        others = row.clone()
-        others[selected] = float("-inf")
-        assert record["step_top2_logits"][step] == [row[selected].item(), others.max().item()]
-        assert record["step_top2_ids"][step] == [selected, int(others.argmax())]
+    assert calls == [] and len(reads) == 2_000 + 2  # no forward; the reads bracketed by a start and an end read
+    assert overhead["per_read_ns"] == overhead["elapsed_ns"] / 2_000 and overhead["reads_per_trial"] == 18
+    assert overhead["per_trial_overhead_ns"] == pytest.approx(overhead["per_read_ns"] * 18)
+    assert overhead["usage_reads"] == 2 * (2_000 // 20) and overhead["usage_per_read_ns"] > 0
+    assert (overhead["usage_reads_per_trial"], overhead["usage_inside_loop_ns"]) == (3, overhead["usage_per_read_ns"])
+    assert overhead["usage_sources"] == usage.usage_sources() and overhead["watch_collections"] == 100
+
+
+def test_profiling_text_is_decoded_with_special_tokens_kept():
+    tokenizer = tiny_tokenizer()
+    ids = tokenizer("A small boat", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    text, elapsed_s = decode_loop.decode_profiling_text(tokenizer, ids)
+    assert text == "A small boat" + tokenizer.eos_token and elapsed_s >= 0
+
+
+# --- against generate() ----------------------------------------------------------------------------------------------
+
+
+def generate_trial(model, prompt, eos: int) -> dict:
+    """A real greedy generate() call, as the matrix's greedy trial records it."""
+    output = model.generate(input_ids=prompt[0], attention_mask=prompt[1], use_model_defaults=False,
+                            generation_config=greedy_generation_config(N, eos, eos))
+    ids = output[0, len(PROMPT):].tolist()
+    return {"prompt_id": "P1", "condition": "G", "status": "ok", "trial_id": "P1-G-rep1", "generated_ids": ids,
+            "stop_reason": "eos" if ids[-1] == eos else "max_new_tokens"}
+
+
+def loop_trial(model, prompt, eos: int) -> dict:
+    return {**run_greedy_loop(model, *prompt, use_cache=True, eos_token_id=eos).to_record(), "prompt_id": "P1",
+            "status": "ok", "warmup": False, "schedule_id": "P1-cache_on-rep1"}
+
+
+def test_the_loop_selects_as_greedy_generate_does_through_its_eos_stop(model, prompt, runs):
+    trial = loop_trial(model, prompt, EOS)
+    check = decode_loop.loop_vs_generate([trial], [generate_trial(model, prompt, EOS)])
+    assert check["equal"] and check["compared_length"] == len(check["generate_ids"]) > 0, check
+    eos = runs[True].generated_ids[0]  # generate() stops at its first selection; the loop goes on
+    stopped = decode_loop.loop_vs_generate([loop_trial(model, prompt, eos)], [generate_trial(model, prompt, eos)])
+    assert stopped["generate_ids"] == [eos] and stopped["compared_length"] == 1 and stopped["equal"]
+    wrong = generate_trial(model, prompt, EOS)
+    wrong["generated_ids"] = [(wrong["generated_ids"][0] + 1) % model.config.vocab_size] + wrong["generated_ids"][1:]
+    differs = decode_loop.loop_vs_generate([trial], [wrong])
+    assert not differs["equal"] and differs["first_difference"] == 0
+
+
+def test_both_sides_of_the_inputs_check_are_what_the_loop_and_generate_really_feed(model, prompt):
+    output = []
+    seen = fed(model, lambda: output.append(model.generate(input_ids=prompt[0], attention_mask=prompt[1],
+                                                           generation_config=greedy_generation_config(N, None, 0),
+                                                           use_model_defaults=False)))
+    generated = output[0][0, len(PROMPT):].tolist()
+    assert len(generated) == N and seen == decode_loop.generate_step_inputs(model, PROMPT, generated)
+    loop = []
+    assert fed(model, lambda: loop.append(run_greedy_loop(model, *prompt, use_cache=True))) == \
+        decode_loop.loop_step_inputs(PROMPT, loop[0].generated_ids)
+
+
+def test_a_long_prompts_loop_agrees_with_generates_inputs_without_a_forward_and_a_shifted_one_is_caught(model,
+                                                                                                         monkeypatch):
+    long_prompt = (PROMPT + [1]) * 8
+    ids = torch.tensor([long_prompt])
+    generated = run_greedy_loop(model, ids, torch.ones_like(ids), use_cache=True).generated_ids
+    found = []
+    assert fed(model, lambda: found.append(decode_loop.loop_inputs_match_generate(model, "P1x8", long_prompt, generated,
+                                                                                  "P1x8-cache_on-rep1"))) == []
+    assert found[0]["equal"] and found[0]["steps"] == N and found[0]["first_difference"] is None
+    real_prepare = decode_loop._prepare
+
+    def shifted(*args):
+        buffers = real_prepare(*args)
+        buffers.positions += 1  # positions from 1, not from 0 as generate() builds them
+        return buffers
+
+    monkeypatch.setattr(decode_loop, "_prepare", shifted)
+    caught = decode_loop.loop_inputs_match_generate(model, "P1x8", PROMPT, [3] * N)
+    assert not caught["equal"] and caught["first_difference"] == {
+        "step": 0, "field": "position_ids", "loop": [list(range(1, 8))], "generate": [list(range(7))]}
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_a_real_run_checks_every_timing_prompts_loop_against_generate(standin_run):
+    """P1 by ids (the matrix's greedy trial); P1x8, which has no generate() call in the budget, by its inputs, with
+    no forward run for the check; and the report says both."""
+    from shared_runs import records
+
+    check = next(r for r in records(standin_run) if r["kind"] == "loop_vs_generate")
+    assert check["equal"] and check["prompt_id"] == "P1" and list(check["inputs_vs_generate"]) == ["P1x8"]
+    p1x8 = check["inputs_vs_generate"]["P1x8"]
+    assert p1x8["equal"] and p1x8["steps"] == N and p1x8["trial"] == "P1x8-cache_on-rep1"
+    assert check["forward_mode"]["forwards"] == 0
+    report = (standin_run / "report.md").read_text(encoding="utf-8")
+    assert "- The loop's inputs for P1x8 (P1x8-cache_on-rep1) against those `generate()`'s own preparation" in report

@@ -1,5 +1,5 @@
 """Every command the terminal, the guidance, the report and the errors print works when typed as printed in the
-project folder: all of them are spelled by inferlab.base.commands.spelled, and the ones a report prints run."""
+project folder: all of them are spelled by inferlab.files.spelled, and the ones a report prints run."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from inferlab import cli, protocol, specimen
-from inferlab.base.commands import VENV_BIN
-from inferlab.base.records import REPORT_FILE
+from inferlab.files import VENV_BIN
+from inferlab.run.records import REPORT_FILE
 
 from fixture_runs import runs  # noqa: F401 (a fixture)
 

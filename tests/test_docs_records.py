@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from fixtures_records import REPO_ROOT, RunBuilder, experiment_markers
-from inferlab.base import records
+from inferlab.run import records
 from inferlab.host import environment
 from inferlab.read import addenda
 from inferlab.report import plots
-from inferlab.run import ended, writers
 from inferlab.run.plan import EXPERIMENTS_DIR
 
 PAGE = REPO_ROOT / "docs" / "records.md"
@@ -49,8 +48,8 @@ def mismatch(heading: str, expected: dict[str, str], row_hint: str) -> list[str]
 
 
 def test_every_record_kind_a_run_writes_is_documented():
-    expected = {kind: "written by the session itself (inferlab.run.writers.HARNESS_KINDS)"
-                for kind in writers.HARNESS_KINDS}
+    expected = {kind: "written by the session itself (inferlab.run.records.HARNESS_KINDS)"
+                for kind in records.HARNESS_KINDS}
     for test, marks in experiment_markers().items():
         for kind in marks["records"]:
             expected.setdefault(kind, f"declared by @pytest.mark.records on {test}")
@@ -60,7 +59,7 @@ def test_every_record_kind_a_run_writes_is_documented():
 
 @pytest.fixture(scope="module")
 def written_run(tmp_path_factory) -> Path:
-    """A run with no test, written by the real lifecycle (claim, plan, records, report, final manifest)."""
+    """A run with no test, written by the real Run (claim, plan, records, report, final manifest)."""
     builder = RunBuilder(tmp_path_factory.mktemp("written") / "run", "standin", True, current_format=True)
     builder.write_plan([])
     return builder.finish()
@@ -68,12 +67,12 @@ def written_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def manifest_fields(written_run) -> dict[str, str]:
-    """The manifest's top-level fields as the lifecycle writes them, with the environment record's own fields
+    """The manifest's top-level fields as the Run writes them, with the environment record's own fields
     taken from this checkout (the fixture's machine is a stand-in)."""
     manifest = json.loads((written_run / records.MANIFEST_FILE).read_text(encoding="utf-8"))
-    fields = {name: "inferlab.run.writers.make_manifest" for name in manifest}
+    fields = {name: "inferlab.run.session.Run.write_manifest" for name in manifest}
     fields.update({name: "inferlab.host.environment.environment_record" for name in environment.environment_record(REPO_ROOT)})
-    fields["files"] = "the inventory inferlab.run.lifecycle adds at the end"
+    fields["files"] = "the inventory the Run adds at the end"
     return fields
 
 
@@ -83,7 +82,7 @@ def test_every_field_of_the_manifest_is_documented(manifest_fields):
 
 
 def test_every_field_of_the_record_envelope_is_documented():
-    expected = {name: "inferlab.run.writers.RESERVED_FIELDS" for name in writers.RESERVED_FIELDS}
+    expected = {name: "inferlab.run.records.RESERVED_FIELDS" for name in records.RESERVED_FIELDS}
     problems = mismatch(ENVELOPE, expected, "| `{name}` | what it holds |")
     assert not problems, "\n".join(problems)
 
@@ -107,16 +106,16 @@ def tensor_files() -> dict[str, str]:
 
 
 def test_every_file_a_run_writes_is_documented(written_run):
-    expected = {path.relative_to(written_run).as_posix(): "written by the lifecycle" for path in written_run.rglob("*")
+    expected = {path.relative_to(written_run).as_posix(): "written by the Run" for path in written_run.rglob("*")
                 if path.is_file()}
-    expected.update({name: "a file inferlab.base.records names" for name in (
+    expected.update({name: "a file inferlab.run.records names" for name in (
         records.CLAIM_FILE, records.MANIFEST_FILE, records.PLAN_FILE, records.RECORDS_FILE, records.PREDICTIONS_FILE,
         records.REPORT_FILE)})
     expected.update({name: "a plot inferlab.report.plots draws" for name in
                      (plots.TOKEN_TIMES_PNG, plots.TTFT_INTERVAL_PNG, plots.CPU_SHARE_PNG, plots.CACHE_DIFF_PNG)})
     expected.update({addenda.LEDGER_FILE: "the addenda ledger (inferlab.read.addenda)",
                      f"{addenda.ADDENDA_DIR}/": "the addenda's folder (inferlab.read.addenda)"})
-    expected.update({ended.RENAME_NOTE: "a later run's note on a killed run it renamed (inferlab.run.ended)"})
+    expected.update({records.RENAME_NOTE: "the note of whoever renamed a run -incomplete (inferlab.run.records)"})
     expected.update(tensor_files())
     assert len(tensor_files()) >= 4  # first-step logits and scores, cache logits, batching
     problems = mismatch(FILES, expected, "| `{name}` | what it holds |")

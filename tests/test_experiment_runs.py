@@ -406,9 +406,9 @@ def test_the_hubs_offline_variable_is_honoured_as_offline_and_recorded_so(projec
 def test_the_offline_variable_is_read_as_huggingface_hub_reads_it():
     from huggingface_hub.constants import _is_true
 
-    from inferlab.run import options
+    from inferlab.run.session import offline_setting
 
     for value in ("1", "0", "true", "TRUE", "yes", "on", "no", "", "2", "false"):
-        assert options.offline_setting(False, {"HF_HUB_OFFLINE": value})[0] is _is_true(value), value
-    assert options.offline_setting(False, {"TRANSFORMERS_OFFLINE": "1"}) == (True, "TRANSFORMERS_OFFLINE=1")
-    assert options.offline_setting(True, {}) == (True, "--offline") and options.offline_setting(False, {}) == (False, None)
+        assert offline_setting(False, {"HF_HUB_OFFLINE": value})[0] is _is_true(value), value
+    assert offline_setting(False, {"TRANSFORMERS_OFFLINE": "1"}) == (True, "TRANSFORMERS_OFFLINE=1")
+    assert offline_setting(True, {}) == (True, "--offline") and offline_setting(False, {}) == (False, None)

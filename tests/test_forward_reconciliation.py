@@ -9,7 +9,7 @@ import types
 import pytest
 
 from inferlab import protocol
-from inferlab.run import plan, session_status
+from inferlab.run import endings, plan
 from inferlab.read.verify import verify_run
 
 from fixtures_records import RunBuilder, all_nodeids, generation_nodeid
@@ -37,68 +37,49 @@ def test_the_plans_forward_totals_give_each_test_its_most():
     assert budget["by_test"][MEMORY_TEST] == 0  # no budget: no forward
 
 
-def test_fewer_forwards_than_planned_reconcile():
-    """An EOS stops a generation early: under the budget is no problem."""
-    budget = plan.forward_budget(entries_of(all_nodeids()))
-    found = session_status.reconcile_forwards(9, {FIRST_TRIAL: 9, MEMORY_TEST: 0}, budget)
-    assert found["ok"] and found["problems"] == [] and found["planned_at_most"] == COMPLETE_PLAN_AT_MOST
-    assert found["by_test"][FIRST_TRIAL] == {"forwards": 9, "planned_at_most": 16}
+@pytest.mark.parametrize("counted, by_test, problems", [
+    (9, {FIRST_TRIAL: 9, MEMORY_TEST: 0}, []),  # an EOS stops a generation early: under the budget is no problem
+    (18, {FIRST_TRIAL: 16, MEMORY_TEST: 1}, ["forwards: the session ran 18, its tests ran 17: 1 ran outside every "
+                                             "test", f"forwards: {MEMORY_TEST} ran 1, the plan allows it at most 0"]),
+    (COMPLETE_PLAN_AT_MOST + 1, {FIRST_TRIAL: COMPLETE_PLAN_AT_MOST + 1}, [
+        f"forwards: the session ran {COMPLETE_PLAN_AT_MOST + 1}, the plan allows at most {COMPLETE_PLAN_AT_MOST}",
+        f"forwards: {FIRST_TRIAL} ran {COMPLETE_PLAN_AT_MOST + 1}, the plan allows it at most 16"]),
+], ids=["fewer", "outside-a-test", "over-the-plan"])
+def test_a_forward_outside_the_plan_is_named_with_both_numbers(counted, by_test, problems):
+    found = endings.reconcile_forwards(counted, by_test, plan.forward_budget(entries_of(all_nodeids())))
+    assert found["problems"] == problems and found["ok"] is not problems
+    assert found["by_test"] == {nodeid: n for nodeid, n in by_test.items() if n}  # each test's most is the plan's
 
 
-def test_a_forward_outside_the_plan_is_named_with_both_numbers():
-    budget = plan.forward_budget(entries_of(all_nodeids()))
-    found = session_status.reconcile_forwards(18, {FIRST_TRIAL: 16, MEMORY_TEST: 1}, budget)
-    assert not found["ok"]
-    assert found["problems"] == [
-        "forwards: the session ran 18, its tests ran 17: 1 ran outside every test",
-        f"forwards: {MEMORY_TEST} ran 1, the plan allows it at most 0",
-    ]
-    over = session_status.reconcile_forwards(COMPLETE_PLAN_AT_MOST + 1, {FIRST_TRIAL: COMPLETE_PLAN_AT_MOST + 1},
-                                             budget)
-    assert f"forwards: the session ran {COMPLETE_PLAN_AT_MOST + 1}, the plan allows at most " \
-           f"{COMPLETE_PLAN_AT_MOST}" in over["problems"]
-
-
-def test_the_session_end_of_a_session_with_an_unplanned_forward_says_the_harness_failed(tmp_path):
-    """Through the lifecycle, as a session ends: the watch's count and the per-test counts the plugin keeps."""
+@pytest.mark.parametrize("counted, failed", [(17, True), (16, False)])
+def test_the_session_end_says_whether_the_harness_kept_to_the_plans_forwards(tmp_path, counted, failed):
+    """Through the Run, as a session ends: the watch's count and the per-test counts the plugin keeps."""
     builder = RunBuilder(tmp_path / "run", "standin", True, current_format=True, report=False)
     builder.write_plan([(FIRST_TRIAL, {"category": "generation", "selections": 16}), (MEMORY_TEST, None)])
-    builder.run.forward_watch = types.SimpleNamespace(forwards=17)
-    builder.run.forwards_by_test = {FIRST_TRIAL: 16, MEMORY_TEST: 1}
+    builder.run.forward_watch = types.SimpleNamespace(forwards=counted)
+    builder.run.forwards_by_test = {FIRST_TRIAL: 16, MEMORY_TEST: counted - 16}
     builder.outcome(FIRST_TRIAL)
     builder.outcome(MEMORY_TEST)
     end = builder.end_session()
-    reconciliation = end["forward_reconciliation"]
-    assert reconciliation["counted"] == 17 and reconciliation["planned_at_most"] == 16 and not reconciliation["ok"]
-    assert session_status.failure_kind(end, {"passed": 2}) == "harness"
-    assert session_status.outcome_suffix(end, {"passed": 2}) == "-partial-failed"  # two tests: partial
-    assert "the HARNESS FAILED its forward count (forwards: the session ran 17, the plan allows at most 16" \
-        in end["status"]
-
-
-def test_a_session_within_its_plan_ends_with_its_count_recorded(tmp_path):
-    builder = RunBuilder(tmp_path / "run", "standin", True, current_format=True, report=False)
-    builder.write_plan([(FIRST_TRIAL, {"category": "generation", "selections": 16})])
-    builder.run.forward_watch = types.SimpleNamespace(forwards=12)
-    builder.run.forwards_by_test = {FIRST_TRIAL: 12}
-    builder.outcome(FIRST_TRIAL)
-    end = builder.end_session()
-    assert end["forward_reconciliation"]["ok"] and end["forward_reconciliation"]["counted"] == 12
-    assert "forward count" not in end["status"]
+    assert end["forward_reconciliation"]["counted"] == counted and end["forward_reconciliation"]["ok"] is not failed
+    assert (endings.failure_kind(end, {"passed": 2}) == "harness") is failed
+    assert endings.outcome_suffix(end, {"passed": 2}) == ("-partial-failed" if failed else "-partial")  # two tests
+    assert ("the HARNESS FAILED its forward count (forwards: the session ran 17, the plan allows at most 16"
+            in end["status"]) is failed
 
 
 @pytest.mark.parametrize("end, pytest_status, expected", [
-    ({"forward_reconciliation": {"ok": False}}, 0, session_status.HARNESS_FAILED_EXIT),  # every test passed
+    ({"forward_reconciliation": {"ok": False}}, 0, endings.HARNESS_FAILED_EXIT),  # every test passed
     ({"forward_reconciliation": {"ok": False}}, 1, 1),
     ({"forward_reconciliation": {"ok": False}, "interrupted": True}, 0, 2),
     ({"forward_reconciliation": {"ok": True}}, 0, 0),
-    ({"forward_reconciliation": {"ok": True}, "measured_nothing": True}, 0, session_status.NOTHING_MEASURED_EXIT),
+    ({"forward_reconciliation": {"ok": True}, "measured_nothing": True}, 0, endings.NOTHING_MEASURED_EXIT),
     ({"interrupted": True}, 1, 2),
     ({}, 0, 0),  # an older session_end without a reconciliation: pytest's own status
 ])
 def test_the_sessions_exit_status_carries_a_forward_count_that_does_not_match_its_plan(end, pytest_status, expected):
     """Left over from the last issue: such a run's folder ended -failed while pytest exited 0."""
-    assert session_status.session_exit_status(end, pytest_status, ok_status=0, interrupted_status=2) == expected
+    assert endings.exit_status(end, pytest_status, 0, 2) == expected
 
 
 def test_a_selection_that_measured_nothing_and_failed_its_forward_count_says_the_status_it_exits_with():
@@ -108,9 +89,9 @@ def test_a_selection_that_measured_nothing_and_failed_its_forward_count_says_the
             "partial_reasons": ["-k deselected 116 protocol tests"], "complete": False}
     failed = {**base, "forward_reconciliation": {"ok": False, "problems": ["forwards: the session ran 1, the plan "
                                                                            "allows at most 0"]}}
-    for end, status in ((base, session_status.NOTHING_MEASURED_EXIT), (failed, session_status.HARNESS_FAILED_EXIT)):
-        assert session_status.session_exit_status(end, 0, ok_status=0, interrupted_status=2) == status
-        assert f"so the session exits with status {status};" in session_status.status_line(end, {"skipped": 1})
+    for end, status in ((base, endings.NOTHING_MEASURED_EXIT), (failed, endings.HARNESS_FAILED_EXIT)):
+        assert endings.exit_status(end, 0, 0, 2) == status
+        assert f"so the session exits with status {status};" in endings.status_line(end, {"skipped": 1})
 
 
 UNPLANNED_FORWARD = """
@@ -152,7 +133,7 @@ def with_reconciliation(data, counted: int, by_test: dict, ok=None):
 
     def change(records):
         end = next(r for r in records if r["kind"] == "session_end")
-        end["forward_reconciliation"] = session_status.reconcile_forwards(counted, by_test, budget)
+        end["forward_reconciliation"] = endings.reconcile_forwards(counted, by_test, budget)
         if ok is not None:
             end["forward_reconciliation"].update(ok=ok, problems=[])
         return records
@@ -198,5 +179,5 @@ def test_a_real_session_counts_every_forward_and_keeps_to_its_plan(standin_run):
     assert reconciliation["ok"], reconciliation["problems"]
     assert reconciliation["counted"] == reconciliation["accounted_by_tests"] == windows > 0
     assert reconciliation["planned_at_most"] == COMPLETE_PLAN_AT_MOST
-    timing = [v["forwards"] for t, v in reconciliation["by_test"].items() if "test_timing_trial[" in t]
+    timing = [forwards for t, forwards in reconciliation["by_test"].items() if "test_timing_trial[" in t]
     assert timing == [protocol.TIMING_NEW_TOKENS] * len(protocol.timing_schedule())

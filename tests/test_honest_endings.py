@@ -6,7 +6,7 @@ failed tests named) and graded: a failed item, exit 1, with the failure quoted, 
 
 Three sessions, each made once and shared: a limit that strikes in the specimen's or the inputs' tests skips
 every test after them (they provide what the rest need), so those two kinds get a session each, and one session
-strikes in every other kind at once. docs/trust.md's table of honest endings lists what verify and grade say."""
+strikes in every other kind at once. docs/grading.md says what verify and grade make of an honest ending."""
 
 from __future__ import annotations
 

@@ -191,3 +191,35 @@ def test_the_benchmark_order_puts_every_variant_after_each_other_one_equally_oft
     names = ["instrumented", "bare", "bare_again", "generate"]
     counts = preceded_by(round_orders(names, 10 * len(balanced_cycle(len(names)))))
     assert counts["generate"] == {"instrumented": 10, "bare": 10, "bare_again": 10}
+
+
+def test_the_machines_load_comes_from_the_platforms_files(tmp_path, monkeypatch):
+    proc, cpus = tmp_path / "proc", tmp_path / "cpu"
+    (proc / "pressure").mkdir(parents=True)
+    (proc / "loadavg").write_text("0.50 0.40 0.30 2/345 6789\n")
+    (proc / "pressure" / "cpu").write_text("some avg10=1.50 avg60=2.00 avg300=3.00 total=123456\n"
+                                           "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    (cpus / "cpu0" / "cpufreq").mkdir(parents=True)
+    (cpus / "cpu0" / "cpufreq" / "scaling_cur_freq").write_text("2400000\n")
+    monkeypatch.setattr(machine, "PROC", proc)
+    monkeypatch.setattr(machine, "CPU_SYS", cpus)
+    state = machine.machine_state()
+    assert state["running_processes"] == {"available": True, "running": 2, "total": 345,
+                                          "source": state["running_processes"]["source"]}
+    assert state["cpu_pressure"]["some"] == {"avg10": 1.5, "avg60": 2.0, "avg300": 3.0, "total": 123456}
+    assert state["cpu_frequency"]["mhz"] == {"cpu0": 2400.0} and machine.unexplained_readings(state) == []
+    later = {**state, "read_at_ns": state["read_at_ns"] + 10_000_000,
+             "cpu_pressure": {**state["cpu_pressure"], "some": {**state["cpu_pressure"]["some"], "total": 125456}}}
+    assert machine.pressure_between(state, later) == pytest.approx(0.2)  # 2 ms of waiting in 10 ms
+
+
+def test_a_platform_without_those_files_says_each_reading_is_unavailable_and_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine, "PROC", tmp_path / "no-proc")
+    monkeypatch.setattr(machine, "CPU_SYS", tmp_path / "no-sys")
+    state = machine.machine_state()
+    for name in ("running_processes", "cpu_pressure", "cpu_frequency"):
+        assert state[name]["available"] is False and "no-proc" in state[name]["reason"], state[name]
+        assert set(state[name]) == {"available", "reason"}  # nothing made up beside the reason
+    assert machine.unexplained_readings(state) == []
+    assert machine.unexplained_readings({**state, "cpu_pressure": {"available": False}}) == ["cpu_pressure"]
+    assert machine.pressure_between(state, state) is None

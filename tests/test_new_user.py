@@ -12,7 +12,7 @@ import pytest
 
 from inferlab import cli, specimen
 from inferlab.__main__ import main
-from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.read import runview as earlier_runs
 from inferlab.report.compare import compare, format_compare
 
@@ -109,7 +109,7 @@ def test_the_scan_sees_an_unprefixed_command_in_an_f_string(tmp_path):
 def backticked_commands(text: str) -> set[str]:
     """Every `...` in a text that reads as a command (COMMAND, or one already spelled with .venv/bin/)."""
     return {quoted for quoted in re.findall(r"`([^`\n]+)`", text)
-            if COMMAND.search(quoted) or quoted.startswith((__import__('inferlab.base.commands').base.commands.VENV_BIN, "python", "pytest", "inferlab "))}
+            if COMMAND.search(quoted) or quoted.startswith((__import__('inferlab.files').files.VENV_BIN, "python", "pytest", "inferlab "))}
 
 
 def printed_texts(runs, standin_copy, tmp_path, capsys) -> list[str]:
@@ -165,7 +165,7 @@ def test_every_command_the_tool_prints_starts_with_the_environments_prefix(runs,
     assert any("inferlab.standin" in c for c in commands) and any(" verify " in c for c in commands), commands
     assert {"-m pytest --cache-clear", "-m pytest experiments --record-dir DIR"} <= {
         c.partition("python ")[2] for c in commands}, commands
-    unprefixed = sorted(c for c in commands if not c.startswith(f"{__import__('inferlab.base.commands').base.commands.VENV_BIN}/"))
+    unprefixed = sorted(c for c in commands if not c.startswith(f"{__import__('inferlab.files').files.VENV_BIN}/"))
     assert not unprefixed, unprefixed
 
 
@@ -353,24 +353,24 @@ def test_the_default_run_without_a_hub_says_once_that_the_specimen_could_not_be_
 
 
 def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
-    from inferlab.run import session_status
+    from inferlab.run import endings
 
     def end(by_kind, acquisition):
-        return session_status.session_end_fields(
+        return endings.session_end(
             exit_status=1, exit_code_name="TESTS_FAILED", signals=[], collect_only=False, plan_only=False,
-            stopped_reason=None, planned=["a", "b", "c"], with_outcome={"a", "b", "c"}, partial_reasons=[],
-            optional_notes=[], failures_by_check_kind=by_kind, acquisition_failure=acquisition,
+            stop_reason=None, planned=["a", "b", "c"], with_outcome={"a", "b", "c"}, partial_reasons=[],
+            failures_by_check_kind=by_kind, acquisition_failure=acquisition,
             outcome_counts={"failed": sum(by_kind.values()), "skipped": 1})
 
     counts = {"failed": 2, "skipped": 1}
     refused = end({"integrity": 2}, {"cause": "your --artifacts copy was refused", "failed_tests": 2})
-    assert session_status.failure_kind(refused, counts) == "acquisition"
-    line = session_status.status_line(refused, counts)
+    assert endings.failure_kind(refused, counts) == "acquisition"
+    line = endings.status_line(refused, counts)
     assert line.startswith("NOTHING was measured: the specimen could not be acquired (your --artifacts copy was "
                            "refused); ") and "HARNESS" not in line
     broken = end({"integrity": 2}, {"cause": "no connection to the hub", "failed_tests": 1})
-    assert session_status.failure_kind(broken, counts) == "harness"
-    assert "the HARNESS FAILED" in session_status.status_line(broken, counts)
+    assert endings.failure_kind(broken, counts) == "harness"
+    assert "the HARNESS FAILED" in endings.status_line(broken, counts)
 
 
 @pytest.mark.slow
@@ -446,7 +446,7 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     import os
     import socket
 
-    from inferlab.run import ended
+    from inferlab.run import records
 
     host, runs = socket.gethostname(), tmp_path / "runs"
     dead = {"pid": ended_pid(), "hostname": host, "claimed_utc": "2026-12-01T10:00:00Z", "command": "make run"}
@@ -457,14 +457,14 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     finished = killed_folder(runs, "20261201T100003Z-standin", dead,
                              records='{"kind": "plan", "seq": 0}\n{"kind": "session_end", "seq": 1}\n')
     suffixed = killed_folder(runs, "20261201T100004Z-standin-incomplete", dead)
-    found = ended.rename_ended_runs(runs, hostname=host, now=lambda: "2026-12-01T11:00:00Z",
+    found = records.rename_ended_runs(runs, hostname=host, now="2026-12-01T11:00:00Z",
                                     by={"pid": 1, "hostname": host, "command": "make run"},
                                     claim_without_end=earlier_runs.claim_without_end)
-    assert [(e["from"], e["to"], e["error"]) for e in found] == [
-        ("20261201T100000Z-standin", "20261201T100000Z-standin-incomplete", None)]
+    assert found == [f"earlier run {killed}: its session (pid {dead['pid']} on {host}) ended without its final records "
+                     f"(killed or crashed); renamed {killed.name}-incomplete ({records.RENAME_NOTE} in it says so)"]
     renamed = runs / "20261201T100000Z-standin-incomplete"
     assert not killed.exists() and {n: (renamed / n).read_bytes() for n in before} == before  # nothing changed
-    note = json.loads((renamed / ended.RENAME_NOTE).read_text())
+    note = json.loads((renamed / records.RENAME_NOTE).read_text())
     assert note["renamed_from"] == killed.name and note["claim"] == dead and "no longer running" in note["why"]
     assert all(folder.exists() for folder in (live, elsewhere, finished, suffixed))
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 
-from inferlab.base.records import REPORT_FILE
-from inferlab.run import options
+from inferlab.run.records import REPORT_FILE
 
 from fixtures_records import copy_run, kill_after
 from forging import rehash
@@ -17,12 +16,20 @@ from test_addenda import built, run  # noqa: F401 (fixtures)
 from test_addenda import claimed_by
 
 
-def test_a_python_without_pytest_timeout_is_named_as_the_cause_not_a_p_option():
-    message = options.trial_bound_refusal("linux", True, False, plugin_installed=False, executable="/usr/bin/python3")
-    assert "this Python (/usr/bin/python3) is not the project's environment" in message
-    assert ".venv/bin/python -m pytest experiments" in message and "-p no:" not in message
-    given = options.trial_bound_refusal("linux", True, False, plugin_installed=True, executable="/x/python")
-    assert "-p no:timeout" in given  # installed but not loaded: then the option is the cause
+def test_a_python_without_pytest_timeout_is_named_as_the_cause_not_a_p_option(monkeypatch):
+    import types
+
+    from inferlab.run import plan
+
+    config = types.SimpleNamespace(option=types.SimpleNamespace(), getoption=lambda name, default=None: default,
+                                   pluginmanager=types.SimpleNamespace(has_plugin=lambda name: False,
+                                                                       get_plugin=lambda name: None))
+    monkeypatch.setattr(plan, "importlib", types.SimpleNamespace(util=types.SimpleNamespace(find_spec=lambda n: None)))
+    message = plan.refusal(config, "standin")
+    assert "is not the project's environment" in message and "-p no:" not in message
+    assert ".venv/bin/python -m pytest experiments" in message
+    monkeypatch.undo()  # installed, but not loaded: then the option is the cause
+    assert "-p no:timeout" in plan.refusal(config, "standin")
 
 
 def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpreter(suite):

@@ -1,5 +1,5 @@
 """What is already at an output path is never replaced unless it is a regular file (issue 42): the one atomic writer
-(inferlab.base.outputs) by its rule, and every command that takes an output path given a FIFO and, as root, a
+(inferlab.files) by its rule, and every command that takes an output path given a FIFO and, as root, a
 private character device. Every path here is under the test's own temporary folder: no device of the machine's
 is ever an output (a FIFO or a device node of the test's own stands in for /dev/null)."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.base import outputs
-from inferlab.base.outputs import OutputPathError, write_bytes_atomic, write_text_atomic
+from inferlab import files as outputs
+from inferlab.files import OutputPathError, write_bytes_atomic, write_text_atomic
 
 from fixture_runs import fixture_runs, runs, shared  # noqa: F401 (runs is a fixture)
 from shared_runs import inferlab_command
@@ -206,13 +206,13 @@ def test_a_socket_is_refused(tmp_path):
 
 
 def test_one_definition_of_each_atomic_writer():
-    package = Path(outputs.__file__).resolve().parents[1]
+    package = Path(outputs.__file__).resolve().parent
     found = [f"{path.relative_to(package)}: {line.strip()}"
              for path in sorted(package.rglob("*.py"))
              for line in path.read_text().splitlines()
              if line.startswith(("def write_text_atomic", "def write_bytes_atomic"))]
-    assert found == ["base/outputs.py: def write_bytes_atomic(path, data: bytes, replace: bool = True) -> None:",
-                     "base/outputs.py: def write_text_atomic(path, text: str, replace: bool = True) -> None:"]
+    assert found == ["files.py: def write_bytes_atomic(path, data: bytes, replace: bool = True) -> None:",
+                     "files.py: def write_text_atomic(path, text: str, replace: bool = True) -> None:"]
 
 
 # --- every command that takes an output path ------------------------------------------------------------------

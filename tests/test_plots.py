@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from inferlab import report
-from inferlab.base.records import RECORDS_FILE, REPORT_FILE
+from inferlab.run.records import RECORDS_FILE, REPORT_FILE
 from inferlab.read.runview import RunView
 from inferlab.report import decide, evidence, partial_note, plots
 

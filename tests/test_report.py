@@ -14,8 +14,9 @@ import pytest
 
 from inferlab import protocol, report
 from inferlab.__main__ import main
-from inferlab.base.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, dumps, write_json_atomic
-from inferlab.measure import contention, summaries
+from inferlab.files import dumps, write_json_atomic
+from inferlab.measure import stats
+from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE
 from inferlab.read.runview import RunView
 from inferlab.report import costs, evidence
 
@@ -85,7 +86,7 @@ def test_a_stand_in_runs_report_holds_every_piece_of_evidence_and_no_reading(sta
                    and r[3] == "local TTFT (ms)")
         assert [v.rstrip(costs.CONTENDED) for v in row[4].split(", ")] == [f"{v * 1e3:.3f}" for v in values]
         assert row[5] == evidence.spread(values)
-    for effect in contention.cache_verdicts(view.kind("timing_trial"))["verdicts"]:  # its interval, the threshold
+    for effect in stats.cache_verdicts(view.kind("timing_trial"))["verdicts"]:  # its interval, the threshold
         interval = effect["interval"]
         assert (f"| {effect['prompt_id']} | {costs.METRIC_NAMES[effect['metric']]} | {effect['samples']} |" in timing
                 and f"{interval['estimate_fraction']:+.1%} [{interval['low_fraction']:+.1%}, "
@@ -216,7 +217,7 @@ def test_first_step_and_cache_tables_are_computed_from_the_saved_tensors(rich_ru
 
 def test_throughput_is_the_median_of_the_per_trial_values_with_its_convention(rich_run):
     trials = costs.measured(RunView.read(rich_run))[("P1", True)]
-    rates = [summaries.throughput_including_prompt(t["token_times_s"]) for t in trials]
+    rates = [stats.throughput_including_prompt(t["token_times_s"]) for t in trials]
     row = next(r for r in table_rows(section(page(rich_run), "Timing")) if r[0] == "P1, cache on"
                and r[3].startswith("throughput 16/(t16 − t0)"))
     assert row[5] == f"{sorted(rates)[2]:.1f} [{min(rates):.1f}–{max(rates):.1f}]"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from inferlab import report
-from inferlab.base.records import REPORT_FILE
+from inferlab.run.records import REPORT_FILE
 
 from fixtures_records import abandon_finish, build_rich_run, copy_run, kill_after, rerender
 from fixture_runs import RunData, plots_not_drawn, runs, shared  # noqa: F401 (fixtures)
@@ -245,7 +245,7 @@ def test_an_environment_changed_during_the_run_heads_a_run_that_otherwise_passed
 
 def test_a_forward_count_over_the_plan_heads_a_run_that_otherwise_passed(complete):
     """Issue 33 part 6 b: a failed harness-integrity fact of the whole session, never 'every planned test passed'."""
-    from inferlab.run import plan, session_status
+    from inferlab.run import endings as session_status, plan
 
     budget = plan.forward_budget(complete.plan["schedule"])
     trial = next(t for t in budget["by_test"] if "test_generation_trial[" in t)

@@ -12,7 +12,8 @@ import pytest
 
 from inferlab import report
 from inferlab.__main__ import main
-from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE, write_json_atomic
+from inferlab.files import write_json_atomic
+from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
 from inferlab.read.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
 from inferlab.report.compare import compare

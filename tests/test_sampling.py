@@ -1,28 +1,22 @@
-"""inferlab.measure.sampling: one generate() trial, its complete config, processors and raw logits (a recorded trial replayed
-in a fresh process with plain transformers is tests/test_experiment_runs.py's, on the stand-in run)."""
+"""inferlab.measure.sampling on the tiny model: one generate() trial, its complete config, what acted on the logits
+(observed in the call), its raw first-step logits, its stop, its generators and its fresh cache."""
 
 from __future__ import annotations
 
-import copy
+import random
 
+import numpy as np
 import pytest
 import torch
-from transformers import GenerationConfig
+from transformers import DynamicCache, GenerationConfig
 
 from inferlab import protocol
 from inferlab.measure.inputs import encode_prompt
-from inferlab.measure.messages import capture_messages
-from inferlab.measure.sampling import (
-    build_generation_config,
-    generation_cache_record,
-    observe_generation_cache,
-    processors_for,
-    replay_generation,
-    reset_random_state,
-    run_generation_trial,
-    stop_reason,
-)
+from inferlab.measure.loading import capture_messages
+from inferlab.measure.sampling import (build_generation_config, expected_processor_classes, generation_cache_record,
+                                       observe_generation_cache, reset_random_state, run_generation_trial, stop_reason)
 from inferlab.specimen.build import tiny_gpt_neox, tiny_tokenizer
+
 
 @pytest.fixture(scope="module")
 def tokenizer():
@@ -36,246 +30,96 @@ def model(tokenizer):
 
 @pytest.fixture(scope="module")
 def prompt(tokenizer):
-    record, input_ids, attention_mask = encode_prompt(tokenizer, "P1", protocol.PROMPTS["P1"])
-    return record, input_ids, attention_mask
+    return encode_prompt(tokenizer, "P1", protocol.PROMPTS["P1"])
 
 
-def trial(model, tokenizer, prompt, condition_name, seed=None, eos_token_id=None):
+def trial(model, tokenizer, prompt, condition, seed=None, eos_token_id=None):
     record, input_ids, attention_mask = prompt
+    condition = protocol.CONDITIONS[condition] if isinstance(condition, str) else condition
     eos = record["eos_token_id"] if eos_token_id is None else eos_token_id
-    return run_generation_trial(
-        model, tokenizer, input_ids, attention_mask,
-        protocol.CONDITIONS[condition_name], seed, eos, record["pad_token_id"],
-    )
+    return run_generation_trial(model, tokenizer, input_ids, attention_mask, condition, seed, eos, record["pad_token_id"])
 
 
 @pytest.fixture(scope="module")
 def first_trials(model, tokenizer, prompt):
     """The first trial of each condition (greedy, and the sampling conditions at the first seed)."""
-    return {
-        name: trial(model, tokenizer, prompt, name, None if name == "G" else protocol.SEEDS[0])
-        for name in protocol.CONDITIONS
-    }
+    return {name: trial(model, tokenizer, prompt, name, None if name == "G" else protocol.SEEDS[0])
+            for name in protocol.CONDITIONS}
 
 
-# --- repeatability -----------------------------------------------------------------------
+# --- repeatability and the generators -------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_greedy_repetitions_return_identical_ids(model, tokenizer, prompt):
+def test_greedy_repeats_and_a_seed_repeats_after_another_seed_ran(model, tokenizer, prompt):
     runs = [trial(model, tokenizer, prompt, "G")[0] for _ in range(protocol.GREEDY_REPETITIONS)]
-    assert [r["generated_ids"] for r in runs[1:]] == [runs[0]["generated_ids"]] * (len(runs) - 1)
-    assert all(r["rng_reset"] == [] for r in runs)
-
-
-@pytest.mark.slow
-def test_same_seed_reproduces_after_another_seed_ran(model, tokenizer, prompt):
+    assert len({tuple(r["generated_ids"]) for r in runs}) == 1 and all(r["rng_reset"] == [] for r in runs)
     seed, other = protocol.RERUN_SEED, protocol.SEEDS[1]
     first = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, seed)[0]
     trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, other)  # moves the global generator on
     again = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, seed)[0]
     assert again["generated_ids"] == first["generated_ids"]
+    assert first["generation_cache"]["fresh"] and again["generation_cache"]["fresh"]  # a fresh cache of its own
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", protocol.SEEDS)
-@pytest.mark.parametrize("condition_name", ["S1", "S2", "S3"])
-def test_each_sampling_trial_runs_and_records_its_reset(model, tokenizer, prompt, condition_name, seed):
-    record = trial(model, tokenizer, prompt, condition_name, seed)[0]
-    assert record["status"] == "ok"
-    assert [r["seed"] for r in record["rng_reset"]] == [seed] * 3
-    assert [r["call"] for r in record["rng_reset"]] == ["torch.manual_seed", "random.seed", "numpy.random.seed"]
+@pytest.mark.parametrize("condition", ["S1", "S2", "S3"])
+def test_a_sampling_trial_resets_every_generator_and_records_its_ids(first_trials, condition):
+    record = first_trials[condition][0]
+    assert [(r["call"], r["seed"]) for r in record["rng_reset"]] == [
+        ("torch.manual_seed", 17), ("random.seed", 17), ("numpy.random.seed", 17)]
     assert record["generated_length"] == len(record["generated_ids"]) == record["logit_steps_returned"]
     assert 1 <= record["generated_length"] <= protocol.MAX_NEW_TOKENS
     assert record["sequence_ids"] == record["prompt_ids"] + record["generated_ids"]
 
 
-def test_seed_is_required_for_sampling_and_refused_for_greedy(model, tokenizer, prompt):
+def test_a_seed_is_required_for_sampling_and_refused_for_greedy(model, tokenizer, prompt):
     with pytest.raises(ValueError, match="needs a seed"):
         trial(model, tokenizer, prompt, "S1", None)
     with pytest.raises(ValueError, match="takes no seed"):
         trial(model, tokenizer, prompt, "G", 17)
-
-
-def test_reset_random_state_makes_all_generators_repeat():
-    import random
-
-    import numpy as np
-
     reset_random_state(5)
     first = (torch.rand(3).tolist(), random.random(), float(np.random.rand()))
     reset_random_state(5)
     assert (torch.rand(3).tolist(), random.random(), float(np.random.rand())) == first
 
 
-# --- configuration and processors ---------------------------------------------------------
+# --- the configuration and what acted on the logits -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "condition_name, expected",
-    [
-        ("G", []),
-        ("S1", []),  # temperature 1.0, top_p 1.0 and top_k 0 build no warper
-        ("S2", ["TemperatureLogitsWarper"]),
-        ("S3", ["TopPLogitsWarper"]),
-    ],
-)
-def test_processors_per_condition(model, condition_name, expected):
-    config = build_generation_config(protocol.CONDITIONS[condition_name], 0, 0, 0)
-    assert [p["class"] for p in processors_for(model, config, 9)] == expected
+def test_each_condition_gets_exactly_its_own_processors_as_generate_built_them(first_trials):
+    built = {name: [p["class"] for p in record["processors"]] for name, (record, _, _) in first_trials.items()}
+    assert built == {"G": [], "S1": [], "S2": ["TemperatureLogitsWarper"], "S3": ["TopPLogitsWarper"]}
+    assert built == {name: expected_processor_classes(c) for name, c in protocol.CONDITIONS.items()}
+    assert first_trials["S2"][0]["processors"][0]["params"] == {"temperature": 0.5}
 
 
-def test_temperature_is_applied_before_top_p(model):
+def test_temperature_acts_before_top_p_and_top_k_zero_is_what_removes_the_top_k_warper(model, tokenizer, prompt):
     both = protocol.Condition("T+P", do_sample=True, temperature=0.5, top_p=0.8, top_k=0)
-    processors = processors_for(model, build_generation_config(both, 0, 0, 0), 9)
-    assert [p["class"] for p in processors] == ["TemperatureLogitsWarper", "TopPLogitsWarper"]
-    assert processors[0]["params"] == {"temperature": 0.5}
-    assert processors[1]["params"]["top_p"] == 0.8
+    default_k = protocol.Condition("k50", do_sample=True, temperature=1.0, top_p=1.0, top_k=50)  # the library default
+    for condition in (both, default_k):
+        record = trial(model, tokenizer, prompt, condition, 17)[0]
+        assert [p["class"] for p in record["processors"]] == expected_processor_classes(condition)
+    assert expected_processor_classes(both) == ["TemperatureLogitsWarper", "TopPLogitsWarper"]
+    assert expected_processor_classes(default_k) == ["TopKLogitsWarper"]
+    for name in ("S1", "S2", "S3"):  # so the sampling conditions carry an explicit top_k=0
+        config = build_generation_config(protocol.CONDITIONS[name], 0, 0, 0).to_dict()
+        assert (config["do_sample"], config["top_k"]) == (True, 0)
 
 
-def test_top_k_zero_is_what_removes_the_top_k_warper(model):
-    # Positive control: the library default top_k=50 would add a TopK warper under sampling.
-    default_k = protocol.Condition("k50", do_sample=True, temperature=1.0, top_p=1.0, top_k=50)
-    assert [p["class"] for p in processors_for(model, build_generation_config(default_k, 0, 0, 0), 9)] == [
-        "TopKLogitsWarper"
-    ]
-
-
-@pytest.mark.parametrize("condition_name", ["S1", "S2", "S3"])
-def test_sampling_config_dict_holds_explicit_top_k_zero(condition_name):
-    condition = protocol.CONDITIONS[condition_name]
-    config = build_generation_config(condition, 0, 0, 0).to_dict()
-    assert (config["do_sample"], config["top_k"], config["temperature"], config["top_p"]) == (
-        True, 0, condition.temperature, condition.top_p,
-    )
-
-
-def test_config_dict_is_complete_with_defaults():
+def test_the_recorded_config_is_complete_and_the_checkpoints_own_never_leaks_in(tokenizer, prompt):
     config = build_generation_config(protocol.CONDITIONS["G"], 0, 0, 0)
-    full, diff = config.to_dict(), config.to_diff_dict()
-    assert set(diff) < set(full)
+    full = config.to_dict()
+    assert set(config.to_diff_dict()) < set(full) and full["do_sample"] is False
     assert {k: full[k] for k in protocol.GENERATION_FIXED} == protocol.GENERATION_FIXED
-    assert full["do_sample"] is False
-    # Defaults present in the record although greedy never applies them.
     assert {"temperature", "top_p", "top_k", "repetition_penalty", "no_repeat_ngram_size", "min_length"} <= set(full)
-
-
-def test_checkpoint_generation_config_does_not_leak_in(tokenizer, prompt):
-    # A checkpoint whose own generation_config samples with top_k=7 must not change our greedy trial.
     model = tiny_gpt_neox(vocab_size=len(tokenizer))
     reference = trial(model, tokenizer, prompt, "G")[0]
-    model.generation_config.do_sample, model.generation_config.top_k = True, 7
-    config = build_generation_config(protocol.CONDITIONS["G"], 0, 0, 0)
-    prepared, _ = model._prepare_generation_config(copy.deepcopy(config), use_model_defaults=False)
-    assert prepared.to_dict() == config.to_dict()
+    model.generation_config.do_sample, model.generation_config.top_k = True, 7  # a checkpoint that samples
     leaked = trial(model, tokenizer, prompt, "G")[0]
-    assert leaked["processors"] == []
-    assert leaked["generated_ids"] == reference["generated_ids"]
+    assert leaked["processors"] == [] and leaked["generated_ids"] == reference["generated_ids"]
 
 
-# --- warnings -------------------------------------------------------------------------------
-
-
-def test_greedy_trial_emits_no_warnings(first_trials):
-    assert first_trials["G"][0]["warnings"] == []
-
-
-def test_capture_sees_the_inactive_flag_warning_that_greedy_avoids():
-    # Positive control for the no-warning test: a sample-only flag under greedy is warned about.
-    with capture_messages() as messages:
-        GenerationConfig(do_sample=False, temperature=0.5)
-    assert any("temperature" in m for m in messages)
-
-
-# --- first-step logits ----------------------------------------------------------------------
-
-
-def test_first_step_logits_have_vocab_shape(model, first_trials):
-    for record, logits, scores in first_trials.values():
-        assert logits.shape == scores.shape == (model.config.vocab_size,)
-        assert logits.dtype == torch.float32
-        assert record["first_step_logits_shape"] == [model.config.vocab_size]
-
-
-def test_first_step_logits_equal_across_conditions(first_trials):
-    logits = {name: t[1] for name, t in first_trials.items()}
-    assert all(torch.equal(logits["G"], value) for value in logits.values())
-    assert len({t[0]["first_step_logits_sha256"] for t in first_trials.values()}) == 1
-
-
-def test_temperature_scores_are_processed_logits_not_raw(first_trials):
-    # In 4.57.1 `scores` hold the processed logits (divided by T, not log-softmaxed); `logits` are raw.
-    _, logits, scores = first_trials["S2"]
-    temperature = protocol.CONDITIONS["S2"].temperature
-    assert not torch.equal(scores, logits)
-    assert torch.equal(scores, logits / temperature)
-
-
-def test_top_p_scores_mask_tokens_that_raw_logits_keep(first_trials):
-    _, logits, scores = first_trials["S3"]
-    kept = torch.isfinite(scores)
-    assert torch.isfinite(logits).all()
-    assert not kept.all()
-    assert torch.equal(scores[kept], logits[kept])
-
-
-def test_greedy_scores_equal_raw_logits(first_trials):
-    _, logits, scores = first_trials["G"]
-    assert torch.equal(scores, logits)
-
-
-# --- stopping -------------------------------------------------------------------------------
-
-
-def test_stop_reason_rule():
-    assert stop_reason([5, 0], eos_token_id=0, max_new_tokens=16) == "eos"
-    assert stop_reason(list(range(1, 17)), eos_token_id=0, max_new_tokens=16) == "max_new_tokens"
-    assert stop_reason(list(range(1, 16)) + [0], eos_token_id=0, max_new_tokens=16) == "eos"
-    assert stop_reason([5, 6], eos_token_id=0, max_new_tokens=16) == "unexplained"
-
-
-def test_selected_eos_stops_generation(model, tokenizer, prompt):
-    # Declaring the greedy first token to be the EOS id must end the trial after one selection.
-    first_token = trial(model, tokenizer, prompt, "G")[0]["generated_ids"][0]
-    record = trial(model, tokenizer, prompt, "G", eos_token_id=first_token)[0]
-    assert record["generated_ids"] == [first_token]
-    assert (record["generated_length"], record["stop_reason"], record["eos_positions"]) == (1, "eos", [0])
-
-
-def test_full_length_trial_is_stopped_by_max_new_tokens(first_trials):
-    record = first_trials["G"][0]
-    if record["eos_positions"]:
-        pytest.fail(f"precondition: the tiny model's greedy run selected EOS at {record['eos_positions']}")
-    assert (record["generated_length"], record["stop_reason"]) == (protocol.MAX_NEW_TOKENS, "max_new_tokens")
-
-
-# --- replay ---------------------------------------------------------------------------------
-
-
-def test_replay_in_process_reproduces_a_sampling_trial(model, first_trials):
-    record = first_trials["S3"][0]
-    replayed = replay_generation(model, record["prompt_ids"], record["generation_config"], record["seed"])
-    assert replayed["generated_ids"] == record["generated_ids"]
-
-
-@pytest.mark.parametrize("condition_name", list(protocol.CONDITIONS))
-def test_expected_processors_match_what_generate_builds(model, condition_name):
-    from inferlab.measure.sampling import expected_processor_classes
-
-    condition = protocol.CONDITIONS[condition_name]
-    config = build_generation_config(condition, eos_token_id=0, pad_token_id=0)
-    built = [p["class"] for p in processors_for(model, config, input_ids_length=8)]
-    assert built == expected_processor_classes(condition)
-
-
-def test_expected_processors_include_a_top_k_that_is_not_zero():
-    from inferlab.measure.sampling import expected_processor_classes
-
-    condition = protocol.Condition("K", do_sample=True, temperature=0.7, top_p=0.9, top_k=50)
-    assert expected_processor_classes(condition) == ["TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"]
-
-
-def test_recorded_processors_are_observed_from_the_real_call(model, tokenizer, prompt, monkeypatch):
+def test_the_recorded_processors_are_observed_from_the_real_call(model, tokenizer, prompt, monkeypatch):
     """Whatever generate() actually builds is what the record lists, even something the config did not ask for."""
     from transformers.generation import RepetitionPenaltyLogitsProcessor
 
@@ -293,31 +137,66 @@ def test_recorded_processors_are_observed_from_the_real_call(model, tokenizer, p
     assert "_get_logits_processor" not in vars(model)  # the observer left the instance as it found it
 
 
-# --- a fresh generation cache per trial ----------------------------------------------------------
+def test_a_greedy_trial_draws_no_warning_which_a_sample_only_flag_under_greedy_would(first_trials):
+    assert first_trials["G"][0]["warnings"] == []
+    with capture_messages() as messages:  # the positive control
+        GenerationConfig(do_sample=False, temperature=0.5)
+    assert any("temperature" in m for m in messages)
 
 
-def test_every_trial_records_a_fresh_generation_cache(first_trials):
+# --- the raw first-step logits --------------------------------------------------------------------------------------
+
+
+def test_the_first_step_logits_are_raw_and_the_same_under_every_condition(model, first_trials):
+    logits = {name: t[1] for name, t in first_trials.items()}
+    assert all(v.shape == (model.config.vocab_size,) and v.dtype == torch.float32 for v in logits.values())
+    assert all(torch.equal(logits["G"], value) for value in logits.values())
+    assert len({t[0]["first_step_logits_sha256"] for t in first_trials.values()}) == 1
+
+
+def test_the_scores_are_the_logits_after_the_conditions_processors(first_trials):
+    _, raw, scores = first_trials["G"]
+    assert torch.equal(scores, raw)
+    _, raw, scores = first_trials["S2"]  # in 4.57.1 scores are divided by T, not log-softmaxed
+    assert torch.equal(scores, raw / protocol.CONDITIONS["S2"].temperature)
+    _, raw, scores = first_trials["S3"]  # top-p: -inf outside the nucleus, the raw values inside it
+    kept = torch.isfinite(scores)
+    assert torch.isfinite(raw).all() and not kept.all() and torch.equal(scores[kept], raw[kept])
+
+
+# --- the stop -------------------------------------------------------------------------------------------------------
+
+
+def test_the_stop_reason_rule():
+    assert stop_reason([5, 0], eos_token_id=0, max_new_tokens=16) == "eos"
+    assert stop_reason(list(range(1, 17)), eos_token_id=0, max_new_tokens=16) == "max_new_tokens"
+    assert stop_reason(list(range(1, 16)) + [0], eos_token_id=0, max_new_tokens=16) == "eos"
+    assert stop_reason([5, 6], eos_token_id=0, max_new_tokens=16) == "unexplained"
+
+
+def test_a_selected_eos_stops_the_trial_and_otherwise_max_new_tokens_does(model, tokenizer, prompt, first_trials):
+    full = first_trials["G"][0]
+    assert not full["eos_positions"], "precondition: the tiny model's greedy run selected EOS"
+    assert (full["generated_length"], full["stop_reason"]) == (protocol.MAX_NEW_TOKENS, "max_new_tokens")
+    first_token = full["generated_ids"][0]  # declared the EOS id: the trial ends after one selection
+    record = trial(model, tokenizer, prompt, "G", eos_token_id=first_token)[0]
+    assert (record["generated_ids"], record["stop_reason"], record["eos_positions"]) == ([first_token], "eos", [0])
+
+
+# --- a fresh generation cache per trial -----------------------------------------------------------------------------
+
+
+def test_every_trial_records_a_fresh_generation_cache_and_how_that_is_known(first_trials):
     for name, (record, _, _) in first_trials.items():
         cache = record["generation_cache"]
-        assert cache["fresh"], (name, cache)
+        assert cache["fresh"] and cache["new_object"], (name, cache)
         assert (cache["cache_class"], cache["length_before_first_forward"]) == ("DynamicCache", 0)
-        assert cache["forwards"] == record["generated_length"] and cache["past_key_values_passed_by_caller"] is False
+        assert cache["forwards"] == record["generated_length"] and not cache["past_key_values_passed_by_caller"]
         assert "built its own cache" in cache["how"]
 
 
-@pytest.mark.slow
-def test_same_seed_rerun_states_a_fresh_cache_of_its_own(model, tokenizer, prompt):
-    first = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, protocol.RERUN_SEED)[0]
-    rerun = trial(model, tokenizer, prompt, protocol.RERUN_CONDITION, protocol.RERUN_SEED)[0]
-    assert first["generation_cache"]["fresh"] and rerun["generation_cache"]["fresh"]
-    assert rerun["generation_cache"]["new_object"]
-
-
 @torch.inference_mode()
-def test_a_cache_that_already_holds_tokens_is_not_fresh(model, prompt):
-    """Negative control: a forward that starts from a filled cache is reported as not fresh, and why."""
-    from transformers import DynamicCache
-
+def test_a_cache_that_holds_tokens_or_was_used_before_is_not_fresh(model, prompt):
     _, input_ids, attention_mask = prompt
     stale = DynamicCache(config=model.config)
     model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=stale, use_cache=True)
@@ -326,40 +205,8 @@ def test_a_cache_that_already_holds_tokens_is_not_fresh(model, prompt):
     cache = generation_cache_record(seen, passed_by_caller=True)
     assert not cache["fresh"] and cache["length_before_first_forward"] == input_ids.shape[1]
     assert "passed a cache" in cache["how"]
-
-
-def test_the_same_cache_object_twice_is_not_new(model):
-    """A harness that handed one cache object to two calls would be caught even if the object were emptied."""
-    from transformers import DynamicCache
-
-    reused = DynamicCache(config=model.config)
+    reused = DynamicCache(config=model.config)  # handed to two calls: caught even were it emptied
     for _ in range(2):
         cache = generation_cache_record({"forwards": 1, "first_cache": reused, "length_before_first_forward": 0,
                                          "same_object_every_forward": True})
     assert not cache["new_object"] and not cache["fresh"] and "NOT a new object" in cache["how"]
-
-
-# --- every greedy step's top two (a reference across machines, inferlab.measure.near_tie) --------------------------
-
-
-def test_a_greedy_trial_records_each_steps_top_two_from_its_own_raw_logits(model, first_trials, prompt):
-    record, first_logits, _ = first_trials["G"]
-    values, pairs = record["step_top2_logits"], record["step_top2_ids"]
-    assert len(values) == len(pairs) == record["generated_length"]
-    assert [p[0] for p in pairs] == record["generated_ids"] and all(a >= b for a, b in values)
-    # step 0 is the saved first-step vector of the same call: the selected id's logit and the best other one
-    others = first_logits.clone()
-    others[record["generated_ids"][0]] = float("-inf")
-    assert values[0] == [float(first_logits[record["generated_ids"][0]]), float(others.max())]
-    assert pairs[0][1] == int(others.argmax())
-    # a later step, from a plain forward over the prompt and the ids before it (within rounding of the cache path)
-    _, input_ids, _ = prompt
-    step = 3
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([input_ids[0].tolist() + record["generated_ids"][:step]])).logits[0, -1]
-    assert abs(values[step][0] - float(logits[record["generated_ids"][step]])) < 1e-4
-
-
-def test_a_sampling_trial_records_no_greedy_steps(first_trials):
-    record, _, _ = first_trials["S1"]
-    assert "step_top2_logits" not in record and "step_top2_ids" not in record

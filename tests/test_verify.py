@@ -10,7 +10,7 @@ import pytest
 
 from inferlab import protocol
 from inferlab.__main__ import main
-from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
+from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.read.verify import integrity_problems, verify_run
 
 from fixtures_records import copy_run, kill_after, refresh_manifest, rewrite_records

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from inferlab.base.outputs import OutputPathError, write_bytes_atomic
-from inferlab.base.records import sha256_file
+from inferlab.files import OutputPathError, sha256_file, write_bytes_atomic
 
 SUBMISSION_FILE = "submission.json"
 SUBMISSION_FORMAT = "inferlab-submission"
@@ -66,7 +65,7 @@ def _info(name: str, size: int = 0, folder: bool = False) -> tarfile.TarInfo:
 
 
 def pack(view, target: Path, learner: Optional[str] = None, replace: bool = False) -> dict:
-    """Write the archive of the run `view` reads to `target` by the output rule (inferlab.base.outputs): a new
+    """Write the archive of the run `view` reads to `target` by the output rule (inferlab.files): a new
     file unless `replace`, a device or FIFO written through. ArchiveError says why nothing was written."""
     run_dir, target = Path(view.directory), Path(target)
     if not target.name.endswith(SUFFIXES) and not target.exists():

@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from inferlab.base.outputs import OutputPathError, write_bytes_atomic
+from inferlab.files import OutputPathError, write_bytes_atomic
 
 ROOT_VARIABLE, DEFAULT_ROOT = "AUTOGRADER_ROOT", "/autograder"
 CONFIG_FILE = "course/autograder.json"
@@ -66,7 +66,7 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
               accept: tuple = ACCEPT, replace: bool = False) -> dict:
     """Write the autograder zip by the output rule; every input is checked first (BundleError)."""
     from inferlab import specimen as specimens
-    from inferlab.base.checkout import PROJECT_ROOT
+    from inferlab.files import PROJECT_ROOT
     from inferlab.grade import rubric as rubrics
 
     if not accept or any(a not in ACCEPT for a in accept):
@@ -293,7 +293,7 @@ def command(args) -> int:
 def main(argv=None) -> int:
     import argparse
 
-    from inferlab.base.checkout import require_environment
+    from inferlab.files import require_environment
 
     require_environment("inferlab.grade.bundle")
     parser = argparse.ArgumentParser(prog="inferlab.grade.bundle", description="inside Gradescope's container")

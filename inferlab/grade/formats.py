@@ -47,7 +47,7 @@ def text_page(grade: Grade) -> str:
         lines.append("timings (median of the measured trials, ms): run / course")
         for row in grade.comparison.timings:
             both = [f"{row[s] * 1e3:.3f}" if row[s] is not None else "-" for s in ("run", "course")]
-            lines.append(f"  {row['prompt_id']} cache {'on' if row['use_cache'] else 'off'} {row['metric']}: "
+            lines.append(f"  {row['prompt_id']} cache {'on' if row['use_cache'] else 'off'} {row['metric'].removesuffix('_s')}: "
                          f"{both[0]} / {both[1]}")
     lines.append(f"score: {grade.score:g} of {grade.max_score:g} (exit {grade.exit_status})")
     return "\n".join(lines) + "\n"
@@ -147,7 +147,7 @@ def render(grades: list[Grade], name: str) -> str:
 
 def command(args) -> int:
     """`inferlab grade ...` (inferlab.cli): grade every source, print or write the formats; the exit status."""
-    from inferlab.base.outputs import OutputPathError, output_kind, write_text_atomic
+    from inferlab.files import OutputPathError, output_kind, write_text_atomic
     from inferlab.grade import rubric
     from inferlab.grade.grade import flag_copies, grade_source
     from inferlab.read.runview import RunView, not_a_run_reason

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import writing
-from inferlab.base.checkout import PROJECT_ROOT
+from inferlab.files import PROJECT_ROOT
 from inferlab.grade import against, archive
 from inferlab.grade import items as checklist
 from inferlab.grade.rubric import Rubric

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from inferlab import protocol, writing
-from inferlab.base.commands import spelled
+from inferlab.files import spelled
 from inferlab.grade.rubric import Item, Rubric
-from inferlab.run.checks import first_line
+from inferlab.run.endings import first_line
 
 PASS, FAIL, MANUAL = "pass", "fail", "manual"
 ATTACH = ".venv/bin/inferlab attach RUN_DIR my_explanation.md"

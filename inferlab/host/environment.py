@@ -20,7 +20,7 @@ from packaging.specifiers import InvalidSpecifier, Specifier
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from inferlab.base.records import sha256_file
+from inferlab.files import sha256_file
 from inferlab.host.machine import cpu_model
 
 REFERENCE_ENVIRONMENT = {"python": "CPython 3.13.13", "transformers": "4.57.1"}

@@ -1,4 +1,4 @@
-"""This machine: its CPU, its fingerprint and its caches; and the file benchmark results are appended to.
+"""This machine: its CPU, its fingerprint, its caches and its load now; and the file benchmark results are appended to.
 
 A benchmark (benchmarks/*.py) appends to runs/benchmarks/overhead.jsonl, which git ignores, unless --record-to names
 another file (the tracked benchmarks/results.jsonl, say). No run reads these results: a figure from another run says
@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from pathlib import Path
+from typing import Optional
 
-from inferlab.base.checkout import PROJECT_ROOT
+from inferlab.files import PROJECT_ROOT
 
 RESULTS_FILE = PROJECT_ROOT / "runs" / "benchmarks" / "overhead.jsonl"
 TRACKED_RESULTS_FILE = PROJECT_ROOT / "benchmarks" / "results.jsonl"
@@ -120,3 +122,106 @@ def cache_sizes(directory: Path = CPU_CACHE_DIR) -> dict:
                 "note": f"{directory} lists no cache size here, so the cache sizes are unknown"}
     return {"source": str(directory), "levels": levels, "largest_bytes": max(data),
             "note": "as Linux lists them for cpu0; a level may be shared with other cores"}
+
+
+# --- its load now, around the timing block (each reading said unavailable, with why, never made up) -----------------
+
+PROC = Path("/proc")
+CPU_SYS = Path("/sys/devices/system/cpu")
+MACHINE_READINGS = ("load_average", "running_processes", "cpu_pressure", "cpu_frequency", "affinity")
+
+
+def _read(path: Path) -> tuple[Optional[str], Optional[str]]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace"), None
+    except OSError as error:
+        return None, f"{path}: {type(error).__name__}: {error.strerror or error}"
+
+
+def _unavailable(reason: str) -> dict:
+    return {"available": False, "reason": reason}
+
+
+def _load_average() -> dict:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except (AttributeError, OSError) as error:
+        return _unavailable(f"os.getloadavg: {type(error).__name__}: {error}")
+    return {"available": True, "1m": one, "5m": five, "15m": fifteen, "source": "os.getloadavg"}
+
+
+def _running_processes() -> dict:
+    text, problem = _read(PROC / "loadavg")
+    fields = (text or "").split()
+    running, _, total = fields[3].partition("/") if len(fields) >= 4 else ("", "", "")
+    if running.isdigit() and total.isdigit():
+        return {"available": True, "running": int(running), "total": int(total),
+                "source": "/proc/loadavg (running/total scheduling entities, this process included)"}
+    return _unavailable(problem or "/proc/loadavg holds no running count")
+
+
+def _cpu_pressure() -> dict:
+    text, problem = _read(PROC / "pressure" / "cpu")
+    if text is None:
+        return _unavailable(f"no CPU pressure information ({problem})")
+    parsed = {}
+    for kind, *pairs in (line.split() for line in text.splitlines() if line.strip()):
+        values = dict(pair.partition("=")[::2] for pair in pairs)
+        try:
+            parsed[kind] = {key: int(value) if key == "total" else float(value) for key, value in values.items()}
+        except ValueError:
+            continue
+    if "some" not in parsed:
+        return _unavailable(f"{PROC / 'pressure' / 'cpu'}: no 'some' line in {text!r}")
+    return {"available": True, **parsed,
+            "source": "/proc/pressure/cpu (share of time some runnable task waited for a CPU; total in µs)"}
+
+
+def _cpu_frequency() -> dict:
+    found = {}
+    for folder in sorted(CPU_SYS.glob("cpu[0-9]*/cpufreq")):
+        text, _ = _read(folder / "scaling_cur_freq")
+        if text is not None and text.strip().isdigit():
+            found[folder.parent.name] = int(text.strip()) / 1000
+    if found:
+        return {"available": True, "mhz": found, "source": f"{CPU_SYS}/cpu*/cpufreq/scaling_cur_freq"}
+    text, problem = _read(PROC / "cpuinfo")
+    mhz = [value.strip() for key, _, value in (line.partition(":") for line in (text or "").splitlines())
+           if key.strip() == "cpu MHz"]
+    try:
+        if mhz:
+            return {"available": True, "mhz": {f"cpu{i}": float(v) for i, v in enumerate(mhz)},
+                    "source": "/proc/cpuinfo 'cpu MHz' (may be the nominal rate on a virtual machine)"}
+    except ValueError:
+        pass
+    return _unavailable("no cpufreq folder and no 'cpu MHz' in /proc/cpuinfo" + (f" ({problem})" if problem else ""))
+
+
+def _affinity() -> dict:
+    try:
+        return {"available": True, "cpus": sorted(os.sched_getaffinity(0)), "source": "os.sched_getaffinity"}
+    except (AttributeError, OSError) as error:
+        return _unavailable(f"os.sched_getaffinity: {type(error).__name__}: {error}")
+
+
+def machine_state() -> dict:
+    """The machine now: each reading with `available` and its source, or the reason it is unavailable."""
+    return {"read_at_ns": time.perf_counter_ns(), "load_average": _load_average(),
+            "running_processes": _running_processes(), "cpu_pressure": _cpu_pressure(),
+            "cpu_frequency": _cpu_frequency(), "affinity": _affinity(), "cpu_count": os.cpu_count()}
+
+
+def unexplained_readings(state: dict) -> list[str]:
+    """The machine readings that are neither available nor said unavailable with a reason."""
+    return [name for name in MACHINE_READINGS if not isinstance(state.get(name), dict)
+            or not (state[name].get("available") is True or state[name].get("reason"))]
+
+
+def pressure_between(before: dict, after: dict) -> Optional[float]:
+    """The share of the time between two machine_state readings in which some task waited for a CPU, or None."""
+    try:
+        stalled_us = after["cpu_pressure"]["some"]["total"] - before["cpu_pressure"]["some"]["total"]
+        wall_us = (after["read_at_ns"] - before["read_at_ns"]) / 1e3
+    except (KeyError, TypeError):
+        return None
+    return stalled_us / wall_us if wall_us > 0 else None

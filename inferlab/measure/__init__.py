@@ -1,3 +1,3 @@
-"""What the experiment computes with the model: its inputs, the generate() trials, the timed decode loop, the cache
-check, memory, batching, loading and inspection, and the arithmetic of their records (summaries, contention,
-near_tie)."""
+"""What the experiment measures with the model, one module per part of the protocol: loading (the controls), inputs,
+sampling, decode_loop, cache_check, memory, batching; usage (did a sample have the CPU) and stats (the records'
+arithmetic)."""

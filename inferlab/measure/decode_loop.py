@@ -1,20 +1,15 @@
-"""Part 5: the instrumented greedy decode loop, and nothing else inside its timed region.
+"""Part 5: the instrumented greedy decode loop, nothing else inside its timed region, and its check against generate().
 
-Fixed-length profiling: exactly `new_tokens` greedy selections; a selected EOS is kept and the loop
-continues (protocol.TIMING_STOPPING_RULE). Cache on feeds one new token per step into the cache the
-previous forward returned; cache off feeds the whole sequence each step with use_cache=False. Both
-paths use the identical buffers, forward arguments, logits_to_keep and selection code.
+Fixed-length profiling: exactly `new_tokens` greedy selections; a selected EOS is kept and the loop goes on
+(protocol.TIMING_STOPPING_RULE). Cache on feeds one new token per step into the cache the previous forward returned;
+cache off feeds the whole sequence each step with use_cache=False. Both paths use the same buffers, forward
+arguments, logits_to_keep and selection code.
 
-Boundaries (time.perf_counter_ns, monotonic): t_start just before the prefill forward; t_prefill_done
-when the prefill forward has returned its next-token logits (CPU: no device sync needed);
-t_1..t_n right after each argmax selection. Input buffers are prepared before t_start (like
-tokenization); converting results to lists happens after t_n.
-
-The thread's own usage (CPU time, voluntary and involuntary context switches: inferlab.measure.contention) is read at
-the ends of the spans only, never between tokens: just before t_start, just after t_prefill_done (the one read
-inside loop_s, before the first selection) and just after t_n. The loop keeps a reference to each step's
-logits (one list store, no copy) so that every step's top two raw logits are read after t_n, for a reference
-across machines (inferlab.measure.near_tie).
+Boundaries (time.perf_counter_ns, monotonic): t_start just before the prefill forward; t_prefill_done when it has
+returned the next-token logits (CPU: no device sync needed); t_1..t_n right after each argmax selection. Buffers are
+prepared before t_start; lists are made after t_n. The thread's usage (inferlab.measure.usage) is read at the ends
+of the spans only, never between tokens: before t_start, after t_prefill_done (the one read inside loop_s, before
+the first selection) and after t_n.
 """
 
 from __future__ import annotations
@@ -24,15 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
 import torch
-from transformers import DynamicCache, GenerationConfig
+from transformers import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from inferlab import protocol
-from inferlab.measure import collector, contention
-from inferlab.measure.near_tie import STEP_IDS_FIELD, STEP_VALUES_FIELD
-from inferlab.measure.sampling import build_generation_config, step_top_two
-from inferlab.measure.summaries import first_divergence, post_first_interval_s
-
-EosIds = Union[int, Iterable[int], None]
+from inferlab.measure import usage
+from inferlab.measure.stats import completed, first_divergence, post_first_interval_s
 
 
 @dataclass
@@ -50,22 +42,12 @@ class LoopResult:
     eos_token_ids: list[int]
     eos_positions: list[int]
     last_logits_shape: list[int]
-    prefill_logits_shape: list[int]  # the prefill forward's: the one forward whose length logits_to_keep shortens
-    cpu_readings: dict = field(default_factory=dict)  # {start, prefill_done, end}: contention.READING_FIELDS each
-    collector_policy: str = collector.DEFAULT_POLICY
+    prefill_logits_shape: list[int]  # the prefill's: the one forward whose length logits_to_keep shortens
+    cpu_readings: dict = field(default_factory=dict)  # {start, prefill_done, end}: usage.READING_FIELDS each
+    collector_policy: str = usage.DEFAULT_POLICY
     collector_enabled_in_spans: Optional[bool] = None  # gc.isenabled() as the timed block began
     gc_events: list = field(default_factory=list)  # [generation, start_ns, stop_ns] of each collection in the block
-    # each step's logits tensor as the forward returned it, (1, keep, vocab), held by reference (no copy); their top
-    # two are taken when the record is made, so the call that is timed (the benchmark's too) does no more work
-    step_logits: list = field(default_factory=list, repr=False)
-    cache: Any = field(default=None, repr=False)  # final cache (cache on), for inspection after timing
-
-    def top_two_per_step(self) -> dict:
-        """Per step: [selected id's raw logit, best other] and [selected id, runner-up id] (near_tie's fields)."""
-        if not self.step_logits:
-            return {STEP_VALUES_FIELD: [], STEP_IDS_FIELD: []}
-        last = torch.cat([logits[0, -1:] for logits in self.step_logits])  # (steps, vocab)
-        return step_top_two(last, self.generated_ids)
+    cache: Any = field(default=None, repr=False)  # the final cache (cache on), for inspection after timing
 
     @property
     def token_times_s(self) -> list[float]:
@@ -74,70 +56,49 @@ class LoopResult:
 
     @property
     def prefill_s(self) -> float:
-        """Prompt prefill forward: t_start to next-token logits available."""
+        """The prompt prefill forward: t_start to next-token logits available."""
         return (self.t_prefill_done_ns - self.t_start_ns) / 1e9
 
     @property
     def ttft_s(self) -> float:
-        """Local time to first selected token: prefill plus the first selection (t_1 - t_start)."""
+        """Local time to first selected token: the prefill plus the first selection (t_1 - t_start)."""
         return (self.token_times_ns[0] - self.t_start_ns) / 1e9
 
     @property
     def loop_s(self) -> float:
-        """Full generation loop: t_n - t_start."""
+        """The full generation loop: t_n - t_start."""
         return (self.token_times_ns[-1] - self.t_start_ns) / 1e9
 
     @property
     def mean_post_first_interval_s(self) -> Optional[float]:
-        """(t_n - t_1) / (n - 1): the mean interval after the first token; None when n == 1."""
+        """(t_n - t_1) / (n - 1); None when n == 1."""
         return post_first_interval_s(self.token_times_ns)
 
     def to_record(self) -> dict:
-        """JSON-ready fields (the cache object is left out)."""
+        """The timing_trial fields: times, ids, shapes, the raw usage readings and what the declared rule derives
+        from them (usage.trial_evidence). The cache object is left out."""
+        eos = self.eos_positions
         return {
-            "use_cache": self.use_cache,
-            "prompt_length": self.prompt_length,
-            "new_tokens": self.new_tokens,
-            "output_length": len(self.generated_ids),
-            "logits_to_keep": self.logits_to_keep,
-            "generated_ids": list(self.generated_ids),
-            "t_start_ns": self.t_start_ns,
-            "t_prefill_done_ns": self.t_prefill_done_ns,
-            "token_times_ns": list(self.token_times_ns),
-            "token_times_s": self.token_times_s,
-            "prefill_s": self.prefill_s,
-            "ttft_s": self.ttft_s,
-            "loop_s": self.loop_s,
-            "mean_post_first_interval_s": self.mean_post_first_interval_s,
-            "eos_token_ids": list(self.eos_token_ids),
-            "eos_positions": list(self.eos_positions),
-            "eos_selected": bool(self.eos_positions),
-            "continued_past_eos": bool(self.eos_positions) and self.eos_positions[0] < self.new_tokens - 1,
-            "eos_note": (
-                f"EOS selected at position {self.eos_positions[0]}; the fixed-length profiling loop went on to "
-                f"{self.new_tokens} selections, so the ids after it are not a response"
-                if self.eos_positions else "no EOS selected"
-            ),
-            "last_logits_shape": list(self.last_logits_shape),
-            "prefill_logits_shape": list(self.prefill_logits_shape),
-            **{name: [list(pair) for pair in pairs] for name, pairs in self.top_two_per_step().items()},
-            "clock": "time.perf_counter_ns (monotonic)",
-            "stopping_rule": protocol.TIMING_STOPPING_RULE,
-            **self.contention_fields(),
-        }
-
-    def contention_fields(self) -> dict:
-        """The raw usage readings and what the declared rule derives from them (contention.trial_evidence)."""
-        return {
+            "use_cache": self.use_cache, "prompt_length": self.prompt_length, "new_tokens": self.new_tokens,
+            "output_length": len(self.generated_ids), "logits_to_keep": self.logits_to_keep,
+            "generated_ids": list(self.generated_ids), "t_start_ns": self.t_start_ns,
+            "t_prefill_done_ns": self.t_prefill_done_ns, "token_times_ns": list(self.token_times_ns),
+            "token_times_s": self.token_times_s, "prefill_s": self.prefill_s, "ttft_s": self.ttft_s,
+            "loop_s": self.loop_s, "mean_post_first_interval_s": self.mean_post_first_interval_s,
+            "eos_token_ids": list(self.eos_token_ids), "eos_positions": list(eos), "eos_selected": bool(eos),
+            "continued_past_eos": bool(eos) and eos[0] < self.new_tokens - 1,
+            "eos_note": (f"EOS selected at position {eos[0]}; the fixed-length profiling loop went on to "
+                         f"{self.new_tokens} selections, so the ids after it are not a response" if eos
+                         else "no EOS selected"),
+            "last_logits_shape": list(self.last_logits_shape), "prefill_logits_shape": list(self.prefill_logits_shape),
+            "clock": "time.perf_counter_ns (monotonic)", "stopping_rule": protocol.TIMING_STOPPING_RULE,
             "cpu_readings": {point: list(values) for point, values in self.cpu_readings.items()},
-            "cpu_reading_fields": list(contention.READING_FIELDS),
-            "cpu_reading_scope": dict(contention.READING_SCOPE),
-            "cpu_usage_sources": contention.usage_sources(),
+            "cpu_reading_fields": list(usage.READING_FIELDS), "cpu_reading_scope": dict(usage.READING_SCOPE),
+            "cpu_usage_sources": usage.usage_sources(),
             "collector": {"policy": self.collector_policy, "enabled_in_spans": self.collector_enabled_in_spans},
-            "gc_events": [list(event) for event in self.gc_events],
-            "gc_event_fields": list(collector.EVENT_FIELDS),
-            **contention.trial_evidence(self.cpu_readings, self.t_start_ns, self.t_prefill_done_ns,
-                                        self.token_times_ns[-1], gc_events=self.gc_events),
+            "gc_events": [list(event) for event in self.gc_events], "gc_event_fields": list(usage.EVENT_FIELDS),
+            **usage.trial_evidence(self.cpu_readings, self.t_start_ns, self.t_prefill_done_ns, self.token_times_ns[-1],
+                                   gc_events=self.gc_events),
         }
 
 
@@ -145,28 +106,19 @@ class LoopResult:
 class _Buffers:
     """Everything the loop slices, allocated once before t_start."""
 
-    tokens: torch.Tensor  # (1, T + n) prompt ids, then selected ids written in place
+    tokens: torch.Tensor  # (1, T + n) prompt ids, then the selected ids written in place
     mask: torch.Tensor  # (1, T + n) the 2-D attention mask, sliced as it grows
     positions: torch.Tensor  # (1, T + n) position_ids = mask.cumsum - 1 (generate's rule)
-    cache_positions: torch.Tensor  # (T + n,) slot index of every token
+    cache_positions: torch.Tensor  # (T + n,) the slot of every token
     prompt_length: int
-
-
-def _eos_list(eos_token_id: EosIds) -> list[int]:
-    if eos_token_id is None:
-        return []
-    if isinstance(eos_token_id, int):
-        return [eos_token_id]
-    return [int(t) for t in eos_token_id]
 
 
 def _prepare(input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> _Buffers:
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"decode loop: input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
     if attention_mask.shape != input_ids.shape:
-        raise ValueError(
-            f"decode loop: attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
-        )
+        raise ValueError(f"decode loop: attention_mask shape {tuple(attention_mask.shape)} != input_ids shape "
+                         f"{tuple(input_ids.shape)}")
     if new_tokens < 1:
         raise ValueError(f"decode loop: new_tokens must be >= 1, got {new_tokens}")
     prompt_length = input_ids.shape[1]
@@ -188,49 +140,38 @@ def _forward(model, buffers: _Buffers, start: int, end: int, cache, use_cache: b
         attention_mask=buffers.mask[:, :end],  # (1, end)
         position_ids=buffers.positions[:, start:end],  # (1, end - start)
         cache_position=buffers.cache_positions[start:end],  # (end - start,)
-        past_key_values=cache,
-        use_cache=use_cache,
-        logits_to_keep=logits_to_keep,
-        output_attentions=False,
-        output_hidden_states=False,
+        past_key_values=cache, use_cache=use_cache, logits_to_keep=logits_to_keep,
+        output_attentions=False, output_hidden_states=False,
     )
 
 
 @torch.inference_mode()
-def run_greedy_loop(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    *,
-    use_cache: bool,
-    new_tokens: int = protocol.TIMING_NEW_TOKENS,
-    logits_to_keep: int = protocol.LOGITS_TO_KEEP,
-    eos_token_id: EosIds = None,
-    collector_policy: str = collector.DEFAULT_POLICY,
-) -> LoopResult:
-    """Exactly `new_tokens` greedy selections with timestamps; EOS is recorded in eos_positions, never a stop.
+def run_greedy_loop(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                    use_cache: bool, new_tokens: int = protocol.TIMING_NEW_TOKENS,
+                    logits_to_keep: int = protocol.LOGITS_TO_KEEP, eos_token_id: Union[int, Iterable[int], None] = None,
+                    collector_policy: str = usage.DEFAULT_POLICY) -> LoopResult:
+    """Exactly `new_tokens` greedy selections with timestamps; an EOS is recorded in eos_positions, never a stop.
 
-    The timed block (the usage readings and every stamp) runs under collector_policy (inferlab.measure.collector):
-    by default with the collector off, switched back on after t_n; nothing is collected before it.
+    The timed block (the usage readings and every stamp) runs under collector_policy (usage.TimedBlock): by default
+    with the collector off, switched back on after t_n; nothing is collected before it.
     """
     buffers = _prepare(input_ids, attention_mask, new_tokens)
     tokens, prompt_length = buffers.tokens, buffers.prompt_length
     times = [0] * new_tokens
     clock = time.perf_counter_ns
-    usage_at_start, usage_at_end = contention.usage_reader()
-    cache = DynamicCache(config=model.config) if use_cache else None  # fresh cache for every trial
+    usage_at_start, usage_at_end = usage.usage_reader()
+    cache = DynamicCache(config=model.config) if use_cache else None  # a fresh cache for every trial
 
-    kept = [None] * new_tokens  # each step's logits tensor, held by reference (no copy), read when recorded
-    with collector.TimedBlock(collector_policy) as block, collector.CollectionWatch() as watch:
+    with usage.TimedBlock(collector_policy) as block, usage.CollectionWatch() as watch:
         # inline, no call between a stamp and its CPU reading: a returned tuple there could start a collection
         usage_start = usage_at_start()
         t_start = clock()
-        # 1) prefill: the whole prompt, one forward (its logits are kept[0]: their shape is read after t_n)
+        # 1) prefill: the whole prompt, one forward
         out = _forward(model, buffers, 0, prompt_length, cache, use_cache, logits_to_keep)
         t_prefill_done = clock()
         usage_prefill = usage_at_end()
-        # 2) first selection (not a forward)
-        kept[0] = out.logits
+        # 2) the first selection (not a forward)
+        prefill = out.logits  # (1, keep, vocab), a reference (no copy): its shape is read after t_n
         tokens[0, prompt_length] = out.logits[0, -1].argmax()
         times[0] = clock()
         # 3) the remaining selections, one forward each
@@ -240,47 +181,28 @@ def run_greedy_loop(
                 out = _forward(model, buffers, end - 1, end, out.past_key_values, True, logits_to_keep)
             else:
                 out = _forward(model, buffers, 0, end, None, False, logits_to_keep)
-            kept[i] = out.logits
             tokens[0, end] = out.logits[0, -1].argmax()
             times[i] = clock()
         usage_end = usage_at_end()
-    prefill = kept[0]
 
     generated = tokens[0, prompt_length:].tolist()
-    eos = _eos_list(eos_token_id)
+    eos = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     return LoopResult(
-        use_cache=use_cache,
-        prompt_length=prompt_length,
-        new_tokens=new_tokens,
-        logits_to_keep=logits_to_keep,
-        generated_ids=generated,
-        t_start_ns=t_start,
-        t_prefill_done_ns=t_prefill_done,
-        token_times_ns=times,
-        eos_token_ids=eos,
-        eos_positions=[i for i, token in enumerate(generated) if token in eos],
-        last_logits_shape=list(out.logits.shape),
-        prefill_logits_shape=list(prefill.shape),
+        use_cache=use_cache, prompt_length=prompt_length, new_tokens=new_tokens, logits_to_keep=logits_to_keep,
+        generated_ids=generated, t_start_ns=t_start, t_prefill_done_ns=t_prefill_done, token_times_ns=times,
+        eos_token_ids=eos, eos_positions=[i for i, token in enumerate(generated) if token in eos],
+        last_logits_shape=list(out.logits.shape), prefill_logits_shape=list(prefill.shape),
         cpu_readings={"start": usage_start, "prefill_done": usage_prefill, "end": usage_end},
-        collector_policy=collector_policy,
-        collector_enabled_in_spans=block.enabled_inside,
-        gc_events=watch.events,
-        step_logits=kept,
+        collector_policy=collector_policy, collector_enabled_in_spans=block.enabled_inside, gc_events=watch.events,
         cache=out.past_key_values if use_cache else None,
     )
 
 
 @torch.inference_mode()
-def bare_greedy_loop(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    *,
-    use_cache: bool,
-    new_tokens: int = protocol.TIMING_NEW_TOKENS,
-    logits_to_keep: int = protocol.LOGITS_TO_KEEP,
-) -> list[int]:
-    """The same forwards and selections as run_greedy_loop without any timestamps; for measuring their cost."""
+def bare_greedy_loop(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                     use_cache: bool, new_tokens: int = protocol.TIMING_NEW_TOKENS,
+                     logits_to_keep: int = protocol.LOGITS_TO_KEEP) -> list[int]:
+    """The same forwards and selections as run_greedy_loop without stamps or readings (benchmarks/overhead.py)."""
     buffers = _prepare(input_ids, attention_mask, new_tokens)
     tokens, prompt_length = buffers.tokens, buffers.prompt_length
     cache = DynamicCache(config=model.config) if use_cache else None
@@ -296,32 +218,47 @@ def bare_greedy_loop(
     return tokens[0, prompt_length:].tolist()
 
 
+def logits_to_keep_check(observed_shape: list, logits_to_keep: int, vocab_size: int) -> dict:
+    """A forward's observed logits shape against the (1, logits_to_keep, vocab) that logits_to_keep asks for."""
+    expected = [1, logits_to_keep, vocab_size]
+    return {"logits_to_keep": logits_to_keep, "expected_shape": expected, "observed_shape": list(observed_shape),
+            "ok": list(observed_shape) == expected}
+
+
+def loop_logits_to_keep(prefill_shape: list, last_shape: list, logits_to_keep: int, vocab_size: int) -> dict:
+    """A timing trial's prefill and last forward against logits_to_keep. The prefill is the forward that tells: a
+    cache-on step feeds one token, so its logits have one position whether or not logits_to_keep was honoured.
+
+    {"prefill": check, "last": check, "ok": both ok}, each check as logits_to_keep_check gives it."""
+    checks = {"prefill": logits_to_keep_check(prefill_shape, logits_to_keep, vocab_size),
+              "last": logits_to_keep_check(last_shape, logits_to_keep, vocab_size)}
+    return {**checks, "ok": all(check["ok"] for check in checks.values())}
+
+
+# --- what the loop's own reads cost -----------------------------------------------------------------------------------
+
+USAGE_READS_PER_TRIAL = 3  # before t_start, after t_prefill_done, after t_n
+USAGE_READS_INSIDE_LOOP = 1  # the one after t_prefill_done lies inside loop_s and TTFT (not inside prefill_s)
+CLOCK_OVERHEAD_READS = 200_000
+CLOCK_OVERHEAD_METHOD = (
+    "{reads} consecutive calls of time.perf_counter_ns in a plain Python for loop, bracketed by two more reads; "
+    "per_read_ns = elapsed_ns / reads. The loop's own iteration is included, so this bounds the cost of one read from "
+    "above. No model forward and no timed region is involved. The thread-usage readings (inferlab.measure.usage."
+    "usage_reader: CPU time, switches, the thread's and the process's page faults) are timed the same way: "
+    "{usage_pairs} start-and-end pairs, usage_per_read_ns = usage_elapsed_ns / usage_reads; and the collection "
+    "watch's two callbacks, {usage_pairs} start-and-stop pairs without a collection, watch_per_collection_ns = "
+    "watch_elapsed_ns / watch_collections"
+)
+
+
 def clock_reads_per_trial(new_tokens: int = protocol.TIMING_NEW_TOKENS) -> int:
     """Clock reads run_greedy_loop makes in one trial: t_start, t_prefill_done, and one after each selection."""
     return 2 + new_tokens
 
 
-USAGE_READS_PER_TRIAL = 3  # before t_start, after t_prefill_done, after t_n
-USAGE_READS_INSIDE_LOOP = 1  # the one after t_prefill_done lies inside loop_s and TTFT (not inside prefill_s)
-
-
-CLOCK_OVERHEAD_READS = 200_000
-CLOCK_OVERHEAD_METHOD = (
-    "{reads} consecutive calls of time.perf_counter_ns in a plain Python for loop, bracketed by two more "
-    "reads; per_read_ns = elapsed_ns / reads. The loop's own iteration is included, so this bounds the cost "
-    "of one read from above. No model forward and no timed region is involved. The thread-usage readings "
-    "(inferlab.measure.contention.usage_reader: CPU time, switches, the thread's and the process's page faults) are "
-    "timed the same way: {usage_pairs} start-and-end pairs, usage_per_read_ns = usage_elapsed_ns / usage_reads; and "
-    "the collection watch's two callbacks, {usage_pairs} start-and-stop pairs without a collection, "
-    "watch_per_collection_ns = watch_elapsed_ns / watch_collections"
-)
-
-
 def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol.TIMING_NEW_TOKENS) -> dict:
-    """The cost of the loop's own timestamps, from the clock alone: the clock_overhead record's fields.
-
-    per_trial_overhead_ns is per_read_ns times the reads one timing trial makes (clock_reads_per_trial).
-    """
+    """The cost of the loop's own clock reads, usage reads and collection watch, measured alone (no forward): the
+    clock_overhead record's fields; per_trial_overhead_ns is per_read_ns times the reads of one trial."""
     if reads < 1:
         raise ValueError(f"clock_overhead: reads must be >= 1, got {reads}")
     clock = time.perf_counter_ns  # the loop's clock, bound the same way
@@ -329,31 +266,20 @@ def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol
     for _ in range(reads):
         clock()
     elapsed = clock() - start
-    per_read = elapsed / reads
-    reads_per_trial = clock_reads_per_trial(new_tokens)
     usage_pairs = max(1, reads // 20)  # a usage read is a system call: fewer of them give the same precision
-    usage = contention.usage_read_cost(usage_pairs)
-    return {
-        "clock": "time.perf_counter_ns",
-        "reads": reads,
-        "elapsed_ns": elapsed,
-        "per_read_ns": per_read,
-        "reads_per_trial": reads_per_trial,
-        "per_trial_overhead_ns": per_read * reads_per_trial,
-        **usage,
-        "usage_sources": contention.usage_sources(),
-        "usage_reads_per_trial": USAGE_READS_PER_TRIAL,
-        "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
-        "usage_inside_loop_ns": usage["usage_per_read_ns"] * USAGE_READS_INSIDE_LOOP,
-        "usage_fields": list(contention.READING_FIELDS),
-        **collector.watch_cost(usage_pairs),
-        "method": CLOCK_OVERHEAD_METHOD.format(reads=reads, usage_pairs=usage_pairs),
-    }
+    cost = usage.usage_read_cost(usage_pairs)
+    return {"clock": "time.perf_counter_ns", "reads": reads, "elapsed_ns": elapsed, "per_read_ns": elapsed / reads,
+            "reads_per_trial": clock_reads_per_trial(new_tokens),
+            "per_trial_overhead_ns": elapsed / reads * clock_reads_per_trial(new_tokens), **cost,
+            "usage_sources": usage.usage_sources(), "usage_reads_per_trial": USAGE_READS_PER_TRIAL,
+            "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
+            "usage_inside_loop_ns": cost["usage_per_read_ns"] * USAGE_READS_INSIDE_LOOP,
+            "usage_fields": list(usage.READING_FIELDS), **usage.watch_cost(usage_pairs),
+            "method": CLOCK_OVERHEAD_METHOD.format(reads=reads, usage_pairs=usage_pairs)}
 
 
-PROFILING_DECODING_LABEL = (
-    "tokenizer.decode of the 16 profiling ids (special tokens kept), after the timed loop returned"
-)
+PROFILING_DECODING_LABEL = ("tokenizer.decode of the 16 profiling ids (special tokens kept), after the timed loop "
+                            "returned")
 
 
 def decode_profiling_text(tokenizer, generated_ids: list[int]) -> tuple[str, float]:
@@ -363,47 +289,90 @@ def decode_profiling_text(tokenizer, generated_ids: list[int]) -> tuple[str, flo
     return text, time.perf_counter() - start
 
 
-def greedy_generation_config(new_tokens: int, eos_token_id: EosIds, pad_token_id: Optional[int], **extra) -> GenerationConfig:
-    """The matrix's complete greedy GenerationConfig (sampling.build_generation_config) for new_tokens ids.
+# --- the loop against generate() ------------------------------------------------------------------------------------
+# P1's loop is checked by ids against the matrix's first greedy trial of P1, a generate() call the budget already
+# holds. P1x8 has no such call and the budget has no room for one (Parts 3 and 5 use all 800 selections), so for it
+# what the loop feeds the model at each step is checked against what generate()'s own preparation builds for the same
+# ids (transformers 4.57.1: _get_initial_cache_position, prepare_inputs_for_generation,
+# _update_model_kwargs_for_generation), with no forward run.
 
-    Plain sequences are returned (no per-step logits or scores); transformers 4.57.1 still copies each step's last
-    logits in _sample either way (generation/utils.py, the `.to(copy=True, ...)` line).
-    """
-    config = build_generation_config(protocol.CONDITIONS["G"], eos_token_id, pad_token_id)
-    config.update(max_new_tokens=new_tokens, output_logits=False, output_scores=False,
-                  return_dict_in_generate=False, **extra)
-    config.validate()
-    return config
+COMPARED = ("input_ids", "attention_mask", "position_ids", "cache_position", "logits_to_keep", "use_cache")
+HOW = ("each step's model inputs from decode_loop's own buffers and slices, against those generate()'s preparation "
+       "(_get_initial_cache_position, prepare_inputs_for_generation, _update_model_kwargs_for_generation) builds for "
+       "the same ids; no forward runs")
+
+
+def loop_vs_generate(trials: list[dict], generations: list[dict], prompt_id: str = "P1") -> dict:
+    """The loop's cache-on ids against the matrix's first greedy generate() trial of the same prompt, through
+    generate's EOS stop (no extra generate() call is made)."""
+    loop = next((t for t in completed(trials) if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]),
+                None)
+    reference = next((g for g in completed(generations) if g["prompt_id"] == prompt_id and g["condition"] == "G"), None)
+    if loop is None or reference is None:
+        return {"prompt_id": prompt_id, "available": False, "equal": False, "loop_ids": None, "generate_ids": None,
+                "first_difference": None, "reason": "missing a measured cache-on trial or an ok greedy trial"}
+    generate_ids = reference["generated_ids"]
+    loop_ids = loop["generated_ids"][: len(generate_ids)]  # generate stops at EOS; the loop does not
+    return {"prompt_id": prompt_id, "available": True, "loop_trial": loop["schedule_id"],
+            "generate_trial": reference["trial_id"], "generate_stop_reason": reference["stop_reason"],
+            "compared_length": len(generate_ids), "loop_ids": loop_ids, "generate_ids": generate_ids,
+            "first_difference": first_divergence(loop_ids, generate_ids), "equal": loop_ids == generate_ids,
+            "not_compared": [p for p in {t["prompt_id"] for t in trials} if p != prompt_id],
+            "note": ("only prompts of the generation matrix have a generate() reference; no extra generate() call is "
+                     "made")}
+
+
+def _plain(value):
+    return value.tolist() if isinstance(value, torch.Tensor) else value
+
+
+def loop_step_inputs(prompt_ids: list[int], generated_ids: list[int],
+                     logits_to_keep: int = protocol.LOGITS_TO_KEEP) -> list[dict]:
+    """What run_greedy_loop (cache on) feeds the model at each of its len(generated_ids) forwards."""
+    prompt = torch.tensor([prompt_ids], dtype=torch.long)  # (1, T)
+    buffers = _prepare(prompt, torch.ones_like(prompt), len(generated_ids))
+    buffers.tokens[0, len(prompt_ids):] = torch.tensor(generated_ids, dtype=torch.long)  # as the loop writes them
+    steps, length = [], len(prompt_ids)
+    for step in range(len(generated_ids)):
+        start, end = (0, length) if step == 0 else (length + step - 1, length + step)
+        steps.append({"input_ids": buffers.tokens[:, start:end].tolist(),
+                      "attention_mask": buffers.mask[:, :end].tolist(),
+                      "position_ids": buffers.positions[:, start:end].tolist(),
+                      "cache_position": buffers.cache_positions[start:end].tolist(),
+                      "logits_to_keep": logits_to_keep, "use_cache": True})
+    return steps
 
 
 @torch.inference_mode()
-def loop_matches_generate(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    eos_token_id: int,
-    pad_token_id: Optional[int],
-    new_tokens: int = protocol.TIMING_NEW_TOKENS,
-) -> dict:
-    """Check the loop's cache-on selections against greedy generate(), up to and including generate's EOS stop."""
-    loop = run_greedy_loop(model, input_ids, attention_mask, use_cache=True, new_tokens=new_tokens, eos_token_id=eos_token_id)
-    config = greedy_generation_config(new_tokens, eos_token_id, pad_token_id)
-    output = model.generate(
-        input_ids=input_ids, attention_mask=attention_mask, generation_config=config, use_model_defaults=False
-    )  # (1, T + generated)
-    generate_ids = output[0, input_ids.shape[1] :].tolist()
-    # generate() stops at the first EOS; the loop does not, so compare through that EOS only.
-    loop_ids = loop.generated_ids
-    stop = loop.eos_positions[0] + 1 if loop.eos_positions else len(loop_ids)
-    expected_ids = loop_ids[:stop]
-    difference = first_divergence(expected_ids, generate_ids)
-    return {
-        "loop_ids": loop_ids,
-        "loop_ids_through_first_eos": expected_ids,
-        "generate_ids": generate_ids,
-        "compared_length": min(len(expected_ids), len(generate_ids)),
-        "equal": difference is None,
-        "first_difference": difference,
-        "eos_token_id": eos_token_id,
-        "generation_config": config.to_dict(),
-    }
+def generate_step_inputs(model, prompt_ids: list[int], generated_ids: list[int]) -> list[dict]:
+    """What generate() (greedy, cache on, a fresh DynamicCache) would feed the model at each step for these ids."""
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long)  # (1, T), one id longer each step
+    cache = DynamicCache(config=model.config)
+    kwargs = {"attention_mask": torch.ones_like(input_ids), "use_cache": True, "past_key_values": cache}
+    if model._supports_logits_to_keep():
+        kwargs["logits_to_keep"] = 1  # what generate() sets when the model supports it
+    kwargs = model._get_initial_cache_position(input_ids.shape[1], input_ids.device, kwargs)
+    steps = []
+    for token in generated_ids:
+        prepared = model.prepare_inputs_for_generation(input_ids, **kwargs)
+        steps.append({name: _plain(prepared.get(name)) for name in COMPARED})
+        input_ids = torch.cat([input_ids, torch.tensor([[token]], dtype=torch.long)], dim=-1)
+        kwargs = model._update_model_kwargs_for_generation(CausalLMOutputWithPast(past_key_values=cache), kwargs)
+    return steps
+
+
+def loop_inputs_match_generate(model, prompt_id: str, prompt_ids: list[int], generated_ids: list[int],
+                               trial: Optional[str] = None) -> dict:
+    """Both sides step by step: {prompt_id, steps, equal, first_difference (step, field, loop, generate), how}."""
+    loop, generate = loop_step_inputs(prompt_ids, generated_ids), generate_step_inputs(model, prompt_ids, generated_ids)
+    difference = None
+    for step, (ours, theirs) in enumerate(zip(loop, generate)):
+        name = next((name for name in COMPARED if ours[name] != theirs[name]), None)
+        if name is not None:
+            difference = {"step": step, "field": name, "loop": ours[name], "generate": theirs[name]}
+            break
+    if difference is None and len(loop) != len(generate):
+        difference = {"step": min(len(loop), len(generate)), "field": "steps", "loop": len(loop),
+                      "generate": len(generate)}
+    return {"prompt_id": prompt_id, "trial": trial, "prompt_length": len(prompt_ids), "steps": len(loop),
+            "compared": list(COMPARED), "equal": difference is None, "first_difference": difference, "how": HOW}

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab import protocol, writing
-from inferlab.base.commands import spelled
-from inferlab.base.records import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE,
-                                   TENSOR_DIR, dumps, sha256_bytes, sha256_file, utc_now, write_bytes_atomic)
+from inferlab.files import dumps, sha256_bytes, sha256_file, spelled, write_bytes_atomic
+from inferlab.run.records import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE,
+                                  TENSOR_DIR, utc_now)
 from inferlab.read.runview import LEDGER_FILE, RunView, not_a_run_reason, parse_ledger
 
 ADDENDA_DIR = "addenda"
@@ -111,7 +111,7 @@ def read_text_file(path: Path, role: str = "FILE") -> bytes:
 def check_run(directory: Path) -> RunState:
     """The run an addendum is kept in, or Refused: not a run, a plan folder, no manifest to bind to, an inventory
     that lists addenda, or a session that still runs."""
-    from inferlab.run.ended import claimant_alive
+    from inferlab.run.records import claimant_alive
 
     directory = Path(directory)
     reason = not_a_run_reason(directory) if directory.is_dir() else f"{directory} is not a folder"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from inferlab.read.tensors import TensorCheck, TensorFileError, tensor_references, tensor_sha256  # noqa: F401
-from inferlab.base.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, STAMP_FIELD, TENSOR_DIR
+from inferlab.run.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, STAMP_FIELD, TENSOR_DIR
 
 LEDGER_FILE = "addenda.jsonl"  # what is kept beside the run afterwards (inferlab.read.addenda writes it)
 ENTRY_FIELDS = ("schema", "seq", "kind", "file", "original_name", "size", "sha256", "attached_utc",
@@ -254,7 +254,7 @@ class RunView:
         parts = (self.plan or {}).get("parts")
         self._parts = {p.get("file"): p for p in parts if isinstance(p, dict)} if isinstance(parts, list) else {}
         self.claim: Optional[dict] = None  # claim.json, when read from a folder
-        self.rename_note: Optional[dict] = None  # inferlab.run.ended's note, when a later run renamed the folder
+        self.rename_note: Optional[dict] = None  # inferlab.run.records' rename note, when a run renamed the folder
         self._given_tensors = tensors
         self._tensor_files: dict[str, tuple[Optional[dict], Optional[TensorFileError]]] = {}
         self._tensor_problems: dict[str, str] = {}
@@ -281,7 +281,7 @@ class RunView:
         entries, ledger_problems = _read_ledger(directory)
         view = cls(records, manifest, plan, directory=directory, problems=problems, addenda=entries,
                    addenda_problems=ledger_problems)
-        from inferlab.run.ended import RENAME_NOTE  # who claimed it, and a later run's note: how it ended
+        from inferlab.run.records import RENAME_NOTE  # who claimed it, and a later run's note: how it ended
 
         view.claim, view.rename_note = _read_json(directory, CLAIM_FILE)[0], _read_json(directory, RENAME_NOTE)[0]
         return view

@@ -47,7 +47,7 @@ def tensor_references(value: Any, path: str = "") -> Iterable[tuple[str, dict]]:
 
 
 def tensor_sha256(array) -> str:
-    """SHA-256 of a tensor's raw little-endian bytes, as inferlab.base.records.TensorStore hashes them."""
+    """SHA-256 of a tensor's raw little-endian bytes, as inferlab.run.records.TensorStore hashes them."""
     import numpy
 
     data = numpy.ascontiguousarray(array)

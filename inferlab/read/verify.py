@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 from inferlab import protocol
-from inferlab.base.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, TENSOR_DIR, sha256_file
+from inferlab.files import sha256_file
+from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, TENSOR_DIR
 from inferlab.read import addenda
 from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, tensor_references
 
@@ -57,7 +58,7 @@ class Verify:
         self.problems.append(line)
 
     def ending(self) -> list[str]:
-        from inferlab.run.ended import claimant_alive, killed_detail
+        from inferlab.run.records import claimant_alive, killed_detail
 
         view, lines = self.view, []
         if self.unfinished:

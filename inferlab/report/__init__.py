@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-from inferlab.base.commands import spelled
-from inferlab.base.records import PREDICTIONS_FILE, REPORT_FILE, REPORT_RENDERER_VERSION, write_text_atomic
-from inferlab.measure import contention
+from inferlab.files import spelled, write_text_atomic
+from inferlab.measure import usage
 from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView, short_test
+from inferlab.run.records import PREDICTIONS_FILE, REPORT_FILE, REPORT_RENDERER_VERSION
 from inferlab.report import costs, evidence
 from inferlab.report.evidence import MISSING, cell, code, jstr, num, table
 
@@ -189,7 +189,7 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
                               f"harness-integrity checks, {counts[(DIAGNOSTIC, 'passed')]} protocol diagnostics); "
                               "the run finished, and its schedule is the complete protocol."}
     kinds = [kind for kind in KINDS if kind in said]
-    found = contention.contention_counts(view.kind("timing_trial"))
+    found = usage.contention_counts(view.kind("timing_trial"))
     timing = ([f"**The timing part was contended**: {found['contended']} of {found['trials']} timing trials did not "
                "have their spans to themselves under the declared rule (marked ‡ in Timing, and kept); rerun on a "
                "quieter machine before citing these timings."] if found["contended"] else [])

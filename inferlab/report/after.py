@@ -16,11 +16,11 @@ import re
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.base.commands import spelled
-from inferlab.base.records import PREDICTIONS_FILE, sha256_file
-from inferlab.measure import contention
+from inferlab.files import sha256_file, spelled
+from inferlab.measure import usage
 from inferlab.read.addenda import EXPLANATION_KIND, REVISED_KIND, declared_verdict, entry_findings, stored_path_error
 from inferlab.read.runview import RunView
+from inferlab.run.records import PREDICTIONS_FILE
 from inferlab.report import SYNTHETIC_BANNER, costs, evidence
 from inferlab.report.evidence import MISSING, cell, code, table, yes_no
 from inferlab.writing import headings
@@ -51,7 +51,7 @@ def numbered(text: Optional[str]) -> dict[int, tuple[str, list[str]]]:
 
 def reading(view: RunView) -> dict:
     """{question number: the tool's reading, as bullet texts; 'conclusions' and 'limitations': its own}."""
-    repeat, contended = evidence.repeatability(view), contention.contention_counts(view.kind("timing_trial"))
+    repeat, contended = evidence.repeatability(view), usage.contention_counts(view.kind("timing_trial"))
     return {1: read_greedy(repeat), 2: read_seeds(view, repeat), 3: read_first_step(view), 4: read_cache(view),
             5: read_timing(view, contended), 6: read_memory(view),
             "conclusions": [

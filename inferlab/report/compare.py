@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Union
 
 from inferlab import protocol
-from inferlab.base.commands import spelled
-from inferlab.base.records import MANIFEST_FILE, RECORDS_FILE
-from inferlab.measure import contention
-from inferlab.measure.summaries import first_divergence, post_first_interval, trial_contended
+from inferlab.files import spelled
+from inferlab.measure import usage
+from inferlab.measure.stats import first_divergence, post_first_interval, trial_contended
 from inferlab.read.runview import RunView, TensorFileError
+from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
 TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
 SHOWN_CHARS = 100  # a value longer than this is cut in the text (compare()'s result keeps it whole)
@@ -198,8 +198,8 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
                                    [(t.schedule_index, t.test_id) for t in protocol.timing_schedule()]),
         "tensors": tensor_agreement(a, b),
         "timing_ratios": ratios,
-        "timing_contention": {"dir1": contention.contention_counts(a.kind("timing_trial")),
-                              "dir2": contention.contention_counts(b.kind("timing_trial"))},
+        "timing_contention": {"dir1": usage.contention_counts(a.kind("timing_trial")),
+                              "dir2": usage.contention_counts(b.kind("timing_trial"))},
         "artifacts": artifacts(a.records, b.records),
         "acquisition": {"dir1": acquisitions[0], "dir2": acquisitions[1], "equal": acquisitions[0] == acquisitions[1]},
         "environment": environment_differences(a.manifest, b.manifest),

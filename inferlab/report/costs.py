@@ -10,11 +10,11 @@ import collections
 from typing import Any, Optional
 
 from inferlab import protocol
-from inferlab.measure import contention, summaries
+from inferlab.measure import stats, usage
 from inferlab.read.runview import RunView
 from inferlab.report.evidence import MISSING, cell, is_number, ms, nbytes, num, spread, table, yes_no
 
-CONTENDED = "‡"  # after a sample of a contended trial (inferlab.measure.contention): marked, never left out
+CONTENDED = "‡"  # after a sample of a contended trial (inferlab.measure.usage): marked, never left out
 N = protocol.TIMING_NEW_TOKENS
 
 
@@ -28,8 +28,8 @@ def measured(view: RunView) -> dict[tuple, list[dict]]:
 
 
 def throughput(record: dict) -> Optional[float]:
-    times = summaries.token_times(record)
-    return summaries.throughput_including_prompt(times) if times else None
+    times = stats.token_times(record)
+    return stats.throughput_including_prompt(times) if times else None
 
 
 def per_second(value: Any) -> str:
@@ -37,7 +37,7 @@ def per_second(value: Any) -> str:
 
 
 METRICS = (("prefill (ms)", lambda r: r.get("prefill_s"), ms), ("local TTFT (ms)", lambda r: r.get("ttft_s"), ms),
-           (f"mean post-first interval (t{N} − t1)/{N - 1} (ms)", summaries.post_first_interval, ms),
+           (f"mean post-first interval (t{N} − t1)/{N - 1} (ms)", stats.post_first_interval, ms),
            (f"loop, {N} selections (ms)", lambda r: r.get("loop_s"), ms),
            (f"throughput {N}/(t{N} − t0), tokens/s", throughput, per_second))
 METRIC_NAMES = {"mean_post_first_interval_s": "mean post-first interval", "loop_s": f"loop, {N} selections"}
@@ -49,10 +49,10 @@ def lengths(trials: list[dict], name: str) -> str:
 
 
 def effects(view: RunView) -> list[dict]:
-    """inferlab.measure.contention's effect of the cache per timing prompt and metric, with its interval (its
+    """inferlab.measure.stats' effect of the cache per timing prompt and metric, with its interval (its
     verdict in words is for the after page)."""
     trials = view.kind("timing_trial")
-    return contention.cache_verdicts(trials)["verdicts"] if trials else []
+    return stats.cache_verdicts(trials)["verdicts"] if trials else []
 
 
 def effect_text(entry: dict) -> str:
@@ -87,7 +87,7 @@ def section_timing(view: RunView, why) -> list[str]:
              "every timestamp is in the `timing_trial` records.", ""]
     rows = []
     for (prompt_id, use_cache), trials in measured(view).items():
-        marks = [CONTENDED if summaries.trial_contended(t) else "" for t in trials]
+        marks = [CONTENDED if stats.trial_contended(t) else "" for t in trials]
         for name, value_of, scale in METRICS:
             values = [value_of(t) for t in trials]
             rows.append([f"{prompt_id}, cache {'on' if use_cache else 'off'}", lengths(trials, "prompt_length"),
@@ -107,7 +107,7 @@ def section_timing(view: RunView, why) -> list[str]:
               f"when each side has at least {protocol.VERDICT_MIN_UNCONTENDED}, else from all.", ""]
     lines += table(["prompt", "metric", "samples", "with the cache, ms", "without, ms",
                     "without ÷ with − 1: estimate [interval], coverage", "smallest effect declared"], rows)
-    rule, counts = protocol.CONTENTION_RULE, contention.contention_counts(view.kind("timing_trial"))
+    rule, counts = protocol.CONTENTION_RULE, usage.contention_counts(view.kind("timing_trial"))
     machine = {r.get("point"): r for r in view.kind("timing_machine")}
     share = (machine.get("after") or {}).get("cpu_pressure_share_during")
     named = f": {', '.join(counts['contended_ids'])}" if counts["contended"] else ""

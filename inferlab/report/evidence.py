@@ -21,8 +21,8 @@ from typing import Any, Optional
 import numpy
 
 from inferlab import protocol
-from inferlab.base.commands import spelled
-from inferlab.measure import summaries
+from inferlab.files import spelled
+from inferlab.measure import stats
 from inferlab.read.runview import RunView
 
 MISSING = "(not recorded)"
@@ -230,7 +230,7 @@ def repeatability(view: RunView) -> list[dict]:
         cells.append(", ".join(distinct))
         firsts = [t for t in trials if not t.is_rerun]
         _, states = rests_on(firsts)
-        early = sum(1 for t in firsts if state[t.test_id] == "ok" and summaries.stopped_early_on_eos(
+        early = sum(1 for t in firsts if state[t.test_id] == "ok" and stats.stopped_early_on_eos(
             records[t.test_id], protocol.MAX_NEW_TOKENS))
         cells.append("not run" if set(states) == {"not run"} else f"{early} of {states.count('ok')}{counted(states)}")
         found.append({"prompt_id": prompt_id, "greedy": identical, "cells": cells})

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.base.records import write_bytes_atomic
-from inferlab.measure.contention import loop_cpu_share
-from inferlab.measure.summaries import post_first_interval, token_times
+from inferlab.files import write_bytes_atomic
+from inferlab.measure.stats import loop_cpu_share, post_first_interval, token_times
 
 TOKEN_TIMES_PNG, TTFT_INTERVAL_PNG = "plot_token_times.png", "plot_ttft_interval.png"
 CACHE_DIFF_PNG, CPU_SHARE_PNG = "plot_cache_max_abs_diff.png", "plot_cpu_share.png"

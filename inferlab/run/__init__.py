@@ -1,6 +1,2 @@
-"""A run as it is written: its lifecycle (claim, emit, finish, manifest) and the one writer of its documents.
-
-    lifecycle.py  claim_run() and Run: the session from its claim to its final manifest (no pytest)
-    writers.py    the make_* functions: every record's envelope, the harness's record kinds, plan and manifest
-    options.py    the options and markers as data, the path options checked before anything is written
-"""
+"""A run as it is written (no pytest here): records.py the one writer of its folder, session.py the Run from its
+claim to its final manifest, plan.py the schedule and the prerequisites, endings.py how a session ends."""

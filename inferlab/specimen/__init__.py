@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from inferlab.base.records import sha256_file
+from inferlab.files import sha256_file
 from inferlab.specimen.acquire import (
     ACQUISITION_LABELS, ACQUISITIONS, acquire, acquisition_cause, acquisition_next_steps, acquisition_outcome,
     choose_acquisition, download, load_runnable_spec, local_build_problem, local_builder, require_verified,
@@ -41,7 +41,7 @@ __all__ = [
 def build_command(name: str, argv=None) -> int:
     """`python -m inferlab.<name> DIR` (standin or replica): under a Python that lacks what a build imports, one line
     naming the Python to use and exit 2, never a traceback; else the build's own command."""
-    from inferlab.base.commands import spelled
+    from inferlab.files import spelled
 
     for module in BUILD_NEEDS:
         try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.base.commands import spelled
+from inferlab.files import spelled
 from inferlab.specimen import hub
 from inferlab.specimen.check import check_specimen_files
 from inferlab.specimen.hub import Deadline, DeadlineExpired

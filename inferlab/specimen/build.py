@@ -23,9 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from inferlab.base.checkout import PROJECT_ROOT
-from inferlab.base.commands import spelled
-from inferlab.base.outputs import write_bytes_atomic
+from inferlab.files import PROJECT_ROOT, spelled, write_bytes_atomic
 from inferlab.specimen import recipe
 
 # Written into config.json, so these bytes are pinned (artifacts/standin.json): the text names the recipe module by

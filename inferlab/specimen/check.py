@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from inferlab.base.commands import spelled
+from inferlab.files import spelled
 from inferlab.specimen.spec import WEIGHT_FILE, SpecimenError, SpecimenSpec, builder_module, load_spec
 
 INERT_FILES = ("README.md", ".gitattributes")

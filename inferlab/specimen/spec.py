@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import protocol
-from inferlab.base.checkout import PROJECT_ROOT
+from inferlab.files import PROJECT_ROOT
 
 DEFAULT_ARTIFACTS_ROOT = PROJECT_ROOT / "artifacts"
 WEIGHT_FILE = "model.safetensors"

@@ -1,30 +1,148 @@
-"""Writing a whole file at a path: the one atomic writer of the library, and what it does with what is already
-there. Every whole file inferlab writes (a record, a page, a grade, an archive, the install record) goes through
-write_bytes_atomic; docs/records.md ("Output paths") states the rule for a reader:
+"""Files: the checkout, how a printed command reads, and how every whole file inferlab writes is written.
 
-- nothing there: the bytes go to a temporary sibling, fsynced, which is then moved into place (os.replace), so a
-  reader sees no file or the whole file, never part of one;
+The output rule (docs/records.md, "Output paths"), in write_bytes_atomic:
+- nothing there: the bytes go to a temporary sibling, fsynced, then moved into place (os.replace): a reader sees
+  no file or the whole file, never part of one;
 - a regular file: replaced the same way, or refused when the caller writes new files only (replace=False);
-- a character device or a FIFO (/dev/null, /dev/stdout, a terminal, a named pipe), and a regular file reached
-  through a descriptor link (/dev/stdout or /dev/fd/N when the shell redirected it to a file): written through,
-  opened for appending and never created, truncated or replaced;
-- a symbolic link: followed; what it leads to is judged by these rules and the link itself stays. A link that
-  leads nowhere is refused (following it would make a file where the link points);
-- a directory, a block device (a disk), a socket or anything else: refused, naming the path and what it is.
+- a character device or a FIFO (/dev/null, /dev/stdout, a terminal, a named pipe), and a file reached through a
+  descriptor link (/dev/stdout redirected by the shell): written through, never created, truncated or replaced;
+- a symbolic link: followed, and what it leads to judged by these rules; a link to nowhere is refused;
+- a directory, a block device, a socket or anything else: refused, naming the path and what it is.
 
-Standard library only, and no other module of inferlab: the installer uses it before anything is installed.
+Standard library only, and no other module of inferlab: every layer uses it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
+import importlib.util
+import json
+import math
 import os
 import re
 import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout: inferlab/, pytest.ini, artifacts/, the templates
+PROG, VENV_BIN = "inferlab", ".venv/bin"  # the console script `make` installs, and where `make` puts it
+NEEDED = ("numpy", "safetensors", "torch", "transformers", "tokenizers", "huggingface_hub", "filelock", "matplotlib")
+
+
+def spelled(args: str, program: str = PROG) -> str:
+    """A command as inferlab prints it for a reader to type: `.venv/bin/inferlab verify DIR`; typed in the project
+    folder it runs this project's environment whatever is first on PATH, and it reads the same on every machine."""
+    return f"{VENV_BIN}/{program} {args}"
+
+
+def missing_modules(names=NEEDED) -> list[str]:
+    """The modules among `names` this Python cannot find (looked up, not imported)."""
+    return [name for name in names if importlib.util.find_spec(name) is None]
+
+
+def require_environment(program: str) -> None:
+    """Refuse, before anything is read or written, a Python without the project's packages: one line naming the
+    Python to use, exit status 2."""
+    missing = missing_modules()
+    if not missing:
+        return
+    venv = PROJECT_ROOT / ".venv" / "bin" / "python"
+    use = f"{venv}" if venv.exists() else f"{venv} (`make` in {PROJECT_ROOT} creates it)"
+    print(f"{program}: this Python ({sys.executable}) lacks {', '.join(missing)}; nothing was read or written. "
+          f"Use {use}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+ENVIRONMENT_MODULES = ("torch", "transformers", "numpy", "safetensors", "matplotlib", "pytest_timeout")
+
+
+def import_hint(nodeid: str, failure: str, executable: str) -> Optional[str]:
+    """For a test file this Python could not import for want of the project's environment: one line naming this
+    interpreter and the one to use; None for any other failure (left as it is)."""
+    found = re.search(r"No module named '([A-Za-z0-9_.]+)'", failure)
+    if found is None or found.group(1).split(".")[0] not in ENVIRONMENT_MODULES:
+        return None
+    return (f"{nodeid}: this Python ({executable}) cannot import {found.group(1)}: it is not the project's "
+            f"environment. Run the tests with {spelled(f'-m pytest {nodeid.split(chr(47))[0]}', 'python')} (`make` "
+            f"builds .venv)")
+
+
+def jsonable(value: Any, on_unserialisable: Optional[Callable[[str], None]] = None) -> Any:
+    """A value as strict JSON data: non-finite floats become strings, arrays lists, unknown objects their repr."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)  # 'nan', 'inf', '-inf'
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, on_unserialisable) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, on_unserialisable) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):  # numpy arrays and scalars, torch tensors
+        return jsonable(value.tolist(), on_unserialisable)
+    if on_unserialisable is not None:
+        on_unserialisable(f"{type(value).__name__} is not JSON data; recorded as its repr")
+    return repr(value)
+
+
+def dumps(value: Any) -> str:
+    """Strict, ASCII-only JSON on one line: newlines and unusual whitespace stay visible as escapes."""
+    return json.dumps(value, ensure_ascii=True, allow_nan=False)
+
+
+def write_json_atomic(path, data: Any, replace: bool = True) -> None:
+    """A whole JSON file, indented for reading, by the output rule."""
+    write_text_atomic(path, json.dumps(jsonable(data), ensure_ascii=True, allow_nan=False, indent=2) + "\n", replace)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path) -> str:
+    """SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tensor_sha256(tensor) -> str:
+    """SHA-256 of a CPU tensor's raw bytes (little-endian on every CPU torch runs on)."""
+    return sha256_bytes(tensor.detach().cpu().contiguous().numpy().tobytes())
+
+
+def os_error_words(error: OSError) -> str:
+    """An OSError in words with its errno name: 'File name too long (ENAMETOOLONG)'."""
+    name = errno.errorcode.get(error.errno, "") if error.errno is not None else ""
+    return f"{error.strerror or error}" + (f" ({name})" if name else "")
+
+
+def describe_path(path) -> str:
+    """What is at `path`, as the rest of a sentence that starts with the path: 'does not exist', 'is a regular
+    file', 'is a dangling symbolic link to X', 'is a FIFO (named pipe)', 'cannot be examined: ...'."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as error:
+        return f"cannot be examined: {os_error_words(error)}"
+    link = ""
+    if stat.S_ISLNK(info.st_mode):
+        target = os.readlink(path)
+        try:
+            info = os.stat(path)
+        except OSError:
+            return f"is a dangling symbolic link to {target} (nothing is there)"
+        link = f"is a symbolic link to {target}, which "
+    return f"{link}is {kind_in_words(info.st_mode)}"
+
 
 # What a path can be, in words that finish "PATH is ...".
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
