@@ -48,6 +48,19 @@ PROMPTS = {
 }
 ADD_SPECIAL_TOKENS = False
 
+# --- Part 1: the six questions a learner answers before the run and revisits after it, in the lab's own words:
+# predictions.md and explanation.md ask them as written here, and the report points each to its evidence
+# (tests/test_report.py holds all three against the lab's page where ../shared/spec has it).
+QUESTIONS = {
+    1: "Will repeated greedy runs return identical token IDs in the same environment?",
+    2: "Must every pair of different sampling seeds produce different continuations?",
+    3: "How might reducing temperature differ from reducing top-p?",
+    4: "Should correctly cached and uncached logits agree on the same prefix? Must every element be bitwise "
+       "identical?",
+    5: "Will a cache necessarily improve wall time for this tiny model and short inputs?",
+    6: "Which memory categories will a parameter-byte count omit?",
+}
+
 # --- Part 3: the sampling matrix -------------------------------------------------------
 
 

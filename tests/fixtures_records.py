@@ -8,7 +8,7 @@ so two builds are byte-identical.
 Each plan entry carries the markers its experiment test really has (read from experiments/ source).
 
 Plots: a build draws the report's plots only when asked (plots=True), as the session's write_report does;
-without, its pages are rendered by the same renderer (report.render_pages, which write_report uses) and no PNG
+without, its pages are rendered by the same renderer (report.render_report, which write_report uses) and no PNG
 is left in the folder (the page links the plots all the same). Drawing them costs most of a build's time, and
 only the tests that read a PNG need them. A build that is rewritten straight away (build_rich_run) writes no
 report in its session (report=False): rerender() writes it once, from the final records.
@@ -729,9 +729,9 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
 
 
 def write_pages(directory: Path, plots: bool = False) -> None:
-    """Write both pages of the report as the session's write_report does; plots=False draws no plot (the pages
-    are the text write_report renders when every plot is drawn) and removes any plot left by an earlier
-    rendering, since it was drawn from other records."""
+    """Write the report as the session's write_report does; plots=False draws no plot (the page is the text
+    write_report renders when every plot is drawn) and removes any plot left by an earlier rendering, since it was
+    drawn from other records."""
     from inferlab import report
     from inferlab.files import write_text_atomic
     from inferlab.report import plots as plots_module
@@ -740,8 +740,7 @@ def write_pages(directory: Path, plots: bool = False) -> None:
     if plots:
         report.write_report(directory)
         return
-    for name, text in report.render_pages(directory).items():
-        write_text_atomic(directory / name, text)
+    write_text_atomic(directory / report.REPORT_FILE, report.render_report(directory))
     for name in (plots_module.TOKEN_TIMES_PNG, plots_module.TTFT_INTERVAL_PNG, plots_module.CACHE_DIFF_PNG):
         (directory / name).unlink(missing_ok=True)
 

@@ -90,8 +90,8 @@ def nudge_first_step_logits(source: Path, target: Path, trial_id: str, by: Optio
                 if isinstance(record.get(f"{name}_sha256"), str):
                     record[f"{name}_sha256"] = found["sha256"]
     (target / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    for name, text in report.render_pages(target).items():  # the report rendered again, as grade compares it
-        (target / name).write_text(text, encoding="utf-8")
+    # the report rendered again, as grade compares it
+    (target / report.REPORT_FILE).write_text(report.render_report(target), encoding="utf-8")
     rebind(target)
     return {"run": target, "file": reference["file"], "key": reference["key"], "element": element,
             "moved": [f"{file}[{key}]" for file, key in digests]}

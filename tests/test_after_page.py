@@ -1,24 +1,29 @@
-"""`report DIR --after`: predictions (before) beside the attached explanation (after), a revised criterion beside the
-declared one, each labelled; printed, never written into the run folder; report.md stays the session's page."""
+"""`report DIR --after`: the learner's predictions (before) beside the attached explanation (after), and, once an
+explanation is attached, the tool's own reading beside each answer; printed, never written into the run folder."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from inferlab import report
+from inferlab import protocol
 from inferlab.__main__ import main
 from inferlab.files import sha256_file
+from inferlab.measure import stats
 from inferlab.run.records import PREDICTIONS_FILE
 from inferlab.read.runview import RunView
 
 from fixtures_records import copy_run, edit_manifest, rerender
 from fixture_runs import runs, fixture_runs  # noqa: F401 (runs is a fixture)
-from test_addenda import tree
-from test_addenda import aligned
+from test_addenda import aligned, tree
 
 ROOT = Path(__file__).resolve().parents[1]
+PREDICTED = "Prediction: identical ids, every time"
+EXACTNESS = "exactness, for the record: every logit of both paths must be the same number"
+VERDICT_WORDS = {"faster": "faster with the cache", "slower": "slower with the cache",
+                 "cannot_tell": "this run cannot tell"}
 
 
 def answered_explanation() -> str:
@@ -29,20 +34,17 @@ def answered_explanation() -> str:
         if line.startswith("### ") or line.startswith("## A conclusion"):
             lines.append("My answer, resting on records.jsonl seq 139.")
     return "\n".join(lines) + "\n"
-PREDICTED = "Prediction: identical ids, every time"
-EXACTNESS = "exactness, for the record: every logit of both paths must be the same number"
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """A complete run whose learner supplied predictions (copied into it, as a session does)."""
     run = fixture_runs(tmp_path_factory).copy("complete", tmp_path_factory.mktemp("after") / "built")
-    text = (ROOT / PREDICTIONS_FILE).read_text().replace("Prediction:", PREDICTED, 1)
-    (run / PREDICTIONS_FILE).write_text(text)
+    (run / PREDICTIONS_FILE).write_text((ROOT / PREDICTIONS_FILE).read_text().replace("Prediction:", PREDICTED, 1))
     edit_manifest(run, predictions={"supplied": True, "copied_to": PREDICTIONS_FILE,
-                                    "sha256": sha256_file(run / PREDICTIONS_FILE),
+                                    "sha256": sha256_file(run / PREDICTIONS_FILE), "template_unanswered": False,
                                     "source_mtime_utc": "2024-12-31T23:00:00+00:00",
-                                    "copied_at_utc": "2025-01-01T00:00:00+00:00", "template_unanswered": False})
+                                    "copied_at_utc": "2025-01-01T00:00:00+00:00"})
     return rerender(run)  # the report and the inventory as the session would have written them
 
 
@@ -58,41 +60,51 @@ def after(run: Path, capsys, status: int = 0) -> str:
     return capsys.readouterr().out
 
 
-def test_the_page_sets_each_prediction_beside_its_revisit_and_labels_both(run, tmp_path, capsys):
-    aligned(run)  # the alignment checks revise requires (before anything is attached: it refreshes the inventory)
+def attach(run: Path, tmp_path: Path, text: str) -> None:
     explanation = tmp_path / "explanation.md"
-    explanation.write_text(answered_explanation())
+    explanation.write_text(text)
     assert main(["attach", str(run), str(explanation)]) == 0
+
+
+def test_after_attaching_the_tools_reading_stands_beside_each_answer(run, tmp_path, capsys):
+    aligned(run)  # the alignment checks revise requires (before anything is attached: it refreshes the inventory)
+    attach(run, tmp_path, answered_explanation())
     assert main(["revise", str(run), "--cache-criterion", "0,0", "--justification", EXACTNESS]) == 0
+    assert main(["report", str(run), "--check"]) == 0  # the addenda are not the session's page's input
     capsys.readouterr()
     page = after(run, capsys)
-    assert page.startswith(f"# Before and after the run: {run.name}\n")
-    assert "**This is the after-run page, not the run's report.**" in page and "SYNTHETIC SPECIMEN" in page
-    digest = sha256_file(run / PREDICTIONS_FILE)
-    assert (f"**Written before the run:** `predictions.md`, copied into the run folder at 2025-01-01T00:00:00+00:00, "
-            f"before any model computation") in page and f"`{digest[:16]}`…, the copy matches it" in page
+    assert page.startswith(f"# Before and after the run: {run.name}\n") and "SYNTHETIC SPECIMEN" in page
+    assert ("**Written before the run:** `predictions.md`, copied into the run folder at 2025-01-01T00:00:00+00:00, "
+            "before any model computation") in page and "the copy matches it" in page
     assert "**Written after the run:** the latest explanation, `addenda/explanation.md`" in page
-    assert "now: intact" in page
-    question = page[page.index("### 1. Will repeated greedy runs"):page.index("### 2.")]
-    assert question.index("*Predicted before the run*") < question.index(f"> {PREDICTED}")
-    assert question.index(f"> {PREDICTED}") < question.index("*Revisited after the run* (addenda/explanation.md)")
-    assert "> My answer, resting on records.jsonl seq 139." in question
-    assert "## Conclusions and limitations (written after the run)" in page and "### Limitation 2" in page
+    for number, question in protocol.QUESTIONS.items():  # predicted, then answered, then the tool's reading
+        part = page[page.index(f"### {number}. {question}"):].split("\n### ")[0]
+        order = [part.index(mark) for mark in ("*Predicted before the run*", "*Answered after the run* (addenda/"
+                                               "explanation.md)", "> My answer, resting on", "*The tool's reading:*")]
+        assert order == sorted(order) and part.split("*The tool's reading:*")[1].strip().startswith("- ")
+    assert f"> {PREDICTED}" in page[page.index("### 1."):page.index("### 2.")]
+    timing = page[page.index("### 5."):page.index("### 6.")].split("*The tool's reading:*")[1]
+    for verdict in stats.cache_verdicts(RunView.read(run).kind("timing_trial"))["verdicts"]:
+        assert f"{verdict['prompt_id']}, " in timing and f"**{VERDICT_WORDS[verdict['verdict']]}**" in timing
+    conclusions = page[page.index("## Conclusions and limitations"):page.index("## The cache criterion")]
+    assert conclusions.index("### Limitation 2") < conclusions.index("*The tool's reading*, for comparison")
+    assert "- On selection:" in conclusions and "- Three seeds per condition" in conclusions
     criteria = page[page.index("## The cache criterion"):page.index("## Every addendum")]
-    assert "| declared | `\\|a-b\\| <= 1e-05 + 0.0001*\\|b\\| (b = uncached reference)`" in criteria
     assert "| revised after the run (seq 1) | `\\|a-b\\| <= 0 + 0*\\|b\\|" in criteria
-    assert EXACTNESS in criteria
-    assert "| prefix length | declared (as recorded) | revised after" in criteria
     first, second = [r["prefix_length"] for r in RunView.read(run).kind("cache_comparison")][:2]
     assert f"| {first} | yes | yes |" in criteria and f"| {second} | yes | **no** |" in criteria  # bitwise, then not
-    assert "| 0 | explanation | `addenda/explanation.md`" in page and "| 1 | revised_criterion |" in page
-    assert "What `verify` says" not in page
+
+
+def test_before_an_explanation_is_attached_the_page_holds_no_reading_and_says_how_to_attach(run, capsys):
+    page = after(run, capsys)
+    assert "no explanation is attached yet" in page and "`.venv/bin/inferlab attach DIR FILE`" in page
+    assert "*The tool's reading" not in page and "this run cannot tell" not in page
+    assert f"> {PREDICTED}" in page and "*(not answered in the explanation)*" in page
+    assert "Nothing has been attached to this run." in page
 
 
 def test_a_changed_explanation_is_labelled_and_verify_s_words_are_shown(run, tmp_path, capsys):
-    explanation = tmp_path / "explanation.md"
-    explanation.write_text(answered_explanation())
-    assert main(["attach", str(run), str(explanation)]) == 0
+    attach(run, tmp_path, answered_explanation())
     (run / "addenda/explanation.md").write_text(answered_explanation().replace("My answer", "A later answer"))
     capsys.readouterr()
     page = after(run, capsys, status=1)
@@ -100,43 +112,13 @@ def test_a_changed_explanation_is_labelled_and_verify_s_words_are_shown(run, tmp
     assert "**What `verify` says of the addenda:**" in page and "(edited after it was attached)" in page
 
 
-def test_without_an_explanation_the_page_says_how_to_attach_one(run, capsys):
-    page = after(run, capsys)
-    assert "no explanation is attached yet" in page and "`.venv/bin/inferlab attach DIR FILE`" in page
-    assert "> " + PREDICTED in page and "*(not revisited in the explanation)*" in page
-    assert "Nothing has been attached to this run." in page
-
-
-def test_a_revised_criterion_of_the_run_stands_beside_the_declared_one(runs, capsys):
-    run = runs.get("rich")
-    page = after(run, capsys)
-    assert "no predictions were supplied" in page
-    assert ("| revised during the run | `\\|a-b\\| <= 0.0001 + 0.001*\\|b\\|` | --revised-cache-criterion, recorded by "
-            "the session (cache_criterion_revised seq") in page and "a test justification" in page
-    assert "| prefix length | declared (as recorded) | revised during the run |" in page
-
-
 def test_a_plan_folder_has_no_after_run_page(runs, capsys):
-    plan = runs.get("plan")
-    assert main(["report", str(plan), "--after"]) == 2
+    assert main(["report", str(runs.get("plan")), "--after"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "is a plan folder" in captured.err
 
 
-def test_report_md_says_where_the_after_run_page_comes_from_and_attaching_leaves_it_checkable(run, tmp_path, capsys):
-    text = report.render_report(run)
-    assert "`.venv/bin/inferlab attach DIR FILE`" in text and "`.venv/bin/inferlab report DIR --after`" in text
-    explanation = tmp_path / "explanation.md"
-    explanation.write_text(answered_explanation())
-    assert main(["attach", str(run), str(explanation)]) == 0
-    capsys.readouterr()
-    assert main(["report", str(run), "--check"]) == 0  # the addenda are not the session's pages' input
-    assert "regenerated text is identical" in capsys.readouterr().out
-
-
 def test_a_ledger_entry_pointing_outside_addenda_is_never_read(run, tmp_path, capsys):
-    import json
-
     secret = tmp_path / "secret.md"
     secret.write_text("## 1. Will repeated greedy runs\nnot for this page\n")
     (run / "addenda").mkdir()

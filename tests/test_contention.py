@@ -11,10 +11,8 @@ import pytest
 from inferlab import protocol
 from inferlab.measure import stats, usage
 from inferlab.read.runview import RunView
-from inferlab.report import plots
-from inferlab.report import fmt, measures, tables, timing_evidence
-from inferlab.report.sections import section_timing
-from inferlab.report.verdict import decide
+from inferlab.report import Labels, costs, decide, plots
+from inferlab.report.after import reading
 
 MS = 1_000_000  # ns
 
@@ -91,10 +89,7 @@ def test_a_clean_effect_like_the_quiet_runs_is_claimed_faster_with_its_interval(
     assert interval["low_fraction"] > protocol.SMALLEST_TIMING_EFFECT and interval["coverage"] >= 0.95
     assert p1["reason"].startswith(f"{interval['estimate_fraction']:+.1%} [{interval['low_fraction']:+.1%}, "
                                    f"{interval['high_fraction']:+.1%}] ({interval['coverage']:.1%} interval)")
-    view = view_of(records)
-    section = "\n".join(section_timing(view, tables.Labels(view), {}))
-    assert "- P1: mean post-first interval: **the cache made it faster**, by " in section
-    assert "noise" not in section.lower() and "A/A" not in section
+    assert "P1, mean post-first interval: **faster with the cache** (+" in reading(view_of(records))[5][0]
 
 
 def test_an_effect_inside_the_threshold_is_cannot_tell_and_one_beyond_it_is_claimed():
@@ -106,10 +101,9 @@ def test_an_effect_inside_the_threshold_is_cannot_tell_and_one_beyond_it_is_clai
     assert p1["verdict"] == "cannot_tell" and p1["effect"] == pytest.approx(0.02, rel=1e-3)
     assert "does not lie wholly above +3.0% or wholly below -2.9%" in p1["reason"]
     assert found[("P1x8", "mean_post_first_interval_s")]["verdict"] == "faster"
-    section = "\n".join(section_timing(view_of(records), tables.Labels(view_of(records)), {}))
-    assert "- P1: mean post-first interval: **this run cannot tell** (+2.0% [" in section
-    assert "- P1x8: mean post-first interval: **the cache made it faster**, by 66.7% [65.7%, 67.6%] of the time " \
-           "without it" in section
+    said = reading(view_of(records))[5]
+    assert said[0].startswith("P1, mean post-first interval: **this run cannot tell** (+2.0% [")
+    assert said[2].startswith("P1x8, mean post-first interval: **faster with the cache** (+")
 
 
 def test_contended_samples_are_left_out_while_each_side_keeps_enough_and_used_and_named_when_not():
@@ -121,36 +115,19 @@ def test_contended_samples_are_left_out_while_each_side_keeps_enough_and_used_an
     assert "P1-cache_off-2" not in p1["cache_off"]["schedule_ids"] and p1["cache_off"]["n"] == minimum
     assert p1["verdict"] == "faster"
     # every cache-off sample lost the CPU and looks five times slower: the verdict then rests on all samples, and
-    # says so in its reason, the report's item and the conclusions scaffold
+    # says so in its reason and in the report's effect table
     busy = {f"P1-cache_off-{repetition}" for repetition in range(1, 6)}
     records = schedule(1.06, 3.0, contended=busy, slow=5)
     p1 = verdicts_of(records)[("P1", "loop_s")]
     assert p1["samples"] == "all" and p1["not_used"] == [] and p1["cache_off"]["n"] == 5
     assert f"from all samples: fewer than {minimum} of them uncontended on a side (cache on 5, off 0;" in p1["reason"]
+    # the report's table marks exactly those samples, and keeps them; the effect says it rests on all samples
     view = view_of(records)
-    section = "\n".join(section_timing(view, tables.Labels(view), {}))
-    assert "all samples: with the cache" in section and "(all samples)" in timing_evidence.short_verdicts(view)
-    # the table marks exactly those samples, and keeps them
-    rows = {(r[0], r[3]): r for r in measures.timing_rows(view)}
-    loop = rows[("P1, cache off", f"loop ({protocol.TIMING_NEW_TOKENS} selections)")]
-    assert loop[4].count(measures.CONTENDED_MARK) == 5 and len(loop[4].split(", ")) == 5
-    assert loop[6] == "none uncontended"
-    assert "Contended: 5 of 20 trials" in section and all(name in section for name in busy)
-    assert "**Was each sample's thread running for all of its span?** (Only that:" in section
-
-
-def test_the_conclusions_scaffold_quotes_uncontended_medians_and_marks_where_only_contended_ones_exist():
-    from inferlab.report.checklist import section_conclusions
-
-    busy = {f"P1-cache_off-{repetition}" for repetition in range(1, 6)} | {"P1-cache_on-3"}
-    records = schedule(1.0, 3.0, contended=busy, slow=5)
-    text = "\n".join(section_conclusions(view_of(records)))
-    clean_on = [t["mean_post_first_interval_s"] for t in records
-                if t["prompt_id"] == "P1" and t["use_cache"] and t["schedule_id"] != "P1-cache_on-3"]
-    every_off = [t["mean_post_first_interval_s"] for t in records if t["prompt_id"] == "P1" and not t["use_cache"]]
-    assert (f"P1 (8 prompt tokens, 16 output tokens): TTFT " in text and
-            f"post-first interval {fmt.spread(clean_on)} vs {fmt.spread(every_off)}{measures.CONTENDED_MARK} ms" in text)
-    assert "of the uncontended timing samples" in text
+    section = "\n".join(costs.section_timing(view, Labels(view)))
+    loop = next(line for line in section.splitlines() if line.startswith("| P1, cache off | 8 | 16 | loop"))
+    assert loop.count(costs.CONTENDED) == 5 and loop.split(" | ")[4].count(", ") == 4
+    assert "| P1 | loop, 16 selections | all |" in section
+    assert f"Contended ({costs.CONTENDED}): 5 of 20 trials" in section
 
 
 def test_prefill_against_a_step_is_each_trials_own_ratio():
@@ -161,21 +138,14 @@ def test_prefill_against_a_step_is_each_trials_own_ratio():
            if t["prompt_id"] == "P1" and not t["use_cache"]]
     assert p1_off["ratios"] == pytest.approx(own) and p1_off["n"] == 5 and p1_off["samples"] == "uncontended"
     assert p1_off["median"] == pytest.approx(2.0)  # 6 ms over 3 ms in every trial, whatever the jitter
-    text = timing_evidence.prefill_vs_decode_text(view_of(records))
-    assert "P1, cache off (8 prompt tokens, 16 output tokens): 2.00× [2.00–2.00], n=5, uncontended samples" in text
 
 
 def test_the_run_status_says_the_timing_part_was_contended_and_advises_a_quieter_rerun():
     records = schedule(1.0, 3.0, contended={"P1x8-cache_on-3"}, slow=3)
-    fact = timing_evidence.status_fact(view_of(records))
-    assert fact.startswith("**The timing part was contended**: 1 of 20") and "P1x8-cache_on-3" in fact
-    assert "rerun on a quieter machine" in fact
-    assert fact in decide(view_of(records)).facts
-    quiet = timing_evidence.status_fact(view_of(schedule(1.0, 3.0)))
-    assert quiet.startswith("Timing: none of the 20 timing trials was contended")
-    older = [{k: v for k, v in r.items() if k not in ("cpu_readings", "cpu_evidence", "contended",
-                                                       "contention_reasons")} for r in records]
-    assert "carry no record of their thread's CPU time" in timing_evidence.status_fact(view_of(older))
+    facts = decide(view_of(records)).facts
+    assert facts[-1].startswith("**The timing part was contended**: 1 of 20")
+    assert "rerun on a quieter machine" in facts[-1]
+    assert not any("contended" in fact for fact in decide(view_of(schedule(1.0, 3.0))).facts)
 
 
 def test_the_cpu_share_plot_is_drawn_from_the_trials_evidence():

@@ -152,7 +152,7 @@ def test_the_report_and_run_status_say_which_trials_were_contended(busy_run):
     timing = text[text.index("## Timing"):text.index("\n## ", text.index("## Timing") + 1)]
     status = text[text.index("## Run status"):text.index("\n## ", text.index("## Run status") + 1)]
     contended = [n for n, r in trials_of(busy_run).items() if r["contended"]]
-    assert f"Contended: {len(contended)} of 24 trials" in timing
+    assert f"Contended (‡): {len(contended)} of 24 trials" in timing
     assert all(name in timing for name in BUSY)
     assert f"**The timing part was contended**: {len(contended)} of 24 timing trials" in status
     assert "rerun on a quieter machine" in status

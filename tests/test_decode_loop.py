@@ -249,4 +249,4 @@ def test_a_real_run_checks_every_timing_prompts_loop_against_generate(standin_ru
     assert p1x8["equal"] and p1x8["steps"] == N and p1x8["trial"] == "P1x8-cache_on-rep1"
     assert check["forward_mode"]["forwards"] == 0
     report = (standin_run / "report.md").read_text(encoding="utf-8")
-    assert "- Loop against `generate()` for P1x8 (P1x8-cache_on-rep1): no `generate()` call" in report
+    assert "- The loop's inputs for P1x8 (P1x8-cache_on-rep1) against those `generate()`'s own preparation" in report

@@ -15,7 +15,6 @@ from inferlab.run import records
 from inferlab.host import environment
 from inferlab.read import addenda
 from inferlab.report import plots
-from inferlab.report import DETAILS_FILE
 from inferlab.run.plan import EXPERIMENTS_DIR
 
 PAGE = REPO_ROOT / "docs" / "records.md"
@@ -111,7 +110,7 @@ def test_every_file_a_run_writes_is_documented(written_run):
                 if path.is_file()}
     expected.update({name: "a file inferlab.run.records names" for name in (
         records.CLAIM_FILE, records.MANIFEST_FILE, records.PLAN_FILE, records.RECORDS_FILE, records.PREDICTIONS_FILE,
-        records.REPORT_FILE, DETAILS_FILE)})
+        records.REPORT_FILE)})
     expected.update({name: "a plot inferlab.report.plots draws" for name in
                      (plots.TOKEN_TIMES_PNG, plots.TTFT_INTERVAL_PNG, plots.CPU_SHARE_PNG, plots.CACHE_DIFF_PNG)})
     expected.update({addenda.LEDGER_FILE: "the addenda ledger (inferlab.read.addenda)",

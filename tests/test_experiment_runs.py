@@ -60,7 +60,7 @@ def test_the_make_test_run_of_each_offline_specimen_verifies_and_its_report_rege
     assert status == 0 and printed.splitlines()[-1].startswith("verify: OK ("), printed
     status, printed = inferlab_command("report", run, "--check")
     assert status == 0 and printed.splitlines()[-1] == (
-        f"report: regenerated text is identical to report.md, report-details.md in {run}"), printed
+        f"report: regenerated text is identical to report.md in {run}"), printed
     acquisition = next(r for r in records(run) if r["kind"] == "artifact_acquisition")
     assert acquisition["acquisition"] == "built_offline" and acquisition["ok"] is True
     assert Path(acquisition["directory"]).is_relative_to(run.parent / "artifacts" / "cache")  # never the checkout's

@@ -73,7 +73,7 @@ def original_and_renamed(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("renamed")
     original = build_rich_run(root / "original", transform=skip_the_cache_test)
     renamed = copy_run(original, root / "renamed")
-    for name in ("records.jsonl", "plan.json", "report.md", "report-details.md"):
+    for name in ("records.jsonl", "plan.json", "report.md"):
         path = renamed / name
         text = path.read_text(encoding="utf-8")
         assert OLD_NAME in text or name == "report.md"  # the page names the skip's reason, not the test

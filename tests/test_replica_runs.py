@@ -61,4 +61,4 @@ def test_an_id_without_a_token_goes_through_generation_timing_and_the_report(pyt
         status, printed = inferlab_command(*command)
         assert status == 0, printed
     page = (run / "report.md").read_text()
-    assert "| `P1-G-rep1` | max_new_tokens | 16 |  | `\"\"` |" in page  # an empty continuation, shown as ""
+    assert "| `P1-G-rep1` | max_new_tokens | 16 | `\"\"` |" in page  # an empty continuation, shown as ""

@@ -14,7 +14,6 @@ import pytest
 
 from inferlab import report
 from inferlab.run.records import REPORT_FILE
-from inferlab.report import verdict as verdicts
 
 from fixtures_records import abandon_finish, build_rich_run, copy_run, kill_after, rerender
 from fixture_runs import RunData, plots_not_drawn, runs, shared  # noqa: F401 (fixtures)
@@ -35,7 +34,7 @@ complete = shared("complete", "complete", "The shared complete run in memory: ev
                   "build_rich_run's, made from it without a disk.", in_memory=True)
 
 
-def judged(data: RunData, after_session: bool = False) -> tuple[verdicts.Verdict, str]:
+def judged(data: RunData, after_session: bool = False) -> tuple[report.Verdict, str]:
     """The verdict of a run in memory and report.md's text, as the session renders it."""
     view = data.view()
     return report.verdict_of(view, after_session=after_session), report.render_report(view, after_session=after_session)
@@ -77,7 +76,7 @@ def test_a_variant_in_memory_is_the_run_build_rich_run_writes(complete, runs, tm
                            base=runs.get("complete"))
     data = complete.rich(transform=interrupted, session_end=session_end)
     assert data.records == RunData.read(built).records
-    assert report.render_pages(data.view()) == {name: (built / name).read_text() for name in report.PAGES}
+    assert report.render_report(data.view()) == (built / REPORT_FILE).read_text()
     assert report.verdict_of(data.view()) == report.verdict_of(built)
 
 
@@ -125,15 +124,12 @@ def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned,
     assert "final writes were abandoned" in capsys.readouterr().out
 
 
-def test_during_the_session_an_unfinalised_manifest_is_expected(abandoned):
-    """The session renders before its final manifest: the default form must not read that as abandoned."""
-    assert report.verdict_of(abandoned).kind == "passed"
-    assert report.check_pages(abandoned) == []  # the page the session wrote
-
-
-def test_the_page_a_session_wrote_before_abandoning_its_finish_fails_the_check(abandoned, capsys):
+def test_during_the_session_an_unfinalised_manifest_is_expected_and_after_it_the_page_is_stale(abandoned, capsys):
+    """The session renders before its final manifest, so the default form does not read that as abandoned; once
+    the session is over, the page it wrote no longer says what the folder holds."""
     from inferlab.__main__ import main
 
+    assert report.verdict_of(abandoned).kind == "passed" and report.check(abandoned).status == "identical"
     assert main(["report", str(abandoned), "--check"]) == 1
     assert "regenerated text differs" in capsys.readouterr().out
 
@@ -152,21 +148,18 @@ def test_a_run_stopped_by_maxfail_stopped_early(complete):
     assert "-x/--maxfail after 1 failure" in headline(page)
 
 
-def test_a_partial_selection_is_not_the_complete_protocol_and_says_why(complete):
+def test_a_partial_selection_or_plan_is_not_the_complete_protocol_and_says_why(complete):
     found, page = judged(complete.rich(session_end={"protocol_complete": False,
                                                     "partial_reasons": ["-k P1: 40 of 66 tests selected"]}))
     assert found.kind == "partial"
     assert "**Partial run: not the complete protocol.** Why: -k P1: 40 of 66 tests selected" in headline(page)
 
-
-def test_plan_shortfalls_make_a_run_partial_even_without_partial_reasons(complete):
     def shortfall(plan):
         plan["shortfalls"] = ["cache_forwards: planned 0, the complete protocol has 16"]
         return plan
 
-    found, page = judged(complete.rich().changed(plan=shortfall))
-    assert found.kind == "partial"
-    assert "cache_forwards: planned 0" in headline(page)
+    found, page = judged(complete.rich().changed(plan=shortfall))  # without partial_reasons: the plan says it
+    assert found.kind == "partial" and "cache_forwards: planned 0" in headline(page)
 
 
 def test_planned_tests_without_an_outcome_are_named_even_when_the_session_ended(complete):
@@ -187,24 +180,18 @@ def test_a_failed_integrity_check_is_a_harness_problem(complete):
     found, page = judged(complete.rich(transform=fail("test_cache_criterion_declared", "no criterion")))
     assert found.kind == "integrity_failed"
     assert "**1 harness-integrity check failed**" in headline(page)
-    status = page.split("## Conditions")[0]
+    status = page.split("## The questions")[0]
     assert "| F1 | `test_cache_criterion_declared` | integrity | call | no criterion |" in status
 
 
-def test_a_failed_diagnostic_is_a_finding_not_a_broken_harness(complete):
+def test_a_failed_diagnostic_is_a_finding_and_after_a_failed_integrity_check_it_is_read_second(complete):
     found, page = judged(complete.rich(transform=fail("test_loop_matches_generate", "loop ids differ")))
-    assert found.kind == "diagnostic_failed" and found.kinds == ["diagnostic_failed"]
-    line = headline(page)
-    assert "**1 protocol diagnostic failed**, and every harness-integrity check that ran passed" in line
-    assert "not mean the harness is broken" in line
+    assert found.kinds == ["diagnostic_failed"]
+    assert "**1 protocol diagnostic failed**, and every harness-integrity check that ran passed" in headline(page)
+    assert "not mean the harness is broken" in headline(page)
     assert "| F1 | `test_loop_matches_generate` | diagnostic | call | loop ids differ |" in page
-
-
-def test_both_kinds_failing_are_both_stated_integrity_first(complete):
-    def both(records):
-        return fail("test_loop_matches_generate", "differ")(fail("test_cache_criterion_declared", "none")(records))
-
-    found, _ = judged(complete.rich(transform=both))
+    found, _ = judged(complete.rich(transform=lambda records: fail("test_loop_matches_generate", "differ")(
+        fail("test_cache_criterion_declared", "none")(records))))
     assert found.kinds == ["integrity_failed", "diagnostic_failed"]
     assert "read them after the integrity failure is fixed" in found.facts[0]
 
@@ -248,14 +235,6 @@ def test_damaged_records_are_never_called_every_test_passed(runs, tmp_path):
     assert "could not all be read" in file_headline(run) and "records.jsonl" in file_headline(run)
 
 
-def test_a_plan_folder_is_a_plan_with_no_verdict(complete):
-    data = complete.rich(transform=drop_outcomes(lambda t: True), session_end=False)
-    found, text = judged(data.changed(options={**data.manifest["options"], "plan": True}))
-    assert found.kind == "plan_only" and "not_finished" not in found.kinds
-    assert "This folder is a plan" in headline(text)
-    assert "## The plan" in text and "## What did not run" not in text
-
-
 def test_an_environment_changed_during_the_run_heads_a_run_that_otherwise_passed(complete):
     """Issue 26 B4: a source file edited while the run ran; never 'every planned test passed'."""
     found, page = judged(complete.rich(session_end={"environment_changed_during_run": [
@@ -281,7 +260,7 @@ def test_a_forward_count_over_the_plan_heads_a_run_that_otherwise_passed(complet
 
 def test_every_kind_has_a_test_here():
     source = Path(__file__).read_text()
-    for kind in verdicts.KINDS:
+    for kind in report.KINDS:
         assert f'"{kind}"' in source, f"no test names verdict kind {kind}"
 
 

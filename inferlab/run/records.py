@@ -35,8 +35,9 @@ RESERVED_FIELDS = frozenset({"kind", "test", "seq", "wall_time", STAMP_FIELD})
 HARNESS_KINDS = frozenset({"plan", "test_outcome", "session_end", "report_error"})  # written by the session itself
 # The layout of a run's records, named in manifest.json and plan.json (2: plan entries declare their record kinds).
 RECORD_SCHEMA = 2
-# The version of the text inferlab.report renders, named in manifest.json; raise it with any change of the pages.
-REPORT_RENDERER_VERSION = 6
+# The version of the text inferlab.report renders, named in manifest.json; raise it with any change of the pages
+# (7: issue 56, report.md holds the evidence and answers no question; report-details.md is no longer written).
+REPORT_RENDERER_VERSION = 7
 RENAME_NOTE = "renamed-incomplete.json"  # beside the session's files, by whoever renamed the folder -incomplete
 SPECIMEN_FILES = ("config.json", "model.safetensors")  # a folder holding both is a specimen's copy
 ENDED_NAME = re.compile(r"-(incomplete|failed|findings|partial|partial-failed|partial-findings)(-\d+)?$")
