@@ -38,7 +38,8 @@ def say(command: str, message: str, code: int = EXIT_UNREADABLE) -> int:
 def refuse_non_run(command: str, *record_dirs: Path) -> bool:
     """Say so (and True) when a folder is not a run's record dir, or is a plan folder: every command refuses both
     the same way, exit 2, reading or writing nothing there."""
-    from inferlab.read.runview import RunView, not_a_run_reason
+    from inferlab.read.parse import not_a_run_reason
+    from inferlab.read.runview import RunView
 
     refused = False
     for record_dir in record_dirs:

@@ -114,8 +114,13 @@ def sha256_file(path) -> str:
 
 
 def tensor_sha256(tensor) -> str:
-    """SHA-256 of a CPU tensor's raw bytes (little-endian on every CPU torch runs on)."""
-    return sha256_bytes(tensor.detach().cpu().contiguous().numpy().tobytes())
+    """SHA-256 of a tensor's raw little-endian bytes: a torch tensor as saved, or the numpy array read back."""
+    import numpy
+
+    data = tensor.detach().cpu().contiguous().numpy() if hasattr(tensor, "detach") else numpy.ascontiguousarray(tensor)
+    if data.dtype.byteorder == ">":
+        data = data.byteswap().view(data.dtype.newbyteorder("<"))
+    return sha256_bytes(data.tobytes())
 
 
 def os_error_words(error: OSError) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from inferlab import protocol
 from inferlab.files import import_hint
-from inferlab.read import runview
+from inferlab.read import parse as runfolder
 from inferlab.run import endings, plan
 from inferlab.run.records import PLAN_FILE, RecordDirError, check_paths
 from inferlab.run.session import OPTIONS, Run, claim_run, invocation_of, offline_setting
@@ -53,7 +53,7 @@ def pytest_configure(config):
         if config.option.collectonly:  # --co lists the tests and runs none: no run folder is made for it
             return
         run = claim_run(invocation, pid=os.getpid(), hostname=socket.gethostname(),
-                        claim_without_end=runview.claim_without_end,
+                        claim_without_end=runfolder.claim_without_end,
                         record_dir=record_dir and Path(os.path.expanduser(record_dir)),
                         runs_dir=runs_dir and Path(os.path.expanduser(runs_dir)))
     except (ValueError, RecordDirError) as refused:

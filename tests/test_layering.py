@@ -108,15 +108,15 @@ def test_the_plugin_only_wires_the_run_stays_small_and_no_library_module_is_over
 
 
 def test_records_jsonl_is_parsed_by_the_one_reader_only():
-    """A module that reads records.jsonl's content hands it to inferlab.read.runview.parse_records: no second
+    """A module that reads records.jsonl's content hands it to inferlab.read.parse.parse_records: no second
     parser (a byte search for a kind was one)."""
     readers = {str(path.relative_to(layering.PACKAGE.parent)): path.read_text(encoding="utf-8")
                for path in sorted(layering.PACKAGE.rglob("*.py"))
                if READS_RECORDS.search(path.read_text(encoding="utf-8"))}
-    assert "inferlab/read/runview.py" in readers  # the pattern finds the one reader itself
+    assert "inferlab/read/parse.py" in readers  # the pattern finds the one reader itself
     second = [name for name, text in readers.items()
-              if name != "inferlab/read/runview.py" and "parse_records(" not in text]
-    assert not second, f"records.jsonl read without the one parser (inferlab.read.runview) in: {second}"
+              if name != "inferlab/read/parse.py" and "parse_records(" not in text]
+    assert not second, f"records.jsonl read without the one parser (inferlab.read.parse) in: {second}"
 
 
 PARSES_JSON_LINES = re.compile(r"for \w+ in [^\n]*splitlines\(\)[^\n]*:\n(?:[^\n]*\n){0,3}?[^\n]*json\.loads\(")
@@ -124,7 +124,7 @@ PARSES_JSON_LINES = re.compile(r"for \w+ in [^\n]*splitlines\(\)[^\n]*:\n(?:[^\n
 
 def test_no_library_module_parses_json_lines_itself():
     """A loop that json-parses lines one by one is a second records.jsonl parser, whatever path it opened (the
-    session's RecordLog.catch_up read its own file so); runs' lines go through inferlab.read.runview.parse_records."""
+    session's RecordLog.catch_up read its own file so); runs' lines go through inferlab.read.parse.parse_records."""
     second = [str(path.relative_to(layering.PACKAGE.parent)) for path in sorted(layering.PACKAGE.rglob("*.py"))
               if PARSES_JSON_LINES.search(path.read_text(encoding="utf-8"))]
-    assert not second, f"lines parsed as JSON one by one outside inferlab.read.runview in: {second}"
+    assert not second, f"lines parsed as JSON one by one outside inferlab.read.parse in: {second}"

@@ -15,7 +15,9 @@ from inferlab.__main__ import main
 from inferlab.files import write_json_atomic
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
-from inferlab.read.runview import RENDERER_VERSION_FIELD, RunView, parse_records, tensor_sha256
+from inferlab.files import tensor_sha256
+from inferlab.read.parse import parse_records
+from inferlab.read.runview import RENDERER_VERSION_FIELD, RunView
 from inferlab.report.compare import compare
 from inferlab.read.verify import verify_run
 
@@ -110,14 +112,12 @@ def test_a_plan_folder_is_known_by_its_manifest_or_its_records(manifest, records
     assert not RunView.from_data([], {"mode": "run"}, plan_of()).is_plan_folder
 
 
-def test_a_part_is_labelled_by_its_plan_entry_then_as_reports_always_labelled_it():
+def test_a_part_is_labelled_by_its_plan_entry_up_to_the_colon_else_by_its_file():
     plan = plan_of(parts=[{"file": "experiments/test_80_new.py", "title": "Part 8: a new part."},
-                          {"file": "experiments/test_90_x.py", "title": "T", "label": "Part 9: labelled"},
-                          {"file": "experiments/test_60_memory.py", "title": "Part 6: a long docstring title."}])
+                          {"file": "experiments/test_90_x.py", "title": "Optional extension"}])
     view = RunView.from_data([], {}, plan)
-    assert view.part_label("experiments/test_80_new.py::test_a") == "Part 8: a new part."
-    assert view.part_label("experiments/test_90_x.py::test_b[1]") == "Part 9: labelled"
-    assert view.part_label("experiments/test_60_memory.py::test_c") == "Part 6: memory"
+    assert view.part_label("experiments/test_80_new.py::test_a") == "Part 8"
+    assert view.part_label("experiments/test_90_x.py::test_b[1]") == "Optional extension"
     assert view.part_label("elsewhere/check.py::test_d") == "check.py" and view.part_label(None) == "(session)"
 
 
@@ -128,13 +128,13 @@ def test_a_tensor_is_checked_against_its_records_shape_and_sha256():
     array = numpy.arange(4, dtype=numpy.float32)
     good = {"file": "tensors/t.safetensors", "key": "k", "shape": [4], "sha256": tensor_sha256(array)}
     view = RunView.from_data([record("x", None, logits=good)], {}, plan_of(), {"tensors/t.safetensors": {"k": array}})
-    assert view.check_tensor(good).ok and view.verified_tensor(good) is array
+    assert view.tensors.check(good).ok and view.tensors.verified(good) is array
     edited = {**good, "sha256": "00" * 32}
-    assert view.check_tensor(edited).sha256 == good["sha256"] and view.verified_tensor(edited) is None
-    assert view.tensor(edited) is array  # what the file holds, for a page that shows it
-    assert view.check_tensor({**good, "shape": [2, 2]}).shape == [4]
-    assert view.check_tensor({**good, "key": "other"}).key_missing
-    assert view.check_tensor({**good, "file": "tensors/gone.safetensors"}).file_error.code == "missing"
+    assert view.tensors.check(edited).sha256 == good["sha256"] and view.tensors.verified(edited) is None
+    assert view.tensors.get(edited) is array  # what the file holds, for a page that shows it
+    assert view.tensors.check({**good, "shape": [2, 2]}).shape == [4]
+    assert view.tensors.check({**good, "key": "other"}).key_missing
+    assert view.tensors.check({**good, "file": "tensors/gone.safetensors"}).file_error.code == "missing"
 
 
 def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
@@ -143,7 +143,7 @@ def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / RECORDS_FILE).write_text(json.dumps(record("x", None, logits=reference)) + "\n")
     view = RunView.read(tmp_path / "run")
-    assert view.check_tensor(reference).file_error.code == "outside" and view.tensor(reference) is None
+    assert view.tensors.check(reference).file_error.code == "outside" and view.tensors.get(reference) is None
     assert any("is not in tensors/" in p for p in verify_run(view)["problems"])
 
 

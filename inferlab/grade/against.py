@@ -124,11 +124,11 @@ class _Pair:
                 self.found.notes.setdefault(item, []).append(f"differs (not held against the run): {message}")
 
     def tensor(self, item: int, what: str, claimed_ref, course_ref) -> None:
-        course = self.course.verified_tensor(course_ref) if isinstance(course_ref, dict) else None
+        course = self.course.tensors.verified(course_ref) if isinstance(course_ref, dict) else None
         if course is None:
             return  # the course's own tensor is missing: nothing to compare against
         self.found.compared[item] = self.found.compared.get(item, 0) + 1
-        claimed = self.claim.verified_tensor(claimed_ref) if isinstance(claimed_ref, dict) else None
+        claimed = self.claim.tensors.verified(claimed_ref) if isinstance(claimed_ref, dict) else None
         if claimed is None:
             self.found.contradict(item, f"{what}: the course's run holds this tensor, the run's is missing or does "
                                         "not match its record")

@@ -150,7 +150,8 @@ def command(args) -> int:
     from inferlab.files import OutputPathError, output_kind, write_text_atomic
     from inferlab.grade import rubric
     from inferlab.grade.grade import flag_copies, grade_source
-    from inferlab.read.runview import RunView, not_a_run_reason
+    from inferlab.read.parse import not_a_run_reason
+    from inferlab.read.runview import RunView
 
     try:
         rules = rubric.load(args.rubric)

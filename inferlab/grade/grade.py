@@ -145,7 +145,8 @@ def grade_writing(texts: checklist.Writing, rubric: Rubric, source: str, learner
 
 def grade_source(path: Path, rubric: Rubric, course=None, course_label: str = "") -> Grade:
     """A run folder or a `pack` archive; a Grade with .error when it is neither."""
-    from inferlab.read.runview import RunView, not_a_run_reason
+    from inferlab.read.parse import not_a_run_reason
+    from inferlab.read.runview import RunView
 
     path = Path(path)
     if archive.is_archive(path):

@@ -27,7 +27,8 @@ from inferlab import protocol, writing
 from inferlab.files import dumps, sha256_bytes, sha256_file, spelled, write_bytes_atomic
 from inferlab.run.records import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE,
                                   TENSOR_DIR, utc_now)
-from inferlab.read.runview import LEDGER_FILE, RunView, not_a_run_reason, parse_ledger
+from inferlab.read.parse import LEDGER_FILE, not_a_run_reason, parse_ledger
+from inferlab.read.runview import RunView
 
 ADDENDA_DIR = "addenda"
 LEDGER_SCHEMA = 1
@@ -293,7 +294,7 @@ def saved_prefixes(view: RunView) -> list[tuple[dict, object, object]]:
     found, bad = [], []
     for record in comparisons:
         tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
-        arrays = [view.verified_tensor(tensors[p]) if isinstance(tensors.get(p), dict) else None
+        arrays = [view.tensors.verified(tensors[p]) if isinstance(tensors.get(p), dict) else None
                   for p in ("cached", "uncached")]
         if any(a is None for a in arrays):
             bad.append(f"cache_comparison seq {record.get('seq')}: a tensor is missing or does not match its record")
@@ -357,7 +358,7 @@ def check_revision(view: RunView, file: str, data: bytes) -> list[str]:
             findings.append(f"{file}: {row.get('name')}: not the tensors cache_comparison seq {row.get('record_seq')} "
                             "holds")
             continue
-        arrays = [view.verified_tensor(record["tensors"][p]) for p in ("cached", "uncached")]
+        arrays = [view.tensors.verified(record["tensors"][p]) for p in ("cached", "uncached")]
         if all(a is not None for a in arrays) and row.get("revised") != judge(*arrays, tolerance):
             findings.append(f"{file}: {row.get('name')}: revised verdict {row.get('revised')}, recomputed from the "
                             f"tensors {judge(*arrays, tolerance)}")

@@ -8,8 +8,8 @@ RunView.from_data(records, manifest, plan, tensors) builds one from data in memo
 
 verify, the report, compare (and every later reader of a finished run) are functions over a RunView. It
 answers how the session ended, whether the folder is a plan, which tests produce a record kind (the
-plan says) and why a record is missing. Readers never touch the
-model and never import torch: tensors are numpy arrays.
+plan says) and why a record is missing. Readers never touch the model and never import torch: tensors are numpy
+arrays. The bytes of each file are parsed in inferlab.read.parse.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from inferlab.read.tensors import TensorCheck, TensorFileError, tensor_references, tensor_sha256  # noqa: F401
-from inferlab.run.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, STAMP_FIELD, TENSOR_DIR
+from inferlab.read.tensors import SavedTensors, tensor_references  # noqa: F401 (readers take it from here)
+from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,  # noqa: F401
+                                 Problem, not_a_run_reason, parse_records, read_json, read_ledger)
+from inferlab.run.records import STAMP_FIELD
 
-LEDGER_FILE = "addenda.jsonl"  # what is kept beside the run afterwards (inferlab.read.addenda writes it)
-ENTRY_FIELDS = ("schema", "seq", "kind", "file", "original_name", "size", "sha256", "attached_utc",
-                "manifest_sha256", "structure", "tool")
-REQUIRED_ENVELOPE_FIELDS = ("kind", "test", "seq", "wall_time")  # every record has them
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
 NOT_PASSING = ("failed", "error", "skipped")
 FAILING = ("failed", "error")  # a record whose status says so needs a failing outcome of its test
@@ -37,28 +35,11 @@ RENDERER_VERSION_FIELD = "report_renderer_version"
 FIRST_RENDERER_VERSION = 1
 
 
-def unparametrized(nodeid) -> str:
-    """A node id without its parametrize id: every parametrization of one test function."""
-    text = str(nodeid or "")
-    return text[:text.index("[")] if text.endswith("]") and "[" in text else text
-
-
-PART_LABELS = (("test_10", "Part 2: specimen, files and loading"), ("test_20", "Part 3: inputs"),
-               ("test_30", "Part 3: the generation trials and their checks"),
-               ("test_40", "Part 4: the matched-prefix cache test"), ("test_50", "Part 5: timing"),
-               ("test_60", "Part 6: memory"), ("test_70", "optional batching extension"))
-
-
 def part_label(file: str, part: Optional[dict] = None) -> str:
-    """The label of one experiment file's part: the plan part's own label, the lab's part for the file's number,
-    else its title, else the file's name."""
-    if isinstance(part, dict) and isinstance(part.get("label"), str) and part["label"]:
-        return part["label"]
-    name = file.rsplit("/", 1)[-1]
-    known = next((label for prefix, label in PART_LABELS if name.startswith(prefix)), None)
-    if known is None and isinstance(part, dict) and isinstance(part.get("title"), str) and part["title"]:
-        return part["title"]
-    return known or name
+    """An experiment file's part as its plan entry names it (the module docstring's first line up to its colon,
+    'Part 4'), else the file's name."""
+    title = part.get("title") if isinstance(part, dict) else None
+    return title.split(":")[0].strip() if isinstance(title, str) and title.strip() else file.rsplit("/", 1)[-1]
 
 
 def bracket_id(nodeid: Optional[str]) -> Optional[str]:
@@ -73,29 +54,9 @@ def short_test(nodeid: Optional[str]) -> str:
     return (nodeid or "(session)").split("::")[-1]
 
 
-def function_name(nodeid: Optional[str]) -> str:
-    """The test function's name in a node id, without file or parameters."""
-    return short_test(nodeid).split("[")[0]
-
-
 def file_of(nodeid: Optional[str]) -> str:
     """The file part of a node id ('experiments/x.py' of 'experiments/x.py::test_y[z]')."""
     return str(nodeid or "").split("::")[0]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing met while reading: the file, the line (records.jsonl), what; lost=False when the content was
-    still read (not ASCII, an envelope field missing) and only its form is wrong."""
-
-    file: str
-    what: str
-    line: Optional[int] = None
-    code: str = "unreadable"  # missing, unreadable, not_json, not_object, not_ascii, missing_fields
-    lost: bool = True
-
-    def __str__(self) -> str:
-        return f"{self.file}{'' if self.line is None else f':{self.line}'}: {self.what}"
 
 
 @dataclass
@@ -107,117 +68,6 @@ class Missing:
     reason: str
     producers: list[str]
     evidence: Optional[dict] = None
-
-
-def parse_records(raw: bytes) -> tuple[list[dict], list[Problem]]:
-    """The records of records.jsonl's bytes, in write order, and one Problem per line that is not a record."""
-    problems = []
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError as error:
-        problems.append(Problem(RECORDS_FILE, f"not ASCII as written ({error})", code="not_ascii", lost=False))
-        text = raw.decode("ascii", errors="replace")
-    pieces = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # lines as a text file reads them
-    lines = [piece + "\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
-    records = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except ValueError as error:
-            problems.append(Problem(RECORDS_FILE, f"not a JSON object ({error})", line=number, code="not_json"))
-            continue
-        if not isinstance(record, dict):
-            problems.append(Problem(RECORDS_FILE, f"a {type(record).__name__}, expected a JSON object", line=number,
-                                    code="not_object"))
-            continue
-        absent = [name for name in REQUIRED_ENVELOPE_FIELDS if name not in record]
-        if absent:
-            problems.append(Problem(RECORDS_FILE, f"missing field(s) {', '.join(absent)}", line=number,
-                                    code="missing_fields", lost=False))
-        records.append(record)
-    return records, problems
-
-
-def _read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Problem]]:
-    path = directory / name
-    if not path.exists():
-        return None, Problem(name, "missing", code="missing")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return None, Problem(name, f"not readable JSON ({error})")
-    if not isinstance(data, dict):
-        return None, Problem(name, f"a {type(data).__name__}, expected a JSON object", code="not_object")
-    return data, None
-
-
-def parse_ledger(raw: bytes) -> tuple[list[dict], list[tuple[int, str]]]:
-    """The ledger's entries, and (line number, what is wrong) for every line that is not one."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return [], [(0, f"not UTF-8 ({error})")]
-    entries, problems = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        try:
-            entry = json.loads(line)
-        except ValueError as error:
-            problems.append((number, f"not a JSON object ({error})"))
-            continue
-        if not isinstance(entry, dict):
-            problems.append((number, f"a {type(entry).__name__}, expected a JSON object"))
-            continue
-        absent = [name for name in ENTRY_FIELDS if name not in entry]
-        if absent:
-            problems.append((number, f"missing field(s) {', '.join(absent)}"))
-        entries.append(entry)
-    if text and not text.endswith("\n"):
-        problems.append((len(text.splitlines()), "the last line is not complete (no newline): a torn write"))
-    return entries, problems
-
-
-def _read_ledger(directory: Path) -> tuple[list[dict], list[Problem]]:
-    """The addenda ledger's entries and problems; a run with nothing attached has no ledger, which is no problem."""
-    path = directory / LEDGER_FILE
-    if not path.exists():
-        return [], []
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        return [], [Problem(LEDGER_FILE, f"not readable ({error})")]
-    entries, problems = parse_ledger(raw)
-    return entries, [Problem(LEDGER_FILE, what, line=line or None, code="ledger") for line, what in problems]
-
-
-def not_a_run_reason(path: Path) -> Optional[str]:
-    """Why `path` is not a run's record dir (None when it is one), from its first record and manifest alone.
-
-    A run claims its folder (CLAIM_FILE) and opens RECORDS_FILE and MANIFEST_FILE before any test, so
-    a folder with none of them, or with files of those names that are not a run's, was never a run.
-    """
-    path = Path(path)
-    if (path / CLAIM_FILE).is_file():
-        return None
-    try:
-        with open(path / RECORDS_FILE, encoding="ascii", errors="replace") as handle:
-            first = handle.readline()
-        record = json.loads(first) if first.strip() else None
-        if isinstance(record, dict) and {"kind", "seq"} <= set(record):
-            return None
-    except (OSError, ValueError):
-        pass
-    try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
-        if isinstance(manifest, dict) and manifest.get("mode") in ("run", "plan") and "protocol" in manifest:
-            return None
-    except (OSError, ValueError):
-        pass
-    present = [name for name in (RECORDS_FILE, MANIFEST_FILE) if (path / name).exists()]
-    if not present:
-        return f"{path} is not a run's record dir: it has no {RECORDS_FILE}, {MANIFEST_FILE} or {CLAIM_FILE}"
-    return (f"{path} is not a run's record dir: its {' and '.join(present)} "
-            f"{'is' if len(present) == 1 else 'are'} not a run's (no record with kind and seq, no run manifest)")
-
 
 
 class RunView:
@@ -255,13 +105,7 @@ class RunView:
         self._parts = {p.get("file"): p for p in parts if isinstance(p, dict)} if isinstance(parts, list) else {}
         self.claim: Optional[dict] = None  # claim.json, when read from a folder
         self.rename_note: Optional[dict] = None  # inferlab.run.records' rename note, when a run renamed the folder
-        self._given_tensors = tensors
-        self._tensor_files: dict[str, tuple[Optional[dict], Optional[TensorFileError]]] = {}
-        self._tensor_problems: dict[str, str] = {}
-        self._first_reference: dict[str, int] = {}
-        for record in self.records:
-            for _, reference in tensor_references(record):
-                self._first_reference.setdefault(reference["file"], len(self._first_reference))
+        self.tensors = SavedTensors(self.directory, tensors)  # what its tensors/ folder holds, read when asked
 
     @classmethod
     def read(cls, directory: Path) -> "RunView":
@@ -274,16 +118,16 @@ class RunView:
         except OSError as error:
             records = []
             problems.append(Problem(RECORDS_FILE, f"not readable ({error})"))
-        manifest, problem = _read_json(directory, MANIFEST_FILE)
+        manifest, problem = read_json(directory, MANIFEST_FILE)
         problems += [problem] if problem else []
-        plan, problem = _read_json(directory, PLAN_FILE)
+        plan, problem = read_json(directory, PLAN_FILE)
         problems += [problem] if problem else []
-        entries, ledger_problems = _read_ledger(directory)
+        entries, ledger_problems = read_ledger(directory)
         view = cls(records, manifest, plan, directory=directory, problems=problems, addenda=entries,
                    addenda_problems=ledger_problems)
         from inferlab.run.records import RENAME_NOTE  # who claimed it, and a later run's note: how it ended
 
-        view.claim, view.rename_note = _read_json(directory, CLAIM_FILE)[0], _read_json(directory, RENAME_NOTE)[0]
+        view.claim, view.rename_note = read_json(directory, CLAIM_FILE)[0], read_json(directory, RENAME_NOTE)[0]
         return view
 
     @classmethod
@@ -303,11 +147,6 @@ class RunView:
         """What could not be read at all (a line, a file), one line each, as the report states it."""
         return [f"{p.file}:{p.line}: not a JSON object" if p.code == "not_object" and p.line else str(p)
                 for p in self.problems if p.lost]
-
-    def tensor_read_problems(self) -> list[str]:
-        """The tensor files asked for so far that could not be read, in the order the records refer to them."""
-        order = self._first_reference
-        return [self._tensor_problems[f] for f in sorted(self._tensor_problems, key=lambda f: order.get(f, len(order)))]
 
     def kind(self, name: str) -> list[dict]:
         return self.by_kind.get(name, [])
@@ -474,92 +313,4 @@ class RunView:
             return " ".join(shlex.quote(str(a)) for a in argv), "sys.argv (the typed command was not recorded)"
         return None, "not recorded"
 
-    def tensor_files(self) -> list[str]:
-        """Every safetensors file in the run's tensors/ folder (or given to from_data), as 'tensors/NAME'."""
-        if self._given_tensors is not None:
-            return sorted(self._given_tensors)
-        folder = self.directory / TENSOR_DIR if self.directory is not None else None
-        if folder is None or not folder.is_dir():
-            return []
-        return sorted(p.relative_to(self.directory).as_posix() for p in folder.glob("*.safetensors"))
 
-    def tensor_file(self, file: str) -> dict:
-        """{key: numpy array} of one tensor file, read once; TensorFileError when missing, outside tensors/ or
-        unreadable."""
-        if file not in self._tensor_files:
-            self._tensor_files[file] = self._load_tensor_file(file)
-        tensors, error = self._tensor_files[file]
-        if error is not None:
-            raise error
-        return tensors
-
-    def _load_tensor_file(self, file: str) -> tuple[Optional[dict], Optional[TensorFileError]]:
-        if self._given_tensors is not None:
-            if file in self._given_tensors:
-                return self._given_tensors[file], None
-            return None, TensorFileError(file, "missing", "missing")
-        if self.directory is None:
-            return None, TensorFileError(file, "missing", "missing")
-        path = self.directory / file
-        if path.resolve().parent != (self.directory / TENSOR_DIR).resolve():
-            return None, TensorFileError(file, "outside", f"not in {TENSOR_DIR}/")
-        if not path.is_file():
-            return None, TensorFileError(file, "missing", "missing")
-        # A Python without safetensors or numpy cannot judge any tensor file: that is not damage, so it is raised
-        # (ImportError) rather than reported as an unreadable file.
-        from safetensors.numpy import load_file
-
-        try:
-            return load_file(str(path)), None
-        except Exception as error:  # any damaged file is a TensorFileError naming it, never a crash
-            return None, TensorFileError(file, "unreadable", f"{type(error).__name__}: {error}")
-
-    def tensor(self, reference: Any):
-        """The numpy array a {file, key} reference names, or None (missing, unreadable or outside tensors/).
-        Its hash is not compared here (check_tensor does): the report shows what the file holds."""
-        if not isinstance(reference, dict) or not isinstance(reference.get("file"), str):
-            return None
-        try:
-            tensors = self.tensor_file(reference["file"])
-        except TensorFileError as error:
-            if error.code == "unreadable":
-                self._tensor_problems.setdefault(error.file, f"{error.file}: not readable ({error.reason})")
-            return None
-        return tensors.get(reference.get("key"))
-
-    def check_tensor(self, reference: dict) -> TensorCheck:
-        """A tensor reference against the tensor: the file, the key, the shape and the SHA-256 the record holds."""
-        try:
-            tensors = self.tensor_file(reference["file"])
-        except TensorFileError as error:
-            return TensorCheck(file_error=error)
-        if reference.get("key") not in tensors:
-            return TensorCheck(key_missing=True)
-        array = tensors[reference["key"]]
-        check = TensorCheck(array=array)
-        if "shape" in reference and list(array.shape) != list(reference["shape"]):
-            check.shape = list(array.shape)
-        digest = tensor_sha256(array)
-        if digest != reference.get("sha256"):
-            check.sha256 = digest
-        return check
-
-    def verified_tensor(self, reference: dict):
-        """The tensor a reference names, only if it matches the record's shape and SHA-256; else None."""
-        check = self.check_tensor(reference)
-        return check.array if check.ok else None
-
-
-def claim_without_end(folder: Path) -> Optional[dict]:
-    """The claim of a run folder that has no session_end (neither a session_end record nor a final manifest), or
-    None: not a run's folder, or it reached its end (how a new session finds an earlier run killed before its end)."""
-    claim, _ = _read_json(Path(folder), CLAIM_FILE)
-    manifest, _ = _read_json(Path(folder), MANIFEST_FILE)
-    if not isinstance(claim, dict) or (manifest or {}).get("session_end") is not None or "files" in (manifest or {}):
-        return None
-    try:
-        raw = (Path(folder) / RECORDS_FILE).read_bytes()
-    except OSError:
-        raw = b""
-    records, _ = parse_records(raw)  # a torn or unreadable line is no session_end
-    return None if any(record.get("kind") == "session_end" for record in records) else claim

@@ -257,7 +257,7 @@ class Verify:
         for record in self.view.records:
             for field_path, reference in tensor_references(record):
                 where = f"{record.get('kind')} seq {record.get('seq')} {field_path}"
-                check = self.view.check_tensor(reference)
+                check = self.view.tensors.check(reference)
                 error, shown = check.file_error, f"{reference['file']}[{reference['key']}]"
                 if error is not None and error.code == "outside":
                     self.problem(f"{where}: tensor file {reference['file']} is not in {TENSOR_DIR}/, where a run "

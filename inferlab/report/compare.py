@@ -17,7 +17,8 @@ from inferlab import protocol
 from inferlab.files import spelled
 from inferlab.measure import usage
 from inferlab.measure.stats import first_divergence, post_first_interval, trial_contended
-from inferlab.read.runview import RunView, TensorFileError
+from inferlab.read.runview import RunView
+from inferlab.read.tensors import TensorFileError
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
 TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
@@ -61,11 +62,11 @@ def tensor_agreement(view_a: RunView, view_b: RunView) -> list[dict]:
     import numpy
 
     rows = []
-    for relative in sorted(set(view_a.tensor_files()) | set(view_b.tensor_files())):
+    for relative in sorted(set(view_a.tensors.files()) | set(view_b.tensors.files())):
         loaded, unreadable = [], []
         for name, view in (("DIR1", view_a), ("DIR2", view_b)):
             try:
-                loaded.append(view.tensor_file(relative))
+                loaded.append(view.tensors.load(relative))
             except TensorFileError as error:  # reported as a row, not raised: compare reports
                 loaded.append({})
                 unreadable += [f"{name}: {error.reason}"] if error.code != "missing" else []

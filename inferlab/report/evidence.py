@@ -277,7 +277,7 @@ def first_step(view: RunView) -> list[dict]:
         row: dict = {"prompt_id": prompt_id}
         source = next((r["first_step_logits"] for r in view.kind("generation") if r.get("prompt_id") == prompt_id
                        and isinstance(r.get("first_step_logits"), dict)), None)
-        vector = None if source is None else view.tensor(source)
+        vector = None if source is None else view.tensors.get(source)
         vector = None if vector is None else numpy.asarray(vector, dtype=numpy.float64).reshape(-1)
         if vector is not None and vector.size and numpy.isfinite(vector).all():
             p1, p05, top1 = probabilities(vector), probabilities(vector, 0.5), int(vector.argmax())
@@ -329,7 +329,7 @@ def bound_ratios(view: RunView) -> list[dict]:
     found = []
     for record in view.kind("cache_comparison"):
         tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
-        a, b = view.tensor(tensors.get("cached")), view.tensor(tensors.get("uncached"))
+        a, b = view.tensors.get(tensors.get("cached")), view.tensors.get(tensors.get("uncached"))
         ratio = None
         if a is not None and b is not None and numpy.shape(a) == numpy.shape(b) and numpy.size(a):
             a, b = numpy.asarray(a, dtype=numpy.float64), numpy.asarray(b, dtype=numpy.float64)

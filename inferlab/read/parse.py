@@ -1,0 +1,149 @@
+"""The bytes of a run folder's files, parsed: records.jsonl, the JSON files and the addenda ledger, with every
+problem met (nothing raised over a damaged or partial folder); and what makes a folder a run's at all."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from inferlab.run.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE  # noqa: F401 (readers take them here)
+
+LEDGER_FILE = "addenda.jsonl"  # what is kept beside the run afterwards (inferlab.read.addenda writes it)
+ENTRY_FIELDS = ("schema", "seq", "kind", "file", "original_name", "size", "sha256", "attached_utc",
+                "manifest_sha256", "structure", "tool")
+REQUIRED_ENVELOPE_FIELDS = ("kind", "test", "seq", "wall_time")  # every record has them
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing met while reading: the file, the line (records.jsonl), what; lost=False when the content was
+    still read (not ASCII, an envelope field missing) and only its form is wrong."""
+
+    file: str
+    what: str
+    line: Optional[int] = None
+    code: str = "unreadable"  # missing, unreadable, not_json, not_object, not_ascii, missing_fields
+    lost: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.file}{'' if self.line is None else f':{self.line}'}: {self.what}"
+
+
+def _json_lines(text: str, required: tuple) -> tuple[list[dict], list[tuple[int, str, str]]]:
+    """The JSON objects of a JSON Lines text, and (line, what, code) for each line that is not one; an object that
+    lacks a required field is kept, with a problem (its form is wrong, its content still read)."""
+    pieces = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # lines as a text file reads them
+    found, problems = [], []
+    for number, line in enumerate(pieces[:-1] + ([pieces[-1]] if pieces[-1] else []), start=1):
+        try:
+            value = json.loads(line)
+        except ValueError as error:
+            problems.append((number, f"not a JSON object ({error})", "not_json"))
+            continue
+        if not isinstance(value, dict):
+            problems.append((number, f"a {type(value).__name__}, expected a JSON object", "not_object"))
+            continue
+        absent = [name for name in required if name not in value]
+        if absent:
+            problems.append((number, f"missing field(s) {', '.join(absent)}", "missing_fields"))
+        found.append(value)
+    return found, problems
+
+
+def parse_records(raw: bytes) -> tuple[list[dict], list[Problem]]:
+    """The records of records.jsonl's bytes, in write order, and one Problem per line that is not a record."""
+    problems = []
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as error:
+        problems.append(Problem(RECORDS_FILE, f"not ASCII as written ({error})", code="not_ascii", lost=False))
+        text = raw.decode("ascii", errors="replace")
+    records, found = _json_lines(text, REQUIRED_ENVELOPE_FIELDS)
+    return records, problems + [Problem(RECORDS_FILE, what, line=number, code=code, lost=code != "missing_fields")
+                                for number, what, code in found]
+
+
+def read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Problem]]:
+    path = directory / name
+    if not path.exists():
+        return None, Problem(name, "missing", code="missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return None, Problem(name, f"not readable JSON ({error})")
+    if not isinstance(data, dict):
+        return None, Problem(name, f"a {type(data).__name__}, expected a JSON object", code="not_object")
+    return data, None
+
+
+def parse_ledger(raw: bytes) -> tuple[list[dict], list[tuple[int, str]]]:
+    """The ledger's entries, and (line number, what is wrong) for every line that is not one."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return [], [(0, f"not UTF-8 ({error})")]
+    entries, found = _json_lines(text, ENTRY_FIELDS)
+    problems = [(number, what) for number, what, _ in found]
+    if text and not text.endswith("\n"):
+        problems.append((len(text.splitlines()), "the last line is not complete (no newline): a torn write"))
+    return entries, problems
+
+
+def read_ledger(directory: Path) -> tuple[list[dict], list[Problem]]:
+    """The addenda ledger's entries and problems; a run with nothing attached has no ledger, which is no problem."""
+    path = directory / LEDGER_FILE
+    if not path.exists():
+        return [], []
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        return [], [Problem(LEDGER_FILE, f"not readable ({error})")]
+    entries, problems = parse_ledger(raw)
+    return entries, [Problem(LEDGER_FILE, what, line=line or None, code="ledger") for line, what in problems]
+
+
+def not_a_run_reason(path: Path) -> Optional[str]:
+    """Why `path` is not a run's record dir (None when it is one), from its first record and manifest alone.
+
+    A run claims its folder (CLAIM_FILE) and opens RECORDS_FILE and MANIFEST_FILE before any test, so
+    a folder with none of them, or with files of those names that are not a run's, was never a run.
+    """
+    path = Path(path)
+    if (path / CLAIM_FILE).is_file():
+        return None
+    try:
+        with open(path / RECORDS_FILE, encoding="ascii", errors="replace") as handle:
+            first = handle.readline()
+        record = json.loads(first) if first.strip() else None
+        if isinstance(record, dict) and {"kind", "seq"} <= set(record):
+            return None
+    except (OSError, ValueError):
+        pass
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+        if isinstance(manifest, dict) and manifest.get("mode") in ("run", "plan") and "protocol" in manifest:
+            return None
+    except (OSError, ValueError):
+        pass
+    present = [name for name in (RECORDS_FILE, MANIFEST_FILE) if (path / name).exists()]
+    if not present:
+        return f"{path} is not a run's record dir: it has no {RECORDS_FILE}, {MANIFEST_FILE} or {CLAIM_FILE}"
+    return (f"{path} is not a run's record dir: its {' and '.join(present)} "
+            f"{'is' if len(present) == 1 else 'are'} not a run's (no record with kind and seq, no run manifest)")
+
+
+def claim_without_end(folder: Path) -> Optional[dict]:
+    """The claim of a run folder that has no session_end (neither a session_end record nor a final manifest), or
+    None: not a run's folder, or it reached its end (how a new session finds an earlier run killed before its end)."""
+    claim, _ = read_json(Path(folder), CLAIM_FILE)
+    manifest, _ = read_json(Path(folder), MANIFEST_FILE)
+    if not isinstance(claim, dict) or (manifest or {}).get("session_end") is not None or "files" in (manifest or {}):
+        return None
+    try:
+        raw = (Path(folder) / RECORDS_FILE).read_bytes()
+    except OSError:
+        raw = b""
+    records, _ = parse_records(raw)  # a torn or unreadable line is no session_end
+    return None if any(record.get("kind") == "session_end" for record in records) else claim
