@@ -27,10 +27,11 @@ def test_machine_before_timing(inferlab_run, record):
     # the run's one full collection, here and not before each trial: no trial starts cold after one
     collection = usage.collect_once("test_machine_before_timing: after the machine readings, before the first "
                                         "timing trial")
-    record("timing_machine", point="before", **state, usage_sources=usage.usage_sources(),
-           contention_rule=rule.declaration(),
-           cache_verdict=protocol.cache_verdict_declaration(),
-           collector=usage.declaration(inferlab_run.collector_policy), collection=collection)
+    from inferlab.measure import decode_loop
+
+    record("timing_machine", point="before", **state, trials=decode_loop.declaration(inferlab_run.collector_policy),
+           contention_rule=rule.declaration(), cache_verdict=protocol.cache_verdict_declaration(),
+           collection=collection)
     unexplained = machine.unexplained_readings(state)
     assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
 
@@ -62,11 +63,7 @@ def test_timing_trial(trial, model, tokenizer, encoded_prompts, inferlab_run, fo
     cache_after = memory.cache_storage(result.cache) if result.cache is not None else None
     record("timing_trial", **{**result.to_record(), **identity}, status="ok", prompt_ids=encoded["record"]["token_ids"],
            profiling_text_not_a_response=text, profiling_pieces=inputs.token_pieces(tokenizer, result.generated_ids),
-           decode_s=decode_s, cache_after_loop=cache_after,
-           diagnostic_outputs={"output_attentions": False, "output_hidden_states": False, "scores": False},
-           threads=inferlab_run.thread_request and {"requested": inferlab_run.thread_request,
-                                                   "effective": _effective_threads()},
-           warnings=messages, forward_mode=mode)
+           decode_s=decode_s, cache_after_loop=cache_after, warnings=messages, forward_mode=mode)
     record("phase", name="output_decoding", trial_id=trial.test_id, source="timing", elapsed_s=decode_s,
            label=decode_loop.PROFILING_DECODING_LABEL)
     assert len(result.generated_ids) == protocol.TIMING_NEW_TOKENS, (
@@ -97,12 +94,6 @@ def test_machine_after_timing(inferlab_run, record):
     unexplained = machine.unexplained_readings(state)
     assert not unexplained, f"machine readings neither available nor said unavailable: {unexplained}"
     assert before is not None, "no timing_machine record from before the timing trials"
-
-
-def _effective_threads():
-    import torch
-
-    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}
 
 
 @pytest.mark.records("clock_overhead")

@@ -12,14 +12,8 @@ from typing import Optional
 # --- the pinned specimen -------------------------------------------------------------
 PINNED_REPO_ID = "EleutherAI/pythia-14m"
 PINNED_REVISION = "94f7c35d5e9f2e9bac8ca839329f505b4d007d5d"
-ALLOWLISTED_FILES = (
-    "config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "generation_config.json",
-    "model.safetensors",
-)
+ALLOWLISTED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "generation_config.json", "model.safetensors")
 # The experiment runs without these; every other allowlisted file is required. The pinned revision
 # of pythia-14m probably has no generation_config.json (see docs/specimens.md).
 OPTIONAL_FILES = ("generation_config.json",)
@@ -91,13 +85,12 @@ SEEDS = (17, 23, 31)
 GREEDY_REPETITIONS = 3
 RERUN_CONDITION, RERUN_SEED = "S1", 17
 # Fixed generation settings shared by every trial of the matrix.
-GENERATION_FIXED = {
-    "max_new_tokens": MAX_NEW_TOKENS,
-    "num_beams": 1,
-    "num_return_sequences": 1,
-    "use_cache": True,
-    "repetition_penalty": 1.0,
-}
+GENERATION_STOP_RULE = ("a trial stops when the selected token is an EOS id or when prompt_length + max_new_tokens ids "
+                        "exist; its stop_reason is 'eos' when the last id is EOS, 'max_new_tokens' when exactly "
+                        "max_new_tokens ids were generated and the last is not EOS, else 'unexplained'")
+GENERATION_TIMED_REGION = "time.perf_counter() around model.generate() only"
+GENERATION_FIXED = {"max_new_tokens": MAX_NEW_TOKENS, "num_beams": 1, "num_return_sequences": 1, "use_cache": True,
+                    "repetition_penalty": 1.0}
 
 
 @dataclass(frozen=True)
@@ -143,11 +136,6 @@ def generation_trials() -> list[GenerationTrial]:
     return trials
 
 
-def first_step_trial_ids() -> set[str]:
-    """The trials that save their first-step raw logits and processed scores: one per prompt and condition."""
-    return {t.test_id for t in generation_trials() if t.keeps_first_step_logits}
-
-
 # --- Part 4: matched-prefix cache test ---------------------------------------------------
 CACHE_REFERENCE_TRIAL = ("P1", "G", 1)  # prompt, condition, repetition
 CACHE_MAX_TARGET_TOKENS = 8
@@ -182,18 +170,13 @@ NEAR_TIE_RULE = ("near tie: top-two margin of the uncached logits <= (atol + rto
 # --- Part 5: timing ------------------------------------------------------------------
 TIMING_REPEAT_COUNT = 8  # P1 repeated eight times ...
 TIMING_REPEAT_SEPARATOR = " "  # ... joined by one space
-TIMING_PROMPTS = {
-    "P1": PROMPTS["P1"],
-    "P1x8": TIMING_REPEAT_SEPARATOR.join([PROMPTS["P1"]] * TIMING_REPEAT_COUNT),
-}
+TIMING_PROMPTS = {"P1": PROMPTS["P1"], "P1x8": TIMING_REPEAT_SEPARATOR.join([PROMPTS["P1"]] * TIMING_REPEAT_COUNT)}
 TIMING_NEW_TOKENS = 16
 TIMING_WARMUPS_PER_COMBINATION = 1
 TIMING_MEASURED_PER_COMBINATION = 5
 LOGITS_TO_KEEP = 1
-TIMING_STOPPING_RULE = (
-    "fixed-length profiling: exactly 16 greedy selections; EOS is not a stop "
-    "(a selected EOS is kept and the loop continues); not a normal response"
-)
+TIMING_STOPPING_RULE = ("fixed-length profiling: exactly 16 greedy selections; EOS is not a stop (a selected EOS is "
+                        "kept and the loop continues); not a normal response")
 
 
 @dataclass(frozen=True)
@@ -392,6 +375,7 @@ def as_dict() -> dict:
         "seeds": list(SEEDS),
         "greedy_repetitions": GREEDY_REPETITIONS,
         "generation_fixed": dict(GENERATION_FIXED),
+        "generation_stop_rule": GENERATION_STOP_RULE, "generation_timed_region": GENERATION_TIMED_REGION,
         "cache_tolerance": {**asdict(CACHE_TOLERANCE), "rule": CACHE_TOLERANCE.describe()},
         "near_tie_rule": NEAR_TIE_RULE,
         "cache_max_target_tokens": CACHE_MAX_TARGET_TOKENS,

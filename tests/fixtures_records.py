@@ -458,9 +458,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
                           prompt_length=length, generated_ids=ids, output_length=len(ids), token_times_s=times,
                           prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
                           mean_post_first_interval_s=stats.mean_post_first_interval(times),
-                          eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID],
-                          logits_to_keep=protocol.LOGITS_TO_KEEP, stopping_rule=protocol.TIMING_STOPPING_RULE,
-                          threads={"intra_op": 1, "inter_op": 1})
+                          eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID])
         trials.append(record)
         run.outcome(timing_nodeid(trial))
     summary_test = f"{TIMING}::test_timing_summary"

@@ -65,7 +65,8 @@ def test_exactly_n_selections_with_increasing_stamps_and_times_by_their_definiti
     assert result.ttft_s == (result.token_times_ns[0] - result.t_start_ns) / 1e9 and result.loop_s == result.token_times_s[-1]
     assert result.mean_post_first_interval_s == (result.token_times_ns[-1] - result.token_times_ns[0]) / (N - 1) / 1e9
     record = result.to_record()
-    assert json.loads(json.dumps(record)) == record and record["stopping_rule"] == protocol.TIMING_STOPPING_RULE
+    assert json.loads(json.dumps(record)) == record and record["output_length"] == N
+    assert decode_loop.declaration(usage.DEFAULT_POLICY)["stopping_rule"] == protocol.TIMING_STOPPING_RULE
 
 
 @BOTH

@@ -13,7 +13,7 @@ import pytest
 from inferlab import cli, specimen
 from inferlab.__main__ import main
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
-from inferlab.read import runview as earlier_runs
+from inferlab.read import parse as earlier_runs
 from inferlab.report.compare import compare, format_compare
 
 import inner_session

@@ -75,31 +75,35 @@ class LoopResult:
         return post_first_interval_s(self.token_times_ns)
 
     def to_record(self) -> dict:
-        """The timing_trial fields: times, ids, shapes, the raw usage readings and what the declared rule derives
-        from them (usage.trial_evidence). The cache object is left out."""
+        """The timing_trial fields particular to this trial: times, ids, shapes, the raw usage readings and what the
+        declared rule derives from them (usage.trial_evidence). What every trial shares (the clock, the stopping
+        rule, the reading fields and their sources) is declared once, in declaration(). The cache is left out."""
         eos = self.eos_positions
         return {
-            "use_cache": self.use_cache, "prompt_length": self.prompt_length, "new_tokens": self.new_tokens,
-            "output_length": len(self.generated_ids), "logits_to_keep": self.logits_to_keep,
+            "use_cache": self.use_cache, "prompt_length": self.prompt_length, "output_length": len(self.generated_ids),
             "generated_ids": list(self.generated_ids), "t_start_ns": self.t_start_ns,
             "t_prefill_done_ns": self.t_prefill_done_ns, "token_times_ns": list(self.token_times_ns),
             "token_times_s": self.token_times_s, "prefill_s": self.prefill_s, "ttft_s": self.ttft_s,
             "loop_s": self.loop_s, "mean_post_first_interval_s": self.mean_post_first_interval_s,
-            "eos_token_ids": list(self.eos_token_ids), "eos_positions": list(eos), "eos_selected": bool(eos),
-            "continued_past_eos": bool(eos) and eos[0] < self.new_tokens - 1,
-            "eos_note": (f"EOS selected at position {eos[0]}; the fixed-length profiling loop went on to "
-                         f"{self.new_tokens} selections, so the ids after it are not a response" if eos
-                         else "no EOS selected"),
+            "eos_positions": list(eos), "eos_selected": bool(eos), "continued_past_eos": bool(eos) and eos[0] < self.new_tokens - 1,
             "last_logits_shape": list(self.last_logits_shape), "prefill_logits_shape": list(self.prefill_logits_shape),
-            "clock": "time.perf_counter_ns (monotonic)", "stopping_rule": protocol.TIMING_STOPPING_RULE,
             "cpu_readings": {point: list(values) for point, values in self.cpu_readings.items()},
-            "cpu_reading_fields": list(usage.READING_FIELDS), "cpu_reading_scope": dict(usage.READING_SCOPE),
-            "cpu_usage_sources": usage.usage_sources(),
-            "collector": {"policy": self.collector_policy, "enabled_in_spans": self.collector_enabled_in_spans},
-            "gc_events": [list(event) for event in self.gc_events], "gc_event_fields": list(usage.EVENT_FIELDS),
+            "collector_enabled_in_spans": self.collector_enabled_in_spans,
+            "gc_events": [list(event) for event in self.gc_events],
             **usage.trial_evidence(self.cpu_readings, self.t_start_ns, self.t_prefill_done_ns, self.token_times_ns[-1],
                                    gc_events=self.gc_events),
         }
+
+
+def declaration(collector_policy: str) -> dict:
+    """What every timing trial's record shares, declared once before the first trial (the timing_machine record):
+    the clock, the workload and its stopping rule, the order and scope of cpu_readings and where each comes from,
+    the collector policy and its gc_events fields, and the outputs the loop never asks for."""
+    return {"clock": "time.perf_counter_ns (monotonic)", "new_tokens": protocol.TIMING_NEW_TOKENS,
+            "logits_to_keep": protocol.LOGITS_TO_KEEP, "stopping_rule": protocol.TIMING_STOPPING_RULE,
+            "cpu_reading_fields": list(usage.READING_FIELDS), "cpu_reading_scope": dict(usage.READING_SCOPE),
+            "cpu_usage_sources": usage.usage_sources(), "collector": usage.declaration(collector_policy),
+            "outputs_not_asked_for": ["attentions", "hidden_states", "scores"]}
 
 
 @dataclass

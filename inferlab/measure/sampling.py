@@ -30,12 +30,6 @@ from inferlab.measure.loading import capture_messages
 USE_MODEL_DEFAULTS = False
 OUTPUT_DECODING_LABEL = ("tokenizer.decode of the generated ids (skip_special_tokens=True) alone, after generate() "
                          "returned; the second decode with special tokens kept is not timed")
-STOP_RULE_TEXT = (
-    "generation stops when the selected token is an EOS id (EosTokenCriteria) or when "
-    "prompt_length + max_new_tokens ids exist (MaxLengthCriteria); stop_reason is 'eos' when the last "
-    "generated id is EOS, 'max_new_tokens' when exactly max_new_tokens ids were generated and the last "
-    "is not EOS, otherwise 'unexplained'"
-)
 
 
 def build_generation_config(condition: protocol.Condition, eos_token_id: int, pad_token_id: int,
@@ -173,7 +167,7 @@ def reset_random_state(seed: int) -> list[dict]:
 
 
 def stop_reason(generated_ids: list[int], eos_token_id: int, max_new_tokens: int) -> str:
-    """'eos', 'max_new_tokens' or 'unexplained', by the rule in STOP_RULE_TEXT."""
+    """'eos', 'max_new_tokens' or 'unexplained', by protocol.GENERATION_STOP_RULE."""
     if generated_ids and generated_ids[-1] == eos_token_id:
         return "eos"
     return "max_new_tokens" if len(generated_ids) == max_new_tokens else "unexplained"
@@ -227,21 +221,15 @@ def run_generation_trial(model, tokenizer, input_ids: torch.Tensor, attention_ma
         "generated_pieces": token_pieces(tokenizer, generated_ids), "decode_s": decode_s,
         "eos_token_id": eos_token_id, "pad_token_id": pad_token_id,
         "eos_positions": [i for i, t in enumerate(generated_ids) if t == eos_token_id],
-        "stop_reason": stop_reason(generated_ids, eos_token_id, config.max_new_tokens), "stop_rule": STOP_RULE_TEXT,
+        "stop_reason": stop_reason(generated_ids, eos_token_id, config.max_new_tokens),
         "stopping_criteria": describe(built["criteria"]), "generation_config": config.to_dict(),
         "generation_config_effective": built["effective_config"],
-        "generation_config_note": (
-            "generation_config is what was passed (and replays the trial); generation_config_effective is the "
-            "copy generate() prepared and used, with max_length resolved. Fields such as top_k=50 under greedy "
-            "are library defaults that build no processor: `processors` lists what acted on the logits"),
-        "use_model_defaults": USE_MODEL_DEFAULTS, "processors": describe(built["processors"]), "rng_reset": rng_reset,
-        "rng_note": ("sampling: generators reset immediately before generate()" if condition.do_sample
-                     else "greedy selection is argmax and draws no random numbers; no reset applied"),
+        "processors": describe(built["processors"]), "rng_reset": rng_reset,
         "logit_steps_returned": len(output.logits), "first_step_logits_shape": list(first_step_logits.shape),
         "first_step_logits_sha256": tensor_sha256(first_step_logits),
         "first_step_logits_argmax": int(first_step_logits.argmax()),
         "generation_cache": generation_cache_record(cache_seen),  # timed_generate passes no cache
         "warnings": list(messages), "elapsed_s": elapsed_s,
-        "timed_region": "time.perf_counter() around model.generate() only", "status": "ok",
+        "status": "ok",
     }
     return record, first_step_logits, first_step_scores

@@ -212,7 +212,7 @@ def timing_summary(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
         "schedule_indices": [t["schedule_index"] for t in measured],
         "prompt_length": sorted({t["prompt_length"] for t in measured}),
         "output_length": sorted({t["output_length"] for t in measured}),
-        "stopping_rule": measured[0]["stopping_rule"] if measured else None,
+        "stopping_rule": protocol.TIMING_STOPPING_RULE,
         "throughput_convention": THROUGHPUT_CONVENTION, "units": "seconds; throughput in tokens per second",
         "contended_trials": [t["schedule_id"] for t, flag in zip(measured, flags) if flag is True],
         "trials_without_evidence": [t["schedule_id"] for t, flag in zip(measured, flags) if flag is None],
