@@ -148,6 +148,35 @@ def test_a_run_of_another_specimen_is_not_comparable_and_says_why(honest, tmp_pa
 # --- outputs: a user's file is never replaced unless asked ------------------------------------------------------
 
 
+def test_every_format_names_the_learner_and_holds_each_item_as_its_readers_expect(honest, standin_run, tmp_path):
+    """JUnit (what a course CI reads): one testsuite per submission, one testcase per item, a failure element for
+    each failed item and the counts agreeing; Gradescope's results.json: its documented fields only; CSV: a header
+    and one row per submission; JSON: every grade."""
+    import csv
+    from xml.etree import ElementTree
+
+    from inferlab.read.runview import RunView
+
+    texts = Writing(predictions=answered_predictions(), explanation=answered_explanation())
+    grades = [grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), RunView.read(standin_run)),
+              grade_writing(texts, rubric.load(), "writing-only", learner="bo")]
+    suites = ElementTree.fromstring(formats.junit(grades))
+    assert suites.tag == "testsuites" and [s.get("name") for s in suites] == ["ada", "bo"]
+    for suite, grade in zip(suites, grades):
+        cases = suite.findall("testcase")
+        failed = [c.get("name") for c in cases if c.find("failure") is not None]
+        assert len(cases) == int(suite.get("tests")) == 7 and len(failed) == int(suite.get("failures"))
+        assert failed == [f"item {i.item.number}: {i.item.title}" for i in grade.items if i.status == FAIL]
+        assert {p.get("name"): p.get("value") for p in suite.iter("property")}["learner"] == grade.learner
+    results = json.loads(formats.gradescope(grades[0], execution_time=1.5))
+    assert set(results) == {"score", "execution_time", "output", "tests", "extra_data"} and results["score"] == 60
+    assert all(set(t) == {"name", "number", "score", "max_score", "status", "output", "visibility"} and
+               t["status"] in ("passed", "failed") for t in results["tests"]) and len(results["tests"]) == 7
+    rows = list(csv.DictReader(io.StringIO(formats.csv_text(grades))))
+    assert [(r["learner"], r["score"], r["item_2"]) for r in rows] == [("ada", "60", "pass"), ("bo", "10", "fail")]
+    assert [g["learner"] for g in json.loads(formats.as_json(grades))["grades"]] == ["ada", "bo"]
+
+
 def test_grade_out_over_a_learners_file_is_refused_and_the_file_kept_byte_for_byte(honest, tmp_path, capsys):
     mine = tmp_path / "my_explanation.md"
     mine.write_bytes(b"my own words\n")
