@@ -71,9 +71,10 @@ def test_the_make_test_run_of_each_offline_specimen_verifies_and_its_report_rege
 
 @pytest.fixture(scope="module")
 def no_hub(tmp_path_factory):
-    """The default run where the hub endpoint accepts no connection (cacheprovider on, for the --lf test)."""
+    """The default run where the hub endpoint accepts no connection (cacheprovider on, for the --lf test): an inner
+    session of this worker, since the acquisition reads HF_ENDPOINT when it runs (specimen.hub.resolve_endpoint)."""
     return experiment_once(tmp_path_factory, "no-hub", "-p", "cacheprovider",
-                           env={"HF_ENDPOINT": closed_loopback_endpoint()})
+                           env={"HF_ENDPOINT": closed_loopback_endpoint()}, here=True)
 
 
 def test_default_run_without_a_hub_fails_at_acquisition_and_keeps_evidence(no_hub):
