@@ -55,7 +55,7 @@ def pytest_collection_finish(session):
 
 # Fixtures that run pytest again (pytester) or a whole experiment: a test using one starts another process or
 # an inner session, so it is a `process` test, left out of the fast lane (make test-fast) like a marked one.
-PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run", "offline_run"})
+PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run"})
 
 
 # The test files that take longest (mostly experiment runs: their own, or the session's shared ones they make),
@@ -248,16 +248,5 @@ def replica_run(tmp_path_factory):
     reference = require_reference_dir()
     made = experiment_once(tmp_path_factory, "replica", "--specimen", "replica",
                            env={REFERENCE_ENV: str(reference)}, here=True)
-    assert made.returncode == 0, made.tail()
-    return made.run
-
-
-@pytest.fixture(scope="session")
-def offline_run(tmp_path_factory):
-    """A second complete stand-in run, `--offline`, in a Python of its own (the stand-in built there with the
-    network blocked), made once per session. Shared, so never modify it."""
-    from shared_runs import experiment_once
-
-    made = experiment_once(tmp_path_factory, "standin-offline", "--specimen", "standin", "--offline")
     assert made.returncode == 0, made.tail()
     return made.run

@@ -29,6 +29,12 @@ def pytest_unconfigure(config):
 '''
 
 
+# The greedy trials of the matrix and the checks read here, with the specimen's and the inputs' tests they need.
+GREEDY_MATRIX = ("test_10_specimen or test_20_inputs or (test_generation_trial and G-rep) or "
+                 "test_processors_are_only_the_conditions_controls[G] or test_no_generation_warnings or "
+                 "test_greedy_repetitions_identical")
+
+
 @pytest.mark.process
 def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(pytester, standin_dir, monkeypatch):
     import inferlab.measure.sampling
@@ -36,8 +42,7 @@ def test_one_failed_trial_leaves_the_other_checks_running_and_no_false_finding(p
     # restored after the test on every path, whether or not the inner session got to undo its own patch
     monkeypatch.setattr(inferlab.measure.sampling, "run_generation_trial", inferlab.measure.sampling.run_generation_trial)
     result = experiment_in_process(pytester, "--specimen", "standin", "--artifacts", str(standin_dir),
-                                   "-k", "test_10_specimen or test_20_inputs or test_30_sampling",
-                                   conftest_extra=FAIL_THIRD_CALL)
+                                   "-k", GREEDY_MATRIX, conftest_extra=FAIL_THIRD_CALL)
     found = result.records()
     outcomes = {r["test"].split("::")[-1]: r for r in found if r["kind"] == "test_outcome"}
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.tail()

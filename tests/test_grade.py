@@ -249,12 +249,16 @@ def test_an_archive_with_a_link_or_an_absolute_entry_is_refused_before_anything_
 # --- the Gradescope bundle, end to end ------------------------------------------------------------------------
 
 
-def test_the_bundle_makes_the_course_run_and_grades_an_archive_against_it(honest, tmp_path):
-    zipped = tmp_path / "autograder.zip"
-    bundle.write_zip(zipped, "standin", None, None)
-    root = tmp_path / "autograder"
+@pytest.fixture(scope="module")
+def bundled(honest, tmp_path_factory) -> Path:
+    """The Gradescope bundle, end to end, once for this module: the zip written and unpacked as Gradescope does, the
+    honest archive handed in, and `run_autograder`'s step, which makes the course's run (--offline, in a Python of
+    its own: root/work/course-run) and grades the archive against it. The root."""
     import zipfile
 
+    zipped = tmp_path_factory.mktemp("bundle") / "autograder.zip"
+    bundle.write_zip(zipped, "standin", None, None)
+    root = zipped.parent / "autograder"
     with zipfile.ZipFile(zipped) as archive:
         archive.extractall(root / "source")
     packed(honest, root / "submission" / "run.tar.gz")
@@ -264,11 +268,45 @@ def test_the_bundle_makes_the_course_run_and_grades_an_archive_against_it(honest
         assert bundle.run(root) == 0
     finally:
         del os.environ[bundle.ROOT_VARIABLE]
-    results = json.loads((root / "results" / "results.json").read_text())
+    return root
+
+
+def test_the_bundle_makes_the_course_run_and_grades_an_archive_against_it(bundled):
+    results = json.loads((bundled / "results" / "results.json").read_text())
     assert results["score"] == 60 and results["execution_time"] > 0, results["output"]
     assert results["extra_data"]["learner"] == "ada@example.edu"
     item1 = next(t for t in results["tests"] if t["number"] == "1")
     assert "--- your predictions ---" in item1["output"] and "the course's run, the evidence" in item1["output"]
+
+
+# The bundle's course run is the session's second complete stand-in run, made --offline in a Python of its own
+# (tests/test_experiment_runs.py made one of its own for these two tests before).
+
+
+def test_the_bundles_course_run_needs_no_network_and_proves_the_block(bundled):
+    """An --offline stand-in run builds the stand-in in its project (the bundle's source) with the network blocked."""
+    run = bundled / "work" / "course-run"
+    found = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    guard = next(r for r in found if r["kind"] == "offline_guard")
+    assert guard["offline"] is True and "network access blocked" in guard["outcome"]
+    assert next(r for r in found if r["kind"] == "generation")["status"] == "ok"
+    acquisition = next(r for r in found if r["kind"] == "artifact_acquisition")
+    assert acquisition["acquisition"] == "built_offline" and acquisition["ok"] is True
+    assert Path(acquisition["directory"]).is_relative_to(bundled / "source" / "artifacts" / "cache")
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["options"]["network_blocked_for_session"] is True and manifest["options"]["offline"] is True
+    assert manifest["exit_status"] == 0 and manifest["complete"] is True
+
+
+def test_two_stand_in_runs_compare_with_every_generated_id_equal(standin_run, bundled):
+    """The session's complete run (an inner session of a worker) and the bundle's course run (another Python)."""
+    from inferlab import protocol
+    from inferlab.report.compare import compare
+
+    comparison = compare(standin_run, bundled / "work" / "course-run")
+    rows = comparison["generation"]
+    assert len(rows) == len(protocol.generation_trials())
+    assert all(row["equal"] for row in rows), [row for row in rows if not row["equal"]]
 
 
 def test_a_replica_bundle_carries_the_files_the_replica_is_built_from(tmp_path, monkeypatch):

@@ -123,12 +123,13 @@ def test_the_limit_struck_in_every_kind_of_experiment_test(tmp_path_factory):
     assert not missing, (missing, every)
 
 
-FULL_DISK_BYTES = 1 << 20  # a record folder of 1 MiB: the run's saved logits alone need more
+FULL_DISK_BYTES = 256 << 10  # 256 KiB: the plan and the manifest fit; the first saved logits do not, and the records fill
+# during the generation trials (a larger disk only lets the run go on longer before it fills)
 
 
 def full_disk_run(tmp_path_factory) -> dict:
-    """A stand-in run whose record folder is a 1 MiB file system of its own, mounted for it (root only): it fills
-    during the run, as a learner's full disk would. Made once; the run is copied off the small disk, byte for byte,
+    """A stand-in run whose record folder is a small file system of its own (FULL_DISK_BYTES), mounted for it (root
+    only): it fills during the run, as a learner's full disk would. Made once; the run is copied off the small disk, byte for byte,
     before it is unmounted. {"run", "returncode", "tail"} or {"skip": why}."""
     if os.geteuid() != 0:
         return {"skip": "mounting a small file system for the record folder needs root (CI runs as root)"}

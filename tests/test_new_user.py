@@ -335,7 +335,7 @@ def test_the_default_run_without_a_hub_says_once_that_the_specimen_could_not_be_
 
     # The same run as tests/test_experiment_runs.py's no_hub (made once per session under this name).
     no_hub = experiment_once(tmp_path_factory, "no-hub", "-p", "cacheprovider",
-                             env={"HF_ENDPOINT": closed_loopback_endpoint()})
+                             env={"HF_ENDPOINT": closed_loopback_endpoint()}, here=True)
     assert no_hub.returncode == pytest.ExitCode.TESTS_FAILED, no_hub.tail()
     out = no_hub.stdout
     last = out.strip().splitlines()[-1]
