@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_records import REPO_ROOT, FixedHost, TickingClock, TickingStamp
+from fixtures_records import REPO_ROOT, FixedHost, ticking_clock, ticking_stamp
 from inferlab import writing
 from inferlab.host import environment
 from inferlab.run import endings, records, session
@@ -25,8 +25,8 @@ def small_run(directory: Path, outcome: str = "passed", end: bool = True) -> ses
     """Two tests, the first providing the check the second requires, written as a session writes them."""
     invocation = session.Invocation(("pytest", "experiments"), "pytest experiments", "given", str(REPO_ROOT),
                                     REPO_ROOT, "run", {"name": "standin", "synthetic": True})
-    run = session.claim_run(invocation, record_dir=directory, pid=1, hostname="here", clock=TickingClock(),
-                            host=FixedHost(), stamp=TickingStamp())
+    run = session.claim_run(invocation, record_dir=directory, pid=1, hostname="here", clock=ticking_clock(),
+                            host=FixedHost(), stamp=ticking_stamp())
     run.start(None)
     run.write_plan([FIRST, SECOND], selection=selection_of(types.SimpleNamespace()))
     run.emit("value", FIRST.nodeid, {"x": 1}, declared=FIRST.records)
