@@ -70,11 +70,6 @@ def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-def records_hold(record_dir: Path, kind: str) -> bool:
-    path = record_dir / "records.jsonl"
-    return path.exists() and f'"kind": "{kind}"' in path.read_text()
-
-
 # --- what a run records ---------------------------------------------------------------------------------------------
 
 
@@ -100,21 +95,16 @@ def test_a_failing_test_is_recorded_with_its_full_text_and_the_run_says_what_it_
         last_line(result)
 
 
-def test_non_finite_values_stay_strict_json(suite):
+def test_the_hooks_extend_records_and_manifest_and_every_line_is_strict_ascii_json(suite):
+    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
+                       "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
+                       "    manifest['section'] = 'B'\n")
     write_experiment(suite, "import pytest\n@pytest.mark.records('x')\n"
                             "def test_a(record):\n    record('x', value=float('nan'), text='a\\nb\\t\\u00e9')\n")
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1)
     raw = (suite.path / "run" / "records.jsonl").read_text(encoding="ascii")
     record = next(r for r in read_records(suite.path / "run") if r["kind"] == "x")
     assert record["value"] == "nan" and record["text"] == "a\nb\t\u00e9" and "\\n" in raw and "\\u00e9" in raw
-
-
-def test_the_record_and_manifest_hooks_can_be_extended_from_a_conftest(suite):
-    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
-                       "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
-                       "    manifest['section'] = 'B'\n")
-    write_experiment(suite, RECORDS_X)
-    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1)
     assert all(r["course"] == "lab12" for r in read_records(suite.path / "run"))
     assert manifest_of(suite.path / "run")["section"] == "B"
 
@@ -146,10 +136,10 @@ def test_predictions_still_the_blank_template_are_flagged_and_the_run_goes_on(su
     assert "6 questions answered" in result.stdout.str()  # said at the start, while they can still be fixed
 
 
-def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries_them(suite):
+def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries_them_and_its_check_kind(suite):
     write_experiment(suite, "import pytest\n@pytest.mark.records('measurement')\ndef test_declared(record):\n"
                             "    record('measurement', value=1)\n@pytest.mark.records('measurement')\n"
-                            "def test_undeclared(record):\n    record('surprise', value=2)\n"
+                            "def test_undeclared(record):\n    record('surprise', value=2)\n@pytest.mark.diagnostic\n"
                             "def test_silent(record):\n    record('measurement', value=3)\n")
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1, failed=2)
     run = suite.path / "run"
@@ -160,16 +150,8 @@ def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries
     plan = json.loads((run / "plan.json").read_text())
     assert plan["schema"] == manifest_of(run)["schema"] == 2
     assert [entry["records"] for entry in plan["schedule"]] == [["measurement"], ["measurement"], []]
-
-
-def test_outcomes_and_plan_say_whether_a_check_is_a_diagnostic(suite):
-    write_experiment(suite, "import pytest\n@pytest.mark.diagnostic\ndef test_finding():\n    assert 1 == 2\n"
-                            "def test_harness():\n    pass\n")
-    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(failed=1, passed=1)
-    plan = json.loads((suite.path / "run" / "plan.json").read_text())
-    assert {e["test"].split("::")[-1]: e["check_kind"] for e in plan["schedule"]} == {
-        "test_finding": "diagnostic", "test_harness": "integrity"}
-    assert session_end(suite.path / "run")["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
+    assert [entry["check_kind"] for entry in plan["schedule"]] == ["integrity", "integrity", "diagnostic"]
+    assert session_end(run)["failures_by_check_kind"] == {"integrity": 1, "diagnostic": 1}
 
 
 def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates(suite, capsys):
@@ -308,53 +290,21 @@ def test_a_second_ctrl_c_while_pytest_handles_the_first_still_leaves_an_unfinish
     assert end["signals"] == ["SIGINT", "SIGINT"] and end["complete"] is manifest["complete"] is False
 
 
-def test_two_ctrl_c_from_outside_never_read_as_complete(suite):
-    write_experiment(suite, "import time, pytest\n@pytest.mark.records('waiting')\ndef test_waits(record):\n"
-                            "    record('waiting')\n    time.sleep(120)\ndef test_after():\n    pass\n")
-    process = start_pytest(suite, "experiments", "--record-dir", "run")
-    try:
-        wait_for(lambda: records_hold(suite.path / "run", "waiting"), "the test to start")
-        process.send_signal(signal.SIGINT)
-        time.sleep(0.25)  # the reproduction itself: a second Ctrl-C a quarter second later
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        process.communicate(timeout=120)
-    finally:
-        process.kill()
-    manifest, end = manifest_of(suite.path / "run"), session_end(suite.path / "run")
-    assert process.returncode == manifest["exit_status"] == int(pytest.ExitCode.INTERRUPTED)
-    assert manifest["complete"] is False and end["stop_reason"].startswith("interrupted by SIGINT")
-    assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_waits", "test_after"]
-
-
-SIGNAL_IN_FINISH = ('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
-                    "def pytest_inferlab_record(config, record):\n    if record['kind'] == 'session_end':\n"
-                    "        os.kill(os.getpid(), signal.SIGINT)\n")
-
-
-def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_run_stays_unfinished(suite):
-    """One Ctrl-C stops the test, one more while session_end is written is noted, and the next, while the final
-    manifest is written, abandons them: it used to print a traceback of some ninety lines."""
-    suite.makeconftest(SIGNAL_IN_FINISH + "def pytest_inferlab_manifest(config, manifest):\n"
-                                          "    if manifest['session_end'] is not None:\n"
-                                          "        os.kill(os.getpid(), signal.SIGINT)\n")
+def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_folder_is_renamed_incomplete(suite):
+    """One Ctrl-C stops the test, one more while the final records are written is noted, and the next abandons
+    them: one line (it used to be a traceback of some ninety lines), the start manifest kept, and under --runs-dir
+    the folder renamed -incomplete at once by its own session, so that its name never looks like a good run's."""
+    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
+                       "def pytest_inferlab_record(config, record):\n    if record['kind'] == 'session_end':\n"
+                       "        os.kill(os.getpid(), signal.SIGINT)\n        os.kill(os.getpid(), signal.SIGINT)\n")
     write_experiment(suite, SELF_INTERRUPTING)
-    done = start_pytest(suite, "experiments", "--record-dir", "run")
+    done = start_pytest(suite, "experiments", "--runs-dir", "runs")
     _, err = done.communicate(timeout=120)
     assert done.returncode == 128 + signal.SIGINT and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     [abandoned] = [line for line in err.splitlines() if "the final records are abandoned" in line]
     assert "SIGINT received again" in abandoned and "keeps the manifest written when the run began" in abandoned
-    assert manifest_of(suite.path / "run")["session_end"] is None  # the start manifest stays
-    assert session_end(suite.path / "run")["interrupted"] is True  # written whole before the abandonment
-
-
-def test_a_run_abandoned_under_runs_dir_is_renamed_incomplete_at_once_by_its_own_session(suite):
-    suite.makeconftest(SIGNAL_IN_FINISH + "        os.kill(os.getpid(), signal.SIGINT)\n")  # two, before the rename
-    write_experiment(suite, SELF_INTERRUPTING)
-    done = start_pytest(suite, "experiments", "--runs-dir", "runs")
-    _, err = done.communicate(timeout=120)
-    assert done.returncode == 128 + signal.SIGINT, err
     [run] = list((suite.path / "runs").iterdir())
+    assert manifest_of(run)["session_end"] is None  # the start manifest stays
     note = json.loads((run / "renamed-incomplete.json").read_text())
     assert run.name.endswith("-incomplete") and note["renamed_to"] == run.name and f"It is renamed {run.name} now" in err
     from inferlab.read.verify import integrity_problems, verify_run
@@ -364,43 +314,21 @@ def test_a_run_abandoned_under_runs_dir_is_renamed_incomplete_at_once_by_its_own
     assert f"to {run.name} by its own session" in result["completeness"][0]
 
 
-SIGTERM_ARGS = ["experiments", "--record-dir", "run", "-q", "-k", "test_terminated or b"]
-
-
-@pytest.fixture(scope="module")
-def sigterm_run(tmp_path_factory) -> tuple[Path, int]:
-    """One real pytest process, started with a command a learner might type (-q, a -k expression with a space),
-    whose one test sends its own process SIGTERM: (its record dir, its exit status). Read, never changed."""
-    folder = tmp_path_factory.mktemp("sigterm-suite")
-    (folder / "conftest.py").write_text('pytest_plugins = ["inferlab.plugin"]\n')
-    for sub in ("experiments", "artifacts"):
-        (folder / sub).mkdir()
-    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
-        (folder / "artifacts" / spec.name).write_bytes(spec.read_bytes())
-    (folder / "experiments" / "test_exp.py").write_text(
-        "import os, signal, pytest\n@pytest.mark.records('before')\ndef test_terminated(record):\n"
-        "    record('before')\n    os.kill(os.getpid(), signal.SIGTERM)\n")
-    done = start_pytest(folder, *SIGTERM_ARGS, env={"PYTHONPATH": str(REPO_ROOT) + os.pathsep +
-                                                    os.environ.get("PYTHONPATH", "")})
-    done.communicate(timeout=120)
-    return folder / "run", done.returncode
-
-
-@pytest.mark.process
-def test_sigterm_ends_the_session_with_honest_records(sigterm_run):
-    run, exit_status = sigterm_run
-    end = session_end(run)
-    assert exit_status == pytest.ExitCode.INTERRUPTED and manifest_of(run)["complete"] is False
-    assert end["signals"] == ["SIGTERM"] and end["stop_reason"] == "interrupted by SIGTERM"
-
-
-@pytest.mark.process
-def test_the_manifest_records_the_command_as_typed_beside_argv(sigterm_run):
+def test_sigterm_ends_the_session_with_honest_records_and_the_command_as_typed(suite):
+    """A command a learner might type (-q, a -k expression with a space) whose one test sends its process SIGTERM."""
     import shlex
 
-    manifest = manifest_of(sigterm_run[0])
-    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *SIGTERM_ARGS])
-    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *SIGTERM_ARGS] and manifest["argv"][0].endswith("__main__.py")
+    write_experiment(suite, "import os, signal, pytest\n@pytest.mark.records('before')\ndef test_terminated(record):\n"
+                            "    record('before')\n    os.kill(os.getpid(), signal.SIGTERM)\n")
+    args = ["experiments", "--record-dir", "run", "-q", "-k", "test_terminated or b"]
+    done = start_pytest(suite, *args)
+    done.communicate(timeout=120)
+    run, end = suite.path / "run", session_end(suite.path / "run")
+    assert done.returncode == pytest.ExitCode.INTERRUPTED and manifest_of(run)["complete"] is False
+    assert end["signals"] == ["SIGTERM"] and end["stop_reason"] == "interrupted by SIGTERM"
+    manifest = manifest_of(run)
+    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args])
+    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *args] and manifest["argv"][0].endswith("__main__.py")
 
 
 def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite):
