@@ -1,16 +1,10 @@
 """The rest of a new user's list (issue 45, item 5), each reproduced: a message that names the real cause (the
-interpreter), a test file a system pytest cannot import, a live run named as live by verify, report.md checked
-by verify as grade checks it, a class recognised by what its folders hold, the docs' suffix table, `replay` of a
-`pack` archive."""
+interpreter), a test file a system pytest cannot import, a live run named as live by verify, the docs' suffix
+table."""
 
 from __future__ import annotations
 
-import os
-
-from inferlab.run.records import REPORT_FILE
-
-from fixtures_records import copy_run, kill_after
-from forging import rehash
+from fixtures_records import kill_after
 from fixture_runs import runs  # noqa: F401 (a fixture)
 from test_addenda import built, run  # noqa: F401 (fixtures)
 from test_addenda import claimed_by
@@ -59,14 +53,12 @@ def test_verify_calls_a_run_whose_session_still_runs_live_not_killed(run, capsys
     assert result["completeness"][0].startswith("unfinished: no session_end record yet: the run is LIVE")
 
 
-def test_the_docs_suffix_table_says_co_makes_no_folder(suite):
+def test_the_docs_suffix_table_says_co_makes_no_folder():
+    """What a --co does (tests/test_plugin.py: no folder at all) is what the docs say."""
     from pathlib import Path
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text(encoding="utf-8")
     row = next(line for line in docs.splitlines() if line.startswith("| `-incomplete` |"))
     assert "--co" not in row and "it makes no folder at all" in docs
-    (suite.path / "experiments" / "test_exp.py").write_text("def test_a():\n    pass\n")
-    result = suite.runpytest("experiments", "--runs-dir", "runs", "--co")
-    assert result.ret == 0 and not (suite.path / "runs").exists()  # what the docs say is what a --co does
 
 

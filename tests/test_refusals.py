@@ -1,13 +1,13 @@
-"""Commands refuse what they cannot judge (issue 45, item 3): `pack` of a run its session is still writing,
-`replay` and `compare` of a run that fails verify as unfinished (said at the top, exit non-zero), a plan folder
-given to `compare` or `replay`; each refusal says what to do."""
+"""Commands refuse what they cannot judge (issue 45, item 3): `pack` of a run its session is still writing, and
+`compare` of a run that fails verify as unfinished (said at the top, exit non-zero); each refusal says what to do.
+A plan folder: tests/test_cli.py."""
 
 from __future__ import annotations
 
 
 from inferlab.__main__ import main
 
-from fixtures_records import copy_run, kill_after
+from fixtures_records import kill_after
 from fixture_runs import runs  # noqa: F401 (a fixture)
 from test_addenda import built, run, tree  # noqa: F401 (fixtures)
 from test_addenda import claimed_by
@@ -29,13 +29,6 @@ def test_pack_still_packs_a_killed_run_whose_session_is_gone(run, tmp_path, caps
     target = tmp_path / "submission.tar.gz"
     assert main(["pack", str(run), "-o", str(target)]) == 1  # packed, and verify names it unfinished
     assert target.is_file() and "unfinished: " in capsys.readouterr().out
-
-
-def test_compare_refuses_a_plan_folder_naming_it_a_plan(runs, capsys):
-    assert main(["compare", str(runs.get("complete")), str(runs.get("plan"))]) == 2
-    captured = capsys.readouterr()
-    assert f"compare: {runs.get('plan')} is a plan folder (written by --plan): no test ran" in captured.err
-    assert "run the experiment without --plan" in captured.err and captured.out == ""
 
 
 def test_compare_of_a_killed_run_says_so_first_and_exits_1(runs, tmp_path, capsys):
