@@ -80,12 +80,15 @@ def all_nodeids() -> list[tuple[str, dict]]:
     tests = [(nodeid, None) for nodeid in tests]
     tests += [(generation_nodeid(t), {"category": "generation", "selections": protocol.MAX_NEW_TOKENS})
               for t in protocol.generation_trials()]
-    tests += [(f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection", None),
-              (f"{SAMPLING}::test_greedy_repetitions_identical", None), (f"{CACHE}::test_cache_criterion_declared", None),
-              (f"{CACHE}::test_matched_prefix", {"category": "cache", "forwards": 2 * protocol.CACHE_MAX_TARGET_TOKENS})]
+    tests += [(f"{SAMPLING}::test_{name}", None)
+              for name in ("first_step_logits_do_not_depend_on_selection", "greedy_repetitions_identical")]
+    tests += [(f"{CACHE}::test_cache_criterion_declared", None),
+              (f"{CACHE}::test_matched_prefix", {"category": "cache",
+                                                  "forwards": 2 * protocol.CACHE_MAX_TARGET_TOKENS})]
     tests += [(timing_nodeid(t), {"category": "timing_warmup" if t.warmup else "timing_measured",
                                   "selections": protocol.TIMING_NEW_TOKENS}) for t in protocol.timing_schedule()]
-    tests += [(f"{TIMING}::test_{name}", None) for name in ("timing_summary", "loop_matches_generate", "cache_divergence")]
+    tests += [(f"{TIMING}::test_{name}", None)
+              for name in ("timing_summary", "loop_matches_generate", "cache_divergence")]
     return tests + [(MEMORY_TEST, None), (BATCHING_TEST, {"category": "batching", "calls": 4})]
 
 
@@ -320,7 +323,8 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     run.outcome(greedy_test)
 
     # the matched-prefix cache test
-    cache_test, tolerance, m = f"{CACHE}::test_matched_prefix", protocol.CACHE_TOLERANCE, protocol.CACHE_MAX_TARGET_TOKENS
+    cache_test, tolerance = f"{CACHE}::test_matched_prefix", protocol.CACHE_TOLERANCE
+    m = protocol.CACHE_MAX_TARGET_TOKENS
     run.emit("cache_criterion", f"{CACHE}::test_cache_criterion_declared", criterion=tolerance.describe(),
              atol=tolerance.atol, rtol=tolerance.rtol)
     run.outcome(f"{CACHE}::test_cache_criterion_declared")

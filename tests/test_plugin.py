@@ -27,7 +27,8 @@ PASSES = "def test_a():\n    pass\n"
 RECORDS_X = "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x', value=1)\n"
 # One test records, the next sends the session a Ctrl-C (SIGINT) from inside.
 SELF_INTERRUPTING = ("import os, signal, pytest\n@pytest.mark.records('before_interrupt')\ndef test_first(record):\n"
-                     "    record('before_interrupt')\ndef test_interrupted():\n    os.kill(os.getpid(), signal.SIGINT)\n")
+                     "    record('before_interrupt')\ndef test_interrupted():\n"
+                     "    os.kill(os.getpid(), signal.SIGINT)\n")
 PYTEST_PREFIX = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")  # hypothesis: half a bare process's start
 
 
@@ -56,11 +57,11 @@ def last_line(result) -> str:
     return [line for line in result.outlines if line.strip()][-1]
 
 
-def start_pytest(folder, *args, env=None) -> subprocess.Popen:
+def start_pytest(suite, *args, env=None) -> subprocess.Popen:
     """A pytest process in a scratch suite, without pytester's wrapping, so that signals reach it directly; it starts
     with SIGINT and SIGTERM at their defaults even when this suite runs with them ignored."""
-    return popen_signallable([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args], cwd=getattr(folder, "path", folder),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return popen_signallable([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args], cwd=suite.path, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
 
 
 def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
@@ -115,7 +116,8 @@ def test_the_manifest_holds_the_environment_and_the_predictions_copied_before_an
     suite.runpytest("experiments", "--record-dir", "run", "--predictions", "mine.md")
     manifest = manifest_of(suite.path / "run")
     assert manifest["platform"]["python_version"] and manifest["platform"]["logical_cpus"] >= 1
-    assert manifest["distributions"]["pytest"] == pytest.__version__ and "pytest-timeout" in manifest["pytest"]["plugins"]
+    assert manifest["distributions"]["pytest"] == pytest.__version__
+    assert "pytest-timeout" in manifest["pytest"]["plugins"]
     assert "OMP_NUM_THREADS" in manifest["thread_environment"]
     assert any("3.13.13" in d for d in manifest["deviations_from_reference"])
     assert (suite.path / "run" / "predictions.md").read_text() == "1. yes, fairly sure\n"
@@ -157,7 +159,7 @@ def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries
 def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates(suite, capsys):
     """The manifest keeps the environment as the run started; an edit during the run is named, not swapped in."""
     write_experiment(suite, "from pathlib import Path\ndef test_edits_a_tracked_file():\n"
-                            "    Path(__file__).write_text(Path(__file__).read_text() + '# edited during the run\\n')\n")
+                            "    Path(__file__).write_text(Path(__file__).read_text() + '# edited mid-run\\n')\n")
     result = suite.runpytest("experiments", "--record-dir", "run")
     run, changed = suite.path / "run", "source_sha256: experiments/test_exp.py"
     from inferlab.cli import main
@@ -253,8 +255,8 @@ def test_a_skip_for_a_prerequisite_names_the_first_failure_of_its_chain(suite):
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(failed=1, skipped=3)
     outcomes = outcomes_by_test(suite.path / "run")
     assert "should_not_exist" not in [r["kind"] for r in read_records(suite.path / "run")]
-    assert outcomes["test_load"]["skip_reason"] == ("not run: prerequisite 'download' failed in "
-                                                    "experiments/test_exp.py::test_download: Failed: no route to the hub")
+    assert outcomes["test_load"]["skip_reason"] == ("not run: prerequisite 'download' failed in experiments/"
+                                                    "test_exp.py::test_download: Failed: no route to the hub")
     reason = outcomes["test_generate"]["skip_reason"]
     assert reason.startswith("not run: prerequisite 'model' did not run, because prerequisite 'download' failed")
     assert reason.count("prerequisite") == 2 and "never_provided" in outcomes["test_orphan"]["skip_reason"]
@@ -306,7 +308,8 @@ def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_folder_is
     [run] = list((suite.path / "runs").iterdir())
     assert manifest_of(run)["session_end"] is None  # the start manifest stays
     note = json.loads((run / "renamed-incomplete.json").read_text())
-    assert run.name.endswith("-incomplete") and note["renamed_to"] == run.name and f"It is renamed {run.name} now" in err
+    assert run.name.endswith("-incomplete") and note["renamed_to"] == run.name
+    assert f"It is renamed {run.name} now" in err
     from inferlab.read.verify import integrity_problems, verify_run
 
     result = verify_run(run)
@@ -453,11 +456,11 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
     "timeout": (None, ["--record-dir", "run", "--timeout", "5"],
                 "--timeout 5.0: the experiment gives each trial the protocol's limit of 30 s itself"),
     "under-a-file": (lambda s, m: (s.path / "a_file").write_text("x"), ["--record-dir", "a_file/run"],
-                     "--record-dir: record dir a_file/run cannot be created: a_file is a regular file, not a directory"),
+                     "record dir a_file/run cannot be created: a_file is a regular file, not a directory"),
     "under-proc": (None, ["--record-dir", "/proc/inferlab-run"], "cannot be created: No such file or directory"),
     "artifacts-missing": (None, ["--record-dir", "run", "--artifacts", "lab05"], "--artifacts: lab05 does not exist"),
-    "artifacts-a-file": (lambda s, m: (s.path / "lab05").write_text("x"), ["--record-dir", "run", "--artifacts",
-                                                                          "lab05"], "--artifacts: lab05 is a regular file"),
+    "artifacts-a-file": (lambda s, m: (s.path / "lab05").write_text("x"),
+                         ["--record-dir", "run", "--artifacts", "lab05"], "--artifacts: lab05 is a regular file"),
     "inside-artifacts": (lambda s, m: s.mkdir("lab05"), ["--runs-dir", "lab05", "--artifacts", "lab05"],
                          "--runs-dir: lab05 is inside the --artifacts folder lab05"),
     "empty-path": (None, ["--record-dir", ""], "--record-dir: the path is empty ('')"),
@@ -466,12 +469,12 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
                         "--runs-dir: runs dir runs cannot be created: runs is a regular file, not a directory"),
     "dangling-link": (lambda s, m: (s.path / "run").symlink_to(s.path / "gone"), ["--record-dir", "run"],
                       "--record-dir: record dir run is a dangling symbolic link"),
-    "predictions-fifo": (lambda s, m: os.mkfifo(s.path / "answers"), ["--record-dir", "run", "--predictions",
-                                                                      "answers"], "answers is a FIFO (named pipe), not"),
+    "predictions-fifo": (lambda s, m: os.mkfifo(s.path / "answers"),
+                         ["--record-dir", "run", "--predictions", "answers"], "answers is a FIFO (named pipe), not"),
     "predictions-missing": (None, ["--record-dir", "run", "--predictions", "missing.md"],
                             "--predictions: missing.md does not exist; expected your copy of predictions.md"),
     "predictions-binary": (lambda s, m: (s.path / "a.md").write_bytes(random.Random(45).randbytes(3000)),
-                           ["--record-dir", "run", "--predictions", "a.md"], "a.md is binary (a NUL byte at offset 210)"),
+                           ["--record-dir", "run", "--predictions", "a.md"], "binary (a NUL byte at offset 210)"),
     "predictions-200MB": (lambda s, m: os.truncate((s.path / "a.md").write_bytes(b"") or s.path / "a.md", 200_000_000),
                           ["--record-dir", "run", "--predictions", "a.md"], "a.md is 200,000,000 bytes"),
     "predictions-latin1": (lambda s, m: (s.path / "a.md").write_bytes("## 1. caf\u00e9\n".encode("latin-1")),
