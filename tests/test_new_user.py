@@ -96,22 +96,18 @@ def test_the_scan_sees_an_unprefixed_command_in_an_f_string(tmp_path):
 # --- 7: compare verifies first and says when the specimens differ ------------------------------------------------
 
 
-def test_compare_of_an_edited_run_says_so_first_and_exits_3(complete_run, tmp_path, capsys):
+def test_compare_says_first_what_makes_its_rows_doubtful(complete_run, failed_run, tmp_path, capsys):
+    """An edited run (exit 3, the integrity header first), and runs of two specimens (said before any row, and a
+    failed acquisition never called finished)."""
     edited = copy_run(complete_run, tmp_path / "edited")
     lines = (edited / RECORDS_FILE).read_text(encoding="ascii").splitlines(keepends=True)
     index = next(i for i, line in enumerate(lines) if '"kind": "generation"' in line)
-    record = json.loads(lines[index])
-    record["note"] = "edited by hand"  # the manifest is left as it was: only its hash can tell
-    lines[index] = json.dumps(record) + "\n"
+    lines[index] = json.dumps({**json.loads(lines[index]), "note": "edited by hand"}) + "\n"  # only its hash tells
     (edited / RECORDS_FILE).write_text("".join(lines), encoding="ascii")
     assert main(["compare", str(complete_run), str(edited)]) == 3
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith("INTEGRITY: DIR2 fails verify ("), lines[:4]
     assert any(RECORDS_FILE in line and "sha256" in line for line in lines[3:8]), lines[:8]
-
-
-def test_compare_of_runs_of_two_specimens_says_so_before_any_row_and_never_calls_a_failed_acquisition_finished(
-        complete_run, failed_run):
     result = compare(complete_run, failed_run)
     assert result["specimens"]["equal"] is False
     assert result["runs"]["dir2"] == "the specimen was NOT acquired, so nothing was measured"
@@ -312,7 +308,7 @@ def killed_folder(runs: Path, name: str, claim: dict, records: str = '{"kind": "
 
 
 @pytest.mark.process
-def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_renamed(tmp_path):
+def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_renamed(tmp_path, capsys):
     import os
     import socket
 
@@ -337,20 +333,13 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     note = json.loads((renamed / records.RENAME_NOTE).read_text())
     assert note["renamed_from"] == killed.name and note["claim"] == dead and "no longer running" in note["why"]
     assert all(folder.exists() for folder in (live, elsewhere, finished, suffixed))
+    main(["verify", str(renamed)])
+    assert f"its process (pid {dead['pid']} on {host}) is no longer running; renamed from {killed.name} to " \
+           f"{renamed.name} by a later run" in capsys.readouterr().out
 
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_verify_says_that_the_process_of_a_run_without_a_session_end_is_gone(tmp_path, capsys):
-    """And of one whose process still runs, that it is live: tests/test_new_user_list.py."""
-    import socket
-
-    gone = killed_folder(tmp_path, "gone", {"pid": ended_pid(), "hostname": socket.gethostname()})
-    main(["verify", str(gone)])
-    assert f"its process (pid {json.loads((gone / 'claim.json').read_text())['pid']} on {socket.gethostname()}) is " \
-           f"no longer running" in capsys.readouterr().out
-
-
 @pytest.mark.process
 @pytest.mark.slow
 def test_a_sigkilled_run_is_found_by_the_next_run_renamed_incomplete_and_said_so(suite, capsys):

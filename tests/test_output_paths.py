@@ -130,12 +130,16 @@ def test_a_descriptor_link_to_a_pipe_is_written_through(folder):
         os.close(write_end)
 
 
-def test_a_closed_descriptor_is_refused():
+def test_a_closed_descriptor_is_refused_and_another_path_under_proc_is_an_ordinary_path():
+    """Only /proc/PID/fd/N and /dev/fd/N are descriptor links: another path under /proc is judged as any path is
+    (absent: a new file would be made), never as a closed descriptor. Only looked at: nothing is written there."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     os.close(write_end)
     with pytest.raises(OutputPathError, match="names a file descriptor that is not open"):
         write_text_atomic(Path("/proc/self/fd") / str(write_end), "x")
+    path = Path("/proc/inferlab-no-such-folder/out.txt")
+    assert outputs.output_kind(path) == (outputs.ABSENT, path)
 
 
 def test_a_link_is_followed_and_stays_a_link(tmp_path):
@@ -263,11 +267,3 @@ def test_grade_out_dev_stdout_redirected_to_a_file_keeps_the_json_and_the_page_i
     assert text.startswith("{\n") and '"grades"' in text, text[:200]
     json_end = text.index("\n}\n") + 3
     assert text[json_end:].startswith("grade: "), text[json_end:json_end + 200]
-
-
-def test_a_path_under_proc_that_names_no_descriptor_is_an_ordinary_path():
-    """Only /proc/PID/fd/N and /dev/fd/N are descriptor links: another path under /proc is judged as any path is
-    (absent: a new file would be made, and the pack test sees that refused with what to do), never as a closed
-    descriptor. Only looked at: nothing is written."""
-    assert outputs.output_kind(Path("/proc/inferlab-no-such-folder/out.txt")) == \
-        (outputs.ABSENT, Path("/proc/inferlab-no-such-folder/out.txt"))

@@ -90,15 +90,6 @@ def test_a_record_whose_line_was_written_is_kept_when_a_signal_stops_its_keeping
     assert [r["kind"] for r in run.records][-2:] == ["written", "after"] and len(run.records) == after["seq"] + 1
 
 
-def test_two_new_run_dirs_with_one_name_in_one_second_stay_apart(tmp_path):
-    first = records.claim_new_run_dir(tmp_path / "runs", "20250101T000000Z-standin", {"pid": 1})
-    second = records.claim_new_run_dir(tmp_path / "runs", "20250101T000000Z-standin", {"pid": 2})
-    assert (first.name, second.name) == ("20250101T000000Z-standin", "20250101T000000Z-standin-2")
-    assert json.loads((second / records.CLAIM_FILE).read_text())["pid"] == 2
-    with pytest.raises(records.RecordDirError, match="already exists and is not empty"):
-        records.claim_record_dir(second, {"pid": 3})  # never overwritten
-
-
 def test_renaming_never_takes_over_a_name_another_run_holds(tmp_path):
     run = tmp_path / "20250101T000000Z-standin"
     run.mkdir()
