@@ -521,6 +521,26 @@ def test_last_failed_of_another_specimen_is_refused_and_of_the_same_one_runs(sui
     suite.runpytest("experiments", "--runs-dir", "runs", "--lf").assert_outcomes(failed=1)
 
 
+def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpreter(suite):
+    (suite.path / "analytic_tests").mkdir()
+    (suite.path / "analytic_tests" / "test_a.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    (suite.path / "analytic_tests" / "test_b.py").write_text("import not_a_module_of_the_project\n")
+    result = suite.runpytest("analytic_tests")
+    out = result.stdout.str()
+    assert "analytic_tests/test_a.py: this Python (" in out and "cannot import torch: it is not the project's " \
+           "environment. Run the tests with .venv/bin/python -m pytest analytic_tests" in out
+    assert "raise ModuleNotFoundError" not in out  # test_a.py's raw ImportError is replaced by the one line
+    assert "No module named 'not_a_module_of_the_project'" in out  # any other import error is left as it is
+
+
+def test_the_docs_suffix_table_says_co_makes_no_folder():
+    """What a --co does (test_collect_only_lists_the_tests_and_writes_no_run_folder) is what the docs say."""
+    docs = (REPO_ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    row = next(line for line in docs.splitlines() if line.startswith("| `-incomplete` |"))
+    assert "--co" not in row and "it makes no folder at all" in docs
+
+
 def test_pytest_help_does_not_show_pytesters_options(pytester, monkeypatch):
     shown = project_help(pytester, monkeypatch)
     assert "--record-dir" in shown and "--lsof" not in shown and "--runpytest" not in shown

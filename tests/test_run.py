@@ -156,6 +156,22 @@ def test_predictions_are_judged_as_they_are_copied():
     assert writing.predictions_status("I expect identical greedy ids.\n", template)["template_unanswered"] is False
 
 
+def test_a_python_without_pytest_timeout_is_named_as_the_cause_not_a_p_option(monkeypatch):
+    import types
+
+    from inferlab.run import plan
+
+    config = types.SimpleNamespace(option=types.SimpleNamespace(), getoption=lambda name, default=None: default,
+                                   pluginmanager=types.SimpleNamespace(has_plugin=lambda name: False,
+                                                                       get_plugin=lambda name: None))
+    monkeypatch.setattr(plan, "importlib", types.SimpleNamespace(util=types.SimpleNamespace(find_spec=lambda n: None)))
+    message = plan.refusal(config, "standin")
+    assert "is not the project's environment" in message and "-p no:" not in message
+    assert ".venv/bin/python -m pytest experiments" in message
+    monkeypatch.undo()  # installed, but not loaded: then the option is the cause
+    assert "-p no:timeout" in plan.refusal(config, "standin")
+
+
 @pytest.mark.parametrize("orig_argv, argv, args, typed", [
     (["/r/.venv/bin/python", "/r/.venv/bin/pytest", "experiments", "-k", "a or b"],
      ["/r/.venv/bin/pytest", "experiments", "-k", "a or b"], ("experiments", "-k", "a or b"),
