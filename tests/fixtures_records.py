@@ -635,15 +635,11 @@ def build_rich_run(directory: Path, session_end: Optional[dict] = None, transfor
 
 
 def build_failed_run_ended(directory: Path) -> Path:
-    """build_failed_run with check kinds and a session_end record, as the current plugin writes it."""
+    """build_failed_run with check kinds on its outcomes, its report rendered anew (a failed run has nothing to
+    draw: see build_failed_run)."""
     build_failed_run(directory, report=False)
-
-    def change(records):
-        records = with_check_kinds([r for r in records if r["kind"] != "session_end"])
-        return records + [session_end_record(records)]
-
-    rewrite_records(directory, change)
-    return rerender(directory, plots=True)  # a failed run has nothing to draw (see build_failed_run)
+    rewrite_records(directory, with_check_kinds)
+    return rerender(directory, plots=True)
 
 
 def build_plan_folder(directory: Path) -> Path:
