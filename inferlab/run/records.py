@@ -344,9 +344,9 @@ def rename_ended_runs(runs_dir: Path, *, hostname: str, now: str, by: dict,
     return lines
 
 
-def killed_detail(claim: Optional[dict], note: Optional[dict], hostname: Optional[str] = None) -> str:
-    """What the claim says of a run without a session_end: its process ended (and who renamed the folder), or is
-    still running, or ran elsewhere; empty without a claim."""
+def killed_detail(claim: Optional[dict], note: Optional[dict]) -> str:
+    """What the claim says of a run without a session_end whose process does not run here (verify says a live one is
+    live): its process ended (and who renamed the folder), or ran elsewhere; empty without a claim."""
     if not isinstance(claim, dict):
         return ""
     who, renamed = f"pid {claim.get('pid')} on {claim.get('hostname')}", ""
@@ -355,12 +355,9 @@ def killed_detail(claim: Optional[dict], note: Optional[dict], hostname: Optiona
         renamer = "by its own session" if by.get("pid") == claim.get("pid") else "by a later run"
         renamed = (f"; renamed from {note.get('renamed_from')} to {note.get('renamed_to')} {renamer} at "
                    f"{note.get('renamed_utc')}: {note.get('why')} (its note: {RENAME_NOTE})")
-    state = claimant_state(claim, hostname)
+    state = claimant_state(claim)
     if state == "gone":
         return f"; its process ({who}) is no longer running{renamed}"
-    if state == "live":
-        return (f"; its process ({who}) is STILL RUNNING: the session may not have ended yet, so these are not its "
-                f"final records{renamed}")
     if state == "elsewhere":
         return f"; its process ({who}) runs on another machine, so whether it still runs is not known here{renamed}"
     return renamed
