@@ -11,6 +11,7 @@ folder that is not a run or is a plan folder; 3 an integrity problem (grade, com
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import shlex
@@ -159,8 +160,8 @@ def check_artifacts(args) -> int:
 def _kept(command: str, state, entry: dict) -> None:
     """What every successful attach or revise says: where it was kept, bound to what, how to see it."""
     where = shlex.quote(str(state.directory))
-    print(f"{command}: kept {state.directory / entry['file']} ({entry['size']} bytes, sha256 {entry['sha256'][:16]}..., "
-          f"addenda.jsonl seq {entry['seq']}), bound to this run's manifest.json (sha256 "
+    print(f"{command}: kept {state.directory / entry['file']} ({entry['size']} bytes, sha256 "
+          f"{entry['sha256'][:16]}..., addenda.jsonl seq {entry['seq']}), bound to this run's manifest.json (sha256 "
           f"{entry['manifest_sha256'][:16]}...)" + ("" if state.finished else f"; the run is {state.state}"))
     print(f"{command}: `{spelled(f'report {where} --after')}` shows it beside what the session recorded; "
           f"`{spelled(f'verify {where}')}` checks it")
@@ -181,7 +182,7 @@ def _kept_or_refused(command: str, keep) -> int:
 
 def attach(args) -> int:
     from inferlab import writing
-    from inferlab.files import PROJECT_ROOT
+    from inferlab.files import PROJECT_ROOT, sha256_bytes
     from inferlab.read import addenda
 
     if args.kind == addenda.REVISED_KIND or not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", args.kind):
@@ -192,7 +193,7 @@ def attach(args) -> int:
         state = addenda.check_run(args.record_dir)
         addenda.refuse_run_file(args.file, args.record_dir)
         data = addenda.read_text_file(args.file)
-        digest = __import__("hashlib").sha256(data).hexdigest()
+        digest = sha256_bytes(data)
         same = next((e for e in state.view.addenda if e.get("kind") == args.kind and e.get("sha256") == digest), None)
         if same is not None and not state.view.addenda_problems:
             print(f"attach: {args.file} is byte for byte the {args.kind} already attached as {same['file']} "
@@ -204,8 +205,8 @@ def attach(args) -> int:
                               on_wait=lambda: say("attach", "waiting for another attach or revise to finish"))
         _kept("attach", state, entry)
         if structure is not None and structure["ok"] is not False:
-            print(f"attach: the explanation has every heading of {writing.EXPLANATION_TEMPLATE}, each with text of your "
-                  f"own (its form only: whether the content is right is for a person to judge)")
+            print(f"attach: the explanation has every heading of {writing.EXPLANATION_TEMPLATE}, each with text of "
+                  f"your own (its form only: whether the content is right is for a person to judge)")
         elif structure is not None:
             gaps = structure["headings_missing"] + structure["empty_sections"]
             say("attach", f"warning: not yet written in your own words: {'; '.join(gaps)}. It was kept as it is; "
@@ -269,16 +270,9 @@ def pack(args) -> int:
 # --- the table -----------------------------------------------------------------------------------------------
 
 
-def _grade(args) -> int:
-    from inferlab.grade.formats import command
-
-    return command(args)
-
-
-def _autograder(args) -> int:
-    from inferlab.grade.bundle import command
-
-    return command(args)
+def _command_of(module: str):
+    """A subcommand run by a module's command(args), imported only when it runs."""
+    return lambda args: importlib.import_module(module).command(args)
 
 
 RUN_DIR = (("record_dir",), {"type": directory, "metavar": "DIR"})
@@ -289,7 +283,8 @@ ARGUMENTS = {  # each command's arguments: (names, argparse settings)
                                         "printing: exit 1 if they differ"}),
                (("--after",), {"action": "store_true", "help": "the after-run page: your predictions beside your "
                                "explanation, the tool's reading beside both; exit 1 if an addendum changed"})],
-    "compare": [(("dir1",), {"type": directory, "metavar": "DIR1"}), (("dir2",), {"type": directory, "metavar": "DIR2"})],
+    "compare": [(("dir1",), {"type": directory, "metavar": "DIR1"}),
+                (("dir2",), {"type": directory, "metavar": "DIR2"})],
     "check-artifacts": [(("artifacts_dir",), {"type": directory, "metavar": "DIR"}),
                         (("--specimen",), {"metavar": "NAME", "help": "artifacts/NAME.json (default: pythia-14m)"})],
     "attach": [(("record_dir",), {"type": Path, "metavar": "RUN_DIR"}), (("file",), {"type": Path, "metavar": "FILE"}),
@@ -309,7 +304,8 @@ ARGUMENTS = {  # each command's arguments: (names, argparse settings)
               (("--rubric",), {"type": Path, "metavar": "FILE", "help": "points per item (TOML)"}),
               (("--format",), {"choices": ("text", "json", "junit", "gradescope"), "default": "text"}),
               (("--out",), {"type": Path, "metavar": "FILE", "help": "write the format's output to FILE"}),
-              (("--csv",), {"type": Path, "metavar": "FILE", "help": "also write one CSV row per submission"}), REPLACE],
+              (("--csv",), {"type": Path, "metavar": "FILE", "help": "also write one CSV row per submission"}),
+              REPLACE],
     "autograder": [(("platform",), {"choices": ("gradescope",)}),
                    (("-o", "--output"), {"type": Path, "required": True, "metavar": "autograder.zip"}),
                    (("--specimen",), {"metavar": "NAME", "help": "built offline: standin (default) or replica"}),
@@ -326,10 +322,12 @@ COMMANDS = {
                {0: "no problem found", 1: "problems found, one line each", 2: "not a run or a plan folder"}, verify),
     "report": ("print report.md's text rendered again from the records (--check: compare; --after: the after-run page)",
                {0: "printed, or --check found the pages identical", 1: "--check found a difference, or --after an "
-                "addendum changed", 2: "not a run or a plan folder", 3: "--check: another renderer wrote the pages"}, report),
+                "addendum changed", 2: "not a run or a plan folder", 3: "--check: another renderer wrote the pages"},
+               report),
     "compare": ("what two runs agree on, trial by trial: ids, tensors, timing ratios, environments",
                 {0: "compared: both runs pass verify", 1: "compared, but a run is unfinished or partial",
-                 2: "not a run, a plan folder, or the same folder twice", 3: "compared, but a run fails verify"}, compare),
+                 2: "not a run, a plan folder, or the same folder twice", 3: "compared, but a run fails verify"},
+                compare),
     "check-artifacts": ("check a folder of specimen files (for --artifacts) against the specimen's pins",
                         {0: "a valid copy", 1: "not a valid copy (another specimen's valid copy is named)",
                          2: "an unknown specimen or a folder that does not exist"}, check_artifacts),
@@ -344,9 +342,10 @@ COMMANDS = {
               2: "nothing written: not a run, a plan, still being written, or an output that exists"}, pack),
     "grade": ("the lab's checklist item by item for runs or pack archives; with --against, on the course's own run",
               {0: "every required item passes", 1: "an item fails", 2: "a usage error, or a source that is not a run",
-               3: "a run fails verify or contradicts the course's run"}, _grade),
+               3: "a run fails verify or contradicts the course's run"}, _command_of("inferlab.grade.formats")),
     "autograder": ("write a Gradescope autograder zip that makes the course's run and grades each submission on it",
-                   {0: "the zip was written", 2: "a usage error, or an output that exists"}, _autograder),
+                   {0: "the zip was written", 2: "a usage error, or an output that exists"},
+                   _command_of("inferlab.grade.bundle")),
 }
 
 

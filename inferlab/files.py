@@ -39,15 +39,10 @@ def spelled(args: str, program: str = PROG) -> str:
     return f"{VENV_BIN}/{program} {args}"
 
 
-def missing_modules(names=NEEDED) -> list[str]:
-    """The modules among `names` this Python cannot find (looked up, not imported)."""
-    return [name for name in names if importlib.util.find_spec(name) is None]
-
-
 def require_environment(program: str) -> None:
-    """Refuse, before anything is read or written, a Python without the project's packages: one line naming the
-    Python to use, exit status 2."""
-    missing = missing_modules()
+    """Refuse, before anything is read or written, a Python without the project's packages (looked up, not
+    imported): one line naming the Python to use, exit status 2."""
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if not missing:
         return
     venv = PROJECT_ROOT / ".venv" / "bin" / "python"
@@ -57,14 +52,11 @@ def require_environment(program: str) -> None:
     raise SystemExit(2)
 
 
-ENVIRONMENT_MODULES = ("torch", "transformers", "numpy", "safetensors", "matplotlib", "pytest_timeout")
-
-
 def import_hint(nodeid: str, failure: str, executable: str) -> Optional[str]:
     """For a test file this Python could not import for want of the project's environment: one line naming this
     interpreter and the one to use; None for any other failure (left as it is)."""
     found = re.search(r"No module named '([A-Za-z0-9_.]+)'", failure)
-    if found is None or found.group(1).split(".")[0] not in ENVIRONMENT_MODULES:
+    if found is None or found.group(1).split(".")[0] not in (*NEEDED, "pytest_timeout"):
         return None
     return (f"{nodeid}: this Python ({executable}) cannot import {found.group(1)}: it is not the project's "
             f"environment. Run the tests with {spelled(f'-m pytest {nodeid.split(chr(47))[0]}', 'python')} (`make` "

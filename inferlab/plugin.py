@@ -4,6 +4,7 @@ envelope, then the pytest_inferlab_record hook) -> the default hook below -> Rec
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import sys
@@ -60,19 +61,13 @@ def pytest_configure(config):
         raise pytest.UsageError(str(refused)) from None
     run.hook = lambda record: config.hook.pytest_inferlab_record(config=config, record=record)
     run.on_manifest = lambda manifest: config.hook.pytest_inferlab_manifest(config=config, manifest=manifest)
-    run.write_report = _write_report
+    run.write_report = lambda record_dir: importlib.import_module("inferlab.report").write_report(record_dir)
     config.stash[RUN_KEY] = run
     if run.signals.install():
         config.pluginmanager.register(run.signals, "inferlab-signals")  # its pytest_keyboard_interrupt
     if config.getoption("inferlab_offline"):
         run.block_network()  # for the whole session, not only acquisition
     run.start(predictions and os.path.expanduser(predictions))
-
-
-def _write_report(record_dir: Path) -> None:
-    from inferlab import report  # a reader of runs, imported at the end, not at the start
-
-    report.write_report(record_dir)
 
 
 def get_run(config) -> Optional[Run]:  # None without --record-dir or --runs-dir

@@ -162,8 +162,6 @@ class Tolerance:
 
 
 CACHE_TOLERANCE = Tolerance(atol=1e-5, rtol=1e-4)
-# A prefix is near a tie when the declared criterion itself would accept an argmax flip: its uncached top-two
-# margin is within what the criterion lets those two logits move (Tolerance.tie_allowance).
 NEAR_TIE_RULE = ("near tie: top-two margin of the uncached logits <= (atol + rtol*|top1|) + (atol + rtol*|top2|), "
                  "so both logits moving within the criterion could swap the argmax")
 
@@ -172,7 +170,6 @@ TIMING_REPEAT_COUNT = 8  # P1 repeated eight times ...
 TIMING_REPEAT_SEPARATOR = " "  # ... joined by one space
 TIMING_PROMPTS = {"P1": PROMPTS["P1"], "P1x8": TIMING_REPEAT_SEPARATOR.join([PROMPTS["P1"]] * TIMING_REPEAT_COUNT)}
 TIMING_NEW_TOKENS = 16
-TIMING_WARMUPS_PER_COMBINATION = 1
 TIMING_MEASURED_PER_COMBINATION = 5
 LOGITS_TO_KEEP = 1
 TIMING_STOPPING_RULE = ("fixed-length profiling: exactly 16 greedy selections; EOS is not a stop (a selected EOS is "
@@ -181,17 +178,9 @@ TIMING_STOPPING_RULE = ("fixed-length profiling: exactly 16 greedy selections; E
 
 @dataclass(frozen=True)
 class ContentionRule:
-    """When a timed span's time was not the loop's own work: declared before any timing trial runs.
-
-    A span (a trial's loop, or its prefill) is contended when its thread's CPU time over its wall time is below
-    min_cpu_share, when the thread was preempted (involuntary context switches) more than
-    max_involuntary_switches times inside it, when the garbage collector's own time inside it is more than
-    max_collector_share of its wall time, or when it met more than max_major_faults major page faults (the
-    thread's own count where the platform gives one, else the process's). A trial is contended when either of
-    its spans is. Minor faults are counted, never judged: on CPython 3.11 nearly all of them are the interpreter
-    mapping a frame-stack chunk each time a forward's calls cross one, as many as where the calls fall makes them,
-    whatever the cache does. Why these values, and the faults measured: docs/timing.md.
-    """
+    """When a timed span's time (a trial's loop, or its prefill) was not the loop's own work, declared before any
+    timing trial runs (describe() says it in words); a trial is contended when either of its spans is. Minor page
+    faults are counted, never judged. Why these values, and the faults measured: docs/timing.md."""
 
     min_cpu_share: float
     max_involuntary_switches: int
@@ -233,17 +222,9 @@ class ContentionRule:
 
 
 # The smallest cache effect the lab claims: a cache verdict says "faster" or "slower" only when the whole interval of
-# the effect lies beyond it on one side (a ratio of times beyond 1.03 either way), as criterion.rs reports no change
-# inside its fixed noise threshold. Why 3 %: where a forward's calls fall on CPython's frame stack changes its time
-# (the same loop took 1.12 times as long at its worst placement as at its best), and two code paths run from one
-# place can fall differently: the instrumented and bare loops differed by 3.1 % at one fixed place and by nothing
-# averaged over places. Every trial of a cache path runs from the test's one place, so such a difference is a bias
-# no interval from the samples shows (docs/timing.md). The contention rule lets a span lose at most half of it
-# (1.5 % of its wall time) to anything but the loop, else one sample can move an estimate by the effect's own
-# margin: at most 1.5 % off the CPU (a CPU share of at least 0.985) and at most 1.5 % inside the collector. One
-# major fault (a read from disk) costs milliseconds: none is allowed. A quiet run's spans keep a share of 0.994 or
-# more and see at most 3 involuntary switches, a competing process takes whole time slices (a pinned busy loop:
-# shares near 0.5, 43 to 57 switches), so 10 switches separate the two with room on both sides.
+# the effect lies beyond a ratio of 1.03 either way. A span may lose at most half of it to anything but the loop (off
+# the CPU, in the collector), no major fault, and 10 involuntary switches part a quiet run (at most 3) from a
+# competing one (43 to 57). Why each value, as measured: docs/timing.md.
 SMALLEST_TIMING_EFFECT = 0.03
 DISTURBANCE_BUDGET = SMALLEST_TIMING_EFFECT / 2
 CONTENTION_RULE = ContentionRule(min_cpu_share=1 - DISTURBANCE_BUDGET, max_involuntary_switches=10,

@@ -1,26 +1,11 @@
 """Synthetic record directories for the report, verify and compare tests (no model is run).
 
-A run is written through the harness's own Run (inferlab.run.session) and writer (inferlab.run.records), as a
-session writes it: the claim, the start manifest, plan.json, every record, the tensors (TensorStore), report.md
-with its plots, then the final manifest with its file inventory. Only the values are made up: a ticking
-clock stands in for the wall clock (and a ticking stamp for perf_counter_ns) and FixedHost for the machine,
-so two builds are byte-identical.
-Each plan entry carries the markers its experiment test really has (read from experiments/ source).
-
-Plots: a build draws the report's plots only when asked (plots=True), as the session's write_report does;
-without, its pages are rendered by the same renderer (report.render_report, which write_report uses) and no PNG
-is left in the folder (the page links the plots all the same). Drawing them costs most of a build's time, and
-only the tests that read a PNG need them. A build that is rewritten straight away (build_rich_run) writes no
-report in its session (report=False): rerender() writes it once, from the final records.
-
-build_complete_run() is a complete stand-in session; build_failed_run() a run that failed at artifact
-verification, with every dependent test skipped for that reason. Both keep the older format the report's
-and verify's compatibility tests read: no check_kind on outcomes or plan entries (with_check_kinds() adds
-them), and plan.json without the fields plans gained later (mode, parts, selection, protocol_complete,
-partial_reasons, optional_left_out). RunBuilder(current_format=True) keeps everything the writers make.
-
-The numbers are invented test data in the shapes the experiments record; they are not
-measurements of anything.
+A run is written through the harness's own Run and writer, as a session writes it (claim, manifests, plan.json,
+records, tensors, report); only the values are made up, by a ticking clock and stamp and FixedHost, so two builds
+are byte-identical. Plots are drawn only when asked (plots=True); report=False writes no report (rerender() does).
+build_complete_run and build_failed_run keep the older format the compatibility tests read (no check_kind on plan
+entries, plan.json without PLAN_FIELDS_ADDED_LATER); RunBuilder(current_format=True) keeps what the writers make.
+The numbers are invented test data in the shapes the experiments record, not measurements.
 """
 
 from __future__ import annotations
@@ -30,6 +15,7 @@ import collections
 import contextlib
 import datetime
 import functools
+import itertools
 import json
 import random
 import shutil
@@ -42,27 +28,22 @@ from inferlab.files import dumps, write_json_atomic
 from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, file_inventory, make_record
 from inferlab.measure import stats
 from inferlab.run import endings, session
-from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, experiment_files, forward_budget, selection_of
+from inferlab.run.plan import EXPERIMENTS_DIR, TestFacts, _marker_args, experiment_files, forward_budget, \
+    function_of, selection_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 64  # tiny on purpose: the tests check plumbing, not a real vocabulary
 EOS_ID = 0
-FAILED_ACQUISITION_MESSAGE = (
-    "model.safetensors: sha256 0000000000000000000000000000000000000000000000000000000000000000, "
-    "expected 116a02532db461f91386a5b20f942ff2c8d4de7341e21b55caafc3d7b25f49a1"
-)
-SKIP_REASON = (
-    "not run: prerequisite 'specimen' failed in experiments/test_10_specimen.py::test_acquisition: "
-    + FAILED_ACQUISITION_MESSAGE
-)
-
-SPECIMEN_TESTS = ("experiments/test_10_specimen.py::test_acquisition",
-                  "experiments/test_10_specimen.py::test_model_load",
-                  "experiments/test_10_specimen.py::test_thread_controls",
-                  "experiments/test_10_specimen.py::test_model_inspection")
-SAMPLING = "experiments/test_30_sampling.py"
-TIMING = "experiments/test_50_timing.py"
-CACHE = "experiments/test_40_cache.py"
+FAILED_ACQUISITION_MESSAGE = ("model.safetensors: sha256 " + "0" * 64 + ", expected "
+                              "116a02532db461f91386a5b20f942ff2c8d4de7341e21b55caafc3d7b25f49a1")
+SKIP_REASON = ("not run: prerequisite 'specimen' failed in experiments/test_10_specimen.py::test_acquisition: "
+               + FAILED_ACQUISITION_MESSAGE)
+SPECIMEN_TESTS = tuple(f"experiments/test_10_specimen.py::test_{name}"
+                       for name in ("acquisition", "model_load", "thread_controls", "model_inspection"))
+SAMPLING, CACHE, TIMING = "experiments/test_30_sampling.py", "experiments/test_40_cache.py", \
+    "experiments/test_50_timing.py"
+MEMORY_TEST, BATCHING_TEST = "experiments/test_60_memory.py::test_parameter_storage", \
+    "experiments/test_70_batching.py::test_batching_calls"
 FIXTURE_START = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
 FIXTURE_ENVIRONMENT = {  # what FixedHost says of the machine, the software and the source
     "platform": {"python_version": "3.11.2", "python_implementation": "CPython", "os": "Linux",
@@ -95,60 +76,36 @@ def input_nodeid(prompt_id: str) -> str:
 
 def all_nodeids() -> list[tuple[str, dict]]:
     """The planned tests in run order, with their budget markers."""
-    tests = [(SPECIMEN_TESTS[2], None), (SPECIMEN_TESTS[0], None), (SPECIMEN_TESTS[1], None),
-             (SPECIMEN_TESTS[3], None)]
-    tests += [(input_nodeid(p), None) for p in ("P1", "P2", "P1x8")]
+    tests = [SPECIMEN_TESTS[i] for i in (2, 0, 1, 3)] + [input_nodeid(p) for p in ("P1", "P2", "P1x8")]
+    tests = [(nodeid, None) for nodeid in tests]
     tests += [(generation_nodeid(t), {"category": "generation", "selections": protocol.MAX_NEW_TOKENS})
               for t in protocol.generation_trials()]
-    tests += [(f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection", None), (f"{SAMPLING}::test_greedy_repetitions_identical", None)]
-    tests += [(f"{CACHE}::test_cache_criterion_declared", None), (f"{CACHE}::test_matched_prefix",
-               {"category": "cache", "forwards": 2 * protocol.CACHE_MAX_TARGET_TOKENS})]
+    tests += [(f"{SAMPLING}::test_{name}", None)
+              for name in ("first_step_logits_do_not_depend_on_selection", "greedy_repetitions_identical")]
+    tests += [(f"{CACHE}::test_cache_criterion_declared", None),
+              (f"{CACHE}::test_matched_prefix", {"category": "cache",
+                                                  "forwards": 2 * protocol.CACHE_MAX_TARGET_TOKENS})]
     tests += [(timing_nodeid(t), {"category": "timing_warmup" if t.warmup else "timing_measured",
                                   "selections": protocol.TIMING_NEW_TOKENS}) for t in protocol.timing_schedule()]
-    tests += [(f"{TIMING}::test_timing_summary", None), (f"{TIMING}::test_loop_matches_generate", None),
-              (f"{TIMING}::test_cache_divergence", None), ("experiments/test_60_memory.py::test_parameter_storage", None),
-              ("experiments/test_70_batching.py::test_batching_calls", {"category": "batching", "calls": 4})]
-    return tests
+    tests += [(f"{TIMING}::test_{name}", None)
+              for name in ("timing_summary", "loop_matches_generate", "cache_divergence")]
+    return tests + [(MEMORY_TEST, None), (BATCHING_TEST, {"category": "batching", "calls": 4})]
 
 
-def _marker_args(decorator: ast.expr, name: str) -> Optional[list]:
-    """The constant arguments of `@pytest.mark.<name>(...)` (or [] for a bare `@pytest.mark.<name>`); None if
-    the decorator is another one."""
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    if not (isinstance(target, ast.Attribute) and target.attr == name):
-        return None
-    args = decorator.args if isinstance(decorator, ast.Call) else []
-    return [arg.value for arg in args if isinstance(arg, ast.Constant)]
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def experiment_markers() -> dict[str, dict]:
     """Each experiment test function's markers, read from the experiments' source: {name: {records, requires,
-    provides, diagnostic, optional}} (optional: its module says pytestmark = [..., optional_extension])."""
+    provides, diagnostic, optional}} (optional: its module is the optional extension)."""
     found, optional_files = {}, {part["file"] for part in experiment_files(REPO_ROOT)[0] if part["optional"]}
     for path in sorted((REPO_ROOT / EXPERIMENTS_DIR).glob("test_*.py")):
-        module = ast.parse(path.read_text(encoding="utf-8"))
-        optional = f"{EXPERIMENTS_DIR}/{path.name}" in optional_files
-        for node in module.body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            marks = {name: [arg for decorator in node.decorator_list
-                            for arg in (_marker_args(decorator, name) or [])]
-                     for name in ("records", "requires", "provides")}
-            marks["records"] = list(dict.fromkeys(marks["records"]))
-            marks["diagnostic"] = any(_marker_args(d, "diagnostic") is not None for d in node.decorator_list)
-            found[node.name] = {**marks, "optional": optional}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef):
+                marks = {name: _marker_args(node.decorator_list, name) for name in ("records", "requires", "provides")}
+                found[node.name] = {**marks, "records": list(dict.fromkeys(marks["records"])),
+                                    "diagnostic": any(getattr(d, "attr", None) == "diagnostic"
+                                                      for d in node.decorator_list),
+                                    "optional": f"{EXPERIMENTS_DIR}/{path.name}" in optional_files}
     return found
-
-
-def declared_records() -> dict[str, list[str]]:
-    """Each experiment test function's @pytest.mark.records kinds, read from the experiments' source."""
-    return {name: marks["records"] for name, marks in experiment_markers().items()}
-
-
-def function_of(nodeid: Optional[str]) -> str:
-    """The test function a node id names: 'test_input' of '...::test_input[P1]'."""
-    return (nodeid or "").split("::")[-1].split("[")[0]
 
 
 def facts_of(nodeid: str, budget: Optional[dict]) -> TestFacts:
@@ -160,27 +117,16 @@ def facts_of(nodeid: str, budget: Optional[dict]) -> TestFacts:
                      optional=bool(marks.get("optional")))
 
 
-class TickingClock:
+def ticking_clock():
     """A wall clock one second later at every reading, from 2025-01-01T00:00:00Z: two builds read the same times."""
-
-    def __init__(self):
-        self.readings = 0
-
-    def __call__(self) -> str:
-        now = FIXTURE_START + datetime.timedelta(seconds=self.readings)
-        self.readings += 1
-        return now.isoformat()
+    readings = itertools.count()
+    return lambda: (FIXTURE_START + datetime.timedelta(seconds=next(readings))).isoformat()
 
 
-class TickingStamp:
+def ticking_stamp():
     """A perf_counter_ns one millisecond later at every reading: the records' stamps, the same in every build."""
-
-    def __init__(self):
-        self.readings = 0
-
-    def __call__(self) -> int:
-        self.readings += 1
-        return 10**12 + self.readings * 10**6
+    readings = itertools.count(1)
+    return lambda: 10**12 + next(readings) * 10**6
 
 
 class FixedHost:
@@ -208,16 +154,12 @@ PLAN_FIELDS_ADDED_LATER = ("mode", "parts", "selection", "protocol_complete", "p
 class RunBuilder:
     """Writes one record dir through the harness's Run, as a session does; the tests give the values.
 
-    current_format=False writes outcomes and plan.json in their older format (see the module's docstring),
-    as the builds of build_complete_run and build_failed_run have always been. By default the session ends as
-    the Run ends it (its write_report, plots and all); report=False: it writes no report (the caller renders
-    it, rerender()); plots=False: its report's pages are written without drawing the plots (write_pages).
-    """
+    current_format=False writes plan.json in its older format (see the module's docstring). report=False: the
+    session writes no report; plots=False: its report's pages are written without drawing the plots."""
 
     def __init__(self, directory: Path, specimen: str, synthetic: bool, plan_only: bool = False,
                  current_format: bool = False, report: bool = True, plots: bool = True):
-        directory = Path(directory)
-        if directory.exists():
+        if Path(directory).exists():
             raise FileExistsError(f"{directory}: a fixture run is built into a new directory")
         argv = ("pytest", "experiments", "--specimen", specimen, "--record-dir", str(directory))
         argv += ("--plan",) if plan_only else ()
@@ -229,53 +171,34 @@ class RunBuilder:
                       "revision": "685c649b" if synthetic else protocol.PINNED_REVISION},
             options={"artifacts": None, "offline": True, "plan": plan_only},
             pytest={"version": "9.2.0", "plugins": {}})
-        self.run = session.claim_run(invocation, record_dir=directory, pid=4242, hostname="fixture-host",
-                                     clock=TickingClock(), host=FixedHost(), stamp=TickingStamp())
-        # An --offline session as its manifest tells it; nothing is blocked in the test process itself.
-        self.run.network_guard = contextlib.ExitStack()
-        if not report:  # the caller rewrites the records and renders the report itself (rerender)
-            self.run.write_report = None
-        elif not plots:  # the session's report, as write_report renders it, without drawing the plots
-            self.run.write_report = lambda record_dir: write_pages(record_dir, plots=False)
-        else:  # as the plugin wires it
+        self.run = session.claim_run(invocation, record_dir=Path(directory), pid=4242, hostname="fixture-host",
+                                     clock=ticking_clock(), host=FixedHost(), stamp=ticking_stamp())
+        self.run.network_guard = contextlib.ExitStack()  # an --offline session as its manifest says
+        if report:
             from inferlab import report as report_module
 
-            self.run.write_report = report_module.write_report
-        self.current_format = current_format
-        self.specimen = specimen
-        self.synthetic = synthetic
+            self.run.write_report = report_module.write_report if plots else \
+                lambda record_dir: write_pages(record_dir, plots=False)
+        self.current_format, self.specimen, self.synthetic = current_format, specimen, synthetic
         self.facts: dict[str, TestFacts] = {}
         self.run.start(None)
-
-    @property
-    def dir(self) -> Path:
-        return self.run.record_dir
-
-    @property
-    def tensors(self):
-        return self.run.tensors
-
-    @property
-    def written(self) -> list[dict]:
-        return self.run.records
 
     def emit(self, kind: str, test: Optional[str], **fields) -> dict:
         return self.run.emit(kind, test, fields)
 
     def outcome(self, test: str, outcome: str = "passed", phase: str = "call", longrepr=None, skip_reason=None):
-        facts = self.facts.get(test) or facts_of(test, None)
         # 0.1 s: longer than anything a fixture trial says it timed, as a test's duration always is
-        return self.run.record_outcome(facts, outcome=outcome, phase=phase, duration=0.1, longrepr=longrepr,
-                                       skip_reason=skip_reason)
+        return self.run.record_outcome(self.facts.get(test) or facts_of(test, None), outcome=outcome, phase=phase,
+                                       duration=0.1, longrepr=longrepr, skip_reason=skip_reason)
 
     def write_plan(self, tests) -> None:
         self.facts = {nodeid: facts_of(nodeid, budget) for nodeid, budget in tests}
         self.run.write_plan(list(self.facts.values()), selection=selection_of(types.SimpleNamespace()))
         if not self.current_format:  # before the report reads it
-            plan = json.loads((self.dir / PLAN_FILE).read_text())
+            plan = json.loads((self.run.record_dir / PLAN_FILE).read_text())
             plan = {key: value for key, value in plan.items() if key not in PLAN_FIELDS_ADDED_LATER}
             plan["schedule"] = [{k: v for k, v in entry.items() if k != "check_kind"} for entry in plan["schedule"]]
-            write_json_atomic(self.dir / PLAN_FILE, plan)
+            write_json_atomic(self.run.record_dir / PLAN_FILE, plan)
 
     def end_session(self) -> dict:
         """The session_end record of a session that ran to its end (exit status from the outcomes)."""
@@ -290,26 +213,24 @@ class RunBuilder:
         self.run.finish()
         errors = self.run.records_of("report_error")  # a session keeps going; a fixture must not hide a broken page
         assert not errors, f"the fixture run's report could not be written: {errors}"
-        return self.dir
+        return self.run.record_dir
 
 
-def _thread_controls_passed(run: RunBuilder) -> None:
+def _specimen_start(run: RunBuilder, ok: bool) -> None:
+    """The thread controls (passed), then the acquisition's records: its outcome and every allowlisted file's."""
     run.emit("thread_controls", SPECIMEN_TESTS[2], requested={"intra_op": 1, "inter_op": 1},
              effective={"intra_op": 1, "inter_op": 1}, matches=True, errors=[])
     run.outcome(SPECIMEN_TESTS[2])
-
-
-def _specimen_records(run: RunBuilder, test: str, ok: bool) -> None:
-    run.emit("specimen", test, name=run.specimen, synthetic=run.synthetic,
+    run.emit("specimen", SPECIMEN_TESTS[0], name=run.specimen, synthetic=run.synthetic,
              description="synthetic stand-in with pythia-14m's architecture and random weights" if run.synthetic
              else "EleutherAI/pythia-14m", repo_id="inferlab/standin" if run.synthetic else protocol.PINNED_REPO_ID,
              revision="685c649b" if run.synthetic else protocol.PINNED_REVISION)
-    run.emit("artifact_acquisition", test, acquisition="reuse:project_cache", directory="artifacts/cache/x",
-             elapsed_s=0.05, status="ok" if ok else "failed", error=None if ok else FAILED_ACQUISITION_MESSAGE)
+    run.emit("artifact_acquisition", SPECIMEN_TESTS[0], acquisition="reuse:project_cache",
+             directory="artifacts/cache/x", elapsed_s=0.05, status="ok" if ok else "failed",
+             error=None if ok else FAILED_ACQUISITION_MESSAGE)
     for index, name in enumerate(protocol.ALLOWLISTED_FILES):
-        bad = not ok and name == "model.safetensors"
-        digest = f"{index:02d}" * 32
-        run.emit("artifact_file", test, name=name, size=1000 + index, sha256="00" * 32 if bad else digest,
+        bad, digest = not ok and name == "model.safetensors", f"{index:02d}" * 32
+        run.emit("artifact_file", SPECIMEN_TESTS[0], name=name, size=1000 + index, sha256="00" * 32 if bad else digest,
                  expected_sha256=digest, expected_size=1000 + index, ok=not bad,
                  problem=FAILED_ACQUISITION_MESSAGE if bad else None, acquisition="reuse:project_cache")
 
@@ -324,7 +245,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     """A complete protocol run's record dir (26 generations, 24 timing trials, cache, memory, batching).
 
     timing_seed: another honest run of the same computation on another machine: the same ids and logits, the
-    timings drawn anew (None: drawn with the ids, as every earlier build). plots and report: as RunBuilder's."""
+    timings drawn anew (None: drawn with the ids). plots and report: as RunBuilder's."""
     import torch
 
     rng = random.Random(seed)
@@ -335,12 +256,10 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
         return timing_rng.random() if timing_rng is not None else draw
     run = RunBuilder(directory, "standin" if synthetic else protocol.DEFAULT_SPECIMEN, synthetic, report=report,
                      plots=plots)
-    tests = all_nodeids()
-    run.write_plan(tests)
+    run.write_plan(all_nodeids())
 
     # threads, specimen, load, inspection (in the experiment's order)
-    _thread_controls_passed(run)
-    _specimen_records(run, SPECIMEN_TESTS[0], ok=True)
+    _specimen_start(run, ok=True)
     run.emit("phase", SPECIMEN_TESTS[0], name="artifact_acquisition", elapsed_s=0.05, label="local reuse")
     run.outcome(SPECIMEN_TESTS[0])
     run.emit("model_load", SPECIMEN_TESTS[1], model_class="GPTNeoXForCausalLM", elapsed_s=0.4, warnings=[],
@@ -357,8 +276,7 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     # inputs
     prompt_ids = {}
     for prompt_id, source in {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}.items():
-        ids = [rng.randrange(1, VOCAB) for _ in range(9 if prompt_id != "P1x8" else 72)]
-        prompt_ids[prompt_id] = ids
+        ids = prompt_ids[prompt_id] = [rng.randrange(1, VOCAB) for _ in range(9 if prompt_id != "P1x8" else 72)]
         run.emit("input", input_nodeid(prompt_id), prompt_id=prompt_id, source=source, serialized=source,
                  serialized_matches_source=True, token_ids=ids, token_pieces=[f"w{i}" for i in ids],
                  length=len(ids), attention_mask=[1] * len(ids), add_special_tokens=False, eos_token_id=EOS_ID,
@@ -366,32 +284,26 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
         run.outcome(input_nodeid(prompt_id))
 
     # the generation matrix
-    first_logits = {p: torch.randn(VOCAB, generator=torch.Generator().manual_seed(i)) for i, p in
-                    enumerate(protocol.PROMPTS)}
+    first_logits = {p: torch.randn(VOCAB, generator=torch.Generator().manual_seed(i))
+                    for i, p in enumerate(protocol.PROMPTS)}
     greedy, seeded = {}, {}
     for trial in protocol.generation_trials():
-        if trial.condition == "G":
-            drawn = [rng.randrange(1, VOCAB) for _ in range(protocol.MAX_NEW_TOKENS)] \
-                if trial.prompt_id not in greedy else None
-            if drawn is not None:  # greedy selects the argmax of the raw first-step logits
-                drawn[0] = int(first_logits[trial.prompt_id].argmax())
-            ids = greedy.setdefault(trial.prompt_id, drawn)
-        elif trial.is_rerun:
-            ids = seeded[(trial.prompt_id, trial.condition, trial.seed)]
+        key = (trial.prompt_id, trial.condition, trial.seed)
+        if trial.condition == "G" and trial.prompt_id not in greedy:
+            ids = greedy[trial.prompt_id] = [rng.randrange(1, VOCAB) for _ in range(protocol.MAX_NEW_TOKENS)]
+            ids[0] = int(first_logits[trial.prompt_id].argmax())  # greedy selects the argmax of the first logits
+        elif trial.condition == "G" or trial.is_rerun:
+            ids = greedy[trial.prompt_id] if trial.condition == "G" else seeded[key]
         else:
             length = 6 if trial.condition == "S2" and trial.seed == 23 else protocol.MAX_NEW_TOKENS
-            ids = [rng.randrange(1, VOCAB) for _ in range(length)]
+            ids = seeded[key] = [rng.randrange(1, VOCAB) for _ in range(length)]
             if length < protocol.MAX_NEW_TOKENS:
                 ids[-1] = EOS_ID
-            seeded[(trial.prompt_id, trial.condition, trial.seed)] = ids
-        reference = None
-        if trial.keeps_first_step_logits:
-            reference = run.tensors.put("first_step_logits", f"{trial.prompt_id}/{trial.condition}",
-                                        first_logits[trial.prompt_id])
-        nodeid = generation_nodeid(trial)
-        run.emit("generation", nodeid, trial_index=trial.index, trial_id=trial.test_id, prompt_id=trial.prompt_id,
-                 condition=trial.condition, seed=trial.seed, repetition=trial.repetition, is_rerun=trial.is_rerun,
-                 prompt_ids=prompt_ids[trial.prompt_id], generated_ids=ids,
+        reference = run.run.tensors.put("first_step_logits", f"{trial.prompt_id}/{trial.condition}",
+                                        first_logits[trial.prompt_id]) if trial.keeps_first_step_logits else None
+        run.emit("generation", generation_nodeid(trial), trial_index=trial.index, trial_id=trial.test_id,
+                 prompt_id=trial.prompt_id, condition=trial.condition, seed=trial.seed, repetition=trial.repetition,
+                 is_rerun=trial.is_rerun, prompt_ids=prompt_ids[trial.prompt_id], generated_ids=ids,
                  sequence_ids=prompt_ids[trial.prompt_id] + ids, text=_fake_text(ids),
                  text_with_special=_fake_text(ids) + ("<|endoftext|>" if ids[-1] == EOS_ID else ""),
                  generated_length=len(ids), stop_reason="eos" if ids[-1] == EOS_ID else "max_new_tokens",
@@ -399,38 +311,35 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
                  processors=[], rng_reset=[] if trial.seed is None else [{"call": "torch.manual_seed",
                                                                           "seed": trial.seed}],
                  warnings=[], elapsed_s=0.02, status="ok", first_step_logits=reference)
-        run.outcome(nodeid)
-    run.emit("first_step_logits_check", f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection", prompts=["P1", "P2"],
-             max_abs_diff={"P1": 0.0, "P2": 0.0}, all_equal=True, processed_scores_differ_where_t_not_1=True,
-             passed=True)
-    run.outcome(f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection")
-    generations = [r for r in run.written if r["kind"] == "generation"]
+        run.outcome(generation_nodeid(trial))
+    check_test, greedy_test = (f"{SAMPLING}::test_first_step_logits_do_not_depend_on_selection",
+                               f"{SAMPLING}::test_greedy_repetitions_identical")
+    run.emit("first_step_logits_check", check_test, prompts=["P1", "P2"], max_abs_diff={"P1": 0.0, "P2": 0.0},
+             all_equal=True, processed_scores_differ_where_t_not_1=True, passed=True)
+    run.outcome(check_test)
+    generations = run.run.records_of("generation")
     for prompt_id in protocol.PROMPTS:
-        run.emit("sampling_summary", f"{SAMPLING}::test_greedy_repetitions_identical",
-                 **stats.sampling_summary(generations, prompt_id))
-    run.outcome(f"{SAMPLING}::test_greedy_repetitions_identical")
+        run.emit("sampling_summary", greedy_test, **stats.sampling_summary(generations, prompt_id))
+    run.outcome(greedy_test)
 
     # the matched-prefix cache test
-    cache_test = f"{CACHE}::test_matched_prefix"
-    tolerance = protocol.CACHE_TOLERANCE
+    cache_test, tolerance = f"{CACHE}::test_matched_prefix", protocol.CACHE_TOLERANCE
+    m = protocol.CACHE_MAX_TARGET_TOKENS
     run.emit("cache_criterion", f"{CACHE}::test_cache_criterion_declared", criterion=tolerance.describe(),
              atol=tolerance.atol, rtol=tolerance.rtol)
     run.outcome(f"{CACHE}::test_cache_criterion_declared")
-    m = protocol.CACHE_MAX_TARGET_TOKENS
-    base = len(prompt_ids["P1"])
     for k in range(m):
-        length = base + k
+        length = len(prompt_ids["P1"]) + k
         uncached = torch.randn(VOCAB, generator=torch.Generator().manual_seed(100 + k))
         cached = uncached.clone() if k == 0 else uncached + 1e-7 * (k + 1)
-        references = {"cached": run.tensors.put("cache_logits", f"cached/prefix_{length:02d}", cached),
-                      "uncached": run.tensors.put("cache_logits", f"uncached/prefix_{length:02d}", uncached)}
+        references = {name: run.run.tensors.put("cache_logits", f"{name}/prefix_{length:02d}", tensor)
+                      for name, tensor in (("cached", cached), ("uncached", uncached))}
         diff = float((cached.double() - uncached.double()).abs().max())
         top = torch.topk(uncached.double(), 2).values
-        margin = float(top[0] - top[1])
+        margin, allowance = float(top[0] - top[1]), tolerance.tie_allowance(float(top[0]), float(top[1]))
         run.emit("cache_comparison", cache_test, prefix_length=length, max_abs_diff=diff, fail_fraction=0.0,
                  bitwise_equal=diff == 0.0, argmax_cached=int(cached.argmax()), argmax_uncached=int(uncached.argmax()),
-                 top2_margin_uncached=margin, near_tie_allowance=tolerance.tie_allowance(float(top[0]), float(top[1])),
-                 near_tie=margin <= tolerance.tie_allowance(float(top[0]), float(top[1])), passed=True,
+                 top2_margin_uncached=margin, near_tie_allowance=allowance, near_tie=margin <= allowance, passed=True,
                  tensors=references)
     run.emit("cache_inspection", cache_test, cache_type="DynamicCache", layer_count=6,
              unique_bytes=6 * 2 * 4 * 32 * 16 * 4)
@@ -452,20 +361,19 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
         ids = greedy["P1"] if trial.prompt_id == "P1" else [rng.randrange(0, 3) for _ in range(16)]
         if not trial.use_cache and trial.prompt_id == "P1x8":
             ids = ids[:10] + [1] * 6  # cache on and off diverge at index 10
-        record = run.emit("timing_trial", timing_nodeid(trial), prompt_id=trial.prompt_id, use_cache=trial.use_cache,
-                          warmup=trial.warmup, schedule_index=trial.schedule_index, repetition=trial.repetition,
-                          schedule_id=trial.test_id, status="ok", prompt_ids=prompt_ids[trial.prompt_id],
-                          prompt_length=length, generated_ids=ids, output_length=len(ids), token_times_s=times,
-                          prefill_s=prefill, ttft_s=times[0], loop_s=times[-1],
-                          mean_post_first_interval_s=stats.mean_post_first_interval(times),
-                          eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID])
-        trials.append(record)
+        trials.append(run.emit(
+            "timing_trial", timing_nodeid(trial), prompt_id=trial.prompt_id, use_cache=trial.use_cache,
+            warmup=trial.warmup, schedule_index=trial.schedule_index, repetition=trial.repetition,
+            schedule_id=trial.test_id, status="ok", prompt_ids=prompt_ids[trial.prompt_id], prompt_length=length,
+            generated_ids=ids, output_length=len(ids), token_times_s=times, prefill_s=prefill, ttft_s=times[0],
+            loop_s=times[-1], mean_post_first_interval_s=stats.mean_post_first_interval(times),
+            eos_positions=[i for i, t in enumerate(ids) if t == EOS_ID]))
         run.outcome(timing_nodeid(trial))
-    summary_test = f"{TIMING}::test_timing_summary"
     for prompt_id in protocol.TIMING_PROMPTS:
         for use_cache in (True, False):
-            run.emit("timing_summary", summary_test, **stats.timing_summary(trials, prompt_id, use_cache))
-    run.outcome(summary_test)
+            run.emit("timing_summary", f"{TIMING}::test_timing_summary",
+                     **stats.timing_summary(trials, prompt_id, use_cache))
+    run.outcome(f"{TIMING}::test_timing_summary")
     run.emit("loop_vs_generate", f"{TIMING}::test_loop_matches_generate", prompt_id="P1", equal=True,
              first_difference=None, compared_length=16)
     run.outcome(f"{TIMING}::test_loop_matches_generate")
@@ -474,40 +382,33 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     run.outcome(f"{TIMING}::test_cache_divergence")
 
     # memory and batching
-    memory_test = "experiments/test_60_memory.py::test_parameter_storage"
-    run.emit("memory", memory_test, what="parameters", unique_bytes=56270848, analytic_bytes=56270848,
+    run.emit("memory", MEMORY_TEST, what="parameters", unique_bytes=56270848, analytic_bytes=56270848,
              note="tensor payload of parameters only; not process memory")
-    run.emit("memory", memory_test, what="process_rss", current_rss={"bytes": 400_000_000, "meaning": "current"},
+    run.emit("memory", MEMORY_TEST, what="process_rss", current_rss={"bytes": 400_000_000, "meaning": "current"},
              peak_rss={"bytes": 450_000_000, "meaning": "lifetime peak (freeing objects does not lower it)"},
              unmeasured_categories={"activations": "temporary hidden states", "workspace": "kernel scratch"})
-    run.outcome(memory_test)
-    batching_test = "experiments/test_70_batching.py::test_batching_calls"
+    run.outcome(MEMORY_TEST)
     for index in range(4):
-        run.emit("batching", batching_test, record_type="call", call_index=index,
-                 pad_token_id=EOS_ID, padding_side="left", attention_mask=[[1] * 9],
-                 row_to_request={"0": "P1" if index != 1 else "P2"})
-    run.emit("batching", batching_test, record_type="summary", generate_calls=4, first_step_max_abs_diff=2e-7,
+        run.emit("batching", BATCHING_TEST, record_type="call", call_index=index, pad_token_id=EOS_ID,
+                 padding_side="left", attention_mask=[[1] * 9], row_to_request={"0": "P1" if index != 1 else "P2"})
+    run.emit("batching", BATCHING_TEST, record_type="summary", generate_calls=4, first_step_max_abs_diff=2e-7,
              generated_ids_all_identical=True, pad_token_id=EOS_ID, padding_side="left")
-    run.outcome(batching_test)
+    run.outcome(BATCHING_TEST)
     return run.finish()
 
 
 def build_failed_run(directory: Path, report: bool = True) -> Path:
     """A default-specimen run that failed at artifact verification; every later test skipped with the reason.
-
-    Its report goes through the session's own write_report, plots and all: nothing of it can be drawn, and a
-    test checks that nothing is."""
+    Its report goes through the session's own write_report, plots and all: nothing can be drawn, and a test checks
+    that nothing is."""
     run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False, report=report, plots=True)
-    tests = all_nodeids()
-    run.write_plan(tests)
-    _thread_controls_passed(run)
-    _specimen_records(run, SPECIMEN_TESTS[0], ok=False)
+    run.write_plan(all_nodeids())
+    _specimen_start(run, ok=False)
     run.outcome(SPECIMEN_TESTS[0], "failed", longrepr=f"E   Failed: {FAILED_ACQUISITION_MESSAGE}")
-    for nodeid, _ in tests:
-        if nodeid in (SPECIMEN_TESTS[0], SPECIMEN_TESTS[2]):
-            continue
-        run.outcome(nodeid, "skipped", phase="setup", longrepr=f"('x', 1, 'Skipped: {SKIP_REASON}')",
-                    skip_reason=SKIP_REASON)
+    for nodeid, _ in all_nodeids():
+        if nodeid not in (SPECIMEN_TESTS[0], SPECIMEN_TESTS[2]):
+            run.outcome(nodeid, "skipped", phase="setup", longrepr=f"('x', 1, 'Skipped: {SKIP_REASON}')",
+                        skip_reason=SKIP_REASON)
     return run.finish()
 
 
@@ -517,11 +418,8 @@ def copy_run(source: Path, target: Path) -> Path:
 
 
 def rewrite_records(directory: Path, transform) -> None:
-    """Replace a run's records with transform(records), renumber seq, and refresh the manifest's inventory.
-
-    For tests that need a consistent but altered run: the manifest then matches the new files, so only
-    the protocol checks (not the hashes) can catch the alteration.
-    """
+    """Replace a run's records with transform(records), renumber seq, and refresh the manifest's inventory: the
+    manifest then matches the new files, so only the protocol checks (not the hashes) can catch the alteration."""
     directory = Path(directory)
     records = renumbered(transform([json.loads(line) for line in (directory / RECORDS_FILE).read_text().splitlines()]))
     (directory / RECORDS_FILE).write_text("".join(dumps(r) + "\n" for r in records), encoding="ascii")
@@ -537,34 +435,22 @@ def renumbered(records: list[dict]) -> list[dict]:
 
 def outcome_counts(records: list[dict]) -> dict:
     """{outcome: count} of the test_outcome records, in the order first met (the manifest's outcome_counts)."""
-    counts: dict = {}
-    for record in records:
-        if record["kind"] == "test_outcome":
-            counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
-    return counts
+    return dict(collections.Counter(r["outcome"] for r in records if r["kind"] == "test_outcome"))
 
 
 def refresh_manifest(directory: Path, records: Optional[list] = None) -> None:
     """Recompute the manifest's file inventory (and outcome counts, given the records) after an edit."""
-    directory = Path(directory)
-    manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    if records is not None:
-        manifest["outcome_counts"] = outcome_counts(records)
-    manifest["files"] = file_inventory(directory, exclude=(MANIFEST_FILE,))
-    write_json_atomic(directory / MANIFEST_FILE, manifest)
+    fields = {} if records is None else {"outcome_counts": outcome_counts(records)}
+    edit_manifest(directory, **fields, files=file_inventory(Path(directory), exclude=(MANIFEST_FILE,)))
 
 
 # --- records other tracks add (session_end, run-level measurements, new fields), for the report tests ----
 
 TYPED_COMMAND = "python -m pytest experiments --specimen standin --record-dir runs/first"
 CLOCK_READS_PER_TRIAL = 17
-BANDWIDTH_SECONDS = 0.015625  # exact in binary, so the rate below is exactly what its record's arithmetic gives
-BANDWIDTH_BYTES_PER_S = 2 * 64 * 2**20 / BANDWIDTH_SECONDS
 FIXTURE_PARAMETERS = [  # a two-tensor "model" in model_inspection's shape: input embedding and the rest
-    {"name": "gpt_neox.embed_in.weight", "shape": [VOCAB, 128], "numel": VOCAB * 128, "device": "cpu",
-     "dtype": "float32"},
-    {"name": "embed_out.weight", "shape": [VOCAB, 128], "numel": VOCAB * 128, "device": "cpu", "dtype": "float32"},
-]
+    {"name": name, "shape": [VOCAB, 128], "numel": VOCAB * 128, "device": "cpu", "dtype": "float32"}
+    for name in ("gpt_neox.embed_in.weight", "embed_out.weight")]
 CACHE_BYTES_PER_POSITION = 6144
 WEIGHT_BYTES = VOCAB * 128 * 4  # embed_out of FIXTURE_PARAMETERS
 WEIGHT_PASS_SECONDS = [0.0004, 0.0002, 0.0003, 0.0005, 0.0003]
@@ -587,33 +473,21 @@ def with_check_kinds(records: list[dict]) -> list[dict]:
     return records
 
 
-def acquisition_failure_of(records: list[dict]) -> Optional[dict]:
-    """session_end's acquisition_failure as the plugin makes it: when the test that provides the acquisition
-    failed, the cause from its artifact_acquisition record and the failed tests that check the specimen."""
+def session_end_record(records: list[dict], **overrides) -> dict:
+    """A session_end record consistent with the outcomes in `records`, made by the harness's writer, with a fixture
+    session's forward reconciliation (no forward) against the complete plan's. Overrides that are the writer's
+    inputs (exit_status, exit_code_name, signals, stop_reason, collect_only, partial_reasons) go through it, so
+    what follows from them (interrupted, complete, status) does too; every override then replaces its field."""
     from inferlab.specimen import acquisition_cause
 
     outcomes = [r for r in records if r["kind"] == "test_outcome"]
-    failing = [r for r in outcomes if r["outcome"] in ("failed", "error")]
-    checks = set(endings.SPECIMEN_CHECKS)
-    if not any("acquisition" in experiment_markers().get(function_of(r["test"]), {}).get("provides", ())
-               for r in failing):
-        return None
-    acquisition = ([r for r in records if r["kind"] == "artifact_acquisition"] or [{}])[-1]
-    provided = {r["test"]: set(experiment_markers().get(function_of(r["test"]), {}).get("provides", ()))
-                for r in failing}
-    return {"cause": acquisition_cause(acquisition), "failed_tests": sum(1 for r in failing if checks & provided[r["test"]])}
-
-
-def session_end_record(records: list[dict], schedule: Optional[list] = None, **overrides) -> dict:
-    """A session_end record consistent with the outcomes in `records`, made by the harness's writer; its forward
-    reconciliation is a fixture session's (no forward) against `schedule`, plan.json's (default: the complete one).
-
-    Overrides that are the writer's inputs (exit_status, exit_code_name, signals, stop_reason, collect_only,
-    partial_reasons) go through it, so what follows from them (interrupted, stopped_early, complete, status)
-    does too; every override then replaces its field as given.
-    """
-    outcomes = [r for r in records if r["kind"] == "test_outcome"]
     counts = collections.Counter(r["outcome"] for r in outcomes)
+    failing = [r for r in outcomes if r["outcome"] in ("failed", "error")]
+    provided = [set(experiment_markers().get(function_of(r["test"]), {}).get("provides", ())) for r in failing]
+    acquisition = ([r for r in records if r["kind"] == "artifact_acquisition"] or [{}])[-1]
+    acquisition_failure = {"cause": acquisition_cause(acquisition),
+                           "failed_tests": sum(bool(set(endings.SPECIMEN_CHECKS) & p) for p in provided)} \
+        if any("acquisition" in p for p in provided) else None
     failed = bool(counts.get("failed") or counts.get("error"))
     fields = endings.session_end(
         exit_status=overrides.get("exit_status", 1 if failed else 0),
@@ -622,32 +496,24 @@ def session_end_record(records: list[dict], schedule: Optional[list] = None, **o
         stop_reason=overrides.get("stop_reason"), planned=[t for t, _ in all_nodeids()],
         with_outcome={r["test"] for r in outcomes}, partial_reasons=overrides.get("partial_reasons", []),
         optional_notes=[], outcome_counts=counts,
-        failures_by_check_kind=collections.Counter(r.get("check_kind", "integrity") for r in outcomes
-                                                   if r["outcome"] in ("failed", "error")),
-        # as a fixture session ends it: no model, so no forward counted, against the plan's forward totals
+        failures_by_check_kind=collections.Counter(r.get("check_kind", "integrity") for r in failing),
         forward_reconciliation=endings.reconcile_forwards(0, {}, forward_budget(
-            schedule if schedule is not None else [{"test": t, "budget": b} for t, b in all_nodeids()])),
-        acquisition_failure=acquisition_failure_of(records))
-    fields.update(overrides)
-    return _envelope("session_end", None, **fields)
+            [{"test": t, "budget": b} for t, b in all_nodeids()])),
+        acquisition_failure=acquisition_failure)
+    return _envelope("session_end", None, **{**fields, **overrides})
 
 
-def new_evidence_records(records: list[dict], revised: bool = True, benchmark_found: Optional[bool] = None,
-                         bandwidth: bool = False, weight_read: bool = True) -> list[dict]:
-    """Add what the other tracks' schemas 4-13 bring to a complete run's records (in place, and returned).
-
-    weight_read: the weight_read record a current run writes; benchmark_found (True or False) and bandwidth add
-    the benchmark_reference and memory_bandwidth records that runs before issue 26 wrote instead."""
+def new_evidence_records(records: list[dict]) -> list[dict]:
+    """Add what the other tracks' schemas 4-13 bring to a complete run's records (in place, and returned): new
+    fields, phases, the clock overhead, a revised cache criterion, the weight_read and cache storage records."""
     records = with_check_kinds(records)
-    trials = [r for r in records if r["kind"] == "timing_trial"]
     added = []
     for record in records:
         kind = record["kind"]
         if kind == "generation":
             record["generation_cache"] = {"fresh": True, "how": "a new DynamicCache per generate() call"}
-            record["warnings"] = []
-            if record["trial_id"] == "P2-G-rep1":
-                record["warnings"] = ["UserWarning: a captured warning | with a pipe"]
+            record["warnings"] = ["UserWarning: a captured warning | with a pipe"] if record["trial_id"] == \
+                "P2-G-rep1" else []
         elif kind == "cache_comparison":
             length = record["prefix_length"]
             record["fed_inputs"] = {"uncached": {"attention_mask": [1] * length, "position_ids": list(range(length)),
@@ -656,15 +522,12 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
                                                "cache_position": [length - 1]}}
             record["cache_seq_length_after_forward"] = length
             record["cache_unique_bytes_after_forward"] = length * CACHE_BYTES_PER_POSITION
-            if revised:
-                record["revised"] = {"atol": 1e-4, "rtol": 1e-3, "passed": True, "fail_count": 0,
-                                     "fail_fraction": 0.0}
+            record["revised"] = {"atol": 1e-4, "rtol": 1e-3, "passed": True, "fail_count": 0, "fail_fraction": 0.0}
         elif kind == "cache_summary":
             record["prefill_logits_to_keep"] = {"uncached": [1, 1, VOCAB], "cached": [1, 1, VOCAB]}
-            if revised:
-                record["revised_evaluation"] = {"atol": 1e-4, "rtol": 1e-3, "rule": "|a-b| <= 0.0001 + 0.001*|b|",
-                                                "justification": "a test justification", "all_within_tolerance": True,
-                                                "failing_prefix_lengths": []}
+            record["revised_evaluation"] = {"atol": 1e-4, "rtol": 1e-3, "rule": "|a-b| <= 0.0001 + 0.001*|b|",
+                                            "justification": "a test justification", "all_within_tolerance": True,
+                                            "failing_prefix_lengths": []}
         elif kind == "model_inspection":
             record["parameters"] = FIXTURE_PARAMETERS
         elif kind == "artifact_file":
@@ -686,41 +549,27 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
     for trial in protocol.generation_trials():
         added.append(_envelope("phase", generation_nodeid(trial), name="output_decoding", trial_id=trial.test_id,
                                source="generation", elapsed_s=1e-4, label="tokenizer.decode of the generated ids"))
-    for trial in trials:
+    for trial in [r for r in records if r["kind"] == "timing_trial"]:
         added.append(_envelope("phase", trial["test"], name="output_decoding", trial_id=trial["schedule_id"],
                                source="timing", elapsed_s=2e-4, label="tokenizer.decode, outside the timed loop"))
     added.append(_envelope("clock_overhead", None, clock="time.perf_counter_ns", reads=100000,
                            elapsed_ns=5_000_000, per_read_ns=50.0, reads_per_trial=CLOCK_READS_PER_TRIAL,
                            per_trial_overhead_ns=50.0 * CLOCK_READS_PER_TRIAL, method="back-to-back reads"))
-    if benchmark_found is not None:
-        added.append(_envelope("benchmark_reference", None, found=benchmark_found,
-                               file="benchmarks/results/test-machine.json" if benchmark_found else None,
-                               machine={"cpu_model": "Test CPU"},
-                               result={"overhead_ratio": 1.004, "generate_ratio": 1.178} if benchmark_found else None,
-                               note="latest result recorded on a machine with this fingerprint" if benchmark_found
-                               else "no result of benchmarks/overhead.py recorded on a machine with this fingerprint"))
-    if weight_read:
-        added.append(_envelope("weight_read", "experiments/test_50_timing.py::test_decode_step_weight_read",
-                               method="one pass = Tensor.sum() of each weight tensor", tensor_count=1,
-                               bytes=WEIGHT_BYTES, left_out=[{"name": "gpt_neox.embed_in.weight", "bytes": WEIGHT_BYTES,
-                                                              "why": "the input embedding"}],
-                               threads={"intra_op": 1, "inter_op": 1}, passes=5, seconds=WEIGHT_PASS_SECONDS,
-                               median_s=sorted(WEIGHT_PASS_SECONDS)[2], warmup_s=0.001, caches=FIXTURE_CACHES,
-                               fits_in_largest_cache=True, note="a time for these reads on this machine"))
-    if bandwidth:
-        added.append(_envelope("memory_bandwidth", None, method="numpy copy of a 64 MiB array", threads=1,
-                               bytes_per_copy=64 * 2**20, repeats=5, seconds=[BANDWIDTH_SECONDS] * 5,
-                               bytes_per_s_median=BANDWIDTH_BYTES_PER_S, note="outside every timed region"))
-    for prompt_id, length in (("P1", 9),):
-        added.append(_envelope("memory", "experiments/test_60_memory.py::test_cache_storage_at_each_prefix",
-                               measure="cache_storage", point=f"after the cache test's prefill of {prompt_id}",
-                               prompt_id=prompt_id, prompt_length=length, unique_bytes=length * CACHE_BYTES_PER_POSITION,
-                               logical_length=length, expected_bytes=length * CACHE_BYTES_PER_POSITION))
-    if revised:
-        criterion = next(i for i, r in enumerate(records) if r["kind"] == "cache_criterion")
-        records.insert(criterion + 1, _envelope("cache_criterion_revised", records[criterion]["test"], atol=1e-4,
-                                                rtol=1e-3, rule="|a-b| <= 0.0001 + 0.001*|b|",
-                                                justification="a test justification"))
+    added.append(_envelope("weight_read", "experiments/test_50_timing.py::test_decode_step_weight_read",
+                           method="one pass = Tensor.sum() of each weight tensor", tensor_count=1,
+                           bytes=WEIGHT_BYTES, left_out=[{"name": "gpt_neox.embed_in.weight", "bytes": WEIGHT_BYTES,
+                                                          "why": "the input embedding"}],
+                           threads={"intra_op": 1, "inter_op": 1}, passes=5, seconds=WEIGHT_PASS_SECONDS,
+                           median_s=sorted(WEIGHT_PASS_SECONDS)[2], warmup_s=0.001, caches=FIXTURE_CACHES,
+                           fits_in_largest_cache=True, note="a time for these reads on this machine"))
+    added.append(_envelope("memory", "experiments/test_60_memory.py::test_cache_storage_at_each_prefix",
+                           measure="cache_storage", point="after the cache test's prefill of P1", prompt_id="P1",
+                           prompt_length=9, unique_bytes=9 * CACHE_BYTES_PER_POSITION, logical_length=9,
+                           expected_bytes=9 * CACHE_BYTES_PER_POSITION))
+    criterion = next(i for i, r in enumerate(records) if r["kind"] == "cache_criterion")
+    records.insert(criterion + 1, _envelope("cache_criterion_revised", records[criterion]["test"], atol=1e-4,
+                                            rtol=1e-3, rule="|a-b| <= 0.0001 + 0.001*|b|",
+                                            justification="a test justification"))
     outcomes_start = next(i for i, r in enumerate(records) if r["kind"] == "test_outcome"
                           and "test_60_memory" in (r["test"] or ""))
     return records[:outcomes_start] + added + records[outcomes_start:]
@@ -728,24 +577,22 @@ def new_evidence_records(records: list[dict], revised: bool = True, benchmark_fo
 
 def write_pages(directory: Path, plots: bool = False) -> None:
     """Write the report as the session's write_report does; plots=False draws no plot (the page is the text
-    write_report renders when every plot is drawn) and removes any plot left by an earlier rendering, since it was
-    drawn from other records."""
+    write_report renders when every plot is drawn) and removes any plot an earlier rendering drew from other
+    records."""
     from inferlab import report
     from inferlab.files import write_text_atomic
     from inferlab.report import plots as plots_module
 
-    directory = Path(directory)
     if plots:
-        report.write_report(directory)
+        report.write_report(Path(directory))
         return
-    write_text_atomic(directory / report.REPORT_FILE, report.render_report(directory))
+    write_text_atomic(Path(directory) / report.REPORT_FILE, report.render_report(Path(directory)))
     for name in (plots_module.TOKEN_TIMES_PNG, plots_module.TTFT_INTERVAL_PNG, plots_module.CACHE_DIFF_PNG):
-        (directory / name).unlink(missing_ok=True)
+        (Path(directory) / name).unlink(missing_ok=True)
 
 
 def rerender(directory: Path, plots: bool = False) -> Path:
-    """Write the report again from the (edited) records and refresh the manifest's inventory, as a session would
-    (plots=True draws the plots too; see write_pages)."""
+    """Write the report again from the (edited) records and refresh the manifest's inventory, as a session would."""
     refresh_manifest(directory)
     write_pages(directory, plots=plots)
     refresh_manifest(directory)
@@ -755,54 +602,44 @@ def rerender(directory: Path, plots: bool = False) -> Path:
 def edit_manifest(directory: Path, **fields) -> None:
     """Set top-level manifest fields (for example predictions or command)."""
     manifest = json.loads((Path(directory) / MANIFEST_FILE).read_text())
-    manifest.update(fields)
-    write_json_atomic(Path(directory) / MANIFEST_FILE, manifest)
+    write_json_atomic(Path(directory) / MANIFEST_FILE, {**manifest, **fields})
 
 
-def rich_change(session_end: Optional[dict] = None, transform=None, **evidence):
+def rich_change(session_end: Optional[dict] = None, transform=None):
     """What build_rich_run does to a complete run's records: the newer records and fields, transform, then its
     own session_end (overrides in session_end; False for none). The in-memory variants use it too."""
     def change(records):
         # build_complete_run already ended its session; this run's own session_end replaces that one
-        records = new_evidence_records([r for r in records if r["kind"] != "session_end"], **evidence)
-        if transform is not None:
-            records = transform(records)
-        if session_end is not False:
-            records.append(session_end_record(records, **(session_end or {})))
-        return records
+        records = new_evidence_records([r for r in records if r["kind"] != "session_end"])
+        records = transform(records) if transform is not None else records
+        return records + ([session_end_record(records, **(session_end or {}))] if session_end is not False else [])
 
     return change
 
 
 def build_rich_run(directory: Path, session_end: Optional[dict] = None, transform=None,
                    timing_seed: Optional[int] = None, plots: bool = False, base: Optional[Path] = None,
-                   synthetic: bool = True, seed: int = 0, **evidence) -> Path:
+                   synthetic: bool = True, seed: int = 0) -> Path:
     """A complete run with every newer record and field, a session_end (overridable) and its report.
 
-    transform(records) may alter the records before session_end is appended (to make a run partial,
-    failed or interrupted); session_end holds overrides of the session_end fields. base: a build_complete_run
-    of the same synthetic, seed and timing_seed to copy instead of building one anew (the same bytes but for the
-    folder's path in its claim and manifest); its plots are removed or redrawn, since they were drawn from its
-    records.
-    """
+    transform(records) may alter the records before session_end is appended (to make a run partial, failed or
+    interrupted); session_end holds overrides of its fields. base: a build_complete_run of the same synthetic, seed
+    and timing_seed to copy instead of building one anew (the same bytes but for the folder's path)."""
     if base is None:
         build_complete_run(directory, synthetic=synthetic, seed=seed, timing_seed=timing_seed, report=False)
     else:
         copy_run(base, directory)
     edit_manifest(directory, command=TYPED_COMMAND)
-    rewrite_records(directory, rich_change(session_end, transform, **evidence))
+    rewrite_records(directory, rich_change(session_end, transform))
     return rerender(directory, plots=plots)
 
 
 def build_failed_run_ended(directory: Path) -> Path:
-    """build_failed_run with check kinds and a session_end record, as the current plugin writes it."""
+    """build_failed_run with check kinds on its outcomes, its report rendered anew (a failed run has nothing to
+    draw: see build_failed_run)."""
     build_failed_run(directory, report=False)
-    def change(records):
-        records = with_check_kinds([r for r in records if r["kind"] != "session_end"])
-        return records + [session_end_record(records)]
-
-    rewrite_records(directory, change)
-    return rerender(directory, plots=True)  # a failed run has nothing to draw (see build_failed_run)
+    rewrite_records(directory, with_check_kinds)
+    return rerender(directory, plots=True)
 
 
 def build_plan_folder(directory: Path) -> Path:
@@ -812,28 +649,37 @@ def build_plan_folder(directory: Path) -> Path:
     return run.finish()
 
 
+def _start_manifest(directory: Path) -> None:
+    """The manifest back to the one written when the run began: no inventory, complete false, status 'started'."""
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    manifest.pop("files", None)
+    manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, session_end=None,
+                    outcome_counts={}, status=session.STARTED_STATUS)
+    write_json_atomic(directory / MANIFEST_FILE, manifest)
+
+
 def kill_after(directory: Path, tests_done: int) -> Path:
-    """Truncate a built run to what a SIGKILL after `tests_done` test outcomes leaves: records up to that
-    point, no session_end, no report, and the start manifest (complete false, no file inventory)."""
+    """What a SIGKILL after `tests_done` test outcomes leaves: the records up to there, no session_end, no report,
+    and the start manifest."""
     directory = Path(directory)
-    lines = (directory / RECORDS_FILE).read_text().splitlines(keepends=True)
     kept, outcomes = [], 0
-    for line in lines:
+    for line in (directory / RECORDS_FILE).read_text().splitlines(keepends=True):
         if outcomes >= tests_done:
             break
         kept.append(line)
         outcomes += json.loads(line)["kind"] == "test_outcome"
     (directory / RECORDS_FILE).write_text("".join(kept), encoding="ascii")
-    (directory / "report.md").unlink(missing_ok=True)
-    for plot in directory.glob("*.png"):
-        plot.unlink()
-    manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    for name in ("files", "session_end"):
-        manifest.pop(name, None)
-    manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, outcome_counts={},
-                    status=session.STARTED_STATUS)
-    write_json_atomic(directory / MANIFEST_FILE, manifest)
+    for page in [directory / "report.md", *directory.glob("*.png")]:
+        page.unlink(missing_ok=True)
+    _start_manifest(directory)
     return directory
+
+
+def abandon_finish(directory: Path) -> Path:
+    """What a second Ctrl-C during the final writes leaves: session_end and the report are written, but the
+    manifest is still the start one."""
+    _start_manifest(Path(directory))
+    return Path(directory)
 
 
 # --- trials that produced nothing: a failed trial, and a run interrupted mid-trial (report tests) ---------
@@ -864,15 +710,3 @@ def interrupt_at_generation(records: list[dict], trial_id: str) -> list[dict]:
     a KeyboardInterrupt error and no outcome for it, and nothing after (session_end is appended separately)."""
     cut = next(i for i, r in enumerate(records) if r["kind"] == "generation" and r["trial_id"] == trial_id)
     return fail_generation(records[:cut + 1], trial_id, error=INTERRUPT_ERROR, outcome=None)
-
-
-def abandon_finish(directory: Path) -> Path:
-    """What a second Ctrl-C during the final writes leaves: session_end and the report are written, but the
-    manifest is still the start one (status 'started', no file inventory, complete false)."""
-    directory = Path(directory)
-    manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    manifest.pop("files", None)
-    manifest.update(complete=False, exit_status=None, exit_code_name=None, ended_utc=None, session_end=None,
-                    outcome_counts={}, status=session.STARTED_STATUS)
-    write_json_atomic(directory / MANIFEST_FILE, manifest)
-    return directory

@@ -4,6 +4,7 @@ layering test and the architecture page's test check. docs/architecture.md state
 from __future__ import annotations
 
 import ast
+import graphlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,6 @@ LAYERS = (
     ("cli",),
     ("plugin", "__main__", "standin", "replica"),
 )
-COMMAND_LINE = "cli"
 
 
 @dataclass(frozen=True)
@@ -103,38 +103,16 @@ def upward_imports(found: list[Import], layers=LAYERS) -> list[str]:
     return lines
 
 
-def cycles(found: list[Import]) -> list[list[str]]:
-    """The import cycles among modules (each strongly connected group of two or more modules), sorted."""
+def cycles(found: list[Import]) -> list[str]:
+    """An import cycle among modules ([a, b, ..., a], as graphlib finds it), or [] when there is none."""
     graph: dict[str, set] = {}
     for item in found:
         graph.setdefault(item.module, set()).add(item.target)
-    index, low, stack, on_stack, groups = {}, {}, [], set(), []
-
-    def visit(node: str) -> None:  # Tarjan's algorithm
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for other in graph.get(node, ()):
-            if other not in index:
-                visit(other)
-                low[node] = min(low[node], low[other])
-            elif other in on_stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
-            group = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                group.append(member)
-                if member == node:
-                    break
-            if len(group) > 1:
-                groups.append(sorted(group))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return sorted(groups)
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        return error.args[1]
+    return []
 
 
 def parts(package: Path = PACKAGE) -> set[str]:

@@ -1,13 +1,22 @@
 """The entry points' own rules: every command and `python -m inferlab.*` entry refuses a Python without the
-project's packages before it reads or writes anything (exit 2, one line naming the Python to use)."""
+project's packages before it reads or writes anything (exit 2, one line naming the Python to use), and what each
+command refuses to judge (a plan folder, one folder twice, a run its session is still writing)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from inferlab.__main__ import main
+
+from fixtures_records import kill_after
+from fixture_runs import runs  # noqa: F401 (a fixture)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
@@ -80,12 +89,7 @@ def test_the_first_ctrl_c_stops_a_harness_session_inside_an_inner_session(tmp_pa
     assert not second.exists(), out
 
 
-from fixture_runs import runs  # noqa: E402,F401 (a fixture)
-
-
 def test_every_command_refuses_a_plan_folder_the_same_way(runs, tmp_path, capsys):
-    from inferlab.__main__ import main
-
     plan = runs.get("plan")
     for argv in (["verify", plan], ["report", plan], ["compare", runs.get("complete"), plan],
                  ["pack", plan, "-o", tmp_path / "p.tar.gz"], ["grade", plan]):
@@ -96,21 +100,54 @@ def test_every_command_refuses_a_plan_folder_the_same_way(runs, tmp_path, capsys
 
 
 def test_compare_of_a_folder_with_itself_is_refused(runs, capsys):
-    from inferlab.__main__ import main
-
     assert main(["compare", str(runs.get("complete")), str(runs.get("complete"))]) == 2
     assert "DIR1 and DIR2 are the same run folder" in capsys.readouterr().err
 
 
 def test_attaching_the_same_bytes_again_writes_nothing_and_says_so(runs, tmp_path, capsys):
-    from inferlab.__main__ import main
-    from fixtures_records import copy_run
     from grading_helpers import answered_explanation
 
-    run = copy_run(runs.get("complete"), tmp_path / "run")
+    run = runs.copy("complete", tmp_path / "run")
     explanation = tmp_path / "my_explanation.md"
     explanation.write_text(answered_explanation())
     assert main(["attach", str(run), str(explanation)]) == 0
     assert main(["attach", str(run), str(explanation)]) == 0
     assert "byte for byte the explanation already attached as addenda/my_explanation.md" in capsys.readouterr().out
     assert len((run / "addenda.jsonl").read_text().splitlines()) == 1
+
+
+def killed(runs, tmp_path, **claim) -> Path:
+    """The complete run as a SIGKILL after ten outcomes leaves it (no session_end), its claim naming `claim`."""
+    run = kill_after(runs.copy("complete", tmp_path / "run"), 10)
+    (run / "claim.json").write_text(json.dumps({**json.loads((run / "claim.json").read_text()), **claim}))
+    return run
+
+
+def test_a_run_whose_session_still_runs_is_live_to_verify_and_pack_refuses_it_leaving_nothing(runs, tmp_path, capsys):
+    from inferlab.read.verify import integrity_problems, verify_run
+
+    run = killed(runs, tmp_path, pid=os.getpid(), hostname=socket.gethostname())
+    assert main(["verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "the run is LIVE, its session still running" in out
+    assert "killed or crashed" not in out and "STILL RUNNING" not in out
+    result = verify_run(run)  # still unfinished, never an integrity problem
+    assert integrity_problems(result) == []
+    assert result["completeness"][0].startswith("unfinished: no session_end record yet: the run is LIVE")
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    target = tmp_path / "out" / "submission.tar.gz"
+    assert main(["pack", str(run), "-o", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run} is still being written" in err and "wait for it to end" in err
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
+    assert not target.exists() and (not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()))
+
+
+def test_a_killed_run_whose_session_is_gone_is_packed_and_compared_as_unfinished(runs, tmp_path, capsys):
+    run = killed(runs, tmp_path, pid=4242, hostname="elsewhere")
+    assert main(["pack", str(run), "-o", str(tmp_path / "submission.tar.gz")]) == 1  # packed; verify: unfinished
+    assert (tmp_path / "submission.tar.gz").is_file() and "unfinished: " in capsys.readouterr().out
+    assert main(["compare", str(runs.get("complete")), str(run)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("compare: DIR2 fails verify as unfinished or partial: unfinished: ")
+    assert "the exit is 1" in lines[1]

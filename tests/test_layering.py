@@ -1,12 +1,13 @@
 """inferlab's imports run one way, read from the source (tests/layering.py): each part directly in inferlab/ has a
 layer, no module imports from a higher layer or from another part of its own, no module imports one that imports it
-(directly or in a cycle), and nothing below the command line imports inferlab.cli."""
+(directly or in a cycle); and the sizes issue 57 sets."""
 
 from __future__ import annotations
 
 import importlib
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -34,25 +35,17 @@ def test_at_most_ten_files_lie_directly_in_inferlab():
     assert len(files) <= 10, files
 
 
-@pytest.mark.slow  # the three share one read of every module of inferlab (about half a second here)
+@pytest.mark.slow  # the two share one read of every module of inferlab (about half a second here)
 def test_imports_run_one_way(found):
+    """Nothing imports from a higher layer (so nothing below the command line imports inferlab.cli)."""
     upward = layering.upward_imports(found)
     assert not upward, "\n".join(upward)
 
 
-@pytest.mark.slow  # the three share one read of every module of inferlab (about half a second here)
+@pytest.mark.slow
 def test_no_module_imports_a_module_that_imports_it(found):
-    groups = layering.cycles(found)
-    assert not groups, "import cycles:\n" + "\n".join(" -> ".join(group) for group in groups)
-
-
-@pytest.mark.slow  # the three share one read of every module of inferlab (about half a second here)
-def test_nothing_below_the_command_line_imports_it(found):
-    index = layering.layer_index()
-    below = [f"{i.file}:{i.line}: {i.module} imports {i.target}" for i in found
-             if layering.part_of(i.target) == layering.COMMAND_LINE
-             and index[layering.part_of(i.module)] < index[layering.COMMAND_LINE]]
-    assert not below, "\n".join(below)
+    cycle = layering.cycles(found)
+    assert not cycle, "an import cycle: " + " -> ".join(cycle)
 
 
 def test_the_checks_find_an_upward_import_a_cycle_and_a_relative_one(tmp_path):
@@ -71,7 +64,9 @@ def test_the_checks_find_an_upward_import_a_cycle_and_a_relative_one(tmp_path):
     planted = layering.imports(package)
     upward = layering.upward_imports(planted, layers=(("low",), ("high",)))
     assert len(upward) == 1 and "inferlab.low.a imports inferlab.high.b, from a higher layer" in upward[0], upward
-    assert layering.cycles(planted) == [["inferlab.high.b", "inferlab.high.c", "inferlab.low.a"]]
+    cycle = layering.cycles(planted)
+    assert cycle[0] == cycle[-1] and len(cycle) > 2, cycle
+    assert set(cycle) <= {"inferlab.high.b", "inferlab.high.c", "inferlab.low.a"}, cycle
     across = layering.upward_imports(planted, layers=(("low", "high"),))
     assert len(across) == 2 and all("from the same layer" in line for line in across), across
 
@@ -91,20 +86,36 @@ def test_the_old_import_paths_still_work():
 
 # --- what must not grow back (issue 46, item 4) ------------------------------------------------------------
 
-PLUGIN_MAX_LINES, MODULE_MAX_LINES, RUN_MAX_LINES, RUN_MAX_MODULES = 300, 600, 1550, 5  # run/: issue 57
+PLUGIN_MAX_LINES, MODULE_MAX_LINES, RUN_MAX_LINES, RUN_MAX_MODULES = 300, 400, 1550, 5  # run/: issue 57
+# issue 57's budgets, counted as `wc -l` counts them over every *.py
+LIBRARY_MAX_LINES, LIBRARY_MAX_MODULES, TESTS_MAX_LINES = 12_000, 60, 10_000
 READS_RECORDS = re.compile(r"RECORDS_FILE\)?\.(read_bytes|read_text|open)\(|open\([^)\n]*RECORDS_FILE")
 
 
-def test_the_plugin_only_wires_the_run_stays_small_and_no_library_module_is_over_600_lines():
-    sizes = {str(path.relative_to(layering.PACKAGE.parent)): len(path.read_text(encoding="utf-8").splitlines())
-             for path in sorted(layering.PACKAGE.rglob("*.py"))}
+def line_counts(folder: Path) -> dict[str, int]:
+    """Each *.py below folder (its path from the checkout) and its number of lines, as `wc -l` counts them."""
+    return {str(path.relative_to(folder.parent)): path.read_text(encoding="utf-8").count("\n")
+            for path in sorted(folder.rglob("*.py"))}
+
+
+def test_the_plugin_only_wires_the_run_stays_small_and_no_library_module_is_over_400_lines():
+    sizes = line_counts(layering.PACKAGE)
     assert sizes["inferlab/plugin.py"] <= PLUGIN_MAX_LINES, (
         f"inferlab/plugin.py has {sizes['inferlab/plugin.py']} lines, over {PLUGIN_MAX_LINES}: move what a hook "
         "does into the run (inferlab/run/session.py)")
     run = {name: lines for name, lines in sizes.items() if name.startswith("inferlab/run/")}
-    assert len(run) <= RUN_MAX_MODULES and sum(run.values()) <= RUN_MAX_LINES and max(run.values()) <= 400, run
+    assert len(run) <= RUN_MAX_MODULES and sum(run.values()) <= RUN_MAX_LINES, run
     over = {name: lines for name, lines in sizes.items() if lines > MODULE_MAX_LINES}
     assert not over, f"library modules over {MODULE_MAX_LINES} lines: {over}"
+
+
+def test_the_library_and_its_tests_keep_to_issue_57s_budgets():
+    library, tests = line_counts(layering.PACKAGE), line_counts(Path(__file__).resolve().parent)
+    found = {"inferlab/ lines": sum(library.values()), "inferlab/ modules": len(library),
+             "tests/ lines": sum(tests.values())}
+    budgets = {"inferlab/ lines": LIBRARY_MAX_LINES, "inferlab/ modules": LIBRARY_MAX_MODULES,
+               "tests/ lines": TESTS_MAX_LINES}
+    assert all(found[name] <= budgets[name] for name in budgets), f"found {found}, budgets {budgets}"
 
 
 def test_records_jsonl_is_parsed_by_the_one_reader_only():

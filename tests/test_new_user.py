@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import cli, specimen
+from inferlab import cli
 from inferlab.__main__ import main
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.read import parse as earlier_runs
@@ -26,19 +26,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 complete_run = shared("complete_run", "complete", "The shared complete run (never change it: copy it first).")
 failed_run = shared("failed_run", "failed", "The shared run that failed at acquisition.")
-
-
-# --- 5: check-artifacts names the specimen a valid copy is ---------------------------------------------------
-
-
-@pytest.mark.slow
-def test_check_artifacts_names_a_valid_stand_in_copy_instead_of_calling_it_a_damaged_pythia(standin_copy, capsys):
-    assert main(["check-artifacts", str(standin_copy)]) == cli.EXIT_PROBLEMS  # it is not Pythia
-    out = capsys.readouterr().out
-    assert "Delete it" not in out
-    last = out.splitlines()[-1]
-    assert "is a valid copy of the SYNTHETIC standin specimen" in last and "not Pythia" in last, last
-    assert f"--specimen standin --artifacts {standin_copy}" in last
 
 
 # --- 9: no raw Python value in a message -----------------------------------------------------------------------
@@ -106,88 +93,21 @@ def test_the_scan_sees_an_unprefixed_command_in_an_f_string(tmp_path):
     assert sorted({line for line, text in literal_texts(module) if COMMAND.search(text)}) == [2, 3, 4]
 
 
-def backticked_commands(text: str) -> set[str]:
-    """Every `...` in a text that reads as a command (COMMAND, or one already spelled with .venv/bin/)."""
-    return {quoted for quoted in re.findall(r"`([^`\n]+)`", text)
-            if COMMAND.search(quoted) or quoted.startswith((__import__('inferlab.files').files.VENV_BIN, "python", "pytest", "inferlab "))}
-
-
-def printed_texts(runs, standin_copy, tmp_path, capsys) -> list[str]:
-    """What the tool prints where commands are given: the guidance for every specimen and failed path, a weight
-    file's diagnosis, the failed run's report and verify's output, refusals of a folder that is not a run."""
-    from inferlab.specimen.check import diagnose
-
-    texts = []
-    for name in ("pythia-14m", "standin", "replica"):
-        for failed_path in (None, "reuse:artifacts_dir", "download"):
-            texts += specimen.acquisition_next_steps(specimen.load_spec(name).as_dict(), failed_path)
-    (standin_copy / "model.safetensors").write_bytes(b"not a weight file at all")
-    for name in ("pythia-14m", "standin", "replica"):
-        texts.append(diagnose(standin_copy / "model.safetensors", specimen.load_spec(name))["advice"])
-    failed = runs.copy("failed", tmp_path / "run")
-    # The report quotes the command the run was started with: history, not a command to type, so left out.
-    typed = json.loads((failed / MANIFEST_FILE).read_text())["command"]
-    texts.append((failed / "report.md").read_text(encoding="utf-8").replace(f"`{typed}`", ""))
-    not_a_run = tmp_path / "notes"
-    not_a_run.mkdir()
-    from inferlab.read import addenda as addenda_store
-    from inferlab.run import plan
-
-    try:
-        addenda_store.check_run(not_a_run)
-    except addenda_store.Refused as refused:
-        texts.append(str(refused))
-    option = type("Option", (), {"lf": True})()
-    texts.append(plan.last_failed_refusal(option, type("LF", (), {"lastfailed": {"x": True}})(),
-                                          {plan.LAST_FAILED_SPECIMEN_KEY: "standin"}, "pythia-14m"))
-    edited = runs.copy("complete", tmp_path / "edited")
-    with open(edited / "report.md", "a") as report:  # its hash no longer matches: compare's integrity header
-        report.write("edited\n")
-    texts.append(format_compare(compare(runs.get("complete"), edited)))
-    for argv in (["verify", str(failed)], ["check-artifacts", str(standin_copy)], ["attach", str(not_a_run), "x.md"]):
-        main(argv) if argv[0] != "attach" else _ignore_exit(main, argv)
-        said = capsys.readouterr()
-        texts += [said.out, said.err]
-    return texts
-
-
-def _ignore_exit(function, argv):
-    try:
-        function(argv)
-    except SystemExit:
-        pass
-
-
-@pytest.mark.slow
-def test_every_command_the_tool_prints_starts_with_the_environments_prefix(runs, standin_copy, tmp_path, capsys):
-    commands = {command for text in printed_texts(runs, standin_copy, tmp_path, capsys)
-                for command in backticked_commands(text)}
-    assert any("inferlab.standin" in c for c in commands) and any(" verify " in c for c in commands), commands
-    assert {"-m pytest --cache-clear", "-m pytest experiments --record-dir DIR"} <= {
-        c.partition("python ")[2] for c in commands}, commands
-    unprefixed = sorted(c for c in commands if not c.startswith(f"{__import__('inferlab.files').files.VENV_BIN}/"))
-    assert not unprefixed, unprefixed
-
-
 # --- 7: compare verifies first and says when the specimens differ ------------------------------------------------
 
 
-def test_compare_of_an_edited_run_says_so_first_and_exits_3(complete_run, tmp_path, capsys):
+def test_compare_says_first_what_makes_its_rows_doubtful(complete_run, failed_run, tmp_path, capsys):
+    """An edited run (exit 3, the integrity header first), and runs of two specimens (said before any row, and a
+    failed acquisition never called finished)."""
     edited = copy_run(complete_run, tmp_path / "edited")
     lines = (edited / RECORDS_FILE).read_text(encoding="ascii").splitlines(keepends=True)
     index = next(i for i, line in enumerate(lines) if '"kind": "generation"' in line)
-    record = json.loads(lines[index])
-    record["note"] = "edited by hand"  # the manifest is left as it was: only its hash can tell
-    lines[index] = json.dumps(record) + "\n"
+    lines[index] = json.dumps({**json.loads(lines[index]), "note": "edited by hand"}) + "\n"  # only its hash tells
     (edited / RECORDS_FILE).write_text("".join(lines), encoding="ascii")
     assert main(["compare", str(complete_run), str(edited)]) == 3
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith("INTEGRITY: DIR2 fails verify ("), lines[:4]
     assert any(RECORDS_FILE in line and "sha256" in line for line in lines[3:8]), lines[:8]
-
-
-def test_compare_of_runs_of_two_specimens_says_so_before_any_row_and_never_calls_a_failed_acquisition_finished(
-        complete_run, failed_run):
     result = compare(complete_run, failed_run)
     assert result["specimens"]["equal"] is False
     assert result["runs"]["dir2"] == "the specimen was NOT acquired, so nothing was measured"
@@ -219,10 +139,7 @@ def test_revise_with_a_negative_criterion_in_the_space_form_gets_the_criterions_
     err = capsys.readouterr().err
     assert "expected one argument" not in err
     assert "--cache-criterion: expected ATOL,RTOL" in err and repr(value) in err, err
-
-
-def test_a_word_that_is_no_number_is_still_read_as_an_option(tmp_path, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit):  # a word that is no number is still read as an option
         main(["revise", str(tmp_path), "--cache-criterion", "--justification", "why"])
     assert "argument --cache-criterion: expected one argument" in capsys.readouterr().err
 
@@ -240,17 +157,11 @@ def two_file_suite(suite):
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("flags, named", [
-    (["--ff"], "--ff (--failed-first)"),
-    (["--failed-first"], "--ff (--failed-first)"),
-    (["--nf"], "--nf (--new-first)"),
-    (["--sw"], "--sw (--stepwise)"),
-    (["--stepwise"], "--sw (--stepwise)"),
-    (["--sw-skip"], "--sw-skip (--stepwise-skip)"),
-], ids=["ff", "failed-first", "nf", "sw", "stepwise", "sw-skip"])
-def test_an_option_that_reorders_the_tests_is_refused_before_anything_is_written(suite, flags, named):
+@pytest.mark.parametrize("flag, named", [("--failed-first", "--ff (--failed-first)"), ("--nf", "--nf (--new-first)"),
+                                         ("--sw", "--sw (--stepwise)"), ("--sw-skip", "--sw-skip (--stepwise-skip)")])
+def test_an_option_that_reorders_the_tests_is_refused_before_anything_is_written(suite, flag, named):
     two_file_suite(suite)
-    result = suite.runpytest("experiments", "--runs-dir", "runs", *flags)
+    result = suite.runpytest("experiments", "--runs-dir", "runs", flag)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{named} *the experiment runs in the protocol's order*"])
     assert not (suite.path / "runs").exists()
@@ -271,28 +182,19 @@ def test_a_random_order_plugin_enabled_with_p_is_refused_naming_it(suite):
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_any_other_reordering_is_found_in_the_collected_order_and_refused_before_the_plan(suite):
-    two_file_suite(suite)
-    with open(suite.path / "conftest.py", "a") as conftest:  # an unknown plugin's shuffle: the order tells
-        conftest.write("\ndef pytest_collection_modifyitems(items):\n    items.reverse()\n")
-    result = suite.runpytest("experiments", "--record-dir", "run")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*the tests are not in the protocol's order: experiments/test_20_second.py::test_c "
-                                 "would run at position 1, where experiments/test_10_first.py::test_a belongs*"])
-    run = suite.path / "run"
-    assert not (run / "plan.json").exists()  # refused before the plan: no test ran
-    ends = [json.loads(line) for line in (run / RECORDS_FILE).read_text().splitlines()
-            if '"session_end"' in line]
-    assert ends and ends[0]["stop_reason"].startswith("usage error: the tests are not in the protocol's order")
-    assert ends[0]["complete"] is False
-
-
-@pytest.mark.slow
-@pytest.mark.process
-def test_the_files_named_out_of_their_order_are_refused_and_in_their_order_run(suite):
+def test_tests_out_of_the_protocols_order_are_refused_before_the_plan_and_in_their_order_run(suite):
+    """Whatever reordered them (the files named out of their order here; an unknown plugin's shuffle the same): the
+    collected order tells, and the run is refused before its plan, with a session_end that says why."""
     two_file_suite(suite)
     swapped = suite.runpytest("experiments/test_20_second.py", "experiments/test_10_first.py", "--record-dir", "a")
     assert swapped.ret == pytest.ExitCode.USAGE_ERROR
+    swapped.stderr.fnmatch_lines(["*the tests are not in the protocol's order: experiments/test_20_second.py::test_c "
+                                  "would run at position 1, where experiments/test_10_first.py::test_a belongs*"])
+    assert not (suite.path / "a" / "plan.json").exists()  # refused before the plan: no test ran
+    [end] = [json.loads(line) for line in (suite.path / "a" / RECORDS_FILE).read_text().splitlines()
+             if '"session_end"' in line]
+    assert end["stop_reason"].startswith("usage error: the tests are not in the protocol's order")
+    assert end["complete"] is False
     in_order = suite.runpytest("experiments/test_10_first.py", "experiments/test_20_second.py", "--record-dir", "b")
     in_order.assert_outcomes(passed=3)
 
@@ -316,40 +218,6 @@ def session_end_of(run: Path) -> dict:
     ends = [json.loads(line) for line in (run / RECORDS_FILE).read_text().splitlines() if '"session_end"' in line]
     assert len(ends) == 1, ends
     return ends[0]
-
-
-def closed_loopback_endpoint() -> str:
-    """An http endpoint on 127.0.0.1 where nothing listens (the port was just released)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-@pytest.mark.process
-@pytest.mark.slow
-def test_the_default_run_without_a_hub_says_once_that_the_specimen_could_not_be_acquired(tmp_path_factory):
-    from shared_runs import experiment_once
-
-    # The same run as tests/test_experiment_runs.py's no_hub (made once per session under this name).
-    no_hub = experiment_once(tmp_path_factory, "no-hub", "-p", "cacheprovider",
-                             env={"HF_ENDPOINT": closed_loopback_endpoint()}, here=True)
-    assert no_hub.returncode == pytest.ExitCode.TESTS_FAILED, no_hub.tail()
-    out = no_hub.stdout
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("inferlab: NOTHING was measured: the specimen could not be acquired (no connection to "
-                           "the hub); "), last
-    assert "HARNESS" not in out and "no harness check failed" in last
-    skipped = [line for line in out.splitlines() if line.startswith("SKIPPED [")]
-    assert len(skipped) == 1 and "not run: the specimen could not be acquired" in skipped[0], skipped
-    assert out.count("Next steps:") == 1 and "Traceback" not in out
-    end = session_end_of(no_hub.run)
-    assert end["acquisition_failure"] == {"cause": "no connection to the hub", "failed_tests": 1}
-    skips = [json.loads(line) for line in (no_hub.run / RECORDS_FILE).read_text().splitlines()
-             if '"skipped"' in line and '"test_outcome"' in line]
-    assert skips and all("not run: the specimen could not be acquired" not in r["skip_reason"] for r in skips)
 
 
 def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
@@ -395,10 +263,8 @@ def test_a_refused_artifacts_copy_prints_one_line_per_failure_and_no_traceback(p
 
 @pytest.mark.slow
 @pytest.mark.process
-@pytest.mark.parametrize("selection", [["experiments", "-k", "cache"], ["experiments/test_40_cache.py"]],
-                         ids=["k-cache", "one-file"])
-def test_a_selection_that_measures_nothing_says_so_last_and_exits_5(project, selection):
-    result = project.runpytest(*selection, "--specimen", "standin", "--record-dir", "run")
+def test_a_selection_that_measures_nothing_says_so_last_and_exits_5(project):
+    result = project.runpytest("experiments/test_40_cache.py", "--specimen", "standin", "--record-dir", "run")
     assert result.ret == 5
     last = result.stdout.str().strip().splitlines()[-1]
     assert last.startswith("inferlab: NOTHING was measured: every one of the "), last
@@ -442,7 +308,7 @@ def killed_folder(runs: Path, name: str, claim: dict, records: str = '{"kind": "
 
 
 @pytest.mark.process
-def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_renamed(tmp_path):
+def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_renamed(tmp_path, capsys):
     import os
     import socket
 
@@ -467,24 +333,13 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
     note = json.loads((renamed / records.RENAME_NOTE).read_text())
     assert note["renamed_from"] == killed.name and note["claim"] == dead and "no longer running" in note["why"]
     assert all(folder.exists() for folder in (live, elsewhere, finished, suffixed))
+    main(["verify", str(renamed)])
+    assert f"its process (pid {dead['pid']} on {host}) is no longer running; renamed from {killed.name} to " \
+           f"{renamed.name} by a later run" in capsys.readouterr().out
 
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_verify_says_whether_the_process_of_a_run_without_a_session_end_still_runs(tmp_path, capsys):
-    import os
-    import socket
-
-    host = socket.gethostname()
-    gone = killed_folder(tmp_path, "gone", {"pid": ended_pid(), "hostname": host})
-    running = killed_folder(tmp_path, "running", {"pid": os.getpid(), "hostname": host})
-    main(["verify", str(gone)])
-    assert f"its process (pid {json.loads((gone / 'claim.json').read_text())['pid']} on {host}) is no longer " \
-           f"running" in capsys.readouterr().out
-    main(["verify", str(running)])
-    assert "no session_end record yet: the run is LIVE, its session still running" in capsys.readouterr().out
-
-
 @pytest.mark.process
 @pytest.mark.slow
 def test_a_sigkilled_run_is_found_by_the_next_run_renamed_incomplete_and_said_so(suite, capsys):

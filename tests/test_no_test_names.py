@@ -25,23 +25,11 @@ def experiment_names() -> frozenset[str]:
         names |= {path.name, path.stem}
         names |= {node.name for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")}
+    assert "test_matched_prefix" in names and "test_40_cache.py" in names and len(names) > 40  # names to look for
     return frozenset(names)  # read once per process: every module's test asks
 
 
-def library_modules() -> list:
-    modules = []
-    for path in sorted((ROOT / "inferlab").rglob("*.py")):
-        relative = path.relative_to(ROOT).as_posix()
-        modules.append(pytest.param(relative, id=relative))
-    return modules
-
-
-def test_the_experiments_have_names_to_look_for():
-    names = experiment_names()
-    assert "test_matched_prefix" in names and "test_40_cache.py" in names and len(names) > 40
-
-
-@pytest.mark.parametrize("module", library_modules())
+@pytest.mark.parametrize("module", sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "inferlab").rglob("*.py")))
 def test_no_library_module_spells_an_experiment_test_or_file_name(module):
     text = (ROOT / module).read_text(encoding="utf-8")
     found = sorted(name for name in experiment_names()  # the substring test first: most names are absent
@@ -68,32 +56,21 @@ def skip_the_cache_test(records: list[dict]) -> list[dict]:
     return kept
 
 
-@pytest.fixture(scope="module")
-def original_and_renamed(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("renamed")
-    original = build_rich_run(root / "original", transform=skip_the_cache_test)
-    renamed = copy_run(original, root / "renamed")
+def test_a_renamed_test_leaves_verify_and_the_report_unchanged_but_for_the_name(tmp_path):
+    original = build_rich_run(tmp_path / "original", transform=skip_the_cache_test)
+    renamed = copy_run(original, tmp_path / "renamed")
     for name in ("records.jsonl", "plan.json", "report.md"):
         path = renamed / name
         text = path.read_text(encoding="utf-8")
         assert OLD_NAME in text or name == "report.md"  # the page names the skip's reason, not the test
         path.write_text(text.replace(OLD_NAME, NEW_NAME), encoding="utf-8")
     refresh_manifest(renamed)
-    return original, renamed
-
-
-def test_a_renamed_test_leaves_verify_s_answers_unchanged(original_and_renamed):
-    original, renamed = original_and_renamed
     before, after = verify_run(original), verify_run(renamed)
     assert before["explained_gaps"] and any(f"no cache_comparison record: explained by experiments/test_40_cache.py::"
                                             f"{OLD_NAME}" in gap for gap in before["explained_gaps"])
     for field in ("problems", "explained_gaps"):
         assert after[field] == [line.replace(OLD_NAME, NEW_NAME) for line in before[field]], field
     assert (after["ok"], after["outcome_counts"]) == (before["ok"], before["outcome_counts"])
-
-
-def test_a_renamed_test_leaves_the_report_unchanged_but_for_the_name(original_and_renamed):
-    original, renamed = original_and_renamed
     assert "No `cache_comparison` record (skipped, R1)." in (original / "report.md").read_text(encoding="utf-8")
     # the renamed run's pages are the original's with the name replaced: regenerated, they are identical
     assert report.check(renamed).status == "identical", report.check(renamed).lines

@@ -18,7 +18,7 @@ import pytest
 from inferlab import files as outputs
 from inferlab.files import OutputPathError, write_bytes_atomic, write_text_atomic
 
-from fixture_runs import fixture_runs, runs, shared  # noqa: F401 (runs is a fixture)
+from fixture_runs import runs, shared  # noqa: F401 (runs is a fixture)
 from shared_runs import inferlab_command
 
 honest = shared("honest", "honest", "A complete, honest stand-in run; shared: never change it.")
@@ -26,37 +26,23 @@ honest = shared("honest", "honest", "A complete, honest stand-in run; shared: ne
 CHARACTER_NULL = os.makedev(1, 3)  # Linux's numbers for the null device: the test's own node of it
 
 
-class FifoReader:
-    """A reader of a FIFO on a thread of its own (a writer's open waits for one), holding what it read."""
-
-    def __init__(self, path: Path):
-        self.path, self.data = path, b""
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        with open(self.path, "rb") as handle:
-            self.data = handle.read()
-
-    def finish(self) -> bytes:
-        """What was read; a reader still waiting (nothing opened the FIFO) is released by an empty writer."""
-        self.thread.join(timeout=0.5)
-        if self.thread.is_alive():
-            with contextlib.suppress(OSError):
-                os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
-            self.thread.join(timeout=10)
-        assert not self.thread.is_alive(), f"the reader of {self.path} never finished"
-        return self.data
-
-
 @contextlib.contextmanager
 def fifo(path: Path):
+    """A FIFO at path read on a thread of its own (a writer's open waits for a reader): yields a list that holds
+    what was read once the block ends; a reader still waiting (nothing opened the FIFO) is released then."""
     os.mkfifo(path)
-    reader = FifoReader(path)
+    read = []
+    thread = threading.Thread(target=lambda: read.append(path.read_bytes()), daemon=True)
+    thread.start()
     try:
-        yield reader
+        yield read
     finally:
-        reader.finish()
+        thread.join(timeout=0.5)
+        if thread.is_alive():
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            thread.join(timeout=10)
+        assert not thread.is_alive(), f"the reader of {path} never finished"
 
 
 def private_null(folder: Path) -> Path:
@@ -100,18 +86,11 @@ def test_replace_false_refuses_an_existing_file_and_leaves_it(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.json"]
 
 
-def test_a_fifo_is_written_through_never_replaced(tmp_path):
-    with fifo(tmp_path / "pipe") as reader:
-        write_text_atomic(tmp_path / "pipe", "through\n")
-    assert reader.data == b"through\n"
-    assert kind(tmp_path / "pipe") == "a FIFO (named pipe)"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
-
-
-def test_a_fifo_is_written_through_even_where_only_new_files_are_written(tmp_path):
-    with fifo(tmp_path / "pipe") as reader:
+def test_a_fifo_is_written_through_never_replaced_even_where_only_new_files_are_written(tmp_path):
+    with fifo(tmp_path / "pipe") as read:
         write_bytes_atomic(tmp_path / "pipe", b"\x00" * 200_000, replace=False)  # more than a pipe's buffer
-    assert reader.data == b"\x00" * 200_000 and kind(tmp_path / "pipe") == "a FIFO (named pipe)"
+    assert read == [b"\x00" * 200_000] and kind(tmp_path / "pipe") == "a FIFO (named pipe)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
 
 
 def test_a_private_character_device_is_written_through(tmp_path):
@@ -151,12 +130,16 @@ def test_a_descriptor_link_to_a_pipe_is_written_through(folder):
         os.close(write_end)
 
 
-def test_a_closed_descriptor_is_refused():
+def test_a_closed_descriptor_is_refused_and_another_path_under_proc_is_an_ordinary_path():
+    """Only /proc/PID/fd/N and /dev/fd/N are descriptor links: another path under /proc is judged as any path is
+    (absent: a new file would be made), never as a closed descriptor. Only looked at: nothing is written there."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     os.close(write_end)
     with pytest.raises(OutputPathError, match="names a file descriptor that is not open"):
         write_text_atomic(Path("/proc/self/fd") / str(write_end), "x")
+    path = Path("/proc/inferlab-no-such-folder/out.txt")
+    assert outputs.output_kind(path) == (outputs.ABSENT, path)
 
 
 def test_a_link_is_followed_and_stays_a_link(tmp_path):
@@ -174,9 +157,9 @@ def test_a_link_is_followed_and_stays_a_link(tmp_path):
 def test_a_link_to_a_fifo_is_written_through(tmp_path):
     link = tmp_path / "out"
     link.symlink_to(tmp_path / "pipe")
-    with fifo(tmp_path / "pipe") as reader:
+    with fifo(tmp_path / "pipe") as read:
         write_text_atomic(link, "via the link\n")
-    assert reader.data == b"via the link\n" and link.is_symlink() and kind(tmp_path / "pipe") == "a FIFO (named pipe)"
+    assert read == [b"via the link\n"] and link.is_symlink() and kind(tmp_path / "pipe") == "a FIFO (named pipe)"
 
 
 @pytest.mark.parametrize("make, words", [
@@ -236,37 +219,25 @@ STARTS = {"grade --out": b"{", "grade --csv": b"learner,source,", "pack -o": b"\
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_writes_through_a_fifo(honest, tmp_path, command, capsys):
-    target = tmp_path / "pipe"
-    with fifo(target) as reader:
-        status, _ = inferlab_command(*commands(honest, target)[command])
+def test_every_command_writes_through_a_fifo_and_a_private_character_device(honest, tmp_path, command, capsys):
+    with fifo(tmp_path / "pipe") as read:
+        status, _ = inferlab_command(*commands(honest, tmp_path / "pipe")[command])
     assert status in (0, 1), capsys.readouterr().err
-    assert reader.data.startswith(STARTS[command]), reader.data[:80]
-    assert kind(target) == "a FIFO (named pipe)"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_writes_through_a_private_character_device(honest, tmp_path, command, capsys):
+    assert read[0].startswith(STARTS[command]) and kind(tmp_path / "pipe") == "a FIFO (named pipe)", read[0][:80]
     node = private_null(tmp_path)
     status, _ = inferlab_command(*commands(honest, node)[command])
     assert status in (0, 1), capsys.readouterr().err
     assert kind(node) == "a character device" and os.lstat(node).st_rdev == CHARACTER_NULL
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null", "pipe"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_refuses_a_directory_naming_it(honest, tmp_path, command, capsys):
-    target = tmp_path / "folder"
-    target.mkdir()
-    status, _ = inferlab_command(*commands(honest, target)[command])
-    assert status == 2
-    assert f"{target} is a directory" in capsys.readouterr().err
-    assert list(target.iterdir()) == []
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_refuses_an_existing_file_and_replaces_it_only_with_replace(honest, tmp_path, command, capsys):
+def test_every_command_refuses_a_directory_and_an_existing_file_and_replaces_the_file_only_with_replace(
+        honest, tmp_path, command, capsys):
+    (tmp_path / "folder").mkdir()
+    status, _ = inferlab_command(*commands(honest, tmp_path / "folder")[command])
+    assert status == 2 and f"{tmp_path / 'folder'} is a directory" in capsys.readouterr().err
+    assert list((tmp_path / "folder").iterdir()) == []
     target = tmp_path / "there.tar.gz"
     target.write_bytes(b"kept")
     status, _ = inferlab_command(*commands(honest, target)[command])
@@ -274,7 +245,7 @@ def test_every_command_refuses_an_existing_file_and_replaces_it_only_with_replac
     assert target.read_bytes() == b"kept"
     status, _ = inferlab_command(*commands(honest, target)[command], "--replace")
     assert status in (0, 1) and target.read_bytes().startswith(STARTS[command])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["there.tar.gz"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "there.tar.gz"]  # no temporary file left
 
 
 @pytest.mark.process
@@ -296,11 +267,3 @@ def test_grade_out_dev_stdout_redirected_to_a_file_keeps_the_json_and_the_page_i
     assert text.startswith("{\n") and '"grades"' in text, text[:200]
     json_end = text.index("\n}\n") + 3
     assert text[json_end:].startswith("grade: "), text[json_end:json_end + 200]
-
-
-def test_a_path_under_proc_that_names_no_descriptor_is_an_ordinary_path():
-    """Only /proc/PID/fd/N and /dev/fd/N are descriptor links: another path under /proc is judged as any path is
-    (absent: a new file would be made, and the pack test sees that refused with what to do), never as a closed
-    descriptor. Only looked at: nothing is written."""
-    assert outputs.output_kind(Path("/proc/inferlab-no-such-folder/out.txt")) == \
-        (outputs.ABSENT, Path("/proc/inferlab-no-such-folder/out.txt"))

@@ -27,7 +27,8 @@ PASSES = "def test_a():\n    pass\n"
 RECORDS_X = "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x', value=1)\n"
 # One test records, the next sends the session a Ctrl-C (SIGINT) from inside.
 SELF_INTERRUPTING = ("import os, signal, pytest\n@pytest.mark.records('before_interrupt')\ndef test_first(record):\n"
-                     "    record('before_interrupt')\ndef test_interrupted():\n    os.kill(os.getpid(), signal.SIGINT)\n")
+                     "    record('before_interrupt')\ndef test_interrupted():\n"
+                     "    os.kill(os.getpid(), signal.SIGINT)\n")
 PYTEST_PREFIX = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")  # hypothesis: half a bare process's start
 
 
@@ -56,11 +57,11 @@ def last_line(result) -> str:
     return [line for line in result.outlines if line.strip()][-1]
 
 
-def start_pytest(folder, *args, env=None) -> subprocess.Popen:
+def start_pytest(suite, *args, env=None) -> subprocess.Popen:
     """A pytest process in a scratch suite, without pytester's wrapping, so that signals reach it directly; it starts
     with SIGINT and SIGTERM at their defaults even when this suite runs with them ignored."""
-    return popen_signallable([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args], cwd=getattr(folder, "path", folder),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return popen_signallable([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args], cwd=suite.path, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
 
 
 def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
@@ -68,11 +69,6 @@ def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"waited {limit_s} s for {what}"
         time.sleep(0.02)
-
-
-def records_hold(record_dir: Path, kind: str) -> bool:
-    path = record_dir / "records.jsonl"
-    return path.exists() and f'"kind": "{kind}"' in path.read_text()
 
 
 # --- what a run records ---------------------------------------------------------------------------------------------
@@ -100,21 +96,16 @@ def test_a_failing_test_is_recorded_with_its_full_text_and_the_run_says_what_it_
         last_line(result)
 
 
-def test_non_finite_values_stay_strict_json(suite):
+def test_the_hooks_extend_records_and_manifest_and_every_line_is_strict_ascii_json(suite):
+    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
+                       "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
+                       "    manifest['section'] = 'B'\n")
     write_experiment(suite, "import pytest\n@pytest.mark.records('x')\n"
                             "def test_a(record):\n    record('x', value=float('nan'), text='a\\nb\\t\\u00e9')\n")
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1)
     raw = (suite.path / "run" / "records.jsonl").read_text(encoding="ascii")
     record = next(r for r in read_records(suite.path / "run") if r["kind"] == "x")
     assert record["value"] == "nan" and record["text"] == "a\nb\t\u00e9" and "\\n" in raw and "\\u00e9" in raw
-
-
-def test_the_record_and_manifest_hooks_can_be_extended_from_a_conftest(suite):
-    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
-                       "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
-                       "    manifest['section'] = 'B'\n")
-    write_experiment(suite, RECORDS_X)
-    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1)
     assert all(r["course"] == "lab12" for r in read_records(suite.path / "run"))
     assert manifest_of(suite.path / "run")["section"] == "B"
 
@@ -125,7 +116,8 @@ def test_the_manifest_holds_the_environment_and_the_predictions_copied_before_an
     suite.runpytest("experiments", "--record-dir", "run", "--predictions", "mine.md")
     manifest = manifest_of(suite.path / "run")
     assert manifest["platform"]["python_version"] and manifest["platform"]["logical_cpus"] >= 1
-    assert manifest["distributions"]["pytest"] == pytest.__version__ and "pytest-timeout" in manifest["pytest"]["plugins"]
+    assert manifest["distributions"]["pytest"] == pytest.__version__
+    assert "pytest-timeout" in manifest["pytest"]["plugins"]
     assert "OMP_NUM_THREADS" in manifest["thread_environment"]
     assert any("3.13.13" in d for d in manifest["deviations_from_reference"])
     assert (suite.path / "run" / "predictions.md").read_text() == "1. yes, fairly sure\n"
@@ -146,10 +138,10 @@ def test_predictions_still_the_blank_template_are_flagged_and_the_run_goes_on(su
     assert "6 questions answered" in result.stdout.str()  # said at the start, while they can still be fixed
 
 
-def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries_them(suite):
+def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries_them_and_its_check_kind(suite):
     write_experiment(suite, "import pytest\n@pytest.mark.records('measurement')\ndef test_declared(record):\n"
                             "    record('measurement', value=1)\n@pytest.mark.records('measurement')\n"
-                            "def test_undeclared(record):\n    record('surprise', value=2)\n"
+                            "def test_undeclared(record):\n    record('surprise', value=2)\n@pytest.mark.diagnostic\n"
                             "def test_silent(record):\n    record('measurement', value=3)\n")
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1, failed=2)
     run = suite.path / "run"
@@ -160,22 +152,14 @@ def test_a_test_may_write_only_the_record_kinds_it_declares_and_the_plan_carries
     plan = json.loads((run / "plan.json").read_text())
     assert plan["schema"] == manifest_of(run)["schema"] == 2
     assert [entry["records"] for entry in plan["schedule"]] == [["measurement"], ["measurement"], []]
-
-
-def test_outcomes_and_plan_say_whether_a_check_is_a_diagnostic(suite):
-    write_experiment(suite, "import pytest\n@pytest.mark.diagnostic\ndef test_finding():\n    assert 1 == 2\n"
-                            "def test_harness():\n    pass\n")
-    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(failed=1, passed=1)
-    plan = json.loads((suite.path / "run" / "plan.json").read_text())
-    assert {e["test"].split("::")[-1]: e["check_kind"] for e in plan["schedule"]} == {
-        "test_finding": "diagnostic", "test_harness": "integrity"}
-    assert session_end(suite.path / "run")["failures_by_check_kind"] == {"integrity": 0, "diagnostic": 1}
+    assert [entry["check_kind"] for entry in plan["schedule"]] == ["integrity", "integrity", "diagnostic"]
+    assert session_end(run)["failures_by_check_kind"] == {"integrity": 1, "diagnostic": 1}
 
 
 def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates(suite, capsys):
     """The manifest keeps the environment as the run started; an edit during the run is named, not swapped in."""
     write_experiment(suite, "from pathlib import Path\ndef test_edits_a_tracked_file():\n"
-                            "    Path(__file__).write_text(Path(__file__).read_text() + '# edited during the run\\n')\n")
+                            "    Path(__file__).write_text(Path(__file__).read_text() + '# edited mid-run\\n')\n")
     result = suite.runpytest("experiments", "--record-dir", "run")
     run, changed = suite.path / "run", "source_sha256: experiments/test_exp.py"
     from inferlab.cli import main
@@ -271,8 +255,8 @@ def test_a_skip_for_a_prerequisite_names_the_first_failure_of_its_chain(suite):
     suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(failed=1, skipped=3)
     outcomes = outcomes_by_test(suite.path / "run")
     assert "should_not_exist" not in [r["kind"] for r in read_records(suite.path / "run")]
-    assert outcomes["test_load"]["skip_reason"] == ("not run: prerequisite 'download' failed in "
-                                                    "experiments/test_exp.py::test_download: Failed: no route to the hub")
+    assert outcomes["test_load"]["skip_reason"] == ("not run: prerequisite 'download' failed in experiments/"
+                                                    "test_exp.py::test_download: Failed: no route to the hub")
     reason = outcomes["test_generate"]["skip_reason"]
     assert reason.startswith("not run: prerequisite 'model' did not run, because prerequisite 'download' failed")
     assert reason.count("prerequisite") == 2 and "never_provided" in outcomes["test_orphan"]["skip_reason"]
@@ -308,55 +292,24 @@ def test_a_second_ctrl_c_while_pytest_handles_the_first_still_leaves_an_unfinish
     assert end["signals"] == ["SIGINT", "SIGINT"] and end["complete"] is manifest["complete"] is False
 
 
-def test_two_ctrl_c_from_outside_never_read_as_complete(suite):
-    write_experiment(suite, "import time, pytest\n@pytest.mark.records('waiting')\ndef test_waits(record):\n"
-                            "    record('waiting')\n    time.sleep(120)\ndef test_after():\n    pass\n")
-    process = start_pytest(suite, "experiments", "--record-dir", "run")
-    try:
-        wait_for(lambda: records_hold(suite.path / "run", "waiting"), "the test to start")
-        process.send_signal(signal.SIGINT)
-        time.sleep(0.25)  # the reproduction itself: a second Ctrl-C a quarter second later
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        process.communicate(timeout=120)
-    finally:
-        process.kill()
-    manifest, end = manifest_of(suite.path / "run"), session_end(suite.path / "run")
-    assert process.returncode == manifest["exit_status"] == int(pytest.ExitCode.INTERRUPTED)
-    assert manifest["complete"] is False and end["stop_reason"].startswith("interrupted by SIGINT")
-    assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_waits", "test_after"]
-
-
-SIGNAL_IN_FINISH = ('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
-                    "def pytest_inferlab_record(config, record):\n    if record['kind'] == 'session_end':\n"
-                    "        os.kill(os.getpid(), signal.SIGINT)\n")
-
-
-def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_run_stays_unfinished(suite):
-    """One Ctrl-C stops the test, one more while session_end is written is noted, and the next, while the final
-    manifest is written, abandons them: it used to print a traceback of some ninety lines."""
-    suite.makeconftest(SIGNAL_IN_FINISH + "def pytest_inferlab_manifest(config, manifest):\n"
-                                          "    if manifest['session_end'] is not None:\n"
-                                          "        os.kill(os.getpid(), signal.SIGINT)\n")
+def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_folder_is_renamed_incomplete(suite):
+    """One Ctrl-C stops the test, one more while the final records are written is noted, and the next abandons
+    them: one line (it used to be a traceback of some ninety lines), the start manifest kept, and under --runs-dir
+    the folder renamed -incomplete at once by its own session, so that its name never looks like a good run's."""
+    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
+                       "def pytest_inferlab_record(config, record):\n    if record['kind'] == 'session_end':\n"
+                       "        os.kill(os.getpid(), signal.SIGINT)\n        os.kill(os.getpid(), signal.SIGINT)\n")
     write_experiment(suite, SELF_INTERRUPTING)
-    done = start_pytest(suite, "experiments", "--record-dir", "run")
+    done = start_pytest(suite, "experiments", "--runs-dir", "runs")
     _, err = done.communicate(timeout=120)
     assert done.returncode == 128 + signal.SIGINT and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     [abandoned] = [line for line in err.splitlines() if "the final records are abandoned" in line]
     assert "SIGINT received again" in abandoned and "keeps the manifest written when the run began" in abandoned
-    assert manifest_of(suite.path / "run")["session_end"] is None  # the start manifest stays
-    assert session_end(suite.path / "run")["interrupted"] is True  # written whole before the abandonment
-
-
-def test_a_run_abandoned_under_runs_dir_is_renamed_incomplete_at_once_by_its_own_session(suite):
-    suite.makeconftest(SIGNAL_IN_FINISH + "        os.kill(os.getpid(), signal.SIGINT)\n")  # two, before the rename
-    write_experiment(suite, SELF_INTERRUPTING)
-    done = start_pytest(suite, "experiments", "--runs-dir", "runs")
-    _, err = done.communicate(timeout=120)
-    assert done.returncode == 128 + signal.SIGINT, err
     [run] = list((suite.path / "runs").iterdir())
+    assert manifest_of(run)["session_end"] is None  # the start manifest stays
     note = json.loads((run / "renamed-incomplete.json").read_text())
-    assert run.name.endswith("-incomplete") and note["renamed_to"] == run.name and f"It is renamed {run.name} now" in err
+    assert run.name.endswith("-incomplete") and note["renamed_to"] == run.name
+    assert f"It is renamed {run.name} now" in err
     from inferlab.read.verify import integrity_problems, verify_run
 
     result = verify_run(run)
@@ -364,43 +317,21 @@ def test_a_run_abandoned_under_runs_dir_is_renamed_incomplete_at_once_by_its_own
     assert f"to {run.name} by its own session" in result["completeness"][0]
 
 
-SIGTERM_ARGS = ["experiments", "--record-dir", "run", "-q", "-k", "test_terminated or b"]
-
-
-@pytest.fixture(scope="module")
-def sigterm_run(tmp_path_factory) -> tuple[Path, int]:
-    """One real pytest process, started with a command a learner might type (-q, a -k expression with a space),
-    whose one test sends its own process SIGTERM: (its record dir, its exit status). Read, never changed."""
-    folder = tmp_path_factory.mktemp("sigterm-suite")
-    (folder / "conftest.py").write_text('pytest_plugins = ["inferlab.plugin"]\n')
-    for sub in ("experiments", "artifacts"):
-        (folder / sub).mkdir()
-    for spec in (REPO_ROOT / "artifacts").glob("*.json"):
-        (folder / "artifacts" / spec.name).write_bytes(spec.read_bytes())
-    (folder / "experiments" / "test_exp.py").write_text(
-        "import os, signal, pytest\n@pytest.mark.records('before')\ndef test_terminated(record):\n"
-        "    record('before')\n    os.kill(os.getpid(), signal.SIGTERM)\n")
-    done = start_pytest(folder, *SIGTERM_ARGS, env={"PYTHONPATH": str(REPO_ROOT) + os.pathsep +
-                                                    os.environ.get("PYTHONPATH", "")})
-    done.communicate(timeout=120)
-    return folder / "run", done.returncode
-
-
-@pytest.mark.process
-def test_sigterm_ends_the_session_with_honest_records(sigterm_run):
-    run, exit_status = sigterm_run
-    end = session_end(run)
-    assert exit_status == pytest.ExitCode.INTERRUPTED and manifest_of(run)["complete"] is False
-    assert end["signals"] == ["SIGTERM"] and end["stop_reason"] == "interrupted by SIGTERM"
-
-
-@pytest.mark.process
-def test_the_manifest_records_the_command_as_typed_beside_argv(sigterm_run):
+def test_sigterm_ends_the_session_with_honest_records_and_the_command_as_typed(suite):
+    """A command a learner might type (-q, a -k expression with a space) whose one test sends its process SIGTERM."""
     import shlex
 
-    manifest = manifest_of(sigterm_run[0])
-    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *SIGTERM_ARGS])
-    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *SIGTERM_ARGS] and manifest["argv"][0].endswith("__main__.py")
+    write_experiment(suite, "import os, signal, pytest\n@pytest.mark.records('before')\ndef test_terminated(record):\n"
+                            "    record('before')\n    os.kill(os.getpid(), signal.SIGTERM)\n")
+    args = ["experiments", "--record-dir", "run", "-q", "-k", "test_terminated or b"]
+    done = start_pytest(suite, *args)
+    done.communicate(timeout=120)
+    run, end = suite.path / "run", session_end(suite.path / "run")
+    assert done.returncode == pytest.ExitCode.INTERRUPTED and manifest_of(run)["complete"] is False
+    assert end["signals"] == ["SIGTERM"] and end["stop_reason"] == "interrupted by SIGTERM"
+    manifest = manifest_of(run)
+    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args])
+    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *args] and manifest["argv"][0].endswith("__main__.py")
 
 
 def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite):
@@ -525,14 +456,11 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
     "timeout": (None, ["--record-dir", "run", "--timeout", "5"],
                 "--timeout 5.0: the experiment gives each trial the protocol's limit of 30 s itself"),
     "under-a-file": (lambda s, m: (s.path / "a_file").write_text("x"), ["--record-dir", "a_file/run"],
-                     "--record-dir: record dir a_file/run cannot be created: a_file is a regular file, not a directory"),
+                     "record dir a_file/run cannot be created: a_file is a regular file, not a directory"),
     "under-proc": (None, ["--record-dir", "/proc/inferlab-run"], "cannot be created: No such file or directory"),
-    "in-the-cache": (lambda s, m: (s.path / "artifacts" / "cache" / "standin").mkdir(parents=True),
-                     ["--specimen", "standin", "--record-dir", "artifacts/cache/standin/myrun"],
-                     "is inside the project's specimen cache"),
     "artifacts-missing": (None, ["--record-dir", "run", "--artifacts", "lab05"], "--artifacts: lab05 does not exist"),
-    "artifacts-a-file": (lambda s, m: (s.path / "lab05").write_text("x"), ["--record-dir", "run", "--artifacts",
-                                                                          "lab05"], "--artifacts: lab05 is a regular file"),
+    "artifacts-a-file": (lambda s, m: (s.path / "lab05").write_text("x"),
+                         ["--record-dir", "run", "--artifacts", "lab05"], "--artifacts: lab05 is a regular file"),
     "inside-artifacts": (lambda s, m: s.mkdir("lab05"), ["--runs-dir", "lab05", "--artifacts", "lab05"],
                          "--runs-dir: lab05 is inside the --artifacts folder lab05"),
     "empty-path": (None, ["--record-dir", ""], "--record-dir: the path is empty ('')"),
@@ -541,12 +469,12 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
                         "--runs-dir: runs dir runs cannot be created: runs is a regular file, not a directory"),
     "dangling-link": (lambda s, m: (s.path / "run").symlink_to(s.path / "gone"), ["--record-dir", "run"],
                       "--record-dir: record dir run is a dangling symbolic link"),
-    "predictions-fifo": (lambda s, m: os.mkfifo(s.path / "answers"), ["--record-dir", "run", "--predictions",
-                                                                      "answers"], "answers is a FIFO (named pipe), not"),
+    "predictions-fifo": (lambda s, m: os.mkfifo(s.path / "answers"),
+                         ["--record-dir", "run", "--predictions", "answers"], "answers is a FIFO (named pipe), not"),
     "predictions-missing": (None, ["--record-dir", "run", "--predictions", "missing.md"],
                             "--predictions: missing.md does not exist; expected your copy of predictions.md"),
     "predictions-binary": (lambda s, m: (s.path / "a.md").write_bytes(random.Random(45).randbytes(3000)),
-                           ["--record-dir", "run", "--predictions", "a.md"], "a.md is binary (a NUL byte at offset 210)"),
+                           ["--record-dir", "run", "--predictions", "a.md"], "binary (a NUL byte at offset 210)"),
     "predictions-200MB": (lambda s, m: os.truncate((s.path / "a.md").write_bytes(b"") or s.path / "a.md", 200_000_000),
                           ["--record-dir", "run", "--predictions", "a.md"], "a.md is 200,000,000 bytes"),
     "predictions-latin1": (lambda s, m: (s.path / "a.md").write_bytes("## 1. caf\u00e9\n".encode("latin-1")),
@@ -591,6 +519,26 @@ def test_last_failed_of_another_specimen_is_refused_and_of_the_same_one_runs(sui
     mixed.stderr.fnmatch_lines(["*--lf: the last-failed list was written by a run of specimen 'pythia-14m', and "
                                 "this run is of 'standin'*"])
     suite.runpytest("experiments", "--runs-dir", "runs", "--lf").assert_outcomes(failed=1)
+
+
+def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpreter(suite):
+    (suite.path / "analytic_tests").mkdir()
+    (suite.path / "analytic_tests" / "test_a.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    (suite.path / "analytic_tests" / "test_b.py").write_text("import not_a_module_of_the_project\n")
+    result = suite.runpytest("analytic_tests")
+    out = result.stdout.str()
+    assert "analytic_tests/test_a.py: this Python (" in out and "cannot import torch: it is not the project's " \
+           "environment. Run the tests with .venv/bin/python -m pytest analytic_tests" in out
+    assert "raise ModuleNotFoundError" not in out  # test_a.py's raw ImportError is replaced by the one line
+    assert "No module named 'not_a_module_of_the_project'" in out  # any other import error is left as it is
+
+
+def test_the_docs_suffix_table_says_co_makes_no_folder():
+    """What a --co does (test_collect_only_lists_the_tests_and_writes_no_run_folder) is what the docs say."""
+    docs = (REPO_ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    row = next(line for line in docs.splitlines() if line.startswith("| `-incomplete` |"))
+    assert "--co" not in row and "it makes no folder at all" in docs
 
 
 def test_pytest_help_does_not_show_pytesters_options(pytester, monkeypatch):

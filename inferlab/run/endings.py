@@ -258,13 +258,6 @@ NOT_ACQUIRED_SKIP = (f"not run: the specimen could not be acquired, so no test c
                      f"each test's own reason is kept in {RECORDS_FILE}]")
 
 
-def specimen_line(specimen: dict) -> str:
-    """One line naming the run's specimen; a synthetic one is said to be synthetic, and not Pythia."""
-    line = f"specimen: {specimen.get('name')} ({specimen.get('repo_id')} at revision {specimen.get('revision')})"
-    return line + (f"; SYNTHETIC, not Pythia: its weights are constructed, so nothing this run measures describes "
-                   f"{protocol.PINNED_REPO_ID}" if specimen.get("synthetic") else "")
-
-
 def acquisition_failed(run) -> Optional[dict]:
     """The ledger's acquisition check when it failed, with the error of the acquisition record; else None."""
     check = run.ledger.checks.get(SPECIMEN_CHECKS[0]) or {}
@@ -322,7 +315,10 @@ def summary(write: Callable[..., None], run) -> None:
         write(f"record dir: NOT renamed to end in {run.rename['suffix']} ({run.rename['error']}); its name does not "
               f"say how the run ended, its manifest does", red=True)
     specimen = run.invocation.specimen or {}
-    write(specimen_line(specimen), yellow=bool(specimen.get("synthetic")), bold=bool(specimen.get("synthetic")))
+    synthetic = bool(specimen.get("synthetic"))  # said to be synthetic, and not Pythia
+    write(f"specimen: {specimen.get('name')} ({specimen.get('repo_id')} at revision {specimen.get('revision')})" + (
+        f"; SYNTHETIC, not Pythia: its weights are constructed, so nothing this run measures describes "
+        f"{protocol.PINNED_REPO_ID}" if synthetic else ""), yellow=synthetic, bold=synthetic)
     for line in run.environment_changed:
         write(f"environment: CHANGED during the run: {line} (the manifest keeps what was found at the start)", red=True)
     write("outcomes: " + (", ".join(f"{n} {k}" for k, n in sorted(run.counts.items())) or "no experiment tests ran"))

@@ -233,19 +233,18 @@ class Ledger:
     """Each named check's status ({status, by, reason, root_cause}), and the session limit, counted from the moment
     protocol.SETUP_DONE_CHECK passed. A test's skip names the root cause of a chain, not every link."""
 
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic):
+    def __init__(self):
         self.checks: dict = {}
-        self.setup_done: Optional[float] = None  # monotonic time when the setup check passed
+        self.setup_done: Optional[float] = None  # time.monotonic() when the setup check passed
         self.session_limit_skips = 0
         self._root_causes: dict = {}  # node id -> why it was not started (passed on to the checks it provides)
-        self._monotonic = monotonic
 
     def refusal(self, nodeid: str, requires: Iterable[str], absent: Callable[[str], str]) -> Optional[str]:
         """Why this test must not start, or None; absent(name) says why a check no test has provided is missing."""
-        if self.setup_done is not None and self._monotonic() - self.setup_done > protocol.SESSION_LIMIT_S:
+        if self.setup_done is not None and time.monotonic() - self.setup_done > protocol.SESSION_LIMIT_S:
             self.session_limit_skips += 1
             return (f"not run: the session limit of {protocol.SESSION_LIMIT_S} s after setup was reached "
-                    f"({self._monotonic() - self.setup_done:.0f} s since '{protocol.SETUP_DONE_CHECK}' passed) "
+                    f"({time.monotonic() - self.setup_done:.0f} s since '{protocol.SETUP_DONE_CHECK}' passed) "
                     f"before this test started")
         for name in requires:
             check = self.checks.get(name) or {"status": "absent", "root_cause": absent(name)}
@@ -264,7 +263,7 @@ class Ledger:
                 if phase == "call":
                     self.checks[name] = {"status": "passed", "by": nodeid, "reason": None, "root_cause": None}
                     if name == protocol.SETUP_DONE_CHECK and self.setup_done is None:
-                        self.setup_done = self._monotonic()
+                        self.setup_done = time.monotonic()
                 continue
             status = "did not run" if outcome == "skipped" else outcome
             root_cause = self._root_causes.get(nodeid) or f"prerequisite '{name}' {status} in {nodeid}: {reason}"

@@ -1,16 +1,6 @@
-"""The one writer of a run's folder: the claim, records.jsonl, the tensors, the folder's name and its inventory.
-
-    claim.json             written first, with O_EXCL: this run owns the folder (who, when, the command)
-    records.jsonl          one JSON object per line, appended and fsynced as each record is made (RecordLog)
-    plan.json              the ordered schedule (inferlab.run.plan)
-    manifest.json          the environment, and at the end how the session ended and every file's hash
-    predictions.md         the learner's predictions, copied before any model computation
-    tensors/*.safetensors  saved logits; the record that refers to one holds its SHA-256 (TensorStore)
-    report.md, *.png       written at the session's end from the records alone
-
-Whole files are written by inferlab.files' rule (atomic, never over a device or a FIFO); an existing run's folder is
-never written into.
-"""
+"""The one writer of a run's folder (its layout: docs/records.md): the claim (written first, with O_EXCL),
+records.jsonl (one line per record, appended and fsynced as it is made), the tensors, the folder's name and its
+inventory. Whole files follow inferlab.files' rule; an existing run's folder is never written into."""
 
 from __future__ import annotations
 
@@ -114,48 +104,44 @@ def claim_record_dir(path: Path, claim: dict) -> Path:
     return path / CLAIM_FILE
 
 
-def claim_new_run_dir(parent: Path, base_name: str, claim: dict) -> Path:
-    """Create and claim parent/base_name, or base_name-2, -3, ... when it is taken (mkdir is atomic: two runs
-    started in the same second get two folders)."""
-    parent = Path(parent)
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise RecordDirError(f"runs dir {parent} cannot be created: {_os_reason(error, parent)}") from None
+def _new_folder(parent: Path, name: str) -> Path:
+    """mkdir parent/name, or name-2, -3, ... when it is taken: mkdir is atomic, so two runs never get one folder."""
     for number in range(1, 1000):
-        candidate = parent / (base_name if number == 1 else f"{base_name}-{number}")
+        candidate = parent / (name if number == 1 else f"{name}-{number}")
         try:
             candidate.mkdir()
+            return candidate
         except FileExistsError:
             continue
         except OSError as error:
             raise RecordDirError(f"record dir {candidate} cannot be created: {_os_reason(error, candidate)}") from None
-        claim_record_dir(candidate, claim)
-        return candidate
-    raise RecordDirError(f"runs dir {parent}: names {base_name} to {base_name}-999 are all taken")
+    raise RecordDirError(f"{parent}: names {name} to {name}-999 are all taken")
+
+
+def claim_new_run_dir(parent: Path, base_name: str, claim: dict) -> Path:
+    """Create and claim a new folder parent/base_name (numbered when the name is taken)."""
+    try:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecordDirError(f"runs dir {parent} cannot be created: {_os_reason(error, Path(parent))}") from None
+    folder = _new_folder(Path(parent), base_name)
+    claim_record_dir(folder, claim)
+    return folder
 
 
 def rename_with_suffix(path: Path, suffix: str) -> Path:
-    """Rename a run's folder to its name + suffix (or + suffix-2, -3, ... when taken): the new name is claimed with
-    mkdir, so a name another run holds is never taken over. RecordDirError when no rename was possible."""
+    """Rename a run's folder to its name + suffix (numbered when taken): the new name is claimed with mkdir first, so
+    a name another run holds is never taken over. RecordDirError when no rename was possible."""
     path = Path(path)
-    for number in range(1, 1000):
-        target = path.with_name(path.name + suffix + ("" if number == 1 else f"-{number}"))
-        try:
-            target.mkdir()
-        except FileExistsError:
-            continue
-        except OSError as error:
-            raise RecordDirError(f"{target.name} cannot be created: {_os_reason(error, target)}") from None
-        try:
-            os.rename(path, target)
-        except OSError as error:
-            reason = _os_reason(error, target)
-            with contextlib.suppress(OSError):
-                target.rmdir()
-            raise RecordDirError(f"renaming {path.name} to {target.name} failed: {reason}") from None
-        return target
-    raise RecordDirError(f"names {path.name}{suffix} to {path.name}{suffix}-999 are all taken")
+    target = _new_folder(path.parent, path.name + suffix)
+    try:
+        os.rename(path, target)
+    except OSError as error:
+        reason = _os_reason(error, target)
+        with contextlib.suppress(OSError):
+            target.rmdir()
+        raise RecordDirError(f"renaming {path.name} to {target.name} failed: {reason}") from None
+    return target
 
 
 def file_inventory(directory: Path, exclude: tuple = ()) -> dict:
@@ -358,9 +344,9 @@ def rename_ended_runs(runs_dir: Path, *, hostname: str, now: str, by: dict,
     return lines
 
 
-def killed_detail(claim: Optional[dict], note: Optional[dict], hostname: Optional[str] = None) -> str:
-    """What the claim says of a run without a session_end: its process ended (and who renamed the folder), or is
-    still running, or ran elsewhere; empty without a claim."""
+def killed_detail(claim: Optional[dict], note: Optional[dict]) -> str:
+    """What the claim says of a run without a session_end whose process does not run here (verify says a live one is
+    live): its process ended (and who renamed the folder), or ran elsewhere; empty without a claim."""
     if not isinstance(claim, dict):
         return ""
     who, renamed = f"pid {claim.get('pid')} on {claim.get('hostname')}", ""
@@ -369,12 +355,9 @@ def killed_detail(claim: Optional[dict], note: Optional[dict], hostname: Optiona
         renamer = "by its own session" if by.get("pid") == claim.get("pid") else "by a later run"
         renamed = (f"; renamed from {note.get('renamed_from')} to {note.get('renamed_to')} {renamer} at "
                    f"{note.get('renamed_utc')}: {note.get('why')} (its note: {RENAME_NOTE})")
-    state = claimant_state(claim, hostname)
+    state = claimant_state(claim)
     if state == "gone":
         return f"; its process ({who}) is no longer running{renamed}"
-    if state == "live":
-        return (f"; its process ({who}) is STILL RUNNING: the session may not have ended yet, so these are not its "
-                f"final records{renamed}")
     if state == "elsewhere":
         return f"; its process ({who}) runs on another machine, so whether it still runs is not known here{renamed}"
     return renamed

@@ -136,13 +136,13 @@ class Run:
     environment_record(root), torch_threads(requested) and torch_build() the same way."""
 
     def __init__(self, record_dir: Path, invocation: Invocation, *, clock: Callable[[], str] = utc_now, host=None,
-                 stamp: Callable[[], int] = time.perf_counter_ns, monotonic: Callable[[], float] = time.monotonic):
+                 stamp: Callable[[], int] = time.perf_counter_ns):
         if host is None:
             from inferlab.host import environment as host
         self.record_dir, self.invocation, self.clock, self.stamp, self.host = Path(record_dir), invocation, clock, \
             stamp, host
         self.log, self.tensors = RecordLog(self.record_dir / RECORDS_FILE), TensorStore(self.record_dir / TENSOR_DIR)
-        self.ledger, self.signals, self.started_utc = Ledger(monotonic), endings.SignalWatch(), clock()
+        self.ledger, self.signals, self.started_utc = Ledger(), endings.SignalWatch(), clock()
         self.signals.on_abandon = self.abandon_note
         # the schedule: node ids collected (before any deselection), the facts of every collected test, plan.json,
         # every test on disk with its checks, the tests outside the schedule a test waited for
@@ -269,13 +269,16 @@ class Run:
     def end_session(self, *, exit_status: int, exit_code_name: str, interrupted_status: int, should_stop=False,
                     should_fail=False, tests_failed: int = 0, collect_only: bool = False) -> dict:
         """The session_end record (before the report, which reads it) from how pytest says the session ended."""
-        signals = list(self.signals.received)
-        code_name = "INTERRUPTED" if signals else exit_code_name
-        self.environment_changed = self.environment_changes()  # a source file edited or a package installed mid-run
-        plan_only = self.invocation.mode == "plan"
-        failed = self.ledger.checks.get(endings.SPECIMEN_CHECKS[0], {}).get("status") in ("failed", "error")
+        from inferlab.host import environment
         from inferlab.specimen import acquisition_cause
 
+        signals = list(self.signals.received)
+        code_name = "INTERRUPTED" if signals else exit_code_name
+        # a source file edited or a package installed mid-run, against the environment the start manifest holds
+        self.environment_changed = environment.changes(self.environment, self.host.environment_record(
+            self.invocation.root))
+        plan_only = self.invocation.mode == "plan"
+        failed = self.ledger.checks.get(endings.SPECIMEN_CHECKS[0], {}).get("status") in ("failed", "error")
         self.session_end = endings.session_end(
             exit_status=interrupted_status if signals else exit_status, exit_code_name=code_name, signals=signals,
             collect_only=collect_only, plan_only=plan_only, planned=self.planned,
@@ -356,12 +359,6 @@ class Run:
         if end is not None:
             manifest["files"] = file_inventory(self.record_dir, exclude=(MANIFEST_FILE,))
         write_json_atomic(self.record_dir / MANIFEST_FILE, manifest)
-
-    def environment_changes(self) -> list[str]:
-        from inferlab.host import environment
-
-        return environment.changes(self.environment, self.host.environment_record(self.invocation.root)) \
-            if self.environment is not None else []
 
     def abandon_note(self) -> str:
         """Where an abandoned run stands, said when its final records are abandoned; under --runs-dir its folder is
