@@ -35,7 +35,6 @@ from inferlab.specimen.hub import Deadline, DeadlineExpired
 from inferlab.specimen.netguard import offline_mode
 from inferlab.specimen.spec import SpecimenError, SpecimenSpec, builder_module, cache_dir, load_spec
 
-ACQUISITIONS = ("reuse:artifacts_dir", "reuse:project_cache", "download", "built_offline")
 ACQUISITION_LABELS = {  # what each path is, in words, once it has succeeded (a failed one is told by its error)
     "download": "fresh bounded download",
     "reuse:artifacts_dir": "verified local reuse (--artifacts)",
@@ -49,15 +48,26 @@ ABSENT_IN_PROJECT_CACHE = ("missing from the project cache, which inferlab fills
                            "the hub's listing at the pinned commit (or builds offline)")
 
 
-def require_verified(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
-    """check_specimen_files(), raising SpecimenError listing every problem unless the folder passed."""
+def require_verified(directory, spec: SpecimenSpec, acquisition: Optional[str] = None,
+                     absence_known_from: Optional[str] = None) -> dict:
+    """check_specimen_files(), raising SpecimenError listing every problem, and what to do about the path it came by
+    (acquisition), unless the folder passed."""
     report = check_specimen_files(directory, spec, absence_known_from)
-    if not report["ok"]:
-        error = SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  "
-                              + "\n  ".join(report["problems"]))
-        error.verification = report
-        raise error
-    return report
+    if report["ok"]:
+        return report
+    problems = "\n  ".join(report["problems"])
+    message = f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  {problems}"
+    if acquisition == "reuse:project_cache":
+        message = (f"specimen {spec.name!r}: the project cache {directory} failed verification:\n  {problems}\n"
+                   f"It is not repaired or replaced automatically. To recover, delete that folder (rm -r '{directory}') "
+                   f"and run again: the next run downloads (or rebuilds) it. Or pass --artifacts DIR with a verified "
+                   f"copy.")
+    elif acquisition == "reuse:artifacts_dir":
+        message = (f"specimen {spec.name!r} ({spec.spec_file}): --artifacts {directory} failed verification:\n  "
+                   f"{problems}\nNothing was loaded, and nothing else is tried instead.")
+    error = SpecimenError(message)
+    error.verification = report
+    raise error
 
 
 # --- the lock, staging and publication ----------------------------------------------------------------------------
@@ -114,7 +124,7 @@ def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str] = None,
         staging.mkdir()
         remote["fetched"] = {name: hub.fetch(meta["url"], name, meta["size"], meta["etag"], staging / name, deadline)
                              for name, meta in remote["files"].items() if meta["status"] == "present"}
-        require_verified(staging, spec, ABSENT_IN_HUB_LISTING)
+        require_verified(staging, spec, absence_known_from=ABSENT_IN_HUB_LISTING)
         _publish(staging, target)
     except SpecimenError as error:
         error.remote = remote
@@ -132,38 +142,23 @@ def local_builder(spec: SpecimenSpec):
     return build.BUILDERS.get(spec.revision) if spec.synthetic else None
 
 
-def local_build_problem(spec: SpecimenSpec) -> Optional[str]:
-    """Why this spec's local build cannot run here (the replica without its reference folder), or None."""
-    from inferlab.specimen import build
-
-    if local_builder(spec) is build.REPLICA:
-        try:
-            build.require_reference()
-        except build.ReferenceUnavailable as error:
-            return str(error)
-    return None
-
-
 def load_runnable_spec(name: str, artifacts_root=None) -> SpecimenSpec:
     """load_spec(), also refused (SpecimenError) when its local build cannot run here: checked before a run writes
     anything, so that a replica without its reference folder is a usage error."""
+    from inferlab.specimen import build
+
     spec = load_spec(name, artifacts_root)
-    problem = local_build_problem(spec)
-    if problem:
-        raise SpecimenError(problem)
+    if local_builder(spec) is build.REPLICA:
+        build.require_reference()
     return spec
 
 
 def _build_locally(spec: SpecimenSpec, target: Path) -> None:
     """Build a synthetic specimen in staging, verify it there, and move it into target."""
-    from inferlab.specimen import build
-
-    builder, problem = local_builder(spec), local_build_problem(spec)
+    builder = local_builder(spec)
     if builder is None:
-        problem = (f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can build "
-                   f"offline ({', '.join(f'{b.name}: {b.revision()}, sha1 of {b.recipe!r}' for b in build.BUILDERS.values())})")
-    if problem:
-        raise SpecimenError(problem)
+        raise SpecimenError(f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can "
+                            f"build offline")
     staging = _staging(target)
     try:
         try:
@@ -197,30 +192,6 @@ def choose_acquisition(spec: SpecimenSpec, artifacts_dir=None, cache_root=None) 
     return ("built_offline" if spec.synthetic else "download"), directory
 
 
-def _absence_known_from(acquisition: str) -> Optional[str]:
-    return None if acquisition == "reuse:artifacts_dir" else ABSENT_IN_PROJECT_CACHE
-
-
-def _verified(directory: Path, spec: SpecimenSpec, acquisition: str) -> dict:
-    report = check_specimen_files(directory, spec, _absence_known_from(acquisition))
-    if report["ok"]:
-        return report
-    problems = "\n  ".join(report["problems"])
-    if acquisition == "reuse:project_cache":
-        message = (f"specimen {spec.name!r}: the project cache {directory} failed verification:\n  {problems}\n"
-                   f"It is not repaired or replaced automatically. To recover, delete that folder (rm -r '{directory}') "
-                   f"and run again: the next run downloads (or rebuilds) it. Or pass --artifacts DIR with a verified "
-                   f"copy.")
-    elif acquisition == "reuse:artifacts_dir":
-        message = (f"specimen {spec.name!r} ({spec.spec_file}): --artifacts {directory} failed verification:\n  "
-                   f"{problems}\nNothing was loaded, and nothing else is tried instead.")
-    else:
-        message = f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  {problems}"
-    error = SpecimenError(message)
-    error.verification = report
-    raise error
-
-
 def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bool = False,
             endpoint: Optional[str] = None, deadline_s: Optional[float] = None) -> dict:
     """Obtain a verified specimen folder by exactly one path (the module's docstring).
@@ -237,7 +208,7 @@ def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bo
     try:
         with offline_mode() if offline else contextlib.nullcontext():
             if acquisition == "reuse:artifacts_dir":
-                verification = _verified(directory, spec, acquisition)
+                verification = require_verified(directory, spec, acquisition)
             else:
                 with _locked(directory, deadline) as result["lock"]:
                     # under the lock no other run's staging is live: any left here is a killed run's
@@ -246,7 +217,7 @@ def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bo
                         shutil.rmtree(path, ignore_errors=True)
                     result["stale_staging_removed"] = [str(path) for path in stale]
                     acquisition = _fill_cache(spec, directory, offline, endpoint, deadline, result)
-                    verification = _verified(directory, spec, acquisition)
+                    verification = require_verified(directory, spec, acquisition, ABSENT_IN_PROJECT_CACHE)
     except SpecimenError as error:
         error.acquisition = acquisition
         raise
@@ -285,7 +256,8 @@ def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None,
         method, directory = choose_acquisition(spec, artifacts_dir, cache_root)
         verification = getattr(error, "verification", None)
         if verification is None and directory.is_dir():
-            verification = check_specimen_files(directory, spec, _absence_known_from(method))
+            absence = None if method == "reuse:artifacts_dir" else ABSENT_IN_PROJECT_CACHE
+            verification = check_specimen_files(directory, spec, absence)
         return {"ok": False, "specimen": spec.name, "acquisition": getattr(error, "acquisition", None) or method,
                 "offline": offline, "directory": str(directory) if directory.is_dir() else None,
                 "error": str(error) or type(error).__name__, "deadline_s": seconds,

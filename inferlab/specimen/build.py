@@ -25,6 +25,7 @@ from typing import Callable
 
 from inferlab.files import PROJECT_ROOT, spelled, write_bytes_atomic
 from inferlab.specimen import recipe
+from inferlab.specimen.spec import SpecimenError
 
 # Written into config.json, so these bytes are pinned (artifacts/standin.json): the text names the recipe module by
 # the path it had when they were pinned (now inferlab.specimen.recipe); changing it means a new recipe version.
@@ -73,11 +74,7 @@ COPIED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "speci
 HEADER_FILE = "model.safetensors.header"
 
 
-class BuildRefused(Exception):
-    """The target is not a new or empty folder: building there could overwrite someone's files."""
-
-
-class ReferenceUnavailable(Exception):
+class ReferenceUnavailable(SpecimenError):
     """The folder of published small files is missing or incomplete: the replica cannot be built."""
 
 
@@ -188,12 +185,12 @@ def replica_contents(variant: recipe.Variant = recipe.BASE) -> dict[str, bytes]:
 
 
 def check_target(directory: Path) -> None:
-    """Refuse a target that is a file or a non-empty folder (BuildRefused), touching nothing."""
+    """Refuse a target that is a file or a non-empty folder (SpecimenError), touching nothing."""
     if directory.exists() and not directory.is_dir():
-        raise BuildRefused(f"{directory}: expected a new or empty directory, actual: an existing file")
+        raise SpecimenError(f"{directory}: expected a new or empty directory, actual: an existing file")
     entries = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
     if entries:
-        raise BuildRefused(f"{directory}: expected a new or empty directory, actual: it holds {len(entries)} "
+        raise SpecimenError(f"{directory}: expected a new or empty directory, actual: it holds {len(entries)} "
                            f"{'entry' if len(entries) == 1 else 'entries'} ({', '.join(entries[:6])}"
                            f"{', ...' if len(entries) > 6 else ''}); nothing was written")
 
@@ -212,7 +209,7 @@ class Builder:
 
     def build(self, directory, variant: recipe.Variant = recipe.BASE) -> dict:
         """Write the files into a new or empty folder: {directory, recipe, variant, revision, files: {name: {size,
-        sha256}}, elapsed_s}. BuildRefused before anything is written when the folder is a file or not empty."""
+        sha256}}, elapsed_s}. SpecimenError before anything is written when the folder is a file or not empty."""
         start, directory = time.perf_counter(), Path(directory)
         check_target(directory)
         contents = self.contents(variant)
@@ -235,7 +232,7 @@ class Builder:
         args = parser.parse_args(argv)
         try:
             print(json.dumps(self.build(Path(args.directory).expanduser()), indent=2, sort_keys=True))
-        except (BuildRefused, ReferenceUnavailable) as error:
+        except SpecimenError as error:
             print(f"{prog}: refused: {error}", file=sys.stderr)
             return 2
         except OSError as error:  # a target that cannot be created: under a file, under /proc, read-only

@@ -1,17 +1,11 @@
 """Own HTTP code for the lab's bounds against a hostile hub: one total deadline, sizes before any body, the cap.
 
-huggingface_hub builds the URLs, the headers (its user agent, no token) and names the hub's headers; it cannot do
-the exchange itself within these bounds: its timeouts are per socket read (a hub that trickles a byte at a time is
-never cut off), it follows relative redirects without a limit and retries. So http.client does it here, and:
-
-- every connection is watched: when the acquisition's deadline passes, a timer shuts its socket down, so no
-  blocking read (connection, TLS, headers, body) outlives the deadline;
-- HEAD first for every file (remote_metadata): a missing required file, an unknown size, one over the cap or unlike
-  the pin refuses the download before any body is asked for;
-- at most MAX_REDIRECTS redirects, never from https to http; no retries: a server error is reported as it is;
-- a body is read against the size the metadata advertised (cut off at the first extra byte, refused when
-  shorter) and its hash compared with the hub's ETag.
-Proxies from the environment (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) are used through CONNECT.
+huggingface_hub builds the URLs and the headers (its user agent, no token), but cannot keep these bounds: its
+timeouts are per socket read (a hub that trickles a byte at a time is never cut off), it follows relative redirects
+without a limit and retries. So http.client does the exchange here: a timer shuts every socket down when the
+deadline passes; HEAD for every file before any body (remote_metadata); at most MAX_REDIRECTS redirects, never
+https to http; no retries; a body read against its advertised size and checked against the hub's ETag. Proxies from
+the environment (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) are used through CONNECT.
 """
 
 from __future__ import annotations
@@ -92,16 +86,11 @@ def _proxy_for(scheme: str, host: str) -> Optional[urllib.parse.SplitResult]:
 def _ssl_context():
     import ssl
 
-    # The CA bundle requests would use, so a learner's corporate CA setting keeps working.
-    cafile = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if not cafile:
-        try:
-            import certifi
+    import certifi
 
-            cafile = certifi.where()
-        except ImportError:
-            cafile = None
-    return ssl.create_default_context(cafile=cafile)
+    # The CA bundle requests would use, so a learner's corporate CA setting keeps working.
+    return ssl.create_default_context(
+        cafile=os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where())
 
 
 class Exchange:
