@@ -123,7 +123,7 @@ class Exchange:
         self._timer.start()
 
     def _create_connection(self, address, timeout=None, source_address=None, *args, **kwargs):
-        # socket.create_connection looked up now, so the offline guard's patch applies; watched from the first byte
+        # watched from the first byte: the deadline timer can shut this socket down from now on
         sock = socket.create_connection(address, timeout, source_address, *args, **kwargs)
         with self._lock:
             self._handle = sock.dup()
