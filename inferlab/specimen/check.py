@@ -131,10 +131,7 @@ def read_stable(path: Path, keep_bytes: bool = False) -> dict:
     regular file that was listed once opened (non-blocking, so a FIFO swapped in cannot hang it), or it changed while
     being read (a copy still being written)."""
     listed = os.stat(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as error:
-        raise FileCheckError(f"expected a readable file, actual: {error.strerror}") from error
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)  # an OSError: "expected a readable file"
     with os.fdopen(fd, "rb") as handle:
         before = os.fstat(fd)
         if not stat.S_ISREG(before.st_mode) or (before.st_dev, before.st_ino) != (listed.st_dev, listed.st_ino):
@@ -145,7 +142,7 @@ def read_stable(path: Path, keep_bytes: bool = False) -> dict:
             count += len(chunk)
             kept += [chunk] if keep_bytes else []
         after = os.fstat(fd)
-    now = os.stat(path)  # gone meanwhile: an OSError, "expected a readable file"
+    now = os.stat(path)
     same = lambda s: (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns)  # noqa: E731
     if same(before) != same(after) or same(now) != same(after) or count != before.st_size:
         raise FileCheckError(f"changed while being read (size {before.st_size} -> {now.st_size} bytes, {count} "
@@ -190,7 +187,7 @@ class HeaderError(ValueError):
 def read_header(path: Path) -> dict:
     """The safetensors header alone (a bounded read, never the tensors): {header_bytes, header_sha256, tensors,
     dtypes, data_bytes_needed, file_bytes}; HeaderError when it is missing, oversized, cut short or malformed."""
-    with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
         file_bytes, prefix = os.fstat(handle.fileno()).st_size, handle.read(8)
         length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
         raw = handle.read(length) if length is not None and length <= MAX_HEADER_BYTES else b""
@@ -283,8 +280,8 @@ def _check_read(row: dict, path: Path, spec: SpecimenSpec, where: str) -> None:
     try:
         read = read_stable(path, keep_bytes=row["name"].endswith(".json"))
     except (FileCheckError, OSError) as error:
-        row["problem"] = f"{where}: {error}" if isinstance(error, FileCheckError) else \
-            f"{where}: expected a readable file, actual: {error}"
+        readable = isinstance(error, FileCheckError)
+        row["problem"] = f"{where}: {error}" if readable else f"{where}: expected a readable file, actual: {error}"
         return
     row["size"], row["sha256"] = read["size"], read["sha256"]
     problems = []
@@ -361,33 +358,28 @@ def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Opti
     report.update(files=rows, entries=listing["entries"], ok=not problems, problems=problems)
     other = _other_specimen(directory, spec) if problems and others and not listing["truncated"] else None
     if other is not None:
-        words = other_specimen_words(directory, spec, other)
         for row in rows:
             if not row["ok"]:
                 row.update(diagnosis=None, problem=f"{row['name']} in {directory}: not as {spec.name}'s pin "
-                                                   f"(artifacts/{spec.name}.json), but as {other.name}'s: {words}")
-        report.update(problems=[words], other_specimen={"name": other.name, "repo_id": other.repo_id,
-                                                        "revision": other.revision, "synthetic": other.synthetic,
-                                                        "words": words})
+                                                   f"(artifacts/{spec.name}.json), but as {other['name']}'s: "
+                                                   f"{other['words']}")
+        report.update(problems=[other["words"]], other_specimen=other)
     return report
 
 
-def _other_specimen(directory: Path, spec: SpecimenSpec) -> Optional[SpecimenSpec]:
-    """Another specimen this checkout knows (a *.json beside spec's own) the folder is a valid copy of, or None."""
+def _other_specimen(directory: Path, spec: SpecimenSpec) -> Optional[dict]:
+    """Another specimen this checkout knows (a *.json beside spec's own) that the folder is a valid copy of, with
+    what that means in the words the run and check-artifacts both use; or None."""
     root = Path(spec.spec_file).parent
     for name in sorted(path.stem for path in root.glob("*.json") if path.stem != spec.name):
         with contextlib.suppress(SpecimenError):
             other = load_spec(name, root)
             if check_specimen_files(directory, other, others=False)["ok"]:
-                return other
+                words = (f"{directory} is NOT a copy of {spec.repo_id} at {spec.revision} (specimen {spec.name}): it "
+                         f"is a valid copy of {'the SYNTHETIC' if other.synthetic else 'the'} {other.name} specimen "
+                         f"({other.repo_id} at {other.revision}), every file as artifacts/{other.name}.json pins it"
+                         f"{', so it is not Pythia' if other.synthetic else ''}. Keep it; use it with --specimen "
+                         f"{other.name} --artifacts {directory}")
+                return {"name": other.name, "repo_id": other.repo_id, "revision": other.revision,
+                        "synthetic": other.synthetic, "words": words}
     return None
-
-
-def other_specimen_words(directory, spec: SpecimenSpec, other: SpecimenSpec) -> str:
-    """What a valid copy of another specimen is, in the words the run and check-artifacts both use."""
-    kind = "the SYNTHETIC" if other.synthetic else "the"
-    return (f"{directory} is NOT a copy of {spec.repo_id} at {spec.revision} (specimen {spec.name}): it is a valid "
-            f"copy of {kind} {other.name} specimen ({other.repo_id} at {other.revision}), every file as "
-            f"artifacts/{other.name}.json pins it" + (", so it is not Pythia" if other.synthetic else "") +
-            f". Keep it; use it with --specimen {other.name} --artifacts {directory}")
-
