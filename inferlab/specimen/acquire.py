@@ -97,40 +97,39 @@ def _locked(directory: Path, deadline: Deadline):
         lock.release()
 
 
-def _staging(target: Path) -> Path:
+@contextlib.contextmanager
+def _staged(target: Path, spec: SpecimenSpec, absence_known_from: Optional[str] = None):
+    """A new staging folder's path beside target for the block to fill; then verified there and published as target
+    (absent or empty) by one rename. Removed on every way out."""
     staging = target.parent / f"{STAGING_PREFIX}{target.name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    return staging
+    try:
+        yield staging
+        require_verified(staging, spec, absence_known_from=absence_known_from)
+        if target.exists():
+            target.rmdir()  # only an empty folder can be here: a non-empty one is reused, never replaced
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
-def _publish(staging: Path, target: Path) -> None:
-    if target.exists():
-        target.rmdir()  # only an empty folder can be here: a non-empty one is reused, never replaced
-    os.replace(staging, target)
-
-
-def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str] = None,
-             deadline: Optional[Deadline] = None) -> dict:
+def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str], deadline: Deadline) -> dict:
     """Bounded download of the revision's allowlisted files into target (absent or empty): the hub's metadata, with
     `fetched` (per file: bytes, sha256, etag_check, redirects). Only a verified set is moved into place."""
-    deadline = deadline or Deadline()
     remote = hub.remote_metadata(spec, endpoint, deadline)
-    staging = _staging(target)
     try:
         if remote["problems"]:
             raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): download refused before fetching any "
                                 f"file:\n  " + "\n  ".join(remote["problems"]))
-        staging.mkdir()
-        remote["fetched"] = {name: hub.fetch(meta["url"], name, meta["size"], meta["etag"], staging / name, deadline)
-                             for name, meta in remote["files"].items() if meta["status"] == "present"}
-        require_verified(staging, spec, absence_known_from=ABSENT_IN_HUB_LISTING)
-        _publish(staging, target)
+        with _staged(target, spec, ABSENT_IN_HUB_LISTING) as staging:
+            staging.mkdir()
+            remote["fetched"] = {name: hub.fetch(meta["url"], name, meta["size"], meta["etag"], staging / name,
+                                                 deadline)
+                                 for name, meta in remote["files"].items() if meta["status"] == "present"}
     except SpecimenError as error:
         error.remote = remote
         raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return remote
 
 
@@ -159,8 +158,7 @@ def _build_locally(spec: SpecimenSpec, target: Path) -> None:
     if builder is None:
         raise SpecimenError(f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can "
                             f"build offline")
-    staging = _staging(target)
-    try:
+    with _staged(target, spec) as staging:  # a local build: only the spec's own pin says a file is absent
         try:
             builder.build(staging)
         except (SpecimenError, OSError):
@@ -168,10 +166,6 @@ def _build_locally(spec: SpecimenSpec, target: Path) -> None:
         except Exception as error:  # a builder's own error (say, a changed reference header) is a refusal on record
             raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): building it offline failed: "
                                 f"{type(error).__name__}: {error}") from error
-        require_verified(staging, spec)  # a local build: only the spec's own pin says a file is absent
-        _publish(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 # --- choosing and running one path --------------------------------------------------------------------------------
@@ -216,28 +210,23 @@ def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bo
                     for path in stale:
                         shutil.rmtree(path, ignore_errors=True)
                     result["stale_staging_removed"] = [str(path) for path in stale]
-                    acquisition = _fill_cache(spec, directory, offline, endpoint, deadline, result)
+                    if _has_entries(directory):  # another run published it meanwhile
+                        acquisition = "reuse:project_cache"
+                    elif spec.synthetic:
+                        _build_locally(spec, directory)
+                    elif offline:
+                        raise SpecimenError(
+                            f"specimen {spec.name!r} ({spec.spec_file}): offline, and the project cache {directory} "
+                            f"is empty; expected the required files {list(spec.required_files)}. Pass --artifacts "
+                            f"DIR with a verified copy, or run once without --offline for the bounded download.")
+                    else:
+                        result["remote"] = download(spec, directory, endpoint, deadline)
                     verification = require_verified(directory, spec, acquisition, ABSENT_IN_PROJECT_CACHE)
     except SpecimenError as error:
         error.acquisition = acquisition
         raise
     return {**result, "acquisition": acquisition, "elapsed_s": time.perf_counter() - start,
             "verification": verification}
-
-
-def _fill_cache(spec, directory: Path, offline: bool, endpoint, deadline: Deadline, result: dict) -> str:
-    """Under the lock: reuse what is there, or build or download it; returns the path taken."""
-    if _has_entries(directory):
-        return "reuse:project_cache"
-    if spec.synthetic:
-        _build_locally(spec, directory)
-        return "built_offline"
-    if offline:
-        raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): offline, and the project cache {directory} is "
-                            f"empty; expected the required files {list(spec.required_files)}. Pass --artifacts DIR "
-                            f"with a verified copy, or run once without --offline for the bounded download.")
-    result["remote"] = download(spec, directory, endpoint, deadline)
-    return "download"
 
 
 def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bool = False,

@@ -242,7 +242,7 @@ def file_metadata(url: str, deadline: Deadline, name: str) -> dict:
         exchange.close()
 
 
-def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str] = None, deadline: Optional[Deadline] = None) -> dict:
+def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str], deadline: Deadline) -> dict:
     """HEAD each allowlisted file at the pinned revision: {endpoint, files, total_bytes, problems, absent_at_revision}.
 
     files maps name -> file_metadata() plus status "present", "absent_at_revision" (404 EntryNotFound at the pinned
@@ -250,7 +250,7 @@ def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str] = None, deadline
     """
     from huggingface_hub import hf_hub_url
 
-    endpoint, deadline = resolve_endpoint(endpoint), deadline or Deadline()
+    endpoint = resolve_endpoint(endpoint)
     files, problems = {}, []
     for name in spec.files:
         url = hf_hub_url(spec.repo_id, name, revision=spec.revision, endpoint=endpoint)
