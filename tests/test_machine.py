@@ -217,8 +217,8 @@ def test_a_platform_without_those_files_says_each_reading_is_unavailable_and_why
     monkeypatch.setattr(machine, "PROC", tmp_path / "no-proc")
     monkeypatch.setattr(machine, "CPU_SYS", tmp_path / "no-sys")
     state = machine.machine_state()
-    for name in ("running_processes", "cpu_pressure", "cpu_frequency"):
-        assert state[name]["available"] is False and "no-proc" in state[name]["reason"], state[name]
+    for name, where in (("running_processes", "no-proc"), ("cpu_pressure", "no-proc"), ("cpu_frequency", "no-sys")):
+        assert state[name]["available"] is False and where in state[name]["reason"], state[name]
         assert set(state[name]) == {"available", "reason"}  # nothing made up beside the reason
     assert machine.unexplained_readings(state) == []
     assert machine.unexplained_readings({**state, "cpu_pressure": {"available": False}}) == ["cpu_pressure"]
