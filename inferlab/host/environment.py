@@ -140,19 +140,15 @@ def torch_build() -> dict:
 
 def cpu_kernels() -> Optional[dict]:
     """Which CPU kernels this torch uses here, asked of torch once imported (None before): the kernel set it
-    dispatches to, the settings that choose it (env_NAME), MKL and oneDNN, and the lines of torch.__config__.show()
-    that name them. Two machines' logits differ by rounding when these differ."""
+    dispatches to, the settings that choose it (env_NAME), MKL and oneDNN. Two machines' logits differ by rounding
+    when these differ."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     found: dict = {"env_" + name: os.environ.get(name) for name in KERNEL_ENV_VARS}
     for name, ask in (("capability", lambda: torch.backends.cpu.get_cpu_capability()),
                       ("mkl_available", lambda: bool(torch.backends.mkl.is_available())),
-                      ("mkldnn_available", lambda: bool(torch.backends.mkldnn.is_available())),
-                      ("mkldnn_enabled", lambda: bool(torch.backends.mkldnn.enabled)),
-                      ("config_lines", lambda: [line.strip(" -") for line in torch.__config__.show().splitlines()
-                                                if "Build settings" not in line and any(word in line for word in (
-                                                    "CPU capability", "MKL", "oneDNN", "Math Kernel"))])):
+                      ("mkldnn_available", lambda: bool(torch.backends.mkldnn.is_available()))):
         try:
             found[name] = ask()
         except (AttributeError, RuntimeError):  # a build without that backend
