@@ -59,9 +59,9 @@ def require_verified(directory, spec: SpecimenSpec, acquisition: Optional[str] =
     message = f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  {problems}"
     if acquisition == "reuse:project_cache":
         message = (f"specimen {spec.name!r}: the project cache {directory} failed verification:\n  {problems}\n"
-                   f"It is not repaired or replaced automatically. To recover, delete that folder (rm -r '{directory}') "
-                   f"and run again: the next run downloads (or rebuilds) it. Or pass --artifacts DIR with a verified "
-                   f"copy.")
+                   f"It is not repaired or replaced automatically. To recover, delete that folder "
+                   f"(rm -r '{directory}') and run again: the next run downloads (or rebuilds) it. Or pass "
+                   f"--artifacts DIR with a verified copy.")
     elif acquisition == "reuse:artifacts_dir":
         message = (f"specimen {spec.name!r} ({spec.spec_file}): --artifacts {directory} failed verification:\n  "
                    f"{problems}\nNothing was loaded, and nothing else is tried instead.")
@@ -308,8 +308,8 @@ def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] 
              f"Use a verified copy of the files: add --artifacts DIR (with make: make run ARGS=\"--artifacts DIR "
              f"--offline\"). {valid}")
     return [first,
-            f"Check a copy before you run: `{check}` hashes every file against artifacts/{name}.json and names any that "
-            f"differs, is missing or is extra (the weight file alone: `sha256sum DIR/model.safetensors`, on macOS "
+            f"Check a copy before you run: `{check}` hashes every file against artifacts/{name}.json and names any "
+            f"that differs, is missing or is extra (the weight file alone: `sha256sum DIR/model.safetensors`, on macOS "
             f"`shasum -a 256`). A machine that reaches the hub gets a verified copy with one `make run`: it lands in "
             f"artifacts/cache/{name}/{revision}/.",
             "Or check the harness offline: add --specimen standin (with make: make run ARGS=\"--specimen standin\"). "

@@ -135,7 +135,8 @@ def read_stable(path: Path, keep_bytes: bool = False) -> dict:
     with os.fdopen(fd, "rb") as handle:
         before = os.fstat(fd)
         if not stat.S_ISREG(before.st_mode) or (before.st_dev, before.st_ino) != (listed.st_dev, listed.st_ino):
-            raise FileCheckError("expected the regular file that was listed, actual: it was replaced before it was read")
+            raise FileCheckError("expected the regular file that was listed, actual: it was replaced before it was "
+                                 "read")
         digest, kept, count = hashlib.sha256(), [], 0
         for chunk in _chunks(handle):
             digest.update(chunk)
@@ -333,9 +334,9 @@ def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Opti
         largest = max(readable, key=lambda r: r["size"])
         pinned = spec.expected[largest["name"]].get("size")
         cause = f"{largest['name']} is {largest['size']:,} bytes"
-        first.append(f"{directory}: expected the allowlisted files to total at most {spec.bundle_cap_bytes} bytes (the "
-                     f"bundle cap), actual {bundle:,} bytes: {cause}{f' (its pin is {pinned:,} bytes)' if pinned else ''}"
-                     f"; nothing was read")
+        first.append(f"{directory}: expected the allowlisted files to total at most {spec.bundle_cap_bytes} bytes "
+                     f"(the bundle cap), actual {bundle:,} bytes: {cause}"
+                     f"{f' (its pin is {pinned:,} bytes)' if pinned else ''}; nothing was read")
         for row in readable:  # one cause, said once above; each row says it was not read, and why
             row["problem"] = (f"{row['name']} in {directory}: not read ({row['size']:,} bytes listed): the "
                               f"allowlisted files are over the bundle cap, {cause}")

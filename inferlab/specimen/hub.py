@@ -23,13 +23,11 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from inferlab import protocol
 from inferlab.specimen.spec import SpecimenError, SpecimenSpec
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_REDIRECTS = 5
 CHUNK_BYTES = 1 << 16
-OFFLINE_HINT = "Offline? Pass --artifacts DIR with a verified copy of the allowlisted files."
 _HASH_KINDS = {64: "sha256", 40: "git_sha1"}
 
 
@@ -40,9 +38,7 @@ class DeadlineExpired(SpecimenError):
 class Deadline:
     """One total time limit for an acquisition, on the monotonic clock: the lock wait and every byte draw on it."""
 
-    def __init__(self, seconds: float = protocol.ACQUISITION_DEADLINE_S):
-        if not seconds > 0:
-            raise ValueError(f"deadline: expected a positive number of seconds, actual {seconds!r}")
+    def __init__(self, seconds: float):
         self.seconds = float(seconds)
         self._end = time.monotonic() + self.seconds
 
@@ -157,7 +153,7 @@ class Exchange:
                 raise SpecimenError(
                     f"{self.parts.scheme}://{self.parts.netloc}: expected the hub endpoint to accept a connection "
                     f"(host {self.parts.hostname}, port {self.port}{via}), actual: {type(error).__name__}: {error}. "
-                    f"Nothing was downloaded. {OFFLINE_HINT}") from error
+                    f"Nothing was downloaded. Offline? Pass --artifacts DIR with a verified copy.") from error
             headers = {**build_hf_headers(token=False, library_name="inferlab"), "Accept-Encoding": "identity"}
             target = self.parts.path + (f"?{self.parts.query}" if self.parts.query else "")
             self.conn.request(self.method, target, headers=headers)
@@ -207,18 +203,12 @@ def open_following(method: str, url: str, deadline: Deadline, *, follow_absolute
         target = urllib.parse.urljoin(current, location)
         if len(hops) >= MAX_REDIRECTS:
             raise SpecimenError(f"{method} {url}: expected the file within {MAX_REDIRECTS} redirects, actual more "
-                                f"({' -> '.join(hops[:3])} -> ...): the hub redirects in a loop; nothing was downloaded")
+                                f"({' -> '.join(hops[:3])} -> ...): the hub redirects in a loop; nothing was "
+                                f"downloaded")
         if current.startswith("https:") and not target.startswith("https:"):
             raise SpecimenError(f"{method} {current}: redirected from https to {target}; refused (no downgrade)")
         hops.append(target)
         current = target
-
-
-def _int_or_none(text: Optional[str]) -> Optional[int]:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def file_metadata(url: str, deadline: Deadline, name: str) -> dict:
@@ -235,7 +225,7 @@ def file_metadata(url: str, deadline: Deadline, name: str) -> dict:
         etag = exchange.header(constants.HUGGINGFACE_HEADER_X_LINKED_ETAG) or exchange.header("ETag")
         return {"url": url, "http_status": status, "error_code": exchange.header("X-Error-Code"),
                 "commit": exchange.header(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT),
-                "size": _int_or_none(size) if answered else None,
+                "size": int(size) if answered and size and size.isdigit() else None,
                 "etag": etag.lstrip().removeprefix("W/").strip('"') if answered and etag else None,
                 "lfs": linked is not None, "redirects": hops}
     finally:
@@ -317,7 +307,7 @@ def fetch(url: str, name: str, size: int, etag: Optional[str], destination: Path
         encoding = (exchange.header("Content-Encoding") or "identity").lower()
         if encoding != "identity":
             raise SpecimenError(f"GET {url}: expected an unencoded body, actual Content-Encoding {encoding}")
-        if length is not None and _int_or_none(length) != size:
+        if length is not None and length != str(size):
             raise SpecimenError(f"{name}: the metadata advertised {size} bytes, actual Content-Length {length} on the "
                                 f"body ({url}); refused before reading it")
         with open(destination, "xb") as out:
