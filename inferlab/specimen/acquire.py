@@ -1,22 +1,6 @@
-"""Getting a verified specimen folder by exactly one path, within one deadline, under one lock; and what to do next
-when none could be had.
-
-The paths, in the order they are tried:
-
-1. ``reuse:artifacts_dir``  --artifacts DIR, verified; never a fallback to anything else.
-2. ``reuse:project_cache``  artifacts/cache/<name>/<revision>/, verified; a damaged cache is reported with the file
-                            that failed and is never repaired silently.
-3. ``built_offline``        a synthetic specimen built here (build.py), without a download: into staging, verified,
-                            then published.
-4. ``download``             the hub's metadata first (hub.remote_metadata: refused before any body if a required
-                            file is missing, a size unknown, over the cap or unlike the pin); then each file the
-                            revision has, into staging under the deadline; verified there; published by one rename.
-
-Paths 2-4 hold the cache folder's lock (filelock: flock, released by the kernel when its holder dies, even by
-SIGKILL) so that two runs never build or download into one cache at once: the second waits, then reuses what the
-first published. Staging is removed on every way out, Ctrl-C included; staging a killed run left behind is removed
-(and recorded) by the next one.
-"""
+"""A verified specimen folder by exactly one path (reuse of --artifacts DIR, reuse of the project cache, an offline
+build, or the bounded download), within one deadline, under the cache's lock; and what to do next when none could be
+had. The paths and their rules, in the order they are tried: docs/specimens.md, "Exactly one way to get them"."""
 
 from __future__ import annotations
 

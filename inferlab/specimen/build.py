@@ -1,14 +1,6 @@
-"""The specimens inferlab builds offline from the recipe's weights (recipe.py), and a tiny model for its own tests.
-
-- The stand-in (`python -m inferlab.standin DIR`): pythia-14m's architecture, tensor names and file size, with a
-  byte-level BPE tokenizer trained here on a built-in corpus (every word of the protocol's prompts, "<|endoftext|>"
-  as id 0, the other slots filled with made-up words so every id decodes to something). Every build gives the same
-  bytes, pinned in artifacts/standin.json; it lets the whole harness run where the real weights cannot be had.
-- The replica (`python -m inferlab.replica DIR`): pythia-14m's published small files byte for byte (kept beside the
-  project in ../shared/reference/pythia-14m, never copied into the repository), its exact weight header holding the
-  recipe's weights, and no generation_config.json (the pinned revision very probably has none): the real tokenizer
-  and configuration meet made-up weights.
-Neither is Pythia. Each revision is sha1 of its recipe name, not a hub commit, so a new recipe is a new revision.
+"""The stand-in and the replica, built offline from the recipe's weights (recipe.py), and a tiny model for the
+harness's own tests. What each holds and why: docs/specimens.md, "The stand-in and the replica". Neither is Pythia;
+each revision is sha1 of its recipe name, not a hub commit, so a new recipe is a new revision.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Verification of a specimen folder against its spec, in an order that never reads what it should not (the rule
-in words: docs/specimens.md). 1. Every entry is judged from its metadata alone (scan): nothing is opened, a FIFO or
-device cannot hang the check, a symlink is never followed. 2. Sizes against the bundle cap, before any byte is read.
-3. Each allowlisted file read once (read_stable), refused if it changes meanwhile. 4. The pins; a weight file that
-fails its pin is named from its safetensors header (diagnose: the Lab 05 wrong copies), and a folder that is a valid
-copy of another specimen is named as such. Nothing is loaded from a folder that has not passed require_verified().
+in words: docs/specimens.md): every entry judged from its metadata (scan), sizes against the cap, each allowlisted
+file read once (read_stable), then the pins, a failing weight file named from its header (diagnose: Lab 05's wrong
+copies). Nothing is loaded from a folder that has not passed require_verified().
 """
 
 from __future__ import annotations

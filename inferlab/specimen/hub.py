@@ -174,14 +174,12 @@ class Exchange:
 
     def close(self) -> None:
         self._timer.cancel()
-        try:
-            if self.response is not None:
-                self.response.close()
-        finally:
-            self.conn.close()
-            with self._lock:
-                if self._handle is not None:
-                    self._handle.close()
+        if self.response is not None:
+            self.response.close()
+        self.conn.close()
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
 
 
 def open_following(method: str, url: str, deadline: Deadline, *, follow_absolute: bool,
