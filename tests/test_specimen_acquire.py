@@ -56,24 +56,13 @@ def truncate_weights(directory):
     return [WEIGHTS, "size expected 28143920 bytes, actual 968 bytes"]
 
 
-def remove_tokenizer(directory):
-    (directory / "tokenizer.json").unlink()
-    return ["tokenizer.json", "actual: missing"]
-
-
 def add_pickle(directory):
     (directory / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
     return ["pytorch_model.bin", "weights (name matches a refused pattern)"]
 
 
-def add_tokens(directory):
-    # not weights or code, but a tokenizer loader would read it and grow the vocabulary
-    (directory / "added_tokens.json").write_text('{"<|boat|>": 50304}')
-    return ["added_tokens.json", "not part of the specimen: a loader reads files by name from this folder"]
-
-
-DAMAGES = {"flipped-byte": flip_byte, "truncated-weights": truncate_weights, "missing-tokenizer": remove_tokenizer,
-           "pickle-beside": add_pickle, "added-tokens-beside": add_tokens}
+# A pin that fails and a file beside the allowlist; what else verification refuses is test_specimen_check's.
+DAMAGES = {"flipped-byte": flip_byte, "pickle-beside": add_pickle}
 
 
 @pytest.mark.slow
