@@ -302,9 +302,6 @@ def fetch(url: str, name: str, size: int, etag: Optional[str], destination: Path
             hint = " (a server error; nothing was retried: try again later)" if status >= 500 else ""
             raise SpecimenError(f"GET {url}: expected HTTP 200 with the body of {name}, actual HTTP {status}{hint}. "
                                 f"Nothing was kept.")
-        encoding = (exchange.header("Content-Encoding") or "identity").lower()
-        if encoding != "identity":
-            raise SpecimenError(f"GET {url}: expected an unencoded body, actual Content-Encoding {encoding}")
         if length is not None and length != str(size):
             raise SpecimenError(f"{name}: the metadata advertised {size} bytes, actual Content-Length {length} on the "
                                 f"body ({url}); refused before reading it")
