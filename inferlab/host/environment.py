@@ -39,14 +39,6 @@ PYTHON_LINE = "# python:"  # the lock's line naming the Python it was made with
 NOT_LOCKED = ("inferlab", "pip", "setuptools", "wheel")  # the project (editable) and what `python -m venv` brings
 
 
-def platform_record() -> dict:
-    """Python, operating system, kernel, architecture and CPU."""
-    return {"python_version": platform.python_version(), "python_implementation": platform.python_implementation(),
-            "python_executable": sys.executable, "os": platform.system(), "os_release": platform.release(),
-            "kernel": platform.version(), "libc": " ".join(platform.libc_ver()).strip(), "machine": platform.machine(),
-            "cpu_model": cpu_model(), "logical_cpus": os.cpu_count()}
-
-
 def installed_distributions() -> dict:
     """Every installed distribution and its version, sorted by name."""
     versions = {dist.metadata["Name"]: dist.version for dist in importlib.metadata.distributions()
@@ -73,11 +65,6 @@ def source_hashes(root: Path) -> dict:
     """SHA-256 of every source file of the suite, keyed by path relative to the root."""
     return dict(sorted((path.relative_to(root).as_posix(), sha256_file(path)) for pattern in SOURCE_GLOBS
                        for path in root.glob(pattern) if path.is_file() and "__pycache__" not in path.parts))
-
-
-def thread_environment() -> dict:
-    """Threading-related environment variables, null where unset."""
-    return {name: os.environ.get(name) for name in THREAD_ENV_VARS}
 
 
 def torch_threads(requested: Optional[dict]) -> dict:
@@ -235,12 +222,17 @@ def _satisfies(pin: Specifier, version: str) -> bool:
 
 def environment_record(root: Path) -> dict:
     """Everything the manifest records about the environment (torch's threads and build are added by the caller)."""
-    distributions = installed_distributions()
-    lock = root / LOCK_FILE
-    return {"platform": platform_record(), "distributions": distributions,
+    distributions, lock = installed_distributions(), root / LOCK_FILE
+    threads = {name: os.environ.get(name) for name in THREAD_ENV_VARS}
+    platform_facts = {  # Python, operating system, kernel, architecture and CPU
+        "python_version": platform.python_version(), "python_implementation": platform.python_implementation(),
+        "python_executable": sys.executable, "os": platform.system(), "os_release": platform.release(),
+        "kernel": platform.version(), "libc": " ".join(platform.libc_ver()).strip(), "machine": platform.machine(),
+        "cpu_model": cpu_model(), "logical_cpus": os.cpu_count()}
+    return {"platform": platform_facts, "distributions": distributions,
             "requirements_lock_sha256": sha256_file(lock) if lock.is_file() else None,
             "lock_check": lock_check(lock, distributions, platform.python_version()), "git": git_state(root),
-            "source_sha256": source_hashes(root), "thread_environment": thread_environment(),
+            "source_sha256": source_hashes(root), "thread_environment": threads,
             "deviations_from_reference": deviations(distributions)}
 
 
