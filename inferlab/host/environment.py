@@ -18,7 +18,6 @@ from typing import Optional, Sequence
 
 from packaging.specifiers import InvalidSpecifier, Specifier
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from inferlab.files import sha256_file
 from inferlab.host.machine import cpu_model
@@ -205,19 +204,12 @@ def lock_check(lock: Path, distributions: dict, python_version: str) -> dict:
                  if canonicalize_name(name) not in NOT_LOCKED}
     for key in sorted(pins.keys() | installed.keys()):
         pin, have = pins.get(key), installed.get(key)
-        if pin is None or have is None or not _satisfies(pin[2], have[1]):
+        if pin is None or have is None or not pin[2].contains(have[1], prereleases=True):
             check["differences"].append({"name": (pin or have)[0], "locked": pin and pin[1],
                                          "installed": have and have[1]})
     if check["python_locked"] != python_version:
         check["differences"].append({"name": "python", "locked": check["python_locked"], "installed": python_version})
     return {**check, "pins": len(pins)}
-
-
-def _satisfies(pin: Specifier, version: str) -> bool:
-    try:
-        return pin.contains(Version(version), prereleases=True)
-    except InvalidVersion:
-        return False
 
 
 def environment_record(root: Path) -> dict:

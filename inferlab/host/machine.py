@@ -81,12 +81,6 @@ def benchmark_figures() -> dict:
     return found
 
 
-def _bytes(size: str):
-    """'32K' -> 32768, '1M', '512' (bytes); None for anything else."""
-    number, unit = (size[:-1], SIZE_UNITS[size[-1]]) if size[-1:] in SIZE_UNITS else (size, 1)
-    return int(number) * unit if number.isdigit() else None
-
-
 def cache_sizes(directory: Path = CPU_CACHE_DIR) -> dict:
     """The CPU caches one core sees, as Linux lists them: {source, levels: [{level, type, size, bytes}],
     largest_bytes (of a data or unified level), note}; no levels and largest_bytes "unknown" where none is listed."""
@@ -95,8 +89,9 @@ def cache_sizes(directory: Path = CPU_CACHE_DIR) -> dict:
         for index in sorted(Path(directory).glob("index*")):
             level, kind, size = ((index / name).read_text(encoding="ascii").strip()
                                  for name in ("level", "type", "size"))
+            number, unit = (size[:-1], SIZE_UNITS[size[-1]]) if size[-1:] in SIZE_UNITS else (size, 1)  # '32K'
             levels.append({"level": int(level) if level.isdigit() else level, "type": kind, "size": size,
-                           "bytes": _bytes(size)})
+                           "bytes": int(number) * unit if number.isdigit() else None})
     except (OSError, ValueError) as error:
         return {"source": str(directory), "levels": [], "largest_bytes": "unknown",
                 "note": f"the cache sizes could not be read: {error}"}

@@ -16,12 +16,15 @@ import http.client
 import os
 import re
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Optional
+
+import certifi
 
 from inferlab.specimen.spec import SpecimenError, SpecimenSpec
 
@@ -79,16 +82,6 @@ def _proxy_for(scheme: str, host: str) -> Optional[urllib.parse.SplitResult]:
     return parts
 
 
-def _ssl_context():
-    import ssl
-
-    import certifi
-
-    # The CA bundle requests would use, so a learner's corporate CA setting keeps working.
-    return ssl.create_default_context(
-        cafile=os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where())
-
-
 class Exchange:
     """One request and its answer on a connection of its own, watched until close() by a deadline timer."""
 
@@ -101,8 +94,11 @@ class Exchange:
         self.proxy = _proxy_for(parts.scheme, parts.hostname)
         host, port = (self.proxy.hostname, self.proxy.port or 80) if self.proxy else (parts.hostname, self.port)
         timeout = max(deadline.remaining(), 0.001)
-        self.conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_ssl_context())
-                     if parts.scheme == "https" else http.client.HTTPConnection(host, port, timeout=timeout))
+        # https: the CA bundle requests would use, so a learner's corporate CA setting keeps working
+        self.conn = (http.client.HTTPConnection(host, port, timeout=timeout) if parts.scheme == "http" else
+                     http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context(
+                         cafile=os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+                         or certifi.where())))
         if self.proxy:
             headers = {}
             if self.proxy.username:
