@@ -11,7 +11,7 @@ to the CDN request that carries the body). Modes: stall (send nothing), trickle_
 0.2 s, never finishing), trickle (the body 4 bytes every 0.25 s), redirect_forever (302 to the same path with a new
 query), 500, reset (half the body, then RST), truncated (half the body, then a normal close), longer and shorter (a
 body unlike the metadata, with a Content-Length that admits it), longer_no_length (a longer body with no
-Content-Length), wrong_bytes (the right length, one byte changed).
+Content-Length), wrong_bytes (the right length, one byte changed). It is also an HTTP CONNECT proxy to itself.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import select
 import socket
-import socketserver
 import struct
 import threading
 import urllib.parse
@@ -48,6 +47,7 @@ class HubServer:
         self.files.update(extra_files or {})
         self.advertise_sizes, self.faults = dict(advertise_sizes or {}), dict(faults or {})
         self.requests: list[tuple[str, str]] = []
+        self.tunnels: list[str] = []  # CONNECT targets, when a test uses the hub as its proxy
         self.headers: list[dict] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -188,51 +188,22 @@ def _handler_for(hub: HubServer):
         def do_GET(self):  # noqa: N802
             self._respond(with_body=True)
 
+        def do_CONNECT(self):  # noqa: N802: the hub as its own HTTP proxy, a tunnel to the target
+            self.close_connection = True
+            with hub._lock:
+                hub.tunnels.append(self.path)
+            host, _, port = self.path.rpartition(":")
+            with socket.create_connection((host, int(port)), timeout=10) as upstream:
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                while True:  # relay both ways until one side closes
+                    readable, _, _ = select.select([self.connection, upstream], [], [], 10)
+                    data = readable[0].recv(65536) if readable else b""
+                    if not data:
+                        return
+                    (upstream if readable[0] is self.connection else self.connection).sendall(data)
+
         def log_message(self, *args):
             pass  # the request log above replaces stderr noise
 
     return Handler
-
-
-class ConnectProxy:
-    """A minimal HTTP CONNECT proxy on 127.0.0.1 that relays bytes and logs each tunnel's target."""
-
-    def __init__(self):
-        self.tunnels: list[str] = []
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> "ConnectProxy":
-        proxy = self
-
-        class Relay(socketserver.StreamRequestHandler):
-            def handle(self):
-                request = self.rfile.readline().decode("latin-1").split()
-                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass
-                proxy.tunnels.append(request[1])  # CONNECT host:port HTTP/1.1
-                host, _, port = request[1].rpartition(":")
-                with socket.create_connection((host, int(port)), timeout=10) as upstream:
-                    self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                    self.wfile.flush()
-                    while True:  # relay both ways until one side closes
-                        readable, _, _ = select.select([self.connection, upstream], [], [], 10)
-                        data = readable[0].recv(65536) if readable else b""
-                        if not data:
-                            return
-                        (upstream if readable[0] is self.connection else self.connection).sendall(data)
-
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Relay)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
