@@ -144,8 +144,6 @@ def test_a_lock_held_past_the_deadline_is_a_clear_refusal(download_spec, tmp_pat
 
 
 BUILD_STANDIN = """
-import sys
-sys.path.insert(0, {root!r})
 import filelock  # what acquire imports on its way to the lock, before the parent is told
 from inferlab import specimen
 print("ready", flush=True)
@@ -160,12 +158,12 @@ def test_two_runs_filling_one_cache_at_once_both_succeed_the_second_waits_and_re
     """Issue 15.4: without the lock one of them got a raw OSError. The same lock guards a download."""
     from filelock import FileLock
 
-    script = BUILD_STANDIN.format(root=str(REPO_ROOT), cache_root=str(tmp_path))
+    script = BUILD_STANDIN.format(cache_root=str(tmp_path))  # run in the checkout, which `-c` puts first on sys.path
     cache = specimen.cache_dir(specimen.load_spec("standin"), tmp_path)
     cache.parent.mkdir(parents=True)
     with FileLock(cache.with_name(cache.name + ".lock")):  # both start while the cache is locked and empty
         children = [subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True) for _ in range(2)]
+                                     stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT) for _ in range(2)]
         assert [child.stdout.readline() for child in children] == ["ready\n"] * 2  # both about to ask for the lock
     outputs = [child.communicate(timeout=HANG_GUARD_S * 5) for child in children]
     assert [child.returncode for child in children] == [0, 0], outputs
@@ -174,8 +172,7 @@ def test_two_runs_filling_one_cache_at_once_both_succeed_the_second_waits_and_re
 
 
 DOWNLOAD = """
-import dataclasses, sys
-sys.path.insert(0, {root!r})
+import dataclasses
 from inferlab import specimen
 spec = dataclasses.replace(specimen.load_spec("standin"), synthetic=False)
 specimen.acquire(spec, cache_root={cache_root!r}, endpoint={endpoint!r}, deadline_s=120)
@@ -188,9 +185,9 @@ def test_ctrl_c_during_a_download_removes_its_staging_and_the_next_run_removes_a
         serve, standin_dir, download_spec, tmp_path):
     hub = serve(standin_dir, download_spec, faults={("GET", WEIGHTS): "trickle"})
     cache_root = tmp_path / "cache"
-    script = DOWNLOAD.format(root=str(REPO_ROOT), cache_root=str(cache_root), endpoint=hub.endpoint)
+    script = DOWNLOAD.format(cache_root=str(cache_root), endpoint=hub.endpoint)
     child = popen_signallable([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+                              text=True, cwd=REPO_ROOT)
     try:
         partial = None
         while partial is None and child.poll() is None:  # wait until the weight file is being received
