@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from inferlab.files import sha256_file
@@ -39,16 +38,14 @@ __all__ = [
 def build_command(name: str, argv=None) -> int:
     """`python -m inferlab.<name> DIR` (standin or replica): under a Python that lacks what a build imports, one line
     naming the Python to use and exit 2, never a traceback; else the build's own command."""
-    from inferlab.files import spelled
+    from inferlab.files import missing_modules, spelled
 
-    for module in BUILD_NEEDS:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            print(f"inferlab.{name}: this Python ({sys.executable}) cannot import {module}, which the build needs; "
-                  f"nothing was written. Run it with the project's own: {spelled(f'-m inferlab.{name} DIR', 'python')}",
-                  file=sys.stderr)
-            return 2
+    missing = missing_modules(BUILD_NEEDS)
+    if missing:
+        print(f"inferlab.{name}: this Python ({sys.executable}) cannot import {', '.join(missing)}, which the build "
+              f"needs; nothing was written. Run it with the project's own: "
+              f"{spelled(f'-m inferlab.{name} DIR', 'python')}", file=sys.stderr)
+        return 2
     from inferlab.specimen import build
 
     return getattr(build, name.upper()).main(argv)

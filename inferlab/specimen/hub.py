@@ -24,8 +24,6 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-import certifi
-
 from inferlab.specimen.spec import SpecimenError, SpecimenSpec
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -94,11 +92,15 @@ class Exchange:
         self.proxy = _proxy_for(parts.scheme, parts.hostname)
         host, port = (self.proxy.hostname, self.proxy.port or 80) if self.proxy else (parts.hostname, self.port)
         timeout = max(deadline.remaining(), 0.001)
-        # https: the CA bundle requests would use, so a learner's corporate CA setting keeps working
-        self.conn = (http.client.HTTPConnection(host, port, timeout=timeout) if parts.scheme == "http" else
-                     http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context(
-                         cafile=os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-                         or certifi.where())))
+        if parts.scheme == "https":
+            import certifi
+
+            # The CA bundle requests would use, so a learner's corporate CA setting keeps working.
+            cafile = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where()
+            context = ssl.create_default_context(cafile=cafile)
+            self.conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+        else:
+            self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
         if self.proxy:
             headers = {}
             if self.proxy.username:
