@@ -152,13 +152,12 @@ def weight_file_bytes(header: bytes, variant: recipe.Variant = recipe.BASE) -> b
         raise ValueError(f"{HEADER_FILE}: tensor names differ from the recipe's: {sorted(set(entries) ^ set(tensors))}")
     data = bytearray()
     for name, entry in sorted(entries.items(), key=lambda item: item[1]["data_offsets"][0]):
-        (start, end), array = entry["data_offsets"], tensors[name]
-        if start != len(data) or entry["dtype"] != "F16" or tuple(entry["shape"]) != array.shape:
-            raise ValueError(f"{HEADER_FILE}: {name} is {entry['dtype']} {entry['shape']} at {start}, the recipe gives "
-                             f"float16 {array.shape} at {len(data)} (no gaps)")
+        array, offsets = tensors[name], entry["data_offsets"]
+        if offsets != [len(data), len(data) + 2 * array.size] or (entry["dtype"], tuple(entry["shape"])) != (
+                "F16", array.shape):
+            raise ValueError(f"{HEADER_FILE}: {name} is {entry['dtype']} {entry['shape']} at {offsets}, the recipe "
+                             f"gives float16 {array.shape} from {len(data)} (no gaps)")
         data += array.astype("<f2").tobytes()
-        if len(data) != end:
-            raise ValueError(f"{HEADER_FILE}: {name} ends at {end}, the recipe's tensor at {len(data)}")
     return struct.pack("<Q", len(header)) + header + bytes(data)
 
 

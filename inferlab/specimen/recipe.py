@@ -1,8 +1,8 @@
 """Constructed weights for pythia-14m's architecture that behave like a trained model's, built without training.
 
-Both offline specimens (the stand-in and the replica) take their weights from here. The recipe reads no
-tokenizer: every choice is made on token *ids* by a seeded generator, so the same bytes serve any
-50,304-row vocabulary. Nothing is learned from text; the structure is written down directly.
+Both offline specimens (the stand-in and the replica) take their weights from here. The recipe reads no tokenizer:
+every choice is made on token *ids* by a seeded generator, so the same bytes serve any 50,304-row vocabulary. Nothing
+is learned from text; the structure is written down directly.
 
 The shape, in the residual stream of width 128 (all numbers are the constants below):
 
@@ -21,23 +21,22 @@ The unembedding turns that state into next-token logits:
              + head(cluster(v)) - ZIPF * log(1 + rank(v))        (frequency within a cluster)
              + small token-code and layer noise terms,
 
-so the next token is drawn mostly from three "successor" clusters picked by the last three tokens, and
-within a cluster from a few frequent ids. That gives peaked, context-dependent distributions with
-logits spanning tens of units (greedy follows a chain; T=0.5 concentrates; top-p 0.8 keeps few ids).
+so the next token is drawn mostly from three "successor" clusters picked by the last three tokens, and within a
+cluster from a few frequent ids. That gives peaked, context-dependent distributions with logits spanning tens of units
+(greedy follows a chain; T=0.5 concentrates; top-p 0.8 keeps few ids).
 
-EOS (id 0) is in no cluster. After a token of one of the EOS_CLUSTERS it gets logit MU_EOS, a strong
-candidate that is the argmax only where all three successor heads score below it (MU_EOS = MU + 1.2,
-and heads score MU + HEAD_RANGE): sampling stops early now and then (about a third of the matrix's
-sampling trials), while greedy almost never does (under 2 % of contexts, tested). A variant
-(`forced_eos_clusters`) makes EOS the clear argmax after the given clusters, for tests of early stops.
+EOS (id 0) is in no cluster. After a token of one of the EOS_CLUSTERS it gets logit MU_EOS, a strong candidate that is
+the argmax only where all three successor heads score below it (MU_EOS = MU + 1.2, and heads score MU + HEAD_RANGE):
+sampling stops early now and then (about a third of the matrix's sampling trials), while greedy almost never does
+(under 2 % of contexts, tested). A variant (`forced_eos_clusters`) makes EOS the clear argmax after the given
+clusters, for tests of early stops.
 
-Layers 1-5 and all MLPs hold small seeded noise (NOISE_STD): they perturb the logits slightly, the
-way any extra computation would, without carrying the structure. Corrupting the positions the layer-0
-heads see (a position shifted by one, a stale cache entry) moves B and C to the wrong tokens, so the
-logits change by several units: the cache test keeps its power to catch a real bug.
+Layers 1-5 and all MLPs hold small seeded noise (NOISE_STD): they perturb the logits slightly, the way any extra
+computation would, without carrying the structure. Corrupting the positions the layer-0 heads see (a position shifted
+by one, a stale cache entry) moves B and C to the wrong tokens, so the logits change by several units: the cache test
+keeps its power to catch a real bug.
 
-Weights are float16, as in the real checkpoint, and byte-identical on every machine (numpy PCG64).
-"""
+Weights are float16, as in the real checkpoint, and byte-identical on every machine (numpy PCG64)."""
 
 from __future__ import annotations
 
