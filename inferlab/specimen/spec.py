@@ -89,8 +89,7 @@ class SpecimenSpec:
 
     def as_dict(self) -> dict:
         """The spec as plain JSON-ready data."""
-        return {**dataclasses.asdict(self), "files": list(self.files), "optional_files": list(self.optional_files),
-                "required_files": list(self.required_files)}
+        return {**dataclasses.asdict(self), "files": list(self.files), "optional_files": list(self.optional_files)}
 
 
 def load_spec(name: str, artifacts_root=None) -> SpecimenSpec:
