@@ -313,7 +313,8 @@ def check_artifacts(directory) -> tuple[int, list[str]]:
 
 def test_check_artifacts_names_another_specimens_copy_and_whose_pins_each_file_matches(standin_dir):
     status, lines = check_artifacts(standin_dir)
-    assert status == 1 and lines[-1].startswith(f"check-artifacts: {standin_dir} is NOT a copy of {protocol.PINNED_REPO_ID}")
+    assert status == 1
+    assert lines[-1].startswith(f"check-artifacts: {standin_dir} is NOT a copy of {protocol.PINNED_REPO_ID}")
     assert "a valid copy of the SYNTHETIC standin specimen" in lines[-1]
     assert f"use it with --specimen standin --artifacts {standin_dir}" in lines[-1] and "Delete" not in "".join(lines)
     ends = {line.split()[1].rstrip(":"): line.split(" (as ")[-1] for line in lines[:-1]}
