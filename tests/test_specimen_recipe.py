@@ -4,8 +4,6 @@ and the replica keep the cache test's power)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -60,17 +58,15 @@ def distribution_facts(logits: torch.Tensor) -> dict:
             "span": float(logits.max() - logits.min())}
 
 
-def test_the_structure_has_no_short_loop_and_the_positional_heads_keep_their_margin():
-    """No cluster succeeds itself and no loop is shorter than all 40 clusters (greedy cannot repeat one token), and
-    each positional head prefers its offset by ATTENTION_GAP over every other distance checked."""
+def test_the_structure_has_no_short_loop():
+    """No cluster succeeds itself and no loop is shorter than all 40 clusters: greedy cannot repeat one token. (That
+    each positional head finds its offset is measured on the model below.)"""
     for channel, successor in recipe.structure().successor.items():
         seen, cluster = [], 0
         for _ in range(recipe.CLUSTERS):
             seen.append(cluster)
             cluster = int(successor[cluster])
         assert cluster == 0 and sorted(seen) == list(range(recipe.CLUSTERS)), channel
-    for offset in sorted(set(recipe.HEAD_OFFSETS)):
-        assert math.isclose(recipe.attention_gap(recipe.positional_amplitudes(offset), offset), recipe.ATTENTION_GAP)
 
 
 def test_the_first_step_of_every_prompt_is_peaked_with_realistic_logits(loaded, prompt_ids):

@@ -18,7 +18,6 @@ from typing import Optional, Sequence
 
 from packaging.specifiers import InvalidSpecifier, Specifier
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from inferlab.files import sha256_file
 from inferlab.host.machine import cpu_model
@@ -37,14 +36,6 @@ SOURCE_GLOBS = ("inferlab/**/*.py", "experiments/**/*.py", "analytic_tests/**/*.
 LOCK_FILE = "requirements.lock"
 PYTHON_LINE = "# python:"  # the lock's line naming the Python it was made with
 NOT_LOCKED = ("inferlab", "pip", "setuptools", "wheel")  # the project (editable) and what `python -m venv` brings
-
-
-def platform_record() -> dict:
-    """Python, operating system, kernel, architecture and CPU."""
-    return {"python_version": platform.python_version(), "python_implementation": platform.python_implementation(),
-            "python_executable": sys.executable, "os": platform.system(), "os_release": platform.release(),
-            "kernel": platform.version(), "libc": " ".join(platform.libc_ver()).strip(), "machine": platform.machine(),
-            "cpu_model": cpu_model(), "logical_cpus": os.cpu_count()}
 
 
 def installed_distributions() -> dict:
@@ -73,11 +64,6 @@ def source_hashes(root: Path) -> dict:
     """SHA-256 of every source file of the suite, keyed by path relative to the root."""
     return dict(sorted((path.relative_to(root).as_posix(), sha256_file(path)) for pattern in SOURCE_GLOBS
                        for path in root.glob(pattern) if path.is_file() and "__pycache__" not in path.parts))
-
-
-def thread_environment() -> dict:
-    """Threading-related environment variables, null where unset."""
-    return {name: os.environ.get(name) for name in THREAD_ENV_VARS}
 
 
 def torch_threads(requested: Optional[dict]) -> dict:
@@ -140,19 +126,15 @@ def torch_build() -> dict:
 
 def cpu_kernels() -> Optional[dict]:
     """Which CPU kernels this torch uses here, asked of torch once imported (None before): the kernel set it
-    dispatches to, the settings that choose it (env_NAME), MKL and oneDNN, and the lines of torch.__config__.show()
-    that name them. Two machines' logits differ by rounding when these differ."""
+    dispatches to, the settings that choose it (env_NAME), MKL and oneDNN. Two machines' logits differ by rounding
+    when these differ."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     found: dict = {"env_" + name: os.environ.get(name) for name in KERNEL_ENV_VARS}
     for name, ask in (("capability", lambda: torch.backends.cpu.get_cpu_capability()),
                       ("mkl_available", lambda: bool(torch.backends.mkl.is_available())),
-                      ("mkldnn_available", lambda: bool(torch.backends.mkldnn.is_available())),
-                      ("mkldnn_enabled", lambda: bool(torch.backends.mkldnn.enabled)),
-                      ("config_lines", lambda: [line.strip(" -") for line in torch.__config__.show().splitlines()
-                                                if "Build settings" not in line and any(word in line for word in (
-                                                    "CPU capability", "MKL", "oneDNN", "Math Kernel"))])):
+                      ("mkldnn_available", lambda: bool(torch.backends.mkldnn.is_available()))):
         try:
             found[name] = ask()
         except (AttributeError, RuntimeError):  # a build without that backend
@@ -222,7 +204,7 @@ def lock_check(lock: Path, distributions: dict, python_version: str) -> dict:
                  if canonicalize_name(name) not in NOT_LOCKED}
     for key in sorted(pins.keys() | installed.keys()):
         pin, have = pins.get(key), installed.get(key)
-        if pin is None or have is None or not _satisfies(pin[2], have[1]):
+        if pin is None or have is None or not pin[2].contains(have[1], prereleases=True):
             check["differences"].append({"name": (pin or have)[0], "locked": pin and pin[1],
                                          "installed": have and have[1]})
     if check["python_locked"] != python_version:
@@ -230,21 +212,19 @@ def lock_check(lock: Path, distributions: dict, python_version: str) -> dict:
     return {**check, "pins": len(pins)}
 
 
-def _satisfies(pin: Specifier, version: str) -> bool:
-    try:
-        return pin.contains(Version(version), prereleases=True)
-    except InvalidVersion:
-        return False
-
-
 def environment_record(root: Path) -> dict:
     """Everything the manifest records about the environment (torch's threads and build are added by the caller)."""
-    distributions = installed_distributions()
-    lock = root / LOCK_FILE
-    return {"platform": platform_record(), "distributions": distributions,
+    distributions, lock = installed_distributions(), root / LOCK_FILE
+    threads = {name: os.environ.get(name) for name in THREAD_ENV_VARS}
+    platform_facts = {  # Python, operating system, kernel, architecture and CPU
+        "python_version": platform.python_version(), "python_implementation": platform.python_implementation(),
+        "python_executable": sys.executable, "os": platform.system(), "os_release": platform.release(),
+        "kernel": platform.version(), "libc": " ".join(platform.libc_ver()).strip(), "machine": platform.machine(),
+        "cpu_model": cpu_model(), "logical_cpus": os.cpu_count()}
+    return {"platform": platform_facts, "distributions": distributions,
             "requirements_lock_sha256": sha256_file(lock) if lock.is_file() else None,
             "lock_check": lock_check(lock, distributions, platform.python_version()), "git": git_state(root),
-            "source_sha256": source_hashes(root), "thread_environment": thread_environment(),
+            "source_sha256": source_hashes(root), "thread_environment": threads,
             "deviations_from_reference": deviations(distributions)}
 
 

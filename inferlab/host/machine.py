@@ -51,38 +51,22 @@ def append_result(result: dict, path: Path = RESULTS_FILE) -> None:
         os.fsync(handle.fileno())
 
 
-def read_results(path: Path = RESULTS_FILE) -> list[dict]:
-    """Every result in the file, oldest first; ValueError naming the file and line for one that is not JSON."""
-    path = Path(path)
-    results = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            result = json.loads(line)
-        except ValueError as error:
-            raise ValueError(f"{path}:{number}: expected one JSON object per line, actual unreadable ({error})") from None
-        if not isinstance(result, dict):
-            raise ValueError(f"{path}:{number}: expected a JSON object, actual {type(result).__name__}")
-        results.append(result)
-    return results
-
-
-def benchmark_figures(path: Path = TRACKED_RESULTS_FILE) -> dict:
+def benchmark_figures() -> dict:
     """What a run quotes of the tracked benchmark results, as another run's figures (each with its date, commit,
     machine), never this run's: the newest overhead result that measured the per-forward hook, and the newest
     frame-placement timing of benchmarks/page_faults.py; {"found": False, "reason"} without the first."""
     try:
-        results = read_results(path)
+        text = TRACKED_RESULTS_FILE.read_text(encoding="utf-8")
+        results = [json.loads(line) for line in text.splitlines() if line.strip()]
     except (OSError, ValueError) as error:
-        return {"found": False, "reason": f"{Path(path).name}: {error}"}
-    overhead = [r for r in results if isinstance(r.get("hook"), dict)]
-    placement = [r for r in results if isinstance(r.get("placement_timing"), dict)]
+        return {"found": False, "reason": f"{TRACKED_RESULTS_FILE.name}: {error}"}
+    overhead = [r for r in results if isinstance(r, dict) and isinstance(r.get("hook"), dict)]
+    placement = [r for r in results if isinstance(r, dict) and isinstance(r.get("placement_timing"), dict)]
     if not overhead:
-        return {"found": False, "reason": f"{Path(path).name} holds no result that measured the per-forward hook"}
+        return {"found": False, "reason": f"{TRACKED_RESULTS_FILE.name}: no result measured the per-forward hook"}
     newest, paired = overhead[-1], overhead[-1].get("paired") or {}
-    found = {"found": True, "file": str(Path(path).relative_to(PROJECT_ROOT)) if Path(path).is_relative_to(PROJECT_ROOT)
-             else str(path), "whose": "another run's: benchmarks/overhead.py, not this run",
+    found = {"found": True, "file": str(TRACKED_RESULTS_FILE.relative_to(PROJECT_ROOT)),
+             "whose": "another run's: benchmarks/overhead.py, not this run",
              "recorded_utc": newest.get("recorded_utc"), "commit": (newest.get("git") or {}).get("commit"),
              "machine": newest.get("machine"), "python": (newest.get("software") or {}).get("python"),
              "rounds": newest.get("rounds"), "instrumented_over_bare": paired.get("overhead"),
@@ -97,12 +81,6 @@ def benchmark_figures(path: Path = TRACKED_RESULTS_FILE) -> dict:
     return found
 
 
-def _bytes(size: str):
-    """'32K' -> 32768, '1M', '512' (bytes); None for anything else."""
-    number, unit = (size[:-1], SIZE_UNITS[size[-1]]) if size[-1:] in SIZE_UNITS else (size, 1)
-    return int(number) * unit if number.isdigit() else None
-
-
 def cache_sizes(directory: Path = CPU_CACHE_DIR) -> dict:
     """The CPU caches one core sees, as Linux lists them: {source, levels: [{level, type, size, bytes}],
     largest_bytes (of a data or unified level), note}; no levels and largest_bytes "unknown" where none is listed."""
@@ -111,8 +89,9 @@ def cache_sizes(directory: Path = CPU_CACHE_DIR) -> dict:
         for index in sorted(Path(directory).glob("index*")):
             level, kind, size = ((index / name).read_text(encoding="ascii").strip()
                                  for name in ("level", "type", "size"))
+            number, unit = (size[:-1], SIZE_UNITS[size[-1]]) if size[-1:] in SIZE_UNITS else (size, 1)  # '32K'
             levels.append({"level": int(level) if level.isdigit() else level, "type": kind, "size": size,
-                           "bytes": _bytes(size)})
+                           "bytes": int(number) * unit if number.isdigit() else None})
     except (OSError, ValueError) as error:
         return {"source": str(directory), "levels": [], "largest_bytes": "unknown",
                 "note": f"the cache sizes could not be read: {error}"}
@@ -185,16 +164,8 @@ def _cpu_frequency() -> dict:
             found[folder.parent.name] = int(text.strip()) / 1000
     if found:
         return {"available": True, "mhz": found, "source": f"{CPU_SYS}/cpu*/cpufreq/scaling_cur_freq"}
-    text, problem = _read(PROC / "cpuinfo")
-    mhz = [value.strip() for key, _, value in (line.partition(":") for line in (text or "").splitlines())
-           if key.strip() == "cpu MHz"]
-    try:
-        if mhz:
-            return {"available": True, "mhz": {f"cpu{i}": float(v) for i, v in enumerate(mhz)},
-                    "source": "/proc/cpuinfo 'cpu MHz' (may be the nominal rate on a virtual machine)"}
-    except ValueError:
-        pass
-    return _unavailable("no cpufreq folder and no 'cpu MHz' in /proc/cpuinfo" + (f" ({problem})" if problem else ""))
+    # /proc/cpuinfo's 'cpu MHz' is no substitute: on a virtual machine it is the nominal rate, not a reading
+    return _unavailable(f"no {CPU_SYS}/cpu*/cpufreq/scaling_cur_freq to read")
 
 
 def _affinity() -> dict:

@@ -12,45 +12,40 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from inferlab.files import sha256_file
 from inferlab.specimen.acquire import (
-    ACQUISITION_LABELS, ACQUISITIONS, acquire, acquisition_cause, acquisition_next_steps, acquisition_outcome,
-    choose_acquisition, download, load_runnable_spec, local_build_problem, local_builder, require_verified,
+    ACQUISITION_LABELS, acquire, acquisition_cause, acquisition_next_steps, acquisition_outcome, load_runnable_spec,
+    local_builder, require_verified,
 )
 from inferlab.specimen.check import check_specimen_files
-from inferlab.specimen.hub import DEFAULT_ENDPOINT, Deadline, DeadlineExpired, remote_metadata, resolve_endpoint
-from inferlab.specimen.netguard import NetworkBlocked, block_network, offline_mode
+from inferlab.specimen.hub import DeadlineExpired
+from inferlab.specimen.netguard import offline_mode
 from inferlab.specimen.spec import (
-    DEFAULT_ARTIFACTS_ROOT, PROJECT_ROOT, WEIGHT_FILE, SpecimenError, SpecimenSpec, cache_dir, load_spec, spec_problems,
+    DEFAULT_ARTIFACTS_ROOT, WEIGHT_FILE, SpecimenError, SpecimenSpec, cache_dir, load_spec,
 )
 
 BUILD_NEEDS = ("numpy", "safetensors", "tokenizers")  # what an offline build imports
 __all__ = [
-    "ACQUISITION_LABELS", "ACQUISITIONS", "DEFAULT_ARTIFACTS_ROOT", "DEFAULT_ENDPOINT", "PROJECT_ROOT", "WEIGHT_FILE",
-    "Deadline", "DeadlineExpired", "NetworkBlocked", "SpecimenError", "SpecimenSpec", "acquire", "acquisition_cause",
-    "acquisition_next_steps", "acquisition_outcome", "block_network", "build_command", "cache_dir",
-    "check_specimen_files", "checked_copy_lines", "choose_acquisition", "download", "load_runnable_spec", "load_spec", "local_build_problem",
-    "local_builder", "offline_mode", "remote_metadata", "require_verified", "resolve_endpoint", "sha256_file",
-    "spec_problems",
+    "ACQUISITION_LABELS", "DEFAULT_ARTIFACTS_ROOT", "WEIGHT_FILE", "DeadlineExpired", "SpecimenError", "SpecimenSpec",
+    "acquire", "acquisition_cause", "acquisition_next_steps", "acquisition_outcome", "build_command", "cache_dir",
+    "check_specimen_files", "checked_copy_lines", "load_runnable_spec", "load_spec", "local_builder", "offline_mode",
+    "require_verified", "sha256_file",
 ]
 
 
 def build_command(name: str, argv=None) -> int:
     """`python -m inferlab.<name> DIR` (standin or replica): under a Python that lacks what a build imports, one line
     naming the Python to use and exit 2, never a traceback; else the build's own command."""
-    from inferlab.files import spelled
+    from inferlab.files import missing_modules, spelled
 
-    for module in BUILD_NEEDS:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            print(f"inferlab.{name}: this Python ({sys.executable}) cannot import {module}, which the build needs; "
-                  f"nothing was written. Run it with the project's own: {spelled(f'-m inferlab.{name} DIR', 'python')}",
-                  file=sys.stderr)
-            return 2
+    missing = missing_modules(BUILD_NEEDS)
+    if missing:
+        print(f"inferlab.{name}: this Python ({sys.executable}) cannot import {', '.join(missing)}, which the build "
+              f"needs; nothing was written. Run it with the project's own: "
+              f"{spelled(f'-m inferlab.{name} DIR', 'python')}", file=sys.stderr)
+        return 2
     from inferlab.specimen import build
 
     return getattr(build, name.upper()).main(argv)
@@ -67,14 +62,12 @@ def checked_copy_lines(artifacts_dir, name=None) -> tuple[list[str], bool]:
     result = check_specimen_files(artifacts_dir, spec)
     other = result.get("other_specimen")
     if other is not None:  # the same diagnosis, in the same words, as a run with --artifacts DIR
-        asked, lines = {row["name"]: row for row in result["files"]}, []
+        ok, lines = {row["name"]: row["ok"] for row in result["files"]}, []
         other_spec = load_spec(other["name"], Path(spec.spec_file).parent)
         for row in check_specimen_files(artifacts_dir, other_spec, others=False)["files"]:
-            mine = asked.get(row["name"])
-            pinned = mine is not None and (mine.get("expected_size"), mine.get("expected_sha256")) != (None, None)
-            pins = (f"as the pins of both {spec.name} and {other['name']}" if pinned and mine.get("ok") else
-                    f"as {other['name']}'s pin; {spec.name} pins none for it" if mine is not None and not pinned else
-                    f"as {other['name']}'s pin, not {spec.name}'s")
+            pins = (f"as {other['name']}'s pin; {spec.name} pins none for it" if not spec.pinned_present(row["name"])
+                    else f"as the pins of both {spec.name} and {other['name']}" if ok[row["name"]]
+                    else f"as {other['name']}'s pin, not {spec.name}'s")
             lines.append(f"{_file_line(row)} ({pins})")
         return lines + [f"check-artifacts: {other['words']}"], False
     problems = list(result["problems"])

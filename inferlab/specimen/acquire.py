@@ -1,22 +1,6 @@
-"""Getting a verified specimen folder by exactly one path, within one deadline, under one lock; and what to do next
-when none could be had.
-
-The paths, in the order they are tried:
-
-1. ``reuse:artifacts_dir``  --artifacts DIR, verified; never a fallback to anything else.
-2. ``reuse:project_cache``  artifacts/cache/<name>/<revision>/, verified; a damaged cache is reported with the file
-                            that failed and is never repaired silently.
-3. ``built_offline``        a synthetic specimen built here (build.py), without a download: into staging, verified,
-                            then published.
-4. ``download``             the hub's metadata first (hub.remote_metadata: refused before any body if a required
-                            file is missing, a size unknown, over the cap or unlike the pin); then each file the
-                            revision has, into staging under the deadline; verified there; published by one rename.
-
-Paths 2-4 hold the cache folder's lock (filelock: flock, released by the kernel when its holder dies, even by
-SIGKILL) so that two runs never build or download into one cache at once: the second waits, then reuses what the
-first published. Staging is removed on every way out, Ctrl-C included; staging a killed run left behind is removed
-(and recorded) by the next one.
-"""
+"""A verified specimen folder by exactly one path (reuse of --artifacts DIR, reuse of the project cache, an offline
+build, or the bounded download), within one deadline, under the cache's lock; and what to do next when none could be
+had. The paths and their rules, in the order they are tried: docs/specimens.md, "Exactly one way to get them"."""
 
 from __future__ import annotations
 
@@ -35,7 +19,6 @@ from inferlab.specimen.hub import Deadline, DeadlineExpired
 from inferlab.specimen.netguard import offline_mode
 from inferlab.specimen.spec import SpecimenError, SpecimenSpec, builder_module, cache_dir, load_spec
 
-ACQUISITIONS = ("reuse:artifacts_dir", "reuse:project_cache", "download", "built_offline")
 ACQUISITION_LABELS = {  # what each path is, in words, once it has succeeded (a failed one is told by its error)
     "download": "fresh bounded download",
     "reuse:artifacts_dir": "verified local reuse (--artifacts)",
@@ -49,15 +32,26 @@ ABSENT_IN_PROJECT_CACHE = ("missing from the project cache, which inferlab fills
                            "the hub's listing at the pinned commit (or builds offline)")
 
 
-def require_verified(directory, spec: SpecimenSpec, absence_known_from: Optional[str] = None) -> dict:
-    """check_specimen_files(), raising SpecimenError listing every problem unless the folder passed."""
+def require_verified(directory, spec: SpecimenSpec, acquisition: Optional[str] = None,
+                     absence_known_from: Optional[str] = None) -> dict:
+    """check_specimen_files(), raising SpecimenError listing every problem, and what to do about the path it came by
+    (acquisition), unless the folder passed."""
     report = check_specimen_files(directory, spec, absence_known_from)
-    if not report["ok"]:
-        error = SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  "
-                              + "\n  ".join(report["problems"]))
-        error.verification = report
-        raise error
-    return report
+    if report["ok"]:
+        return report
+    problems = "\n  ".join(report["problems"])
+    message = f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  {problems}"
+    if acquisition == "reuse:project_cache":
+        message = (f"specimen {spec.name!r}: the project cache {directory} failed verification:\n  {problems}\n"
+                   f"It is not repaired or replaced automatically. To recover, delete that folder "
+                   f"(rm -r '{directory}') and run again: the next run downloads (or rebuilds) it. Or pass "
+                   f"--artifacts DIR with a verified copy.")
+    elif acquisition == "reuse:artifacts_dir":
+        message = (f"specimen {spec.name!r} ({spec.spec_file}): --artifacts {directory} failed verification:\n  "
+                   f"{problems}\nNothing was loaded, and nothing else is tried instead.")
+    error = SpecimenError(message)
+    error.verification = report
+    raise error
 
 
 # --- the lock, staging and publication ----------------------------------------------------------------------------
@@ -87,40 +81,39 @@ def _locked(directory: Path, deadline: Deadline):
         lock.release()
 
 
-def _staging(target: Path) -> Path:
+@contextlib.contextmanager
+def _staged(target: Path, spec: SpecimenSpec, absence_known_from: Optional[str] = None):
+    """A new staging folder's path beside target for the block to fill; then verified there and published as target
+    (absent or empty) by one rename. Removed on every way out."""
     staging = target.parent / f"{STAGING_PREFIX}{target.name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    return staging
+    try:
+        yield staging
+        require_verified(staging, spec, absence_known_from=absence_known_from)
+        if target.exists():
+            target.rmdir()  # only an empty folder can be here: a non-empty one is reused, never replaced
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
-def _publish(staging: Path, target: Path) -> None:
-    if target.exists():
-        target.rmdir()  # only an empty folder can be here: a non-empty one is reused, never replaced
-    os.replace(staging, target)
-
-
-def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str] = None,
-             deadline: Optional[Deadline] = None) -> dict:
+def download(spec: SpecimenSpec, target: Path, endpoint: Optional[str], deadline: Deadline) -> dict:
     """Bounded download of the revision's allowlisted files into target (absent or empty): the hub's metadata, with
     `fetched` (per file: bytes, sha256, etag_check, redirects). Only a verified set is moved into place."""
-    deadline = deadline or Deadline()
     remote = hub.remote_metadata(spec, endpoint, deadline)
-    staging = _staging(target)
     try:
         if remote["problems"]:
             raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): download refused before fetching any "
                                 f"file:\n  " + "\n  ".join(remote["problems"]))
-        staging.mkdir()
-        remote["fetched"] = {name: hub.fetch(meta["url"], name, meta["size"], meta["etag"], staging / name, deadline)
-                             for name, meta in remote["files"].items() if meta["status"] == "present"}
-        require_verified(staging, spec, ABSENT_IN_HUB_LISTING)
-        _publish(staging, target)
+        with _staged(target, spec, ABSENT_IN_HUB_LISTING) as staging:
+            staging.mkdir()
+            remote["fetched"] = {name: hub.fetch(meta["url"], name, meta["size"], meta["etag"], staging / name,
+                                                 deadline)
+                                 for name, meta in remote["files"].items() if meta["status"] == "present"}
     except SpecimenError as error:
         error.remote = remote
         raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return remote
 
 
@@ -132,40 +125,24 @@ def local_builder(spec: SpecimenSpec):
     return build.BUILDERS.get(spec.revision) if spec.synthetic else None
 
 
-def local_build_problem(spec: SpecimenSpec) -> Optional[str]:
-    """Why this spec's local build cannot run here (the replica without its reference folder), or None."""
-    from inferlab.specimen import build
-
-    if local_builder(spec) is build.REPLICA:
-        try:
-            build.require_reference()
-        except build.ReferenceUnavailable as error:
-            return str(error)
-    return None
-
-
 def load_runnable_spec(name: str, artifacts_root=None) -> SpecimenSpec:
     """load_spec(), also refused (SpecimenError) when its local build cannot run here: checked before a run writes
     anything, so that a replica without its reference folder is a usage error."""
+    from inferlab.specimen import build
+
     spec = load_spec(name, artifacts_root)
-    problem = local_build_problem(spec)
-    if problem:
-        raise SpecimenError(problem)
+    if local_builder(spec) is build.REPLICA:
+        build.require_reference()
     return spec
 
 
 def _build_locally(spec: SpecimenSpec, target: Path) -> None:
     """Build a synthetic specimen in staging, verify it there, and move it into target."""
-    from inferlab.specimen import build
-
-    builder, problem = local_builder(spec), local_build_problem(spec)
+    builder = local_builder(spec)
     if builder is None:
-        problem = (f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can build "
-                   f"offline ({', '.join(f'{b.name}: {b.revision()}, sha1 of {b.recipe!r}' for b in build.BUILDERS.values())})")
-    if problem:
-        raise SpecimenError(problem)
-    staging = _staging(target)
-    try:
+        raise SpecimenError(f"{spec.spec_file}: synthetic, but revision {spec.revision} is no recipe inferlab can "
+                            f"build offline")
+    with _staged(target, spec) as staging:  # a local build: only the spec's own pin says a file is absent
         try:
             builder.build(staging)
         except (SpecimenError, OSError):
@@ -173,10 +150,6 @@ def _build_locally(spec: SpecimenSpec, target: Path) -> None:
         except Exception as error:  # a builder's own error (say, a changed reference header) is a refusal on record
             raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): building it offline failed: "
                                 f"{type(error).__name__}: {error}") from error
-        require_verified(staging, spec)  # a local build: only the spec's own pin says a file is absent
-        _publish(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 # --- choosing and running one path --------------------------------------------------------------------------------
@@ -197,30 +170,6 @@ def choose_acquisition(spec: SpecimenSpec, artifacts_dir=None, cache_root=None) 
     return ("built_offline" if spec.synthetic else "download"), directory
 
 
-def _absence_known_from(acquisition: str) -> Optional[str]:
-    return None if acquisition == "reuse:artifacts_dir" else ABSENT_IN_PROJECT_CACHE
-
-
-def _verified(directory: Path, spec: SpecimenSpec, acquisition: str) -> dict:
-    report = check_specimen_files(directory, spec, _absence_known_from(acquisition))
-    if report["ok"]:
-        return report
-    problems = "\n  ".join(report["problems"])
-    if acquisition == "reuse:project_cache":
-        message = (f"specimen {spec.name!r}: the project cache {directory} failed verification:\n  {problems}\n"
-                   f"It is not repaired or replaced automatically. To recover, delete that folder (rm -r '{directory}') "
-                   f"and run again: the next run downloads (or rebuilds) it. Or pass --artifacts DIR with a verified "
-                   f"copy.")
-    elif acquisition == "reuse:artifacts_dir":
-        message = (f"specimen {spec.name!r} ({spec.spec_file}): --artifacts {directory} failed verification:\n  "
-                   f"{problems}\nNothing was loaded, and nothing else is tried instead.")
-    else:
-        message = f"specimen {spec.name!r} ({spec.spec_file}) failed verification in {directory}:\n  {problems}"
-    error = SpecimenError(message)
-    error.verification = report
-    raise error
-
-
 def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bool = False,
             endpoint: Optional[str] = None, deadline_s: Optional[float] = None) -> dict:
     """Obtain a verified specimen folder by exactly one path (the module's docstring).
@@ -237,7 +186,7 @@ def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bo
     try:
         with offline_mode() if offline else contextlib.nullcontext():
             if acquisition == "reuse:artifacts_dir":
-                verification = _verified(directory, spec, acquisition)
+                verification = require_verified(directory, spec, acquisition)
             else:
                 with _locked(directory, deadline) as result["lock"]:
                     # under the lock no other run's staging is live: any left here is a killed run's
@@ -245,28 +194,23 @@ def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bo
                     for path in stale:
                         shutil.rmtree(path, ignore_errors=True)
                     result["stale_staging_removed"] = [str(path) for path in stale]
-                    acquisition = _fill_cache(spec, directory, offline, endpoint, deadline, result)
-                    verification = _verified(directory, spec, acquisition)
+                    if _has_entries(directory):  # another run published it meanwhile
+                        acquisition = "reuse:project_cache"
+                    elif spec.synthetic:
+                        _build_locally(spec, directory)
+                    elif offline:
+                        raise SpecimenError(
+                            f"specimen {spec.name!r} ({spec.spec_file}): offline, and the project cache {directory} "
+                            f"is empty; expected the required files {list(spec.required_files)}. Pass --artifacts "
+                            f"DIR with a verified copy, or run once without --offline for the bounded download.")
+                    else:
+                        result["remote"] = download(spec, directory, endpoint, deadline)
+                    verification = require_verified(directory, spec, acquisition, ABSENT_IN_PROJECT_CACHE)
     except SpecimenError as error:
         error.acquisition = acquisition
         raise
     return {**result, "acquisition": acquisition, "elapsed_s": time.perf_counter() - start,
             "verification": verification}
-
-
-def _fill_cache(spec, directory: Path, offline: bool, endpoint, deadline: Deadline, result: dict) -> str:
-    """Under the lock: reuse what is there, or build or download it; returns the path taken."""
-    if _has_entries(directory):
-        return "reuse:project_cache"
-    if spec.synthetic:
-        _build_locally(spec, directory)
-        return "built_offline"
-    if offline:
-        raise SpecimenError(f"specimen {spec.name!r} ({spec.spec_file}): offline, and the project cache {directory} is "
-                            f"empty; expected the required files {list(spec.required_files)}. Pass --artifacts DIR "
-                            f"with a verified copy, or run once without --offline for the bounded download.")
-    result["remote"] = download(spec, directory, endpoint, deadline)
-    return "download"
 
 
 def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bool = False,
@@ -285,7 +229,8 @@ def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None,
         method, directory = choose_acquisition(spec, artifacts_dir, cache_root)
         verification = getattr(error, "verification", None)
         if verification is None and directory.is_dir():
-            verification = check_specimen_files(directory, spec, _absence_known_from(method))
+            absence = None if method == "reuse:artifacts_dir" else ABSENT_IN_PROJECT_CACHE
+            verification = check_specimen_files(directory, spec, absence)
         return {"ok": False, "specimen": spec.name, "acquisition": getattr(error, "acquisition", None) or method,
                 "offline": offline, "directory": str(directory) if directory.is_dir() else None,
                 "error": str(error) or type(error).__name__, "deadline_s": seconds,
@@ -347,8 +292,8 @@ def acquisition_next_steps(specimen: Optional[dict], acquisition: Optional[str] 
              f"Use a verified copy of the files: add --artifacts DIR (with make: make run ARGS=\"--artifacts DIR "
              f"--offline\"). {valid}")
     return [first,
-            f"Check a copy before you run: `{check}` hashes every file against artifacts/{name}.json and names any that "
-            f"differs, is missing or is extra (the weight file alone: `sha256sum DIR/model.safetensors`, on macOS "
+            f"Check a copy before you run: `{check}` hashes every file against artifacts/{name}.json and names any "
+            f"that differs, is missing or is extra (the weight file alone: `sha256sum DIR/model.safetensors`, on macOS "
             f"`shasum -a 256`). A machine that reaches the hub gets a verified copy with one `make run`: it lands in "
             f"artifacts/cache/{name}/{revision}/.",
             "Or check the harness offline: add --specimen standin (with make: make run ARGS=\"--specimen standin\"). "

@@ -1,14 +1,6 @@
-"""The specimens inferlab builds offline from the recipe's weights (recipe.py), and a tiny model for its own tests.
-
-- The stand-in (`python -m inferlab.standin DIR`): pythia-14m's architecture, tensor names and file size, with a
-  byte-level BPE tokenizer trained here on a built-in corpus (every word of the protocol's prompts, "<|endoftext|>"
-  as id 0, the other slots filled with made-up words so every id decodes to something). Every build gives the same
-  bytes, pinned in artifacts/standin.json; it lets the whole harness run where the real weights cannot be had.
-- The replica (`python -m inferlab.replica DIR`): pythia-14m's published small files byte for byte (kept beside the
-  project in ../shared/reference/pythia-14m, never copied into the repository), its exact weight header holding the
-  recipe's weights, and no generation_config.json (the pinned revision very probably has none): the real tokenizer
-  and configuration meet made-up weights.
-Neither is Pythia. Each revision is sha1 of its recipe name, not a hub commit, so a new recipe is a new revision.
+"""The stand-in and the replica, built offline from the recipe's weights (recipe.py), and a tiny model for the
+harness's own tests. What each holds and why: docs/specimens.md, "The stand-in and the replica". Neither is Pythia;
+each revision is sha1 of its recipe name, not a hub commit, so a new recipe is a new revision.
 """
 
 from __future__ import annotations
@@ -25,6 +17,7 @@ from typing import Callable
 
 from inferlab.files import PROJECT_ROOT, spelled, write_bytes_atomic
 from inferlab.specimen import recipe
+from inferlab.specimen.spec import SpecimenError
 
 # Written into config.json, so these bytes are pinned (artifacts/standin.json): the text names the recipe module by
 # the path it had when they were pinned (now inferlab.specimen.recipe); changing it means a new recipe version.
@@ -73,11 +66,7 @@ COPIED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "speci
 HEADER_FILE = "model.safetensors.header"
 
 
-class BuildRefused(Exception):
-    """The target is not a new or empty folder: building there could overwrite someone's files."""
-
-
-class ReferenceUnavailable(Exception):
+class ReferenceUnavailable(SpecimenError):
     """The folder of published small files is missing or incomplete: the replica cannot be built."""
 
 
@@ -107,10 +96,7 @@ def tokenizer_json() -> str:
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB_SIZE, min_frequency=1, show_progress=False,
                                   special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(CORPUS, trainer=trainer)
-    if tokenizer.token_to_id(ENDOFTEXT) != 0 or tokenizer.get_vocab_size() > recipe.VOCAB:
-        raise RuntimeError(f"stand-in tokenizer: expected {ENDOFTEXT!r} at id 0 and at most {recipe.VOCAB} tokens, got "
-                           f"id {tokenizer.token_to_id(ENDOFTEXT)} and {tokenizer.get_vocab_size()} tokens")
+    tokenizer.train_from_iterator(CORPUS, trainer=trainer)  # "<|endoftext|>" at id 0: the pinned bytes hold it
     serialized = json.loads(tokenizer.to_str(pretty=False))
     # Filler tokens have no merges, so BPE never produces them: the prompts tokenize as with the trained pieces alone.
     vocab, counter = serialized["model"]["vocab"], 0
@@ -166,13 +152,12 @@ def weight_file_bytes(header: bytes, variant: recipe.Variant = recipe.BASE) -> b
         raise ValueError(f"{HEADER_FILE}: tensor names differ from the recipe's: {sorted(set(entries) ^ set(tensors))}")
     data = bytearray()
     for name, entry in sorted(entries.items(), key=lambda item: item[1]["data_offsets"][0]):
-        (start, end), array = entry["data_offsets"], tensors[name]
-        if start != len(data) or entry["dtype"] != "F16" or tuple(entry["shape"]) != array.shape:
-            raise ValueError(f"{HEADER_FILE}: {name} is {entry['dtype']} {entry['shape']} at {start}, the recipe gives "
-                             f"float16 {array.shape} at {len(data)} (no gaps)")
+        array, offsets = tensors[name], entry["data_offsets"]
+        if offsets != [len(data), len(data) + 2 * array.size] or (entry["dtype"], tuple(entry["shape"])) != (
+                "F16", array.shape):
+            raise ValueError(f"{HEADER_FILE}: {name} is {entry['dtype']} {entry['shape']} at {offsets}, the recipe "
+                             f"gives float16 {array.shape} from {len(data)} (no gaps)")
         data += array.astype("<f2").tobytes()
-        if len(data) != end:
-            raise ValueError(f"{HEADER_FILE}: {name} ends at {end}, the recipe's tensor at {len(data)}")
     return struct.pack("<Q", len(header)) + header + bytes(data)
 
 
@@ -188,12 +173,12 @@ def replica_contents(variant: recipe.Variant = recipe.BASE) -> dict[str, bytes]:
 
 
 def check_target(directory: Path) -> None:
-    """Refuse a target that is a file or a non-empty folder (BuildRefused), touching nothing."""
+    """Refuse a target that is a file or a non-empty folder (SpecimenError), touching nothing."""
     if directory.exists() and not directory.is_dir():
-        raise BuildRefused(f"{directory}: expected a new or empty directory, actual: an existing file")
+        raise SpecimenError(f"{directory}: expected a new or empty directory, actual: an existing file")
     entries = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
     if entries:
-        raise BuildRefused(f"{directory}: expected a new or empty directory, actual: it holds {len(entries)} "
+        raise SpecimenError(f"{directory}: expected a new or empty directory, actual: it holds {len(entries)} "
                            f"{'entry' if len(entries) == 1 else 'entries'} ({', '.join(entries[:6])}"
                            f"{', ...' if len(entries) > 6 else ''}); nothing was written")
 
@@ -212,7 +197,7 @@ class Builder:
 
     def build(self, directory, variant: recipe.Variant = recipe.BASE) -> dict:
         """Write the files into a new or empty folder: {directory, recipe, variant, revision, files: {name: {size,
-        sha256}}, elapsed_s}. BuildRefused before anything is written when the folder is a file or not empty."""
+        sha256}}, elapsed_s}. SpecimenError before anything is written when the folder is a file or not empty."""
         start, directory = time.perf_counter(), Path(directory)
         check_target(directory)
         contents = self.contents(variant)
@@ -235,7 +220,7 @@ class Builder:
         args = parser.parse_args(argv)
         try:
             print(json.dumps(self.build(Path(args.directory).expanduser()), indent=2, sort_keys=True))
-        except (BuildRefused, ReferenceUnavailable) as error:
+        except SpecimenError as error:
             print(f"{prog}: refused: {error}", file=sys.stderr)
             return 2
         except OSError as error:  # a target that cannot be created: under a file, under /proc, read-only

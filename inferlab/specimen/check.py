@@ -1,9 +1,7 @@
 """Verification of a specimen folder against its spec, in an order that never reads what it should not (the rule
-in words: docs/specimens.md). 1. Every entry is judged from its metadata alone (scan): nothing is opened, a FIFO or
-device cannot hang the check, a symlink is never followed. 2. Sizes against the bundle cap, before any byte is read.
-3. Each allowlisted file read once (read_stable), refused if it changes meanwhile. 4. The pins; a weight file that
-fails its pin is named from its safetensors header (diagnose: the Lab 05 wrong copies), and a folder that is a valid
-copy of another specimen is named as such. Nothing is loaded from a folder that has not passed require_verified().
+in words: docs/specimens.md): every entry judged from its metadata (scan), sizes against the cap, each allowlisted
+file read once (read_stable), then the pins, a failing weight file named from its header (diagnose: Lab 05's wrong
+copies). Nothing is loaded from a folder that has not passed require_verified().
 """
 
 from __future__ import annotations
@@ -131,21 +129,19 @@ def read_stable(path: Path, keep_bytes: bool = False) -> dict:
     regular file that was listed once opened (non-blocking, so a FIFO swapped in cannot hang it), or it changed while
     being read (a copy still being written)."""
     listed = os.stat(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as error:
-        raise FileCheckError(f"expected a readable file, actual: {error.strerror}") from error
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)  # an OSError: "expected a readable file"
     with os.fdopen(fd, "rb") as handle:
         before = os.fstat(fd)
         if not stat.S_ISREG(before.st_mode) or (before.st_dev, before.st_ino) != (listed.st_dev, listed.st_ino):
-            raise FileCheckError("expected the regular file that was listed, actual: it was replaced before it was read")
+            raise FileCheckError("expected the regular file that was listed, actual: it was replaced before it was "
+                                 "read")
         digest, kept, count = hashlib.sha256(), [], 0
         for chunk in _chunks(handle):
             digest.update(chunk)
             count += len(chunk)
             kept += [chunk] if keep_bytes else []
         after = os.fstat(fd)
-    now = os.stat(path)  # gone meanwhile: an OSError, "expected a readable file"
+    now = os.stat(path)
     same = lambda s: (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns)  # noqa: E731
     if same(before) != same(after) or same(now) != same(after) or count != before.st_size:
         raise FileCheckError(f"changed while being read (size {before.st_size} -> {now.st_size} bytes, {count} "
@@ -181,60 +177,48 @@ def json_problems(name: str, data: bytes) -> list[str]:
 # --- 4. the Lab 05 wrong copies, named from the weights' header ---------------------------------------------------
 
 
-class HeaderError(ValueError):
-    """The first bytes are not a safetensors header; `truncated` says whether the file is merely cut short."""
-
-    truncated = False
-
-
-def read_header(path: Path) -> dict:
-    """The safetensors header alone (a bounded read, never the tensors): {header_bytes, header_sha256, tensors,
-    dtypes, data_bytes_needed, file_bytes}; HeaderError when it is missing, oversized, cut short or malformed."""
-    with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
-        file_bytes, prefix = os.fstat(handle.fileno()).st_size, handle.read(8)
-        length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
-        raw = handle.read(length) if length is not None and length <= MAX_HEADER_BYTES else b""
-    if length is None or len(raw) < length <= MAX_HEADER_BYTES:
-        error = HeaderError(f"{file_bytes} bytes: too short to hold the 8-byte header length" if length is None else
-                            f"the header needs {length} bytes after the length, the file has {len(raw)}")
-        error.truncated = True
-        raise error
-    if length > MAX_HEADER_BYTES:
-        raise HeaderError(f"the first 8 bytes give a header of {length} bytes, over the {MAX_HEADER_BYTES} this check "
-                          f"reads: not a safetensors file of this model")
-    try:
-        tensors = {name: (entry["dtype"] + "", list(entry["shape"]), int(entry["data_offsets"][1]))
-                   for name, entry in json.loads(raw.decode("utf-8")).items() if name != "__metadata__"}
-    except (ValueError, RecursionError, AttributeError, TypeError, KeyError, IndexError) as error:
-        raise HeaderError(f"the header is not a safetensors header ({type(error).__name__})") from error
-    return {"header_bytes": length, "header_sha256": hashlib.sha256(raw).hexdigest(), "tensors": tensors,
-            "dtypes": dict(Counter(dtype for dtype, _, _ in tensors.values())),
-            "data_bytes_needed": max((end for _, _, end in tensors.values()), default=0), "file_bytes": file_bytes}
-
-
 def diagnose(path: Path, spec: SpecimenSpec) -> dict:
-    """Which known wrong copy a weight file that failed its pin looks like, most specific first: {case (truncated,
-    older_generation, float32_conversion, same_layout_other_values, not_safetensors, unreadable or unrecognised),
-    summary, advice, evidence}."""
+    """Which known wrong copy a weight file that failed its pin looks like, from its safetensors header alone (a
+    bounded read, never the tensors), most specific first: {case (truncated, older_generation, float32_conversion,
+    same_layout_other_values, not_safetensors, unreadable or unrecognised), summary, advice, evidence}."""
     pin, built_by = spec.expected[WEIGHT_FILE], builder_module(spec.name, spec.synthetic)
     wanted = f"model.safetensors is {pin['size']:,} bytes with SHA-256 {pin['sha256']}"
     fetch = (f"Get a verified copy instead: run without --artifacts and inferlab builds one itself, or build a fresh "
              f"copy with `{spelled(f'-m {built_by} NEWDIR', 'python')}` (NEWDIR new or empty); its {wanted}."
              if built_by else f"Get {spec.repo_id} at revision {spec.revision} instead: run without --artifacts for "
                               f"the bounded download, or pass --artifacts with a copy whose {wanted}.")
+
+    def unread(case: str, what: str, advice: str = f"Delete it. {fetch}") -> dict:
+        return {"case": case, "summary": what, "advice": advice, "evidence": {"error": what}}
+
     try:
-        header = read_header(path)
-    except HeaderError as error:
-        what = "a truncated file: " if error.truncated else "not a safetensors weight file: "
-        return {"case": "truncated" if error.truncated else "not_safetensors", "summary": what + str(error),
-                "advice": f"Delete it. {fetch}", "evidence": {"error": str(error)}}
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            size, prefix = os.fstat(handle.fileno()).st_size, handle.read(8)
+            length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
+            raw = handle.read(length) if length is not None and length <= MAX_HEADER_BYTES else b""
     except OSError as error:
-        return {"case": "unreadable", "summary": f"its header could not be read ({error.strerror})", "advice": fetch,
-                "evidence": {"error": str(error)}}
-    size, needed = header["file_bytes"], 8 + header["header_bytes"] + header["data_bytes_needed"]
-    masks = sorted(name for name, (dtype, _, _) in header["tensors"].items() if dtype == "BOOL")
-    evidence = {**{key: value for key, value in header.items() if key != "tensors"},
-                "tensor_count": len(header["tensors"]), **({"bool_tensors": masks} if masks else {})}
+        return unread("unreadable", f"its header could not be read ({error.strerror})", fetch)
+    if length is None:
+        return unread("truncated", f"a truncated file: {size} bytes: too short to hold the 8-byte header length")
+    if length > MAX_HEADER_BYTES:
+        return unread("not_safetensors", f"not a safetensors weight file: the first 8 bytes give a header of {length} "
+                                         f"bytes, over the {MAX_HEADER_BYTES} this check reads")
+    if len(raw) < length:
+        return unread("truncated", f"a truncated file: the header needs {length} bytes after the length, the file "
+                                   f"has {len(raw)}")
+    try:
+        tensors = {name: (entry["dtype"] + "", list(entry["shape"]), int(entry["data_offsets"][1]))
+                   for name, entry in json.loads(raw.decode("utf-8")).items() if name != "__metadata__"}
+    except (ValueError, RecursionError, AttributeError, TypeError, KeyError, IndexError) as error:
+        return unread("not_safetensors", f"not a safetensors weight file: the header is not a safetensors header "
+                                         f"({type(error).__name__})")
+    dtypes, needed = dict(Counter(dtype for dtype, _, _ in tensors.values())), max(
+        (end for _, _, end in tensors.values()), default=0)
+    masks = sorted(name for name, (dtype, _, _) in tensors.items() if dtype == "BOOL")
+    evidence = {"header_bytes": length, "header_sha256": hashlib.sha256(raw).hexdigest(), "dtypes": dtypes,
+                "data_bytes_needed": needed, "file_bytes": size, "tensor_count": len(tensors),
+                **({"bool_tensors": masks} if masks else {})}
+    needed += 8 + length
     cases = (  # (applies, case, summary, advice): the first that applies names the file
         (size < needed, "truncated", f"a truncated file: its header needs {needed:,} bytes, the file has {size:,} "
                                      f"(an interrupted download or copy)", f"Delete it. {fetch}"),
@@ -242,16 +226,15 @@ def diagnose(path: Path, spec: SpecimenSpec) -> dict:
                                           f"{DEDUPED_REPO}: {len(masks)} bool attention-mask buffers sit beside the "
                                           f"weights ({size / 1e6:.1f} MB; that generation's file is about 53.3 MB)",
          f"That is another model (trained on the deduplicated Pile); the lab's model is not in it. {fetch}"),
-        ({d for d in header["dtypes"] if d.startswith(("F", "BF"))} == {"F32"}, "float32_conversion",
+        ({d for d in dtypes if d.startswith(("F", "BF"))} == {"F32"}, "float32_conversion",
          f"a float32 conversion: every floating tensor is F32 ({size / 1e6:.1f} MB, about twice the pinned "
          f"{pin['size'] / 1e6:.1f} MB float16 file); the loader upcasts to float32 itself",
          f"Use the original float16 file, not one saved again after loading. {fetch}"),
-        (header["header_sha256"] == ((spec.reference or {}).get("weight_header") or {}).get("sha256"),
+        (evidence["header_sha256"] == ((spec.reference or {}).get("weight_header") or {}).get("sha256"),
          "same_layout_other_values", "the published header byte for byte (same tensors, dtypes, shapes and offsets) "
                                      "with other bytes after it: a damaged copy, or other weights in the same layout",
          f"Delete it. {fetch}"),
-        (True, "unrecognised", f"not a known copy: {len(header['tensors'])} tensors, dtypes {header['dtypes']}, "
-                               f"{size:,} bytes", fetch))
+        (True, "unrecognised", f"not a known copy: {len(tensors)} tensors, dtypes {dtypes}, {size:,} bytes", fetch))
     _, case, summary, advice = next(entry for entry in cases if entry[0])
     return {"case": case, "summary": summary, "advice": advice, "evidence": evidence}
 
@@ -283,8 +266,8 @@ def _check_read(row: dict, path: Path, spec: SpecimenSpec, where: str) -> None:
     try:
         read = read_stable(path, keep_bytes=row["name"].endswith(".json"))
     except (FileCheckError, OSError) as error:
-        row["problem"] = f"{where}: {error}" if isinstance(error, FileCheckError) else \
-            f"{where}: expected a readable file, actual: {error}"
+        readable = isinstance(error, FileCheckError)
+        row["problem"] = f"{where}: {error}" if readable else f"{where}: expected a readable file, actual: {error}"
         return
     row["size"], row["sha256"] = read["size"], read["sha256"]
     problems = []
@@ -336,9 +319,9 @@ def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Opti
         largest = max(readable, key=lambda r: r["size"])
         pinned = spec.expected[largest["name"]].get("size")
         cause = f"{largest['name']} is {largest['size']:,} bytes"
-        first.append(f"{directory}: expected the allowlisted files to total at most {spec.bundle_cap_bytes} bytes (the "
-                     f"bundle cap), actual {bundle:,} bytes: {cause}{f' (its pin is {pinned:,} bytes)' if pinned else ''}"
-                     f"; nothing was read")
+        first.append(f"{directory}: expected the allowlisted files to total at most {spec.bundle_cap_bytes} bytes "
+                     f"(the bundle cap), actual {bundle:,} bytes: {cause}"
+                     f"{f' (its pin is {pinned:,} bytes)' if pinned else ''}; nothing was read")
         for row in readable:  # one cause, said once above; each row says it was not read, and why
             row["problem"] = (f"{row['name']} in {directory}: not read ({row['size']:,} bytes listed): the "
                               f"allowlisted files are over the bundle cap, {cause}")
@@ -361,33 +344,28 @@ def check_specimen_files(directory, spec: SpecimenSpec, absence_known_from: Opti
     report.update(files=rows, entries=listing["entries"], ok=not problems, problems=problems)
     other = _other_specimen(directory, spec) if problems and others and not listing["truncated"] else None
     if other is not None:
-        words = other_specimen_words(directory, spec, other)
         for row in rows:
             if not row["ok"]:
                 row.update(diagnosis=None, problem=f"{row['name']} in {directory}: not as {spec.name}'s pin "
-                                                   f"(artifacts/{spec.name}.json), but as {other.name}'s: {words}")
-        report.update(problems=[words], other_specimen={"name": other.name, "repo_id": other.repo_id,
-                                                        "revision": other.revision, "synthetic": other.synthetic,
-                                                        "words": words})
+                                                   f"(artifacts/{spec.name}.json), but as {other['name']}'s: "
+                                                   f"{other['words']}")
+        report.update(problems=[other["words"]], other_specimen=other)
     return report
 
 
-def _other_specimen(directory: Path, spec: SpecimenSpec) -> Optional[SpecimenSpec]:
-    """Another specimen this checkout knows (a *.json beside spec's own) the folder is a valid copy of, or None."""
+def _other_specimen(directory: Path, spec: SpecimenSpec) -> Optional[dict]:
+    """Another specimen this checkout knows (a *.json beside spec's own) that the folder is a valid copy of, with
+    what that means in the words the run and check-artifacts both use; or None."""
     root = Path(spec.spec_file).parent
     for name in sorted(path.stem for path in root.glob("*.json") if path.stem != spec.name):
         with contextlib.suppress(SpecimenError):
             other = load_spec(name, root)
             if check_specimen_files(directory, other, others=False)["ok"]:
-                return other
+                words = (f"{directory} is NOT a copy of {spec.repo_id} at {spec.revision} (specimen {spec.name}): it "
+                         f"is a valid copy of {'the SYNTHETIC' if other.synthetic else 'the'} {other.name} specimen "
+                         f"({other.repo_id} at {other.revision}), every file as artifacts/{other.name}.json pins it"
+                         f"{', so it is not Pythia' if other.synthetic else ''}. Keep it; use it with --specimen "
+                         f"{other.name} --artifacts {directory}")
+                return {"name": other.name, "repo_id": other.repo_id, "revision": other.revision,
+                        "synthetic": other.synthetic, "words": words}
     return None
-
-
-def other_specimen_words(directory, spec: SpecimenSpec, other: SpecimenSpec) -> str:
-    """What a valid copy of another specimen is, in the words the run and check-artifacts both use."""
-    kind = "the SYNTHETIC" if other.synthetic else "the"
-    return (f"{directory} is NOT a copy of {spec.repo_id} at {spec.revision} (specimen {spec.name}): it is a valid "
-            f"copy of {kind} {other.name} specimen ({other.repo_id} at {other.revision}), every file as "
-            f"artifacts/{other.name}.json pins it" + (", so it is not Pythia" if other.synthetic else "") +
-            f". Keep it; use it with --specimen {other.name} --artifacts {directory}")
-

@@ -1,17 +1,11 @@
 """Own HTTP code for the lab's bounds against a hostile hub: one total deadline, sizes before any body, the cap.
 
-huggingface_hub builds the URLs, the headers (its user agent, no token) and names the hub's headers; it cannot do
-the exchange itself within these bounds: its timeouts are per socket read (a hub that trickles a byte at a time is
-never cut off), it follows relative redirects without a limit and retries. So http.client does it here, and:
-
-- every connection is watched: when the acquisition's deadline passes, a timer shuts its socket down, so no
-  blocking read (connection, TLS, headers, body) outlives the deadline;
-- HEAD first for every file (remote_metadata): a missing required file, an unknown size, one over the cap or unlike
-  the pin refuses the download before any body is asked for;
-- at most MAX_REDIRECTS redirects, never from https to http; no retries: a server error is reported as it is;
-- a body is read against the size the metadata advertised (cut off at the first extra byte, refused when
-  shorter) and its hash compared with the hub's ETag.
-Proxies from the environment (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) are used through CONNECT.
+huggingface_hub builds the URLs and the headers (its user agent, no token), but cannot keep these bounds: its
+timeouts are per socket read (a hub that trickles a byte at a time is never cut off), it follows relative redirects
+without a limit and retries. So http.client does the exchange here: a timer shuts every socket down when the
+deadline passes; HEAD for every file before any body (remote_metadata); at most MAX_REDIRECTS redirects, never
+https to http; no retries; a body read against its advertised size and checked against the hub's ETag. Proxies from
+the environment (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) are used through CONNECT.
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ import http.client
 import os
 import re
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -29,13 +24,11 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from inferlab import protocol
 from inferlab.specimen.spec import SpecimenError, SpecimenSpec
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_REDIRECTS = 5
 CHUNK_BYTES = 1 << 16
-OFFLINE_HINT = "Offline? Pass --artifacts DIR with a verified copy of the allowlisted files."
 _HASH_KINDS = {64: "sha256", 40: "git_sha1"}
 
 
@@ -46,9 +39,7 @@ class DeadlineExpired(SpecimenError):
 class Deadline:
     """One total time limit for an acquisition, on the monotonic clock: the lock wait and every byte draw on it."""
 
-    def __init__(self, seconds: float = protocol.ACQUISITION_DEADLINE_S):
-        if not seconds > 0:
-            raise ValueError(f"deadline: expected a positive number of seconds, actual {seconds!r}")
+    def __init__(self, seconds: float):
         self.seconds = float(seconds)
         self._end = time.monotonic() + self.seconds
 
@@ -89,21 +80,6 @@ def _proxy_for(scheme: str, host: str) -> Optional[urllib.parse.SplitResult]:
     return parts
 
 
-def _ssl_context():
-    import ssl
-
-    # The CA bundle requests would use, so a learner's corporate CA setting keeps working.
-    cafile = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if not cafile:
-        try:
-            import certifi
-
-            cafile = certifi.where()
-        except ImportError:
-            cafile = None
-    return ssl.create_default_context(cafile=cafile)
-
-
 class Exchange:
     """One request and its answer on a connection of its own, watched until close() by a deadline timer."""
 
@@ -116,8 +92,15 @@ class Exchange:
         self.proxy = _proxy_for(parts.scheme, parts.hostname)
         host, port = (self.proxy.hostname, self.proxy.port or 80) if self.proxy else (parts.hostname, self.port)
         timeout = max(deadline.remaining(), 0.001)
-        self.conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_ssl_context())
-                     if parts.scheme == "https" else http.client.HTTPConnection(host, port, timeout=timeout))
+        if parts.scheme == "https":
+            import certifi
+
+            # The CA bundle requests would use, so a learner's corporate CA setting keeps working.
+            cafile = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or certifi.where()
+            context = ssl.create_default_context(cafile=cafile)
+            self.conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+        else:
+            self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
         if self.proxy:
             headers = {}
             if self.proxy.username:
@@ -134,7 +117,7 @@ class Exchange:
         self._timer.start()
 
     def _create_connection(self, address, timeout=None, source_address=None, *args, **kwargs):
-        # socket.create_connection looked up now, so the offline guard's patch applies; watched from the first byte
+        # watched from the first byte: the deadline timer can shut this socket down from now on
         sock = socket.create_connection(address, timeout, source_address, *args, **kwargs)
         with self._lock:
             self._handle = sock.dup()
@@ -168,7 +151,7 @@ class Exchange:
                 raise SpecimenError(
                     f"{self.parts.scheme}://{self.parts.netloc}: expected the hub endpoint to accept a connection "
                     f"(host {self.parts.hostname}, port {self.port}{via}), actual: {type(error).__name__}: {error}. "
-                    f"Nothing was downloaded. {OFFLINE_HINT}") from error
+                    f"Nothing was downloaded. Offline? Pass --artifacts DIR with a verified copy.") from error
             headers = {**build_hf_headers(token=False, library_name="inferlab"), "Accept-Encoding": "identity"}
             target = self.parts.path + (f"?{self.parts.query}" if self.parts.query else "")
             self.conn.request(self.method, target, headers=headers)
@@ -189,14 +172,12 @@ class Exchange:
 
     def close(self) -> None:
         self._timer.cancel()
-        try:
-            if self.response is not None:
-                self.response.close()
-        finally:
-            self.conn.close()
-            with self._lock:
-                if self._handle is not None:
-                    self._handle.close()
+        if self.response is not None:
+            self.response.close()
+        self.conn.close()
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
 
 
 def open_following(method: str, url: str, deadline: Deadline, *, follow_absolute: bool,
@@ -218,18 +199,12 @@ def open_following(method: str, url: str, deadline: Deadline, *, follow_absolute
         target = urllib.parse.urljoin(current, location)
         if len(hops) >= MAX_REDIRECTS:
             raise SpecimenError(f"{method} {url}: expected the file within {MAX_REDIRECTS} redirects, actual more "
-                                f"({' -> '.join(hops[:3])} -> ...): the hub redirects in a loop; nothing was downloaded")
+                                f"({' -> '.join(hops[:3])} -> ...): the hub redirects in a loop; nothing was "
+                                f"downloaded")
         if current.startswith("https:") and not target.startswith("https:"):
             raise SpecimenError(f"{method} {current}: redirected from https to {target}; refused (no downgrade)")
         hops.append(target)
         current = target
-
-
-def _int_or_none(text: Optional[str]) -> Optional[int]:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def file_metadata(url: str, deadline: Deadline, name: str) -> dict:
@@ -246,14 +221,14 @@ def file_metadata(url: str, deadline: Deadline, name: str) -> dict:
         etag = exchange.header(constants.HUGGINGFACE_HEADER_X_LINKED_ETAG) or exchange.header("ETag")
         return {"url": url, "http_status": status, "error_code": exchange.header("X-Error-Code"),
                 "commit": exchange.header(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT),
-                "size": _int_or_none(size) if answered else None,
+                "size": int(size) if answered and size and size.isdigit() else None,
                 "etag": etag.lstrip().removeprefix("W/").strip('"') if answered and etag else None,
                 "lfs": linked is not None, "redirects": hops}
     finally:
         exchange.close()
 
 
-def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str] = None, deadline: Optional[Deadline] = None) -> dict:
+def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str], deadline: Deadline) -> dict:
     """HEAD each allowlisted file at the pinned revision: {endpoint, files, total_bytes, problems, absent_at_revision}.
 
     files maps name -> file_metadata() plus status "present", "absent_at_revision" (404 EntryNotFound at the pinned
@@ -261,7 +236,7 @@ def remote_metadata(spec: SpecimenSpec, endpoint: Optional[str] = None, deadline
     """
     from huggingface_hub import hf_hub_url
 
-    endpoint, deadline = resolve_endpoint(endpoint), deadline or Deadline()
+    endpoint = resolve_endpoint(endpoint)
     files, problems = {}, []
     for name in spec.files:
         url = hf_hub_url(spec.repo_id, name, revision=spec.revision, endpoint=endpoint)
@@ -325,10 +300,7 @@ def fetch(url: str, name: str, size: int, etag: Optional[str], destination: Path
             hint = " (a server error; nothing was retried: try again later)" if status >= 500 else ""
             raise SpecimenError(f"GET {url}: expected HTTP 200 with the body of {name}, actual HTTP {status}{hint}. "
                                 f"Nothing was kept.")
-        encoding = (exchange.header("Content-Encoding") or "identity").lower()
-        if encoding != "identity":
-            raise SpecimenError(f"GET {url}: expected an unencoded body, actual Content-Encoding {encoding}")
-        if length is not None and _int_or_none(length) != size:
+        if length is not None and length != str(size):
             raise SpecimenError(f"{name}: the metadata advertised {size} bytes, actual Content-Length {length} on the "
                                 f"body ({url}); refused before reading it")
         with open(destination, "xb") as out:

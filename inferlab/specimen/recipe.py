@@ -1,8 +1,8 @@
 """Constructed weights for pythia-14m's architecture that behave like a trained model's, built without training.
 
-Both offline specimens (the stand-in and the replica) take their weights from here. The recipe reads no
-tokenizer: every choice is made on token *ids* by a seeded generator, so the same bytes serve any
-50,304-row vocabulary. Nothing is learned from text; the structure is written down directly.
+Both offline specimens (the stand-in and the replica) take their weights from here. The recipe reads no tokenizer:
+every choice is made on token *ids* by a seeded generator, so the same bytes serve any 50,304-row vocabulary. Nothing
+is learned from text; the structure is written down directly.
 
 The shape, in the residual stream of width 128 (all numbers are the constants below):
 
@@ -21,23 +21,22 @@ The unembedding turns that state into next-token logits:
              + head(cluster(v)) - ZIPF * log(1 + rank(v))        (frequency within a cluster)
              + small token-code and layer noise terms,
 
-so the next token is drawn mostly from three "successor" clusters picked by the last three tokens, and
-within a cluster from a few frequent ids. That gives peaked, context-dependent distributions with
-logits spanning tens of units (greedy follows a chain; T=0.5 concentrates; top-p 0.8 keeps few ids).
+so the next token is drawn mostly from three "successor" clusters picked by the last three tokens, and within a
+cluster from a few frequent ids. That gives peaked, context-dependent distributions with logits spanning tens of units
+(greedy follows a chain; T=0.5 concentrates; top-p 0.8 keeps few ids).
 
-EOS (id 0) is in no cluster. After a token of one of the EOS_CLUSTERS it gets logit MU_EOS, a strong
-candidate that is the argmax only where all three successor heads score below it (MU_EOS = MU + 1.2,
-and heads score MU + HEAD_RANGE): sampling stops early now and then (about a third of the matrix's
-sampling trials), while greedy almost never does (under 2 % of contexts, tested). A variant (`forced_eos_clusters`) makes EOS the clear argmax after
-the given clusters, for tests of early stops.
+EOS (id 0) is in no cluster. After a token of one of the EOS_CLUSTERS it gets logit MU_EOS, a strong candidate that is
+the argmax only where all three successor heads score below it (MU_EOS = MU + 1.2, and heads score MU + HEAD_RANGE):
+sampling stops early now and then (about a third of the matrix's sampling trials), while greedy almost never does
+(under 2 % of contexts, tested). A variant (`forced_eos_clusters`) makes EOS the clear argmax after the given
+clusters, for tests of early stops.
 
-Layers 1-5 and all MLPs hold small seeded noise (NOISE_STD): they perturb the logits slightly, the
-way any extra computation would, without carrying the structure. Corrupting the positions the layer-0
-heads see (a position shifted by one, a stale cache entry) moves B and C to the wrong tokens, so the
-logits change by several units: the cache test keeps its power to catch a real bug.
+Layers 1-5 and all MLPs hold small seeded noise (NOISE_STD): they perturb the logits slightly, the way any extra
+computation would, without carrying the structure. Corrupting the positions the layer-0 heads see (a position shifted
+by one, a stale cache entry) moves B and C to the wrong tokens, so the logits change by several units: the cache test
+keeps its power to catch a real bug.
 
-Weights are float16, as in the real checkpoint, and byte-identical on every machine (numpy PCG64).
-"""
+Weights are float16, as in the real checkpoint, and byte-identical on every machine (numpy PCG64)."""
 
 from __future__ import annotations
 
@@ -154,12 +153,6 @@ def rotary_frequencies() -> np.ndarray:
     return ROTARY_BASE ** (-np.arange(0, ROTARY_DIMS, 2) / ROTARY_DIMS)
 
 
-def positional_scores(amplitudes: np.ndarray, offset: int, distances: np.ndarray) -> np.ndarray:
-    """Attention score (after 1/sqrt(head_dim) scaling) of a query for keys `distances` positions back."""
-    omega = rotary_frequencies()
-    return (amplitudes[None, :] * np.cos(omega[None, :] * (distances[:, None] - offset))).sum(axis=1)
-
-
 def positional_amplitudes(offset: int) -> np.ndarray:
     """Per-frequency score amplitudes whose scores peak at `offset` by ATTENTION_GAP over every other distance.
 
@@ -172,11 +165,11 @@ def positional_amplitudes(offset: int) -> np.ndarray:
 
 
 def attention_gap(amplitudes: np.ndarray, offset: int) -> float:
-    """Score at `offset` minus the best score at any other distance in 0..MAX_POSITIONS."""
+    """Attention score (after 1/sqrt(head_dim) scaling) at `offset` minus the best score at any other distance in
+    0..MAX_POSITIONS."""
     distances = np.arange(MAX_POSITIONS + 1)
-    scores = positional_scores(amplitudes, offset, distances)
-    others = np.delete(scores, offset)
-    return float(scores[offset] - others.max())
+    scores = (amplitudes[None, :] * np.cos(rotary_frequencies()[None, :] * (distances[:, None] - offset))).sum(axis=1)
+    return float(scores[offset] - np.delete(scores, offset).max())
 
 
 def _positional_qk(amplitudes: np.ndarray, offset: int) -> tuple[np.ndarray, np.ndarray]:
@@ -198,29 +191,21 @@ def _positional_qk(amplitudes: np.ndarray, offset: int) -> tuple[np.ndarray, np.
 # --- the tensors ---------------------------------------------------------------------------------------
 
 
+LAYER_SHAPES = {  # one layer's tensors, by their names in pythia-14m after gpt_neox.layers.<i>.
+    "input_layernorm.weight": (HIDDEN,), "input_layernorm.bias": (HIDDEN,),
+    "post_attention_layernorm.weight": (HIDDEN,), "post_attention_layernorm.bias": (HIDDEN,),
+    "attention.query_key_value.weight": (3 * HIDDEN, HIDDEN), "attention.query_key_value.bias": (3 * HIDDEN,),
+    "attention.dense.weight": (HIDDEN, HIDDEN), "attention.dense.bias": (HIDDEN,),
+    "mlp.dense_h_to_4h.weight": (INTERMEDIATE, HIDDEN), "mlp.dense_h_to_4h.bias": (INTERMEDIATE,),
+    "mlp.dense_4h_to_h.weight": (HIDDEN, INTERMEDIATE), "mlp.dense_4h_to_h.bias": (HIDDEN,),
+}
+
+
 def expected_shapes() -> dict[str, tuple[int, ...]]:
     """Names and shapes of pythia-14m's 76 tensors (gpt_neox.*, embed_out), the layout the recipe fills."""
-    shapes: dict[str, tuple[int, ...]] = {"gpt_neox.embed_in.weight": (VOCAB, HIDDEN)}
-    for layer in range(LAYERS):
-        prefix = f"gpt_neox.layers.{layer}."
-        shapes.update({
-            prefix + "input_layernorm.weight": (HIDDEN,),
-            prefix + "input_layernorm.bias": (HIDDEN,),
-            prefix + "post_attention_layernorm.weight": (HIDDEN,),
-            prefix + "post_attention_layernorm.bias": (HIDDEN,),
-            prefix + "attention.query_key_value.weight": (3 * HIDDEN, HIDDEN),
-            prefix + "attention.query_key_value.bias": (3 * HIDDEN,),
-            prefix + "attention.dense.weight": (HIDDEN, HIDDEN),
-            prefix + "attention.dense.bias": (HIDDEN,),
-            prefix + "mlp.dense_h_to_4h.weight": (INTERMEDIATE, HIDDEN),
-            prefix + "mlp.dense_h_to_4h.bias": (INTERMEDIATE,),
-            prefix + "mlp.dense_4h_to_h.weight": (HIDDEN, INTERMEDIATE),
-            prefix + "mlp.dense_4h_to_h.bias": (HIDDEN,),
-        })
-    shapes["gpt_neox.final_layer_norm.weight"] = (HIDDEN,)
-    shapes["gpt_neox.final_layer_norm.bias"] = (HIDDEN,)
-    shapes["embed_out.weight"] = (VOCAB, HIDDEN)
-    return shapes
+    layers = {f"gpt_neox.layers.{i}.{name}": shape for i in range(LAYERS) for name, shape in LAYER_SHAPES.items()}
+    return {"gpt_neox.embed_in.weight": (VOCAB, HIDDEN), **layers, "gpt_neox.final_layer_norm.weight": (HIDDEN,),
+            "gpt_neox.final_layer_norm.bias": (HIDDEN,), "embed_out.weight": (VOCAB, HIDDEN)}
 
 
 def _final_norm_levels() -> tuple[float, float]:
@@ -237,7 +222,6 @@ def _final_norm_levels() -> tuple[float, float]:
 
 def weights(variant: Variant = BASE, seed: int = SEED) -> dict[str, np.ndarray]:
     """All 76 tensors as float16 arrays, keyed by name, in expected_shapes() order."""
-    shape_of = expected_shapes()
     s = structure(seed)
     noise = np.random.Generator(np.random.PCG64([seed, 1]))  # a second stream: structure draws stay fixed
     tensors: dict[str, np.ndarray] = {}
@@ -275,7 +259,8 @@ def weights(variant: Variant = BASE, seed: int = SEED) -> dict[str, np.ndarray]:
             tensors[prefix + "attention.query_key_value.bias"] = qkv_bias
             tensors[prefix + "attention.dense.weight"] = dense
         else:
-            tensors[prefix + "attention.query_key_value.weight"] = NOISE_STD * noise.standard_normal((3 * HIDDEN, HIDDEN))
+            qkv_noise = noise.standard_normal((3 * HIDDEN, HIDDEN))
+            tensors[prefix + "attention.query_key_value.weight"] = NOISE_STD * qkv_noise
             tensors[prefix + "attention.query_key_value.bias"] = np.zeros(3 * HIDDEN)
             tensors[prefix + "attention.dense.weight"] = NOISE_STD * noise.standard_normal((HIDDEN, HIDDEN))
         tensors[prefix + "attention.dense.bias"] = np.zeros(HIDDEN)
@@ -319,13 +304,4 @@ def weights(variant: Variant = BASE, seed: int = SEED) -> dict[str, np.ndarray]:
         constant[variant.forced_token] = FORCED_TOKEN_LOGIT
     unembed[:, BIAS_DIM] = constant
     tensors["embed_out.weight"] = unembed
-
-    if set(tensors) != set(shape_of):
-        raise RuntimeError(f"recipe: tensors {sorted(set(tensors) ^ set(shape_of))} missing or unexpected")
-    out = {}
-    for name, shape in shape_of.items():
-        array = np.asarray(tensors[name], dtype=np.float64)
-        if array.shape != shape:
-            raise RuntimeError(f"recipe: {name} has shape {array.shape}, expected {shape}")
-        out[name] = array.astype(np.float16)
-    return out
+    return {name: tensors[name].astype(np.float16) for name in expected_shapes()}  # its layout, checked by the tests

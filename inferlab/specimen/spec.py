@@ -31,8 +31,6 @@ WEIGHT_FILE = "model.safetensors"
 SPEC_FIELDS = ("repo_id", "revision", "files", "optional_files", "bundle_cap_bytes", "synthetic", "description",
                "expected")
 OPTIONAL_SPEC_FIELDS = ("reference", "architecture")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -91,8 +89,7 @@ class SpecimenSpec:
 
     def as_dict(self) -> dict:
         """The spec as plain JSON-ready data."""
-        return {**dataclasses.asdict(self), "files": list(self.files), "optional_files": list(self.optional_files),
-                "required_files": list(self.required_files)}
+        return {**dataclasses.asdict(self), "files": list(self.files), "optional_files": list(self.optional_files)}
 
 
 def load_spec(name: str, artifacts_root=None) -> SpecimenSpec:
@@ -129,12 +126,8 @@ def _is_size(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _is_sha256(value) -> bool:
-    return isinstance(value, str) and bool(_SHA256.match(value))
-
-
-def _is_commit(value) -> bool:
-    return isinstance(value, str) and bool(_COMMIT.match(value))
+def _is_hex(value, digits: int) -> bool:  # a commit is 40 lowercase hex digits, a sha256 64
+    return isinstance(value, str) and re.fullmatch(f"[0-9a-f]{{{digits}}}", value) is not None
 
 
 def spec_problems(spec: SpecimenSpec) -> list[str]:
@@ -142,7 +135,7 @@ def spec_problems(spec: SpecimenSpec) -> list[str]:
     problems = []
     if not isinstance(spec.repo_id, str) or spec.repo_id.count("/") != 1:
         problems.append(f"repo_id: expected 'owner/name', actual {spec.repo_id!r}")
-    if not _is_commit(spec.revision):  # a branch name could move; only a commit pins the bytes
+    if not _is_hex(spec.revision, 40):  # a branch name could move; only a commit pins the bytes
         problems.append(f"revision: expected a 40-hex commit hash, actual {spec.revision!r}")
     if (not isinstance(spec.files, tuple) or len(spec.files) != len(set(spec.files))
             or set(spec.files) != set(protocol.ALLOWLISTED_FILES)):
@@ -165,7 +158,7 @@ def spec_problems(spec: SpecimenSpec) -> list[str]:
     for name, pin in spec.expected.items():
         problems.extend(_pin_problems(name, pin, optional=name in optional))
     weight = spec.expected[WEIGHT_FILE]
-    if isinstance(weight, dict) and not (_is_size(weight.get("size")) and _is_sha256(weight.get("sha256"))):
+    if isinstance(weight, dict) and not (_is_size(weight.get("size")) and _is_hex(weight.get("sha256"), 64)):
         problems.append(f"expected[{WEIGHT_FILE}]: expected a pinned size and sha256, actual {weight!r}")
     if spec.reference is not None:
         problems.extend(_reference_problems(spec.reference, spec.files))
@@ -184,7 +177,7 @@ def _pin_problems(name: str, pin, optional: bool) -> list[str]:
         return [] if optional else [f"expected[{name}]: pinned absent, but {name} is required (not in optional_files)"]
     if not isinstance(pin, dict) or set(pin) != {"size", "sha256"}:
         return [f"expected[{name}]: expected {{size, sha256}} or {{absent: true}}, actual {pin!r}"]
-    if not (pin["size"] is None or _is_size(pin["size"])) or not (pin["sha256"] is None or _is_sha256(pin["sha256"])):
+    if not (pin["size"] is None or _is_size(pin["size"])) or not (pin["sha256"] is None or _is_hex(pin["sha256"], 64)):
         return [f"expected[{name}]: expected null or a byte count, and null or 64 lowercase hex digits, actual {pin!r}"]
     return []
 
@@ -193,7 +186,7 @@ def _reference_problems(reference, allowlist) -> list[str]:
     if not isinstance(reference, dict) or not {"revision", "note", "files"} <= set(reference) <= {
             "revision", "note", "files", "weight_header"}:
         return [f"reference: expected {{revision, note, files[, weight_header]}}, actual {reference!r}"]
-    problems = [] if _is_commit(reference["revision"]) else [
+    problems = [] if _is_hex(reference["revision"], 40) else [
         f"reference.revision: expected a 40-hex commit hash, actual {reference['revision']!r}"]
     files = reference["files"]
     if not isinstance(files, dict) or not set(files) <= set(allowlist):
@@ -203,7 +196,7 @@ def _reference_problems(reference, allowlist) -> list[str]:
         entries["reference.weight_header"] = reference["weight_header"]
     for where, entry in entries.items():
         if not (isinstance(entry, dict) and set(entry) == {"size", "sha256"} and _is_size(entry["size"])
-                and _is_sha256(entry["sha256"])):
+                and _is_hex(entry["sha256"], 64)):
             problems.append(f"{where}: expected a byte count and 64 lowercase hex digits, actual {entry!r}")
     return problems
 
