@@ -16,12 +16,11 @@ from typing import Any, Union
 from inferlab import protocol
 from inferlab.files import spelled
 from inferlab.measure import usage
-from inferlab.measure.stats import first_divergence, post_first_interval, trial_contended
+from inferlab.measure.stats import TIMING_METRICS, first_divergence, trial_contended
 from inferlab.read.runview import RunView
 from inferlab.read.tensors import TensorFileError
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
-TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
 SHOWN_CHARS = 100  # a value longer than this is cut in the text (compare()'s result keeps it whole)
 INTEGRITY_SHOWN = 5  # problem lines shown per run in the header (verify DIR lists them all)
 
@@ -103,7 +102,7 @@ def timing_medians(records: list[dict], uncontended_only: bool = False) -> dict:
                 uncontended_only and trial_contended(record) is not False):
             continue
         for metric in TIMING_METRICS:
-            value = post_first_interval(record) if metric == "mean_post_first_interval_s" else record.get(metric)
+            value = record.get(metric)
             if isinstance(value, (int, float)):
                 values[(record.get("prompt_id"), record.get("use_cache"))][metric].append(value)
     return {key: {m: statistics.median(v) for m, v in metrics.items() if v} for key, metrics in values.items()}

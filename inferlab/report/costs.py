@@ -36,10 +36,9 @@ def per_second(value: Any) -> str:
     return f"{value:.1f}" if is_number(value) else MISSING
 
 
-METRICS = (("prefill (ms)", lambda r: r.get("prefill_s"), ms), ("local TTFT (ms)", lambda r: r.get("ttft_s"), ms),
-           (f"mean post-first interval (t{N} − t1)/{N - 1} (ms)", stats.post_first_interval, ms),
-           (f"loop, {N} selections (ms)", lambda r: r.get("loop_s"), ms),
-           (f"throughput {N}/(t{N} − t0), tokens/s", throughput, per_second))
+METRICS = (("prefill (ms)", "prefill_s", ms), ("local TTFT (ms)", "ttft_s", ms),
+           (f"mean post-first interval (t{N} − t1)/{N - 1} (ms)", "mean_post_first_interval_s", ms),
+           (f"loop, {N} selections (ms)", "loop_s", ms), (f"throughput {N}/(t{N} − t0), tokens/s", throughput, per_second))
 METRIC_NAMES = {"mean_post_first_interval_s": "mean post-first interval", "loop_s": f"loop, {N} selections"}
 
 
@@ -88,8 +87,8 @@ def section_timing(view: RunView, why) -> list[str]:
     rows = []
     for (prompt_id, use_cache), trials in measured(view).items():
         marks = [CONTENDED if stats.trial_contended(t) else "" for t in trials]
-        for name, value_of, scale in METRICS:
-            values = [value_of(t) for t in trials]
+        for name, metric, scale in METRICS:
+            values = [t.get(metric) if isinstance(metric, str) else metric(t) for t in trials]
             rows.append([f"{prompt_id}, cache {'on' if use_cache else 'off'}", lengths(trials, "prompt_length"),
                          lengths(trials, "output_length"), name,
                          ", ".join(scale(v) + mark for v, mark in zip(values, marks)), spread(values, scale)])

@@ -23,6 +23,7 @@ import numpy
 from inferlab import protocol
 from inferlab.files import spelled
 from inferlab.measure import stats
+from inferlab.measure.stats import is_number
 from inferlab.read.runview import RunView
 
 MISSING = "(not recorded)"
@@ -55,10 +56,6 @@ def jstr(value: Any, in_table: bool = True) -> str:
 def cell(value: Any) -> str:
     """Prose for a table cell: one line, pipes escaped; the placeholder for None."""
     return MISSING if value is None else " ".join(str(value).split()).replace("|", "\\|")
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def num(value: Any, digits: int = 6) -> str:

@@ -15,7 +15,7 @@ from typing import Optional
 
 from inferlab import protocol
 from inferlab.files import write_bytes_atomic
-from inferlab.measure.stats import loop_cpu_share, post_first_interval, token_times
+from inferlab.measure.stats import loop_cpu_share, token_times
 
 TOKEN_TIMES_PNG, TTFT_INTERVAL_PNG = "plot_token_times.png", "plot_ttft_interval.png"
 CACHE_DIFF_PNG, CPU_SHARE_PNG = "plot_cache_max_abs_diff.png", "plot_cpu_share.png"
@@ -178,10 +178,10 @@ def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optio
     figure = figure_of(11, 4.8, f"{len(trials)} measured trials, {protocol.TIMING_NEW_TOKENS} output tokens each",
                        partial)
     axes = figure.subplots(1, 2)
-    for axis, (title, value_of) in zip(axes, (("local TTFT", lambda r: r.get("ttft_s")),
-                                              ("mean post-first-token interval", post_first_interval))):
-        values = [[value_of(r) * 1e3 for r in trials if (r.get("prompt_id"), r.get("use_cache")) == key
-                   and isinstance(value_of(r), (int, float))] for key in found]
+    for axis, (title, metric) in zip(axes, (("local TTFT", "ttft_s"),
+                                            ("mean post-first-token interval", "mean_post_first_interval_s"))):
+        values = [[r[metric] * 1e3 for r in trials if (r.get("prompt_id"), r.get("use_cache")) == key
+                   and isinstance(r.get(metric), (int, float))] for key in found]
         top = clip_limit([v for group in values for v in group])
         for x, ((prompt_id, use_cache), group) in enumerate(zip(found, values)):
             # a fixed spread instead of random jitter keeps the picture deterministic
