@@ -18,8 +18,8 @@ MS = 1_000_000  # ns
 
 
 def readings(prefill_cpu_ns: int, loop_cpu_ns: int, start_cpu: int = 5 * MS) -> dict:
-    return {"start": [start_cpu, 3, 1], "prefill_done": [start_cpu + prefill_cpu_ns, 3, 1],
-            "end": [start_cpu + loop_cpu_ns, 4, 1]}
+    return {"start": [start_cpu, 3, 1, 0, 0, 0, 0], "prefill_done": [start_cpu + prefill_cpu_ns, 3, 1, 0, 0, 0, 0],
+            "end": [start_cpu + loop_cpu_ns, 4, 1, 0, 0, 0, 0]}
 
 
 def trial(schedule_index: int, prompt_id: str, use_cache: bool, prefill_ms: float, step_ms: float,

@@ -242,11 +242,11 @@ def test_the_watch_stamps_each_collection_and_a_span_counts_only_those_that_star
         gc.collect(2)
     assert watch not in gc.callbacks and [event[0] for event in watch.events] == [0, 2]
     (_, a_start, a_stop), (_, b_start, b_stop) = watch.events
-    assert usage.in_span(watch.events, a_start, b_stop) == {
-        "collections": 2, "by_generation": {"0": 1, "1": 0, "2": 1}, "collector_ns": (a_stop - a_start) + (b_stop - b_start)}
+    assert usage.in_span(watch.events, a_start, b_stop) == {"collections": 2, "collector_ns": (a_stop - a_start)
+                                                            + (b_stop - b_start),
+                                                            "collections_by_generation": {"0": 1, "1": 0, "2": 1}}
     assert usage.in_span(watch.events, a_start, a_stop)["collections"] == 1  # the second started after the span
     assert usage.in_span(watch.events, b_start, b_start + 1)["collector_ns"] == 1  # clipped at the span's end
-    assert usage.in_span("garbage", 0, 1) is None and usage.in_span([[0, 1]], 0, 1) is None
 
 
 def test_the_one_collection_before_the_block_is_timed_and_freezes_what_is_alive_until_thawed():
