@@ -85,7 +85,8 @@ class LoopResult:
             "t_prefill_done_ns": self.t_prefill_done_ns, "token_times_ns": list(self.token_times_ns),
             "token_times_s": self.token_times_s, "prefill_s": self.prefill_s, "ttft_s": self.ttft_s,
             "loop_s": self.loop_s, "mean_post_first_interval_s": self.mean_post_first_interval_s,
-            "eos_positions": list(eos), "eos_selected": bool(eos), "continued_past_eos": bool(eos) and eos[0] < self.new_tokens - 1,
+            "eos_positions": list(eos), "eos_selected": bool(eos),
+            "continued_past_eos": bool(eos) and eos[0] < self.new_tokens - 1,
             "last_logits_shape": list(self.last_logits_shape), "prefill_logits_shape": list(self.prefill_logits_shape),
             "cpu_readings": {point: list(values) for point, values in self.cpu_readings.items()},
             "collector_enabled_in_spans": self.collector_enabled_in_spans,
@@ -275,9 +276,7 @@ def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol
     return {"clock": "time.perf_counter_ns", "reads": reads, "elapsed_ns": elapsed, "per_read_ns": elapsed / reads,
             "reads_per_trial": clock_reads_per_trial(new_tokens),
             "per_trial_overhead_ns": elapsed / reads * clock_reads_per_trial(new_tokens), **cost,
-            "usage_sources": usage.usage_sources(), "usage_reads_per_trial": USAGE_READS_PER_TRIAL,
-            "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
-            "usage_inside_loop_ns": cost["usage_per_read_ns"] * USAGE_READS_INSIDE_LOOP,
+            "usage_reads_per_trial": USAGE_READS_PER_TRIAL, "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
             "usage_fields": list(usage.READING_FIELDS), **usage.watch_cost(usage_pairs),
             "method": CLOCK_OVERHEAD_METHOD.format(reads=reads, usage_pairs=usage_pairs)}
 

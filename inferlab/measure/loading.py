@@ -98,15 +98,15 @@ def verified_copy(directory: Path, verification: dict):
         yield Path(private)
 
 
-class _RecordingHandler(logging.Handler):
-    """Keeps every log record of a load, at any level, as {logger, level, message}."""
+class _ListHandler(logging.Handler):
+    """Appends each log record at `level` or above to `sink`, as `entry(record)` gives it."""
 
-    def __init__(self):
-        super().__init__(level=logging.NOTSET)
-        self.records = []
+    def __init__(self, level: int, sink: list, entry):
+        super().__init__(level=level)
+        self.sink, self.entry = sink, entry
 
-    def emit(self, record):
-        self.records.append({"logger": record.name, "level": record.levelname, "message": record.getMessage()})
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(self.entry(record))
 
 
 def load_specimen(directory, spec: SpecimenSpec) -> dict:
@@ -122,7 +122,9 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
     verification = require_verified(directory, spec)
     directory = str(Path(directory))
     options = load_options()
-    handler, library_logger = _RecordingHandler(), logging.getLogger("transformers")
+    log_messages, library_logger = [], logging.getLogger("transformers")
+    handler = _ListHandler(logging.NOTSET, log_messages, lambda r: {"logger": r.name, "level": r.levelname,
+                                                                     "message": r.getMessage()})
     library_logger.addHandler(handler)
     copy_start = time.perf_counter_ns()
     try:
@@ -146,9 +148,9 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
         "eval_called": True, "training": model.training,
         "warnings": [{"category": w.category.__name__, "message": str(w.message), "filename": w.filename,
                       "lineno": w.lineno} for w in caught],
-        "log_messages": handler.records,
+        "log_messages": log_messages,
         "log_level_captured": logging.getLevelName(library_logger.getEffectiveLevel()),
-        "loading_info": loading_info, "load_problems": load_problems(loading_info, handler.records),
+        "loading_info": loading_info, "load_problems": load_problems(loading_info, log_messages),
         "load_start_ns": load_start, "load_end_ns": load_end, "elapsed_s": (load_end - load_start) / 1e9,
         "tokenizer": {"class": type(tokenizer).__name__, "is_fast": tokenizer.is_fast, "vocab_size": len(tokenizer),
                       "special_tokens_map": dict(tokenizer.special_tokens_map),
@@ -269,17 +271,6 @@ def violation_message(summary: Optional[dict]) -> Optional[str]:
 LIBRARY_LOGGERS = ("transformers", "torch")
 
 
-class _ListHandler(logging.Handler):
-    """Appends each log record at WARNING or above to a list, naming the library and the logger."""
-
-    def __init__(self, library: str, sink: list):
-        super().__init__(level=logging.WARNING)
-        self.library, self.sink = library, sink
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.sink.append(f"{self.library} logger {record.name} {record.levelname}: {record.getMessage()}")
-
-
 @contextlib.contextmanager
 def capture_messages(loggers: tuple = LIBRARY_LOGGERS) -> Iterator[list[str]]:
     """Python warnings and the libraries' log records (WARNING and above) in one list of strings, around a whole
@@ -294,8 +285,10 @@ def capture_messages(loggers: tuple = LIBRARY_LOGGERS) -> Iterator[list[str]]:
     installed = []
     for name in loggers:
         logger = logging.getLogger(name)
-        installed.append((logger, _ListHandler(name, messages), logger.level))
-        logger.addHandler(installed[-1][1])
+        handler = _ListHandler(logging.WARNING, messages,
+                               lambda r, library=name: f"{library} logger {r.name} {r.levelname}: {r.getMessage()}")
+        installed.append((logger, handler, logger.level))
+        logger.addHandler(handler)
         if logger.level == logging.NOTSET or logger.level > logging.WARNING:
             logger.setLevel(logging.WARNING)
     try:
