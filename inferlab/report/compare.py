@@ -116,17 +116,14 @@ def field_differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, An
     return [] if a == b else [(path, a, b)]
 
 
+ENVIRONMENT = ("platform", "distributions", "thread_environment", "git", "torch_build", "specimen",
+               "requirements_lock_sha256", "deviations_from_reference")
+
+
 def environment_differences(a: dict, b: dict) -> list[dict]:
-    """Every field that differs in the manifests' platform, distributions, thread environment, git, specimen
-    (field by field), lock hash and deviations."""
-    pairs = [(section, name, (a.get(section) or {}).get(name), (b.get(section) or {}).get(name))
-             for section in ("platform", "distributions", "thread_environment", "git")
-             for name in sorted(set(a.get(section) or {}) | set(b.get(section) or {}))]
-    pairs += [("specimen", name or "(whole)", x, y) for name, x, y in field_differences(a.get("specimen"),
-                                                                                        b.get("specimen"))]
-    pairs += [("manifest", name, a.get(name), b.get(name)) for name in ("requirements_lock_sha256",
-                                                                         "deviations_from_reference")]
-    return [{"section": s, "name": n, "dir1": x, "dir2": y} for s, n, x, y in pairs if x != y]
+    """Every field, by its dotted path, that differs between the manifests' ENVIRONMENT entries."""
+    return [{"field": name, "dir1": x, "dir2": y} for name, x, y in
+            field_differences({k: a.get(k) for k in ENVIRONMENT}, {k: b.get(k) for k in ENVIRONMENT})]
 
 
 def run_state(view: RunView) -> str:
@@ -182,8 +179,6 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
                            "uncontended_ratio_dir2_over_dir1": cy / cx if cx and cy is not None else None})
     acquisitions = [next((r.get("acquisition") for r in reversed(v.records) if r.get("kind") == "artifact_acquisition"),
                          None) for v in (a, b)]
-    kernels = [(v.manifest.get("torch_build") or {}).get("cpu_kernels") if isinstance(v.manifest.get("torch_build"),
-                                                                                      dict) else None for v in (a, b)]
     specimens = {"dir1": specimen_of(a), "dir2": specimen_of(b)}
     return {
         "dir1": str(a.directory), "dir2": str(b.directory),
@@ -203,7 +198,6 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
         "artifacts": artifacts(a.records, b.records),
         "acquisition": {"dir1": acquisitions[0], "dir2": acquisitions[1], "equal": acquisitions[0] == acquisitions[1]},
         "environment": environment_differences(a.manifest, b.manifest),
-        "cpu_kernels": {"dir1": kernels[0], "dir2": kernels[1], "equal": kernels[0] == kernels[1]},
     }
 
 
@@ -238,8 +232,6 @@ def header_warnings(result: dict) -> list[str]:
 
 def format_compare(result: dict) -> str:
     """compare()'s result as plain text."""
-    from inferlab.host.environment import describe_kernels
-
     runs = result.get("runs") or {}
     lines = [f"compare: DIR1 = {result['dir1']}" + (f"  ({runs['dir1']})" if runs.get("dir1") else ""),
              f"         DIR2 = {result['dir2']}" + (f"  ({runs['dir2']})" if runs.get("dir2") else "")]
@@ -275,11 +267,8 @@ def format_compare(result: dict) -> str:
     acquisition = result.get("acquisition") or {}
     lines.append(f"acquisition (how each run got its files; not an artifact): dir1={shown(acquisition.get('dir1'))}  "
                  f"dir2={shown(acquisition.get('dir2'))}" + ("" if acquisition.get("equal") else "  differ"))
-    kernels = result.get("cpu_kernels") or {}
-    lines += ["", "CPU kernels (logits of other kernel sets differ by rounding; ids may then part at a near tie)"
-              + ("" if kernels.get("equal") else ": DIFFER"), f"  dir1: {describe_kernels(kernels.get('dir1'))}",
-              f"  dir2: {describe_kernels(kernels.get('dir2'))}", "", "environment differences"]
-    lines += [f"  {r['section']}.{r['name']}: dir1={shown(r['dir1'])}  dir2={shown(r['dir2'])}"
-              for r in result["environment"]] or ["  none (platform, distributions, thread environment, git, specimen, "
-                                                  "lock and deviations agree)"]
+    lines += ["", "environment differences (another torch build or CPU kernel set changes logits by rounding; ids "
+              "may then part at a near tie)"]
+    lines += [f"  {r['field']}: dir1={shown(r['dir1'])}  dir2={shown(r['dir2'])}" for r in result["environment"]] or [
+        f"  none ({', '.join(ENVIRONMENT)} agree)"]
     return "\n".join(lines) + "\n"
