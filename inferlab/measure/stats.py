@@ -130,6 +130,8 @@ def first_divergence(a: Sequence, b: Sequence) -> Optional[int]:
 # --- summaries of a run's records -----------------------------------------------------------------------------------
 
 TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
+THROUGHPUT_CONVENTION = ("median of per-run values 16/(t16 - t0); includes prompt processing; its reciprocal is not "
+                         "inter-token latency")
 
 
 def stopped_early_on_eos(generation: dict, max_new_tokens: int = protocol.MAX_NEW_TOKENS) -> bool:
@@ -183,6 +185,7 @@ def timing_summary(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
         "schedule_indices": [t["schedule_index"] for t in measured],
         "prompt_length": sorted({t["prompt_length"] for t in measured}),
         "output_length": sorted({t["output_length"] for t in measured}),
+        "throughput_convention": THROUGHPUT_CONVENTION,
         "contended_trials": [t["schedule_id"] for t, flag in zip(measured, flags) if flag is True],
         "trials_without_evidence": [t["schedule_id"] for t, flag in zip(measured, flags) if flag is None],
     }
@@ -302,22 +305,15 @@ def _measured(trials: list[dict], prompt_id: str, use_cache: bool) -> list[dict]
                   key=lambda t: t.get("schedule_index", 0))
 
 
-def chosen_samples(*groups: list[dict]) -> tuple[str, list[list[dict]]]:
-    """('uncontended', those trials of each group) when every group has protocol.VERDICT_MIN_UNCONTENDED of them,
-    else ('all', the groups as they are)."""
-    clean = [[t for t in group if trial_contended(t) is False] for group in groups]
-    if all(len(group) >= protocol.VERDICT_MIN_UNCONTENDED for group in clean):
-        return "uncontended", clean
-    return "all", [list(group) for group in groups]
-
-
 def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
                   threshold: float = protocol.SMALLEST_TIMING_EFFECT) -> dict:
     """'faster', 'slower' or 'cannot_tell' for the cache on this metric and prompt, from this metric's own samples
     (uncontended ones when each side has enough: `samples` says which): the shift of log times without against with
     the cache (positive: the cache is faster), its interval, and `effect`, its estimate as a fraction of time."""
     on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
-    samples, (used_on, used_off) = chosen_samples(on, off)
+    clean = [[t for t in group if trial_contended(t) is False] for group in (on, off)]
+    enough = all(len(group) >= protocol.VERDICT_MIN_UNCONTENDED for group in clean)
+    samples, (used_on, used_off) = ("uncontended", clean) if enough else ("all", (on, off))
     groups = []
     for used in (used_on, used_off):
         kept = [(t.get("schedule_id"), _value(t, metric)) for t in used]
@@ -328,9 +324,8 @@ def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
     interval = {**shift, **{f"{name}_fraction": fraction(shift[name]) for name in ("estimate", "low", "high")}}
     found, reason = verdict(interval, threshold)
     if samples == "all":
-        clean = [sum(1 for t in group if trial_contended(t) is False) for group in (on, off)]
         reason += (f"; from all samples: fewer than {protocol.VERDICT_MIN_UNCONTENDED} of them uncontended on a side "
-                   f"(cache on {clean[0]}, off {clean[1]}; the others contended or without CPU evidence)")
+                   f"(cache on {len(clean[0])}, off {len(clean[1])}; the others contended or without CPU evidence)")
     used = {id(t) for t in used_on + used_off}
     return {"prompt_id": prompt_id, "metric": metric, "verdict": found, "reason": reason, "samples": samples,
             "threshold": threshold, "effect": interval["estimate_fraction"], "interval": interval,
@@ -338,22 +333,7 @@ def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
             "not_used": [t.get("schedule_id") for t in on + off if id(t) not in used]}
 
 
-def prefill_vs_decode(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
-    """How many decode steps one prefill is worth: per trial, its prefill_s over its own mean post-first interval
-    (paired within a trial, never two independent samples); their median [min, max], uncontended when enough."""
-    samples, (chosen,) = chosen_samples(_measured(trials, prompt_id, use_cache))
-    pairs = [(_value(t, "prefill_s"), _value(t, "mean_post_first_interval_s")) for t in chosen]
-    ratios = [prefill / step for prefill, step in pairs if prefill is not None and step is not None]
-    return {"prompt_id": prompt_id, "use_cache": use_cache, "samples": samples, "n": len(ratios), "ratios": ratios,
-            "median": statistics.median(ratios) if ratios else None, "min": min(ratios, default=None),
-            "max": max(ratios, default=None),
-            "output_length": sorted({t.get("output_length") for t in chosen}, key=str)}
-
-
 def cache_verdicts(trials: list[dict]) -> dict:
-    """The declared threshold, one verdict per timing prompt and metric, and prefill against one decode step per
-    prompt and cache setting."""
+    """The declared threshold and one verdict per timing prompt and metric."""
     return {"threshold": protocol.SMALLEST_TIMING_EFFECT,
-            "verdicts": [cache_verdict(trials, p, m) for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS],
-            "prefill_vs_decode": [prefill_vs_decode(trials, p, c) for p in protocol.TIMING_PROMPTS
-                                  for c in (True, False)]}
+            "verdicts": [cache_verdict(trials, p, m) for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS]}
