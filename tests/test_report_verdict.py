@@ -37,7 +37,7 @@ complete = shared("complete", "complete", "The shared complete run in memory: ev
 def judged(data: RunData, after_session: bool = False) -> tuple[report.Verdict, str]:
     """The verdict of a run in memory and report.md's text, as the session renders it."""
     view = data.view()
-    return report.verdict_of(view, after_session=after_session), report.render_report(view, after_session=after_session)
+    return report.decide(view, after_session=after_session), report.render_report(view, after_session=after_session)
 
 
 def fail(test_suffix: str, message: str):
@@ -77,7 +77,7 @@ def test_a_variant_in_memory_is_the_run_build_rich_run_writes(complete, runs, tm
     data = complete.rich(transform=interrupted, session_end=session_end)
     assert data.records == RunData.read(built).records
     assert report.render_report(data.view()) == (built / REPORT_FILE).read_text()
-    assert report.verdict_of(data.view()) == report.verdict_of(built)
+    assert report.decide(data.view()) == report.decide(built)
 
 
 def test_a_complete_finished_run_with_every_test_passed_says_so(complete):
@@ -88,7 +88,7 @@ def test_a_complete_finished_run_with_every_test_passed_says_so(complete):
 
 def test_a_run_without_session_end_did_not_finish(complete):
     found, page = judged(complete.rich(session_end=False))
-    assert found.kind == "not_finished" and found.finished is None
+    assert found.kind == "not_finished"
     assert "**The run did not finish.**" in headline(page)
     assert PASSED not in page
 
@@ -111,7 +111,7 @@ def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned,
     from inferlab.__main__ import main
 
     run = copy_run(abandoned, tmp_path / "abandoned")
-    found = report.verdict_of(run, after_session=True)
+    found = report.decide(run, after_session=True)
     assert found.kind == "finish_abandoned" and "passed" not in found.kinds
     report.write_report(run, after_session=True)
     text = (run / REPORT_FILE).read_text()
@@ -129,14 +129,14 @@ def test_during_the_session_an_unfinalised_manifest_is_expected_and_after_it_the
     the session is over, the page it wrote no longer says what the folder holds."""
     from inferlab.__main__ import main
 
-    assert report.verdict_of(abandoned).kind == "passed" and report.check(abandoned).status == "identical"
+    assert report.decide(abandoned).kind == "passed" and report.check(abandoned).status == "identical"
     assert main(["report", str(abandoned), "--check"]) == 1
     assert "regenerated text differs" in capsys.readouterr().out
 
 
 def test_a_killed_run_reported_later_says_its_files_are_unprotected(runs, tmp_path):
     run = kill_after(runs.copy("rich", tmp_path / "killed"), tests_done=40)
-    found = report.verdict_of(run, after_session=True)
+    found = report.decide(run, after_session=True)
     assert found.kind == "not_finished" and "finish_abandoned" not in found.kinds
     assert "Nothing in this folder is protected by the manifest's hashes." in found.headline
 
@@ -170,7 +170,7 @@ def test_planned_tests_without_an_outcome_are_named_even_when_the_session_ended(
 
 def test_a_failed_acquisition_heads_the_page(runs):
     run = runs.get("failed_ended")
-    found = report.verdict_of(run)
+    found = report.decide(run)
     assert found.kind == "acquisition_failed"
     assert "integrity_failed" not in found.kinds  # the acquisition is the subject, not a second finding
     assert "**The specimen could not be acquired, so nothing was measured.**" in file_headline(run)
@@ -229,7 +229,7 @@ def test_damaged_records_are_never_called_every_test_passed(runs, tmp_path):
     lines[generation] = "{ this line was damaged\n"
     (run / "records.jsonl").write_text("".join(lines))
     rerender(run)
-    found = report.verdict_of(run)
+    found = report.decide(run)
     assert found.kind == "records_damaged" and "passed" not in found.kinds
     assert PASSED not in (run / REPORT_FILE).read_text()
     assert "could not all be read" in file_headline(run) and "records.jsonl" in file_headline(run)

@@ -294,32 +294,23 @@ def verdict(effect: dict, threshold: float) -> tuple[str, str]:
 VERDICT_METRICS = ("mean_post_first_interval_s", "loop_s")
 
 
-def _value(record: dict, metric: str) -> Optional[float]:
-    value = record.get(metric)
-    return value if is_number(value) and value > 0 else None
-
-
-def _measured(trials: list[dict], prompt_id: str, use_cache: bool) -> list[dict]:
-    return sorted((t for t in trials if t.get("status", "ok") == "ok" and t.get("warmup") is False
-                   and t.get("prompt_id") == prompt_id and t.get("use_cache") == use_cache),
-                  key=lambda t: t.get("schedule_index", 0))
-
-
 def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
                   threshold: float = protocol.SMALLEST_TIMING_EFFECT) -> dict:
     """'faster', 'slower' or 'cannot_tell' for the cache on this metric and prompt, from this metric's own samples
     (uncontended ones when each side has enough: `samples` says which): the shift of log times without against with
     the cache (positive: the cache is faster), its interval, and `effect`, its estimate as a fraction of time."""
-    on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
+    on, off = (sorted((t for t in trials if t.get("status", "ok") == "ok" and t.get("warmup") is False
+                       and t.get("prompt_id") == prompt_id and t.get("use_cache") is cache),
+                      key=lambda t: t.get("schedule_index", 0)) for cache in (True, False))
     clean = [[t for t in group if trial_contended(t) is False] for group in (on, off)]
     enough = all(len(group) >= protocol.VERDICT_MIN_UNCONTENDED for group in clean)
     samples, (used_on, used_off) = ("uncontended", clean) if enough else ("all", (on, off))
     groups = []
     for used in (used_on, used_off):
-        kept = [(t.get("schedule_id"), _value(t, metric)) for t in used]
-        values = [v for _, v in kept if v is not None]
+        kept = [(t.get("schedule_id"), t.get(metric)) for t in used if is_number(t.get(metric)) and t[metric] > 0]
+        values = [v for _, v in kept]
         spread = median_min_max(values) if values else {"n": 0, "values": [], "median": None, "min": None, "max": None}
-        groups.append({**spread, "schedule_ids": [name for name, v in kept if v is not None]})
+        groups.append({**spread, "schedule_ids": [name for name, _ in kept]})
     shift = log_shift(groups[0]["values"], groups[1]["values"])
     interval = {**shift, **{f"{name}_fraction": fraction(shift[name]) for name in ("estimate", "low", "high")}}
     found, reason = verdict(interval, threshold)
