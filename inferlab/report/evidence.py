@@ -94,11 +94,11 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def trial_state(record: Optional[dict], needs_ids: bool = True) -> str:
+def trial_state(record: Optional[dict]) -> str:
     """'ok', 'failed', 'interrupted' (cut off by a signal) or 'not run' for one trial's record."""
     if record is None:
         return "not run"
-    if record.get("status", "ok") == "ok" and (not needs_ids or isinstance(record.get("generated_ids"), list)):
+    if record.get("status", "ok") == "ok" and isinstance(record.get("generated_ids"), list):
         return "ok"
     return "interrupted" if INTERRUPTED.search(str(record.get("error") or "")) else "failed"
 
@@ -133,10 +133,7 @@ def section_questions() -> list[str]:
 
 def generations(view: RunView) -> dict[str, dict]:
     """The generation records by protocol trial id."""
-    found: dict[str, dict] = {}
-    for record in view.kind("generation"):
-        found.setdefault(record.get("trial_id"), record)
-    return found
+    return {record.get("trial_id"): record for record in reversed(view.kind("generation"))}  # the first wins
 
 
 def section_inputs(view: RunView, why) -> list[str]:
