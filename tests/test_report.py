@@ -80,7 +80,8 @@ def test_a_stand_in_runs_report_holds_every_piece_of_evidence_and_no_reading(sta
     assert len(table_rows(cache)) == 1 + len(view.kind("cache_comparison"))
     timing = section(text, "Timing")
     assert protocol.TIMING_STOPPING_RULE in timing
-    for (prompt_id, use_cache), trials in costs.measured(view).items():  # every sample, median [min–max]
+    # every sample, median [min–max]
+    for (prompt_id, use_cache), trials in stats.measured(view.kind("timing_trial")).items():
         values = [t["ttft_s"] for t in trials]
         row = next(r for r in table_rows(timing) if r[0] == f"{prompt_id}, cache {'on' if use_cache else 'off'}"
                    and r[3] == "local TTFT (ms)")
@@ -216,7 +217,7 @@ def test_first_step_and_cache_tables_are_computed_from_the_saved_tensors(rich_ru
 
 
 def test_throughput_is_the_median_of_the_per_trial_values_with_its_convention(rich_run):
-    trials = costs.measured(RunView.read(rich_run))[("P1", True)]
+    trials = stats.measured(RunView.read(rich_run).kind("timing_trial"))[("P1", True)]
     rates = [stats.throughput_including_prompt(t["token_times_s"]) for t in trials]
     row = next(r for r in table_rows(section(page(rich_run), "Timing")) if r[0] == "P1, cache on"
                and r[3].startswith("throughput 16/(t16 − t0)"))

@@ -138,8 +138,6 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
             load_end = time.perf_counter_ns()
     finally:
         library_logger.removeHandler(handler)
-    if not tokenizer.is_fast:
-        raise RuntimeError(f"{directory}: expected a fast tokenizer, actual {type(tokenizer).__name__}")
     loading_info = {key: [str(item) for item in values] for key, values in (loading_info or {}).items()}
     model_load = {
         "directory": directory, "loaded_from": LOADED_FROM, "verified_copy_s": (load_start - copy_start) / 1e9,

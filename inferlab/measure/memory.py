@@ -84,13 +84,7 @@ def cache_layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if layers is None:
         raise TypeError(f"cache of type {type(cache).__name__} has no .layers; expected a transformers 4.57 Cache "
                         f"(DynamicCache)")
-    pairs = []
-    for index, layer in enumerate(layers):
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
-            raise TypeError(f"cache layer {index} ({type(layer).__name__}) holds no key/value tensors yet")
-        pairs.append((keys, values))
-    return pairs
+    return [(layer.keys, layer.values) for layer in layers]
 
 
 def cache_storage(cache: Any) -> dict:

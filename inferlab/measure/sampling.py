@@ -25,9 +25,6 @@ from inferlab.files import jsonable, tensor_sha256
 from inferlab.measure.inputs import token_pieces
 from inferlab.measure.loading import capture_messages
 
-# generate() takes our config as it is: with None it would fall back to the checkpoint's, and with True (or None on a
-# >=4.50 checkpoint) it would overwrite our default-valued fields
-USE_MODEL_DEFAULTS = False
 OUTPUT_DECODING_LABEL = ("tokenizer.decode of the generated ids (skip_special_tokens=True) alone, after generate() "
                          "returned; the second decode with special tokens kept is not timed")
 
@@ -77,8 +74,10 @@ def describe(objects) -> list[dict]:
 def timed_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: GenerationConfig):
     """One generate() call with the wall clock around it alone: (output, elapsed_s)."""
     start = time.perf_counter()
+    # use_model_defaults=False: generate() takes our config as it is (with None it would fall back to the checkpoint's,
+    # with True, or None on a >=4.50 checkpoint, overwrite our default-valued fields)
     output = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
-                            use_model_defaults=USE_MODEL_DEFAULTS)
+                            use_model_defaults=False)
     return output, time.perf_counter() - start
 
 

@@ -108,6 +108,15 @@ def token_times(record: dict) -> Optional[list]:
     return times if isinstance(times, list) and times and all(map(is_number, times)) else None
 
 
+def measured(trials: list[dict]) -> dict[tuple, list[dict]]:
+    """Completed measured timing trials by (prompt_id, use_cache), the groups and each group in schedule order."""
+    groups: dict[tuple, list[dict]] = {(t.prompt_id, t.use_cache): [] for t in protocol.timing_schedule()}
+    for record in trials:
+        if record.get("warmup") is False and record.get("status", "ok") == "ok":
+            groups.setdefault((record.get("prompt_id"), record.get("use_cache")), []).append(record)
+    return {k: sorted(v, key=lambda r: r.get("schedule_index", 0)) for k, v in groups.items() if v}
+
+
 def trial_contended(record: dict) -> Optional[bool]:
     """A trial's recorded contention flag; None when it carries no evidence."""
     return record["contended"] if isinstance(record.get("contended"), bool) else None
@@ -299,9 +308,8 @@ def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
     """'faster', 'slower' or 'cannot_tell' for the cache on this metric and prompt, from this metric's own samples
     (uncontended ones when each side has enough: `samples` says which): the shift of log times without against with
     the cache (positive: the cache is faster), its interval, and `effect`, its estimate as a fraction of time."""
-    on, off = (sorted((t for t in trials if t.get("status", "ok") == "ok" and t.get("warmup") is False
-                       and t.get("prompt_id") == prompt_id and t.get("use_cache") is cache),
-                      key=lambda t: t.get("schedule_index", 0)) for cache in (True, False))
+    groups = measured(trials)
+    on, off = groups.get((prompt_id, True), []), groups.get((prompt_id, False), [])
     clean = [[t for t in group if trial_contended(t) is False] for group in (on, off)]
     enough = all(len(group) >= protocol.VERDICT_MIN_UNCONTENDED for group in clean)
     samples, (used_on, used_off) = ("uncontended", clean) if enough else ("all", (on, off))

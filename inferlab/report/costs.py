@@ -18,15 +18,6 @@ CONTENDED = "‡"  # after a sample of a contended trial (inferlab.measure.usage
 N = protocol.TIMING_NEW_TOKENS
 
 
-def measured(view: RunView) -> dict[tuple, list[dict]]:
-    """Completed measured timing trials by (prompt_id, use_cache), in schedule order."""
-    groups: dict[tuple, list[dict]] = {(t.prompt_id, t.use_cache): [] for t in protocol.timing_schedule()}
-    for record in view.kind("timing_trial"):
-        if record.get("warmup") is False and record.get("status", "ok") == "ok":
-            groups.setdefault((record.get("prompt_id"), record.get("use_cache")), []).append(record)
-    return {k: sorted(v, key=lambda r: r.get("schedule_index", 0)) for k, v in groups.items() if v}
-
-
 def throughput(record: dict) -> Optional[float]:
     times = stats.token_times(record)
     return stats.throughput_including_prompt(times) if times else None
@@ -85,7 +76,7 @@ def section_timing(view: RunView, why) -> list[str]:
              "TTFT at the first selection (no loading, tokenization, network or queue). Warmups are left out here; "
              "every timestamp is in the `timing_trial` records.", ""]
     rows = []
-    for (prompt_id, use_cache), trials in measured(view).items():
+    for (prompt_id, use_cache), trials in stats.measured(view.kind("timing_trial")).items():
         marks = [CONTENDED if stats.trial_contended(t) else "" for t in trials]
         for name, metric, scale in METRICS:
             values = [t.get(metric) if isinstance(metric, str) else metric(t) for t in trials]
@@ -179,7 +170,8 @@ def section_limitations(view: RunView) -> list[str]:
     items = ["The specimen is synthetic: constructed weights, so nothing here describes Pythia or any trained "
              "model."] if view.synthetic else []
     clock = view.first("clock_overhead") or {}
-    loops = [t["loop_s"] for group in measured(view).values() for t in group if is_number(t.get("loop_s"))]
+    loops = [t["loop_s"] for group in stats.measured(view.kind("timing_trial")).values() for t in group
+             if is_number(t.get("loop_s"))]
     cost, usage = clock.get("per_trial_overhead_ns"), clock.get("usage_per_read_ns")
     if is_number(cost) and loops:
         reads = (f", {num(clock.get('usage_reads_per_trial'))} thread-usage readings ≈ {usage / 1e3:.2f} µs each "
