@@ -175,8 +175,6 @@ def weight_read_time(model: torch.nn.Module, passes: int = WEIGHT_READ_PASSES, c
     """How long one pass reading the decode step's own weights takes (the weight_read record), with no forward and
     the thread setting as the session set it. caches: this machine's (host.machine.cache_sizes()); the record says
     whether the weights fit in its largest level, or "unknown"."""
-    if passes < 1:
-        raise ValueError(f"weight_read_time: expected passes >= 1, got {passes}")
     tensors, read = decode_step_weights(model)
 
     def one_pass() -> int:
