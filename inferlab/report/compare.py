@@ -6,7 +6,6 @@ its view (inferlab.read.runview), and checked by verify first, so that an edited
 
 from __future__ import annotations
 
-import collections
 import json
 import math
 import statistics
@@ -16,7 +15,7 @@ from typing import Any, Union
 from inferlab import protocol
 from inferlab.files import spelled
 from inferlab.measure import usage
-from inferlab.measure.stats import TIMING_METRICS, first_divergence, trial_contended
+from inferlab.measure.stats import TIMING_METRICS, first_divergence, is_number, measured, trial_contended
 from inferlab.read.runview import RunView
 from inferlab.read.tensors import TensorFileError
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
@@ -96,16 +95,12 @@ def tensor_agreement(view_a: RunView, view_b: RunView) -> list[dict]:
 def timing_medians(records: list[dict], uncontended_only: bool = False) -> dict:
     """Per (prompt, use_cache): each metric's median over the measured trials (with uncontended_only, over those
     the declared contention rule did not mark; a trial without evidence is left out then)."""
-    values: dict = collections.defaultdict(lambda: collections.defaultdict(list))
-    for record in records:
-        if record.get("kind") != "timing_trial" or record.get("warmup") or (
-                uncontended_only and trial_contended(record) is not False):
-            continue
-        for metric in TIMING_METRICS:
-            value = record.get(metric)
-            if isinstance(value, (int, float)):
-                values[(record.get("prompt_id"), record.get("use_cache"))][metric].append(value)
-    return {key: {m: statistics.median(v) for m, v in metrics.items() if v} for key, metrics in values.items()}
+    medians = {}
+    for key, trials in measured([r for r in records if r.get("kind") == "timing_trial"]).items():
+        kept = [t for t in trials if not uncontended_only or trial_contended(t) is False]
+        values = {metric: [t[metric] for t in kept if is_number(t.get(metric))] for metric in TIMING_METRICS}
+        medians[key] = {metric: statistics.median(v) for metric, v in values.items() if v}
+    return medians
 
 
 def field_differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
