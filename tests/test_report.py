@@ -286,9 +286,3 @@ def test_partial_and_malformed_records_never_crash_the_page(tmp_path):
 def test_a_cell_keeps_pipes_line_breaks_and_runs_of_spaces_visible(value, shown):
     assert evidence.jstr(value) == shown and json.loads(evidence.visible_json(value)) == value
 
-
-def test_no_source_or_doc_says_the_top_p_mass_exceeds_p():
-    """The library keeps the smallest most-probable set whose mass reaches top_p (analytic_tests check it)."""
-    places = [ROOT / "README.md", *[path for folder in ("inferlab", "docs", "experiments", "analytic_tests")
-                                    for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".md")]]
-    assert not [p for p in places if re.search(r"mass\s+exceeds", p.read_text(encoding="utf-8"))]
