@@ -35,7 +35,7 @@ def prompt():
 
 @pytest.fixture(scope="module")
 def runs(model, prompt):
-    return {use_cache: run_greedy_loop(model, *prompt, use_cache=use_cache, eos_token_id=EOS) for use_cache in (True, False)}
+    return {cache: run_greedy_loop(model, *prompt, use_cache=cache, eos_token_id=EOS) for cache in (True, False)}
 
 
 def fed(model, call) -> list[dict]:
@@ -75,7 +75,8 @@ def test_one_prefill_then_one_forward_per_selection_and_a_cache_of_the_fed_lengt
     results = []
     steps = fed(model, lambda: results.append(run_greedy_loop(model, *prompt, use_cache=use_cache)))
     T = len(PROMPT)
-    assert [len(step["input_ids"][0]) for step in steps] == [T] + ([1] * (N - 1) if use_cache else list(range(T + 1, T + N)))
+    fed_lengths = [1] * (N - 1) if use_cache else list(range(T + 1, T + N))
+    assert [len(step["input_ids"][0]) for step in steps] == [T] + fed_lengths
     cache = results[0].cache  # the last selected token is never fed, so the cache holds prompt + N - 1 tokens
     assert cache.get_seq_length() == T + N - 1 if use_cache else cache is None
 
@@ -84,7 +85,8 @@ def ignoring_logits_to_keep(monkeypatch):
     """A tiny model whose forward returns every position's logits, whatever logits_to_keep asks for."""
     model = tiny_gpt_neox(seed=0)
     real_forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda *args, **kwargs: real_forward(*args, **{**kwargs, "logits_to_keep": 0}))
+    monkeypatch.setattr(model, "forward",
+                        lambda *args, **kwargs: real_forward(*args, **{**kwargs, "logits_to_keep": 0}))
     return model
 
 

@@ -31,7 +31,8 @@ def test_unique_storage_counts_views_repeats_and_tied_weights_once():
 def test_the_kv_cache_formula_equals_a_real_caches_bytes(overrides):
     model = tiny_gpt_neox(**overrides)
     ids = torch.tensor([PROMPT])
-    storage = memory.cache_storage(run_greedy_loop(model, ids, torch.ones_like(ids), use_cache=True, new_tokens=4).cache)
+    loop = run_greedy_loop(model, ids, torch.ones_like(ids), use_cache=True, new_tokens=4)
+    storage = memory.cache_storage(loop.cache)
     fed = len(PROMPT) + 4 - 1
     assert storage["logical_length"] == fed and len(storage["per_layer"]) == model.config.num_hidden_layers
     assert storage["unique_bytes"] == memory.expected_kv_cache_bytes(model.config, fed)

@@ -29,7 +29,8 @@ MS = 1_000_000  # ns
 @pytest.mark.parametrize("share, switches, collector, major, expected", [
     (0.995, 0, None, None, False), (RULE.min_cpu_share, 0, None, None, False),
     (RULE.min_cpu_share - 0.001, 0, None, None, True),
-    (0.999, RULE.max_involuntary_switches, None, None, False), (0.999, RULE.max_involuntary_switches + 1, None, None, True),
+    (0.999, RULE.max_involuntary_switches, None, None, False),
+    (0.999, RULE.max_involuntary_switches + 1, None, None, True),
     (0.999, 0, RULE.max_collector_share, 0, False), (0.999, 0, RULE.max_collector_share + 0.001, 0, True),
     (0.999, 0, 0.0, RULE.max_major_faults + 1, True), (None, None, None, None, None),
     (0.5, None, None, None, True),  # a platform without switch counts still has the share
@@ -272,7 +273,8 @@ def test_a_loop_under_the_default_policy_collects_nothing_and_sees_no_collection
 
 
 def test_a_loop_with_the_collector_left_on_records_and_labels_its_collections(model, prompt, eager_collector):
-    record = run_greedy_loop(model, *prompt, use_cache=True, new_tokens=6, collector_policy=usage.ON_IN_SPANS).to_record()
+    record = run_greedy_loop(model, *prompt, use_cache=True, new_tokens=6,
+                             collector_policy=usage.ON_IN_SPANS).to_record()
     loop = record["cpu_evidence"]["loop"]
     assert record["collector_enabled_in_spans"] is True
     assert loop["collections"] > 0 and loop["collections"] == sum(loop["collections_by_generation"].values())

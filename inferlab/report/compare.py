@@ -138,11 +138,6 @@ def run_state(view: RunView) -> str:
     return "finished, the complete protocol"
 
 
-def specimen_of(view: RunView) -> dict:
-    specimen = view.manifest.get("specimen") if isinstance(view.manifest.get("specimen"), dict) else {}
-    return {key: specimen.get(key) for key in ("name", "repo_id", "revision", "synthetic")}
-
-
 def artifacts(records_a: list[dict], records_b: list[dict]) -> list[dict]:
     """Every artifact file of either run, with its hash and size in each and whether they are the same."""
     a, b = ({r.get("name"): {"sha256": r.get("sha256"), "size": r.get("size")} for r in records
@@ -174,7 +169,9 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
                            "uncontended_ratio_dir2_over_dir1": cy / cx if cx and cy is not None else None})
     acquisitions = [next((r.get("acquisition") for r in reversed(v.records) if r.get("kind") == "artifact_acquisition"),
                          None) for v in (a, b)]
-    specimens = {"dir1": specimen_of(a), "dir2": specimen_of(b)}
+    specimens = {name: {key: (v.manifest.get("specimen") or {}).get(key) for key in ("name", "repo_id", "revision",
+                                                                              "synthetic")}
+                 for name, v in (("dir1", a), ("dir2", b))}
     return {
         "dir1": str(a.directory), "dir2": str(b.directory),
         # how a run ended is the header's business, not an integrity problem
@@ -205,32 +202,25 @@ def shown(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}… ({len(text)} chars)"
 
 
-def header_warnings(result: dict) -> list[str]:
-    """What the reader must know before any row: a run whose files fail verify, and runs of two specimens."""
-    lines = []
-    for name in ("dir1", "dir2"):
-        problems = (result.get("integrity") or {}).get(name) or []
+def format_compare(result: dict) -> str:
+    """compare()'s result as plain text, after what the reader must know before any row: a run whose files fail
+    verify, and runs of two specimens."""
+    runs, specimens = result["runs"], result["specimens"]
+    lines = [f"compare: DIR1 = {result['dir1']}  ({runs['dir1']})",
+             f"         DIR2 = {result['dir2']}  ({runs['dir2']})"]
+    for name, problems in result["integrity"].items():
         if problems:
             lines.append(f"INTEGRITY: {name.upper()} fails verify ({len(problems)} problem(s)): its files are not what "
                          "its session wrote, so the rows below compare altered material; "
                          f"`{spelled('verify ' + result[name])}` lists every problem:")
             lines += [f"  {line}" for line in problems[:INTEGRITY_SHOWN]]
             lines += [f"  ... and {len(problems) - INTEGRITY_SHOWN} more"] if len(problems) > INTEGRITY_SHOWN else []
-    specimens = result.get("specimens") or {}
-    if specimens and not specimens.get("equal"):
+    if not specimens["equal"]:
         words = [f"{s.get('name')} ({s.get('repo_id')} at revision {s.get('revision')}"
                  f"{', SYNTHETIC' if s.get('synthetic') else ''})" for s in (specimens["dir1"], specimens["dir2"])]
         lines.append(f"DIFFERENT SPECIMENS: DIR1 is of {words[0]}, DIR2 of {words[1]}: every difference below may be "
                      "the specimens', not the machines' or the code's")
-    return lines
-
-
-def format_compare(result: dict) -> str:
-    """compare()'s result as plain text."""
-    runs = result.get("runs") or {}
-    lines = [f"compare: DIR1 = {result['dir1']}" + (f"  ({runs['dir1']})" if runs.get("dir1") else ""),
-             f"         DIR2 = {result['dir2']}" + (f"  ({runs['dir2']})" if runs.get("dir2") else "")]
-    lines += header_warnings(result) + [""]
+    lines.append("")
     for title, rows in (("generation trials (exact generated ids)", result["generation"]),
                         ("timing trials (exact generated ids)", result["timing_ids"])):
         width = max((len(r["trial"]) for r in rows), default=5)
@@ -241,7 +231,7 @@ def format_compare(result: dict) -> str:
               for r in result["tensors"]] or ["  no tensor files in either dir"]
     lines += ["", "timing: per-condition medians of the measured trials, ratio DIR2/DIR1 (two runs of the same code "
               "differ by chance, more so on a shared machine: a ratio away from 1 is no finding by itself)"]
-    for name, found in (result.get("timing_contention") or {}).items():
+    for name, found in result["timing_contention"].items():
         lines.append(f"  {name}: {found['contended']} of {found['trials']} timing trials contended, "
                      f"{found['without_evidence']} without CPU evidence"
                      + (f"; contended: {', '.join(found['contended_ids'])}" if found["contended_ids"] else ""))
@@ -249,7 +239,7 @@ def format_compare(result: dict) -> str:
               f"dir1={shown(r['median_dir1'])} s  dir2={shown(r['median_dir2'])} s  "
               f"ratio={shown(r['ratio_dir2_over_dir1'])}  uncontended ratio="
               f"{shown(r.get('uncontended_ratio_dir2_over_dir1'))}" for r in result["timing_ratios"]]
-    rows = result.get("artifacts") or []
+    rows = result["artifacts"]
     lines += ["", f"artifacts (sha256 and size of every file each run verified): {sum(r['equal'] for r in rows)} of "
               f"{len(rows)} equal"]
     for row in rows:
@@ -259,7 +249,7 @@ def format_compare(result: dict) -> str:
         lines.append(f"  {row['file']}  {row['status']}")
         if row["status"] == "differ":
             lines += [f"    dir1: {shown(row['dir1'])}", f"    dir2: {shown(row['dir2'])}"]
-    acquisition = result.get("acquisition") or {}
+    acquisition = result["acquisition"]
     lines.append(f"acquisition (how each run got its files; not an artifact): dir1={shown(acquisition.get('dir1'))}  "
                  f"dir2={shown(acquisition.get('dir2'))}" + ("" if acquisition.get("equal") else "  differ"))
     lines += ["", "environment differences (another torch build or CPU kernel set changes logits by rounding; ids "

@@ -1,7 +1,5 @@
-"""report.md's evidence of Parts 5 and 6, what the computation cost: every timing sample with its summaries and the
-cache's effect beside the declared threshold, the memory accounting with what it leaves unmeasured, and what the
-procedure itself does to those measurements. Like evidence.py, it states what was measured and reads nothing into
-it (inferlab.report.after does, beside the learner's answers).
+"""report.md's evidence of Parts 5 and 6: every timing sample with its summaries and the cache's effect beside the
+declared threshold, the memory accounting with what it leaves unmeasured, and the procedure's own limitations.
 """
 
 from __future__ import annotations
@@ -29,7 +27,8 @@ def per_second(value: Any) -> str:
 
 METRICS = (("prefill (ms)", "prefill_s", ms), ("local TTFT (ms)", "ttft_s", ms),
            (f"mean post-first interval (t{N} − t1)/{N - 1} (ms)", "mean_post_first_interval_s", ms),
-           (f"loop, {N} selections (ms)", "loop_s", ms), (f"throughput {N}/(t{N} − t0), tokens/s", throughput, per_second))
+           (f"loop, {N} selections (ms)", "loop_s", ms),
+           (f"throughput {N}/(t{N} − t0), tokens/s", throughput, per_second))
 METRIC_NAMES = {"mean_post_first_interval_s": "mean post-first interval", "loop_s": f"loop, {N} selections"}
 
 

@@ -1,12 +1,6 @@
-"""report.md's evidence of Parts 3 and 4 and the batching extension, what was selected and what was computed: each
-section a table of what the records hold, with the few sentences that say what a column means (Parts 5 and 6, what
-it cost, are costs.py's; the Markdown cells below serve both). Nothing here reads a result as good or bad for the
-learner's questions: that reading is inferlab.report.after's, shown only beside the learner's own answers.
-
-The questions table says, for each of the lab's questions, which section and records hold its evidence. Each
-section is a pure function of one run's view (inferlab.read.runview.RunView) and of `why`, the page's account
-of missing records (inferlab.report.Labels: .brief(outcome), .absent(kind)); a missing record gives a placeholder
-cell or a sentence saying why it is missing, never an error.
+"""report.md's questions table and its evidence of Parts 3 and 4 and the batching extension, and the Markdown cells
+every section uses. Each section is a pure function of one run's view and of `why` (inferlab.report.Labels), which
+says why a record is missing: a placeholder cell or a sentence, never an error.
 """
 
 from __future__ import annotations
