@@ -1,7 +1,8 @@
 """Two finished runs side by side, from their files alone (no model): `inferlab compare DIR1 DIR2`. It reports and
 does not judge: exact-id agreement per generation and timing trial, the max abs difference of every saved tensor,
 the ratio of the timing medians, and every difference of artifact hashes and environment. Each run is read through
-its view (inferlab.read.runview), and checked by verify first, so that an edited run is never reported as agreeing.
+its view (inferlab.read.runview), and checked by verify first, so that an edited or damaged run is never reported as
+agreeing.
 """
 
 from __future__ import annotations
@@ -18,26 +19,9 @@ from inferlab.measure import usage
 from inferlab.measure.stats import TIMING_METRICS, first_divergence, is_number, measured, trial_contended
 from inferlab.read.runview import RunView
 from inferlab.read.tensors import TensorFileError
-from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
 SHOWN_CHARS = 100  # a value longer than this is cut in the text (compare()'s result keeps it whole)
 INTEGRITY_SHOWN = 5  # problem lines shown per run in the header (verify DIR lists them all)
-
-
-def load_for_compare(record_dir: Path) -> RunView:
-    """A run's view; ValueError naming the file when its records or manifest cannot be read whole."""
-    record_dir = Path(record_dir)
-    if not (record_dir / RECORDS_FILE).is_file():
-        raise ValueError(f"{record_dir / RECORDS_FILE}: missing")
-    view = RunView.read(record_dir)
-    for problem in view.problems_of(RECORDS_FILE):
-        if problem.lost or problem.code == "not_ascii":
-            raise ValueError(f"{record_dir / RECORDS_FILE}{'' if problem.line is None else f':{problem.line}'}: "
-                             f"{problem.what}")
-    for problem in view.problems_of(MANIFEST_FILE):
-        if problem.code != "missing":  # a run without a manifest is compared without its environment
-            raise ValueError(f"{record_dir / MANIFEST_FILE}: {problem.what}")
-    return view
 
 
 def id_agreement(a: dict, b: dict, order: list) -> list[dict]:
@@ -156,7 +140,7 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
     """Two record folders compared: the rows format_compare prints (it reports, and judges nothing)."""
     from inferlab.read.verify import verify_run
 
-    a, b = (d if isinstance(d, RunView) else load_for_compare(Path(d)) for d in (dir_a, dir_b))
+    a, b = (d if isinstance(d, RunView) else RunView.read(Path(d)) for d in (dir_a, dir_b))
     generation_order = [((t.prompt_id, t.condition, t.seed, t.repetition), t.test_id)
                         for t in protocol.generation_trials()]
     medians = [timing_medians(v.records, clean) for clean in (False, True) for v in (a, b)]
