@@ -204,10 +204,8 @@ def logits_to_keep_check(observed_shape: list, logits_to_keep: int, vocab_size: 
 
 
 def loop_logits_to_keep(prefill_shape: list, last_shape: list, logits_to_keep: int, vocab_size: int) -> dict:
-    """A timing trial's prefill and last forward against logits_to_keep. The prefill is the forward that tells: a
-    cache-on step feeds one token, so its logits have one position whether or not logits_to_keep was honoured.
-
-    {"prefill": check, "last": check, "ok": both ok}, each check as logits_to_keep_check gives it."""
+    """A timing trial's prefill and last forward against logits_to_keep, and whether both held. The prefill is the
+    forward that tells: a cache-on step feeds one token, so its logits have one position either way."""
     checks = {"prefill": logits_to_keep_check(prefill_shape, logits_to_keep, vocab_size),
               "last": logits_to_keep_check(last_shape, logits_to_keep, vocab_size)}
     return {**checks, "ok": all(check["ok"] for check in checks.values())}

@@ -88,15 +88,11 @@ def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.T
         "eos_token_id": tokenizer.eos_token_id, "pad_token_id": pad_id, "pad_reason": pad_reason,
         "tokenizer_class": type(tokenizer).__name__, "tokenizer_is_fast": bool(getattr(tokenizer, "is_fast", False)),
         "tokenizer_vocab_size_with_added": len(tokenizer),
-        "json_escaping": "records are written with json ensure_ascii=True: newline, tab and non-ASCII are escaped",
     }
     return record, input_ids, attention_mask
 
 
 def encode_prompts(tokenizer, prompts: dict) -> dict:
     """Every prompt tokenized once: {prompt_id: {record, input_ids (1, T), attention_mask (1, T)}}."""
-    encoded = {}
-    for prompt_id, source in prompts.items():
-        record, input_ids, attention_mask = encode_prompt(tokenizer, prompt_id, source)
-        encoded[prompt_id] = {"record": record, "input_ids": input_ids, "attention_mask": attention_mask}
-    return encoded
+    return {prompt_id: dict(zip(("record", "input_ids", "attention_mask"), encode_prompt(tokenizer, prompt_id, source)))
+            for prompt_id, source in prompts.items()}

@@ -110,13 +110,9 @@ class _ListHandler(logging.Handler):
 
 
 def load_specimen(directory, spec: SpecimenSpec) -> dict:
-    """Verify directory against spec, then load it: {model, tokenizer, verification, model_load}.
-
-    Raises SpecimenError (before touching the model) when the directory fails verification. model_load is JSON-ready:
-    classes, options, captured warnings and transformers log messages, from_pretrained's loading_info with the
-    load_problems found in it, load_start_ns/load_end_ns (perf_counter_ns), elapsed_s and the tokenizer's facts.
-    A load with problems is returned, not raised: the caller fails a check with it.
-    """
+    """Verify directory against spec (SpecimenError before touching the model), then load a private verified copy:
+    {model, tokenizer, verification, model_load (JSON-ready)}. A load with problems is returned, not raised: the
+    caller fails a check with it."""
     from transformers import GPTNeoXForCausalLM, GPTNeoXTokenizerFast
 
     verification = require_verified(directory, spec)

@@ -128,14 +128,8 @@ def policy_of(gc_in_spans: bool) -> str:
     return ON_IN_SPANS if gc_in_spans else OFF_IN_SPANS
 
 
-def _check_policy(policy: str) -> None:
-    if policy not in POLICIES:
-        raise ValueError(f"collector policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
-
-
 def declaration(policy: str) -> dict:
     """The policy as the plan, the manifest and each trial state it."""
-    _check_policy(policy)
     return {"policy": policy, "rule": POLICY_TEXT[policy], "event_fields": list(EVENT_FIELDS),
             "source": "gc.callbacks (start and stop of each collection, stamped with time.perf_counter_ns)"}
 
@@ -161,8 +155,7 @@ class CollectionWatch:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self in gc.callbacks:
-            gc.callbacks.remove(self)
+        gc.callbacks.remove(self)
 
 
 class TimedBlock:
@@ -170,7 +163,8 @@ class TimedBlock:
     it collects nothing, and leaving it restores the collector as it was found."""
 
     def __init__(self, policy: str):
-        _check_policy(policy)
+        if policy not in POLICIES:
+            raise ValueError(f"collector policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy, self.was_enabled, self.enabled_inside = policy, gc.isenabled(), None
 
     def __enter__(self) -> "TimedBlock":

@@ -192,7 +192,7 @@ def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optio
     return finish(figure, axes, path)
 
 
-# what else ran inside a trial's spans (contention.DISTURBANCES): marker, colour, size, legend words
+# what else ran inside a trial's spans (usage.DISTURBANCES): marker, colour, size, legend words
 DISTURBANCES = {"collection": ("o", "tab:purple", 170, "garbage collection"),
                 "major_fault": ("s", "tab:brown", 120, "major page fault")}
 
