@@ -87,14 +87,13 @@ def figure_of(width: float, height: float, title: str, partial: Optional[str]):
 
 def finish(figure, axes, path: Optional[Path]):
     """The legend below the axes (each label once), then the PNG (no version string, no timestamp)."""
-    handles, labels = [], []
+    shown = {}  # label -> its first handle
     for axis in axes:
         for handle, label in zip(*axis.get_legend_handles_labels()):
-            if label not in labels:
-                handles.append(handle)
-                labels.append(label)
-    if handles:
-        figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3), fontsize="small")
+            shown.setdefault(label, handle)
+    if shown:
+        figure.legend(list(shown.values()), list(shown), loc="outside lower center", ncols=min(len(shown), 3),
+                      fontsize="small")
     if path is not None:
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
