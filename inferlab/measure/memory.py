@@ -74,8 +74,7 @@ def parameter_storage(model: torch.nn.Module) -> dict:
     return {"unique_bytes": unique_storage_bytes(unique), "parameter_count": sum(p.numel() for p in unique),
             "naive_bytes": sum(p.numel() * p.element_size() for _, p in named), "named_tensor_count": len(named),
             "unique_tensor_count": len(unique), "buffer_unique_bytes": unique_storage_bytes(model.buffers()),
-            "dtypes": sorted({str(p.dtype) for p in unique}), "devices": sorted({str(p.device) for p in unique}),
-            "what": "tensor payload of parameters only; not process memory"}
+            "dtypes": sorted({str(p.dtype) for p in unique}), "devices": sorted({str(p.device) for p in unique})}
 
 
 def cache_layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -96,8 +95,7 @@ def cache_storage(cache: Any) -> dict:
                  for index, (keys, values) in enumerate(pairs)]
     lengths = sorted({entry["logical_length"] for entry in per_layer})
     return {"unique_bytes": unique_storage_bytes(t for pair in pairs for t in pair), "per_layer": per_layer,
-            "logical_length": lengths[0] if len(lengths) == 1 else lengths,
-            "what": "tensor payload of cached keys and values only; not process memory"}
+            "logical_length": lengths[0] if len(lengths) == 1 else lengths}
 
 
 # --- the process ---------------------------------------------------------------------------------------------------

@@ -300,8 +300,6 @@ def verdict(effect: dict, threshold: float) -> tuple[str, str]:
 
 # --- the cache verdict on each metric's own samples ------------------------------------------------------------------
 
-VERDICT_METRICS = ("mean_post_first_interval_s", "loop_s")
-
 
 def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
                   threshold: float = protocol.SMALLEST_TIMING_EFFECT) -> dict:
@@ -335,4 +333,5 @@ def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
 def cache_verdicts(trials: list[dict]) -> dict:
     """The declared threshold and one verdict per timing prompt and metric."""
     return {"threshold": protocol.SMALLEST_TIMING_EFFECT,
-            "verdicts": [cache_verdict(trials, p, m) for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS]}
+            "verdicts": [cache_verdict(trials, p, m) for p in protocol.TIMING_PROMPTS
+                         for m in ("mean_post_first_interval_s", "loop_s")]}
