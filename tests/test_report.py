@@ -16,7 +16,7 @@ from inferlab import protocol, report
 from inferlab.__main__ import main
 from inferlab.files import dumps, write_json_atomic
 from inferlab.measure import stats
-from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE
+from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, REPORT_RENDERER_VERSION
 from inferlab.read.runview import RunView
 from inferlab.report import costs, evidence
 
@@ -131,7 +131,7 @@ def test_report_check_agrees_with_the_session_and_catches_an_edit(rich_run, tmp_
 
 def test_a_page_another_renderer_wrote_is_not_compared(rich_run, tmp_path, capsys):
     older = copy_run(rich_run, tmp_path / "older")
-    edit_manifest(older, report_renderer_version=report.RENDERER_VERSION - 1)
+    edit_manifest(older, report_renderer_version=REPORT_RENDERER_VERSION - 1)
     assert main(["report", str(older), "--check"]) == 3
     assert "neither called identical nor different" in capsys.readouterr().out
 

@@ -7,7 +7,7 @@ procedure's limitations costs.py's. The report answers no question: the tool's r
 render_report() is a pure function of what the session has written when it renders (records.jsonl, plan.json, the
 manifest fields that do not change at session end, the tensors), so `report DIR --check` reproduces it byte for
 byte; the command line renders with after_session=True, and only then does a manifest never finalised enter the
-verdict (the session renders before it writes that manifest). RENDERER_VERSION (recorded in the manifest) names the
+verdict (the session renders before it writes that manifest). REPORT_RENDERER_VERSION (in the manifest) names the
 text this renderer writes; check() does not compare pages another version wrote.
 """
 
@@ -25,7 +25,6 @@ from inferlab.run.records import PREDICTIONS_FILE, REPORT_FILE, REPORT_RENDERER_
 from inferlab.report import costs, evidence
 from inferlab.report.evidence import MISSING, cell, code, jstr, num, table
 
-RENDERER_VERSION = REPORT_RENDERER_VERSION
 PAGES = (REPORT_FILE,)
 SYNTHETIC_BANNER = "SYNTHETIC SPECIMEN - NOT PYTHIA"
 Run = Union[Path, str, RunView]  # a record folder, or a view of one already read
@@ -374,11 +373,11 @@ def check(run: Run, after_session: bool = False) -> PageCheck:
     """Render report.md again and compare it with the file, unless another renderer version wrote it."""
     view = view_of(run)
     path = view.directory / REPORT_FILE
-    if view.renderer_version != RENDERER_VERSION:
+    if view.renderer_version != REPORT_RENDERER_VERSION:
         return PageCheck("other_renderer", [
             f"{view.directory}: its pages were rendered by report renderer version {view.renderer_version}, and this "
-            f"inferlab renders version {RENDERER_VERSION}, so their text is not compared: they are neither called "
-            f"identical nor different. `verify` still checks them against the manifest's SHA-256"])
+            f"inferlab renders version {REPORT_RENDERER_VERSION}, so their text is not compared: they are neither "
+            f"called identical nor different. `verify` still checks them against the manifest's SHA-256"])
     if not path.is_file():
         return PageCheck("differs", [f"{path} does not exist"])
     old, new = path.read_text(encoding="utf-8"), render_report(view, after_session=after_session)
