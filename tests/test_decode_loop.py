@@ -112,14 +112,6 @@ def test_the_installed_forward_honours_logits_to_keep(model, prompt):
     assert compare_vectors(kept[0, -1], full[0, -1], protocol.CACHE_TOLERANCE)["passed"]
 
 
-def test_a_selected_eos_is_recorded_and_does_not_stop_the_loop(model, prompt, runs):
-    eos = runs[True].generated_ids[0]  # declare the model's own first greedy choice to be EOS
-    result = run_greedy_loop(model, *prompt, use_cache=True, eos_token_id=eos)
-    assert len(result.generated_ids) == N and result.eos_positions[0] == 0
-    assert result.eos_positions == [i for i, token in enumerate(result.generated_ids) if token == eos]
-    assert result.to_record()["eos_selected"] is True and result.to_record()["continued_past_eos"] is True
-
-
 @pytest.mark.parametrize("ids, mask", [(torch.tensor([PROMPT, PROMPT]), torch.ones((2, 7), dtype=torch.long)),
                                        (torch.tensor([PROMPT]), torch.ones((1, 3), dtype=torch.long))],
                          ids=["batch_of_two", "mask_shape_mismatch"])
@@ -197,8 +189,12 @@ def test_the_loop_selects_as_greedy_generate_does_through_its_eos_stop(model, pr
     trial = loop_trial(model, prompt, EOS)
     check = decode_loop.loop_vs_generate([trial], [generate_trial(model, prompt, EOS)])
     assert check["equal"] and check["compared_length"] == len(check["generate_ids"]) > 0, check
-    eos = runs[True].generated_ids[0]  # generate() stops at its first selection; the loop goes on
-    stopped = decode_loop.loop_vs_generate([loop_trial(model, prompt, eos)], [generate_trial(model, prompt, eos)])
+    eos = runs[True].generated_ids[0]  # declared EOS: generate() stops at its first selection; the loop goes on
+    eos_trial = loop_trial(model, prompt, eos)
+    assert eos_trial["output_length"] == N and eos_trial["eos_positions"][0] == 0
+    assert eos_trial["eos_positions"] == [i for i, token in enumerate(eos_trial["generated_ids"]) if token == eos]
+    assert eos_trial["eos_selected"] and eos_trial["continued_past_eos"]
+    stopped = decode_loop.loop_vs_generate([eos_trial], [generate_trial(model, prompt, eos)])
     assert stopped["generate_ids"] == [eos] and stopped["compared_length"] == 1 and stopped["equal"]
     wrong = generate_trial(model, prompt, EOS)
     wrong["generated_ids"] = [(wrong["generated_ids"][0] + 1) % model.config.vocab_size] + wrong["generated_ids"][1:]
