@@ -4,7 +4,6 @@ fed, broken paths detected, logits_to_keep checked on every forward that tells, 
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
@@ -37,7 +36,8 @@ def comparison(model, continuation):
     return run_matched_prefix(model, PROMPT, continuation)
 
 
-def test_2m_forwards_over_the_prompt_alone_to_the_prompt_plus_m_minus_1_all_within_the_criterion(comparison, continuation):
+def test_2m_forwards_over_the_prompt_alone_to_the_prompt_plus_m_minus_1_all_within_the_criterion(comparison,
+                                                                                                 continuation):
     result, tensors = comparison
     assert result["forward_count"] == 2 * result["m"] == 2 * M and result["cache_object_reused"]
     lengths = [p["prefix_length"] for p in result["prefixes"]]
@@ -45,14 +45,6 @@ def test_2m_forwards_over_the_prompt_alone_to_the_prompt_plus_m_minus_1_all_with
     assert result["prefixes"][-1]["prefix_ids"] == PROMPT + continuation[: M - 1]
     assert sorted(tensors) == sorted(f"{path}/prefix_{n:02d}" for path in ("cached", "uncached") for n in lengths)
     assert result["passed"] and all(p["passed"] for p in result["prefixes"]) and result["warnings"] == []
-
-
-def test_the_uncached_logits_agree_with_an_independent_recomputation(model, comparison):
-    result, tensors = comparison
-    for prefix in result["prefixes"]:
-        with torch.inference_mode():
-            reference = model(torch.tensor([prefix["prefix_ids"]])).logits[0, -1]  # (vocab,)
-        assert compare_vectors(tensors[f"uncached/{prefix['name']}"], reference, protocol.CACHE_TOLERANCE)["passed"]
 
 
 def test_the_cache_is_inspected_apart_from_the_config_flag(model, comparison):
@@ -145,23 +137,13 @@ def test_logits_to_keep_is_checked_on_both_prefills_and_every_uncached_forward(m
     assert not second["prefixes"][1]["passed"] and not second["passed"]
 
 
-def test_warnings_during_the_forwards_are_captured(continuation):
-    model = tiny_gpt_neox(seed=0)
-    model.register_forward_hook(lambda module, args, output: warnings.warn("forward-probe", UserWarning))
-    result, _ = run_matched_prefix(model, PROMPT, continuation)
-    assert sum("forward-probe" in m for m in result["warnings"]) == 2 * len(continuation)
-
-
-def test_compare_vectors_passes_identical_vectors_and_a_difference_within_the_criterion():
+def test_compare_vectors_judges_each_entry_by_the_criterion_and_fails_non_finite_values():
     b = torch.tensor([-3.0, 0.5, 3.0, 1000.0])
     same = compare_vectors(b.clone(), b, protocol.CACHE_TOLERANCE)
     assert same["passed"] and same["bitwise_equal"] and same["max_abs_diff"] == 0.0
     scaled = b.clone()
     scaled[3] += 0.05  # within 1e-5 + 1e-4 * 1000 = 0.10001, though far beyond atol alone
     assert compare_vectors(scaled, b, protocol.CACHE_TOLERANCE)["passed"]
-
-
-def test_compare_vectors_counts_each_failing_entry_and_fails_non_finite_values():
     b = torch.linspace(-3, 3, 50)
     a = b.clone()
     a[7] += 1e-3  # far beyond 1e-5 + 1e-4 * |b| for |b| <= 3
@@ -175,7 +157,8 @@ def test_compare_vectors_counts_each_failing_entry_and_fails_non_finite_values()
         compare_vectors(torch.zeros(3), torch.zeros(4), protocol.CACHE_TOLERANCE)
 
 
-def test_a_near_tie_is_judged_by_the_declared_criterion_even_on_a_bitwise_equal_prefix(model, continuation, monkeypatch):
+def test_a_near_tie_is_judged_by_the_declared_criterion_even_on_a_bitwise_equal_prefix(model, continuation,
+                                                                                        monkeypatch):
     """The stand-in's prefix 14: margin 0.00222 while the criterion lets each top logit move about 0.0014; with the
     observed error zero an old rule (10 x max abs diff) could never flag it, the criterion's can."""
     tie = cache_check.near_tie(torch.tensor([13.9, 13.9 - 0.00222, 1.0, -2.0]), protocol.CACHE_TOLERANCE)

@@ -59,7 +59,7 @@ def test_the_pad_token_is_an_existing_one_the_checkpoints_own_first_never_a_new_
 
 
 def test_the_eos_cross_check_reads_a_present_generation_config_and_flags_disagreement(tmp_path, tokenizer):
-    config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, pad_token_id=None)
+    config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": tokenizer.eos_token_id}))
     agreeing = eos_cross_check(tmp_path, tokenizer, config)
     assert agreeing["agree"] and agreeing["checkpoint_generation_config"] == {"eos_token_id": tokenizer.eos_token_id}

@@ -16,7 +16,7 @@ from inferlab import protocol, report
 from inferlab.__main__ import main
 from inferlab.files import dumps, write_json_atomic
 from inferlab.measure import stats
-from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE
+from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, REPORT_RENDERER_VERSION
 from inferlab.read.runview import RunView
 from inferlab.report import costs, evidence
 
@@ -80,7 +80,8 @@ def test_a_stand_in_runs_report_holds_every_piece_of_evidence_and_no_reading(sta
     assert len(table_rows(cache)) == 1 + len(view.kind("cache_comparison"))
     timing = section(text, "Timing")
     assert protocol.TIMING_STOPPING_RULE in timing
-    for (prompt_id, use_cache), trials in costs.measured(view).items():  # every sample, median [min–max]
+    # every sample, median [min–max]
+    for (prompt_id, use_cache), trials in stats.measured(view.kind("timing_trial")).items():
         values = [t["ttft_s"] for t in trials]
         row = next(r for r in table_rows(timing) if r[0] == f"{prompt_id}, cache {'on' if use_cache else 'off'}"
                    and r[3] == "local TTFT (ms)")
@@ -130,7 +131,7 @@ def test_report_check_agrees_with_the_session_and_catches_an_edit(rich_run, tmp_
 
 def test_a_page_another_renderer_wrote_is_not_compared(rich_run, tmp_path, capsys):
     older = copy_run(rich_run, tmp_path / "older")
-    edit_manifest(older, report_renderer_version=report.RENDERER_VERSION - 1)
+    edit_manifest(older, report_renderer_version=REPORT_RENDERER_VERSION - 1)
     assert main(["report", str(older), "--check"]) == 3
     assert "neither called identical nor different" in capsys.readouterr().out
 
@@ -216,7 +217,7 @@ def test_first_step_and_cache_tables_are_computed_from_the_saved_tensors(rich_ru
 
 
 def test_throughput_is_the_median_of_the_per_trial_values_with_its_convention(rich_run):
-    trials = costs.measured(RunView.read(rich_run))[("P1", True)]
+    trials = stats.measured(RunView.read(rich_run).kind("timing_trial"))[("P1", True)]
     rates = [stats.throughput_including_prompt(t["token_times_s"]) for t in trials]
     row = next(r for r in table_rows(section(page(rich_run), "Timing")) if r[0] == "P1, cache on"
                and r[3].startswith("throughput 16/(t16 − t0)"))
@@ -285,9 +286,3 @@ def test_partial_and_malformed_records_never_crash_the_page(tmp_path):
 def test_a_cell_keeps_pipes_line_breaks_and_runs_of_spaces_visible(value, shown):
     assert evidence.jstr(value) == shown and json.loads(evidence.visible_json(value)) == value
 
-
-def test_no_source_or_doc_says_the_top_p_mass_exceeds_p():
-    """The library keeps the smallest most-probable set whose mass reaches top_p (analytic_tests check it)."""
-    places = [ROOT / "README.md", *[path for folder in ("inferlab", "docs", "experiments", "analytic_tests")
-                                    for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".md")]]
-    assert not [p for p in places if re.search(r"mass\s+exceeds", p.read_text(encoding="utf-8"))]

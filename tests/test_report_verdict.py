@@ -37,17 +37,22 @@ complete = shared("complete", "complete", "The shared complete run in memory: ev
 def judged(data: RunData, after_session: bool = False) -> tuple[report.Verdict, str]:
     """The verdict of a run in memory and report.md's text, as the session renders it."""
     view = data.view()
-    return report.verdict_of(view, after_session=after_session), report.render_report(view, after_session=after_session)
+    return report.decide(view, after_session=after_session), report.render_report(view, after_session=after_session)
 
 
-def fail(test_suffix: str, message: str):
-    """A transform that turns the outcome of the test ending in test_suffix into a failure with a message."""
+def outcome(test_suffix: str, **fields):
+    """A transform that changes the outcome of the test ending in test_suffix to these fields."""
     def transform(records):
         for record in records:
             if record["kind"] == "test_outcome" and record["test"].endswith(test_suffix):
-                record.update(outcome="failed", longrepr=f"    def test():\n>       assert x\nE   {message}\n")
+                record.update(fields)
         return records
     return transform
+
+
+def fail(test_suffix: str, message: str):
+    """The test ending in test_suffix failed with this message."""
+    return outcome(test_suffix, outcome="failed", longrepr=f"    def test():\n>       assert x\nE   {message}\n")
 
 
 def drop_outcomes(predicate):
@@ -77,20 +82,13 @@ def test_a_variant_in_memory_is_the_run_build_rich_run_writes(complete, runs, tm
     data = complete.rich(transform=interrupted, session_end=session_end)
     assert data.records == RunData.read(built).records
     assert report.render_report(data.view()) == (built / REPORT_FILE).read_text()
-    assert report.verdict_of(data.view()) == report.verdict_of(built)
+    assert report.decide(data.view()) == report.decide(built)
 
 
 def test_a_complete_finished_run_with_every_test_passed_says_so(complete):
     found, page = judged(complete.rich())
     assert found.kind == "passed"
     assert PASSED in headline(page) and "complete protocol" in headline(page)
-
-
-def test_a_run_without_session_end_did_not_finish(complete):
-    found, page = judged(complete.rich(session_end=False))
-    assert found.kind == "not_finished" and found.finished is None
-    assert "**The run did not finish.**" in headline(page)
-    assert PASSED not in page
 
 
 def test_an_interrupted_run_says_so_first_even_with_a_failed_diagnostic(complete):
@@ -111,7 +109,7 @@ def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned,
     from inferlab.__main__ import main
 
     run = copy_run(abandoned, tmp_path / "abandoned")
-    found = report.verdict_of(run, after_session=True)
+    found = report.decide(run, after_session=True)
     assert found.kind == "finish_abandoned" and "passed" not in found.kinds
     report.write_report(run, after_session=True)
     text = (run / REPORT_FILE).read_text()
@@ -129,31 +127,40 @@ def test_during_the_session_an_unfinalised_manifest_is_expected_and_after_it_the
     the session is over, the page it wrote no longer says what the folder holds."""
     from inferlab.__main__ import main
 
-    assert report.verdict_of(abandoned).kind == "passed" and report.check(abandoned).status == "identical"
+    assert report.decide(abandoned).kind == "passed" and report.check(abandoned).status == "identical"
     assert main(["report", str(abandoned), "--check"]) == 1
     assert "regenerated text differs" in capsys.readouterr().out
 
 
 def test_a_killed_run_reported_later_says_its_files_are_unprotected(runs, tmp_path):
     run = kill_after(runs.copy("rich", tmp_path / "killed"), tests_done=40)
-    found = report.verdict_of(run, after_session=True)
+    found = report.decide(run, after_session=True)
     assert found.kind == "not_finished" and "finish_abandoned" not in found.kinds
     assert "Nothing in this folder is protected by the manifest's hashes." in found.headline
 
 
-def test_a_run_stopped_by_maxfail_stopped_early(complete):
-    found, page = judged(complete.rich(transform=drop_outcomes(lambda t: "test_50_timing" in t), session_end={
-        "stopped_early": True, "stop_reason": "-x/--maxfail after 1 failure"}))
-    assert found.kind == "stopped_early"
-    assert "-x/--maxfail after 1 failure" in headline(page)
+@pytest.mark.parametrize("session_end, transform, kind, said", [
+    (False, None, "not_finished", "**The run did not finish.**"),
+    ({"stopped_early": True, "stop_reason": "-x/--maxfail after 1 failure"},
+     drop_outcomes(lambda t: "test_50_timing" in t), "stopped_early", "-x/--maxfail after 1 failure"),
+    ({"protocol_complete": False, "partial_reasons": ["-k P1: 40 of 66 tests selected"]}, None, "partial",
+     "**Partial run: not the complete protocol.** Why: -k P1: 40 of 66 tests selected"),
+    (None, outcome("test_cache_divergence", outcome="skipped", skip_reason="not applicable: early EOS"), "skipped",
+     "did not run** (skipped: not applicable: early EOS)"),
+    ({"exit_status": 3, "exit_code_name": "INTERNAL_ERROR"}, None, "unexpected_exit", "exit status 3 (INTERNAL_ERROR)"),
+    ({"collect_only": True}, drop_outcomes(lambda t: True), "collect_only", "only collected"),
+    # issue 26 B4: a source file edited while the run ran
+    ({"environment_changed_during_run": ["source_sha256: experiments/test_40_cache.py"]}, None, "environment_changed",
+     "source_sha256: experiments/test_40_cache.py"),
+], ids=["no-session-end", "maxfail", "partial", "skipped", "nonzero-exit", "collect-only", "environment-changed"])
+def test_a_run_that_did_not_simply_pass_says_what_it_is_first_and_is_never_called_passed(complete, session_end,
+                                                                                          transform, kind, said):
+    found, page = judged(complete.rich(session_end=session_end, transform=transform))
+    assert found.kind == kind and "passed" not in found.kinds
+    assert said in headline(page) and PASSED not in page
 
 
-def test_a_partial_selection_or_plan_is_not_the_complete_protocol_and_says_why(complete):
-    found, page = judged(complete.rich(session_end={"protocol_complete": False,
-                                                    "partial_reasons": ["-k P1: 40 of 66 tests selected"]}))
-    assert found.kind == "partial"
-    assert "**Partial run: not the complete protocol.** Why: -k P1: 40 of 66 tests selected" in headline(page)
-
+def test_a_plan_with_shortfalls_is_not_the_complete_protocol(complete):
     def shortfall(plan):
         plan["shortfalls"] = ["cache_forwards: planned 0, the complete protocol has 16"]
         return plan
@@ -170,7 +177,7 @@ def test_planned_tests_without_an_outcome_are_named_even_when_the_session_ended(
 
 def test_a_failed_acquisition_heads_the_page(runs):
     run = runs.get("failed_ended")
-    found = report.verdict_of(run)
+    found = report.decide(run)
     assert found.kind == "acquisition_failed"
     assert "integrity_failed" not in found.kinds  # the acquisition is the subject, not a second finding
     assert "**The specimen could not be acquired, so nothing was measured.**" in file_headline(run)
@@ -196,31 +203,6 @@ def test_a_failed_diagnostic_is_a_finding_and_after_a_failed_integrity_check_it_
     assert "read them after the integrity failure is fixed" in found.facts[0]
 
 
-def test_skipped_tests_are_not_passed(complete):
-    def skip(records):
-        for record in records:
-            if record["kind"] == "test_outcome" and record["test"].endswith("test_cache_divergence"):
-                record.update(outcome="skipped", skip_reason="not applicable: early EOS")
-        return records
-
-    found, page = judged(complete.rich(transform=skip))
-    assert found.kind == "skipped"
-    assert "did not run** (skipped: not applicable: early EOS)" in headline(page)
-    assert PASSED not in page
-
-
-def test_a_nonzero_exit_without_a_failed_test_is_not_a_pass(complete):
-    found, page = judged(complete.rich(session_end={"exit_status": 3, "exit_code_name": "INTERNAL_ERROR"}))
-    assert found.kind == "unexpected_exit"
-    assert "exit status 3 (INTERNAL_ERROR)" in headline(page)
-
-
-def test_collect_only_has_no_verdict(complete):
-    found, page = judged(complete.rich(transform=drop_outcomes(lambda t: True), session_end={"collect_only": True}))
-    assert found.kind == "collect_only"
-    assert "only collected" in headline(page)
-
-
 def test_damaged_records_are_never_called_every_test_passed(runs, tmp_path):
     """One unreadable line of records.jsonl: what it held may be missing, so the run cannot be called passed."""
     run = runs.copy("rich", tmp_path / "damaged")
@@ -229,18 +211,10 @@ def test_damaged_records_are_never_called_every_test_passed(runs, tmp_path):
     lines[generation] = "{ this line was damaged\n"
     (run / "records.jsonl").write_text("".join(lines))
     rerender(run)
-    found = report.verdict_of(run)
+    found = report.decide(run)
     assert found.kind == "records_damaged" and "passed" not in found.kinds
     assert PASSED not in (run / REPORT_FILE).read_text()
     assert "could not all be read" in file_headline(run) and "records.jsonl" in file_headline(run)
-
-
-def test_an_environment_changed_during_the_run_heads_a_run_that_otherwise_passed(complete):
-    """Issue 26 B4: a source file edited while the run ran; never 'every planned test passed'."""
-    found, page = judged(complete.rich(session_end={"environment_changed_during_run": [
-        "source_sha256: experiments/test_40_cache.py"]}))
-    assert found.kind == "environment_changed" and "passed" not in found.kinds
-    assert "source_sha256: experiments/test_40_cache.py" in headline(page)
 
 
 def test_a_forward_count_over_the_plan_heads_a_run_that_otherwise_passed(complete):

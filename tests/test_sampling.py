@@ -37,7 +37,8 @@ def trial(model, tokenizer, prompt, condition, seed=None, eos_token_id=None):
     record, input_ids, attention_mask = prompt
     condition = protocol.CONDITIONS[condition] if isinstance(condition, str) else condition
     eos = record["eos_token_id"] if eos_token_id is None else eos_token_id
-    return run_generation_trial(model, tokenizer, input_ids, attention_mask, condition, seed, eos, record["pad_token_id"])
+    return run_generation_trial(model, tokenizer, input_ids, attention_mask, condition, seed, eos,
+                                record["pad_token_id"])
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +71,8 @@ def test_a_sampling_trial_resets_every_generator_and_records_its_ids(first_trial
     assert record["generated_length"] == len(record["generated_ids"]) == record["logit_steps_returned"]
     assert 1 <= record["generated_length"] <= protocol.MAX_NEW_TOKENS
     assert record["sequence_ids"] == record["prompt_ids"] + record["generated_ids"]
+    cache = record["generation_cache"]  # generate() built its own, new, empty cache, the same at every forward
+    assert cache["fresh"] and cache["new_object"] and cache["forwards"] == record["generated_length"]
 
 
 def test_a_seed_is_required_for_sampling_and_refused_for_greedy(model, tokenizer, prompt):
@@ -86,21 +89,18 @@ def test_a_seed_is_required_for_sampling_and_refused_for_greedy(model, tokenizer
 # --- the configuration and what acted on the logits -----------------------------------------------------------------
 
 
-def test_each_condition_gets_exactly_its_own_processors_as_generate_built_them(first_trials):
+def test_each_condition_gets_exactly_its_own_processors_in_generates_order(first_trials, model, tokenizer, prompt):
     built = {name: [p["class"] for p in record["processors"]] for name, (record, _, _) in first_trials.items()}
     assert built == {"G": [], "S1": [], "S2": ["TemperatureLogitsWarper"], "S3": ["TopPLogitsWarper"]}
     assert built == {name: expected_processor_classes(c) for name, c in protocol.CONDITIONS.items()}
     assert first_trials["S2"][0]["processors"][0]["params"] == {"temperature": 0.5}
-
-
-def test_temperature_acts_before_top_p_and_top_k_zero_is_what_removes_the_top_k_warper(model, tokenizer, prompt):
+    # temperature acts before top-p; the library's default top_k=50 builds a TopKLogitsWarper
     both = protocol.Condition("T+P", do_sample=True, temperature=0.5, top_p=0.8, top_k=0)
-    default_k = protocol.Condition("k50", do_sample=True, temperature=1.0, top_p=1.0, top_k=50)  # the library default
-    for condition in (both, default_k):
+    default_k = protocol.Condition("k50", do_sample=True, temperature=1.0, top_p=1.0, top_k=50)
+    for condition, expected in ((both, ["TemperatureLogitsWarper", "TopPLogitsWarper"]),
+                                (default_k, ["TopKLogitsWarper"])):
         record = trial(model, tokenizer, prompt, condition, 17)[0]
-        assert [p["class"] for p in record["processors"]] == expected_processor_classes(condition)
-    assert expected_processor_classes(both) == ["TemperatureLogitsWarper", "TopPLogitsWarper"]
-    assert expected_processor_classes(default_k) == ["TopKLogitsWarper"]
+        assert [p["class"] for p in record["processors"]] == expected_processor_classes(condition) == expected
     for name in ("S1", "S2", "S3"):  # so the sampling conditions carry an explicit top_k=0
         config = build_generation_config(protocol.CONDITIONS[name], 0, 0, 0).to_dict()
         assert (config["do_sample"], config["top_k"]) == (True, 0)
@@ -184,15 +184,6 @@ def test_a_selected_eos_stops_the_trial_and_otherwise_max_new_tokens_does(model,
 
 
 # --- a fresh generation cache per trial -----------------------------------------------------------------------------
-
-
-def test_every_trial_records_a_fresh_generation_cache_and_how_that_is_known(first_trials):
-    for name, (record, _, _) in first_trials.items():
-        cache = record["generation_cache"]
-        assert cache["fresh"] and cache["new_object"], (name, cache)
-        assert (cache["cache_class"], cache["length_before_first_forward"]) == ("DynamicCache", 0)
-        assert cache["forwards"] == record["generated_length"] and not cache["past_key_values_passed_by_caller"]
-        assert "built its own cache" in cache["how"]
 
 
 @torch.inference_mode()

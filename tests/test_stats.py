@@ -31,24 +31,13 @@ def test_an_eos_as_the_last_allowed_token_is_not_an_early_stop():
     assert summary["per_condition"]["S1"]["early_eos"] == 1 and summary["early_eos_total"] == 1
 
 
-def test_the_post_first_interval_comes_from_the_nanosecond_stamps_when_a_record_has_them():
-    stamps = [1_000_000_007, 1_000_100_011, 1_000_200_013]  # perf_counter_ns values, t_1..t_3
-    seconds = [(t - 1_000_000_000) / 1e9 for t in stamps]
-    record = {"token_times_ns": stamps, "token_times_s": seconds}
-    assert stats.post_first_interval(record) == stats.post_first_interval_s(stamps) == (stamps[-1] - stamps[0]) / 2e9
-    assert stats.post_first_interval_s(stamps[:1]) is None
-    assert stats.post_first_interval({"token_times_s": seconds}) == (seconds[-1] - seconds[0]) / 2
-    assert stats.post_first_interval({**record, "mean_post_first_interval_s": 0.5}) == 0.5  # as recorded, first
-    assert stats.token_times(record) == seconds and stats.token_times({"token_times": seconds}) is None
-
-
 def test_the_timing_summary_keeps_every_sample_and_labels_the_uncontended_ones_apart():
     def trial(repetition, loop_s, contended):
         times = [loop_s * (i + 1) / 16 for i in range(16)]
         return {"prompt_id": "P1", "use_cache": True, "warmup": repetition == 0, "status": "ok",
                 "schedule_index": repetition, "schedule_id": f"P1-cache_on-{repetition}", "repetition": repetition,
-                "prompt_length": 8, "output_length": 16, "stopping_rule": protocol.TIMING_STOPPING_RULE,
-                "prefill_s": times[0] / 2, "ttft_s": times[0], "loop_s": loop_s, "token_times_s": times,
+                "prompt_length": 8, "output_length": 16, "prefill_s": times[0] / 2, "ttft_s": times[0],
+                "loop_s": loop_s, "token_times_s": times, "mean_post_first_interval_s": loop_s / 16,
                 "contended": contended}
 
     trials = [trial(0, 9.0, False)] + [trial(r, 0.1 * r + (r in (2, 4)), r in (2, 4)) for r in range(1, 6)]  # 2, 4 slow

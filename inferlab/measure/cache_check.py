@@ -150,10 +150,8 @@ def _prefix_record(k: int, uncached: tuple, cached: tuple, fed_inputs: dict, con
     return {
         "name": f"prefix_{len(prefix_u):02d}", "fed_continuation_tokens": k, "prefix_length": len(prefix_u),
         "prefix_ids": prefix_u, "prefix_ids_cached": prefix_c, "next_target_id": continuation[k],
-        "vocab_size_expected": vocab_size, "vocab_size_cached": int(logits_c.shape[-1]),
-        "vocab_size_uncached": int(logits_u.shape[-1]), "fed_inputs": fed_inputs,
-        "logits_shape": {"uncached": shape_u, "cached": shape_c}, "cache_seq_length_after_forward": cache_length,
-        "cache_unique_bytes_after_forward": cache_bytes,
+        "fed_inputs": fed_inputs, "logits_shape": {"uncached": shape_u, "cached": shape_c},
+        "cache_seq_length_after_forward": cache_length, "cache_unique_bytes_after_forward": cache_bytes,
         **{key: found[key] for key in ("max_abs_diff", "fail_count", "fail_fraction", "bitwise_equal")},
         "argmax_cached": argmax_c, "argmax_uncached": argmax_u, "argmax_equal": argmax_c == argmax_u,
         "top2_margin_uncached": tie["margin"], "top2_uncached": [tie["top1"], tie["top2"]],
@@ -176,8 +174,6 @@ def run_matched_prefix(model: torch.nn.Module, prompt_ids: Sequence[int], contin
     if m > protocol.CACHE_MAX_TARGET_TOKENS:
         raise ValueError(f"run_matched_prefix: continuation has {m} tokens, protocol allows at most "
                          f"{protocol.CACHE_MAX_TARGET_TOKENS}")
-    if not prompt_ids:
-        raise ValueError("run_matched_prefix: prompt_ids is empty")
     vocab_size = model.config.vocab_size
     common = {"logits_to_keep": logits_to_keep, "output_attentions": False, "output_hidden_states": False}
     fed = []  # what each forward received, in call order: the uncached m, then the cached m

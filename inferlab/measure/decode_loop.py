@@ -34,63 +34,37 @@ class LoopResult:
     use_cache: bool
     prompt_length: int
     new_tokens: int
-    logits_to_keep: int
     generated_ids: list[int]
     t_start_ns: int
     t_prefill_done_ns: int
     token_times_ns: list[int]
-    eos_token_ids: list[int]
     eos_positions: list[int]
     last_logits_shape: list[int]
     prefill_logits_shape: list[int]  # the prefill's: the one forward whose length logits_to_keep shortens
-    cpu_readings: dict = field(default_factory=dict)  # {start, prefill_done, end}: usage.READING_FIELDS each
-    collector_policy: str = usage.DEFAULT_POLICY
-    collector_enabled_in_spans: Optional[bool] = None  # gc.isenabled() as the timed block began
-    gc_events: list = field(default_factory=list)  # [generation, start_ns, stop_ns] of each collection in the block
+    cpu_readings: dict  # {start, prefill_done, end}: usage.READING_FIELDS each
+    collector_enabled_in_spans: bool  # gc.isenabled() as the timed block began
+    gc_events: list  # [generation, start_ns, stop_ns] of each collection in the block
     cache: Any = field(default=None, repr=False)  # the final cache (cache on), for inspection after timing
 
-    @property
-    def token_times_s(self) -> list[float]:
-        """t_1..t_n in seconds since t_start."""
-        return [(t - self.t_start_ns) / 1e9 for t in self.token_times_ns]
-
-    @property
-    def prefill_s(self) -> float:
-        """The prompt prefill forward: t_start to next-token logits available."""
-        return (self.t_prefill_done_ns - self.t_start_ns) / 1e9
-
-    @property
-    def ttft_s(self) -> float:
-        """Local time to first selected token: the prefill plus the first selection (t_1 - t_start)."""
-        return (self.token_times_ns[0] - self.t_start_ns) / 1e9
-
-    @property
-    def loop_s(self) -> float:
-        """The full generation loop: t_n - t_start."""
-        return (self.token_times_ns[-1] - self.t_start_ns) / 1e9
-
-    @property
-    def mean_post_first_interval_s(self) -> Optional[float]:
-        """(t_n - t_1) / (n - 1); None when n == 1."""
-        return post_first_interval_s(self.token_times_ns)
-
     def to_record(self) -> dict:
-        """The timing_trial fields particular to this trial: times, ids, shapes, the raw usage readings and what the
-        declared rule derives from them (usage.trial_evidence). What every trial shares (the clock, the stopping
-        rule, the reading fields and their sources) is declared once, in declaration(). The cache is left out."""
-        eos = self.eos_positions
+        """The timing_trial fields particular to this trial: ids, shapes, the stamps and the times derived from them
+        (prefill_s: t_start to the next-token logits; ttft_s: to t_1; loop_s: to t_n; the mean post-first interval
+        from the integer stamps), the raw usage readings and what the declared rule derives from them
+        (usage.trial_evidence). What every trial shares is declared once, in declaration(). The cache is left out."""
+        start, times, eos = self.t_start_ns, self.token_times_ns, self.eos_positions
         return {
             "use_cache": self.use_cache, "prompt_length": self.prompt_length, "output_length": len(self.generated_ids),
-            "generated_ids": list(self.generated_ids), "t_start_ns": self.t_start_ns,
-            "t_prefill_done_ns": self.t_prefill_done_ns, "token_times_ns": list(self.token_times_ns),
-            "token_times_s": self.token_times_s, "prefill_s": self.prefill_s, "ttft_s": self.ttft_s,
-            "loop_s": self.loop_s, "mean_post_first_interval_s": self.mean_post_first_interval_s,
-            "eos_positions": list(eos), "eos_selected": bool(eos), "continued_past_eos": bool(eos) and eos[0] < self.new_tokens - 1,
+            "generated_ids": list(self.generated_ids), "t_start_ns": start, "t_prefill_done_ns": self.t_prefill_done_ns,
+            "token_times_ns": list(times), "token_times_s": [(t - start) / 1e9 for t in times],
+            "prefill_s": (self.t_prefill_done_ns - start) / 1e9, "ttft_s": (times[0] - start) / 1e9,
+            "loop_s": (times[-1] - start) / 1e9, "mean_post_first_interval_s": post_first_interval_s(times),
+            "eos_positions": list(eos), "eos_selected": bool(eos),
+            "continued_past_eos": bool(eos) and eos[0] < self.new_tokens - 1,
             "last_logits_shape": list(self.last_logits_shape), "prefill_logits_shape": list(self.prefill_logits_shape),
             "cpu_readings": {point: list(values) for point, values in self.cpu_readings.items()},
             "collector_enabled_in_spans": self.collector_enabled_in_spans,
             "gc_events": [list(event) for event in self.gc_events],
-            **usage.trial_evidence(self.cpu_readings, self.t_start_ns, self.t_prefill_done_ns, self.token_times_ns[-1],
+            **usage.trial_evidence(self.cpu_readings, start, self.t_prefill_done_ns, times[-1],
                                    gc_events=self.gc_events),
         }
 
@@ -192,12 +166,12 @@ def run_greedy_loop(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     generated = tokens[0, prompt_length:].tolist()
     eos = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     return LoopResult(
-        use_cache=use_cache, prompt_length=prompt_length, new_tokens=new_tokens, logits_to_keep=logits_to_keep,
-        generated_ids=generated, t_start_ns=t_start, t_prefill_done_ns=t_prefill_done, token_times_ns=times,
-        eos_token_ids=eos, eos_positions=[i for i, token in enumerate(generated) if token in eos],
+        use_cache=use_cache, prompt_length=prompt_length, new_tokens=new_tokens, generated_ids=generated,
+        t_start_ns=t_start, t_prefill_done_ns=t_prefill_done, token_times_ns=times,
+        eos_positions=[i for i, token in enumerate(generated) if token in eos],
         last_logits_shape=list(out.logits.shape), prefill_logits_shape=list(prefill.shape),
         cpu_readings={"start": usage_start, "prefill_done": usage_prefill, "end": usage_end},
-        collector_policy=collector_policy, collector_enabled_in_spans=block.enabled_inside, gc_events=watch.events,
+        collector_enabled_in_spans=block.enabled_inside, gc_events=watch.events,
         cache=out.past_key_values if use_cache else None,
     )
 
@@ -230,10 +204,8 @@ def logits_to_keep_check(observed_shape: list, logits_to_keep: int, vocab_size: 
 
 
 def loop_logits_to_keep(prefill_shape: list, last_shape: list, logits_to_keep: int, vocab_size: int) -> dict:
-    """A timing trial's prefill and last forward against logits_to_keep. The prefill is the forward that tells: a
-    cache-on step feeds one token, so its logits have one position whether or not logits_to_keep was honoured.
-
-    {"prefill": check, "last": check, "ok": both ok}, each check as logits_to_keep_check gives it."""
+    """A timing trial's prefill and last forward against logits_to_keep, and whether both held. The prefill is the
+    forward that tells: a cache-on step feeds one token, so its logits have one position either way."""
     checks = {"prefill": logits_to_keep_check(prefill_shape, logits_to_keep, vocab_size),
               "last": logits_to_keep_check(last_shape, logits_to_keep, vocab_size)}
     return {**checks, "ok": all(check["ok"] for check in checks.values())}
@@ -263,8 +235,6 @@ def clock_reads_per_trial(new_tokens: int = protocol.TIMING_NEW_TOKENS) -> int:
 def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol.TIMING_NEW_TOKENS) -> dict:
     """The cost of the loop's own clock reads, usage reads and collection watch, measured alone (no forward): the
     clock_overhead record's fields; per_trial_overhead_ns is per_read_ns times the reads of one trial."""
-    if reads < 1:
-        raise ValueError(f"clock_overhead: reads must be >= 1, got {reads}")
     clock = time.perf_counter_ns  # the loop's clock, bound the same way
     start = clock()
     for _ in range(reads):
@@ -275,9 +245,7 @@ def clock_overhead(reads: int = CLOCK_OVERHEAD_READS, new_tokens: int = protocol
     return {"clock": "time.perf_counter_ns", "reads": reads, "elapsed_ns": elapsed, "per_read_ns": elapsed / reads,
             "reads_per_trial": clock_reads_per_trial(new_tokens),
             "per_trial_overhead_ns": elapsed / reads * clock_reads_per_trial(new_tokens), **cost,
-            "usage_sources": usage.usage_sources(), "usage_reads_per_trial": USAGE_READS_PER_TRIAL,
-            "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
-            "usage_inside_loop_ns": cost["usage_per_read_ns"] * USAGE_READS_INSIDE_LOOP,
+            "usage_reads_per_trial": USAGE_READS_PER_TRIAL, "usage_reads_inside_loop": USAGE_READS_INSIDE_LOOP,
             "usage_fields": list(usage.READING_FIELDS), **usage.watch_cost(usage_pairs),
             "method": CLOCK_OVERHEAD_METHOD.format(reads=reads, usage_pairs=usage_pairs)}
 

@@ -61,10 +61,6 @@ def eos_cross_check(directory, tokenizer, model_config) -> dict:
             "the protocol and never merge it (use_model_defaults=False)" if checkpoint_config is not None
             else "the checkpoint has no generation_config.json: nothing to merge; the trials' config comes from "
                  "the protocol alone"),
-        "bos_token_id_by_source": {"tokenizer": tokenizer.bos_token_id,
-                                   "config.json": getattr(model_config, "bos_token_id", None)},
-        "pad_token_id_by_source": {"tokenizer": tokenizer.pad_token_id,
-                                   "config.json": getattr(model_config, "pad_token_id", None)},
     }
 
 
@@ -75,9 +71,6 @@ def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.T
     encoded = tokenizer(source, add_special_tokens=protocol.ADD_SPECIAL_TOKENS, return_tensors="pt")
     tokenization_s = time.perf_counter() - start  # the tokenizer call alone
     input_ids, attention_mask = encoded["input_ids"].to(torch.long), encoded["attention_mask"].to(torch.long)
-    if input_ids.ndim != 2 or input_ids.shape[0] != 1:
-        raise ValueError(f"encode_prompt({prompt_id}): expected input_ids of shape (1, T), got "
-                         f"{tuple(input_ids.shape)}")
     token_ids = input_ids[0].tolist()
     # clean_up_tokenization_spaces=False: the cleanup would rewrite " ." to "." and hide a mismatch
     serialized = tokenizer.decode(token_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -95,15 +88,11 @@ def encode_prompt(tokenizer, prompt_id: str, source: str) -> tuple[dict, torch.T
         "eos_token_id": tokenizer.eos_token_id, "pad_token_id": pad_id, "pad_reason": pad_reason,
         "tokenizer_class": type(tokenizer).__name__, "tokenizer_is_fast": bool(getattr(tokenizer, "is_fast", False)),
         "tokenizer_vocab_size_with_added": len(tokenizer),
-        "json_escaping": "records are written with json ensure_ascii=True: newline, tab and non-ASCII are escaped",
     }
     return record, input_ids, attention_mask
 
 
 def encode_prompts(tokenizer, prompts: dict) -> dict:
     """Every prompt tokenized once: {prompt_id: {record, input_ids (1, T), attention_mask (1, T)}}."""
-    encoded = {}
-    for prompt_id, source in prompts.items():
-        record, input_ids, attention_mask = encode_prompt(tokenizer, prompt_id, source)
-        encoded[prompt_id] = {"record": record, "input_ids": input_ids, "attention_mask": attention_mask}
-    return encoded
+    return {prompt_id: dict(zip(("record", "input_ids", "attention_mask"), encode_prompt(tokenizer, prompt_id, source)))
+            for prompt_id, source in prompts.items()}

@@ -98,31 +98,29 @@ def verified_copy(directory: Path, verification: dict):
         yield Path(private)
 
 
-class _RecordingHandler(logging.Handler):
-    """Keeps every log record of a load, at any level, as {logger, level, message}."""
+class _ListHandler(logging.Handler):
+    """Appends each log record at `level` or above to `sink`, as `entry(record)` gives it."""
 
-    def __init__(self):
-        super().__init__(level=logging.NOTSET)
-        self.records = []
+    def __init__(self, level: int, sink: list, entry):
+        super().__init__(level=level)
+        self.sink, self.entry = sink, entry
 
-    def emit(self, record):
-        self.records.append({"logger": record.name, "level": record.levelname, "message": record.getMessage()})
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(self.entry(record))
 
 
 def load_specimen(directory, spec: SpecimenSpec) -> dict:
-    """Verify directory against spec, then load it: {model, tokenizer, verification, model_load}.
-
-    Raises SpecimenError (before touching the model) when the directory fails verification. model_load is JSON-ready:
-    classes, options, captured warnings and transformers log messages, from_pretrained's loading_info with the
-    load_problems found in it, load_start_ns/load_end_ns (perf_counter_ns), elapsed_s and the tokenizer's facts.
-    A load with problems is returned, not raised: the caller fails a check with it.
-    """
+    """Verify directory against spec (SpecimenError before touching the model), then load a private verified copy:
+    {model, tokenizer, verification, model_load (JSON-ready)}. A load with problems is returned, not raised: the
+    caller fails a check with it."""
     from transformers import GPTNeoXForCausalLM, GPTNeoXTokenizerFast
 
     verification = require_verified(directory, spec)
     directory = str(Path(directory))
     options = load_options()
-    handler, library_logger = _RecordingHandler(), logging.getLogger("transformers")
+    log_messages, library_logger = [], logging.getLogger("transformers")
+    handler = _ListHandler(logging.NOTSET, log_messages, lambda r: {"logger": r.name, "level": r.levelname,
+                                                                     "message": r.getMessage()})
     library_logger.addHandler(handler)
     copy_start = time.perf_counter_ns()
     try:
@@ -136,19 +134,16 @@ def load_specimen(directory, spec: SpecimenSpec) -> dict:
             load_end = time.perf_counter_ns()
     finally:
         library_logger.removeHandler(handler)
-    if not tokenizer.is_fast:
-        raise RuntimeError(f"{directory}: expected a fast tokenizer, actual {type(tokenizer).__name__}")
     loading_info = {key: [str(item) for item in values] for key, values in (loading_info or {}).items()}
     model_load = {
         "directory": directory, "loaded_from": LOADED_FROM, "verified_copy_s": (load_start - copy_start) / 1e9,
         "model_class": type(model).__name__,
         "options": {**options, "model_class": MODEL_CLASS, "tokenizer_class": TOKENIZER_CLASS},
-        "eval_called": True, "training": model.training,
+        "training": model.training,
         "warnings": [{"category": w.category.__name__, "message": str(w.message), "filename": w.filename,
                       "lineno": w.lineno} for w in caught],
-        "log_messages": handler.records,
-        "log_level_captured": logging.getLevelName(library_logger.getEffectiveLevel()),
-        "loading_info": loading_info, "load_problems": load_problems(loading_info, handler.records),
+        "log_messages": log_messages,
+        "loading_info": loading_info, "load_problems": load_problems(loading_info, log_messages),
         "load_start_ns": load_start, "load_end_ns": load_end, "elapsed_s": (load_end - load_start) / 1e9,
         "tokenizer": {"class": type(tokenizer).__name__, "is_fast": tokenizer.is_fast, "vocab_size": len(tokenizer),
                       "special_tokens_map": dict(tokenizer.special_tokens_map),
@@ -269,17 +264,6 @@ def violation_message(summary: Optional[dict]) -> Optional[str]:
 LIBRARY_LOGGERS = ("transformers", "torch")
 
 
-class _ListHandler(logging.Handler):
-    """Appends each log record at WARNING or above to a list, naming the library and the logger."""
-
-    def __init__(self, library: str, sink: list):
-        super().__init__(level=logging.WARNING)
-        self.library, self.sink = library, sink
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.sink.append(f"{self.library} logger {record.name} {record.levelname}: {record.getMessage()}")
-
-
 @contextlib.contextmanager
 def capture_messages(loggers: tuple = LIBRARY_LOGGERS) -> Iterator[list[str]]:
     """Python warnings and the libraries' log records (WARNING and above) in one list of strings, around a whole
@@ -294,8 +278,10 @@ def capture_messages(loggers: tuple = LIBRARY_LOGGERS) -> Iterator[list[str]]:
     installed = []
     for name in loggers:
         logger = logging.getLogger(name)
-        installed.append((logger, _ListHandler(name, messages), logger.level))
-        logger.addHandler(installed[-1][1])
+        handler = _ListHandler(logging.WARNING, messages,
+                               lambda r, library=name: f"{library} logger {r.name} {r.levelname}: {r.getMessage()}")
+        installed.append((logger, handler, logger.level))
+        logger.addHandler(handler)
         if logger.level == logging.NOTSET or logger.level > logging.WARNING:
             logger.setLevel(logging.WARNING)
     try:

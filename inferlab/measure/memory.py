@@ -74,8 +74,7 @@ def parameter_storage(model: torch.nn.Module) -> dict:
     return {"unique_bytes": unique_storage_bytes(unique), "parameter_count": sum(p.numel() for p in unique),
             "naive_bytes": sum(p.numel() * p.element_size() for _, p in named), "named_tensor_count": len(named),
             "unique_tensor_count": len(unique), "buffer_unique_bytes": unique_storage_bytes(model.buffers()),
-            "dtypes": sorted({str(p.dtype) for p in unique}), "devices": sorted({str(p.device) for p in unique}),
-            "what": "tensor payload of parameters only; not process memory"}
+            "dtypes": sorted({str(p.dtype) for p in unique}), "devices": sorted({str(p.device) for p in unique})}
 
 
 def cache_layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -84,13 +83,7 @@ def cache_layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if layers is None:
         raise TypeError(f"cache of type {type(cache).__name__} has no .layers; expected a transformers 4.57 Cache "
                         f"(DynamicCache)")
-    pairs = []
-    for index, layer in enumerate(layers):
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
-            raise TypeError(f"cache layer {index} ({type(layer).__name__}) holds no key/value tensors yet")
-        pairs.append((keys, values))
-    return pairs
+    return [(layer.keys, layer.values) for layer in layers]
 
 
 def cache_storage(cache: Any) -> dict:
@@ -102,8 +95,7 @@ def cache_storage(cache: Any) -> dict:
                  for index, (keys, values) in enumerate(pairs)]
     lengths = sorted({entry["logical_length"] for entry in per_layer})
     return {"unique_bytes": unique_storage_bytes(t for pair in pairs for t in pair), "per_layer": per_layer,
-            "logical_length": lengths[0] if len(lengths) == 1 else lengths,
-            "what": "tensor payload of cached keys and values only; not process memory"}
+            "logical_length": lengths[0] if len(lengths) == 1 else lengths}
 
 
 # --- the process ---------------------------------------------------------------------------------------------------
@@ -181,8 +173,6 @@ def weight_read_time(model: torch.nn.Module, passes: int = WEIGHT_READ_PASSES, c
     """How long one pass reading the decode step's own weights takes (the weight_read record), with no forward and
     the thread setting as the session set it. caches: this machine's (host.machine.cache_sizes()); the record says
     whether the weights fit in its largest level, or "unknown"."""
-    if passes < 1:
-        raise ValueError(f"weight_read_time: expected passes >= 1, got {passes}")
     tensors, read = decode_step_weights(model)
 
     def one_pass() -> int:

@@ -92,7 +92,8 @@ def aggregate_rate(tokens: Sequence, seconds: Sequence):
 # --- reading one record ---------------------------------------------------------------------------------------------
 
 
-def _number(value) -> bool:
+def is_number(value) -> bool:
+    """An int or float that is not a bool (a JSON number)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -104,21 +105,16 @@ def completed(records: list[dict]) -> list[dict]:
 def token_times(record: dict) -> Optional[list]:
     """A timing trial's selection times in seconds from t_start (`token_times_s`), or None without them."""
     times = record.get("token_times_s")
-    return times if isinstance(times, list) and times and all(map(_number, times)) else None
+    return times if isinstance(times, list) and times and all(map(is_number, times)) else None
 
 
-def post_first_interval(record: dict) -> Optional[float]:
-    """A timing trial's mean post-first interval: as recorded, else from its ns stamps, else from its seconds."""
-    if _number(record.get("mean_post_first_interval_s")):
-        return record["mean_post_first_interval_s"]
-    stamps = record.get("token_times_ns")
-    try:
-        if isinstance(stamps, list) and stamps and all(isinstance(t, int) and not isinstance(t, bool) for t in stamps):
-            return post_first_interval_s(stamps)
-        times = token_times(record)
-        return mean_post_first_interval(times) if times else None
-    except ValueError:
-        return None
+def measured(trials: list[dict]) -> dict[tuple, list[dict]]:
+    """Completed measured timing trials by (prompt_id, use_cache), the groups and each group in schedule order."""
+    groups: dict[tuple, list[dict]] = {(t.prompt_id, t.use_cache): [] for t in protocol.timing_schedule()}
+    for record in trials:
+        if record.get("warmup") is False and record.get("status", "ok") == "ok":
+            groups.setdefault((record.get("prompt_id"), record.get("use_cache")), []).append(record)
+    return {k: sorted(v, key=lambda r: r.get("schedule_index", 0)) for k, v in groups.items() if v}
 
 
 def trial_contended(record: dict) -> Optional[bool]:
@@ -131,7 +127,7 @@ def loop_cpu_share(record: dict) -> Optional[float]:
     evidence = record.get("cpu_evidence")
     loop = evidence.get("loop") if isinstance(evidence, dict) else None
     share = loop.get("cpu_share") if isinstance(loop, dict) else None
-    return share if _number(share) else None
+    return share if is_number(share) else None
 
 
 def first_divergence(a: Sequence, b: Sequence) -> Optional[int]:
@@ -142,18 +138,14 @@ def first_divergence(a: Sequence, b: Sequence) -> Optional[int]:
 
 # --- summaries of a run's records -----------------------------------------------------------------------------------
 
-THREE_SEEDS_CAVEAT = ("three seeds per condition neither estimate the output distribution nor identify a best "
-                      "temperature; different seeds may select the same tokens")
+TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
 THROUGHPUT_CONVENTION = ("median of per-run values 16/(t16 - t0); includes prompt processing; its reciprocal is not "
                          "inter-token latency")
 
 
 def stopped_early_on_eos(generation: dict, max_new_tokens: int = protocol.MAX_NEW_TOKENS) -> bool:
     """Whether a trial ended on EOS before its token budget: an EOS as the last allowed token is not early."""
-    ids = generation.get("generated_ids")
-    length = generation.get("generated_length", len(ids) if isinstance(ids, list) else None)
-    counted = isinstance(length, int) and not isinstance(length, bool)
-    return generation.get("stop_reason") == "eos" and counted and length < max_new_tokens
+    return generation.get("stop_reason") == "eos" and len(generation["generated_ids"]) < max_new_tokens
 
 
 def sampling_summary(generations: list[dict], prompt_id: str) -> dict:
@@ -180,22 +172,12 @@ def sampling_summary(generations: list[dict], prompt_id: str) -> dict:
                        "identical": bool(first and rerun and first["generated_ids"] == rerun["generated_ids"])},
         "per_condition": per_condition,
         "early_eos_total": sum(map(stopped_early_on_eos, ok)),
-        "early_eos_rule": f"stop_reason eos with fewer than {protocol.MAX_NEW_TOKENS} generated tokens",
-        "caveat": THREE_SEEDS_CAVEAT,
     }
 
 
 def _metric_summaries(trials: list[dict]) -> dict:
-    """median_min_max of every timing metric over these trials (a trial without an interval is an error)."""
-    intervals = [post_first_interval(t) for t in trials]
-    if None in intervals:
-        bad = trials[intervals.index(None)]
-        raise ValueError(f"timing_summary: trial {bad.get('schedule_id')}: expected at least 2 non-decreasing "
-                         f"selection times, got {bad.get('token_times_s')!r}")
-    return {"prefill_s": median_min_max([t["prefill_s"] for t in trials]),
-            "ttft_s": median_min_max([t["ttft_s"] for t in trials]),
-            "mean_post_first_interval_s": median_min_max(intervals),
-            "loop_s": median_min_max([t["loop_s"] for t in trials]),
+    """median_min_max of every timing metric over these trials."""
+    return {**{metric: median_min_max([t[metric] for t in trials]) for metric in TIMING_METRICS},
             "throughput_tok_s": median_min_max([throughput_including_prompt(t["token_times_s"]) for t in trials])}
 
 
@@ -212,11 +194,9 @@ def timing_summary(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
         "schedule_indices": [t["schedule_index"] for t in measured],
         "prompt_length": sorted({t["prompt_length"] for t in measured}),
         "output_length": sorted({t["output_length"] for t in measured}),
-        "stopping_rule": protocol.TIMING_STOPPING_RULE,
-        "throughput_convention": THROUGHPUT_CONVENTION, "units": "seconds; throughput in tokens per second",
+        "throughput_convention": THROUGHPUT_CONVENTION,
         "contended_trials": [t["schedule_id"] for t, flag in zip(measured, flags) if flag is True],
         "trials_without_evidence": [t["schedule_id"] for t, flag in zip(measured, flags) if flag is None],
-        "contention_rule": protocol.CONTENTION_RULE.describe(),
     }
     if measured:
         clean = [t for t, flag in zip(measured, flags) if flag is False]
@@ -239,10 +219,7 @@ def cache_divergence(trials: list[dict], prompt_id: str) -> dict:
              for repetition, paths in sorted(by_repetition.items()) if True in paths and False in paths]
     diverged = [p["first_divergence"] for p in pairs if not p["identical"]]
     return {"prompt_id": prompt_id, "pairs_compared": len(pairs), "pairs": pairs, "any_divergence": bool(diverged),
-            "first_divergence": min(diverged, default=None),
-            "meaning": ("ids diverged: later timings no longer compare identical prefixes; use the matched-prefix "
-                        "test for correctness" if diverged else
-                        "cache-on and cache-off selected identical ids in every measured pair")}
+            "first_divergence": min(diverged, default=None)}
 
 
 # --- an effect's interval and the verdict it supports ----------------------------------------------------------------
@@ -256,8 +233,6 @@ FASTER, SLOWER, CANNOT_TELL = "faster", "slower", "cannot_tell"
 @lru_cache(maxsize=None)
 def u_counts(m: int, n: int) -> tuple[int, ...]:
     """How many of the C(m+n, m) equally likely rank arrangements give each value 0..m·n of Mann-Whitney's U."""
-    if m < 0 or n < 0:
-        raise ValueError(f"u_counts: group sizes must be >= 0, got {m} and {n}")
     if m == 0 or n == 0:
         return (1,)
     # the largest of the m + n values is the first group's (it beats all n others) or the second's
@@ -286,11 +261,9 @@ def log_shift(a: Sequence[float], b: Sequence[float], level: float = DECLARED_LE
     """The shift of log(b) against log(a) for positive times: estimate, interval [low, high] at `coverage` (None
     without one, with the reason), method."""
     a, b = [float(x) for x in a], [float(x) for x in b]
-    bad = [x for x in a + b if not (x > 0 and math.isfinite(x))]
-    if bad:
-        raise ValueError(f"log_shift: times must be positive and finite, got {bad[:3]}")
-    result = {"method": METHOD, "declared_level": level, "n_a": len(a), "n_b": len(b), "estimate": None,
-              "low": None, "high": None, "coverage": None, "rank": None, "reason": None}
+    if not all(x > 0 and math.isfinite(x) for x in a + b):
+        raise ValueError(f"log_shift: times must be positive and finite, got {a} and {b}")
+    result = {"method": METHOD, "estimate": None, "low": None, "high": None, "coverage": None, "reason": None}
     if not a or not b:
         return {**result, "reason": f"a group has no sample ({len(a)} against {len(b)})"}
     differences = sorted(math.log(y) - math.log(x) for x in a for y in b)
@@ -300,7 +273,7 @@ def log_shift(a: Sequence[float], b: Sequence[float], level: float = DECLARED_LE
         return {**result, "coverage": coverage,
                 "reason": f"with {len(a)} against {len(b)} samples no distribution-free interval reaches "
                           f"{level:.0%} (the widest, min to max, covers {coverage:.1%})"}
-    return {**result, "low": differences[k - 1], "high": differences[-k], "coverage": coverage, "rank": k}
+    return {**result, "low": differences[k - 1], "high": differences[-k], "coverage": coverage}
 
 
 def fraction(shift: Optional[float]) -> Optional[float]:
@@ -327,50 +300,29 @@ def verdict(effect: dict, threshold: float) -> tuple[str, str]:
 
 # --- the cache verdict on each metric's own samples ------------------------------------------------------------------
 
-VERDICT_METRICS = ("mean_post_first_interval_s", "loop_s")
-
-
-def _value(record: dict, metric: str) -> Optional[float]:
-    value = post_first_interval(record) if metric == "mean_post_first_interval_s" else record.get(metric)
-    return value if _number(value) and value > 0 else None
-
-
-def _measured(trials: list[dict], prompt_id: str, use_cache: bool) -> list[dict]:
-    return sorted((t for t in trials if t.get("status", "ok") == "ok" and t.get("warmup") is False
-                   and t.get("prompt_id") == prompt_id and t.get("use_cache") == use_cache),
-                  key=lambda t: t.get("schedule_index", 0))
-
-
-def chosen_samples(*groups: list[dict]) -> tuple[str, list[list[dict]]]:
-    """('uncontended', those trials of each group) when every group has protocol.VERDICT_MIN_UNCONTENDED of them,
-    else ('all', the groups as they are)."""
-    clean = [[t for t in group if trial_contended(t) is False] for group in groups]
-    if all(len(group) >= protocol.VERDICT_MIN_UNCONTENDED for group in clean):
-        return "uncontended", clean
-    return "all", [list(group) for group in groups]
-
 
 def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
                   threshold: float = protocol.SMALLEST_TIMING_EFFECT) -> dict:
     """'faster', 'slower' or 'cannot_tell' for the cache on this metric and prompt, from this metric's own samples
     (uncontended ones when each side has enough: `samples` says which): the shift of log times without against with
     the cache (positive: the cache is faster), its interval, and `effect`, its estimate as a fraction of time."""
-    on, off = _measured(trials, prompt_id, True), _measured(trials, prompt_id, False)
-    samples, (used_on, used_off) = chosen_samples(on, off)
+    groups = measured(trials)
+    on, off = groups.get((prompt_id, True), []), groups.get((prompt_id, False), [])
+    clean = [[t for t in group if trial_contended(t) is False] for group in (on, off)]
+    enough = all(len(group) >= protocol.VERDICT_MIN_UNCONTENDED for group in clean)
+    samples, (used_on, used_off) = ("uncontended", clean) if enough else ("all", (on, off))
     groups = []
     for used in (used_on, used_off):
-        kept = [(t, _value(t, metric)) for t in used]
-        values = [v for _, v in kept if v is not None]
-        spread = median_min_max(values) if values else {"median": None, "min": None, "max": None}
-        groups.append({"n": len(values), "schedule_ids": [t.get("schedule_id") for t, v in kept if v is not None],
-                       "values": values, "median": spread["median"], "min": spread["min"], "max": spread["max"]})
+        kept = [(t.get("schedule_id"), t.get(metric)) for t in used if is_number(t.get(metric)) and t[metric] > 0]
+        values = [v for _, v in kept]
+        spread = median_min_max(values) if values else {"n": 0, "values": [], "median": None, "min": None, "max": None}
+        groups.append({**spread, "schedule_ids": [name for name, _ in kept]})
     shift = log_shift(groups[0]["values"], groups[1]["values"])
     interval = {**shift, **{f"{name}_fraction": fraction(shift[name]) for name in ("estimate", "low", "high")}}
     found, reason = verdict(interval, threshold)
     if samples == "all":
-        clean = [sum(1 for t in group if trial_contended(t) is False) for group in (on, off)]
         reason += (f"; from all samples: fewer than {protocol.VERDICT_MIN_UNCONTENDED} of them uncontended on a side "
-                   f"(cache on {clean[0]}, off {clean[1]}; the others contended or without CPU evidence)")
+                   f"(cache on {len(clean[0])}, off {len(clean[1])}; the others contended or without CPU evidence)")
     used = {id(t) for t in used_on + used_off}
     return {"prompt_id": prompt_id, "metric": metric, "verdict": found, "reason": reason, "samples": samples,
             "threshold": threshold, "effect": interval["estimate_fraction"], "interval": interval,
@@ -378,22 +330,8 @@ def cache_verdict(trials: list[dict], prompt_id: str, metric: str,
             "not_used": [t.get("schedule_id") for t in on + off if id(t) not in used]}
 
 
-def prefill_vs_decode(trials: list[dict], prompt_id: str, use_cache: bool) -> dict:
-    """How many decode steps one prefill is worth: per trial, its prefill_s over its own mean post-first interval
-    (paired within a trial, never two independent samples); their median [min, max], uncontended when enough."""
-    samples, (chosen,) = chosen_samples(_measured(trials, prompt_id, use_cache))
-    pairs = [(_value(t, "prefill_s"), _value(t, "mean_post_first_interval_s")) for t in chosen]
-    ratios = [prefill / step for prefill, step in pairs if prefill is not None and step is not None]
-    return {"prompt_id": prompt_id, "use_cache": use_cache, "samples": samples, "n": len(ratios), "ratios": ratios,
-            "median": statistics.median(ratios) if ratios else None, "min": min(ratios, default=None),
-            "max": max(ratios, default=None),
-            "output_length": sorted({t.get("output_length") for t in chosen}, key=str)}
-
-
 def cache_verdicts(trials: list[dict]) -> dict:
-    """The declared threshold, one verdict per timing prompt and metric, and prefill against one decode step per
-    prompt and cache setting."""
+    """The declared threshold and one verdict per timing prompt and metric."""
     return {"threshold": protocol.SMALLEST_TIMING_EFFECT,
-            "verdicts": [cache_verdict(trials, p, m) for p in protocol.TIMING_PROMPTS for m in VERDICT_METRICS],
-            "prefill_vs_decode": [prefill_vs_decode(trials, p, c) for p in protocol.TIMING_PROMPTS
-                                  for c in (True, False)]}
+            "verdicts": [cache_verdict(trials, p, m) for p in protocol.TIMING_PROMPTS
+                         for m in ("mean_post_first_interval_s", "loop_s")]}

@@ -27,7 +27,7 @@ try:  # Windows has no resource module; macOS has no RUSAGE_THREAD
     _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)
 except ImportError:  # pragma: no cover - platform dependent
     resource, _RUSAGE_THREAD = None, None
-_THREAD_TIME_NS = getattr(time, "thread_time_ns", None)
+_THREAD_TIME_NS = time.thread_time_ns  # Linux and macOS (Windows is refused by the experiment)
 _CLOCK = time.perf_counter_ns  # the loop's clock, bound once
 
 SPANS = ("prefill", "loop")
@@ -40,8 +40,8 @@ FAULT_FIELDS = READING_FIELDS[3:]
 
 def usage_sources() -> dict:
     """Where this platform's readings come from, or None for a reading it cannot take."""
-    thread = _RUSAGE_THREAD is not None and _THREAD_TIME_NS is not None  # as usage_reader reads them
-    return {"thread_cpu": "time.thread_time_ns (the thread's CPU clock)" if _THREAD_TIME_NS is not None else None,
+    thread = _RUSAGE_THREAD is not None  # as usage_reader reads them
+    return {"thread_cpu": "time.thread_time_ns (the thread's CPU clock)",
             "context_switches": "resource.getrusage(RUSAGE_THREAD) ru_nvcsw, ru_nivcsw" if thread else None,
             "thread_page_faults": "resource.getrusage(RUSAGE_THREAD) ru_minflt, ru_majflt (this thread's own)"
             if thread else None,
@@ -64,11 +64,6 @@ def usage_reader() -> tuple[Callable[[], list], Callable[[], list]]:
     and only then reads the CPU clock and stores an int; an end reader reads the CPU clock before anything else.
     """
     thread_time, who = _THREAD_TIME_NS, _RUSAGE_THREAD
-    if thread_time is None:  # no thread CPU clock (not Linux or macOS): nothing to read
-        def nothing() -> list:
-            return [None] * len(READING_FIELDS)
-
-        return nothing, nothing
     if who is None:  # macOS: the CPU clock alone
         def start_cpu_only() -> list:
             reading = [None] * len(READING_FIELDS)
@@ -133,14 +128,8 @@ def policy_of(gc_in_spans: bool) -> str:
     return ON_IN_SPANS if gc_in_spans else OFF_IN_SPANS
 
 
-def _check_policy(policy: str) -> None:
-    if policy not in POLICIES:
-        raise ValueError(f"collector policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
-
-
 def declaration(policy: str) -> dict:
     """The policy as the plan, the manifest and each trial state it."""
-    _check_policy(policy)
     return {"policy": policy, "rule": POLICY_TEXT[policy], "event_fields": list(EVENT_FIELDS),
             "source": "gc.callbacks (start and stop of each collection, stamped with time.perf_counter_ns)"}
 
@@ -166,8 +155,7 @@ class CollectionWatch:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self in gc.callbacks:
-            gc.callbacks.remove(self)
+        gc.callbacks.remove(self)
 
 
 class TimedBlock:
@@ -175,7 +163,8 @@ class TimedBlock:
     it collects nothing, and leaving it restores the collector as it was found."""
 
     def __init__(self, policy: str):
-        _check_policy(policy)
+        if policy not in POLICIES:
+            raise ValueError(f"collector policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy, self.was_enabled, self.enabled_inside = policy, gc.isenabled(), None
 
     def __enter__(self) -> "TimedBlock":
@@ -219,23 +208,17 @@ def watch_cost(collections: int) -> dict:
             "watch_per_collection_ns": elapsed / collections}
 
 
-def _int(value) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def in_span(events, first_ns: int, last_ns: int) -> Optional[dict]:
+def in_span(events: Optional[list], first_ns: int, last_ns: int) -> Optional[dict]:
     """The collections that started inside [first_ns, last_ns]: their count per generation and the collector's own
-    time inside the span (each clipped to it); None when the events are not a list of three-int lists."""
-    valid = isinstance(events, list) and all(
-        isinstance(event, list) and len(event) == 3 and all(_int(v) is not None for v in event) for event in events)
-    if not valid:
+    time inside the span (each clipped to it); None without a watch's events."""
+    if events is None:
         return None
     counts, spent = {str(g): 0 for g in GENERATIONS}, 0
     for generation, start, stop in events:
         if first_ns <= start <= last_ns:
-            counts[str(generation)] = counts.get(str(generation), 0) + 1
+            counts[str(generation)] += 1
             spent += min(stop, last_ns) - start
-    return {"collections": sum(counts.values()), "by_generation": counts, "collector_ns": spent}
+    return {"collections": sum(counts.values()), "collections_by_generation": counts, "collector_ns": spent}
 
 
 # --- one trial's evidence under the declared rule --------------------------------------------------------------------
@@ -246,35 +229,30 @@ DISTURBANCES = ("collection", "major_fault")
 
 
 def _delta(readings: dict, first: str, last: str, index: int) -> Optional[int]:
-    a, b = readings.get(first), readings.get(last)
-    if not (isinstance(a, list) and isinstance(b, list) and len(a) > index and len(b) > index):
-        return None
-    x, y = _int(a[index]), _int(b[index])
-    return None if x is None or y is None else y - x
+    a, b = readings[first][index], readings[last][index]
+    return None if a is None or b is None else b - a
 
 
 def span_reasons(span: dict, rule: protocol.ContentionRule = protocol.CONTENTION_RULE) -> Optional[list[str]]:
     """The rule's reasons for calling a span contended (None when nothing was read): the collector's share is its
     time over the span's wall time; the major faults are the thread's own where read, else the process's."""
     wall, collector_ns = span.get("wall_ns"), span.get("collector_ns")
-    share = collector_ns / wall if _int(collector_ns) is not None and _int(wall) is not None and wall > 0 else None
+    share = collector_ns / wall if collector_ns is not None and wall else None
     major = span.get("thread_major_faults")
     major = major if major is not None else span.get("process_major_faults")
     return rule.span_reasons(span.get("cpu_share"), span.get("involuntary_switches"), share, major)
 
 
-def span_evidence(readings: dict, first: str, last: str, wall_ns: Optional[int],
+def span_evidence(readings: dict, first: str, last: str, wall_ns: int,
                   rule: protocol.ContentionRule = protocol.CONTENTION_RULE, collections: Optional[dict] = None) -> dict:
     """One span's CPU time and share of its wall time, switches, page faults, collections, and contention."""
     cpu = _delta(readings, first, last, 0)
     span = {"wall_ns": wall_ns, "cpu_ns": cpu,
-            "cpu_share": cpu / wall_ns if cpu is not None and isinstance(wall_ns, int) and wall_ns > 0 else None,
+            "cpu_share": cpu / wall_ns if cpu is not None and wall_ns else None,
             "voluntary_switches": _delta(readings, first, last, 1),
             "involuntary_switches": _delta(readings, first, last, 2),
             **{name: _delta(readings, first, last, READING_FIELDS.index(name)) for name in FAULT_FIELDS},
-            "collections": collections["collections"] if collections else None,
-            "collections_by_generation": collections["by_generation"] if collections else None,
-            "collector_ns": collections["collector_ns"] if collections else None}
+            **(collections or dict.fromkeys(("collections", "collections_by_generation", "collector_ns")))}
     reasons = span_reasons(span, rule)
     span["contended"] = None if reasons is None else bool(reasons)
     span["disturbed_by"] = (["collection"] if (span["collections"] or 0) > 0 else []) + (
@@ -302,14 +280,10 @@ def trial_evidence(readings: dict, t_start_ns: int, t_prefill_done_ns: int, t_en
             "disturbed_by": [kind for kind in DISTURBANCES if any(kind in spans[n]["disturbed_by"] for n in SPANS)]}
 
 
-def recorded_evidence(record: dict) -> Optional[dict]:
-    """trial_evidence() recomputed from a timing_trial record's raw fields, or None when it has none."""
-    readings, tokens = record.get("cpu_readings"), record.get("token_times_ns")
-    start, prefill = record.get("t_start_ns"), record.get("t_prefill_done_ns")
-    if not isinstance(readings, dict) or _int(start) is None or _int(prefill) is None \
-            or not isinstance(tokens, list) or not tokens or _int(tokens[-1]) is None:
-        return None
-    return trial_evidence(readings, start, prefill, tokens[-1], gc_events=record.get("gc_events"))
+def recorded_evidence(record: dict) -> dict:
+    """trial_evidence() recomputed from a timing_trial record's raw fields, as a reader of the run would."""
+    return trial_evidence(record["cpu_readings"], record["t_start_ns"], record["t_prefill_done_ns"],
+                          record["token_times_ns"][-1], gc_events=record["gc_events"])
 
 
 def contention_counts(trials: list[dict]) -> dict:

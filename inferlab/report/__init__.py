@@ -7,7 +7,7 @@ procedure's limitations costs.py's. The report answers no question: the tool's r
 render_report() is a pure function of what the session has written when it renders (records.jsonl, plan.json, the
 manifest fields that do not change at session end, the tensors), so `report DIR --check` reproduces it byte for
 byte; the command line renders with after_session=True, and only then does a manifest never finalised enter the
-verdict (the session renders before it writes that manifest). RENDERER_VERSION (recorded in the manifest) names the
+verdict (the session renders before it writes that manifest). REPORT_RENDERER_VERSION (in the manifest) names the
 text this renderer writes; check() does not compare pages another version wrote.
 """
 
@@ -25,7 +25,6 @@ from inferlab.run.records import PREDICTIONS_FILE, REPORT_FILE, REPORT_RENDERER_
 from inferlab.report import costs, evidence
 from inferlab.report.evidence import MISSING, cell, code, jstr, num, table
 
-RENDERER_VERSION = REPORT_RENDERER_VERSION
 PAGES = (REPORT_FILE,)
 SYNTHETIC_BANNER = "SYNTHETIC SPECIMEN - NOT PYTHIA"
 Run = Union[Path, str, RunView]  # a record folder, or a view of one already read
@@ -102,7 +101,6 @@ class Verdict:
     facts: list[str] = field(default_factory=list)
     counts: dict = field(default_factory=dict)  # (check kind, outcome) -> number of tests
     not_reached: list[str] = field(default_factory=list)
-    finished: Optional[bool] = None
     measured_anything: bool = False
 
 
@@ -124,8 +122,9 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def decide(view: RunView, after_session: bool = False) -> Verdict:
+def decide(run: Run, after_session: bool = False) -> Verdict:
     """One run's verdict from its records, plan and manifest; after_session as in the module docstring."""
+    view = view_of(run)
     ended, end, decisive = view.session_end is not None, view.session_end or {}, view.tests_by_outcome()
     counts = collections.Counter((view.check_kind(o), o.get("outcome")) for o in decisive.values())
     failing = {kind: [o for o in decisive.values() if view.check_kind(o) == kind and o.get("outcome") in FAILING]
@@ -194,7 +193,6 @@ def decide(view: RunView, after_session: bool = False) -> Verdict:
                "have their spans to themselves under the declared rule (marked ‡ in Timing, and kept); rerun on a "
                "quieter machine before citing these timings."] if found["contended"] else [])
     return Verdict(kinds[0], said[kinds[0]], kinds, [said[k] for k in kinds[1:]] + timing, dict(counts), not_reached,
-                   None if not ended else not (end.get("interrupted") or end.get("stopped_early")),
                    any(view.kind(k) for k in MEASURED_KINDS))
 
 
@@ -344,10 +342,6 @@ def render(view: RunView, verdict: Verdict, plot_errors: Optional[dict] = None) 
 # --- the entry points: the session writes the page, the command line prints or checks it -------------------------
 
 
-def verdict_of(run: Run, after_session: bool = False) -> Verdict:
-    return decide(view_of(run), after_session)
-
-
 def render_report(run: Run, plot_errors: Optional[dict] = None, after_session: bool = False) -> str:
     """report.md's text for a record folder (or a view of one)."""
     view = view_of(run)
@@ -373,19 +367,17 @@ class PageCheck:
 
     status: str
     lines: list[str] = field(default_factory=list)
-    renderer_version: int = RENDERER_VERSION
 
 
 def check(run: Run, after_session: bool = False) -> PageCheck:
     """Render report.md again and compare it with the file, unless another renderer version wrote it."""
     view = view_of(run)
     path = view.directory / REPORT_FILE
-    if view.renderer_version != RENDERER_VERSION:
+    if view.renderer_version != REPORT_RENDERER_VERSION:
         return PageCheck("other_renderer", [
             f"{view.directory}: its pages were rendered by report renderer version {view.renderer_version}, and this "
-            f"inferlab renders version {RENDERER_VERSION}, so their text is not compared: they are neither called "
-            f"identical nor different. `verify` still checks them against the manifest's SHA-256"],
-            view.renderer_version)
+            f"inferlab renders version {REPORT_RENDERER_VERSION}, so their text is not compared: they are neither "
+            f"called identical nor different. `verify` still checks them against the manifest's SHA-256"])
     if not path.is_file():
         return PageCheck("differs", [f"{path} does not exist"])
     old, new = path.read_text(encoding="utf-8"), render_report(view, after_session=after_session)

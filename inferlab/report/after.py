@@ -292,8 +292,3 @@ class AfterPage:
             ["Nothing has been attached to this run."]) + [""]
         return lines + (["**What `verify` says of the addenda:**", ""] + [f"- {cell(p)}" for p in self.problems] + [""]
                         if self.problems else [])
-
-
-def render(view: RunView) -> str:
-    """The after-run page of one run, as Markdown."""
-    return AfterPage(view).render()

@@ -1,12 +1,12 @@
 """Two finished runs side by side, from their files alone (no model): `inferlab compare DIR1 DIR2`. It reports and
 does not judge: exact-id agreement per generation and timing trial, the max abs difference of every saved tensor,
 the ratio of the timing medians, and every difference of artifact hashes and environment. Each run is read through
-its view (inferlab.read.runview), and checked by verify first, so that an edited run is never reported as agreeing.
+its view (inferlab.read.runview), and checked by verify first, so that an edited or damaged run is never reported as
+agreeing.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import math
 import statistics
@@ -16,30 +16,12 @@ from typing import Any, Union
 from inferlab import protocol
 from inferlab.files import spelled
 from inferlab.measure import usage
-from inferlab.measure.stats import first_divergence, post_first_interval, trial_contended
+from inferlab.measure.stats import TIMING_METRICS, first_divergence, is_number, measured, trial_contended
 from inferlab.read.runview import RunView
 from inferlab.read.tensors import TensorFileError
-from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
-TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
 SHOWN_CHARS = 100  # a value longer than this is cut in the text (compare()'s result keeps it whole)
 INTEGRITY_SHOWN = 5  # problem lines shown per run in the header (verify DIR lists them all)
-
-
-def load_for_compare(record_dir: Path) -> RunView:
-    """A run's view; ValueError naming the file when its records or manifest cannot be read whole."""
-    record_dir = Path(record_dir)
-    if not (record_dir / RECORDS_FILE).is_file():
-        raise ValueError(f"{record_dir / RECORDS_FILE}: missing")
-    view = RunView.read(record_dir)
-    for problem in view.problems_of(RECORDS_FILE):
-        if problem.lost or problem.code == "not_ascii":
-            raise ValueError(f"{record_dir / RECORDS_FILE}{'' if problem.line is None else f':{problem.line}'}: "
-                             f"{problem.what}")
-    for problem in view.problems_of(MANIFEST_FILE):
-        if problem.code != "missing":  # a run without a manifest is compared without its environment
-            raise ValueError(f"{record_dir / MANIFEST_FILE}: {problem.what}")
-    return view
 
 
 def id_agreement(a: dict, b: dict, order: list) -> list[dict]:
@@ -97,16 +79,12 @@ def tensor_agreement(view_a: RunView, view_b: RunView) -> list[dict]:
 def timing_medians(records: list[dict], uncontended_only: bool = False) -> dict:
     """Per (prompt, use_cache): each metric's median over the measured trials (with uncontended_only, over those
     the declared contention rule did not mark; a trial without evidence is left out then)."""
-    values: dict = collections.defaultdict(lambda: collections.defaultdict(list))
-    for record in records:
-        if record.get("kind") != "timing_trial" or record.get("warmup") or (
-                uncontended_only and trial_contended(record) is not False):
-            continue
-        for metric in TIMING_METRICS:
-            value = post_first_interval(record) if metric == "mean_post_first_interval_s" else record.get(metric)
-            if isinstance(value, (int, float)):
-                values[(record.get("prompt_id"), record.get("use_cache"))][metric].append(value)
-    return {key: {m: statistics.median(v) for m, v in metrics.items() if v} for key, metrics in values.items()}
+    medians = {}
+    for key, trials in measured([r for r in records if r.get("kind") == "timing_trial"]).items():
+        kept = [t for t in trials if not uncontended_only or trial_contended(t) is False]
+        values = {metric: [t[metric] for t in kept if is_number(t.get(metric))] for metric in TIMING_METRICS}
+        medians[key] = {metric: statistics.median(v) for metric, v in values.items() if v}
+    return medians
 
 
 def field_differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
@@ -117,17 +95,14 @@ def field_differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, An
     return [] if a == b else [(path, a, b)]
 
 
+ENVIRONMENT = ("platform", "distributions", "thread_environment", "git", "torch_build", "specimen",
+               "requirements_lock_sha256", "deviations_from_reference")
+
+
 def environment_differences(a: dict, b: dict) -> list[dict]:
-    """Every field that differs in the manifests' platform, distributions, thread environment, git, specimen
-    (field by field), lock hash and deviations."""
-    pairs = [(section, name, (a.get(section) or {}).get(name), (b.get(section) or {}).get(name))
-             for section in ("platform", "distributions", "thread_environment", "git")
-             for name in sorted(set(a.get(section) or {}) | set(b.get(section) or {}))]
-    pairs += [("specimen", name or "(whole)", x, y) for name, x, y in field_differences(a.get("specimen"),
-                                                                                        b.get("specimen"))]
-    pairs += [("manifest", name, a.get(name), b.get(name)) for name in ("requirements_lock_sha256",
-                                                                         "deviations_from_reference")]
-    return [{"section": s, "name": n, "dir1": x, "dir2": y} for s, n, x, y in pairs if x != y]
+    """Every field, by its dotted path, that differs between the manifests' ENVIRONMENT entries."""
+    return [{"field": name, "dir1": x, "dir2": y} for name, x, y in
+            field_differences({k: a.get(k) for k in ENVIRONMENT}, {k: b.get(k) for k in ENVIRONMENT})]
 
 
 def run_state(view: RunView) -> str:
@@ -145,11 +120,6 @@ def run_state(view: RunView) -> str:
     if end.get("partial_reasons") or end.get("protocol_complete") is False:
         return "PARTIAL, not the complete protocol: " + "; ".join(map(str, end.get("partial_reasons") or []))
     return "finished, the complete protocol"
-
-
-def specimen_of(view: RunView) -> dict:
-    specimen = view.manifest.get("specimen") if isinstance(view.manifest.get("specimen"), dict) else {}
-    return {key: specimen.get(key) for key in ("name", "repo_id", "revision", "synthetic")}
 
 
 def artifacts(records_a: list[dict], records_b: list[dict]) -> list[dict]:
@@ -170,7 +140,7 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
     """Two record folders compared: the rows format_compare prints (it reports, and judges nothing)."""
     from inferlab.read.verify import verify_run
 
-    a, b = (d if isinstance(d, RunView) else load_for_compare(Path(d)) for d in (dir_a, dir_b))
+    a, b = (d if isinstance(d, RunView) else RunView.read(Path(d)) for d in (dir_a, dir_b))
     generation_order = [((t.prompt_id, t.condition, t.seed, t.repetition), t.test_id)
                         for t in protocol.generation_trials()]
     medians = [timing_medians(v.records, clean) for clean in (False, True) for v in (a, b)]
@@ -183,9 +153,9 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
                            "uncontended_ratio_dir2_over_dir1": cy / cx if cx and cy is not None else None})
     acquisitions = [next((r.get("acquisition") for r in reversed(v.records) if r.get("kind") == "artifact_acquisition"),
                          None) for v in (a, b)]
-    kernels = [(v.manifest.get("torch_build") or {}).get("cpu_kernels") if isinstance(v.manifest.get("torch_build"),
-                                                                                      dict) else None for v in (a, b)]
-    specimens = {"dir1": specimen_of(a), "dir2": specimen_of(b)}
+    specimens = {name: {key: (v.manifest.get("specimen") or {}).get(key) for key in ("name", "repo_id", "revision",
+                                                                              "synthetic")}
+                 for name, v in (("dir1", a), ("dir2", b))}
     return {
         "dir1": str(a.directory), "dir2": str(b.directory),
         # how a run ended is the header's business, not an integrity problem
@@ -204,7 +174,6 @@ def compare(dir_a: Union[Path, RunView], dir_b: Union[Path, RunView]) -> dict:
         "artifacts": artifacts(a.records, b.records),
         "acquisition": {"dir1": acquisitions[0], "dir2": acquisitions[1], "equal": acquisitions[0] == acquisitions[1]},
         "environment": environment_differences(a.manifest, b.manifest),
-        "cpu_kernels": {"dir1": kernels[0], "dir2": kernels[1], "equal": kernels[0] == kernels[1]},
     }
 
 
@@ -217,34 +186,25 @@ def shown(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}… ({len(text)} chars)"
 
 
-def header_warnings(result: dict) -> list[str]:
-    """What the reader must know before any row: a run whose files fail verify, and runs of two specimens."""
-    lines = []
-    for name in ("dir1", "dir2"):
-        problems = (result.get("integrity") or {}).get(name) or []
+def format_compare(result: dict) -> str:
+    """compare()'s result as plain text, after what the reader must know before any row: a run whose files fail
+    verify, and runs of two specimens."""
+    runs, specimens = result["runs"], result["specimens"]
+    lines = [f"compare: DIR1 = {result['dir1']}  ({runs['dir1']})",
+             f"         DIR2 = {result['dir2']}  ({runs['dir2']})"]
+    for name, problems in result["integrity"].items():
         if problems:
             lines.append(f"INTEGRITY: {name.upper()} fails verify ({len(problems)} problem(s)): its files are not what "
                          "its session wrote, so the rows below compare altered material; "
                          f"`{spelled('verify ' + result[name])}` lists every problem:")
             lines += [f"  {line}" for line in problems[:INTEGRITY_SHOWN]]
             lines += [f"  ... and {len(problems) - INTEGRITY_SHOWN} more"] if len(problems) > INTEGRITY_SHOWN else []
-    specimens = result.get("specimens") or {}
-    if specimens and not specimens.get("equal"):
+    if not specimens["equal"]:
         words = [f"{s.get('name')} ({s.get('repo_id')} at revision {s.get('revision')}"
                  f"{', SYNTHETIC' if s.get('synthetic') else ''})" for s in (specimens["dir1"], specimens["dir2"])]
         lines.append(f"DIFFERENT SPECIMENS: DIR1 is of {words[0]}, DIR2 of {words[1]}: every difference below may be "
                      "the specimens', not the machines' or the code's")
-    return lines
-
-
-def format_compare(result: dict) -> str:
-    """compare()'s result as plain text."""
-    from inferlab.host.environment import describe_kernels
-
-    runs = result.get("runs") or {}
-    lines = [f"compare: DIR1 = {result['dir1']}" + (f"  ({runs['dir1']})" if runs.get("dir1") else ""),
-             f"         DIR2 = {result['dir2']}" + (f"  ({runs['dir2']})" if runs.get("dir2") else "")]
-    lines += header_warnings(result) + [""]
+    lines.append("")
     for title, rows in (("generation trials (exact generated ids)", result["generation"]),
                         ("timing trials (exact generated ids)", result["timing_ids"])):
         width = max((len(r["trial"]) for r in rows), default=5)
@@ -255,7 +215,7 @@ def format_compare(result: dict) -> str:
               for r in result["tensors"]] or ["  no tensor files in either dir"]
     lines += ["", "timing: per-condition medians of the measured trials, ratio DIR2/DIR1 (two runs of the same code "
               "differ by chance, more so on a shared machine: a ratio away from 1 is no finding by itself)"]
-    for name, found in (result.get("timing_contention") or {}).items():
+    for name, found in result["timing_contention"].items():
         lines.append(f"  {name}: {found['contended']} of {found['trials']} timing trials contended, "
                      f"{found['without_evidence']} without CPU evidence"
                      + (f"; contended: {', '.join(found['contended_ids'])}" if found["contended_ids"] else ""))
@@ -263,7 +223,7 @@ def format_compare(result: dict) -> str:
               f"dir1={shown(r['median_dir1'])} s  dir2={shown(r['median_dir2'])} s  "
               f"ratio={shown(r['ratio_dir2_over_dir1'])}  uncontended ratio="
               f"{shown(r.get('uncontended_ratio_dir2_over_dir1'))}" for r in result["timing_ratios"]]
-    rows = result.get("artifacts") or []
+    rows = result["artifacts"]
     lines += ["", f"artifacts (sha256 and size of every file each run verified): {sum(r['equal'] for r in rows)} of "
               f"{len(rows)} equal"]
     for row in rows:
@@ -273,14 +233,11 @@ def format_compare(result: dict) -> str:
         lines.append(f"  {row['file']}  {row['status']}")
         if row["status"] == "differ":
             lines += [f"    dir1: {shown(row['dir1'])}", f"    dir2: {shown(row['dir2'])}"]
-    acquisition = result.get("acquisition") or {}
+    acquisition = result["acquisition"]
     lines.append(f"acquisition (how each run got its files; not an artifact): dir1={shown(acquisition.get('dir1'))}  "
                  f"dir2={shown(acquisition.get('dir2'))}" + ("" if acquisition.get("equal") else "  differ"))
-    kernels = result.get("cpu_kernels") or {}
-    lines += ["", "CPU kernels (logits of other kernel sets differ by rounding; ids may then part at a near tie)"
-              + ("" if kernels.get("equal") else ": DIFFER"), f"  dir1: {describe_kernels(kernels.get('dir1'))}",
-              f"  dir2: {describe_kernels(kernels.get('dir2'))}", "", "environment differences"]
-    lines += [f"  {r['section']}.{r['name']}: dir1={shown(r['dir1'])}  dir2={shown(r['dir2'])}"
-              for r in result["environment"]] or ["  none (platform, distributions, thread environment, git, specimen, "
-                                                  "lock and deviations agree)"]
+    lines += ["", "environment differences (another torch build or CPU kernel set changes logits by rounding; ids "
+              "may then part at a near tie)"]
+    lines += [f"  {r['field']}: dir1={shown(r['dir1'])}  dir2={shown(r['dir2'])}" for r in result["environment"]] or [
+        f"  none ({', '.join(ENVIRONMENT)} agree)"]
     return "\n".join(lines) + "\n"

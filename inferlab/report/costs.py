@@ -1,7 +1,5 @@
-"""report.md's evidence of Parts 5 and 6, what the computation cost: every timing sample with its summaries and the
-cache's effect beside the declared threshold, the memory accounting with what it leaves unmeasured, and what the
-procedure itself does to those measurements. Like evidence.py, it states what was measured and reads nothing into
-it (inferlab.report.after does, beside the learner's answers).
+"""report.md's evidence of Parts 5 and 6: every timing sample with its summaries and the cache's effect beside the
+declared threshold, the memory accounting with what it leaves unmeasured, and the procedure's own limitations.
 """
 
 from __future__ import annotations
@@ -18,15 +16,6 @@ CONTENDED = "‡"  # after a sample of a contended trial (inferlab.measure.usage
 N = protocol.TIMING_NEW_TOKENS
 
 
-def measured(view: RunView) -> dict[tuple, list[dict]]:
-    """Completed measured timing trials by (prompt_id, use_cache), in schedule order."""
-    groups: dict[tuple, list[dict]] = {(t.prompt_id, t.use_cache): [] for t in protocol.timing_schedule()}
-    for record in view.kind("timing_trial"):
-        if record.get("warmup") is False and record.get("status", "ok") == "ok":
-            groups.setdefault((record.get("prompt_id"), record.get("use_cache")), []).append(record)
-    return {k: sorted(v, key=lambda r: r.get("schedule_index", 0)) for k, v in groups.items() if v}
-
-
 def throughput(record: dict) -> Optional[float]:
     times = stats.token_times(record)
     return stats.throughput_including_prompt(times) if times else None
@@ -36,9 +25,9 @@ def per_second(value: Any) -> str:
     return f"{value:.1f}" if is_number(value) else MISSING
 
 
-METRICS = (("prefill (ms)", lambda r: r.get("prefill_s"), ms), ("local TTFT (ms)", lambda r: r.get("ttft_s"), ms),
-           (f"mean post-first interval (t{N} − t1)/{N - 1} (ms)", stats.post_first_interval, ms),
-           (f"loop, {N} selections (ms)", lambda r: r.get("loop_s"), ms),
+METRICS = (("prefill (ms)", "prefill_s", ms), ("local TTFT (ms)", "ttft_s", ms),
+           (f"mean post-first interval (t{N} − t1)/{N - 1} (ms)", "mean_post_first_interval_s", ms),
+           (f"loop, {N} selections (ms)", "loop_s", ms),
            (f"throughput {N}/(t{N} − t0), tokens/s", throughput, per_second))
 METRIC_NAMES = {"mean_post_first_interval_s": "mean post-first interval", "loop_s": f"loop, {N} selections"}
 
@@ -86,10 +75,10 @@ def section_timing(view: RunView, why) -> list[str]:
              "TTFT at the first selection (no loading, tokenization, network or queue). Warmups are left out here; "
              "every timestamp is in the `timing_trial` records.", ""]
     rows = []
-    for (prompt_id, use_cache), trials in measured(view).items():
+    for (prompt_id, use_cache), trials in stats.measured(view.kind("timing_trial")).items():
         marks = [CONTENDED if stats.trial_contended(t) else "" for t in trials]
-        for name, value_of, scale in METRICS:
-            values = [value_of(t) for t in trials]
+        for name, metric, scale in METRICS:
+            values = [t.get(metric) if isinstance(metric, str) else metric(t) for t in trials]
             rows.append([f"{prompt_id}, cache {'on' if use_cache else 'off'}", lengths(trials, "prompt_length"),
                          lengths(trials, "output_length"), name,
                          ", ".join(scale(v) + mark for v, mark in zip(values, marks)), spread(values, scale)])
@@ -180,7 +169,8 @@ def section_limitations(view: RunView) -> list[str]:
     items = ["The specimen is synthetic: constructed weights, so nothing here describes Pythia or any trained "
              "model."] if view.synthetic else []
     clock = view.first("clock_overhead") or {}
-    loops = [t["loop_s"] for group in measured(view).values() for t in group if is_number(t.get("loop_s"))]
+    loops = [t["loop_s"] for group in stats.measured(view.kind("timing_trial")).values() for t in group
+             if is_number(t.get("loop_s"))]
     cost, usage = clock.get("per_trial_overhead_ns"), clock.get("usage_per_read_ns")
     if is_number(cost) and loops:
         reads = (f", {num(clock.get('usage_reads_per_trial'))} thread-usage readings ≈ {usage / 1e3:.2f} µs each "

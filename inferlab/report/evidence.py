@@ -1,12 +1,6 @@
-"""report.md's evidence of Parts 3 and 4 and the batching extension, what was selected and what was computed: each
-section a table of what the records hold, with the few sentences that say what a column means (Parts 5 and 6, what
-it cost, are costs.py's; the Markdown cells below serve both). Nothing here reads a result as good or bad for the
-learner's questions: that reading is inferlab.report.after's, shown only beside the learner's own answers.
-
-The questions table says, for each of the lab's questions, which section and records hold its evidence. Each
-section is a pure function of one run's view (inferlab.read.runview.RunView) and of `why`, the page's account
-of missing records (inferlab.report.Labels: .brief(outcome), .absent(kind)); a missing record gives a placeholder
-cell or a sentence saying why it is missing, never an error.
+"""report.md's questions table and its evidence of Parts 3 and 4 and the batching extension, and the Markdown cells
+every section uses. Each section is a pure function of one run's view and of `why` (inferlab.report.Labels), which
+says why a record is missing: a placeholder cell or a sentence, never an error.
 """
 
 from __future__ import annotations
@@ -23,6 +17,7 @@ import numpy
 from inferlab import protocol
 from inferlab.files import spelled
 from inferlab.measure import stats
+from inferlab.measure.stats import is_number
 from inferlab.read.runview import RunView
 
 MISSING = "(not recorded)"
@@ -55,10 +50,6 @@ def jstr(value: Any, in_table: bool = True) -> str:
 def cell(value: Any) -> str:
     """Prose for a table cell: one line, pipes escaped; the placeholder for None."""
     return MISSING if value is None else " ".join(str(value).split()).replace("|", "\\|")
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def num(value: Any, digits: int = 6) -> str:
@@ -97,11 +88,11 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def trial_state(record: Optional[dict], needs_ids: bool = True) -> str:
+def trial_state(record: Optional[dict]) -> str:
     """'ok', 'failed', 'interrupted' (cut off by a signal) or 'not run' for one trial's record."""
     if record is None:
         return "not run"
-    if record.get("status", "ok") == "ok" and (not needs_ids or isinstance(record.get("generated_ids"), list)):
+    if record.get("status", "ok") == "ok" and isinstance(record.get("generated_ids"), list):
         return "ok"
     return "interrupted" if INTERRUPTED.search(str(record.get("error") or "")) else "failed"
 
@@ -136,10 +127,7 @@ def section_questions() -> list[str]:
 
 def generations(view: RunView) -> dict[str, dict]:
     """The generation records by protocol trial id."""
-    found: dict[str, dict] = {}
-    for record in view.kind("generation"):
-        found.setdefault(record.get("trial_id"), record)
-    return found
+    return {record.get("trial_id"): record for record in reversed(view.kind("generation"))}  # the first wins
 
 
 def section_inputs(view: RunView, why) -> list[str]:

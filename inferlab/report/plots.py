@@ -15,7 +15,7 @@ from typing import Optional
 
 from inferlab import protocol
 from inferlab.files import write_bytes_atomic
-from inferlab.measure.stats import loop_cpu_share, post_first_interval, token_times
+from inferlab.measure.stats import loop_cpu_share, measured, token_times
 
 TOKEN_TIMES_PNG, TTFT_INTERVAL_PNG = "plot_token_times.png", "plot_ttft_interval.png"
 CACHE_DIFF_PNG, CPU_SHARE_PNG = "plot_cache_max_abs_diff.png", "plot_cpu_share.png"
@@ -24,10 +24,9 @@ PARTIAL_PREFIX = "PARTIAL RUN"
 DPI = 100
 
 
-def measured_timing_trials(records: list[dict]) -> list[dict]:
-    """Timing-trial records that are not warmups and carry selection times, in record order."""
-    return [r for r in records if r.get("kind") == "timing_trial" and r.get("warmup") is False
-            and token_times(r) is not None]
+def measured_timing_trials(records: list[dict]) -> dict[tuple, list[dict]]:
+    """stats.measured of the timing trials that carry selection times: by (prompt_id, use_cache)."""
+    return measured([r for r in records if r.get("kind") == "timing_trial" and token_times(r) is not None])
 
 
 def trials_with_evidence(records: list[dict]) -> list[dict]:
@@ -44,11 +43,11 @@ def cache_rows(records: list[dict]) -> list[dict]:
 
 def plot_specs(records: list[dict]) -> list[dict]:
     """Each plot's name, file, report section, title, and whether its data exist (the reason when not)."""
-    measured = measured_timing_trials(records)
+    trials = [r for group in measured_timing_trials(records).values() for r in group]
     found = [("token_times", TOKEN_TIMES_PNG, "timing", "Per-token time against token index, cache on and off, "
-              "every measured trial", measured, "no measured timing_trial record with token times"),
+              "every measured trial", trials, "no measured timing_trial record with token times"),
              ("ttft_interval", TTFT_INTERVAL_PNG, "timing", "Local TTFT and mean post-first-token interval per "
-              "condition (individual values)", [r for r in measured if isinstance(r.get("ttft_s"), (int, float))],
+              "condition (individual values)", [r for r in trials if isinstance(r.get("ttft_s"), (int, float))],
               "no measured timing_trial record with ttft_s"),
              ("cpu_share", CPU_SHARE_PNG, "timing", "Each timing trial in schedule order: its loop time, and the CPU "
               "share of its loop and prefill", trials_with_evidence(records),
@@ -88,14 +87,13 @@ def figure_of(width: float, height: float, title: str, partial: Optional[str]):
 
 def finish(figure, axes, path: Optional[Path]):
     """The legend below the axes (each label once), then the PNG (no version string, no timestamp)."""
-    handles, labels = [], []
+    shown = {}  # label -> its first handle
     for axis in axes:
         for handle, label in zip(*axis.get_legend_handles_labels()):
-            if label not in labels:
-                handles.append(handle)
-                labels.append(label)
-    if handles:
-        figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3), fontsize="small")
+            shown.setdefault(label, handle)
+    if shown:
+        figure.legend(list(shown.values()), list(shown), loc="outside lower center", ncols=min(len(shown), 3),
+                      fontsize="small")
     if path is not None:
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
@@ -129,12 +127,6 @@ def mark_clipped(axis, points: list[tuple], top: Optional[float], colour: str) -
     return [(x, y) for x, y in points if y <= top]
 
 
-def conditions(trials: list[dict]) -> list[tuple]:
-    """(prompt_id, use_cache) in schedule order, those with trials only."""
-    present = {(r.get("prompt_id"), r.get("use_cache")) for r in trials}
-    return [c for c in dict.fromkeys((t.prompt_id, t.use_cache) for t in protocol.timing_schedule()) if c in present]
-
-
 def prompt_length(trials: list[dict], prompt_id: str) -> str:
     return "/".join(map(str, sorted({r.get("prompt_length") for r in trials if r.get("prompt_id") == prompt_id},
                                     key=str)))
@@ -145,8 +137,8 @@ def prompt_length(trials: list[dict], prompt_id: str) -> str:
 
 def draw_token_times(records: list[dict], path: Optional[Path], partial: Optional[str] = None):
     """Time since the previous selection for each token index, one line per measured trial, one panel per prompt."""
-    trials = measured_timing_trials(records)
-    prompts = list(dict.fromkeys(p for p, _ in conditions(trials)))
+    groups = measured_timing_trials(records)
+    trials, prompts = [r for group in groups.values() for r in group], list(dict.fromkeys(p for p, _ in groups))
     series = {p: [(r.get("use_cache"), [(t - s) * 1e3 for t, s in zip(token_times(r), [0.0, *token_times(r)[:-1]])])
                   for r in trials if r.get("prompt_id") == p] for p in prompts}
     tops = {p: clip_limit([v for _, steps in found for v in steps]) for p, found in series.items()}
@@ -173,15 +165,14 @@ def draw_token_times(records: list[dict], path: Optional[Path], partial: Optiona
 
 def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optional[str] = None):
     """Strips of each condition's individual TTFT and mean post-first-token interval values, with their median."""
-    trials = measured_timing_trials(records)
-    found = conditions(trials)
+    groups = measured_timing_trials(records)
+    trials, found = [r for group in groups.values() for r in group], list(groups)
     figure = figure_of(11, 4.8, f"{len(trials)} measured trials, {protocol.TIMING_NEW_TOKENS} output tokens each",
                        partial)
     axes = figure.subplots(1, 2)
-    for axis, (title, value_of) in zip(axes, (("local TTFT", lambda r: r.get("ttft_s")),
-                                              ("mean post-first-token interval", post_first_interval))):
-        values = [[value_of(r) * 1e3 for r in trials if (r.get("prompt_id"), r.get("use_cache")) == key
-                   and isinstance(value_of(r), (int, float))] for key in found]
+    for axis, (title, metric) in zip(axes, (("local TTFT", "ttft_s"),
+                                            ("mean post-first-token interval", "mean_post_first_interval_s"))):
+        values = [[r[metric] * 1e3 for r in groups[key] if isinstance(r.get(metric), (int, float))] for key in found]
         top = clip_limit([v for group in values for v in group])
         for x, ((prompt_id, use_cache), group) in enumerate(zip(found, values)):
             # a fixed spread instead of random jitter keeps the picture deterministic
@@ -200,7 +191,7 @@ def draw_ttft_interval(records: list[dict], path: Optional[Path], partial: Optio
     return finish(figure, axes, path)
 
 
-# what else ran inside a trial's spans (contention.DISTURBANCES): marker, colour, size, legend words
+# what else ran inside a trial's spans (usage.DISTURBANCES): marker, colour, size, legend words
 DISTURBANCES = {"collection": ("o", "tab:purple", 170, "garbage collection"),
                 "major_fault": ("s", "tab:brown", 120, "major page fault")}
 
