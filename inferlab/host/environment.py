@@ -142,19 +142,6 @@ def cpu_kernels() -> Optional[dict]:
     return found
 
 
-def describe_kernels(kernels: Optional[dict]) -> str:
-    """A few words for cpu_kernels(): 'AVX512 kernels (ATEN_CPU_CAPABILITY unset), MKL yes, oneDNN yes'."""
-    if not isinstance(kernels, dict):
-        return "did not record its CPU kernels"
-
-    def yes(value):
-        return {True: "yes", False: "no"}.get(value, "unknown")
-
-    env = kernels.get("env_" + KERNEL_ENV_VAR)
-    return (f"{kernels.get('capability') or 'unknown'} kernels ({KERNEL_ENV_VAR}={env if env is not None else 'unset'})"
-            f", MKL {yes(kernels.get('mkl_available'))}, oneDNN {yes(kernels.get('mkldnn_available'))}")
-
-
 def typed_command(orig_argv: Optional[Sequence[str]], argv: Sequence[str], invocation_args: Sequence[str],
                   invocation_dir: Path) -> tuple[str, str]:
     """The command as the learner typed it, and how it was reconstructed.
