@@ -239,15 +239,3 @@ def inferlab_command(*args) -> tuple[int, str]:
     with contextlib.redirect_stdout(printed):
         status = main([str(arg) for arg in args])
     return status, printed.getvalue()
-
-
-# A kernel set other than this machine's default (ATEN_CPU_CAPABILITY): logits move by rounding, as on another CPU.
-OTHER_KERNELS = "default"
-
-
-def other_kernels_once(tmp_path_factory) -> ExperimentRun:
-    """`experiment(... --specimen standin)` with ATEN_CPU_CAPABILITY=OTHER_KERNELS in the child: the stand-in
-    computed with another CPU kernel set, as on another machine; made once per session and shared (never
-    modify it)."""
-    return experiment_once(tmp_path_factory, "standin-other-kernels", "--specimen", "standin",
-                           env={"ATEN_CPU_CAPABILITY": OTHER_KERNELS})
