@@ -3,7 +3,6 @@ project folder: all of them are spelled by inferlab.files.spelled, and the ones 
 
 from __future__ import annotations
 
-import ast
 import re
 import shlex
 import subprocess
@@ -18,31 +17,6 @@ from inferlab.run.records import REPORT_FILE
 from fixture_runs import runs  # noqa: F401 (a fixture)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-UNSPELLED = re.compile(r"(?<!\.venv/bin/)python3? -m inferlab")
-
-
-def printed_strings(path: Path):
-    """(line, text) of every string constant of a module that is not a docstring (f-strings' parts included)."""
-    module = ast.parse(path.read_text(encoding="utf-8"))
-    docstrings = set()
-    for node in ast.walk(module):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                docstrings.add(id(first.value))
-    for node in ast.walk(module):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            yield node.lineno, node.value
-
-
-@pytest.mark.slow
-def test_no_text_the_library_prints_names_a_python_the_reader_may_not_have():
-    """`python -m inferlab ...` runs whichever python is first on PATH (a system one has no torch and, outside
-    the project folder, no inferlab): every printed command goes through cli.spelled instead."""
-    found = [f"{path.relative_to(REPO_ROOT)}:{line}: {text!r}"
-             for path in sorted((REPO_ROOT / "inferlab").rglob("*.py")) for line, text in printed_strings(path)
-             if UNSPELLED.search(text)]
-    assert not found, "printed without inferlab.cli.spelled:\n" + "\n".join(found)
 
 
 def test_a_command_is_spelled_with_the_environments_own_programs():

@@ -94,7 +94,7 @@ def test_the_command_refuses_cleanly_where_it_cannot_build(tmp_path, case):
     done = subprocess.run([sys.executable, *flags, "-m", f"inferlab.{name}", str(tmp_path / "out")], cwd=REPO_ROOT,
                           capture_output=True, text=True, env=env)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    expected = f".venv/bin/python -m inferlab.{name} DIR" if flags else f"{tmp_path / 'absent'}"
+    expected = f"Use {REPO_ROOT / '.venv' / 'bin' / 'python'}" if flags else f"{tmp_path / 'absent'}"
     assert expected in done.stderr and "Traceback" not in done.stderr and not (tmp_path / "out").exists()
 
 

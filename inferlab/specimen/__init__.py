@@ -26,7 +26,6 @@ from inferlab.specimen.spec import (
     DEFAULT_ARTIFACTS_ROOT, WEIGHT_FILE, SpecimenError, SpecimenSpec, cache_dir, load_spec,
 )
 
-BUILD_NEEDS = ("numpy", "safetensors", "tokenizers")  # what an offline build imports
 __all__ = [
     "ACQUISITION_LABELS", "DEFAULT_ARTIFACTS_ROOT", "WEIGHT_FILE", "DeadlineExpired", "SpecimenError", "SpecimenSpec",
     "acquire", "acquisition_cause", "acquisition_next_steps", "acquisition_outcome", "build_command", "cache_dir",
@@ -38,14 +37,9 @@ __all__ = [
 def build_command(name: str, argv=None) -> int:
     """`python -m inferlab.<name> DIR` (standin or replica): under a Python that lacks what a build imports, one line
     naming the Python to use and exit 2, never a traceback; else the build's own command."""
-    from inferlab.files import missing_modules, spelled
+    from inferlab.files import require_environment
 
-    missing = missing_modules(BUILD_NEEDS)
-    if missing:
-        print(f"inferlab.{name}: this Python ({sys.executable}) cannot import {', '.join(missing)}, which the build "
-              f"needs; nothing was written. Run it with the project's own: "
-              f"{spelled(f'-m inferlab.{name} DIR', 'python')}", file=sys.stderr)
-        return 2
+    require_environment(f"inferlab.{name}")  # exit 2, one line naming the Python to use
     from inferlab.specimen import build
 
     return getattr(build, name.upper()).main(argv)
