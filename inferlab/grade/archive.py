@@ -1,5 +1,5 @@
 """A run as it is handed in: `pack` writes one run folder (with what was attached to it) as a .tar.gz beside a small
-submission.json (who hands it in, which run); `open_archive` reads one back.
+submission.json (who hands it in, which run); `unpacked` reads one back.
 
 Unpacking: every entry is checked before a byte is written (only plain files and folders under one run folder,
 no absolute path, no '..', no link or device, at most MAX_ENTRIES entries and MAX_BYTES in all), then the standard
@@ -9,19 +9,17 @@ entries, no owners, zero times, gzip without a time stamp). Nothing is ever writ
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
-import os
-import shutil
-import socket
 import tarfile
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Optional
+from typing import Iterator, Optional
 
 from inferlab.files import OutputPathError, sha256_file, write_bytes_atomic
+from inferlab.run.records import claimant_alive
 
 SUBMISSION_FILE = "submission.json"
 SUBMISSION_FORMAT = "inferlab-submission"
@@ -39,28 +37,10 @@ def is_archive(path: Path) -> bool:
     return Path(path).is_file() and Path(path).name.endswith(SUFFIXES)
 
 
-def _live_session(run_dir: Path) -> Optional[str]:
-    """Why the run may still be written by its session (its claim names a running process on this host)."""
-    try:
-        claim = json.loads((run_dir / "claim.json").read_text(encoding="utf-8"))
-        pid, host = int(claim["pid"]), claim.get("hostname")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if host != socket.gethostname():
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except OSError:
-        pass
-    return f"its session (pid {pid}) is still running"
-
-
-def _info(name: str, size: int = 0, folder: bool = False) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.uid, info.gid, info.uname, info.gname = size, 0, 0, 0, "", ""
-    info.type, info.mode = (tarfile.DIRTYPE, 0o755) if folder else (tarfile.REGTYPE, 0o644)
+def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """An entry without owners or times, so that one run always packs to the same bytes."""
+    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+    info.mode = 0o755 if info.isdir() else 0o644
     return info
 
 
@@ -70,10 +50,9 @@ def pack(view, target: Path, learner: Optional[str] = None, replace: bool = Fals
     run_dir, target = Path(view.directory), Path(target)
     if not target.name.endswith(SUFFIXES) and not target.exists():
         raise ArchiveError(f"{target}: pack writes a gzipped tar; name the file FILE.tar.gz")
-    if view.is_plan_folder:
-        raise ArchiveError(f"{run_dir} is a plan folder (--plan): no test ran, so there is no run to hand in")
-    if view.session_end is None and _live_session(run_dir):
-        raise ArchiveError(f"{run_dir} is still being written ({_live_session(run_dir)}); wait for it to end")
+    if view.session_end is None and claimant_alive(view.claim):
+        raise ArchiveError(f"{run_dir} is still being written (its session, pid {view.claim['pid']}, is running); "
+                           "wait for it to end")
     if learner is not None:
         learner = learner.strip()
         if not learner or len(learner) > LEARNER_MAX_CHARS or not learner.isprintable():
@@ -93,31 +72,15 @@ def pack(view, target: Path, learner: Optional[str] = None, replace: bool = Fals
     with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as zipped:
         with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
             data = (json.dumps(submission, indent=2, sort_keys=True) + "\n").encode()
-            tar.addfile(_info(SUBMISSION_FILE, len(data)), io.BytesIO(data))
-            for folder in sorted({p.parent for p in files} | {run_dir}):
-                tar.addfile(_info((PurePosixPath(run_dir.name) / folder.relative_to(run_dir)).as_posix(), folder=True))
-            for path in files:
-                with open(path, "rb") as handle:
-                    name = (PurePosixPath(run_dir.name) / path.relative_to(run_dir).as_posix()).as_posix()
-                    tar.addfile(_info(name, path.stat().st_size), handle)
+            info = tarfile.TarInfo(SUBMISSION_FILE)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            tar.add(run_dir, arcname=run_dir.name, filter=_plain)
     try:
         write_bytes_atomic(target, raw.getvalue(), replace=replace)
     except OutputPathError as error:
         raise ArchiveError(str(error)) from None
     return {"archive": str(target), "bytes": len(raw.getvalue()), "files": len(files), "run": run_dir.name}
-
-
-@dataclass
-class Unpacked:
-    """An archive unpacked into a new temporary folder; remove() deletes it."""
-
-    archive: Path
-    folder: Path
-    run_dir: Path
-    submission: dict
-
-    def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _checked_members(archive: Path, tar: tarfile.TarFile) -> tuple[str, list[tarfile.TarInfo]]:
@@ -146,30 +109,25 @@ def _checked_members(archive: Path, tar: tarfile.TarFile) -> tuple[str, list[tar
     return tops.pop(), members
 
 
-def open_archive(archive: Path) -> Unpacked:
-    """Unpack a `pack` archive into a new temporary folder, every entry checked first; ArchiveError otherwise."""
-    archive = Path(archive)
-    folder = Path(tempfile.mkdtemp(prefix="inferlab-archive-"))
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            top, members = _checked_members(archive, tar)
-            tar.extractall(folder, members=members, filter="data")
-        submission = {}
-        if (folder / SUBMISSION_FILE).is_file():
-            try:
-                submission = json.loads((folder / SUBMISSION_FILE).read_text(encoding="utf-8"))
-            except ValueError as error:
-                raise ArchiveError(f"{archive}: {SUBMISSION_FILE} is not JSON ({error})") from None
+@contextlib.contextmanager
+def unpacked(archive: Path) -> Iterator[tuple[Path, dict]]:
+    """(the run folder, submission.json's object) of a `pack` archive unpacked into a temporary folder, every entry
+    checked first; the folder is removed afterwards. ArchiveError otherwise."""
+    with tempfile.TemporaryDirectory(prefix="inferlab-archive-") as folder:
+        try:
+            with tarfile.open(archive, "r:*") as tar:
+                top, members = _checked_members(archive, tar)
+                tar.extractall(folder, members=members, filter="data")
+        except tarfile.ReadError:
+            raise ArchiveError(f"{archive}: expected a .tar.gz made by pack, actual: no tar archive (neither gzip "
+                               "nor tar opens it)") from None
+        except (tarfile.TarError, OSError, EOFError) as error:
+            raise ArchiveError(f"{archive}: expected a .tar.gz made by pack, actual: unreadable ({error})") from None
+        file = Path(folder) / SUBMISSION_FILE
+        try:
+            submission = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+        except ValueError as error:
+            raise ArchiveError(f"{archive}: {SUBMISSION_FILE} is not JSON ({error})") from None
         if not isinstance(submission, dict):
             raise ArchiveError(f"{archive}: {SUBMISSION_FILE} is not a JSON object")
-        return Unpacked(archive, folder, folder / top, submission)
-    except tarfile.ReadError:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ArchiveError(f"{archive}: expected a .tar.gz made by pack, actual: no tar archive (neither gzip nor "
-                           "tar opens it)") from None
-    except (tarfile.TarError, OSError, EOFError) as error:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ArchiveError(f"{archive}: expected a .tar.gz made by pack, actual: unreadable ({error})") from None
-    except ArchiveError:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
+        yield Path(folder) / top, submission

@@ -151,18 +151,15 @@ def grade_source(path: Path, rubric: Rubric, course=None, course_label: str = ""
     path = Path(path)
     if archive.is_archive(path):
         try:
-            unpacked = archive.open_archive(path)
+            with archive.unpacked(path) as (run_dir, submission):
+                learner = submission.get("learner")
+                why = not_a_run_reason(run_dir)
+                if why:
+                    return Grade(str(path), rubric, error=why)
+                return grade_run(RunView.read(run_dir), rubric, course, course_label, str(path),
+                                 learner if isinstance(learner, str) else None)
         except archive.ArchiveError as error:
             return Grade(str(path), rubric, error=str(error))
-        try:
-            learner = unpacked.submission.get("learner")
-            why = not_a_run_reason(unpacked.run_dir)
-            if why:
-                return Grade(str(path), rubric, error=why)
-            return grade_run(RunView.read(unpacked.run_dir), rubric, course, course_label, str(path),
-                             learner if isinstance(learner, str) else None)
-        finally:
-            unpacked.remove()
     why = not_a_run_reason(path)
     if why:
         return Grade(str(path), rubric, error=f"{why} (and not a .tar.gz made by pack)")
