@@ -13,10 +13,9 @@ import sys
 from typing import Optional
 from xml.etree import ElementTree
 
-from inferlab.grade.grade import Grade, worst
+from inferlab.grade.grade import EXIT_OK, Grade
 from inferlab.grade.items import FAIL, MANUAL, PASS
 
-FORMATS = ("text", "json", "junit", "gradescope")
 MARK = {PASS: "pass", MANUAL: "manual", FAIL: "FAIL"}
 TEXT_LIMIT = 20_000  # characters of a learner's text shown in results.json
 
@@ -56,7 +55,7 @@ def text_page(grade: Grade) -> str:
 def text(grades: list[Grade]) -> str:
     pages = [text_page(g) for g in grades]
     if len(grades) > 1:
-        pages.append(f"{len(grades)} submissions; worst exit status {worst(g.exit_status for g in grades)}\n")
+        pages.append(f"{len(grades)} submissions; worst exit status {max(g.exit_status for g in grades)}\n")
     return "\n".join(pages)
 
 
@@ -199,7 +198,7 @@ def command(args) -> int:
             print(f"grade: {len(grades)} CSV row(s) written to {args.csv}", file=sys.stderr)
     except OutputPathError as error:
         return _usage(str(error))
-    return worst(g.exit_status for g in grades)
+    return max((g.exit_status for g in grades), default=EXIT_OK)
 
 
 def _usage(message: str) -> int:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Optional
 
 from inferlab import writing
-from inferlab.files import PROJECT_ROOT
 from inferlab.grade import against, archive
 from inferlab.grade import items as checklist
 from inferlab.grade.rubric import Rubric
@@ -40,7 +39,6 @@ class Grade:
     notes: list = field(default_factory=list)
     texts: checklist.Writing = field(default_factory=checklist.Writing)
     hashes: dict = field(default_factory=dict)  # what an exact copy shares: {what: sha256}
-    course_summary: Optional[str] = None
 
     @property
     def exit_status(self) -> int:
@@ -65,11 +63,6 @@ class Grade:
                 "score": self.score, "max_score": self.max_score, "rubric": self.rubric.describe(),
                 "items": [i.as_dict() for i in self.items], "integrity": self.integrity, "findings": self.findings,
                 "notes": self.notes, "against": self.comparison.as_dict() if self.comparison else None}
-
-
-def templates(root: Path = PROJECT_ROOT) -> dict:
-    """The grader's own blank templates, by name."""
-    return {name: writing.template(root, name) for name in (writing.PREDICTIONS_TEMPLATE, writing.EXPLANATION_TEMPLATE)}
 
 
 def run_writing(view) -> checklist.Writing:
@@ -116,19 +109,18 @@ def grade_run(view, rubric: Rubric, course=None, course_label: str = "", source:
     if view.is_plan_folder:
         grade.error = f"{view.directory} is a plan folder (written by --plan): no test ran, so there is no run to grade"
         return grade
-    verified = verify_run(view)
-    grade.integrity = integrity_problems(verified)
-    if course is not None:
+    problems = integrity_problems(verify_run(view))
+    grade.integrity = list(problems)
+    if course is None:
+        grade.notes.append(NO_COURSE_RUN)
+    else:
         grade.comparison = against.compare(view, course, course_label)
-        if any(grade.comparison.contradictions.values()):
-            grade.integrity += [f"contradicts the course's run: {line}"
-                                for lines in grade.comparison.contradictions.values() for line in lines[:1]]
+        grade.integrity += [f"contradicts the course's run: {lines[0]}"
+                            for lines in grade.comparison.contradictions.values() if lines]
         if not grade.comparison.exact and not grade.comparison.different_specimen:
             grade.notes.append(f"compared with the course's run: {grade.comparison.how()}")
-    else:
-        grade.notes.append(NO_COURSE_RUN)
     grade.texts = run_writing(view)
-    grade.items = checklist.grade_items(rubric, grade.texts, view, verified, grade.comparison, templates())
+    grade.items = checklist.grade_items(rubric, grade.texts, view, problems, grade.comparison)
     grade.findings = checklist.findings(view)
     grade.hashes = _hashes(grade.texts, view)
     return grade
@@ -138,7 +130,7 @@ def grade_writing(texts: checklist.Writing, rubric: Rubric, source: str, learner
     """Writing handed in without a run: the writing items only, saying so."""
     grade = Grade(source, rubric, learner=learner, texts=texts)
     grade.notes.append("no run was handed in: only the writing (items 1 and 7) can earn points")
-    grade.items = checklist.grade_items(rubric, texts, None, None, None, templates())
+    grade.items = checklist.grade_items(rubric, texts)
     grade.hashes = _hashes(texts)
     return grade
 
@@ -176,8 +168,3 @@ def flag_copies(grades: list[Grade]) -> None:
             if first is not grade:
                 for one, other in ((grade, first), (first, grade)):
                     one.notes.append(f"exact copy: its {what} is byte for byte that of {other.learner or other.source}")
-
-
-def worst(statuses) -> int:
-    """The worst exit status of several submissions (integrity 3 > not graded 2 > an item failed 1 > 0)."""
-    return max(statuses, default=EXIT_OK)

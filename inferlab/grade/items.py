@@ -3,21 +3,22 @@
 Items 1 and 7 are writing: the predictions answer the six questions, and the explanation has text under the
 template's headings (its content is for a person: the item's status is then `manual`). Items 2 to 6 are what a
 machine measured, and only a handed-in run earns them: the run reached its end, holds the item's records, every
-harness-integrity test behind them passed, the run verifies on its own (its files against its manifest), and, with
-the course's run (`--against`), nothing in it contradicts that run (inferlab.grade.against). Without the course's
-run the grade says that nothing the machine measured was checked. A failed protocol diagnostic (the cache tolerance,
-greedy repeatability) is a finding to explain, never a failed item. No submission can score more than an honest
-complete run: every item's points are at most its rubric points, earned by the same checks.
+harness-integrity test behind them passed, the run verifies on its own, and nothing in it contradicts the course's
+run (inferlab.grade.against). A failed protocol diagnostic (the cache tolerance, greedy repeatability) is a finding
+to explain, never a failed item. Every item earns at most its rubric points, by the same checks for every
+submission, so none scores more than an honest complete run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import collections
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from inferlab import protocol, writing
-from inferlab.files import spelled
+from inferlab.files import PROJECT_ROOT, spelled
 from inferlab.grade.rubric import Item, Rubric
+from inferlab.read.runview import file_of
 from inferlab.run.endings import first_line
 
 PASS, FAIL, MANUAL = "pass", "fail", "manual"
@@ -44,9 +45,6 @@ class Check:
     detail: str
     fix: Optional[str] = None
 
-    def as_dict(self) -> dict:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
-
 
 @dataclass
 class ItemGrade:
@@ -70,7 +68,7 @@ class ItemGrade:
     def as_dict(self) -> dict:
         return {"number": self.item.number, "title": self.item.title, "status": self.status,
                 "required": self.item.required, "points": self.points, "max_points": self.item.points,
-                "manual_points": self.item.manual_points, "checks": [c.as_dict() for c in self.checks]}
+                "manual_points": self.item.manual_points, "checks": [asdict(c) for c in self.checks]}
 
 
 @dataclass
@@ -103,7 +101,8 @@ def predictions_checks(texts: Writing, required: int, template_text: Optional[st
     return checks
 
 
-def sections_check(name: str, texts: Writing, sections: tuple[str, ...], template_text: Optional[str]) -> Check:
+def sections_check(texts: Writing, sections: tuple[str, ...], template_text: Optional[str]) -> Check:
+    name = "explanation"
     if texts.explanation is None:
         return Check(name, FAIL, "no explanation was handed in", f"write it from explanation.md and `{ATTACH}`")
     if template_text is None:
@@ -122,15 +121,13 @@ def sections_check(name: str, texts: Writing, sections: tuple[str, ...], templat
 
 def _kinds_of_tests(view) -> dict[str, set]:
     """Each planned test -> the record kinds it stands for: its own, else those of its experiment file."""
-    by_file: dict[str, set] = {}
+    by_file = collections.defaultdict(set)
     for entry in view.planned:
-        by_file.setdefault(str(entry.get("test")).split("::")[0], set()).update(entry.get("records") or [])
-    return {entry.get("test"): set(entry.get("records") or []) or by_file.get(str(entry.get("test")).split("::")[0],
-                                                                                set())
-            for entry in view.planned}
+        by_file[file_of(entry.get("test"))].update(entry.get("records") or [])
+    return {e.get("test"): set(e.get("records") or []) or by_file[file_of(e.get("test"))] for e in view.planned}
 
 
-def run_checks(view, number: int, verified: dict, comparison) -> list[Check]:
+def run_checks(view, number: int, problems: list[str], comparison) -> list[Check]:
     """Item `number` (2 to 6) of a handed-in run: ended, complete, its tests passed, verifies, agrees."""
     failed_acquisition = next((r for r in view.kind("artifact_acquisition") if r.get("ok") is False), None)
     if failed_acquisition is not None:  # one cause, said once per item, not every test it stopped
@@ -159,14 +156,10 @@ def run_checks(view, number: int, verified: dict, comparison) -> list[Check]:
                                            f"{first.get('test')}: {reason}", "fix its cause and run again"))
     else:
         checks.append(Check("tests", PASS, f"every harness test behind this item that ran passed ({len(behind)})"))
-    if not verified.get("ok"):
-        from inferlab.read.verify import integrity_problems
-
-        problems = integrity_problems(verified)
-        if problems:
-            checks.append(Check("verifies", FAIL, f"the run's files fail verify: {problems[0]}"
-                                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                                "hand in the run folder as its session wrote it"))
+    if problems:
+        checks.append(Check("verifies", FAIL, f"the run's files fail verify: {problems[0]}"
+                                              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                            "hand in the run folder as its session wrote it"))
     if comparison is None:
         checks.append(Check("course_run", PASS, "not compared with a course run (--against): nothing this run "
                                                 "measured was checked against evidence"))
@@ -179,8 +172,9 @@ def run_checks(view, number: int, verified: dict, comparison) -> list[Check]:
                                                 + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""), RERUN))
     else:
         counted = comparison.compared.get(number, 0)
-        detail = (f"agrees with the course's run ({counted} values compared, {'exact' if comparison.exact else 'not exact'})"
-                  if counted else "nothing of this item is compared with the course's run")
+        exact = "exact" if comparison.exact else "not exact"
+        detail = (f"agrees with the course's run ({counted} values compared, {exact})" if counted
+                  else "nothing of this item is compared with the course's run")
         checks.append(Check("course_run", PASS, detail))
     return checks
 
@@ -192,21 +186,21 @@ def findings(view) -> list[str]:
             if o.get("outcome") in ("failed", "error") and view.check_kind(o) == FINDINGS]
 
 
-def grade_items(rubric: Rubric, texts: Writing, view=None, verified: Optional[dict] = None, comparison=None,
-                templates: Optional[dict] = None) -> list[ItemGrade]:
-    """Every item of the rubric for one submission: `view` is the handed-in run (None when only writing came)."""
-    templates = templates or {}
+def grade_items(rubric: Rubric, texts: Writing, view=None, problems: list[str] = (),
+                comparison=None) -> list[ItemGrade]:
+    """Every item of the rubric for one submission: `view` is the handed-in run (None when only writing came),
+    `problems` what verify found in it."""
+    predictions, explanation = (writing.template(PROJECT_ROOT, name)
+                                for name in (writing.PREDICTIONS_TEMPLATE, writing.EXPLANATION_TEMPLATE))
     grades = []
     for number, item in sorted(rubric.items.items()):
         if number in (1, 7):
-            checks = predictions_checks(texts, rubric.require_answered_predictions,
-                                        templates.get(writing.PREDICTIONS_TEMPLATE)) if number == 1 else []
-            checks.append(sections_check("explanation", texts, item.sections,
-                                         templates.get(writing.EXPLANATION_TEMPLATE)))
+            checks = predictions_checks(texts, rubric.require_answered_predictions, predictions) if number == 1 else []
+            checks.append(sections_check(texts, item.sections, explanation))
         elif view is None:
             checks = [Check("run", FAIL, "no run was handed in: what a machine measures is earned by a run",
                             "run the experiment, `pack` the run and hand in the archive")]
         else:
-            checks = run_checks(view, number, verified or {}, comparison)
+            checks = run_checks(view, number, problems, comparison)
         grades.append(ItemGrade(item, checks))
     return grades
