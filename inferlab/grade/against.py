@@ -16,8 +16,9 @@ A contradiction names the record and the first element that differs.
 
 from __future__ import annotations
 
+import collections
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from inferlab import protocol
@@ -47,7 +48,7 @@ class Comparison:
     different_specimen: Optional[str] = None
     contradictions: dict[int, list[str]] = field(default_factory=dict)
     notes: dict[int, list[str]] = field(default_factory=dict)
-    compared: dict[int, int] = field(default_factory=dict)  # item -> how many values were compared
+    compared: collections.Counter = field(default_factory=collections.Counter)  # item -> values compared
     timings: list[dict] = field(default_factory=list)
 
     def contradict(self, item: int, message: str) -> None:
@@ -61,11 +62,8 @@ class Comparison:
                 f"because {'; '.join(self.why_not_exact)}; ids that differ are shown, not held against the run")
 
     def as_dict(self) -> dict:
-        return {"course": self.course, "exact": self.exact, "why_not_exact": self.why_not_exact,
-                "different_specimen": self.different_specimen, "how": self.how(),
-                "contradictions": {str(k): v for k, v in self.contradictions.items()},
-                "notes": {str(k): v for k, v in self.notes.items()},
-                "compared": {str(k): v for k, v in self.compared.items()}, "timings": self.timings}
+        # asdict would rebuild the Counter from (key, value) pairs, counting them: it is given as a dict
+        return {**asdict(self), "compared": dict(self.compared), "how": self.how()}
 
 
 def _first_difference(a, b) -> Optional[int]:
@@ -111,7 +109,7 @@ class _Pair:
             record = mine.get(name)
             if record is None:
                 continue  # a missing record fails its item as incomplete (items.py), not as a contradiction
-            self.found.compared[item] = self.found.compared.get(item, 0) + 1
+            self.found.compared[item] += 1
             claimed, expected = record.get(field_name), course_record.get(field_name)
             if claimed == expected:
                 continue
@@ -127,7 +125,7 @@ class _Pair:
         course = self.course.tensors.verified(course_ref) if isinstance(course_ref, dict) else None
         if course is None:
             return  # the course's own tensor is missing: nothing to compare against
-        self.found.compared[item] = self.found.compared.get(item, 0) + 1
+        self.found.compared[item] += 1
         claimed = self.claim.tensors.verified(claimed_ref) if isinstance(claimed_ref, dict) else None
         if claimed is None:
             self.found.contradict(item, f"{what}: the course's run holds this tensor, the run's is missing or does "
@@ -169,7 +167,7 @@ def compare(claim, course, course_label: str) -> Comparison:
     pair = _Pair(claim, course, found)
     files, course_files = pair.keyed("artifact_file", "name", claim), pair.keyed("artifact_file", "name", course)
     for name, expected in course_files.items():
-        found.compared[3] = found.compared.get(3, 0) + 1
+        found.compared[3] += 1
         got = files.get(name) or {}
         if (got.get("sha256"), got.get("size")) != (expected.get("sha256"), expected.get("size")):
             found.contradict(3, f"artifact_file {name}: sha256 {got.get('sha256')} size {got.get('size')}, the "
@@ -193,7 +191,7 @@ def compare(claim, course, course_label: str) -> Comparison:
     for record in course.kind("memory"):
         key = (record.get("measure"), record.get("point"))
         if record.get("measure") in ("parameter_storage", "cache_storage") and key in memory:
-            found.compared[6] = found.compared.get(6, 0) + 1
+            found.compared[6] += 1
             if memory[key].get("unique_bytes") != record.get("unique_bytes"):
                 found.contradict(6, f"memory {key[0]} {key[1] or ''}: {memory[key].get('unique_bytes')} bytes, the "
                                     f"course's {record.get('unique_bytes')} (seq {memory[key].get('seq')})")
