@@ -279,6 +279,13 @@ def test_the_bundle_makes_the_course_run_and_grades_an_archive_against_it(bundle
     assert "--- your predictions ---" in item1["output"] and "the course's run, the evidence" in item1["output"]
 
 
+def test_the_bundle_writes_results_json_saying_why_nothing_was_graded(tmp_path):
+    assert bundle.run(tmp_path) == 0  # no autograder settings: a set-up fault, said in the results
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["score"] == 0 and results["output"].startswith("not graded: ") and "autograder.json" in \
+        results["tests"][0]["output"]
+
+
 # The bundle's course run is the session's second complete stand-in run, made --offline in a Python of its own
 # (tests/test_experiment_runs.py made one of its own for these two tests before).
 

@@ -151,20 +151,13 @@ def prepare(source: Path) -> int:
     return 0
 
 
-def _files(folder: Path) -> list[Path]:
-    """Every regular file under folder, shallowest first, never through a symbolic link."""
-    found = []
-    for top, folders, files in os.walk(folder, followlinks=False):
-        folders[:] = sorted(f for f in folders if not (Path(top) / f).is_symlink())
-        found += [Path(top) / f for f in sorted(files) if not (Path(top) / f).is_symlink()]
-    return sorted(found, key=lambda p: (len(p.relative_to(folder).parts), str(p)))
-
-
 def find_submission(folder: Path) -> dict:
     """{"archive": path} or {"predictions": path|None, "explanation": path|None}; BundleError when it holds neither."""
     from inferlab.grade.archive import SUFFIXES
 
-    found = _files(folder) if folder.is_dir() else []
+    # every regular file, shallowest first; rglob's ** never follows a symbolic link
+    found = sorted((p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()) if folder.is_dir() else [],
+                   key=lambda p: (len(p.relative_to(folder).parts), str(p)))
     archives = [p for p in found if p.name.endswith(SUFFIXES)]
     if len(archives) > 1:
         raise BundleError(f"the submission holds {len(archives)} archives; hand in one `pack` archive")
@@ -268,11 +261,10 @@ def run(root: Path) -> int:
     try:
         text = grade_submission(root)
     except (BundleError, OSError, subprocess.SubprocessError, ValueError) as error:
-        message = f"not graded: {error}"
-        text = json.dumps({"score": 0.0, "execution_time": round(time.monotonic() - began, 3), "output": message,
-                           "tests": [{"name": "A submission to grade", "score": 0.0, "status": "failed",
-                                      "output": message, "visibility": "visible"}],
-                           "extra_data": {"learner": _learner(root)}}, indent=2) + "\n"
+        from inferlab.grade import formats, grade
+
+        refused = grade.Grade("your submission", None, learner=_learner(root), error=str(error))
+        text = formats.gradescope(refused, time.monotonic() - began)
     write_bytes_atomic(results / "results.json", text.encode())
     print(f"autograder: {results / 'results.json'} written")
     return 0

@@ -99,9 +99,8 @@ def gradescope(grade: Grade, execution_time: float = 0.0, course_summary: Option
     """An autograder's results.json for one submission (Gradescope's format)."""
     if grade.error:
         output = f"not graded: {grade.error}"
-        data = {"score": 0.0, "execution_time": round(execution_time, 3), "output": output,
-                "tests": [{"name": "A submission to grade", "score": 0.0, "max_score": grade.max_score,
-                           "status": "failed", "output": output, "visibility": "visible"}]}
+        data = {"score": 0.0, "output": output, "tests": [{"name": "A submission to grade", "score": 0.0,
+                                                            "status": "failed", "output": output}]}
     else:
         tests = []
         for item in grade.items:
@@ -117,8 +116,8 @@ def gradescope(grade: Grade, execution_time: float = 0.0, course_summary: Option
                           "visibility": item.item.visibility})
         summary = [f"learner: {_who(grade)}"] + [f"note: {n}" for n in grade.notes] + \
                   [f"integrity: {p}" for p in grade.integrity] + [f"finding: {f}" for f in grade.findings]
-        data = {"score": grade.score, "execution_time": round(execution_time, 3), "output": "\n".join(summary),
-                "tests": tests}
+        data = {"score": grade.score, "output": "\n".join(summary), "tests": tests}
+    data["execution_time"] = round(execution_time, 3)
     data["extra_data"] = {"learner": grade.learner, "exit_status": grade.exit_status, "source": grade.source}
     return json.dumps(data, indent=2, allow_nan=False, default=str) + "\n"
 

@@ -29,7 +29,7 @@ class Grade:
     """Everything grade says about one submission."""
 
     source: str
-    rubric: Rubric
+    rubric: Optional[Rubric]  # None: nothing could be graded (the bundle's refusal)
     learner: Optional[str] = None
     error: Optional[str] = None
     items: list = field(default_factory=list)
