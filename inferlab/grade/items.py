@@ -15,26 +15,25 @@ import collections
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from inferlab import protocol, writing
+from inferlab import writing
 from inferlab.files import PROJECT_ROOT, spelled
 from inferlab.grade.rubric import Item, Rubric
 from inferlab.read.runview import file_of
+from inferlab.read.verify import EXPECTED
 from inferlab.run.endings import first_line
 
 PASS, FAIL, MANUAL = "pass", "fail", "manual"
 ATTACH = ".venv/bin/inferlab attach RUN_DIR my_explanation.md"
 RERUN = f"run the experiment again ({spelled('-m pytest experiments ...', 'python')}) and hand in that run"
 FINDINGS = "diagnostic"  # the plan's check_kind of a protocol diagnostic
-# The records each machine-measured item rests on, and how many a complete run holds (record kinds, never names).
-EXPECTED = {
-    2: {"thread_controls": 1, "offline_guard": 1},
-    3: {"specimen": 1, "artifact_acquisition": 1, "artifact_file": len(protocol.ALLOWLISTED_FILES),
-        "artifact_directory": 1, "model_load": 1, "model_inspection": 1},
-    4: {"input": len({**protocol.PROMPTS, **protocol.TIMING_PROMPTS}), "eos_ids": 1,
-        "generation": len(protocol.generation_trials())},
-    5: {"cache_criterion": 1, "cache_inspection": 1, "cache_summary": 1, "cache_comparison": 1},
-    6: {"timing_trial": len(protocol.timing_schedule()), "timing_summary": 2 * len(protocol.TIMING_PROMPTS),
-        "clock_overhead": 1, "memory": 1},
+# The record kinds each machine-measured item rests on (never test names); a complete run holds verify's count of
+# each, else one.
+ITEM_KINDS = {
+    2: ("thread_controls", "offline_guard"),
+    3: ("specimen", "artifact_acquisition", "artifact_file", "artifact_directory", "model_load", "model_inspection"),
+    4: ("input", "eos_ids", "generation"),
+    5: ("cache_criterion", "cache_inspection", "cache_summary", "cache_comparison"),
+    6: ("timing_trial", "timing_summary", "clock_overhead", "memory"),
 }
 
 
@@ -138,7 +137,7 @@ def run_checks(view, number: int, problems: list[str], comparison) -> list[Check
     checks = []
     if view.unfinished:
         checks.append(Check("finished", FAIL, f"the run did not reach its end: {view.unfinished}", RERUN))
-    expected = EXPECTED[number]
+    expected = {kind: EXPECTED.get(kind, 1) for kind in ITEM_KINDS[number]}
     short = []
     for kind, count in expected.items():
         found = [r for r in view.kind(kind) if r.get("status", "ok") == "ok" and r.get("available", True)]

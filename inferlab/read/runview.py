@@ -187,11 +187,6 @@ class RunView:
         wanted = set(nodeids)
         return next((r for r in self.outcomes if r.get("outcome") in NOT_PASSING and r.get("test") in wanted), None)
 
-    def non_passing_param(self, test_id: str) -> Optional[dict]:
-        """The first non-passing outcome of a test whose parametrize id is `test_id`."""
-        return next((r for r in self.outcomes if r.get("outcome") in NOT_PASSING
-                     and bracket_id(r.get("test")) == test_id), None)
-
     @property
     def is_plan_folder(self) -> bool:
         """Whether the folder holds a plan (--plan), not a run: its manifest, session_end or plan record says so."""

@@ -120,7 +120,7 @@ class Verify:
             self.problem(str(problem))
         if view.directory is None:
             return
-        now = sha256_file(view.directory / MANIFEST_FILE) if (view.directory / MANIFEST_FILE).is_file() else None
+        now = manifest_sha256(view)
         listed = set()
         for index, entry in enumerate(view.addenda):
             if entry.get("seq") != index:
@@ -217,29 +217,25 @@ class Verify:
                 self.problem(f"{what}, and " + (f"none of its producing tests ({names}) has a failed, error or skipped "
                                                 f"outcome" if missing.producers else
                                                 "no planned test declares that it writes it"))
-        trials = {"generation": ("trial_id", "trial_index", [t.test_id for t in protocol.generation_trials()]),
-                  "timing_trial": ("schedule_id", "schedule_index", [t.test_id for t in protocol.timing_schedule()])}
-        shapes = {"generation": (("prompt_id", "condition", "seed"), {t.test_id: (t.prompt_id, t.condition, t.seed)
-                                                                     for t in protocol.generation_trials()}),
-                  "timing_trial": (("prompt_id", "use_cache", "warmup"), {
+        trials = {"generation": ("trial_id", "trial_index", ("prompt_id", "condition", "seed"), {
+                      t.test_id: (t.prompt_id, t.condition, t.seed) for t in protocol.generation_trials()}),
+                  "timing_trial": ("schedule_id", "schedule_index", ("prompt_id", "use_cache", "warmup"), {
                       t.test_id: (t.prompt_id, t.use_cache, t.warmup) for t in protocol.timing_schedule()})}
-        for kind, (fields, expected) in shapes.items():
-            key = trials[kind][0]
-            for record in view.kind(kind):
-                found = tuple(record.get(name) for name in fields)
-                if record.get(key) in expected and found != expected[record.get(key)]:
-                    self.problem(f"{kind} {record.get(key)}: ({', '.join(fields)}) = {list(found)}, the protocol "
-                                 f"says {list(expected[record.get(key)])}")
-        for kind, (key, order, ids) in trials.items():
+        for kind, (key, order, fields, expected) in trials.items():
             found = view.kind(kind)
+            for record in found:
+                shape = tuple(record.get(name) for name in fields)
+                if record.get(key) in expected and shape != expected[record.get(key)]:
+                    self.problem(f"{kind} {record.get(key)}: ({', '.join(fields)}) = {list(shape)}, the protocol "
+                                 f"says {list(expected[record.get(key)])}")
             counts = collections.Counter(r.get(key) for r in found)
             indices = [r.get(order) for r in found]
             if indices != sorted(indices, key=lambda i: (i is None, i)):
                 self.problem(f"{kind} records are not in protocol order: {indices}")
-            for test_id in ids:
+            for test_id in expected:  # in protocol order
                 if counts[test_id] > 1:
                     self.problem(f"{kind} {test_id}: {counts[test_id]} records, expected 1 (no trial is regenerated)")
-                elif not counts[test_id] and not view.non_passing_param(test_id):
+                elif not counts[test_id] and (view.outcome_of_param(test_id) or {}).get("outcome") not in NOT_PASSING:
                     missing = view.missing_from(kind, [n for n in view.schedule if str(n).endswith(f"[{test_id}]")])
                     if missing.reason not in ("not_reached", "deselected", "evidence"):
                         self.problem(f"{kind} {test_id}: no record and no failed, error or skipped outcome for a test "
@@ -295,9 +291,9 @@ class Verify:
 
 
 def verify_run(run: Union[Path, str, RunView]) -> dict:
-    """Check a run folder (or a view of one): {ok, problems, completeness, complete, unfinished, partial,
-    plan_folder, records, files_checked, outcome_counts, all_tests_passed, addenda, notes, not_checked,
-    failures_by_check_kind}."""
+    """Check a run folder (or a view of one): {plan_folder, ok, problems, completeness, complete, explained_gaps,
+    not_checked, records, files_checked, outcome_counts, all_tests_passed, addenda, failures_by_check_kind,
+    acquisition_failure}."""
     view = run if isinstance(run, RunView) else RunView.read(Path(run))
     checker = Verify(view)
     checker.problems += view.read_problems
@@ -329,10 +325,8 @@ def verify_run(run: Union[Path, str, RunView]) -> dict:
         from inferlab.specimen import acquisition_cause
 
         acquisition = {"cause": acquisition_cause(failed), "failed_tests": failing.get(INTEGRITY, 0)}
-    return {"record_dir": str(view.directory) if view.directory else None, "plan_folder": view.is_plan_folder,
-            "ok": not checker.problems, "problems": checker.problems, "completeness": completeness,
-            "complete": complete, "unfinished": checker.unfinished, "partial": checker.partial,
-            "explained_gaps": checker.notes, "not_checked": checker.not_checked, "records": len(view.records),
+    return {"plan_folder": view.is_plan_folder, "ok": not checker.problems, "problems": checker.problems,
+            "completeness": completeness, "complete": complete, "explained_gaps": checker.notes, "not_checked": checker.not_checked, "records": len(view.records),
             "files_checked": checker.files_checked, "outcome_counts": dict(sorted(outcomes.items())),
             "all_tests_passed": bool(outcomes) and set(outcomes) == {"passed"}, "addenda": len(view.addenda),
             "failures_by_check_kind": {kind: failing.get(kind, 0) for kind in (INTEGRITY, DIAGNOSTIC)},
@@ -343,11 +337,6 @@ def integrity_problems(result: dict) -> list[str]:
     """verify's problems but the lines that only say the run is unfinished or partial (its completeness)."""
     completeness = set(result.get("completeness") or [])
     return [line for line in result.get("problems") or [] if line not in completeness]
-
-
-def not_passing(result: dict) -> bool:
-    """Whether any test of the run failed, errored or was skipped."""
-    return any(outcome in NOT_PASSING for outcome in result.get("outcome_counts") or {})
 
 
 def manifest_sha256(view: RunView) -> Optional[str]:
