@@ -18,8 +18,9 @@ from inferlab.__main__ import main
 from inferlab.grade import bundle, formats, rubric
 from inferlab.grade.grade import grade_source, grade_writing
 from inferlab.grade.items import FAIL, MANUAL, PASS, Writing
+from inferlab.read.runview import RunView
 
-from forging import rebind
+from forging import forge, rebind
 from grading_helpers import answered_explanation, answered_predictions
 
 pytestmark = pytest.mark.process
@@ -35,6 +36,11 @@ def honest(standin_run, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.fixture(scope="module")
+def course(standin_run) -> RunView:
+    return RunView.read(standin_run)
+
+
 def packed(run: Path, target: Path, learner: str = "ada") -> Path:
     assert main(["pack", str(run), "-o", str(target), "--learner", learner]) in (0, 1)
     return target
@@ -44,10 +50,8 @@ def statuses(grade) -> dict:
     return {item.item.number: item.status for item in grade.items}
 
 
-def test_an_honest_complete_archive_scores_full_and_is_compared_exactly(honest, standin_run, tmp_path):
-    from inferlab.read.runview import RunView
-
-    grade = grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), RunView.read(standin_run))
+def test_an_honest_complete_archive_scores_full_and_is_compared_exactly(honest, course, tmp_path):
+    grade = grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), course)
     assert grade.exit_status == 0 and grade.score == grade.max_score, formats.text_page(grade)
     assert statuses(grade) == {1: MANUAL, 2: PASS, 3: PASS, 4: PASS, 5: PASS, 6: PASS, 7: MANUAL}
     assert grade.comparison.exact and grade.learner == "ada"
@@ -61,41 +65,34 @@ def cached_replaced_by_uncached(source: Path, target: Path) -> Path:
     import numpy
     from safetensors.numpy import load_file, save_file
 
-    run = shutil.copytree(source, target)
-    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
-    for record in [r for r in records if r["kind"] == "cache_comparison"]:
-        cached, uncached = record["tensors"]["cached"], record["tensors"]["uncached"]
-        tensors = load_file(str(run / cached["file"]))
-        tensors[cached["key"]] = tensors[uncached["key"]].copy()
-        save_file(tensors, str(run / cached["file"]))
-        cached["sha256"] = hashlib.sha256(numpy.ascontiguousarray(tensors[cached["key"]]).tobytes()).hexdigest()
-        record["max_abs_diff"], record["bitwise_equal"] = 0.0, True
-    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    rebind(run)
-    return run
+    def edit(records):
+        for record in [r for r in records if r["kind"] == "cache_comparison"]:
+            cached, uncached = record["tensors"]["cached"], record["tensors"]["uncached"]
+            tensors = load_file(str(target / cached["file"]))
+            tensors[cached["key"]] = tensors[uncached["key"]].copy()
+            save_file(tensors, str(target / cached["file"]))
+            cached["sha256"] = hashlib.sha256(numpy.ascontiguousarray(tensors[cached["key"]]).tobytes()).hexdigest()
+            record["max_abs_diff"], record["bitwise_equal"] = 0.0, True
+
+    return forge(source, target, edit)
 
 
 def test_cached_logits_replaced_by_their_uncached_twins_fail_the_cache_item_naming_the_element(
-        honest, standin_run, tmp_path):
-    from inferlab.read.runview import RunView
-
+        honest, course, tmp_path):
     forged = cached_replaced_by_uncached(honest, tmp_path / "forged")
     assert main(["verify", str(forged)]) == 0  # its files are consistent: only the course's run can tell
-    grade = grade_source(forged, rubric.load(), RunView.read(standin_run))
+    grade = grade_source(forged, rubric.load(), course)
     assert statuses(grade)[5] == FAIL and grade.exit_status == 3
     detail = next(c.detail for c in grade.items[4].checks if c.name == "course_run")
     assert "contradicts the course's run: cache_comparison prefix" in detail and "element [" in detail, detail
 
 
-def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_more(honest, standin_run, tmp_path):
-    from inferlab.read.runview import RunView
-
+def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_more(honest, course, tmp_path):
     forged = cached_replaced_by_uncached(honest, tmp_path / "forged")
     manifest = json.loads((forged / "manifest.json").read_text())
     manifest["platform"]["cpu_model"] = "Some Other CPU"
     (forged / "manifest.json").write_text(json.dumps(manifest))
     rebind(forged)  # the explanation bound to the edited manifest, as a forger would keep it
-    course = RunView.read(standin_run)
     grade = grade_source(forged, rubric.load(), course)
     honest_grade = grade_source(honest, rubric.load(), course)
     assert not grade.comparison.exact and "cpu_model" in grade.comparison.why_not_exact[0]
@@ -104,13 +101,11 @@ def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_
     assert grade.score <= honest_grade.score
 
 
-def test_a_partial_run_scores_less_than_a_complete_one(tmp_path_factory, honest, standin_run):
-    from inferlab.read.runview import RunView
+def test_a_partial_run_scores_less_than_a_complete_one(tmp_path_factory, honest, course):
     from shared_runs import experiment_once
 
     partial = experiment_once(tmp_path_factory, "standin-partial", "--specimen", "standin", "-k",
                               "specimen or inputs or sampling", here=True)
-    course = RunView.read(standin_run)
     grade = grade_source(partial.run, rubric.load(), course)
     full = grade_source(honest, rubric.load(), course)
     assert statuses(grade)[4] == PASS and statuses(grade)[5] == FAIL and statuses(grade)[6] == FAIL
@@ -125,16 +120,12 @@ def test_writing_alone_earns_the_writing_items_only_and_says_no_run_came(tmp_pat
 
 
 def test_placeholder_text_under_every_heading_is_not_written(tmp_path):
-    from grading_helpers import written_explanation
-
-    texts = Writing(predictions=answered_predictions(), explanation=written_explanation(["TODO"]))
+    texts = Writing(predictions=answered_predictions(), explanation=answered_explanation(under="TODO"))
     grade = grade_writing(texts, rubric.load(), "writing")
     assert statuses(grade)[7] == FAIL and "placeholders aside" in grade.items[6].message()
 
 
 def test_a_run_of_another_specimen_is_not_comparable_and_says_why(honest, tmp_path):
-    from inferlab.read.runview import RunView
-
     other = shutil.copytree(honest, tmp_path / "other")
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["specimen"]["name"] = "replica"
@@ -145,20 +136,27 @@ def test_a_run_of_another_specimen_is_not_comparable_and_says_why(honest, tmp_pa
     assert "reference" not in formats.text_page(grade)
 
 
-# --- outputs: a user's file is never replaced unless asked ------------------------------------------------------
+# --- the command and its formats ------------------------------------------------------------------------------
 
 
-def test_every_format_names_the_learner_and_holds_each_item_as_its_readers_expect(honest, standin_run, tmp_path):
+def test_without_a_course_run_nothing_measured_is_checked_and_exact_copies_are_flagged(honest, tmp_path, capsys):
+    copy = shutil.copytree(honest, tmp_path / "copy")
+    assert main(["grade", str(honest), str(copy)]) == 0
+    pages = capsys.readouterr().out.split(f"grade: {copy}")
+    for page, other in zip(pages, (copy, honest)):
+        assert "note: not checked against the course's run (--against COURSE_RUN): nothing this run measured" in page
+        assert f"note: exact copy: its records is byte for byte that of {other}" in page
+
+
+def test_every_format_names_the_learner_and_holds_each_item_as_its_readers_expect(honest, course, tmp_path):
     """JUnit (what a course CI reads): one testsuite per submission, one testcase per item, a failure element for
     each failed item and the counts agreeing; Gradescope's results.json: its documented fields only; CSV: a header
     and one row per submission; JSON: every grade."""
     import csv
     from xml.etree import ElementTree
 
-    from inferlab.read.runview import RunView
-
     texts = Writing(predictions=answered_predictions(), explanation=answered_explanation())
-    grades = [grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), RunView.read(standin_run)),
+    grades = [grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), course),
               grade_writing(texts, rubric.load(), "writing-only", learner="bo")]
     suites = ElementTree.fromstring(formats.junit(grades))
     assert suites.tag == "testsuites" and [s.get("name") for s in suites] == ["ada", "bo"]
@@ -175,14 +173,6 @@ def test_every_format_names_the_learner_and_holds_each_item_as_its_readers_expec
     rows = list(csv.DictReader(io.StringIO(formats.csv_text(grades))))
     assert [(r["learner"], r["score"], r["item_2"]) for r in rows] == [("ada", "60", "pass"), ("bo", "10", "fail")]
     assert [g["learner"] for g in json.loads(formats.as_json(grades))["grades"]] == ["ada", "bo"]
-
-
-def test_grade_out_over_a_learners_file_is_refused_and_the_file_kept_byte_for_byte(honest, tmp_path, capsys):
-    mine = tmp_path / "my_explanation.md"
-    mine.write_bytes(b"my own words\n")
-    for option in ("--out", "--csv"):
-        assert main(["grade", str(honest), option, str(mine)]) == 2
-        assert mine.read_bytes() == b"my own words\n" and "--replace" in capsys.readouterr().err
 
 
 def test_pack_refuses_a_zip_name_for_its_gzipped_tar(honest, tmp_path, capsys):

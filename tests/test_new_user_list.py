@@ -10,7 +10,6 @@ import os
 from inferlab.run.records import REPORT_FILE
 
 from fixtures_records import copy_run, kill_after
-from forging import rehash
 from fixture_runs import runs  # noqa: F401 (a fixture)
 from test_addenda import built, run  # noqa: F401 (fixtures)
 from test_addenda import claimed_by

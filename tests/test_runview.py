@@ -1,27 +1,17 @@
-"""inferlab.read.runview: one reader of a run, built from data in memory or read from disk once,
-and the run written by inferlab before runs named their schema (tests/fixtures/schema1-run)."""
+"""inferlab.read.runview: one reader of a run, built from data in memory or read from disk once."""
 
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy
 import pytest
 
-from inferlab import report
-from inferlab.__main__ import main
-from inferlab.files import write_json_atomic
-from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
-
 from inferlab.files import tensor_sha256
 from inferlab.read.parse import parse_records
-from inferlab.read.runview import RENDERER_VERSION_FIELD, RunView
-from inferlab.report.compare import compare
+from inferlab.read.runview import RunView
 from inferlab.read.verify import verify_run
-
-CACHE = "experiments/test_40_cache.py"
+from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
 
 def record(kind: str, test, seq: int = 0, **fields) -> dict:
@@ -70,9 +60,6 @@ def test_a_manifest_that_is_not_an_object_is_a_problem_not_a_crash(tmp_path):
     assert "manifest.json: a list, expected a JSON object" in [str(p) for p in view.problems]
     assert not view.manifest_found
     assert any("a list, expected a JSON object" in p for p in verify_run(tmp_path)["problems"])
-
-
-# --- schema: which layout, and the upgrade in one place -------------------------------------------------------
 
 
 # --- which test produces a kind, and why a record is missing: ask the plan ------------------------------------
@@ -145,6 +132,3 @@ def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
     view = RunView.read(tmp_path / "run")
     assert view.tensors.check(reference).file_error.code == "outside" and view.tensors.get(reference) is None
     assert any("is not in tensors/" in p for p in verify_run(view)["problems"])
-
-
-# --- the run written before runs named their schema -----------------------------------------------------------
