@@ -10,6 +10,7 @@ import pytest
 from inferlab.files import tensor_sha256
 from inferlab.read.parse import parse_records
 from inferlab.read.runview import RunView
+from inferlab.read.tensors import TensorFileError
 from inferlab.read.verify import verify_run
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
@@ -115,13 +116,15 @@ def test_a_tensor_is_checked_against_its_records_shape_and_sha256():
     array = numpy.arange(4, dtype=numpy.float32)
     good = {"file": "tensors/t.safetensors", "key": "k", "shape": [4], "sha256": tensor_sha256(array)}
     view = RunView.from_data([record("x", None, logits=good)], {}, plan_of(), {"tensors/t.safetensors": {"k": array}})
-    assert view.tensors.check(good).ok and view.tensors.verified(good) is array
+    assert view.tensors.check(good) is None and view.tensors.verified(good) is array
     edited = {**good, "sha256": "00" * 32}
-    assert view.tensors.check(edited).sha256 == good["sha256"] and view.tensors.verified(edited) is None
+    assert view.tensors.check(edited) == f"tensors/t.safetensors[k] sha256 {good['sha256']}, record says {'00' * 32}"
+    assert view.tensors.verified(edited) is None
     assert view.tensors.get(edited) is array  # what the file holds, for a page that shows it
-    assert view.tensors.check({**good, "shape": [2, 2]}).shape == [4]
-    assert view.tensors.check({**good, "key": "other"}).key_missing
-    assert view.tensors.check({**good, "file": "tensors/gone.safetensors"}).file_error.code == "missing"
+    assert view.tensors.check({**good, "shape": [2, 2]}) == "tensors/t.safetensors[k] has shape [4], record says [2, 2]"
+    assert view.tensors.check({**good, "key": "other"}) == "key 'other' not in tensors/t.safetensors"
+    with pytest.raises(TensorFileError, match="missing"):
+        view.tensors.check({**good, "file": "tensors/gone.safetensors"})
 
 
 def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
@@ -130,5 +133,7 @@ def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / RECORDS_FILE).write_text(json.dumps(record("x", None, logits=reference)) + "\n")
     view = RunView.read(tmp_path / "run")
-    assert view.tensors.check(reference).file_error.code == "outside" and view.tensors.get(reference) is None
-    assert any("is not in tensors/" in p for p in verify_run(view)["problems"])
+    with pytest.raises(TensorFileError) as raised:
+        view.tensors.check(reference)
+    assert raised.value.code == "outside" and view.tensors.get(reference) is None
+    assert any("tensor file ../secret.safetensors: not in tensors/" in p for p in verify_run(view)["problems"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -16,22 +15,6 @@ class TensorFileError(Exception):
     def __init__(self, file: str, code: str, reason: str):
         super().__init__(f"{file}: {reason}")
         self.file, self.code, self.reason = file, code, reason
-
-
-@dataclass
-class TensorCheck:
-    """One tensor reference against the tensor itself: what was found, and each way it disagrees."""
-
-    array: Any = None
-    file_error: Optional[TensorFileError] = None
-    key_missing: bool = False
-    shape: Optional[list] = None  # the actual shape when the record names a different one
-    sha256: Optional[str] = None  # the actual digest when it differs from the record's
-
-    @property
-    def ok(self) -> bool:
-        """Whether the tensor exists and matches its record's shape and SHA-256."""
-        return self.array is not None and self.shape is None and self.sha256 is None
 
 
 def tensor_references(value: Any, path: str = "") -> Iterable[tuple[str, dict]]:
@@ -68,27 +51,31 @@ class SavedTensors:
     def load(self, file: str) -> dict:
         """{key: numpy array} of one file; TensorFileError when it is missing, outside tensors/ or unreadable."""
         if file not in self.loaded:
-            self.loaded[file] = self._load(file)
-        tensors, error = self.loaded[file]
-        if error is not None:
-            raise error
-        return tensors
+            try:
+                self.loaded[file] = self._read(file)
+            except TensorFileError as error:
+                self.loaded[file] = error
+        if isinstance(self.loaded[file], TensorFileError):
+            raise self.loaded[file]
+        return self.loaded[file]
 
-    def _load(self, file: str) -> tuple[Optional[dict], Optional[TensorFileError]]:
+    def _read(self, file: str) -> dict:
         if self.given is not None or self.directory is None:
-            found = (self.given or {}).get(file)
-            return (found, None) if found is not None else (None, TensorFileError(file, "missing", "missing"))
+            if (self.given or {}).get(file) is None:
+                raise TensorFileError(file, "missing", "missing")
+            return self.given[file]
         path = self.directory / file
         if path.resolve().parent != (self.directory / TENSOR_DIR).resolve():
-            return None, TensorFileError(file, "outside", f"not in {TENSOR_DIR}/")
+            raise TensorFileError(file, "outside", f"not in {TENSOR_DIR}/, where a run keeps its tensors")
         if not path.is_file():
-            return None, TensorFileError(file, "missing", "missing")
+            raise TensorFileError(file, "missing", "missing")
         from safetensors.numpy import load_file  # a Python without it raises ImportError: no damage to report
 
         try:
-            return load_file(str(path)), None
+            return load_file(str(path))
         except Exception as error:  # any damaged file is a TensorFileError naming it, never a crash
-            return None, TensorFileError(file, "unreadable", f"{type(error).__name__}: {error}")
+            raise TensorFileError(file, "unreadable", f"not a readable safetensors file ({type(error).__name__}: "
+                                                      f"{error})") from None
 
     def get(self, reference: Any):
         """The array a {file, key} reference names, or None; its hash is not compared (check does): a page shows
@@ -100,24 +87,22 @@ class SavedTensors:
         except TensorFileError:
             return None
 
-    def check(self, reference: dict) -> TensorCheck:
-        """A reference against its tensor: the file, the key, the shape and the SHA-256 the record holds."""
-        try:
-            tensors = self.load(reference["file"])
-        except TensorFileError as error:
-            return TensorCheck(file_error=error)
-        if reference.get("key") not in tensors:
-            return TensorCheck(key_missing=True)
-        array = tensors[reference["key"]]
-        check = TensorCheck(array=array)
-        if "shape" in reference and list(array.shape) != list(reference["shape"]):
-            check.shape = list(array.shape)
-        digest = tensor_sha256(array)
+    def check(self, reference: dict) -> Optional[str]:
+        """What is wrong with a tensor against its reference (its key, shape and SHA-256), None when nothing;
+        TensorFileError when its file cannot be used."""
+        tensors, file, key = self.load(reference["file"]), reference["file"], reference.get("key")
+        if key not in tensors:
+            return f"key {key!r} not in {file}"
+        if "shape" in reference and list(tensors[key].shape) != list(reference["shape"]):
+            return f"{file}[{key}] has shape {list(tensors[key].shape)}, record says {reference['shape']}"
+        digest = tensor_sha256(tensors[key])
         if digest != reference.get("sha256"):
-            check.sha256 = digest
-        return check
+            return f"{file}[{key}] sha256 {digest}, record says {reference.get('sha256')}"
+        return None
 
     def verified(self, reference: dict):
         """The array a reference names only if it matches the record's shape and SHA-256; else None."""
-        check = self.check(reference)
-        return check.array if check.ok else None
+        try:
+            return None if self.check(reference) else self.load(reference["file"])[reference["key"]]
+        except TensorFileError:
+            return None

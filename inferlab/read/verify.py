@@ -18,9 +18,10 @@ from typing import Any, Iterable, Optional, Union
 
 from inferlab import protocol
 from inferlab.files import sha256_file
-from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, TENSOR_DIR
+from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE
 from inferlab.read import addenda
-from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, tensor_references
+from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView
+from inferlab.read.tensors import TensorFileError, tensor_references
 
 # The record kinds a complete run holds, and how many (never a test's name: the plan says which test writes one).
 EXPECTED = {
@@ -249,26 +250,21 @@ class Verify:
             self.problem("cache_criterion was recorded after the first cache_comparison; it must be declared first")
 
     def tensors(self) -> None:
-        said = set()
+        unreadable = set()  # a damaged file is said once, not once per record that names it
         for record in self.view.records:
             for field_path, reference in tensor_references(record):
                 where = f"{record.get('kind')} seq {record.get('seq')} {field_path}"
-                check = self.view.tensors.check(reference)
-                error, shown = check.file_error, f"{reference['file']}[{reference['key']}]"
-                if error is not None and error.code == "outside":
-                    self.problem(f"{where}: tensor file {reference['file']} is not in {TENSOR_DIR}/, where a run "
-                                 "keeps its tensors")
-                elif error is not None and error.code == "missing":
-                    self.problem(f"{where}: tensor file {reference['file']} is missing")
-                elif error is not None and reference["file"] not in said:
-                    said.add(reference["file"])
-                    self.problem(f"{reference['file']}: not a readable safetensors file ({error.reason})")
-                elif check.key_missing:
-                    self.problem(f"{where}: key {reference['key']!r} not in {reference['file']}")
-                elif check.shape is not None:
-                    self.problem(f"{where}: {shown} has shape {check.shape}, record says {reference.get('shape')}")
-                elif check.sha256 is not None:
-                    self.problem(f"{where}: {shown} sha256 {check.sha256}, record says {reference.get('sha256')}")
+                try:
+                    problem = self.view.tensors.check(reference)
+                except TensorFileError as error:
+                    if error.code == "unreadable" and error.file not in unreadable:
+                        unreadable.add(error.file)
+                        self.problem(str(error))
+                    elif error.code != "unreadable":
+                        self.problem(f"{where}: tensor file {error}")
+                    continue
+                if problem is not None:
+                    self.problem(f"{where}: {problem}")
 
     def protocol(self) -> None:
         for file, data in ((MANIFEST_FILE, self.view.manifest), (PLAN_FILE, self.view.plan or {})):
