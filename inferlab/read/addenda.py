@@ -139,17 +139,10 @@ def check_run(directory: Path) -> RunState:
 
 def refuse_run_file(file: Path, directory: Path, role: str = "FILE") -> None:
     """Refused (usage) when FILE is inside the run folder, or a hard or symbolic link to a file there."""
-    file, directory = Path(file), Path(directory)
-    try:
-        relative = file.resolve().relative_to(directory.resolve()).as_posix()
-    except (ValueError, OSError):
-        relative = None
-    with contextlib.suppress(OSError):
-        if relative is None:
-            identity = (os.stat(file).st_dev, os.stat(file).st_ino)
-            relative = next((p.relative_to(directory).as_posix() for p in directory.rglob("*")
-                             if p.is_file() and not p.is_symlink() and (p.stat().st_dev, p.stat().st_ino) == identity),
-                            None)
+    file, directory, relative = Path(file), Path(directory), None
+    with contextlib.suppress(OSError):  # a FILE that does not exist is refused when it is read
+        relative = next((p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                         if p.is_file() and not p.is_symlink() and p.samefile(file)), None)
     if relative is None:
         return
     if relative in SESSION_FILES or relative.startswith(TENSOR_DIR + "/") or relative.endswith(".png"):
@@ -201,7 +194,7 @@ def store(run: RunState, data: bytes, original_name: str, kind: str, tool: str, 
         ledger = directory / LEDGER_FILE
         entries, problems = parse_ledger(ledger.read_bytes() if ledger.exists() else b"")
         if problems:
-            raise Refused(f"{ledger} is damaged (line {problems[0][0]}: {problems[0][1]}; {len(problems)} "
+            raise Refused(f"{ledger} is damaged (line {problems[0].line}: {problems[0].what}; {len(problems)} "
                           f"problem(s)); nothing was added to it: `verify` names every problem")
         used, folder = {entry.get("file") for entry in entries}, directory / ADDENDA_DIR
         stem, suffix = Path(stored_name(original_name)).stem, Path(stored_name(original_name)).suffix

@@ -78,16 +78,17 @@ def read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Prob
     return data, None
 
 
-def parse_ledger(raw: bytes) -> tuple[list[dict], list[tuple[int, str]]]:
-    """The ledger's entries, and (line number, what is wrong) for every line that is not one."""
+def parse_ledger(raw: bytes) -> tuple[list[dict], list[Problem]]:
+    """The ledger's entries, and a Problem for every line that is not one."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        return [], [(0, f"not UTF-8 ({error})")]
+        return [], [Problem(LEDGER_FILE, f"not UTF-8 ({error})", code="ledger")]
     entries, found = _json_lines(text, ENTRY_FIELDS)
-    problems = [(number, what) for number, what, _ in found]
+    problems = [Problem(LEDGER_FILE, what, line=number, code="ledger") for number, what, _ in found]
     if text and not text.endswith("\n"):
-        problems.append((len(text.splitlines()), "the last line is not complete (no newline): a torn write"))
+        problems.append(Problem(LEDGER_FILE, "the last line is not complete (no newline): a torn write",
+                                line=len(text.splitlines()), code="ledger"))
     return entries, problems
 
 
@@ -97,11 +98,9 @@ def read_ledger(directory: Path) -> tuple[list[dict], list[Problem]]:
     if not path.exists():
         return [], []
     try:
-        raw = path.read_bytes()
+        return parse_ledger(path.read_bytes())
     except OSError as error:
         return [], [Problem(LEDGER_FILE, f"not readable ({error})")]
-    entries, problems = parse_ledger(raw)
-    return entries, [Problem(LEDGER_FILE, what, line=line or None, code="ledger") for line, what in problems]
 
 
 def not_a_run_reason(path: Path) -> Optional[str]:
