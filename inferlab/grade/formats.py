@@ -137,12 +137,6 @@ def csv_text(grades: list[Grade]) -> str:
     return out.getvalue()
 
 
-def render(grades: list[Grade], name: str) -> str:
-    if name == "gradescope":
-        return gradescope(grades[0])
-    return {"text": text, "json": as_json, "junit": junit}[name](grades)
-
-
 def command(args) -> int:
     """`inferlab grade ...` (inferlab.cli): grade every source, print or write the formats; the exit status."""
     from inferlab.files import OutputPathError, output_kind, write_text_atomic
@@ -169,21 +163,21 @@ def command(args) -> int:
         return _usage("--out and --csv name the same file")
     if args.format == "gradescope" and len(args.runs) != 1:
         return _usage(f"--format gradescope writes one submission's results.json; {len(args.runs)} were given")
-    course = None
-    if args.against is not None and len(args.against) > 1:
+    if len(args.against or []) > 1:  # argparse's append: a list, or None when not given
         return _usage(f"--against was given {len(args.against)} times; give the one course run to compare with")
-    args.against = args.against[0] if args.against else None
-    if args.against is not None:
-        why = not_a_run_reason(args.against)
+    course, (against,) = None, args.against or [None]
+    if against is not None:
+        why = not_a_run_reason(against)
         if why:
-            return _usage(f"--against {args.against}: expected the course's run folder: {why}")
-        course = RunView.read(args.against)
+            return _usage(f"--against {against}: expected the course's run folder: {why}")
+        course = RunView.read(against)
         if course.unfinished or course.is_plan_folder:
-            return _usage(f"--against {args.against}: the course's run must be a finished run "
+            return _usage(f"--against {against}: the course's run must be a finished run "
                           f"({course.unfinished or 'a plan folder'})")
-    grades = [grade_source(path, rules, course, str(args.against or "")) for path in args.runs]
+    grades = [grade_source(path, rules, course, str(against or "")) for path in args.runs]
     flag_copies(grades)
-    output = render(grades, args.format)
+    output = gradescope(grades[0]) if args.format == "gradescope" else \
+        {"text": text, "json": as_json, "junit": junit}[args.format](grades)
     try:
         if args.out is None:
             sys.stdout.write(output)
