@@ -1,29 +1,22 @@
 """The one reader of a run's record directory: records, manifest, plan and tensors, with every problem met.
 
-RunView.read(DIR) reads records.jsonl, manifest.json and plan.json once; a tensor file is read when a tensor of it
-is first asked for (only from the run's own tensors/ folder), and a tensor is
-checked against the SHA-256 its record holds. Nothing here raises over a damaged or partial directory:
-what could not be read, or was not written as the writers write it, is a Problem (file, line, what).
-RunView.from_data(records, manifest, plan, tensors) builds one from data in memory, without a disk.
-
-verify, the report, compare (and every later reader of a finished run) are functions over a RunView. It
-answers how the session ended, whether the folder is a plan, which tests produce a record kind (the
-plan says) and why a record is missing. Readers never touch the model and never import torch: tensors are numpy
-arrays. The bytes of each file are parsed in inferlab.read.parse.
+RunView.read(DIR) reads the run's files once (a tensor file when a tensor of it is first asked for, and only from
+the run's own tensors/ folder); RunView.from_data builds a view of data in memory. Nothing here raises over a
+damaged or partial folder: what could not be read is a Problem. verify, the report, compare and grade are
+functions over a RunView, which answers how the session ended, which tests write a record kind (the plan says) and
+why a record is missing. No reader touches the model or imports torch: tensors are numpy arrays.
 """
 
 from __future__ import annotations
 
 import collections
-import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
-from inferlab.read.tensors import SavedTensors, tensor_references  # noqa: F401 (readers take it from here)
-from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,  # noqa: F401
-                                 Problem, not_a_run_reason, parse_records, read_json, read_ledger)
+from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,
+                                 Problem, parse_records, read_json, read_ledger)
+from inferlab.read.tensors import SavedTensors
 from inferlab.run.records import STAMP_FIELD
 
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
@@ -282,30 +275,17 @@ class RunView:
 
     @property
     def synthetic(self) -> bool:
-        """Whether any record or the manifest's specimen says the specimen is synthetic."""
-        if any(r.get("synthetic") is True for r in self.records):
-            return True
-        specimen = self.manifest.get("specimen")
-        return specimen == "standin" or (isinstance(specimen, dict) and specimen.get("synthetic") is True)
+        """Whether the specimen is synthetic, as its spec or any record says."""
+        return self.specimen_spec().get("synthetic") is True or any(r.get("synthetic") is True for r in self.records)
 
     def specimen_spec(self) -> dict:
         """The specimen spec as data: the manifest's, else the specimen record's fields."""
         specimen = self.manifest.get("specimen")
         if isinstance(specimen, dict):
             return specimen
-        record = self.first("specimen")
-        if record is not None:
-            return {k: v for k, v in record.items() if k not in ENVELOPE_FIELDS}
-        return {"name": specimen} if isinstance(specimen, str) else {}
+        return {k: v for k, v in (self.first("specimen") or {}).items() if k not in ENVELOPE_FIELDS}
 
     def command(self) -> tuple[Optional[str], str]:
-        """(the command as typed, where it came from): manifest `command`, else argv joined; (None, why)."""
+        """(the command as typed, as the manifest records it), or (None, "not recorded")."""
         typed = self.manifest.get("command")
-        if isinstance(typed, str) and typed:
-            return typed, "as typed"
-        argv = self.manifest.get("argv")
-        if isinstance(argv, list) and argv:
-            return " ".join(shlex.quote(str(a)) for a in argv), "sys.argv (the typed command was not recorded)"
-        return None, "not recorded"
-
-
+        return (typed, "as typed") if isinstance(typed, str) and typed else (None, "not recorded")
