@@ -16,8 +16,7 @@ import pytest
 
 from inferlab.__main__ import main
 from inferlab.grade import bundle, formats, rubric
-from inferlab.grade.grade import grade_source, grade_writing
-from inferlab.grade.items import FAIL, MANUAL, PASS, Writing
+from inferlab.grade.grade import FAIL, MANUAL, PASS, Writing, grade_source, grade_writing
 from inferlab.read.runview import RunView
 
 from forging import forge, rebind

@@ -5,7 +5,7 @@ model, effective threads): then every id and every saved tensor must be equal bi
 protocol's declared tolerance (|a - b| <= atol + rtol |b|, b the course's value), ids are shown but not held
 against the run (other kernels may round a near tie the other way), and the comparison says it was not exact and
 why. The conditions are read from the claim's own manifest: a learner can edit them, and editing them only
-loosens the comparison, which the grade then says; it never raises a score (inferlab.grade.items).
+loosens the comparison, which the grade then says; it never raises a score (inferlab.grade.grade).
 
 What is compared, by checklist item: 3 the specimen's file hashes and sizes; 4 the inputs' ids and masks (exact
 always: a tokenizer does not depend on kernels), every trial's generated ids, the first-step logits; 5 every
@@ -108,7 +108,7 @@ class _Pair:
         for name, course_record in theirs.items():
             record = mine.get(name)
             if record is None:
-                continue  # a missing record fails its item as incomplete (items.py), not as a contradiction
+                continue  # a missing record fails its item as incomplete (grade.py), not as a contradiction
             self.found.compared[item] += 1
             claimed, expected = record.get(field_name), course_record.get(field_name)
             if claimed == expected:

@@ -218,7 +218,7 @@ def _learner(root: Path) -> Optional[str]:
 def grade_submission(root: Path) -> str:
     """results.json's text for root/submission, graded against the course's run made here first."""
     from inferlab import writing
-    from inferlab.grade import formats, grade, items, rubric
+    from inferlab.grade import formats, grade, rubric
     from inferlab.read.runview import RunView
 
     began = time.monotonic()
@@ -241,7 +241,7 @@ def grade_submission(root: Path) -> str:
     if kind == "archive":
         result = grade.grade_source(found["archive"], rules, course, "the course's run, made here")
     else:
-        texts = items.Writing()
+        texts = grade.Writing()
         for name in ("predictions", "explanation"):
             if found[name] is not None:
                 try:

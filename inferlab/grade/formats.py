@@ -13,8 +13,7 @@ import sys
 from typing import Optional
 from xml.etree import ElementTree
 
-from inferlab.grade.grade import EXIT_OK, Grade
-from inferlab.grade.items import FAIL, MANUAL, PASS
+from inferlab.grade.grade import EXIT_OK, FAIL, MANUAL, PASS, Grade
 
 MARK = {PASS: "pass", MANUAL: "manual", FAIL: "FAIL"}
 TEXT_LIMIT = 20_000  # characters of a learner's text shown in results.json
