@@ -94,46 +94,41 @@ def _tensor_difference(claimed, course, exact: bool) -> Optional[str]:
             f"({bad.size} of {claimed.size} elements differ; compared {rule})")
 
 
-class _Pair:
-    """The claim and the course, read record by record under one rule."""
+def _pairs(claim, course, kind: str, key: str) -> list[tuple]:
+    """(key, the run's record, the course's record) of each record of a kind that both runs hold; a record the run
+    lacks fails its item as incomplete (grade.py), not as a contradiction."""
+    mine, theirs = ({r.get(key): r for r in side.kind(kind) if r.get("status", "ok") == "ok"}
+                    for side in (claim, course))
+    return [(name, mine[name], record) for name, record in theirs.items() if name in mine]
 
-    def __init__(self, claim, course, found: Comparison):
-        self.claim, self.course, self.found = claim, course, found
 
-    def keyed(self, kind: str, key: str, side) -> dict:
-        return {r.get(key): r for r in side.kind(kind) if r.get("status", "ok") == "ok"}
+def _ids(found: Comparison, item: int, what: str, name: str, record: dict, course_record: dict, exact: bool) -> None:
+    found.compared[item] += 1
+    claimed, expected = record.get(name) or [], course_record.get(name) or []
+    if claimed == expected:
+        return
+    where = _first_difference(claimed, expected)
+    message = (f"{what} {name}: position {where}: {claimed[where:where + 1]}, the course's {expected[where:where + 1]} "
+               f"(seq {record.get('seq')})")
+    if exact:
+        found.contradict(item, message)
+    else:
+        found.notes.setdefault(item, []).append(f"differs (not held against the run): {message}")
 
-    def ids(self, item: int, kind: str, key: str, field_name: str, always_exact: bool = False) -> None:
-        mine, theirs = self.keyed(kind, key, self.claim), self.keyed(kind, key, self.course)
-        for name, course_record in theirs.items():
-            record = mine.get(name)
-            if record is None:
-                continue  # a missing record fails its item as incomplete (grade.py), not as a contradiction
-            self.found.compared[item] += 1
-            claimed, expected = record.get(field_name), course_record.get(field_name)
-            if claimed == expected:
-                continue
-            where = _first_difference(claimed or [], expected or [])
-            message = (f"{kind} {name} {field_name}: position {where}: {(claimed or [])[where:where + 1]}, the "
-                       f"course's {(expected or [])[where:where + 1]} (seq {record.get('seq')})")
-            if always_exact or self.found.exact:
-                self.found.contradict(item, message)
-            else:
-                self.found.notes.setdefault(item, []).append(f"differs (not held against the run): {message}")
 
-    def tensor(self, item: int, what: str, claimed_ref, course_ref) -> None:
-        course = self.course.tensors.verified(course_ref) if isinstance(course_ref, dict) else None
-        if course is None:
-            return  # the course's own tensor is missing: nothing to compare against
-        self.found.compared[item] += 1
-        claimed = self.claim.tensors.verified(claimed_ref) if isinstance(claimed_ref, dict) else None
-        if claimed is None:
-            self.found.contradict(item, f"{what}: the course's run holds this tensor, the run's is missing or does "
-                                        "not match its record")
-            return
-        difference = _tensor_difference(claimed, course, self.found.exact)
-        if difference is not None:
-            self.found.contradict(item, f"{what} ({claimed_ref.get('file')}[{claimed_ref.get('key')}]): {difference}")
+def _tensor(found: Comparison, claim, course, item: int, what: str, claimed_ref, course_ref) -> None:
+    expected = course.tensors.verified(course_ref) if isinstance(course_ref, dict) else None
+    if expected is None:
+        return  # the course's own tensor is missing: nothing to compare against
+    found.compared[item] += 1
+    claimed = claim.tensors.verified(claimed_ref) if isinstance(claimed_ref, dict) else None
+    if claimed is None:
+        found.contradict(item, f"{what}: the course's run holds this tensor, the run's is missing or does not match "
+                               "its record")
+        return
+    difference = _tensor_difference(claimed, expected, found.exact)
+    if difference is not None:
+        found.contradict(item, f"{what} ({claimed_ref.get('file')}[{claimed_ref.get('key')}]): {difference}")
 
 
 def _timing_rows(claim, course) -> list[dict]:
@@ -159,34 +154,31 @@ def compare(claim, course, course_label: str) -> Comparison:
     differ = [f"{name}: the run's {mine[name]!r}, the course's {theirs[name]!r}"
               for name in mine if mine[name] != theirs[name]]
     found = Comparison(course_label, exact=not differ, why_not_exact=differ)
-    specimen, course_specimen = claim.specimen_spec(), course.specimen_spec()
-    if (specimen.get("name"), specimen.get("revision")) != (course_specimen.get("name"), course_specimen.get("revision")):
-        found.different_specimen = (f"the run used {specimen.get('name')} at {specimen.get('revision')}, the course's "
-                                    f"run {course_specimen.get('name')} at {course_specimen.get('revision')}")
+    specimen, course_specimen = ((s.get("name"), s.get("revision")) for s in (claim.specimen_spec(),
+                                                                              course.specimen_spec()))
+    if specimen != course_specimen:
+        found.different_specimen = (f"the run used {specimen[0]} at {specimen[1]}, the course's run "
+                                    f"{course_specimen[0]} at {course_specimen[1]}")
         return found
-    pair = _Pair(claim, course, found)
-    files, course_files = pair.keyed("artifact_file", "name", claim), pair.keyed("artifact_file", "name", course)
-    for name, expected in course_files.items():
+    for name, got, expected in _pairs(claim, course, "artifact_file", "name"):
         found.compared[3] += 1
-        got = files.get(name) or {}
         if (got.get("sha256"), got.get("size")) != (expected.get("sha256"), expected.get("size")):
             found.contradict(3, f"artifact_file {name}: sha256 {got.get('sha256')} size {got.get('size')}, the "
                                 f"course's {expected.get('sha256')} size {expected.get('size')}")
-    pair.ids(4, "input", "prompt_id", "token_ids", always_exact=True)
-    pair.ids(4, "input", "prompt_id", "attention_mask", always_exact=True)
-    pair.ids(4, "generation", "trial_id", "generated_ids")
-    generations = pair.keyed("generation", "trial_id", claim)
-    for name, record in pair.keyed("generation", "trial_id", course).items():
-        if record.get("first_step_logits") and name in generations:
-            pair.tensor(4, f"generation {name} first_step_logits", generations[name].get("first_step_logits"),
-                        record["first_step_logits"])
-    prefixes = pair.keyed("cache_comparison", "prefix_length", claim)
-    for length, record in pair.keyed("cache_comparison", "prefix_length", course).items():
-        if length in prefixes:
-            for path in ("cached", "uncached"):
-                pair.tensor(5, f"cache_comparison prefix {length} {path} logits",
-                            (prefixes[length].get("tensors") or {}).get(path), (record.get("tensors") or {}).get(path))
-    pair.ids(6, "timing_trial", "schedule_id", "generated_ids")
+    for item, kind, key, names in ((4, "input", "prompt_id", ("token_ids", "attention_mask")),
+                                   (4, "generation", "trial_id", ("generated_ids",)),
+                                   (6, "timing_trial", "schedule_id", ("generated_ids",))):
+        for name, record, course_record in _pairs(claim, course, kind, key):
+            for field_name in names:  # ids from a tokenizer do not depend on kernels: exact always
+                _ids(found, item, f"{kind} {name}", field_name, record, course_record, found.exact or kind == "input")
+    for name, record, course_record in _pairs(claim, course, "generation", "trial_id"):
+        if course_record.get("first_step_logits"):
+            _tensor(found, claim, course, 4, f"generation {name} first_step_logits", record.get("first_step_logits"),
+                    course_record["first_step_logits"])
+    for length, record, course_record in _pairs(claim, course, "cache_comparison", "prefix_length"):
+        for path in ("cached", "uncached"):
+            _tensor(found, claim, course, 5, f"cache_comparison prefix {length} {path} logits",
+                    (record.get("tensors") or {}).get(path), (course_record.get("tensors") or {}).get(path))
     memory = {(r.get("measure"), r.get("point")): r for r in claim.kind("memory")}
     for record in course.kind("memory"):
         key = (record.get("measure"), record.get("point"))
