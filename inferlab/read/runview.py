@@ -91,8 +91,7 @@ class RunView:
         self._outcomes_of: dict = collections.defaultdict(list)  # node id -> its outcome records, in order
         for outcome in self.outcomes:
             self._outcomes_of[outcome.get("test")].append(outcome)
-        self.with_outcome: set = set(self._outcomes_of)
-        self._decisive: Optional[dict] = None
+        self._decisive = {nodeid: self.decisive_outcome(nodeid) for nodeid in self._outcomes_of}
         self._entry = {e.get("test"): e for e in self.planned}
         parts = (self.plan or {}).get("parts")
         self._parts = {p.get("file"): p for p in parts if isinstance(p, dict)} if isinstance(parts, list) else {}
@@ -168,12 +167,10 @@ class RunView:
 
     def tests_by_outcome(self) -> dict[str, dict]:
         """Each node id with an outcome -> its decisive outcome record, in first-seen order (do not change it)."""
-        if self._decisive is None:
-            self._decisive = {nodeid: self.decisive_outcome(nodeid) for nodeid in self._outcomes_of}
         return self._decisive
 
     def planned_without_outcome(self) -> list[str]:
-        return [t for t in self.schedule if t not in self.with_outcome]
+        return [t for t in self.schedule if t not in self._outcomes_of]
 
     def non_passing(self, nodeids: Iterable) -> Optional[dict]:
         """The first failed, errored or skipped outcome (in record order) of any of the node ids."""
@@ -233,10 +230,7 @@ class RunView:
         from inferlab import protocol
 
         plan = self.plan or {}
-        if "partial_reasons" in plan:
-            reasons = plan["partial_reasons"]
-        else:
-            reasons = protocol.shortfalls(plan.get("totals") or {})
+        reasons = plan.get("partial_reasons", protocol.shortfalls(plan.get("totals") or {}))
         return [str(reason) for reason in reasons or []]
 
     def producers(self, *kinds: str) -> list[str]:
@@ -252,7 +246,7 @@ class RunView:
         evidence = self.non_passing(producers)
         if evidence is not None:
             return Missing(kind, "evidence", producers, evidence)
-        if any(p in self.with_outcome for p in producers):
+        if any(p in self._outcomes_of for p in producers):
             return Missing(kind, "ran", producers)
         if producers:
             unreached = self.unreached
