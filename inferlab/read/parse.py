@@ -120,12 +120,9 @@ def not_a_run_reason(path: Path) -> Optional[str]:
             return None
     except (OSError, ValueError):
         pass
-    try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
-        if isinstance(manifest, dict) and manifest.get("mode") in ("run", "plan") and "protocol" in manifest:
-            return None
-    except (OSError, ValueError):
-        pass
+    manifest = read_json(path, MANIFEST_FILE)[0] or {}
+    if manifest.get("mode") in ("run", "plan") and "protocol" in manifest:
+        return None
     present = [name for name in (RECORDS_FILE, MANIFEST_FILE) if (path / name).exists()]
     if not present:
         return f"{path} is not a run's record dir: it has no {RECORDS_FILE}, {MANIFEST_FILE} or {CLAIM_FILE}"
