@@ -11,7 +11,6 @@ results.json holds the learner's texts and a short summary of the course's run f
 
 from __future__ import annotations
 
-import datetime
 import io
 import json
 import os
@@ -102,8 +101,7 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
     config = {"format": "inferlab-autograder", "schema": 2, "specimen": spec.name,
               "artifacts": "course/specimen" if artifacts is not None else None,
               "reference": REFERENCE_DIR if name == "replica" else None,
-              "rubric": "course/rubric.toml" if rubric is not None else None, "accept": list(accept),
-              "made_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+              "rubric": "course/rubric.toml" if rubric is not None else None, "accept": list(accept)}
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         for script in SCRIPTS:
@@ -215,13 +213,12 @@ def _learner(root: Path) -> Optional[str]:
         return None
 
 
-def grade_submission(root: Path) -> str:
-    """results.json's text for root/submission, graded against the course's run made here first."""
+def grade_submission(root: Path) -> tuple:
+    """(the grade of root/submission, graded against the course's run made here first; that run's summary)."""
     from inferlab import writing
-    from inferlab.grade import formats, grade, rubric
+    from inferlab.grade import grade, rubric
     from inferlab.read.runview import RunView
 
-    began = time.monotonic()
     source = root / "source"
     config = read_config(source)
     rules = rubric.load(source / config["rubric"] if config.get("rubric") else None)
@@ -231,8 +228,7 @@ def grade_submission(root: Path) -> str:
     if kind not in config.get("accept", ACCEPT):
         raise BundleError(f"this course takes {' or '.join(config['accept'])}; the submission holds {kind}")
     work = root / "work"
-    if work.exists():
-        shutil.rmtree(work)
+    shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     tail = make_course_run(source, config, work / "course-run")
     if not (work / "course-run" / "manifest.json").is_file():
@@ -250,21 +246,21 @@ def grade_submission(root: Path) -> str:
                     raise BundleError(str(error)) from None
         result = grade.grade_writing(texts, rules, "your writing")
     result.learner = learner or result.learner
-    return formats.gradescope(result, time.monotonic() - began, course_summary(course))
+    return result, course_summary(course)
 
 
 def run(root: Path) -> int:
     """run_autograder: write root/results/results.json, always (a refusal says why)."""
+    from inferlab.grade import formats, grade
+
     results = root / "results"
     results.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     try:
-        text = grade_submission(root)
+        result, summary = grade_submission(root)
     except (BundleError, OSError, subprocess.SubprocessError, ValueError) as error:
-        from inferlab.grade import formats, grade
-
-        refused = grade.Grade("your submission", None, learner=_learner(root), error=str(error))
-        text = formats.gradescope(refused, time.monotonic() - began)
+        result, summary = grade.Grade("your submission", None, learner=_learner(root), error=str(error)), None
+    text = formats.gradescope(result, time.monotonic() - began, summary)
     write_bytes_atomic(results / "results.json", text.encode())
     print(f"autograder: {results / 'results.json'} written")
     return 0
