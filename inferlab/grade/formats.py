@@ -37,16 +37,14 @@ def text_page(grade: Grade) -> str:
                 lines.append(f"             to fix: {check.fix}")
     if grade.integrity:
         lines.append(f"integrity: {len(grade.integrity)} problem(s): " + "; ".join(grade.integrity[:3]))
-    for finding in grade.findings:
-        lines.append(f"finding (explain it; costs nothing): {finding}")
-    for note in grade.notes:
-        lines.append(f"note: {note}")
+    lines += [f"finding (explain it; costs nothing): {finding}" for finding in grade.findings]
+    lines += [f"note: {note}" for note in grade.notes]
     if grade.comparison and grade.comparison.timings:
         lines.append("timings (median of the measured trials, ms): run / course")
         for row in grade.comparison.timings:
-            both = [f"{row[s] * 1e3:.3f}" if row[s] is not None else "-" for s in ("run", "course")]
-            lines.append(f"  {row['prompt_id']} cache {'on' if row['use_cache'] else 'off'} {row['metric'].removesuffix('_s')}: "
-                         f"{both[0]} / {both[1]}")
+            run, course = (f"{row[s] * 1e3:.3f}" if row[s] is not None else "-" for s in ("run", "course"))
+            cache = "on" if row["use_cache"] else "off"
+            lines.append(f"  {row['prompt_id']} cache {cache} {row['metric'].removesuffix('_s')}: {run} / {course}")
     lines.append(f"score: {grade.score:g} of {grade.max_score:g} (exit {grade.exit_status})")
     return "\n".join(lines) + "\n"
 
