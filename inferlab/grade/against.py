@@ -66,11 +66,6 @@ class Comparison:
         return {**asdict(self), "compared": dict(self.compared), "how": self.how()}
 
 
-def _first_difference(a, b) -> Optional[int]:
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), None if len(a) == len(b) else n)
-
-
 def _tensor_difference(claimed, course, exact: bool) -> Optional[str]:
     """Where a claimed array departs from the course's: None, or the first element in words."""
     import numpy as np
@@ -107,7 +102,8 @@ def _ids(found: Comparison, item: int, what: str, name: str, record: dict, cours
     claimed, expected = record.get(name) or [], course_record.get(name) or []
     if claimed == expected:
         return
-    where = _first_difference(claimed, expected)
+    shorter = min(len(claimed), len(expected))  # they differ: at a shared position, else where one ends
+    where = next((i for i in range(shorter) if claimed[i] != expected[i]), shorter)
     message = (f"{what} {name}: position {where}: {claimed[where:where + 1]}, the course's {expected[where:where + 1]} "
                f"(seq {record.get('seq')})")
     if exact:

@@ -168,14 +168,6 @@ def sections_check(texts: Writing, sections: tuple[str, ...], template_text: Opt
 # --- what a machine measured ---------------------------------------------------------------------------------
 
 
-def _kinds_of_tests(view) -> dict[str, set]:
-    """Each planned test -> the record kinds it stands for: its own, else those of its experiment file."""
-    by_file = collections.defaultdict(set)
-    for entry in view.planned:
-        by_file[file_of(entry.get("test"))].update(entry.get("records") or [])
-    return {e.get("test"): set(e.get("records") or []) or by_file[file_of(e.get("test"))] for e in view.planned}
-
-
 def run_checks(view, number: int, problems: list[str], comparison) -> list[Check]:
     """Item `number` (2 to 6) of a handed-in run: ended, complete, its tests passed, verifies, agrees."""
     failed_acquisition = next((r for r in view.kind("artifact_acquisition") if r.get("ok") is False), None)
@@ -195,8 +187,11 @@ def run_checks(view, number: int, problems: list[str], comparison) -> list[Check
             short.append(f"{kind} {len(found)} of {count}")
     checks.append(Check("records", FAIL, "records missing: " + ", ".join(short), RERUN) if short else
                   Check("records", PASS, f"{sum(expected.values())} or more records of {', '.join(expected)}"))
-    kinds = _kinds_of_tests(view)
-    behind = [view.decisive_outcome(test) for test, own in kinds.items() if own & set(expected)]
+    by_file = collections.defaultdict(set)  # a test stands for the record kinds it writes, else its file's
+    for entry in view.planned:
+        by_file[file_of(entry.get("test"))].update(entry.get("records") or [])
+    behind = [view.decisive_outcome(e.get("test")) for e in view.planned
+              if (set(e.get("records") or []) or by_file[file_of(e.get("test"))]) & set(expected)]
     failed = [o for o in behind if o and o.get("outcome") in FAILING and view.check_kind(o) != DIAGNOSTIC]
     if failed:
         first = failed[0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import math
 import os
@@ -35,7 +36,6 @@ LEDGER_SCHEMA = 1
 EXPLANATION_KIND, REVISED_KIND = "explanation", "revised_criterion"
 SESSION_FILES = (RECORDS_FILE, MANIFEST_FILE, REPORT_FILE, "report-details.md", PLAN_FILE, CLAIM_FILE,
                  PREDICTIONS_FILE)
-MAX_VERSIONS = 999
 REVISED_LABEL = ("revised criterion, supplied by the learner with a justification; evaluated beside the declared "
                  "criterion, whose verdict it does not change")
 REVISE_TOOL = "inferlab revise"
@@ -110,8 +110,8 @@ def read_text_file(path: Path, role: str = "FILE") -> bytes:
 
 
 def check_run(directory: Path) -> RunState:
-    """The run an addendum is kept in, or Refused: not a run, a plan folder, no manifest to bind to, an inventory
-    that lists addenda, or a session that still runs."""
+    """The run an addendum is kept in, or Refused: not a run, a plan folder, no manifest to bind to, or a session
+    that still runs."""
     from inferlab.run.records import claimant_alive
 
     directory = Path(directory)
@@ -124,10 +124,6 @@ def check_run(directory: Path) -> RunState:
         raise Refused(f"{directory} is a plan folder (written by --plan): no test ran; expected a run's record dir")
     if not (directory / MANIFEST_FILE).is_file():
         raise Refused(f"{directory} has no {MANIFEST_FILE} to bind an addendum to")
-    listed = sorted(name for name in (view.manifest.get("files") or {}) if is_addenda_path(name))
-    if listed:
-        raise Refused(f"{directory}: the session's inventory in {MANIFEST_FILE} lists {', '.join(listed[:3])}; adding "
-                      f"to it would change a file the session wrote")
     if view.session_end is not None and view.final_manifest_written:
         return RunState(directory, view, True, "finished")
     if claimant_alive(view.claim):
@@ -198,10 +194,8 @@ def store(run: RunState, data: bytes, original_name: str, kind: str, tool: str, 
                           f"problem(s)); nothing was added to it: `verify` names every problem")
         used, folder = {entry.get("file") for entry in entries}, directory / ADDENDA_DIR
         stem, suffix = Path(stored_name(original_name)).stem, Path(stored_name(original_name)).suffix
-        names = [f"{stem}{suffix}"] + [f"{stem}.{n}{suffix}" for n in range(2, MAX_VERSIONS + 1)]
-        name = next((n for n in names if f"{ADDENDA_DIR}/{n}" not in used and not os.path.lexists(folder / n)), None)
-        if name is None:
-            raise Refused(f"{folder}: {MAX_VERSIONS} versions of {stem}{suffix} are kept already")
+        names = itertools.chain([f"{stem}{suffix}"], (f"{stem}.{n}{suffix}" for n in itertools.count(2)))
+        name = next(n for n in names if f"{ADDENDA_DIR}/{n}" not in used and not os.path.lexists(folder / n))
         entry = {"schema": LEDGER_SCHEMA, "seq": len(entries), "kind": kind, "file": f"{ADDENDA_DIR}/{name}",
                  "original_name": original_name, "size": len(data), "sha256": sha256_bytes(data),
                  "attached_utc": clock(), "manifest_sha256": sha256_file(directory / MANIFEST_FILE),
