@@ -1,17 +1,13 @@
 """The one comparison of a handed-in run (a claim) with the course's own run (the evidence).
 
-Exact where the two runs computed under the same conditions (torch build, CPU kernel set and its switches, CPU
-model, effective threads): then every id and every saved tensor must be equal bit for bit. Otherwise within the
-protocol's declared tolerance (|a - b| <= atol + rtol |b|, b the course's value), ids are shown but not held
-against the run (other kernels may round a near tie the other way), and the comparison says it was not exact and
-why. The conditions are read from the claim's own manifest: a learner can edit them, and editing them only
-loosens the comparison, which the grade then says; it never raises a score (inferlab.grade.grade).
-
-What is compared, by checklist item: 3 the specimen's file hashes and sizes; 4 the inputs' ids and masks (exact
-always: a tokenizer does not depend on kernels), every trial's generated ids, the first-step logits; 5 every
-matched-prefix logit vector, cached and uncached; 6 the timing trials' ids, the counted parameter and cache bytes
-(exact always: arithmetic). Timings are never compared: they are shown side by side.
-A contradiction names the record and the first element that differs.
+Exact where both runs computed under the same conditions (torch build, CPU kernel set and its switches, CPU model,
+effective threads): every id and saved tensor must then be equal bit for bit. Otherwise tensors must agree within
+the declared tolerance, differing ids are shown but not held against the run (other kernels may round a near tie
+the other way), and the comparison says it was not exact and why. The conditions come from the claim's own
+manifest: editing them only loosens the comparison, which the grade then says; it never raises a score.
+Compared, by item: 3 the specimen's files; 4 the inputs' ids and masks (exact always), the trials' ids and
+first-step logits; 5 the matched-prefix logits; 6 the timing trials' ids and the counted bytes (exact always).
+Timings are shown side by side, never compared. A contradiction names the first element that differs.
 """
 
 from __future__ import annotations

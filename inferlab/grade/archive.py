@@ -1,10 +1,7 @@
-"""A run as it is handed in: `pack` writes one run folder (with what was attached to it) as a .tar.gz beside a small
-submission.json (who hands it in, which run); `unpacked` reads one back.
-
-Unpacking: every entry is checked before a byte is written (only plain files and folders under one run folder,
-no absolute path, no '..', no link or device, at most MAX_ENTRIES entries and MAX_BYTES in all), then the standard
-library extracts it with tarfile's "data" filter into a new temporary folder. The archive is reproducible (sorted
-entries, no owners, zero times, gzip without a time stamp). Nothing is ever written into a run folder.
+"""A run as it is handed in: `pack` writes one run folder (with its addenda) as a reproducible .tar.gz beside a
+small submission.json (who hands it in, which run); `unpacked` reads one back, every entry checked before a byte is
+written (plain files and folders under one run folder only, within MAX_ENTRIES and MAX_BYTES), then extracted by
+tarfile's "data" filter into a temporary folder. Nothing is ever written into a run folder.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """A Gradescope autograder: `inferlab autograder gradescope -o autograder.zip` writes the zip; its two scripts call
 this module inside Gradescope's container (`python -m inferlab.grade.bundle prepare|run`).
 
-For every submission the bundle first makes the course's own run (offline, on the course's specimen, from the
-course's copy of the harness): that run is the evidence. A handed-in `pack` archive is then graded against it
-(inferlab.grade.grade): items 2 to 6 are earned only by the handed-in run, so an empty or partial archive earns
-less than a complete one, and writing handed in alone earns the writing items only. The submission is data:
-nothing in it is imported or executed, and its archive is unpacked only after every entry is checked.
-results.json holds the learner's texts and a short summary of the course's run for the person who grades them.
+For every submission the bundle first makes the course's own run (offline, from the course's copy of the harness),
+the evidence a handed-in `pack` archive is graded against (inferlab.grade.grade). The submission is data: nothing
+in it is imported or executed. results.json shows the learner's texts beside a summary of the course's run.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""grade's output formats, pure functions of the grades: text (for a person), json, junit (one testcase per item),
-gradescope (an autograder's results.json) and csv (one row per submission). Each names the learner.
-
-The writing items carry the learner's own texts in the gradescope format, for the person who grades them, beside
-a short summary of the course's run (what the texts are read against)."""
+"""grade's output formats, pure functions of the grades, each naming the learner: text (for a person), json, junit
+(one testcase per item), gradescope (results.json, with the learner's texts and a summary of the course's run for
+the person who grades them) and csv (one row per submission)."""
 
 from __future__ import annotations
 

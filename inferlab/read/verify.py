@@ -1,13 +1,10 @@
 """verify: is a run folder as its session wrote it, and what does it hold? From its files alone (no model, no torch).
 
-One line per problem, in this order: reading problems; how the session ended (one `unfinished:` and one `partial:`
-line, which are also the run's `completeness`); every file against the manifest's inventory (size, SHA-256, nothing
-unlisted but the addenda); the addenda; every failure with its evidence; the plan against the protocol's caps and
-order; session_end against the records; every record kind the protocol expects, or the outcome that explains its
-absence; every tensor against the SHA-256 its record holds; the recorded protocol against this checkout's.
-
-verify does not recompute the run's derived figures: whether the numbers are what the computation gives is
-`grade --against COURSE_RUN`'s question (inferlab.grade.against), which no edit of the files can answer.
+One line per problem: reading problems; how the session ended (its `completeness`: one `unfinished:` and one
+`partial:` line); every file against the manifest's inventory; the addenda; every failure with its evidence; the
+plan against the protocol; session_end against the records; every expected record kind, or what explains its
+absence; every tensor against its record's SHA-256; the recorded protocol against this checkout's. Whether the
+numbers are what the computation gives is `grade --against COURSE_RUN`'s question (inferlab.grade.against).
 """
 
 from __future__ import annotations
