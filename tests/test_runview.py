@@ -9,8 +9,7 @@ import pytest
 
 from inferlab.files import tensor_sha256
 from inferlab.read.parse import parse_records
-from inferlab.read.runview import RunView
-from inferlab.read.tensors import TensorFileError
+from inferlab.read.runview import RunView, TensorFileError
 from inferlab.read.verify import verify_run
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 

@@ -17,8 +17,8 @@ from inferlab import protocol
 from inferlab.files import sha256_file
 from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE
 from inferlab.read import addenda
-from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView
-from inferlab.read.tensors import TensorFileError, tensor_references
+from inferlab.read.runview import (DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, TensorFileError,
+                                   tensor_references)
 
 # The record kinds a complete run holds, and how many (never a test's name: the plan says which test writes one).
 EXPECTED = {

@@ -17,8 +17,7 @@ from inferlab import protocol
 from inferlab.files import spelled
 from inferlab.measure import usage
 from inferlab.measure.stats import first_divergence, post_first_interval, trial_contended
-from inferlab.read.runview import RunView
-from inferlab.read.tensors import TensorFileError
+from inferlab.read.runview import RunView, TensorFileError
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
 TIMING_METRICS = ("prefill_s", "ttft_s", "mean_post_first_interval_s", "loop_s")
