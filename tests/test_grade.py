@@ -174,6 +174,18 @@ def test_every_format_names_the_learner_and_holds_each_item_as_its_readers_expec
     assert [g["learner"] for g in json.loads(formats.as_json(grades))["grades"]] == ["ada", "bo"]
 
 
+@pytest.mark.parametrize("old, new, said", [
+    ("points = 5", "points = -1", r"items\[0\] \(item 1\): points must be a number >= 0, found -1"),
+    ("title = ", "titl = ", r"items\[0\]: unknown field\(s\) titl; an item has manual_points"),
+    ("number = 2", "number = 1", r"items must be items 1 to 7, each once, found \[1, 1, 3"),
+])
+def test_a_rubric_with_a_bad_value_an_unknown_field_or_a_repeated_item_is_refused_naming_it(tmp_path, old, new, said):
+    path = tmp_path / "rubric.toml"
+    path.write_text(rubric.DEFAULT.read_text().replace(old, new, 1))
+    with pytest.raises(rubric.RubricError, match=f"^{path}: {said}"):
+        rubric.load(path)
+
+
 def test_pack_refuses_a_zip_name_for_its_gzipped_tar(honest, tmp_path, capsys):
     assert main(["pack", str(honest), "-o", str(tmp_path / "x.zip")]) == 2
     assert "name the file FILE.tar.gz" in capsys.readouterr().err and not (tmp_path / "x.zip").exists()
