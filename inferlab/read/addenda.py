@@ -236,15 +236,6 @@ def parse_criterion(text: str) -> protocol.Tolerance:
     return protocol.Tolerance(atol=values[0], rtol=values[1])
 
 
-def justification_problem(text: str) -> Optional[str]:
-    """Why a justification is too thin to keep (a check of substance, never of whether the reason holds)."""
-    found = [w.lower() for w in re.findall(r"[^\W\d_]{2,}", text or "") if not writing.is_placeholder(w)]
-    if len(found) >= MIN_WORDS and len(set(found)) >= MIN_DISTINCT_WORDS:
-        return None
-    return (f"expected a sentence saying why the criterion is justified, at least {MIN_WORDS} words, "
-            f"{MIN_DISTINCT_WORDS} of them different, actual {text!r}")
-
-
 def judge(cached, uncached, tolerance: protocol.Tolerance) -> dict:
     """One prefix's cached logits against the uncached reference, in float64 (NaN fails)."""
     import numpy
@@ -294,9 +285,11 @@ def saved_prefixes(view: RunView) -> list[tuple[dict, object, object]]:
 
 def revision(run: RunState, tolerance: protocol.Tolerance, justification: str, written_utc: str) -> dict:
     """The revised-criterion document: every saved prefix judged under the revised and the declared criterion."""
-    thin = justification_problem(justification)
-    if thin is not None:
-        raise Refused(f"--justification: {thin}", usage=True)
+    # a check of substance, never of whether the reason holds
+    words = [w.lower() for w in re.findall(r"[^\W\d_]{2,}", justification) if not writing.is_placeholder(w)]
+    if len(words) < MIN_WORDS or len(set(words)) < MIN_DISTINCT_WORDS:
+        raise Refused(f"--justification: expected a sentence saying why the criterion is justified, at least "
+                      f"{MIN_WORDS} words, {MIN_DISTINCT_WORDS} of them different, actual {justification!r}", usage=True)
     prefixes = saved_prefixes(run.view)
     misaligned = [f"prefix length {r.get('prefix_length')}" for r, _, _ in prefixes
                   if not isinstance(r.get("checks"), dict) or len(r["checks"]) < 2

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Optional
 from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,
                                  Problem, parse_records, read_json, read_ledger)
 from inferlab.files import tensor_sha256
-from inferlab.run.records import STAMP_FIELD, TENSOR_DIR
+from inferlab.run.records import RENAME_NOTE, STAMP_FIELD, TENSOR_DIR
 
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
 NOT_PASSING = ("failed", "error", "skipped")
@@ -202,22 +202,16 @@ class RunView:
     def read(cls, directory: Path) -> "RunView":
         """Read a record directory once; every problem met is in .problems, nothing is raised."""
         directory = Path(directory)
-        problems = []
         try:
-            records, line_problems = parse_records((directory / RECORDS_FILE).read_bytes())
-            problems += line_problems
+            records, problems = parse_records((directory / RECORDS_FILE).read_bytes())
         except OSError as error:
-            records = []
-            problems.append(Problem(RECORDS_FILE, f"not readable ({error})"))
-        manifest, problem = read_json(directory, MANIFEST_FILE)
-        problems += [problem] if problem else []
-        plan, problem = read_json(directory, PLAN_FILE)
-        problems += [problem] if problem else []
+            records, problems = [], [Problem(RECORDS_FILE, f"not readable ({error})")]
+        (manifest, manifest_problem), (plan, plan_problem) = (read_json(directory, name)
+                                                               for name in (MANIFEST_FILE, PLAN_FILE))
+        problems += [problem for problem in (manifest_problem, plan_problem) if problem]
         entries, ledger_problems = read_ledger(directory)
         view = cls(records, manifest, plan, directory=directory, problems=problems, addenda=entries,
                    addenda_problems=ledger_problems)
-        from inferlab.run.records import RENAME_NOTE  # who claimed it, and a later run's note: how it ended
-
         view.claim, view.rename_note = read_json(directory, CLAIM_FILE)[0], read_json(directory, RENAME_NOTE)[0]
         return view
 
@@ -243,8 +237,7 @@ class RunView:
         return self.by_kind.get(name, [])
 
     def first(self, name: str) -> Optional[dict]:
-        records = self.kind(name)
-        return records[0] if records else None
+        return next(iter(self.kind(name)), None)
 
     def check_kind(self, outcome: dict) -> str:
         """'diagnostic' or 'integrity': the outcome's own field, else the plan's entry, else integrity."""
