@@ -15,11 +15,10 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Optional
 
-from inferlab.files import OutputPathError, sha256_file, write_bytes_atomic
+from inferlab.files import OutputPathError, write_bytes_atomic
 from inferlab.run.records import claimant_alive
 
 SUBMISSION_FILE = "submission.json"
-SUBMISSION_FORMAT = "inferlab-submission"
 SUFFIXES = (".tar.gz", ".tgz")
 MAX_ENTRIES = 1_000
 MAX_BYTES = 100 * 1024 * 1024
@@ -62,9 +61,7 @@ def pack(view, target: Path, learner: Optional[str] = None, replace: bool = Fals
         raise ArchiveError(f"{run_dir}: holds a symbolic link; a run folder holds plain files only")
     if len(files) >= MAX_ENTRIES or sum(p.stat().st_size for p in files) > MAX_BYTES:
         raise ArchiveError(f"{run_dir}: beyond what an archive may hold ({MAX_ENTRIES} entries, {MAX_BYTES} bytes)")
-    submission = {"format": SUBMISSION_FORMAT, "run": run_dir.name, "learner": learner,
-                  "manifest_sha256": sha256_file(run_dir / "manifest.json") if (run_dir / "manifest.json").is_file()
-                  else None}
+    submission = {"run": run_dir.name, "learner": learner}  # grade reads the learner; the run's own files the rest
     raw = io.BytesIO()
     with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as zipped:
         with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
