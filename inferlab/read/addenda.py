@@ -289,14 +289,16 @@ def revision(run: RunState, tolerance: protocol.Tolerance, justification: str, w
     words = [w.lower() for w in re.findall(r"[^\W\d_]{2,}", justification) if not writing.is_placeholder(w)]
     if len(words) < MIN_WORDS or len(set(words)) < MIN_DISTINCT_WORDS:
         raise Refused(f"--justification: expected a sentence saying why the criterion is justified, at least "
-                      f"{MIN_WORDS} words, {MIN_DISTINCT_WORDS} of them different, actual {justification!r}", usage=True)
+                      f"{MIN_WORDS} words, {MIN_DISTINCT_WORDS} of them different, actual {justification!r}",
+                      usage=True)
     prefixes = saved_prefixes(run.view)
     misaligned = [f"prefix length {r.get('prefix_length')}" for r, _, _ in prefixes
                   if not isinstance(r.get("checks"), dict) or len(r["checks"]) < 2
                   or not all(ok is True for name, ok in r["checks"].items() if name != "within_tolerance")]
     if misaligned:
-        raise Refused(f"{run.directory}: the matched-prefix alignment checks did not all pass ({', '.join(misaligned)}),"
-                      " so no tolerance can make the two paths comparable; fix the harness and run again")
+        raise Refused(f"{run.directory}: the matched-prefix alignment checks did not all pass "
+                      f"({', '.join(misaligned)}), so no tolerance can make the two paths comparable; fix the harness "
+                      "and run again")
     vacuous = vacuous_reason([(c, u) for _, c, u in prefixes], tolerance)
     if vacuous:
         raise Refused(f"--cache-criterion {tolerance.atol:g},{tolerance.rtol:g}: {vacuous}", usage=True)
@@ -334,7 +336,8 @@ def check_revision(view: RunView, file: str, data: bytes) -> list[str]:
     findings = []
     for row in rows:
         record = records.get(row.get("record_seq"))
-        if record is None or row.get("tensors") != {p: (record.get("tensors") or {}).get(p) for p in ("cached", "uncached")}:
+        saved = {p: (record.get("tensors") or {}).get(p) for p in ("cached", "uncached")} if record else None
+        if record is None or row.get("tensors") != saved:
             findings.append(f"{file}: {row.get('name')}: not the tensors cache_comparison seq {row.get('record_seq')} "
                             "holds")
             continue

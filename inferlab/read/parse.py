@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from inferlab.run.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE  # noqa: F401 (runview takes them here)
+from inferlab.run.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE  # noqa: F401 (for runview)
 
 LEDGER_FILE = "addenda.jsonl"  # what is kept beside the run afterwards (inferlab.read.addenda writes it)
 ENTRY_FIELDS = ("schema", "seq", "kind", "file", "original_name", "size", "sha256", "attached_utc",

@@ -191,7 +191,8 @@ class Verify:
                          f"source hashes and versions in {MANIFEST_FILE} were taken at its start")
         forwards = end.get("forward_reconciliation")
         if isinstance(forwards, dict):
-            self.problems += [f"session_end: harness integrity failed: {line}" for line in forwards.get("problems") or []]
+            self.problems += [f"session_end: harness integrity failed: {line}"
+                              for line in forwards.get("problems") or []]
         elif not end.get("collect_only"):
             self.not_checked.append("the session's forward count: session_end has no forward_reconciliation")
         if view.manifest_found and not self.final_missing and view.manifest.get("complete") != end.get("complete"):
@@ -241,7 +242,8 @@ class Verify:
         over = [r.get("trial_id") for r in view.kind("generation")
                 if len(r.get("generated_ids") or []) > protocol.MAX_NEW_TOKENS]
         if over:
-            self.problem(f"generation {over[0]}: more new tokens than the budget of {protocol.MAX_NEW_TOKENS} per trial")
+            self.problem(f"generation {over[0]}: more new tokens than the budget of {protocol.MAX_NEW_TOKENS} per "
+                         "trial")
         criteria, comparisons = view.kind("cache_criterion"), view.kind("cache_comparison")
         if criteria and comparisons and criteria[0].get("seq", 0) > comparisons[0].get("seq", 0):
             self.problem("cache_criterion was recorded after the first cache_comparison; it must be declared first")
@@ -319,7 +321,8 @@ def verify_run(run: Union[Path, str, RunView]) -> dict:
 
         acquisition = {"cause": acquisition_cause(failed), "failed_tests": failing.get(INTEGRITY, 0)}
     return {"plan_folder": view.is_plan_folder, "ok": not checker.problems, "problems": checker.problems,
-            "completeness": completeness, "complete": complete, "explained_gaps": checker.notes, "not_checked": checker.not_checked, "records": len(view.records),
+            "completeness": completeness, "complete": complete, "explained_gaps": checker.notes,
+            "not_checked": checker.not_checked, "records": len(view.records),
             "files_checked": checker.files_checked, "outcome_counts": dict(sorted(outcomes.items())),
             "all_tests_passed": bool(outcomes) and set(outcomes) == {"passed"}, "addenda": len(view.addenda),
             "failures_by_check_kind": {kind: failing.get(kind, 0) for kind in (INTEGRITY, DIAGNOSTIC)},
