@@ -92,7 +92,7 @@ def test_how_the_session_ended(end, ending):
 
 
 @pytest.mark.parametrize("manifest, records", [
-    ({"mode": "plan"}, []), ({"options": {"plan": True}}, []), ({}, [record("plan", None, mode="plan")]),
+    ({"mode": "plan"}, []), ({}, [record("plan", None, mode="plan")]),
 ])
 def test_a_plan_folder_is_known_by_its_manifest_or_its_records(manifest, records):
     assert RunView.from_data(records, manifest, plan_of()).is_plan_folder

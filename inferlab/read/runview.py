@@ -35,13 +35,6 @@ def part_label(file: str, part: Optional[dict] = None) -> str:
     return title.split(":")[0].strip() if isinstance(title, str) and title.strip() else file.rsplit("/", 1)[-1]
 
 
-def bracket_id(nodeid: Optional[str]) -> Optional[str]:
-    """The parametrize id of a node id, 'P1-S2-seed23' from 'x.py::test_g[P1-S2-seed23]'; None without one."""
-    if not nodeid or not nodeid.endswith("]") or "[" not in nodeid:
-        return None
-    return nodeid[nodeid.index("[") + 1:-1]
-
-
 def short_test(nodeid: Optional[str]) -> str:
     """The test name with its parameters, without the file ('(session)' for a record of no test)."""
     return (nodeid or "(session)").split("::")[-1]
@@ -252,7 +245,7 @@ class RunView:
 
     def outcome_of_param(self, test_id: str) -> Optional[dict]:
         """The decisive outcome of the test whose parametrize id is `test_id`."""
-        nodeids = list(dict.fromkeys(r.get("test") for r in self.outcomes if bracket_id(r.get("test")) == test_id))
+        nodeids = dict.fromkeys(r.get("test") for r in self.outcomes if str(r.get("test")).endswith(f"[{test_id}]"))
         outcomes = [self.decisive_outcome(n) for n in nodeids]
         failing = [r for r in outcomes if r and r.get("outcome") != "passed"]
         return (failing or outcomes or [None])[0]
@@ -272,9 +265,7 @@ class RunView:
     @property
     def is_plan_folder(self) -> bool:
         """Whether the folder holds a plan (--plan), not a run: its manifest, session_end or plan record says so."""
-        options = self.manifest.get("options") if isinstance(self.manifest.get("options"), dict) else {}
-        return (self.manifest.get("mode") == "plan" or options.get("plan") is True
-                or any(r.get("plan_only") for r in self.kind("session_end"))
+        return (self.manifest.get("mode") == "plan" or any(r.get("plan_only") for r in self.kind("session_end"))
                 or any(r.get("mode") == "plan" for r in self.kind("plan")))
 
     @property
