@@ -1,15 +1,12 @@
 """Grading one submission (a run folder, a `pack` archive, or writing alone) on the lab's seven checklist items.
 
-Items 1 and 7 are writing: the predictions answer the six questions, and the explanation has text under the
-template's headings (its content is for a person: the item's status is then `manual`). Items 2 to 6 are what a
-machine measured, and only a handed-in run earns them: the run reached its end, holds the item's records, every
-harness-integrity test behind them passed, it verifies on its own, and nothing in it contradicts the course's run
-(inferlab.grade.against). A failed protocol diagnostic is a finding to explain, never a failed item. Every item
-earns at most its rubric points, by the same checks for every submission, so none scores more than an honest
-complete run. Grading reads files only, and every path taken from a run's own files stays inside that run.
-
-Exit status of one submission: 0 every required item passes (`manual` items do not block), 1 an item fails, 2 the
-source cannot be graded, 3 the run fails verify or contradicts the course's run; over several, the worst.
+Items 1 and 7 are writing: predictions that answer the six questions, an explanation with text under the template's
+headings (what it says is for a person: the item is then `manual`). Items 2 to 6 are earned only by a handed-in run
+that reached its end, holds the item's records, passed the harness-integrity tests behind them, verifies on its
+own, and is not contradicted by the course's run (inferlab.grade.against); a failed protocol diagnostic is a finding
+to explain, never a failed item. The same checks hold for every submission, so none scores above an honest complete
+run. Exit status: 0 every required item passes, 1 one fails, 2 not gradable, 3 fails verify or contradicts the
+course's run; over several submissions, the worst. Every path taken from a run's own files stays inside that run.
 """
 
 from __future__ import annotations
@@ -205,9 +202,8 @@ def run_checks(view, number: int, problems: list[str], comparison) -> list[Check
                                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                             "hand in the run folder as its session wrote it"))
     if comparison is None:
-        checks.append(Check("course_run", PASS, "not compared with a course run (--against): nothing this run "
-                                                "measured was checked against evidence"))
-    elif comparison.different_specimen:
+        return checks  # the grade's note says once that nothing measured was checked (NO_COURSE_RUN)
+    if comparison.different_specimen:
         checks.append(Check("course_run", FAIL, f"not comparable: {comparison.different_specimen}",
                             "run the specimen the course names and hand in that run"))
     elif comparison.contradictions.get(number):

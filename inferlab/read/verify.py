@@ -47,7 +47,6 @@ class Verify:
     def __init__(self, view: RunView):
         self.view, self.problems, self.notes, self.not_checked = view, [], [], []
         self.files_checked = 0
-        self.end = view.session_end
         self.unfinished = view.unfinished
         self.partial = view.plan_partial_reasons()
         self.final_missing = bool(self.unfinished and view.manifest_found and not view.final_manifest_written)
@@ -67,7 +66,7 @@ class Verify:
             line = f"unfinished: {self.unfinished}"
             if view.ending == "killed" and not live:
                 line += killed_detail(view.claim, view.rename_note)
-            if view.schedule and not (self.end or {}).get("collect_only"):
+            if view.schedule and not (view.session_end or {}).get("collect_only"):
                 first = next((n for n in view.schedule if n in view.unreached), None)
                 line += f"; {len(view.unreached)} of {len(view.schedule)} planned tests have no outcome" + \
                     (f" (the first: {first})" if first else "")
