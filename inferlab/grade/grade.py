@@ -21,9 +21,10 @@ from inferlab import writing
 from inferlab.files import PROJECT_ROOT, spelled
 from inferlab.grade import against, archive
 from inferlab.grade.rubric import Item, Rubric
-from inferlab.read.runview import DIAGNOSTIC, FAILING, file_of
+from inferlab.read.runview import DIAGNOSTIC, FAILING
 from inferlab.read.verify import EXPECTED
 from inferlab.run.endings import first_line
+from inferlab.run.plan import file_of
 
 PASS, FAIL, MANUAL = "pass", "fail", "manual"
 ATTACH = ".venv/bin/inferlab attach RUN_DIR my_explanation.md"
@@ -186,9 +187,9 @@ def run_checks(view, number: int, problems: list[str], comparison) -> list[Check
                   Check("records", PASS, f"{sum(expected.values())} or more records of {', '.join(expected)}"))
     by_file = collections.defaultdict(set)  # a test stands for the record kinds it writes, else its file's
     for entry in view.planned:
-        by_file[file_of(entry.get("test"))].update(entry.get("records") or [])
+        by_file[file_of(str(entry.get("test")))].update(entry.get("records") or [])
     behind = [view.decisive_outcome(e.get("test")) for e in view.planned
-              if (set(e.get("records") or []) or by_file[file_of(e.get("test"))]) & set(expected)]
+              if (set(e.get("records") or []) or by_file[file_of(str(e.get("test")))]) & set(expected)]
     failed = [o for o in behind if o and o.get("outcome") in FAILING and view.check_kind(o) != DIAGNOSTIC]
     if failed:
         first = failed[0]

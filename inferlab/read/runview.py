@@ -17,6 +17,7 @@ from typing import Any, Iterable, Optional
 from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,
                                  Problem, parse_records, read_json, read_ledger)
 from inferlab.files import tensor_sha256
+from inferlab.run.plan import file_of
 from inferlab.run.records import RENAME_NOTE, STAMP_FIELD, TENSOR_DIR
 
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
@@ -28,21 +29,9 @@ RENDERER_VERSION_FIELD = "report_renderer_version"
 FIRST_RENDERER_VERSION = 1
 
 
-def part_label(file: str, part: Optional[dict] = None) -> str:
-    """An experiment file's part as its plan entry names it (the module docstring's first line up to its colon,
-    'Part 4'), else the file's name."""
-    title = part.get("title") if isinstance(part, dict) else None
-    return title.split(":")[0].strip() if isinstance(title, str) and title.strip() else file.rsplit("/", 1)[-1]
-
-
 def short_test(nodeid: Optional[str]) -> str:
     """The test name with its parameters, without the file ('(session)' for a record of no test)."""
     return (nodeid or "(session)").split("::")[-1]
-
-
-def file_of(nodeid: Optional[str]) -> str:
-    """The file part of a node id ('experiments/x.py' of 'experiments/x.py::test_y[z]')."""
-    return str(nodeid or "").split("::")[0]
 
 
 @dataclass
@@ -338,11 +327,13 @@ class RunView:
         return Missing(kind, "deselected" if self.plan_partial_reasons() else "not_planned", producers)
 
     def part_label(self, nodeid: Optional[str]) -> str:
-        """The protocol part a test belongs to, as the plan's part for its file is labelled."""
+        """The protocol part a test belongs to: its file's part in the plan, titled by the experiment module's
+        docstring up to its colon ('Part 4'), else the file's name."""
         if not nodeid:
             return "(session)"
         file = file_of(nodeid)
-        return part_label(file, self._parts.get(file))
+        title = (self._parts.get(file) or {}).get("title")
+        return title.split(":")[0].strip() if isinstance(title, str) and title.strip() else file.split("/")[-1]
 
     @property
     def renderer_version(self) -> int:
