@@ -29,10 +29,6 @@ class ArchiveError(ValueError):
     """An archive that cannot be written or read; the message names the file and the entry."""
 
 
-def is_archive(path: Path) -> bool:
-    return Path(path).is_file() and Path(path).name.endswith(SUFFIXES)
-
-
 def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
     """An entry without owners or times, so that one run always packs to the same bytes."""
     info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""

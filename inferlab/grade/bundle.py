@@ -95,7 +95,7 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
         except rubrics.RubricError as error:
             raise BundleError(f"--rubric: {error}") from None
         copies["course/rubric.toml"] = Path(rubric)
-    config = {"format": "inferlab-autograder", "schema": 2, "specimen": spec.name,
+    config = {"specimen": spec.name,
               "artifacts": "course/specimen" if artifacts is not None else None,
               "reference": REFERENCE_DIR if name == "replica" else None,
               "rubric": "course/rubric.toml" if rubric is not None else None, "accept": list(accept)}
@@ -119,13 +119,12 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
 
 
 def read_config(source: Path) -> dict:
+    """The zip's settings, written by the harness the zip holds (so never another version's)."""
     path = source / CONFIG_FILE
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise BundleError(f"{path}: the autograder's settings are unreadable ({error})") from None
-    if not isinstance(config, dict) or config.get("format") != "inferlab-autograder" or config.get("schema") != 2:
-        raise BundleError(f"{path}: not this inferlab's autograder settings (format inferlab-autograder, schema 2)")
     if config.get("reference"):
         os.environ[REFERENCE_VARIABLE] = str(source / config["reference"])
     return config

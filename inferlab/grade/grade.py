@@ -324,7 +324,7 @@ def grade_source(path: Path, rubric: Rubric, course=None, course_label: str = ""
     from inferlab.read.runview import RunView
 
     path = Path(path)
-    if archive.is_archive(path):
+    if path.is_file() and path.name.endswith(archive.SUFFIXES):
         try:
             with archive.unpacked(path) as (run_dir, submission):
                 learner = submission.get("learner")
