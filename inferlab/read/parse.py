@@ -47,7 +47,8 @@ def _json_lines(file: str, text: str, required: tuple) -> tuple[list[dict], list
             continue
         absent = [name for name in required if name not in value]
         if absent:
-            problems.append(Problem(file, f"missing field(s) {', '.join(absent)}", number, "missing_fields", False))
+            problems.append(Problem(file, f"missing field(s) {', '.join(absent)}", number, "missing_fields",
+                                    lost=False))
         found.append(value)
     return found, problems
 
