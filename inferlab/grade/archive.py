@@ -75,7 +75,7 @@ def pack(view, target: Path, learner: Optional[str] = None, replace: bool = Fals
 
 def _checked_members(archive: Path, tar: tarfile.TarFile) -> tuple[str, list[tarfile.TarInfo]]:
     """The run folder's name and the members, after every check; ArchiveError naming the first bad entry."""
-    members, names, total, tops = [], set(), 0, set()
+    members, total, tops = [], 0, set()
     for member in tar:
         if len(members) >= MAX_ENTRIES:
             raise ArchiveError(f"{archive}: more than {MAX_ENTRIES} entries")
@@ -85,9 +85,6 @@ def _checked_members(archive: Path, tar: tarfile.TarFile) -> tuple[str, list[tar
             raise ArchiveError(f"{archive}: entry {name!r}: not a plain relative path")
         if not (member.isfile() or member.isdir()):
             raise ArchiveError(f"{archive}: entry {name!r}: not a plain file or folder (a link or a device)")
-        if name.rstrip("/") in names:
-            raise ArchiveError(f"{archive}: entry {name!r} appears twice")
-        names.add(name.rstrip("/"))
         total += member.size
         if total > MAX_BYTES:
             raise ArchiveError(f"{archive}: more than {MAX_BYTES} bytes unpacked")
