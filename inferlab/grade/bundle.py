@@ -30,7 +30,6 @@ PROJECT_FILES = ("conftest.py", "pytest.ini", "pyproject.toml", "requirements.lo
                  "predictions.md", "explanation.md")
 PREDICTION_NAMES = ("my_predictions.md", "predictions.md")
 EXPLANATION_NAMES = ("my_explanation.md", "explanation.md")
-ACCEPT = ("writing", "archive")
 RUN_TIMEOUT_S = 900
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -59,14 +58,12 @@ def project_files(root: Path) -> list[str]:
 
 
 def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], rubric: Optional[Path],
-              accept: tuple = ACCEPT, replace: bool = False) -> dict:
+              replace: bool = False) -> dict:
     """Write the autograder zip by the output rule; every input is checked first (BundleError)."""
     from inferlab import specimen as specimens
     from inferlab.files import PROJECT_ROOT
     from inferlab.grade import rubric as rubrics
 
-    if not accept or any(a not in ACCEPT for a in accept):
-        raise BundleError(f"--accept {','.join(accept)}: expected one or both of {', '.join(ACCEPT)}")
     name = specimen or ("pythia-14m" if artifacts is not None else "standin")
     try:
         spec = specimens.load_runnable_spec(name)
@@ -98,7 +95,7 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
     config = {"specimen": spec.name,
               "artifacts": "course/specimen" if artifacts is not None else None,
               "reference": REFERENCE_DIR if name == "replica" else None,
-              "rubric": "course/rubric.toml" if rubric is not None else None, "accept": list(accept)}
+              "rubric": "course/rubric.toml" if rubric is not None else None}
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         for script in SCRIPTS:
@@ -220,9 +217,6 @@ def grade_submission(root: Path) -> tuple:
     rules = rubric.load(source / config["rubric"] if config.get("rubric") else None)
     learner = _learner(root)
     found = find_submission(root / "submission")
-    kind = "archive" if "archive" in found else "writing"
-    if kind not in config.get("accept", ACCEPT):
-        raise BundleError(f"this course takes {' or '.join(config['accept'])}; the submission holds {kind}")
     work = root / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -230,7 +224,7 @@ def grade_submission(root: Path) -> tuple:
     if not (work / "course-run" / "manifest.json").is_file():
         raise BundleError(f"the course's run did not start (a set-up fault, not yours):\n{tail}")
     course = RunView.read(work / "course-run")
-    if kind == "archive":
+    if "archive" in found:
         result = grade.grade_source(found["archive"], rules, course, "the course's run, made here")
     else:
         texts = grade.Writing()
@@ -265,12 +259,11 @@ def run(root: Path) -> int:
 def command(args) -> int:
     """`inferlab autograder gradescope -o ZIP` (inferlab.cli): write the zip; the exit status."""
     try:
-        config = write_zip(args.output, args.specimen, args.artifacts, args.rubric,
-                           tuple(a.strip() for a in args.accept.split(",") if a.strip()), replace=args.replace)
+        config = write_zip(args.output, args.specimen, args.artifacts, args.rubric, replace=args.replace)
     except BundleError as error:
         print(f"autograder: {error}", file=sys.stderr)
         return 2
-    print(f"autograder: {args.output} written (specimen {config['specimen']}, accepts {', '.join(config['accept'])})")
+    print(f"autograder: {args.output} written (specimen {config['specimen']})")
     return 0
 
 
