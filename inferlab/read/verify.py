@@ -103,8 +103,6 @@ class Verify:
             relative = path.relative_to(view.directory).as_posix()
             if relative != MANIFEST_FILE and relative not in listed and not addenda.is_addenda_path(relative):
                 self.problem(f"{relative}: present but not listed in the manifest (added after the session)")
-        if not (view.directory / REPORT_FILE).is_file() and not view.is_plan_folder:
-            self.problem(f"{REPORT_FILE}: missing (it is written at session end, also after failures)")
         for record in view.kind("report_error"):
             self.problem(f"{REPORT_FILE}: the session could not write it (seq {record.get('seq')}): "
                          f"{record.get('error')}")
