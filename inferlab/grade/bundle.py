@@ -8,6 +8,7 @@ in it is imported or executed. results.json shows the learner's texts beside a s
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -19,7 +20,8 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from inferlab.files import OutputPathError, write_bytes_atomic
+# main() checks the environment first: at import, this module needs nothing but the standard library
+from inferlab.files import PROJECT_ROOT, OutputPathError, require_environment, write_bytes_atomic
 
 ROOT_VARIABLE, DEFAULT_ROOT = "AUTOGRADER_ROOT", "/autograder"
 CONFIG_FILE = "course/autograder.json"
@@ -61,7 +63,6 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
               replace: bool = False) -> dict:
     """Write the autograder zip by the output rule; every input is checked first (BundleError)."""
     from inferlab import specimen as specimens
-    from inferlab.files import PROJECT_ROOT
     from inferlab.grade import rubric as rubrics
 
     name = specimen or ("pythia-14m" if artifacts is not None else "standin")
@@ -268,10 +269,6 @@ def command(args) -> int:
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    from inferlab.files import require_environment
-
     require_environment("inferlab.grade.bundle")
     parser = argparse.ArgumentParser(prog="inferlab.grade.bundle", description="inside Gradescope's container")
     parser.add_argument("step", choices=("prepare", "run"))

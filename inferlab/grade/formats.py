@@ -11,7 +11,11 @@ import sys
 from typing import Optional
 from xml.etree import ElementTree
 
-from inferlab.grade.grade import EXIT_OK, FAIL, MANUAL, PASS, Grade
+from inferlab.files import OutputPathError, output_kind, write_text_atomic
+from inferlab.grade import rubric
+from inferlab.grade.grade import EXIT_OK, FAIL, MANUAL, PASS, Grade, flag_copies, grade_source
+from inferlab.read.parse import not_a_run_reason
+from inferlab.read.runview import RunView
 
 MARK = {PASS: "pass", MANUAL: "manual", FAIL: "FAIL"}
 TEXT_LIMIT = 20_000  # characters of a learner's text shown in results.json
@@ -134,12 +138,6 @@ def csv_text(grades: list[Grade]) -> str:
 
 def command(args) -> int:
     """`inferlab grade ...` (inferlab.cli): grade every source, print or write the formats; the exit status."""
-    from inferlab.files import OutputPathError, output_kind, write_text_atomic
-    from inferlab.grade import rubric
-    from inferlab.grade.grade import flag_copies, grade_source
-    from inferlab.read.parse import not_a_run_reason
-    from inferlab.read.runview import RunView
-
     try:
         rules = rubric.load(args.rubric)
     except rubric.RubricError as error:

@@ -21,8 +21,10 @@ from inferlab import writing
 from inferlab.files import PROJECT_ROOT, spelled
 from inferlab.grade import against, archive
 from inferlab.grade.rubric import Item, Rubric
-from inferlab.read.runview import DIAGNOSTIC, FAILING
-from inferlab.read.verify import EXPECTED
+from inferlab.read.addenda import EXPLANATION_KIND, stored_path_error
+from inferlab.read.parse import not_a_run_reason
+from inferlab.read.runview import DIAGNOSTIC, FAILING, RunView
+from inferlab.read.verify import EXPECTED, integrity_problems, verify_run
 from inferlab.run.endings import first_line
 from inferlab.run.plan import file_of
 
@@ -252,8 +254,6 @@ def grade_items(rubric: Rubric, texts: Writing, view=None, problems: list[str] =
 
 def run_writing(view) -> Writing:
     """The learner's texts inside a run: its predictions.md and the last explanation attached (addenda/<name>)."""
-    from inferlab.read.addenda import EXPLANATION_KIND, stored_path_error
-
     texts = Writing()
     recorded = view.manifest.get("predictions") if isinstance(view.manifest.get("predictions"), dict) else {}
     path = view.directory / "predictions.md"
@@ -286,8 +286,6 @@ def _hashes(texts: Writing, view=None) -> dict:
 def grade_run(view, rubric: Rubric, course=None, course_label: str = "", source: str = "",
               learner: Optional[str] = None) -> Grade:
     """One handed-in run (a RunView), against the course's run when one is given."""
-    from inferlab.read.verify import integrity_problems, verify_run
-
     grade = Grade(source or str(view.directory), rubric, learner=learner)
     if view.is_plan_folder:
         grade.error = f"{view.directory} is a plan folder (written by --plan): no test ran, so there is no run to grade"
@@ -320,9 +318,6 @@ def grade_writing(texts: Writing, rubric: Rubric, source: str, learner: Optional
 
 def grade_source(path: Path, rubric: Rubric, course=None, course_label: str = "") -> Grade:
     """A run folder or a `pack` archive; a Grade with .error when it is neither."""
-    from inferlab.read.parse import not_a_run_reason
-    from inferlab.read.runview import RunView
-
     path = Path(path)
     if path.is_file() and path.name.endswith(archive.SUFFIXES):
         try:

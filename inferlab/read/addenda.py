@@ -27,7 +27,7 @@ from typing import Callable, Optional
 from inferlab import protocol, writing
 from inferlab.files import dumps, sha256_bytes, sha256_file, spelled, write_bytes_atomic
 from inferlab.run.records import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE,
-                                  TENSOR_DIR, utc_now)
+                                  TENSOR_DIR, claimant_alive, utc_now)
 from inferlab.read.parse import LEDGER_FILE, not_a_run_reason, parse_ledger
 from inferlab.read.runview import RunView
 
@@ -112,8 +112,6 @@ def read_text_file(path: Path, role: str = "FILE") -> bytes:
 def check_run(directory: Path) -> RunState:
     """The run an addendum is kept in, or Refused: not a run, a plan folder, no manifest to bind to, or a session
     that still runs."""
-    from inferlab.run.records import claimant_alive
-
     directory = Path(directory)
     reason = not_a_run_reason(directory) if directory.is_dir() else f"{directory} is not a folder"
     if reason:

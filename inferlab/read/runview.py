@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from inferlab import protocol
 from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,
                                  Problem, parse_records, read_json, read_ledger)
 from inferlab.files import tensor_sha256
@@ -299,8 +300,6 @@ class RunView:
 
     def plan_partial_reasons(self) -> list[str]:
         """Why plan.json is not the complete protocol; a plan older than partial_reasons falls short by its totals."""
-        from inferlab import protocol
-
         plan = self.plan or {}
         reasons = plan.get("partial_reasons", protocol.shortfalls(plan.get("totals") or {}))
         return [str(reason) for reason in reasons or []]

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional, Union
 
 from inferlab import protocol
 from inferlab.files import sha256_file
-from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE
+from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, claimant_alive, killed_detail
 from inferlab.read import addenda
 from inferlab.read.runview import (DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, TensorFileError,
                                    tensor_references)
@@ -55,8 +55,6 @@ class Verify:
         self.problems.append(line)
 
     def ending(self) -> list[str]:
-        from inferlab.run.records import claimant_alive, killed_detail
-
         view, lines = self.view, []
         if self.unfinished:
             live = view.ending == "killed" and claimant_alive(view.claim)
