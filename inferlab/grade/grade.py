@@ -70,9 +70,8 @@ class ItemGrade:
         return self.item.points if self.status in (PASS, MANUAL) else 0.0
 
     def message(self) -> str:
-        lines = [f"{c.status}: {c.detail}" + (f" (to fix: {c.fix})" if c.fix and c.status == FAIL else "")
-                 for c in self.checks]
-        return "\n".join(lines)
+        return "\n".join(f"{c.status}: {c.detail}" + (f" (to fix: {c.fix})" if c.fix and c.status == FAIL else "")
+                         for c in self.checks)
 
     def as_dict(self) -> dict:
         return {"number": self.item.number, "title": self.item.title, "status": self.status,

@@ -78,12 +78,9 @@ class SavedTensors:
 
     def files(self) -> list[str]:
         """Every safetensors file of the folder (or given), as 'tensors/NAME'."""
-        if self.given is not None:
-            return sorted(self.given)
-        folder = self.directory / TENSOR_DIR if self.directory is not None else None
-        if folder is None or not folder.is_dir():
-            return []
-        return sorted(p.relative_to(self.directory).as_posix() for p in folder.glob("*.safetensors"))
+        if self.given is not None or self.directory is None:
+            return sorted(self.given or {})
+        return sorted(f"{TENSOR_DIR}/{p.name}" for p in (self.directory / TENSOR_DIR).glob("*.safetensors"))
 
     def load(self, file: str) -> dict:
         """{key: numpy array} of one file; TensorFileError when it is missing, outside tensors/ or unreadable."""
