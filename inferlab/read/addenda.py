@@ -1,14 +1,10 @@
 """What is added to a run after its session: the learner's explanation (`attach`) and a justified revised cache
-criterion (`revise`), kept beside the session's files, never over them.
-
-    addenda.jsonl          the ledger: one JSON object per line (seq, kind, file, original_name, size, sha256,
-                           attached_utc, manifest_sha256, structure, tool, run_finished, run_state), appended whole
-    addenda/<stored name>  each kept file, written once (explanation.md, explanation.2.md, ...)
-
-An entry is bound to its run by the SHA-256 of manifest.json when it was kept. store() is the one writer: it holds
-an flock on the run folder itself (no lock file is left in the run), refuses a damaged ledger, writes the copy
-atomically, then appends the line; a failure undoes both. A revised criterion judges the run's saved
-matched-prefix logits again (numpy, no model); the declared criterion and its verdict stay as recorded.
+criterion (`revise`), kept beside the session's files, never over them: each file written once under addenda/
+(explanation.md, explanation.2.md, ...) and listed in the ledger addenda.jsonl (docs/records.md), bound to the run
+by the SHA-256 of manifest.json. store() is the one writer: it holds an flock on the run folder itself (no lock file
+is left in the run), refuses a damaged ledger, writes the copy atomically, then appends the line whole; a failure
+undoes both. A revised criterion judges the run's saved matched-prefix logits again (numpy, no model); the declared
+criterion and its verdict stay as recorded.
 """
 
 from __future__ import annotations
