@@ -12,13 +12,12 @@ course's run; over several submissions, the worst. Every path taken from a run's
 from __future__ import annotations
 
 import collections
-import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from inferlab import writing
-from inferlab.files import PROJECT_ROOT, spelled
+from inferlab.files import PROJECT_ROOT, sha256_bytes, sha256_file, spelled
 from inferlab.grade import against, archive
 from inferlab.grade.rubric import Item, Rubric
 from inferlab.read.addenda import EXPLANATION_KIND, stored_path_error
@@ -259,7 +258,7 @@ def run_writing(view) -> Writing:
     if recorded.get("supplied") and path.is_file() and not path.is_symlink():
         texts.predictions = _text(path)
         texts.in_run = True
-    explained = [e for e in view.addenda if isinstance(e, dict) and e.get("kind") == EXPLANATION_KIND]
+    explained = [e for e in view.addenda if e.get("kind") == EXPLANATION_KIND]
     if explained and stored_path_error(explained[-1].get("file")) is None:
         path = view.directory / explained[-1]["file"]
         if path.is_file() and not path.is_symlink():
@@ -275,10 +274,10 @@ def _text(path: Path) -> Optional[str]:
 
 
 def _hashes(texts: Writing, view=None) -> dict:
-    found = {name: hashlib.sha256(text.encode()).hexdigest()
+    found = {name: sha256_bytes(text.encode())
              for name, text in (("predictions", texts.predictions), ("explanation", texts.explanation)) if text}
     if view is not None and (view.directory / "records.jsonl").is_file():
-        found["records"] = hashlib.sha256((view.directory / "records.jsonl").read_bytes()).hexdigest()
+        found["records"] = sha256_file(view.directory / "records.jsonl")
     return found
 
 
