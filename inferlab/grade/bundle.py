@@ -98,14 +98,12 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
               "reference": REFERENCE_DIR if name == "replica" else None,
               "rubric": "course/rubric.toml" if rubric is not None else None}
     buffer = io.BytesIO()
+    copies.update({script: Path(__file__).with_name(script) for script in SCRIPTS})
+    copies.update({relative: PROJECT_ROOT / relative for relative in project_files(PROJECT_ROOT)})
     with zipfile.ZipFile(buffer, "w") as archive:
-        for script in SCRIPTS:
-            _entry(archive, script, Path(__file__).with_name(script).read_bytes(), executable=True)
-        for relative in project_files(PROJECT_ROOT):
-            _entry(archive, relative, (PROJECT_ROOT / relative).read_bytes())
         _entry(archive, CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode())
         for relative, source in sorted(copies.items()):
-            _entry(archive, relative, source.read_bytes())
+            _entry(archive, relative, source.read_bytes(), executable=relative in SCRIPTS)
     try:
         write_bytes_atomic(output, buffer.getvalue(), replace=replace)
     except OutputPathError as error:

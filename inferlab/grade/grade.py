@@ -30,8 +30,7 @@ from inferlab.run.plan import file_of
 PASS, FAIL, MANUAL = "pass", "fail", "manual"
 ATTACH = ".venv/bin/inferlab attach RUN_DIR my_explanation.md"
 RERUN = f"run the experiment again ({spelled('-m pytest experiments ...', 'python')}) and hand in that run"
-# The record kinds each machine-measured item rests on (never test names); a complete run holds verify's count of
-# each, else one.
+# The record kinds each machine-measured item rests on; a complete run holds verify.EXPECTED of each, else one.
 ITEM_KINDS = {
     2: ("thread_controls", "offline_guard"),
     3: ("specimen", "artifact_acquisition", "artifact_file", "artifact_directory", "model_load", "model_inspection"),

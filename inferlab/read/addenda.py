@@ -169,7 +169,7 @@ def _append_whole(path: Path, line: bytes) -> None:
 
 
 def store(run: RunState, data: bytes, original_name: str, kind: str, tool: str, structure: Optional[dict] = None,
-          on_wait: Optional[Callable[[], None]] = None, clock: Callable[[], str] = utc_now) -> dict:
+          on_wait: Callable[[], None] = lambda: None, clock: Callable[[], str] = utc_now) -> dict:
     """Keep `data` as an addendum of `run`; returns its ledger entry. Refused on a damaged ledger; an OSError is
     raised after undoing what was written."""
     directory = run.directory
@@ -178,8 +178,7 @@ def store(run: RunState, data: bytes, original_name: str, kind: str, tool: str, 
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
+            on_wait()
             fcntl.flock(fd, fcntl.LOCK_EX)
         ledger = directory / LEDGER_FILE
         entries, problems = parse_ledger(ledger.read_bytes() if ledger.exists() else b"")
