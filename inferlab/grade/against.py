@@ -109,11 +109,11 @@ def _ids(found: Comparison, item: int, what: str, name: str, record: dict, cours
 
 
 def _tensor(found: Comparison, claim, course, item: int, what: str, claimed_ref, course_ref) -> None:
-    expected = course.tensors.verified(course_ref) if isinstance(course_ref, dict) else None
+    expected = course.tensors.verified(course_ref)
     if expected is None:
         return  # the course's own tensor is missing: nothing to compare against
     found.compared[item] += 1
-    claimed = claim.tensors.verified(claimed_ref) if isinstance(claimed_ref, dict) else None
+    claimed = claim.tensors.verified(claimed_ref)
     if claimed is None:
         found.contradict(item, f"{what}: the course's run holds this tensor, the run's is missing or does not match "
                                "its record")

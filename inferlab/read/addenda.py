@@ -257,25 +257,6 @@ def vacuous_reason(pairs: list, tolerance: protocol.Tolerance) -> Optional[str]:
             f"([{lo:.6g}, {hi:.6g}]) would pass at every prefix, so the criterion could not detect any cache fault")
 
 
-def saved_prefixes(view: RunView) -> list[tuple[dict, object, object]]:
-    """(record, cached, uncached) of every compared prefix, each tensor matching its record; Refused otherwise."""
-    comparisons = view.kind("cache_comparison")
-    if not comparisons:
-        raise Refused(f"{view.directory}: no cache_comparison record, so there are no saved logits to judge again")
-    found, bad = [], []
-    for record in comparisons:
-        tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
-        arrays = [view.tensors.verified(tensors[p]) if isinstance(tensors.get(p), dict) else None
-                  for p in ("cached", "uncached")]
-        if any(a is None for a in arrays):
-            bad.append(f"cache_comparison seq {record.get('seq')}: a tensor is missing or does not match its record")
-        else:
-            found.append((record, *arrays))
-    if bad:
-        raise Refused(f"{view.directory}: nothing was judged again: " + "; ".join(bad))
-    return found
-
-
 def revision(run: RunState, tolerance: protocol.Tolerance, justification: str, written_utc: str) -> dict:
     """The revised-criterion document: every saved prefix judged under the revised and the declared criterion."""
     # a check of substance, never of whether the reason holds
@@ -284,7 +265,18 @@ def revision(run: RunState, tolerance: protocol.Tolerance, justification: str, w
         raise Refused(f"--justification: expected a sentence saying why the criterion is justified, at least "
                       f"{MIN_WORDS} words, {MIN_DISTINCT_WORDS} of them different, actual {justification!r}",
                       usage=True)
-    prefixes = saved_prefixes(run.view)
+    view, prefixes, bad = run.view, [], []  # (record, cached, uncached), each tensor matching its record
+    if not view.kind("cache_comparison"):
+        raise Refused(f"{view.directory}: no cache_comparison record, so there are no saved logits to judge again")
+    for record in view.kind("cache_comparison"):
+        tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
+        arrays = [view.tensors.verified(tensors.get(p)) for p in ("cached", "uncached")]
+        if any(a is None for a in arrays):
+            bad.append(f"cache_comparison seq {record.get('seq')}: a tensor is missing or does not match its record")
+        else:
+            prefixes.append((record, *arrays))
+    if bad:
+        raise Refused(f"{view.directory}: nothing was judged again: " + "; ".join(bad))
     misaligned = [f"prefix length {r.get('prefix_length')}" for r, _, _ in prefixes
                   if not isinstance(r.get("checks"), dict) or len(r["checks"]) < 2
                   or not all(ok is True for name, ok in r["checks"].items() if name != "within_tolerance")]

@@ -134,11 +134,12 @@ class SavedTensors:
             return f"{file}[{key}] sha256 {digest}, record says {reference.get('sha256')}"
         return None
 
-    def verified(self, reference: dict):
-        """The array a reference names only if it matches the record's shape and SHA-256; else None."""
+    def verified(self, reference: Any):
+        """The array a reference names only if it matches the record's shape and SHA-256; else None (also for what
+        is no reference at all)."""
         try:
             return None if self.check(reference) else self.load(reference["file"])[reference["key"]]
-        except TensorFileError:
+        except (TensorFileError, TypeError, KeyError):
             return None
 
 
