@@ -49,8 +49,7 @@ def pack(view, target: Path, learner: Optional[str] = None, replace: bool = Fals
         learner = learner.strip()
         if not learner or len(learner) > LEARNER_MAX_CHARS or not learner.isprintable():
             raise ArchiveError(f"--learner: expected 1 to {LEARNER_MAX_CHARS} printable characters, got {learner!r}")
-    resolved = target.resolve()
-    if resolved == run_dir.resolve() or run_dir.resolve() in resolved.parents:
+    if target.resolve().is_relative_to(run_dir.resolve()):
         raise ArchiveError(f"{target} is inside the run folder; nothing is written into a run folder")
     files = sorted(p for p in run_dir.rglob("*") if p.is_file() or p.is_symlink())
     if any(p.is_symlink() for p in files):

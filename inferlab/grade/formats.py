@@ -144,7 +144,7 @@ def command(args) -> int:
         return _usage(f"the rubric cannot be used: {error}")
     sources = [p.resolve() for p in args.runs]
     for option, target in [(o, t) for o, t in (("--out", args.out), ("--csv", args.csv)) if t is not None]:
-        if target.resolve() in sources or any(s in target.resolve().parents for s in sources if s.is_dir()):
+        if any(target.resolve().is_relative_to(source) for source in sources):
             return _usage(f"{option} {target} is a submission or lies inside one: grade never writes there")
         try:  # before any grading: an existing file is refused unless --replace, a folder or a socket always
             output_kind(target, replace=args.replace)
