@@ -311,7 +311,6 @@ ARGUMENTS = {  # each command's arguments: (names, argparse settings)
                    (("--specimen",), {"metavar": "NAME", "help": "built offline: standin (default) or replica"}),
                    (("--artifacts",), {"type": Path, "metavar": "DIR", "help": "your verified copy of pythia-14m"}),
                    (("--rubric",), {"type": Path, "metavar": "FILE", "help": "your rubric (TOML), put into the zip"}),
-                   (("--accept",), {"default": "writing,archive", "help": "writing, archive or both (default)"}),
                    REPLACE],
 }
 

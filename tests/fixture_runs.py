@@ -33,7 +33,6 @@ from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, TENSOR_
 from inferlab.read.runview import RunView
 
 import fixtures_records as fixtures
-import grading_helpers
 import shared_runs
 
 
@@ -94,9 +93,7 @@ BUILDS: dict[str, Callable[[Path, "SharedRuns"], Path]] = {
     "failed": lambda directory, runs: fixtures.build_failed_run(directory),
     "failed_ended": lambda directory, runs: fixtures.build_failed_run_ended(directory),
     "plan": lambda directory, runs: fixtures.build_plan_folder(directory),
-    "honest": lambda directory, runs: grading_helpers.build_honest_run(directory, base=runs.get("complete")),
-    # another honest run of the same specimen on another (slower) machine
-    "honest_elsewhere": lambda directory, runs: grading_helpers.rerun_elsewhere(runs.get("honest"), directory),
+    "honest": lambda directory, runs: fixtures.build_rich_run(directory, base=runs.get("complete")),
 }
 
 

@@ -16,10 +16,10 @@ import pytest
 
 from inferlab.__main__ import main
 from inferlab.grade import bundle, formats, rubric
-from inferlab.grade.grade import grade_source, grade_writing
-from inferlab.grade.items import FAIL, MANUAL, PASS, Writing
+from inferlab.grade.grade import FAIL, MANUAL, PASS, Writing, grade_source, grade_writing
+from inferlab.read.runview import RunView
 
-from forging import rebind
+from forging import forge, rebind
 from grading_helpers import answered_explanation, answered_predictions
 
 pytestmark = pytest.mark.process
@@ -35,6 +35,11 @@ def honest(standin_run, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.fixture(scope="module")
+def course(standin_run) -> RunView:
+    return RunView.read(standin_run)
+
+
 def packed(run: Path, target: Path, learner: str = "ada") -> Path:
     assert main(["pack", str(run), "-o", str(target), "--learner", learner]) in (0, 1)
     return target
@@ -44,10 +49,8 @@ def statuses(grade) -> dict:
     return {item.item.number: item.status for item in grade.items}
 
 
-def test_an_honest_complete_archive_scores_full_and_is_compared_exactly(honest, standin_run, tmp_path):
-    from inferlab.read.runview import RunView
-
-    grade = grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), RunView.read(standin_run))
+def test_an_honest_complete_archive_scores_full_and_is_compared_exactly(honest, course, tmp_path):
+    grade = grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), course)
     assert grade.exit_status == 0 and grade.score == grade.max_score, formats.text_page(grade)
     assert statuses(grade) == {1: MANUAL, 2: PASS, 3: PASS, 4: PASS, 5: PASS, 6: PASS, 7: MANUAL}
     assert grade.comparison.exact and grade.learner == "ada"
@@ -61,41 +64,34 @@ def cached_replaced_by_uncached(source: Path, target: Path) -> Path:
     import numpy
     from safetensors.numpy import load_file, save_file
 
-    run = shutil.copytree(source, target)
-    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
-    for record in [r for r in records if r["kind"] == "cache_comparison"]:
-        cached, uncached = record["tensors"]["cached"], record["tensors"]["uncached"]
-        tensors = load_file(str(run / cached["file"]))
-        tensors[cached["key"]] = tensors[uncached["key"]].copy()
-        save_file(tensors, str(run / cached["file"]))
-        cached["sha256"] = hashlib.sha256(numpy.ascontiguousarray(tensors[cached["key"]]).tobytes()).hexdigest()
-        record["max_abs_diff"], record["bitwise_equal"] = 0.0, True
-    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    rebind(run)
-    return run
+    def edit(records):
+        for record in [r for r in records if r["kind"] == "cache_comparison"]:
+            cached, uncached = record["tensors"]["cached"], record["tensors"]["uncached"]
+            tensors = load_file(str(target / cached["file"]))
+            tensors[cached["key"]] = tensors[uncached["key"]].copy()
+            save_file(tensors, str(target / cached["file"]))
+            cached["sha256"] = hashlib.sha256(numpy.ascontiguousarray(tensors[cached["key"]]).tobytes()).hexdigest()
+            record["max_abs_diff"], record["bitwise_equal"] = 0.0, True
+
+    return forge(source, target, edit)
 
 
 def test_cached_logits_replaced_by_their_uncached_twins_fail_the_cache_item_naming_the_element(
-        honest, standin_run, tmp_path):
-    from inferlab.read.runview import RunView
-
+        honest, course, tmp_path):
     forged = cached_replaced_by_uncached(honest, tmp_path / "forged")
     assert main(["verify", str(forged)]) == 0  # its files are consistent: only the course's run can tell
-    grade = grade_source(forged, rubric.load(), RunView.read(standin_run))
+    grade = grade_source(forged, rubric.load(), course)
     assert statuses(grade)[5] == FAIL and grade.exit_status == 3
     detail = next(c.detail for c in grade.items[4].checks if c.name == "course_run")
     assert "contradicts the course's run: cache_comparison prefix" in detail and "element [" in detail, detail
 
 
-def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_more(honest, standin_run, tmp_path):
-    from inferlab.read.runview import RunView
-
+def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_more(honest, course, tmp_path):
     forged = cached_replaced_by_uncached(honest, tmp_path / "forged")
     manifest = json.loads((forged / "manifest.json").read_text())
     manifest["platform"]["cpu_model"] = "Some Other CPU"
     (forged / "manifest.json").write_text(json.dumps(manifest))
     rebind(forged)  # the explanation bound to the edited manifest, as a forger would keep it
-    course = RunView.read(standin_run)
     grade = grade_source(forged, rubric.load(), course)
     honest_grade = grade_source(honest, rubric.load(), course)
     assert not grade.comparison.exact and "cpu_model" in grade.comparison.why_not_exact[0]
@@ -104,13 +100,11 @@ def test_a_claimed_other_cpu_makes_the_comparison_inexact_said_and_never_scores_
     assert grade.score <= honest_grade.score
 
 
-def test_a_partial_run_scores_less_than_a_complete_one(tmp_path_factory, honest, standin_run):
-    from inferlab.read.runview import RunView
+def test_a_partial_run_scores_less_than_a_complete_one(tmp_path_factory, honest, course):
     from shared_runs import experiment_once
 
     partial = experiment_once(tmp_path_factory, "standin-partial", "--specimen", "standin", "-k",
                               "specimen or inputs or sampling", here=True)
-    course = RunView.read(standin_run)
     grade = grade_source(partial.run, rubric.load(), course)
     full = grade_source(honest, rubric.load(), course)
     assert statuses(grade)[4] == PASS and statuses(grade)[5] == FAIL and statuses(grade)[6] == FAIL
@@ -125,16 +119,12 @@ def test_writing_alone_earns_the_writing_items_only_and_says_no_run_came(tmp_pat
 
 
 def test_placeholder_text_under_every_heading_is_not_written(tmp_path):
-    from grading_helpers import written_explanation
-
-    texts = Writing(predictions=answered_predictions(), explanation=written_explanation(["TODO"]))
+    texts = Writing(predictions=answered_predictions(), explanation=answered_explanation(under="TODO"))
     grade = grade_writing(texts, rubric.load(), "writing")
     assert statuses(grade)[7] == FAIL and "placeholders aside" in grade.items[6].message()
 
 
 def test_a_run_of_another_specimen_is_not_comparable_and_says_why(honest, tmp_path):
-    from inferlab.read.runview import RunView
-
     other = shutil.copytree(honest, tmp_path / "other")
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["specimen"]["name"] = "replica"
@@ -145,20 +135,27 @@ def test_a_run_of_another_specimen_is_not_comparable_and_says_why(honest, tmp_pa
     assert "reference" not in formats.text_page(grade)
 
 
-# --- outputs: a user's file is never replaced unless asked ------------------------------------------------------
+# --- the command and its formats ------------------------------------------------------------------------------
 
 
-def test_every_format_names_the_learner_and_holds_each_item_as_its_readers_expect(honest, standin_run, tmp_path):
+def test_without_a_course_run_nothing_measured_is_checked_and_exact_copies_are_flagged(honest, tmp_path, capsys):
+    copy = shutil.copytree(honest, tmp_path / "copy")
+    assert main(["grade", str(honest), str(copy)]) == 0
+    pages = capsys.readouterr().out.split(f"grade: {copy}")
+    for page, other in zip(pages, (copy, honest)):
+        assert "note: not checked against the course's run (--against COURSE_RUN): nothing this run measured" in page
+        assert f"note: exact copy: its records is byte for byte that of {other}" in page
+
+
+def test_every_format_names_the_learner_and_holds_each_item_as_its_readers_expect(honest, course, tmp_path):
     """JUnit (what a course CI reads): one testsuite per submission, one testcase per item, a failure element for
     each failed item and the counts agreeing; Gradescope's results.json: its documented fields only; CSV: a header
     and one row per submission; JSON: every grade."""
     import csv
     from xml.etree import ElementTree
 
-    from inferlab.read.runview import RunView
-
     texts = Writing(predictions=answered_predictions(), explanation=answered_explanation())
-    grades = [grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), RunView.read(standin_run)),
+    grades = [grade_source(packed(honest, tmp_path / "a.tar.gz"), rubric.load(), course),
               grade_writing(texts, rubric.load(), "writing-only", learner="bo")]
     suites = ElementTree.fromstring(formats.junit(grades))
     assert suites.tag == "testsuites" and [s.get("name") for s in suites] == ["ada", "bo"]
@@ -177,12 +174,16 @@ def test_every_format_names_the_learner_and_holds_each_item_as_its_readers_expec
     assert [g["learner"] for g in json.loads(formats.as_json(grades))["grades"]] == ["ada", "bo"]
 
 
-def test_grade_out_over_a_learners_file_is_refused_and_the_file_kept_byte_for_byte(honest, tmp_path, capsys):
-    mine = tmp_path / "my_explanation.md"
-    mine.write_bytes(b"my own words\n")
-    for option in ("--out", "--csv"):
-        assert main(["grade", str(honest), option, str(mine)]) == 2
-        assert mine.read_bytes() == b"my own words\n" and "--replace" in capsys.readouterr().err
+@pytest.mark.parametrize("old, new, said", [
+    ("points = 5", "points = -1", r"items\[0\] \(item 1\): points must be a number >= 0, found -1"),
+    ("title = ", "titl = ", r"items\[0\]: unknown field\(s\) titl; an item has manual_points"),
+    ("number = 2", "number = 1", r"items must be items 1 to 7, each once, found \[1, 1, 3"),
+])
+def test_a_rubric_with_a_bad_value_an_unknown_field_or_a_repeated_item_is_refused_naming_it(tmp_path, old, new, said):
+    path = tmp_path / "rubric.toml"
+    path.write_text(rubric.DEFAULT.read_text().replace(old, new, 1))
+    with pytest.raises(rubric.RubricError, match=f"^{path}: {said}"):
+        rubric.load(path)
 
 
 def test_pack_refuses_a_zip_name_for_its_gzipped_tar(honest, tmp_path, capsys):
@@ -277,6 +278,13 @@ def test_the_bundle_makes_the_course_run_and_grades_an_archive_against_it(bundle
     assert results["extra_data"]["learner"] == "ada@example.edu"
     item1 = next(t for t in results["tests"] if t["number"] == "1")
     assert "--- your predictions ---" in item1["output"] and "the course's run, the evidence" in item1["output"]
+
+
+def test_the_bundle_writes_results_json_saying_why_nothing_was_graded(tmp_path):
+    assert bundle.run(tmp_path) == 0  # no autograder settings: a set-up fault, said in the results
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["score"] == 0 and results["output"].startswith("not graded: ") and "autograder.json" in \
+        results["tests"][0]["output"]
 
 
 # The bundle's course run is the session's second complete stand-in run, made --offline in a Python of its own

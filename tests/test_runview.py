@@ -1,27 +1,17 @@
-"""inferlab.read.runview: one reader of a run, built from data in memory or read from disk once,
-and the run written by inferlab before runs named their schema (tests/fixtures/schema1-run)."""
+"""inferlab.read.runview: one reader of a run, built from data in memory or read from disk once."""
 
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy
 import pytest
 
-from inferlab import report
-from inferlab.__main__ import main
-from inferlab.files import write_json_atomic
-from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
-
 from inferlab.files import tensor_sha256
 from inferlab.read.parse import parse_records
-from inferlab.read.runview import RENDERER_VERSION_FIELD, RunView
-from inferlab.report.compare import compare
+from inferlab.read.runview import RunView, TensorFileError
 from inferlab.read.verify import verify_run
-
-CACHE = "experiments/test_40_cache.py"
+from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 
 
 def record(kind: str, test, seq: int = 0, **fields) -> dict:
@@ -72,9 +62,6 @@ def test_a_manifest_that_is_not_an_object_is_a_problem_not_a_crash(tmp_path):
     assert any("a list, expected a JSON object" in p for p in verify_run(tmp_path)["problems"])
 
 
-# --- schema: which layout, and the upgrade in one place -------------------------------------------------------
-
-
 # --- which test produces a kind, and why a record is missing: ask the plan ------------------------------------
 
 
@@ -105,7 +92,7 @@ def test_how_the_session_ended(end, ending):
 
 
 @pytest.mark.parametrize("manifest, records", [
-    ({"mode": "plan"}, []), ({"options": {"plan": True}}, []), ({}, [record("plan", None, mode="plan")]),
+    ({"mode": "plan"}, []), ({}, [record("plan", None, mode="plan")]),
 ])
 def test_a_plan_folder_is_known_by_its_manifest_or_its_records(manifest, records):
     assert RunView.from_data(records, manifest, plan_of()).is_plan_folder
@@ -128,13 +115,15 @@ def test_a_tensor_is_checked_against_its_records_shape_and_sha256():
     array = numpy.arange(4, dtype=numpy.float32)
     good = {"file": "tensors/t.safetensors", "key": "k", "shape": [4], "sha256": tensor_sha256(array)}
     view = RunView.from_data([record("x", None, logits=good)], {}, plan_of(), {"tensors/t.safetensors": {"k": array}})
-    assert view.tensors.check(good).ok and view.tensors.verified(good) is array
+    assert view.tensors.check(good) is None and view.tensors.verified(good) is array
     edited = {**good, "sha256": "00" * 32}
-    assert view.tensors.check(edited).sha256 == good["sha256"] and view.tensors.verified(edited) is None
+    assert view.tensors.check(edited) == f"tensors/t.safetensors[k] sha256 {good['sha256']}, record says {'00' * 32}"
+    assert view.tensors.verified(edited) is None
     assert view.tensors.get(edited) is array  # what the file holds, for a page that shows it
-    assert view.tensors.check({**good, "shape": [2, 2]}).shape == [4]
-    assert view.tensors.check({**good, "key": "other"}).key_missing
-    assert view.tensors.check({**good, "file": "tensors/gone.safetensors"}).file_error.code == "missing"
+    assert view.tensors.check({**good, "shape": [2, 2]}) == "tensors/t.safetensors[k] has shape [4], record says [2, 2]"
+    assert view.tensors.check({**good, "key": "other"}) == "key 'other' not in tensors/t.safetensors"
+    with pytest.raises(TensorFileError, match="missing"):
+        view.tensors.check({**good, "file": "tensors/gone.safetensors"})
 
 
 def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
@@ -143,8 +132,7 @@ def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / RECORDS_FILE).write_text(json.dumps(record("x", None, logits=reference)) + "\n")
     view = RunView.read(tmp_path / "run")
-    assert view.tensors.check(reference).file_error.code == "outside" and view.tensors.get(reference) is None
-    assert any("is not in tensors/" in p for p in verify_run(view)["problems"])
-
-
-# --- the run written before runs named their schema -----------------------------------------------------------
+    with pytest.raises(TensorFileError) as raised:
+        view.tensors.check(reference)
+    assert raised.value.code == "outside" and view.tensors.get(reference) is None
+    assert any("tensor file ../secret.safetensors: not in tensors/" in p for p in verify_run(view)["problems"])

@@ -1,3 +1,2 @@
-"""Grading on the course's own run: a handed-in run or archive earns the machine-measured items by agreeing with
-the course's run (against.py), the writing earns its items from the learner's texts (items.py), and no submission
-scores above an honest complete run."""
+"""Grading on the course's own run: a submission's grade (grade.py), the one comparison with the course's run
+(against.py), its formats, the pack archive and the Gradescope bundle."""

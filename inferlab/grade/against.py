@@ -1,23 +1,20 @@
 """The one comparison of a handed-in run (a claim) with the course's own run (the evidence).
 
-Exact where the two runs computed under the same conditions (torch build, CPU kernel set and its switches, CPU
-model, effective threads): then every id and every saved tensor must be equal bit for bit. Otherwise within the
-protocol's declared tolerance (|a - b| <= atol + rtol |b|, b the course's value), ids are shown but not held
-against the run (other kernels may round a near tie the other way), and the comparison says it was not exact and
-why. The conditions are read from the claim's own manifest: a learner can edit them, and editing them only
-loosens the comparison, which the grade then says; it never raises a score (inferlab.grade.items).
-
-What is compared, by checklist item: 3 the specimen's file hashes and sizes; 4 the inputs' ids and masks (exact
-always: a tokenizer does not depend on kernels), every trial's generated ids, the first-step logits; 5 every
-matched-prefix logit vector, cached and uncached; 6 the timing trials' ids, the counted parameter and cache bytes
-(exact always: arithmetic). Timings are never compared: they are shown side by side.
-A contradiction names the record and the first element that differs.
+Exact where both runs computed under the same conditions (torch build, CPU kernel set and its switches, CPU model,
+effective threads): every id and saved tensor must then be equal bit for bit. Otherwise tensors must agree within
+the declared tolerance, differing ids are shown but not held against the run (other kernels may round a near tie
+the other way), and the comparison says it was not exact and why. The conditions come from the claim's own
+manifest: editing them only loosens the comparison, which the grade then says; it never raises a score.
+Compared, by item: 3 the specimen's files; 4 the inputs' ids and masks (exact always), the trials' ids and
+first-step logits; 5 the matched-prefix logits; 6 the timing trials' ids and the counted bytes (exact always).
+Timings are shown side by side, never compared. A contradiction names the first element that differs.
 """
 
 from __future__ import annotations
 
+import collections
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from inferlab import protocol
@@ -47,7 +44,7 @@ class Comparison:
     different_specimen: Optional[str] = None
     contradictions: dict[int, list[str]] = field(default_factory=dict)
     notes: dict[int, list[str]] = field(default_factory=dict)
-    compared: dict[int, int] = field(default_factory=dict)  # item -> how many values were compared
+    compared: collections.Counter = field(default_factory=collections.Counter)  # item -> values compared
     timings: list[dict] = field(default_factory=list)
 
     def contradict(self, item: int, message: str) -> None:
@@ -61,16 +58,8 @@ class Comparison:
                 f"because {'; '.join(self.why_not_exact)}; ids that differ are shown, not held against the run")
 
     def as_dict(self) -> dict:
-        return {"course": self.course, "exact": self.exact, "why_not_exact": self.why_not_exact,
-                "different_specimen": self.different_specimen, "how": self.how(),
-                "contradictions": {str(k): v for k, v in self.contradictions.items()},
-                "notes": {str(k): v for k, v in self.notes.items()},
-                "compared": {str(k): v for k, v in self.compared.items()}, "timings": self.timings}
-
-
-def _first_difference(a, b) -> Optional[int]:
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), None if len(a) == len(b) else n)
+        # asdict would rebuild the Counter from (key, value) pairs, counting them: it is given as a dict
+        return {**asdict(self), "compared": dict(self.compared), "how": self.how()}
 
 
 def _tensor_difference(claimed, course, exact: bool) -> Optional[str]:
@@ -96,46 +85,42 @@ def _tensor_difference(claimed, course, exact: bool) -> Optional[str]:
             f"({bad.size} of {claimed.size} elements differ; compared {rule})")
 
 
-class _Pair:
-    """The claim and the course, read record by record under one rule."""
+def _pairs(claim, course, kind: str, key: str) -> list[tuple]:
+    """(key, the run's record, the course's record) of each record of a kind that both runs hold; a record the run
+    lacks fails its item as incomplete (grade.py), not as a contradiction."""
+    mine, theirs = ({r.get(key): r for r in side.kind(kind) if r.get("status", "ok") == "ok"}
+                    for side in (claim, course))
+    return [(name, mine[name], record) for name, record in theirs.items() if name in mine]
 
-    def __init__(self, claim, course, found: Comparison):
-        self.claim, self.course, self.found = claim, course, found
 
-    def keyed(self, kind: str, key: str, side) -> dict:
-        return {r.get(key): r for r in side.kind(kind) if r.get("status", "ok") == "ok"}
+def _ids(found: Comparison, item: int, what: str, name: str, record: dict, course_record: dict, exact: bool) -> None:
+    found.compared[item] += 1
+    claimed, expected = record.get(name) or [], course_record.get(name) or []
+    if claimed == expected:
+        return
+    shorter = min(len(claimed), len(expected))  # they differ: at a shared position, else where one ends
+    where = next((i for i in range(shorter) if claimed[i] != expected[i]), shorter)
+    message = (f"{what} {name}: position {where}: {claimed[where:where + 1]}, the course's {expected[where:where + 1]} "
+               f"(seq {record.get('seq')})")
+    if exact:
+        found.contradict(item, message)
+    else:
+        found.notes.setdefault(item, []).append(f"differs (not held against the run): {message}")
 
-    def ids(self, item: int, kind: str, key: str, field_name: str, always_exact: bool = False) -> None:
-        mine, theirs = self.keyed(kind, key, self.claim), self.keyed(kind, key, self.course)
-        for name, course_record in theirs.items():
-            record = mine.get(name)
-            if record is None:
-                continue  # a missing record fails its item as incomplete (items.py), not as a contradiction
-            self.found.compared[item] = self.found.compared.get(item, 0) + 1
-            claimed, expected = record.get(field_name), course_record.get(field_name)
-            if claimed == expected:
-                continue
-            where = _first_difference(claimed or [], expected or [])
-            message = (f"{kind} {name} {field_name}: position {where}: {(claimed or [])[where:where + 1]}, the "
-                       f"course's {(expected or [])[where:where + 1]} (seq {record.get('seq')})")
-            if always_exact or self.found.exact:
-                self.found.contradict(item, message)
-            else:
-                self.found.notes.setdefault(item, []).append(f"differs (not held against the run): {message}")
 
-    def tensor(self, item: int, what: str, claimed_ref, course_ref) -> None:
-        course = self.course.tensors.verified(course_ref) if isinstance(course_ref, dict) else None
-        if course is None:
-            return  # the course's own tensor is missing: nothing to compare against
-        self.found.compared[item] = self.found.compared.get(item, 0) + 1
-        claimed = self.claim.tensors.verified(claimed_ref) if isinstance(claimed_ref, dict) else None
-        if claimed is None:
-            self.found.contradict(item, f"{what}: the course's run holds this tensor, the run's is missing or does "
-                                        "not match its record")
-            return
-        difference = _tensor_difference(claimed, course, self.found.exact)
-        if difference is not None:
-            self.found.contradict(item, f"{what} ({claimed_ref.get('file')}[{claimed_ref.get('key')}]): {difference}")
+def _tensor(found: Comparison, claim, course, item: int, what: str, claimed_ref, course_ref) -> None:
+    expected = course.tensors.verified(course_ref)
+    if expected is None:
+        return  # the course's own tensor is missing: nothing to compare against
+    found.compared[item] += 1
+    claimed = claim.tensors.verified(claimed_ref)
+    if claimed is None:
+        found.contradict(item, f"{what}: the course's run holds this tensor, the run's is missing or does not match "
+                               "its record")
+        return
+    difference = _tensor_difference(claimed, expected, found.exact)
+    if difference is not None:
+        found.contradict(item, f"{what} ({claimed_ref.get('file')}[{claimed_ref.get('key')}]): {difference}")
 
 
 def _timing_rows(claim, course) -> list[dict]:
@@ -161,39 +146,36 @@ def compare(claim, course, course_label: str) -> Comparison:
     differ = [f"{name}: the run's {mine[name]!r}, the course's {theirs[name]!r}"
               for name in mine if mine[name] != theirs[name]]
     found = Comparison(course_label, exact=not differ, why_not_exact=differ)
-    specimen, course_specimen = claim.specimen_spec(), course.specimen_spec()
-    if (specimen.get("name"), specimen.get("revision")) != (course_specimen.get("name"), course_specimen.get("revision")):
-        found.different_specimen = (f"the run used {specimen.get('name')} at {specimen.get('revision')}, the course's "
-                                    f"run {course_specimen.get('name')} at {course_specimen.get('revision')}")
+    specimen, course_specimen = ((s.get("name"), s.get("revision")) for s in (claim.specimen_spec(),
+                                                                              course.specimen_spec()))
+    if specimen != course_specimen:
+        found.different_specimen = (f"the run used {specimen[0]} at {specimen[1]}, the course's run "
+                                    f"{course_specimen[0]} at {course_specimen[1]}")
         return found
-    pair = _Pair(claim, course, found)
-    files, course_files = pair.keyed("artifact_file", "name", claim), pair.keyed("artifact_file", "name", course)
-    for name, expected in course_files.items():
-        found.compared[3] = found.compared.get(3, 0) + 1
-        got = files.get(name) or {}
+    for name, got, expected in _pairs(claim, course, "artifact_file", "name"):
+        found.compared[3] += 1
         if (got.get("sha256"), got.get("size")) != (expected.get("sha256"), expected.get("size")):
             found.contradict(3, f"artifact_file {name}: sha256 {got.get('sha256')} size {got.get('size')}, the "
                                 f"course's {expected.get('sha256')} size {expected.get('size')}")
-    pair.ids(4, "input", "prompt_id", "token_ids", always_exact=True)
-    pair.ids(4, "input", "prompt_id", "attention_mask", always_exact=True)
-    pair.ids(4, "generation", "trial_id", "generated_ids")
-    generations = pair.keyed("generation", "trial_id", claim)
-    for name, record in pair.keyed("generation", "trial_id", course).items():
-        if record.get("first_step_logits") and name in generations:
-            pair.tensor(4, f"generation {name} first_step_logits", generations[name].get("first_step_logits"),
-                        record["first_step_logits"])
-    prefixes = pair.keyed("cache_comparison", "prefix_length", claim)
-    for length, record in pair.keyed("cache_comparison", "prefix_length", course).items():
-        if length in prefixes:
-            for path in ("cached", "uncached"):
-                pair.tensor(5, f"cache_comparison prefix {length} {path} logits",
-                            (prefixes[length].get("tensors") or {}).get(path), (record.get("tensors") or {}).get(path))
-    pair.ids(6, "timing_trial", "schedule_id", "generated_ids")
+    for item, kind, key, names in ((4, "input", "prompt_id", ("token_ids", "attention_mask")),
+                                   (4, "generation", "trial_id", ("generated_ids",)),
+                                   (6, "timing_trial", "schedule_id", ("generated_ids",))):
+        for name, record, course_record in _pairs(claim, course, kind, key):
+            for field_name in names:  # ids from a tokenizer do not depend on kernels: exact always
+                _ids(found, item, f"{kind} {name}", field_name, record, course_record, found.exact or kind == "input")
+    for name, record, course_record in _pairs(claim, course, "generation", "trial_id"):
+        if course_record.get("first_step_logits"):
+            _tensor(found, claim, course, 4, f"generation {name} first_step_logits", record.get("first_step_logits"),
+                    course_record["first_step_logits"])
+    for length, record, course_record in _pairs(claim, course, "cache_comparison", "prefix_length"):
+        for path in ("cached", "uncached"):
+            _tensor(found, claim, course, 5, f"cache_comparison prefix {length} {path} logits",
+                    (record.get("tensors") or {}).get(path), (course_record.get("tensors") or {}).get(path))
     memory = {(r.get("measure"), r.get("point")): r for r in claim.kind("memory")}
     for record in course.kind("memory"):
         key = (record.get("measure"), record.get("point"))
         if record.get("measure") in ("parameter_storage", "cache_storage") and key in memory:
-            found.compared[6] = found.compared.get(6, 0) + 1
+            found.compared[6] += 1
             if memory[key].get("unique_bytes") != record.get("unique_bytes"):
                 found.contradict(6, f"memory {key[0]} {key[1] or ''}: {memory[key].get('unique_bytes')} bytes, the "
                                     f"course's {record.get('unique_bytes')} (seq {memory[key].get('seq')})")

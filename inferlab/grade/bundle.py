@@ -1,17 +1,14 @@
 """A Gradescope autograder: `inferlab autograder gradescope -o autograder.zip` writes the zip; its two scripts call
 this module inside Gradescope's container (`python -m inferlab.grade.bundle prepare|run`).
 
-For every submission the bundle first makes the course's own run (offline, on the course's specimen, from the
-course's copy of the harness): that run is the evidence. A handed-in `pack` archive is then graded against it
-(inferlab.grade.grade): items 2 to 6 are earned only by the handed-in run, so an empty or partial archive earns
-less than a complete one, and writing handed in alone earns the writing items only. The submission is data:
-nothing in it is imported or executed, and its archive is unpacked only after every entry is checked.
-results.json holds the learner's texts and a short summary of the course's run for the person who grades them.
+For every submission the bundle first makes the course's own run (offline, from the course's copy of the harness),
+the evidence a handed-in `pack` archive is graded against (inferlab.grade.grade). The submission is data: nothing
+in it is imported or executed. results.json shows the learner's texts beside a summary of the course's run.
 """
 
 from __future__ import annotations
 
-import datetime
+import argparse
 import io
 import json
 import os
@@ -23,7 +20,8 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from inferlab.files import OutputPathError, write_bytes_atomic
+# main() checks the environment first: at import, this module needs nothing but the standard library
+from inferlab.files import PROJECT_ROOT, OutputPathError, require_environment, write_bytes_atomic
 
 ROOT_VARIABLE, DEFAULT_ROOT = "AUTOGRADER_ROOT", "/autograder"
 CONFIG_FILE = "course/autograder.json"
@@ -34,7 +32,6 @@ PROJECT_FILES = ("conftest.py", "pytest.ini", "pyproject.toml", "requirements.lo
                  "predictions.md", "explanation.md")
 PREDICTION_NAMES = ("my_predictions.md", "predictions.md")
 EXPLANATION_NAMES = ("my_explanation.md", "explanation.md")
-ACCEPT = ("writing", "archive")
 RUN_TIMEOUT_S = 900
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -63,14 +60,11 @@ def project_files(root: Path) -> list[str]:
 
 
 def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], rubric: Optional[Path],
-              accept: tuple = ACCEPT, replace: bool = False) -> dict:
+              replace: bool = False) -> dict:
     """Write the autograder zip by the output rule; every input is checked first (BundleError)."""
     from inferlab import specimen as specimens
-    from inferlab.files import PROJECT_ROOT
     from inferlab.grade import rubric as rubrics
 
-    if not accept or any(a not in ACCEPT for a in accept):
-        raise BundleError(f"--accept {','.join(accept)}: expected one or both of {', '.join(ACCEPT)}")
     name = specimen or ("pythia-14m" if artifacts is not None else "standin")
     try:
         spec = specimens.load_runnable_spec(name)
@@ -99,20 +93,17 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
         except rubrics.RubricError as error:
             raise BundleError(f"--rubric: {error}") from None
         copies["course/rubric.toml"] = Path(rubric)
-    config = {"format": "inferlab-autograder", "schema": 2, "specimen": spec.name,
+    config = {"specimen": spec.name,
               "artifacts": "course/specimen" if artifacts is not None else None,
               "reference": REFERENCE_DIR if name == "replica" else None,
-              "rubric": "course/rubric.toml" if rubric is not None else None, "accept": list(accept),
-              "made_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+              "rubric": "course/rubric.toml" if rubric is not None else None}
     buffer = io.BytesIO()
+    copies.update({script: Path(__file__).with_name(script) for script in SCRIPTS})
+    copies.update({relative: PROJECT_ROOT / relative for relative in project_files(PROJECT_ROOT)})
     with zipfile.ZipFile(buffer, "w") as archive:
-        for script in SCRIPTS:
-            _entry(archive, script, Path(__file__).with_name(script).read_bytes(), executable=True)
-        for relative in project_files(PROJECT_ROOT):
-            _entry(archive, relative, (PROJECT_ROOT / relative).read_bytes())
         _entry(archive, CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode())
         for relative, source in sorted(copies.items()):
-            _entry(archive, relative, source.read_bytes())
+            _entry(archive, relative, source.read_bytes(), executable=relative in SCRIPTS)
     try:
         write_bytes_atomic(output, buffer.getvalue(), replace=replace)
     except OutputPathError as error:
@@ -124,13 +115,12 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
 
 
 def read_config(source: Path) -> dict:
+    """The zip's settings, written by the harness the zip holds (so never another version's)."""
     path = source / CONFIG_FILE
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise BundleError(f"{path}: the autograder's settings are unreadable ({error})") from None
-    if not isinstance(config, dict) or config.get("format") != "inferlab-autograder" or config.get("schema") != 2:
-        raise BundleError(f"{path}: not this inferlab's autograder settings (format inferlab-autograder, schema 2)")
     if config.get("reference"):
         os.environ[REFERENCE_VARIABLE] = str(source / config["reference"])
     return config
@@ -151,20 +141,13 @@ def prepare(source: Path) -> int:
     return 0
 
 
-def _files(folder: Path) -> list[Path]:
-    """Every regular file under folder, shallowest first, never through a symbolic link."""
-    found = []
-    for top, folders, files in os.walk(folder, followlinks=False):
-        folders[:] = sorted(f for f in folders if not (Path(top) / f).is_symlink())
-        found += [Path(top) / f for f in sorted(files) if not (Path(top) / f).is_symlink()]
-    return sorted(found, key=lambda p: (len(p.relative_to(folder).parts), str(p)))
-
-
 def find_submission(folder: Path) -> dict:
     """{"archive": path} or {"predictions": path|None, "explanation": path|None}; BundleError when it holds neither."""
     from inferlab.grade.archive import SUFFIXES
 
-    found = _files(folder) if folder.is_dir() else []
+    # every regular file, shallowest first; rglob's ** never follows a symbolic link
+    found = sorted((p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()) if folder.is_dir() else [],
+                   key=lambda p: (len(p.relative_to(folder).parts), str(p)))
     archives = [p for p in found if p.name.endswith(SUFFIXES)]
     if len(archives) > 1:
         raise BundleError(f"the submission holds {len(archives)} archives; hand in one `pack` archive")
@@ -222,33 +205,28 @@ def _learner(root: Path) -> Optional[str]:
         return None
 
 
-def grade_submission(root: Path) -> str:
-    """results.json's text for root/submission, graded against the course's run made here first."""
+def grade_submission(root: Path) -> tuple:
+    """(the grade of root/submission, graded against the course's run made here first; that run's summary)."""
     from inferlab import writing
-    from inferlab.grade import formats, grade, items, rubric
+    from inferlab.grade import grade, rubric
     from inferlab.read.runview import RunView
 
-    began = time.monotonic()
     source = root / "source"
     config = read_config(source)
     rules = rubric.load(source / config["rubric"] if config.get("rubric") else None)
     learner = _learner(root)
     found = find_submission(root / "submission")
-    kind = "archive" if "archive" in found else "writing"
-    if kind not in config.get("accept", ACCEPT):
-        raise BundleError(f"this course takes {' or '.join(config['accept'])}; the submission holds {kind}")
     work = root / "work"
-    if work.exists():
-        shutil.rmtree(work)
+    shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     tail = make_course_run(source, config, work / "course-run")
     if not (work / "course-run" / "manifest.json").is_file():
         raise BundleError(f"the course's run did not start (a set-up fault, not yours):\n{tail}")
     course = RunView.read(work / "course-run")
-    if kind == "archive":
+    if "archive" in found:
         result = grade.grade_source(found["archive"], rules, course, "the course's run, made here")
     else:
-        texts = items.Writing()
+        texts = grade.Writing()
         for name in ("predictions", "explanation"):
             if found[name] is not None:
                 try:
@@ -257,22 +235,21 @@ def grade_submission(root: Path) -> str:
                     raise BundleError(str(error)) from None
         result = grade.grade_writing(texts, rules, "your writing")
     result.learner = learner or result.learner
-    return formats.gradescope(result, time.monotonic() - began, course_summary(course))
+    return result, course_summary(course)
 
 
 def run(root: Path) -> int:
     """run_autograder: write root/results/results.json, always (a refusal says why)."""
+    from inferlab.grade import formats, grade
+
     results = root / "results"
     results.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     try:
-        text = grade_submission(root)
+        result, summary = grade_submission(root)
     except (BundleError, OSError, subprocess.SubprocessError, ValueError) as error:
-        message = f"not graded: {error}"
-        text = json.dumps({"score": 0.0, "execution_time": round(time.monotonic() - began, 3), "output": message,
-                           "tests": [{"name": "A submission to grade", "score": 0.0, "status": "failed",
-                                      "output": message, "visibility": "visible"}],
-                           "extra_data": {"learner": _learner(root)}}, indent=2) + "\n"
+        result, summary = grade.Grade("your submission", None, learner=_learner(root), error=str(error)), None
+    text = formats.gradescope(result, time.monotonic() - began, summary)
     write_bytes_atomic(results / "results.json", text.encode())
     print(f"autograder: {results / 'results.json'} written")
     return 0
@@ -281,20 +258,15 @@ def run(root: Path) -> int:
 def command(args) -> int:
     """`inferlab autograder gradescope -o ZIP` (inferlab.cli): write the zip; the exit status."""
     try:
-        config = write_zip(args.output, args.specimen, args.artifacts, args.rubric,
-                           tuple(a.strip() for a in args.accept.split(",") if a.strip()), replace=args.replace)
+        config = write_zip(args.output, args.specimen, args.artifacts, args.rubric, replace=args.replace)
     except BundleError as error:
         print(f"autograder: {error}", file=sys.stderr)
         return 2
-    print(f"autograder: {args.output} written (specimen {config['specimen']}, accepts {', '.join(config['accept'])})")
+    print(f"autograder: {args.output} written (specimen {config['specimen']})")
     return 0
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    from inferlab.files import require_environment
-
     require_environment("inferlab.grade.bundle")
     parser = argparse.ArgumentParser(prog="inferlab.grade.bundle", description="inside Gradescope's container")
     parser.add_argument("step", choices=("prepare", "run"))

@@ -1,8 +1,6 @@
-"""grade's output formats, pure functions of the grades: text (for a person), json, junit (one testcase per item),
-gradescope (an autograder's results.json) and csv (one row per submission). Each names the learner.
-
-The writing items carry the learner's own texts in the gradescope format, for the person who grades them, beside
-a short summary of the course's run (what the texts are read against)."""
+"""grade's output formats, pure functions of the grades, each naming the learner: text (for a person), json, junit
+(one testcase per item), gradescope (results.json, with the learner's texts and a summary of the course's run for
+the person who grades them) and csv (one row per submission)."""
 
 from __future__ import annotations
 
@@ -13,10 +11,12 @@ import sys
 from typing import Optional
 from xml.etree import ElementTree
 
-from inferlab.grade.grade import Grade, worst
-from inferlab.grade.items import FAIL, MANUAL, PASS
+from inferlab.files import OutputPathError, output_kind, write_text_atomic
+from inferlab.grade import rubric
+from inferlab.grade.grade import EXIT_OK, FAIL, MANUAL, PASS, Grade, flag_copies, grade_source
+from inferlab.read.parse import not_a_run_reason
+from inferlab.read.runview import RunView
 
-FORMATS = ("text", "json", "junit", "gradescope")
 MARK = {PASS: "pass", MANUAL: "manual", FAIL: "FAIL"}
 TEXT_LIMIT = 20_000  # characters of a learner's text shown in results.json
 
@@ -39,16 +39,14 @@ def text_page(grade: Grade) -> str:
                 lines.append(f"             to fix: {check.fix}")
     if grade.integrity:
         lines.append(f"integrity: {len(grade.integrity)} problem(s): " + "; ".join(grade.integrity[:3]))
-    for finding in grade.findings:
-        lines.append(f"finding (explain it; costs nothing): {finding}")
-    for note in grade.notes:
-        lines.append(f"note: {note}")
+    lines += [f"finding (explain it; costs nothing): {finding}" for finding in grade.findings]
+    lines += [f"note: {note}" for note in grade.notes]
     if grade.comparison and grade.comparison.timings:
         lines.append("timings (median of the measured trials, ms): run / course")
         for row in grade.comparison.timings:
-            both = [f"{row[s] * 1e3:.3f}" if row[s] is not None else "-" for s in ("run", "course")]
-            lines.append(f"  {row['prompt_id']} cache {'on' if row['use_cache'] else 'off'} {row['metric'].removesuffix('_s')}: "
-                         f"{both[0]} / {both[1]}")
+            run, course = (f"{row[s] * 1e3:.3f}" if row[s] is not None else "-" for s in ("run", "course"))
+            cache = "on" if row["use_cache"] else "off"
+            lines.append(f"  {row['prompt_id']} cache {cache} {row['metric'].removesuffix('_s')}: {run} / {course}")
     lines.append(f"score: {grade.score:g} of {grade.max_score:g} (exit {grade.exit_status})")
     return "\n".join(lines) + "\n"
 
@@ -56,7 +54,7 @@ def text_page(grade: Grade) -> str:
 def text(grades: list[Grade]) -> str:
     pages = [text_page(g) for g in grades]
     if len(grades) > 1:
-        pages.append(f"{len(grades)} submissions; worst exit status {worst(g.exit_status for g in grades)}\n")
+        pages.append(f"{len(grades)} submissions; worst exit status {max(g.exit_status for g in grades)}\n")
     return "\n".join(pages)
 
 
@@ -100,9 +98,8 @@ def gradescope(grade: Grade, execution_time: float = 0.0, course_summary: Option
     """An autograder's results.json for one submission (Gradescope's format)."""
     if grade.error:
         output = f"not graded: {grade.error}"
-        data = {"score": 0.0, "execution_time": round(execution_time, 3), "output": output,
-                "tests": [{"name": "A submission to grade", "score": 0.0, "max_score": grade.max_score,
-                           "status": "failed", "output": output, "visibility": "visible"}]}
+        data = {"score": 0.0, "output": output, "tests": [{"name": "A submission to grade", "score": 0.0,
+                                                            "status": "failed", "output": output}]}
     else:
         tests = []
         for item in grade.items:
@@ -118,8 +115,8 @@ def gradescope(grade: Grade, execution_time: float = 0.0, course_summary: Option
                           "visibility": item.item.visibility})
         summary = [f"learner: {_who(grade)}"] + [f"note: {n}" for n in grade.notes] + \
                   [f"integrity: {p}" for p in grade.integrity] + [f"finding: {f}" for f in grade.findings]
-        data = {"score": grade.score, "execution_time": round(execution_time, 3), "output": "\n".join(summary),
-                "tests": tests}
+        data = {"score": grade.score, "output": "\n".join(summary), "tests": tests}
+    data["execution_time"] = round(execution_time, 3)
     data["extra_data"] = {"learner": grade.learner, "exit_status": grade.exit_status, "source": grade.source}
     return json.dumps(data, indent=2, allow_nan=False, default=str) + "\n"
 
@@ -139,29 +136,15 @@ def csv_text(grades: list[Grade]) -> str:
     return out.getvalue()
 
 
-def render(grades: list[Grade], name: str) -> str:
-    if name == "gradescope":
-        return gradescope(grades[0])
-    return {"text": text, "json": as_json, "junit": junit}[name](grades)
-
-
 def command(args) -> int:
     """`inferlab grade ...` (inferlab.cli): grade every source, print or write the formats; the exit status."""
-    from inferlab.files import OutputPathError, output_kind, write_text_atomic
-    from inferlab.grade import rubric
-    from inferlab.grade.grade import flag_copies, grade_source
-    from inferlab.read.parse import not_a_run_reason
-    from inferlab.read.runview import RunView
-
     try:
         rules = rubric.load(args.rubric)
     except rubric.RubricError as error:
         return _usage(f"the rubric cannot be used: {error}")
     sources = [p.resolve() for p in args.runs]
-    for option, target in (("--out", args.out), ("--csv", args.csv)):
-        if target is None:
-            continue
-        if target.resolve() in sources or any(s in target.resolve().parents for s in sources if s.is_dir()):
+    for option, target in [(o, t) for o, t in (("--out", args.out), ("--csv", args.csv)) if t is not None]:
+        if any(target.resolve().is_relative_to(source) for source in sources):
             return _usage(f"{option} {target} is a submission or lies inside one: grade never writes there")
         try:  # before any grading: an existing file is refused unless --replace, a folder or a socket always
             output_kind(target, replace=args.replace)
@@ -171,21 +154,21 @@ def command(args) -> int:
         return _usage("--out and --csv name the same file")
     if args.format == "gradescope" and len(args.runs) != 1:
         return _usage(f"--format gradescope writes one submission's results.json; {len(args.runs)} were given")
-    course = None
-    if args.against is not None and len(args.against) > 1:
+    if len(args.against or []) > 1:  # argparse's append: a list, or None when not given
         return _usage(f"--against was given {len(args.against)} times; give the one course run to compare with")
-    args.against = args.against[0] if args.against else None
-    if args.against is not None:
-        why = not_a_run_reason(args.against)
+    course, (against,) = None, args.against or [None]
+    if against is not None:
+        why = not_a_run_reason(against)
         if why:
-            return _usage(f"--against {args.against}: expected the course's run folder: {why}")
-        course = RunView.read(args.against)
+            return _usage(f"--against {against}: expected the course's run folder: {why}")
+        course = RunView.read(against)
         if course.unfinished or course.is_plan_folder:
-            return _usage(f"--against {args.against}: the course's run must be a finished run "
+            return _usage(f"--against {against}: the course's run must be a finished run "
                           f"({course.unfinished or 'a plan folder'})")
-    grades = [grade_source(path, rules, course, str(args.against or "")) for path in args.runs]
+    grades = [grade_source(path, rules, course, str(against or "")) for path in args.runs]
     flag_copies(grades)
-    output = render(grades, args.format)
+    output = gradescope(grades[0]) if args.format == "gradescope" else \
+        {"text": text, "json": as_json, "junit": junit}[args.format](grades)
     try:
         if args.out is None:
             sys.stdout.write(output)
@@ -199,7 +182,7 @@ def command(args) -> int:
             print(f"grade: {len(grades)} CSV row(s) written to {args.csv}", file=sys.stderr)
     except OutputPathError as error:
         return _usage(str(error))
-    return worst(g.exit_status for g in grades)
+    return max((g.exit_status for g in grades), default=EXIT_OK)
 
 
 def _usage(message: str) -> int:

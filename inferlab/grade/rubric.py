@@ -55,31 +55,33 @@ def _check(where: str, name: str, value, ok: bool, expected: str) -> None:
         raise RubricError(f"{where}: {name} must be {expected}, found {value!r}")
 
 
+def _refuse_unknown(where: str, raw: dict, known: set, what: str) -> None:
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise RubricError(f"{where}: unknown field(s) {', '.join(unknown)}; {what} has {', '.join(sorted(known))}")
+
+
 def _item(where: str, raw) -> Item:
     if not isinstance(raw, dict):
         raise RubricError(f"{where}: an item must be a table ([[items]]), found {type(raw).__name__}")
-    unknown = sorted(set(raw) - ITEM_FIELDS)
-    if unknown:
-        raise RubricError(f"{where}: unknown field(s) {', '.join(unknown)}; an item has {', '.join(sorted(ITEM_FIELDS))}")
+    _refuse_unknown(where, raw, ITEM_FIELDS, "an item")
     number = raw.get("number")
     _check(where, "number", number, isinstance(number, int) and not isinstance(number, bool) and number in NUMBERS,
            "an item number from 1 to 7")
     where = f"{where} (item {number})"
-    title, points = raw.get("title"), raw.get("points")
+    title = raw.get("title")
     _check(where, "title", title, isinstance(title, str) and bool(title.strip()), "a non-empty string")
-    for name in ("points", "manual_points"):
-        value = raw.get(name, 0)
+    for name, value in (("points", raw.get("points")), ("manual_points", raw.get("manual_points", 0))):
         _check(where, name, value, isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0,
                "a number >= 0")
-    _check(where, "points", points, points is not None, "given")
     _check(where, "required", raw.get("required", True), isinstance(raw.get("required", True), bool), "true or false")
     _check(where, "visibility", raw.get("visibility", "visible"), raw.get("visibility", "visible") in VISIBILITIES,
            f"one of {', '.join(VISIBILITIES)}")
     sections = raw.get("sections", [])
     _check(where, "sections", sections, isinstance(sections, list) and all(isinstance(s, str) for s in sections),
            "a list of headings")
-    return Item(number, title.strip(), float(points), float(raw.get("manual_points", 0)), raw.get("required", True),
-                raw.get("visibility", "visible"), tuple(sections))
+    return Item(number, title.strip(), float(raw["points"]), float(raw.get("manual_points", 0)),
+                raw.get("required", True), raw.get("visibility", "visible"), tuple(sections))
 
 
 def load(path: Optional[Path] = None) -> Rubric:
@@ -91,9 +93,7 @@ def load(path: Optional[Path] = None) -> Rubric:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise RubricError(f"{path}: expected a TOML rubric, actual: unreadable ({error})") from None
     where = str(path)
-    unknown = sorted(set(raw) - TOP_FIELDS)
-    if unknown:
-        raise RubricError(f"{where}: unknown field(s) {', '.join(unknown)}; a rubric has {', '.join(sorted(TOP_FIELDS))}")
+    _refuse_unknown(where, raw, TOP_FIELDS, "a rubric")
     _check(where, "schema", raw.get("schema"), raw.get("schema") == 1, "1")
     answered = raw.get("require_answered_predictions", 6)
     _check(where, "require_answered_predictions", answered,

@@ -1,20 +1,17 @@
 """What is added to a run after its session: the learner's explanation (`attach`) and a justified revised cache
-criterion (`revise`), kept beside the session's files, never over them.
-
-    addenda.jsonl          the ledger: one JSON object per line (seq, kind, file, original_name, size, sha256,
-                           attached_utc, manifest_sha256, structure, tool, run_finished, run_state), appended whole
-    addenda/<stored name>  each kept file, written once (explanation.md, explanation.2.md, ...)
-
-An entry is bound to its run by the SHA-256 of manifest.json when it was kept. store() is the one writer: it holds
-an flock on the run folder itself (no lock file is left in the run), refuses a damaged ledger, writes the copy
-atomically, then appends the line; a failure undoes both. A revised criterion judges the run's saved
-matched-prefix logits again (numpy, no model); the declared criterion and its verdict stay as recorded.
+criterion (`revise`), kept beside the session's files, never over them: each file written once under addenda/
+(explanation.md, explanation.2.md, ...) and listed in the ledger addenda.jsonl (docs/records.md), bound to the run
+by the SHA-256 of manifest.json. store() is the one writer: it holds an flock on the run folder itself (no lock file
+is left in the run), refuses a damaged ledger, writes the copy atomically, then appends the line whole; a failure
+undoes both. A revised criterion judges the run's saved matched-prefix logits again (numpy, no model); the declared
+criterion and its verdict stay as recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import math
 import os
@@ -26,7 +23,7 @@ from typing import Callable, Optional
 from inferlab import protocol, writing
 from inferlab.files import dumps, sha256_bytes, sha256_file, spelled, write_bytes_atomic
 from inferlab.run.records import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE,
-                                  TENSOR_DIR, utc_now)
+                                  TENSOR_DIR, claimant_alive, utc_now)
 from inferlab.read.parse import LEDGER_FILE, not_a_run_reason, parse_ledger
 from inferlab.read.runview import RunView
 
@@ -35,7 +32,6 @@ LEDGER_SCHEMA = 1
 EXPLANATION_KIND, REVISED_KIND = "explanation", "revised_criterion"
 SESSION_FILES = (RECORDS_FILE, MANIFEST_FILE, REPORT_FILE, "report-details.md", PLAN_FILE, CLAIM_FILE,
                  PREDICTIONS_FILE)
-MAX_VERSIONS = 999
 REVISED_LABEL = ("revised criterion, supplied by the learner with a justification; evaluated beside the declared "
                  "criterion, whose verdict it does not change")
 REVISE_TOOL = "inferlab revise"
@@ -110,10 +106,8 @@ def read_text_file(path: Path, role: str = "FILE") -> bytes:
 
 
 def check_run(directory: Path) -> RunState:
-    """The run an addendum is kept in, or Refused: not a run, a plan folder, no manifest to bind to, an inventory
-    that lists addenda, or a session that still runs."""
-    from inferlab.run.records import claimant_alive
-
+    """The run an addendum is kept in, or Refused: not a run, a plan folder, no manifest to bind to, or a session
+    that still runs."""
     directory = Path(directory)
     reason = not_a_run_reason(directory) if directory.is_dir() else f"{directory} is not a folder"
     if reason:
@@ -124,10 +118,6 @@ def check_run(directory: Path) -> RunState:
         raise Refused(f"{directory} is a plan folder (written by --plan): no test ran; expected a run's record dir")
     if not (directory / MANIFEST_FILE).is_file():
         raise Refused(f"{directory} has no {MANIFEST_FILE} to bind an addendum to")
-    listed = sorted(name for name in (view.manifest.get("files") or {}) if is_addenda_path(name))
-    if listed:
-        raise Refused(f"{directory}: the session's inventory in {MANIFEST_FILE} lists {', '.join(listed[:3])}; adding "
-                      f"to it would change a file the session wrote")
     if view.session_end is not None and view.final_manifest_written:
         return RunState(directory, view, True, "finished")
     if claimant_alive(view.claim):
@@ -139,17 +129,10 @@ def check_run(directory: Path) -> RunState:
 
 def refuse_run_file(file: Path, directory: Path, role: str = "FILE") -> None:
     """Refused (usage) when FILE is inside the run folder, or a hard or symbolic link to a file there."""
-    file, directory = Path(file), Path(directory)
-    try:
-        relative = file.resolve().relative_to(directory.resolve()).as_posix()
-    except (ValueError, OSError):
-        relative = None
-    with contextlib.suppress(OSError):
-        if relative is None:
-            identity = (os.stat(file).st_dev, os.stat(file).st_ino)
-            relative = next((p.relative_to(directory).as_posix() for p in directory.rglob("*")
-                             if p.is_file() and not p.is_symlink() and (p.stat().st_dev, p.stat().st_ino) == identity),
-                            None)
+    file, directory, relative = Path(file), Path(directory), None
+    with contextlib.suppress(OSError):  # a FILE that does not exist is refused when it is read
+        relative = next((p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                         if p.is_file() and not p.is_symlink() and p.samefile(file)), None)
     if relative is None:
         return
     if relative in SESSION_FILES or relative.startswith(TENSOR_DIR + "/") or relative.endswith(".png"):
@@ -186,7 +169,7 @@ def _append_whole(path: Path, line: bytes) -> None:
 
 
 def store(run: RunState, data: bytes, original_name: str, kind: str, tool: str, structure: Optional[dict] = None,
-          on_wait: Optional[Callable[[], None]] = None, clock: Callable[[], str] = utc_now) -> dict:
+          on_wait: Callable[[], None] = lambda: None, clock: Callable[[], str] = utc_now) -> dict:
     """Keep `data` as an addendum of `run`; returns its ledger entry. Refused on a damaged ledger; an OSError is
     raised after undoing what was written."""
     directory = run.directory
@@ -195,20 +178,17 @@ def store(run: RunState, data: bytes, original_name: str, kind: str, tool: str, 
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
+            on_wait()
             fcntl.flock(fd, fcntl.LOCK_EX)
         ledger = directory / LEDGER_FILE
         entries, problems = parse_ledger(ledger.read_bytes() if ledger.exists() else b"")
         if problems:
-            raise Refused(f"{ledger} is damaged (line {problems[0][0]}: {problems[0][1]}; {len(problems)} "
+            raise Refused(f"{ledger} is damaged (line {problems[0].line}: {problems[0].what}; {len(problems)} "
                           f"problem(s)); nothing was added to it: `verify` names every problem")
         used, folder = {entry.get("file") for entry in entries}, directory / ADDENDA_DIR
         stem, suffix = Path(stored_name(original_name)).stem, Path(stored_name(original_name)).suffix
-        names = [f"{stem}{suffix}"] + [f"{stem}.{n}{suffix}" for n in range(2, MAX_VERSIONS + 1)]
-        name = next((n for n in names if f"{ADDENDA_DIR}/{n}" not in used and not os.path.lexists(folder / n)), None)
-        if name is None:
-            raise Refused(f"{folder}: {MAX_VERSIONS} versions of {stem}{suffix} are kept already")
+        names = itertools.chain([f"{stem}{suffix}"], (f"{stem}.{n}{suffix}" for n in itertools.count(2)))
+        name = next(n for n in names if f"{ADDENDA_DIR}/{n}" not in used and not os.path.lexists(folder / n))
         entry = {"schema": LEDGER_SCHEMA, "seq": len(entries), "kind": kind, "file": f"{ADDENDA_DIR}/{name}",
                  "original_name": original_name, "size": len(data), "sha256": sha256_bytes(data),
                  "attached_utc": clock(), "manifest_sha256": sha256_file(directory / MANIFEST_FILE),
@@ -249,15 +229,6 @@ def parse_criterion(text: str) -> protocol.Tolerance:
     return protocol.Tolerance(atol=values[0], rtol=values[1])
 
 
-def justification_problem(text: str) -> Optional[str]:
-    """Why a justification is too thin to keep (a check of substance, never of whether the reason holds)."""
-    found = [w.lower() for w in re.findall(r"[^\W\d_]{2,}", text or "") if not writing.is_placeholder(w)]
-    if len(found) >= MIN_WORDS and len(set(found)) >= MIN_DISTINCT_WORDS:
-        return None
-    return (f"expected a sentence saying why the criterion is justified, at least {MIN_WORDS} words, "
-            f"{MIN_DISTINCT_WORDS} of them different, actual {text!r}")
-
-
 def judge(cached, uncached, tolerance: protocol.Tolerance) -> dict:
     """One prefix's cached logits against the uncached reference, in float64 (NaN fails)."""
     import numpy
@@ -286,37 +257,33 @@ def vacuous_reason(pairs: list, tolerance: protocol.Tolerance) -> Optional[str]:
             f"([{lo:.6g}, {hi:.6g}]) would pass at every prefix, so the criterion could not detect any cache fault")
 
 
-def saved_prefixes(view: RunView) -> list[tuple[dict, object, object]]:
-    """(record, cached, uncached) of every compared prefix, each tensor matching its record; Refused otherwise."""
-    comparisons = view.kind("cache_comparison")
-    if not comparisons:
+def revision(run: RunState, tolerance: protocol.Tolerance, justification: str, written_utc: str) -> dict:
+    """The revised-criterion document: every saved prefix judged under the revised and the declared criterion."""
+    # a check of substance, never of whether the reason holds
+    words = [w.lower() for w in re.findall(r"[^\W\d_]{2,}", justification) if not writing.is_placeholder(w)]
+    if len(words) < MIN_WORDS or len(set(words)) < MIN_DISTINCT_WORDS:
+        raise Refused(f"--justification: expected a sentence saying why the criterion is justified, at least "
+                      f"{MIN_WORDS} words, {MIN_DISTINCT_WORDS} of them different, actual {justification!r}",
+                      usage=True)
+    view, prefixes, bad = run.view, [], []  # (record, cached, uncached), each tensor matching its record
+    if not view.kind("cache_comparison"):
         raise Refused(f"{view.directory}: no cache_comparison record, so there are no saved logits to judge again")
-    found, bad = [], []
-    for record in comparisons:
+    for record in view.kind("cache_comparison"):
         tensors = record.get("tensors") if isinstance(record.get("tensors"), dict) else {}
-        arrays = [view.tensors.verified(tensors[p]) if isinstance(tensors.get(p), dict) else None
-                  for p in ("cached", "uncached")]
+        arrays = [view.tensors.verified(tensors.get(p)) for p in ("cached", "uncached")]
         if any(a is None for a in arrays):
             bad.append(f"cache_comparison seq {record.get('seq')}: a tensor is missing or does not match its record")
         else:
-            found.append((record, *arrays))
+            prefixes.append((record, *arrays))
     if bad:
         raise Refused(f"{view.directory}: nothing was judged again: " + "; ".join(bad))
-    return found
-
-
-def revision(run: RunState, tolerance: protocol.Tolerance, justification: str, written_utc: str) -> dict:
-    """The revised-criterion document: every saved prefix judged under the revised and the declared criterion."""
-    thin = justification_problem(justification)
-    if thin is not None:
-        raise Refused(f"--justification: {thin}", usage=True)
-    prefixes = saved_prefixes(run.view)
     misaligned = [f"prefix length {r.get('prefix_length')}" for r, _, _ in prefixes
                   if not isinstance(r.get("checks"), dict) or len(r["checks"]) < 2
                   or not all(ok is True for name, ok in r["checks"].items() if name != "within_tolerance")]
     if misaligned:
-        raise Refused(f"{run.directory}: the matched-prefix alignment checks did not all pass ({', '.join(misaligned)}),"
-                      " so no tolerance can make the two paths comparable; fix the harness and run again")
+        raise Refused(f"{run.directory}: the matched-prefix alignment checks did not all pass "
+                      f"({', '.join(misaligned)}), so no tolerance can make the two paths comparable; fix the harness "
+                      "and run again")
     vacuous = vacuous_reason([(c, u) for _, c, u in prefixes], tolerance)
     if vacuous:
         raise Refused(f"--cache-criterion {tolerance.atol:g},{tolerance.rtol:g}: {vacuous}", usage=True)
@@ -354,7 +321,8 @@ def check_revision(view: RunView, file: str, data: bytes) -> list[str]:
     findings = []
     for row in rows:
         record = records.get(row.get("record_seq"))
-        if record is None or row.get("tensors") != {p: (record.get("tensors") or {}).get(p) for p in ("cached", "uncached")}:
+        saved = {p: (record.get("tensors") or {}).get(p) for p in ("cached", "uncached")} if record else None
+        if record is None or row.get("tensors") != saved:
             findings.append(f"{file}: {row.get('name')}: not the tensors cache_comparison seq {row.get('record_seq')} "
                             "holds")
             continue

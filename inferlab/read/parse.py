@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from inferlab.run.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE  # noqa: F401 (readers take them here)
+from inferlab.run.records import CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE  # noqa: F401 (for runview)
 
 LEDGER_FILE = "addenda.jsonl"  # what is kept beside the run afterwards (inferlab.read.addenda writes it)
 ENTRY_FIELDS = ("schema", "seq", "kind", "file", "original_name", "size", "sha256", "attached_utc",
@@ -31,23 +31,24 @@ class Problem:
         return f"{self.file}{'' if self.line is None else f':{self.line}'}: {self.what}"
 
 
-def _json_lines(text: str, required: tuple) -> tuple[list[dict], list[tuple[int, str, str]]]:
-    """The JSON objects of a JSON Lines text, and (line, what, code) for each line that is not one; an object that
-    lacks a required field is kept, with a problem (its form is wrong, its content still read)."""
+def _json_lines(file: str, text: str, required: tuple) -> tuple[list[dict], list[Problem]]:
+    """The JSON objects of a JSON Lines text, and a Problem for each line that is not one; an object that lacks a
+    required field is kept, with a problem that loses nothing (its form is wrong, its content still read)."""
     pieces = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # lines as a text file reads them
     found, problems = [], []
     for number, line in enumerate(pieces[:-1] + ([pieces[-1]] if pieces[-1] else []), start=1):
         try:
             value = json.loads(line)
         except ValueError as error:
-            problems.append((number, f"not a JSON object ({error})", "not_json"))
+            problems.append(Problem(file, f"not a JSON object ({error})", number, "not_json"))
             continue
         if not isinstance(value, dict):
-            problems.append((number, f"a {type(value).__name__}, expected a JSON object", "not_object"))
+            problems.append(Problem(file, f"a {type(value).__name__}, expected a JSON object", number, "not_object"))
             continue
         absent = [name for name in required if name not in value]
         if absent:
-            problems.append((number, f"missing field(s) {', '.join(absent)}", "missing_fields"))
+            problems.append(Problem(file, f"missing field(s) {', '.join(absent)}", number, "missing_fields",
+                                    lost=False))
         found.append(value)
     return found, problems
 
@@ -60,9 +61,8 @@ def parse_records(raw: bytes) -> tuple[list[dict], list[Problem]]:
     except UnicodeDecodeError as error:
         problems.append(Problem(RECORDS_FILE, f"not ASCII as written ({error})", code="not_ascii", lost=False))
         text = raw.decode("ascii", errors="replace")
-    records, found = _json_lines(text, REQUIRED_ENVELOPE_FIELDS)
-    return records, problems + [Problem(RECORDS_FILE, what, line=number, code=code, lost=code != "missing_fields")
-                                for number, what, code in found]
+    records, found = _json_lines(RECORDS_FILE, text, REQUIRED_ENVELOPE_FIELDS)
+    return records, problems + found
 
 
 def read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Problem]]:
@@ -78,16 +78,16 @@ def read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Prob
     return data, None
 
 
-def parse_ledger(raw: bytes) -> tuple[list[dict], list[tuple[int, str]]]:
-    """The ledger's entries, and (line number, what is wrong) for every line that is not one."""
+def parse_ledger(raw: bytes) -> tuple[list[dict], list[Problem]]:
+    """The ledger's entries, and a Problem for every line that is not one."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        return [], [(0, f"not UTF-8 ({error})")]
-    entries, found = _json_lines(text, ENTRY_FIELDS)
-    problems = [(number, what) for number, what, _ in found]
+        return [], [Problem(LEDGER_FILE, f"not UTF-8 ({error})")]
+    entries, problems = _json_lines(LEDGER_FILE, text, ENTRY_FIELDS)
     if text and not text.endswith("\n"):
-        problems.append((len(text.splitlines()), "the last line is not complete (no newline): a torn write"))
+        problems.append(Problem(LEDGER_FILE, "the last line is not complete (no newline): a torn write",
+                                line=len(text.splitlines())))
     return entries, problems
 
 
@@ -97,11 +97,9 @@ def read_ledger(directory: Path) -> tuple[list[dict], list[Problem]]:
     if not path.exists():
         return [], []
     try:
-        raw = path.read_bytes()
+        return parse_ledger(path.read_bytes())
     except OSError as error:
         return [], [Problem(LEDGER_FILE, f"not readable ({error})")]
-    entries, problems = parse_ledger(raw)
-    return entries, [Problem(LEDGER_FILE, what, line=line or None, code="ledger") for line, what in problems]
 
 
 def not_a_run_reason(path: Path) -> Optional[str]:
@@ -121,12 +119,9 @@ def not_a_run_reason(path: Path) -> Optional[str]:
             return None
     except (OSError, ValueError):
         pass
-    try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
-        if isinstance(manifest, dict) and manifest.get("mode") in ("run", "plan") and "protocol" in manifest:
-            return None
-    except (OSError, ValueError):
-        pass
+    manifest = read_json(path, MANIFEST_FILE)[0] or {}
+    if manifest.get("mode") in ("run", "plan") and "protocol" in manifest:
+        return None
     present = [name for name in (RECORDS_FILE, MANIFEST_FILE) if (path / name).exists()]
     if not present:
         return f"{path} is not a run's record dir: it has no {RECORDS_FILE}, {MANIFEST_FILE} or {CLAIM_FILE}"

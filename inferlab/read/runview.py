@@ -1,30 +1,25 @@
-"""The one reader of a run's record directory: records, manifest, plan and tensors, with every problem met.
+"""The one reader of a run's record directory: records, manifest, plan and saved tensors, with every problem met.
 
-RunView.read(DIR) reads records.jsonl, manifest.json and plan.json once; a tensor file is read when a tensor of it
-is first asked for (only from the run's own tensors/ folder), and a tensor is
-checked against the SHA-256 its record holds. Nothing here raises over a damaged or partial directory:
-what could not be read, or was not written as the writers write it, is a Problem (file, line, what).
-RunView.from_data(records, manifest, plan, tensors) builds one from data in memory, without a disk.
-
-verify, the report, compare (and every later reader of a finished run) are functions over a RunView. It
-answers how the session ended, whether the folder is a plan, which tests produce a record kind (the
-plan says) and why a record is missing. Readers never touch the model and never import torch: tensors are numpy
-arrays. The bytes of each file are parsed in inferlab.read.parse.
+RunView.read(DIR) reads the run's files once (a tensor file when a tensor of it is first asked for, and only from
+the run's own tensors/ folder); RunView.from_data builds a view of data in memory. Nothing here raises over a
+damaged or partial folder: what could not be read is a Problem. verify, the report, compare and grade are
+functions over a RunView, which answers how the session ended, which tests write a record kind (the plan says) and
+why a record is missing. No reader touches the model or imports torch: tensors are numpy arrays.
 """
 
 from __future__ import annotations
 
 import collections
-import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from inferlab.read.tensors import SavedTensors, tensor_references  # noqa: F401 (readers take it from here)
-from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,  # noqa: F401
-                                 Problem, not_a_run_reason, parse_records, read_json, read_ledger)
-from inferlab.run.records import STAMP_FIELD
+from inferlab import protocol
+from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,
+                                 Problem, parse_records, read_json, read_ledger)
+from inferlab.files import tensor_sha256
+from inferlab.run.plan import file_of
+from inferlab.run.records import RENAME_NOTE, STAMP_FIELD, TENSOR_DIR
 
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
 NOT_PASSING = ("failed", "error", "skipped")
@@ -35,28 +30,9 @@ RENDERER_VERSION_FIELD = "report_renderer_version"
 FIRST_RENDERER_VERSION = 1
 
 
-def part_label(file: str, part: Optional[dict] = None) -> str:
-    """An experiment file's part as its plan entry names it (the module docstring's first line up to its colon,
-    'Part 4'), else the file's name."""
-    title = part.get("title") if isinstance(part, dict) else None
-    return title.split(":")[0].strip() if isinstance(title, str) and title.strip() else file.rsplit("/", 1)[-1]
-
-
-def bracket_id(nodeid: Optional[str]) -> Optional[str]:
-    """The parametrize id of a node id, 'P1-S2-seed23' from 'x.py::test_g[P1-S2-seed23]'; None without one."""
-    if not nodeid or not nodeid.endswith("]") or "[" not in nodeid:
-        return None
-    return nodeid[nodeid.index("[") + 1:-1]
-
-
 def short_test(nodeid: Optional[str]) -> str:
     """The test name with its parameters, without the file ('(session)' for a record of no test)."""
     return (nodeid or "(session)").split("::")[-1]
-
-
-def file_of(nodeid: Optional[str]) -> str:
-    """The file part of a node id ('experiments/x.py' of 'experiments/x.py::test_y[z]')."""
-    return str(nodeid or "").split("::")[0]
 
 
 @dataclass
@@ -68,6 +44,103 @@ class Missing:
     reason: str
     producers: list[str]
     evidence: Optional[dict] = None
+
+
+class TensorFileError(Exception):
+    """A tensor file that cannot be used: code is missing, outside (not in tensors/) or unreadable."""
+
+    def __init__(self, file: str, code: str, reason: str):
+        super().__init__(f"{file}: {reason}")
+        self.file, self.code, self.reason = file, code, reason
+
+
+def tensor_references(value: Any, path: str = "") -> Iterable[tuple[str, dict]]:
+    """Every {file, key, sha256, ...} tensor reference nested anywhere in a record, with its field path. A number
+    or a string holds none, so only dicts and lists are walked into (most of a record's values are ids)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("file"), str) and isinstance(value.get("key"), str) and "sha256" in value:
+            yield path or "(record)", value
+        for name, inner in value.items():
+            if isinstance(inner, (dict, list)):
+                yield from tensor_references(inner, f"{path}.{name}" if path else name)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            if isinstance(inner, (dict, list)):
+                yield from tensor_references(inner, f"{path}[{index}]")
+
+
+class SavedTensors:
+    """A run's saved tensors: each file of its tensors/ folder read once, when first asked for (or arrays given in
+    memory, {file: {key: array}}); nothing outside tensors/ is opened."""
+
+    def __init__(self, directory: Optional[Path], given: Optional[dict] = None):
+        self.directory, self.given, self.loaded = directory, given, {}
+
+    def files(self) -> list[str]:
+        """Every safetensors file of the folder (or given), as 'tensors/NAME'."""
+        if self.given is not None or self.directory is None:
+            return sorted(self.given or {})
+        return sorted(f"{TENSOR_DIR}/{p.name}" for p in (self.directory / TENSOR_DIR).glob("*.safetensors"))
+
+    def load(self, file: str) -> dict:
+        """{key: numpy array} of one file; TensorFileError when it is missing, outside tensors/ or unreadable."""
+        if file not in self.loaded:
+            try:
+                self.loaded[file] = self._read(file)
+            except TensorFileError as error:
+                self.loaded[file] = error
+        if isinstance(self.loaded[file], TensorFileError):
+            raise self.loaded[file]
+        return self.loaded[file]
+
+    def _read(self, file: str) -> dict:
+        if self.given is not None or self.directory is None:
+            if (self.given or {}).get(file) is None:
+                raise TensorFileError(file, "missing", "missing")
+            return self.given[file]
+        path = self.directory / file
+        if path.resolve().parent != (self.directory / TENSOR_DIR).resolve():
+            raise TensorFileError(file, "outside", f"not in {TENSOR_DIR}/, where a run keeps its tensors")
+        if not path.is_file():
+            raise TensorFileError(file, "missing", "missing")
+        from safetensors.numpy import load_file  # a Python without it raises ImportError: no damage to report
+
+        try:
+            return load_file(str(path))
+        except Exception as error:  # any damaged file is a TensorFileError naming it, never a crash
+            raise TensorFileError(file, "unreadable", f"not a readable safetensors file ({type(error).__name__}: "
+                                                      f"{error})") from None
+
+    def get(self, reference: Any):
+        """The array a {file, key} reference names, or None; its hash is not compared (check does): a page shows
+        what the file holds."""
+        if not isinstance(reference, dict) or not isinstance(reference.get("file"), str):
+            return None
+        try:
+            return self.load(reference["file"]).get(reference.get("key"))
+        except TensorFileError:
+            return None
+
+    def check(self, reference: dict) -> Optional[str]:
+        """What is wrong with a tensor against its reference (its key, shape and SHA-256), None when nothing;
+        TensorFileError when its file cannot be used."""
+        tensors, file, key = self.load(reference["file"]), reference["file"], reference.get("key")
+        if key not in tensors:
+            return f"key {key!r} not in {file}"
+        if "shape" in reference and list(tensors[key].shape) != list(reference["shape"]):
+            return f"{file}[{key}] has shape {list(tensors[key].shape)}, record says {reference['shape']}"
+        digest = tensor_sha256(tensors[key])
+        if digest != reference.get("sha256"):
+            return f"{file}[{key}] sha256 {digest}, record says {reference.get('sha256')}"
+        return None
+
+    def verified(self, reference: Any):
+        """The array a reference names only if it matches the record's shape and SHA-256; else None (also for what
+        is no reference at all)."""
+        try:
+            return None if self.check(reference) else self.load(reference["file"])[reference["key"]]
+        except (TensorFileError, TypeError, KeyError):
+            return None
 
 
 class RunView:
@@ -98,8 +171,7 @@ class RunView:
         self._outcomes_of: dict = collections.defaultdict(list)  # node id -> its outcome records, in order
         for outcome in self.outcomes:
             self._outcomes_of[outcome.get("test")].append(outcome)
-        self.with_outcome: set = set(self._outcomes_of)
-        self._decisive: Optional[dict] = None
+        self._decisive = {nodeid: self.decisive_outcome(nodeid) for nodeid in self._outcomes_of}
         self._entry = {e.get("test"): e for e in self.planned}
         parts = (self.plan or {}).get("parts")
         self._parts = {p.get("file"): p for p in parts if isinstance(p, dict)} if isinstance(parts, list) else {}
@@ -111,22 +183,16 @@ class RunView:
     def read(cls, directory: Path) -> "RunView":
         """Read a record directory once; every problem met is in .problems, nothing is raised."""
         directory = Path(directory)
-        problems = []
         try:
-            records, line_problems = parse_records((directory / RECORDS_FILE).read_bytes())
-            problems += line_problems
+            records, problems = parse_records((directory / RECORDS_FILE).read_bytes())
         except OSError as error:
-            records = []
-            problems.append(Problem(RECORDS_FILE, f"not readable ({error})"))
-        manifest, problem = read_json(directory, MANIFEST_FILE)
-        problems += [problem] if problem else []
-        plan, problem = read_json(directory, PLAN_FILE)
-        problems += [problem] if problem else []
+            records, problems = [], [Problem(RECORDS_FILE, f"not readable ({error})")]
+        (manifest, manifest_problem), (plan, plan_problem) = (read_json(directory, name)
+                                                               for name in (MANIFEST_FILE, PLAN_FILE))
+        problems += [problem for problem in (manifest_problem, plan_problem) if problem]
         entries, ledger_problems = read_ledger(directory)
         view = cls(records, manifest, plan, directory=directory, problems=problems, addenda=entries,
                    addenda_problems=ledger_problems)
-        from inferlab.run.records import RENAME_NOTE  # who claimed it, and a later run's note: how it ended
-
         view.claim, view.rename_note = read_json(directory, CLAIM_FILE)[0], read_json(directory, RENAME_NOTE)[0]
         return view
 
@@ -152,8 +218,7 @@ class RunView:
         return self.by_kind.get(name, [])
 
     def first(self, name: str) -> Optional[dict]:
-        records = self.kind(name)
-        return records[0] if records else None
+        return next(iter(self.kind(name)), None)
 
     def check_kind(self, outcome: dict) -> str:
         """'diagnostic' or 'integrity': the outcome's own field, else the plan's entry, else integrity."""
@@ -168,36 +233,27 @@ class RunView:
 
     def outcome_of_param(self, test_id: str) -> Optional[dict]:
         """The decisive outcome of the test whose parametrize id is `test_id`."""
-        nodeids = list(dict.fromkeys(r.get("test") for r in self.outcomes if bracket_id(r.get("test")) == test_id))
+        nodeids = dict.fromkeys(r.get("test") for r in self.outcomes if str(r.get("test")).endswith(f"[{test_id}]"))
         outcomes = [self.decisive_outcome(n) for n in nodeids]
         failing = [r for r in outcomes if r and r.get("outcome") != "passed"]
         return (failing or outcomes or [None])[0]
 
     def tests_by_outcome(self) -> dict[str, dict]:
         """Each node id with an outcome -> its decisive outcome record, in first-seen order (do not change it)."""
-        if self._decisive is None:
-            self._decisive = {nodeid: self.decisive_outcome(nodeid) for nodeid in self._outcomes_of}
         return self._decisive
 
     def planned_without_outcome(self) -> list[str]:
-        return [t for t in self.schedule if t not in self.with_outcome]
+        return [t for t in self.schedule if t not in self._outcomes_of]
 
     def non_passing(self, nodeids: Iterable) -> Optional[dict]:
         """The first failed, errored or skipped outcome (in record order) of any of the node ids."""
         wanted = set(nodeids)
         return next((r for r in self.outcomes if r.get("outcome") in NOT_PASSING and r.get("test") in wanted), None)
 
-    def non_passing_param(self, test_id: str) -> Optional[dict]:
-        """The first non-passing outcome of a test whose parametrize id is `test_id`."""
-        return next((r for r in self.outcomes if r.get("outcome") in NOT_PASSING
-                     and bracket_id(r.get("test")) == test_id), None)
-
     @property
     def is_plan_folder(self) -> bool:
         """Whether the folder holds a plan (--plan), not a run: its manifest, session_end or plan record says so."""
-        options = self.manifest.get("options") if isinstance(self.manifest.get("options"), dict) else {}
-        return (self.manifest.get("mode") == "plan" or options.get("plan") is True
-                or any(r.get("plan_only") for r in self.kind("session_end"))
+        return (self.manifest.get("mode") == "plan" or any(r.get("plan_only") for r in self.kind("session_end"))
                 or any(r.get("mode") == "plan" for r in self.kind("plan")))
 
     @property
@@ -242,13 +298,8 @@ class RunView:
 
     def plan_partial_reasons(self) -> list[str]:
         """Why plan.json is not the complete protocol; a plan older than partial_reasons falls short by its totals."""
-        from inferlab import protocol
-
         plan = self.plan or {}
-        if "partial_reasons" in plan:
-            reasons = plan["partial_reasons"]
-        else:
-            reasons = protocol.shortfalls(plan.get("totals") or {})
+        reasons = plan.get("partial_reasons", protocol.shortfalls(plan.get("totals") or {}))
         return [str(reason) for reason in reasons or []]
 
     def producers(self, *kinds: str) -> list[str]:
@@ -264,7 +315,7 @@ class RunView:
         evidence = self.non_passing(producers)
         if evidence is not None:
             return Missing(kind, "evidence", producers, evidence)
-        if any(p in self.with_outcome for p in producers):
+        if any(p in self._outcomes_of for p in producers):
             return Missing(kind, "ran", producers)
         if producers:
             unreached = self.unreached
@@ -273,11 +324,13 @@ class RunView:
         return Missing(kind, "deselected" if self.plan_partial_reasons() else "not_planned", producers)
 
     def part_label(self, nodeid: Optional[str]) -> str:
-        """The protocol part a test belongs to, as the plan's part for its file is labelled."""
+        """The protocol part a test belongs to: its file's part in the plan, titled by the experiment module's
+        docstring up to its colon ('Part 4'), else the file's name."""
         if not nodeid:
             return "(session)"
         file = file_of(nodeid)
-        return part_label(file, self._parts.get(file))
+        title = (self._parts.get(file) or {}).get("title")
+        return title.split(":")[0].strip() if isinstance(title, str) and title.strip() else file.split("/")[-1]
 
     @property
     def renderer_version(self) -> int:
@@ -287,30 +340,17 @@ class RunView:
 
     @property
     def synthetic(self) -> bool:
-        """Whether any record or the manifest's specimen says the specimen is synthetic."""
-        if any(r.get("synthetic") is True for r in self.records):
-            return True
-        specimen = self.manifest.get("specimen")
-        return specimen == "standin" or (isinstance(specimen, dict) and specimen.get("synthetic") is True)
+        """Whether the specimen is synthetic, as its spec or any record says."""
+        return self.specimen_spec().get("synthetic") is True or any(r.get("synthetic") is True for r in self.records)
 
     def specimen_spec(self) -> dict:
         """The specimen spec as data: the manifest's, else the specimen record's fields."""
         specimen = self.manifest.get("specimen")
         if isinstance(specimen, dict):
             return specimen
-        record = self.first("specimen")
-        if record is not None:
-            return {k: v for k, v in record.items() if k not in ENVELOPE_FIELDS}
-        return {"name": specimen} if isinstance(specimen, str) else {}
+        return {k: v for k, v in (self.first("specimen") or {}).items() if k not in ENVELOPE_FIELDS}
 
     def command(self) -> tuple[Optional[str], str]:
-        """(the command as typed, where it came from): manifest `command`, else argv joined; (None, why)."""
+        """(the command as typed, as the manifest records it), or (None, "not recorded")."""
         typed = self.manifest.get("command")
-        if isinstance(typed, str) and typed:
-            return typed, "as typed"
-        argv = self.manifest.get("argv")
-        if isinstance(argv, list) and argv:
-            return " ".join(shlex.quote(str(a)) for a in argv), "sys.argv (the typed command was not recorded)"
-        return None, "not recorded"
-
-
+        return (typed, "as typed") if isinstance(typed, str) and typed else (None, "not recorded")

@@ -1,13 +1,10 @@
 """verify: is a run folder as its session wrote it, and what does it hold? From its files alone (no model, no torch).
 
-One line per problem, in this order: reading problems; how the session ended (one `unfinished:` and one `partial:`
-line, which are also the run's `completeness`); every file against the manifest's inventory (size, SHA-256, nothing
-unlisted but the addenda); the addenda; every failure with its evidence; the plan against the protocol's caps and
-order; session_end against the records; every record kind the protocol expects, or the outcome that explains its
-absence; every tensor against the SHA-256 its record holds; the recorded protocol against this checkout's.
-
-verify does not recompute the run's derived figures: whether the numbers are what the computation gives is
-`grade --against COURSE_RUN`'s question (inferlab.grade.against), which no edit of the files can answer.
+One line per problem: reading problems; how the session ended (its `completeness`: one `unfinished:` and one
+`partial:` line); every file against the manifest's inventory; the addenda; every failure with its evidence; the
+plan against the protocol; session_end against the records; every expected record kind, or what explains its
+absence; every tensor against its record's SHA-256; the recorded protocol against this checkout's. Whether the
+numbers are what the computation gives is `grade --against COURSE_RUN`'s question (inferlab.grade.against).
 """
 
 from __future__ import annotations
@@ -18,9 +15,10 @@ from typing import Any, Iterable, Optional, Union
 
 from inferlab import protocol
 from inferlab.files import sha256_file
-from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, TENSOR_DIR
+from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, claimant_alive, killed_detail
 from inferlab.read import addenda
-from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, tensor_references
+from inferlab.read.runview import (DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, TensorFileError,
+                                   tensor_references)
 
 # The record kinds a complete run holds, and how many (never a test's name: the plan says which test writes one).
 EXPECTED = {
@@ -49,7 +47,6 @@ class Verify:
     def __init__(self, view: RunView):
         self.view, self.problems, self.notes, self.not_checked = view, [], [], []
         self.files_checked = 0
-        self.end = view.session_end
         self.unfinished = view.unfinished
         self.partial = view.plan_partial_reasons()
         self.final_missing = bool(self.unfinished and view.manifest_found and not view.final_manifest_written)
@@ -58,8 +55,6 @@ class Verify:
         self.problems.append(line)
 
     def ending(self) -> list[str]:
-        from inferlab.run.records import claimant_alive, killed_detail
-
         view, lines = self.view, []
         if self.unfinished:
             live = view.ending == "killed" and claimant_alive(view.claim)
@@ -69,7 +64,7 @@ class Verify:
             line = f"unfinished: {self.unfinished}"
             if view.ending == "killed" and not live:
                 line += killed_detail(view.claim, view.rename_note)
-            if view.schedule and not (self.end or {}).get("collect_only"):
+            if view.schedule and not (view.session_end or {}).get("collect_only"):
                 first = next((n for n in view.schedule if n in view.unreached), None)
                 line += f"; {len(view.unreached)} of {len(view.schedule)} planned tests have no outcome" + \
                     (f" (the first: {first})" if first else "")
@@ -99,17 +94,13 @@ class Verify:
                 continue
             self.files_checked += 1
             expected = expected if isinstance(expected, dict) else {}
-            if target.stat().st_size != expected.get("size"):
-                self.problem(f"{relative}: size {target.stat().st_size} bytes, manifest says {expected.get('size')}")
-            if sha256_file(target) != expected.get("sha256"):
-                self.problem(f"{relative}: sha256 {sha256_file(target)}, manifest says {expected.get('sha256')} "
-                             "(file changed)")
+            if sha256_file(target) != expected.get("sha256"):  # a changed size changes the hash: one line
+                self.problem(f"{relative}: sha256 {sha256_file(target)} ({target.stat().st_size} bytes), manifest "
+                             f"says {expected.get('sha256')} ({expected.get('size')} bytes) (file changed)")
         for path in sorted(p for p in view.directory.rglob("*") if p.is_file()):
             relative = path.relative_to(view.directory).as_posix()
             if relative != MANIFEST_FILE and relative not in listed and not addenda.is_addenda_path(relative):
                 self.problem(f"{relative}: present but not listed in the manifest (added after the session)")
-        if not (view.directory / REPORT_FILE).is_file() and not view.is_plan_folder:
-            self.problem(f"{REPORT_FILE}: missing (it is written at session end, also after failures)")
         for record in view.kind("report_error"):
             self.problem(f"{REPORT_FILE}: the session could not write it (seq {record.get('seq')}): "
                          f"{record.get('error')}")
@@ -120,7 +111,7 @@ class Verify:
             self.problem(str(problem))
         if view.directory is None:
             return
-        now = sha256_file(view.directory / MANIFEST_FILE) if (view.directory / MANIFEST_FILE).is_file() else None
+        now = manifest_sha256(view)
         listed = set()
         for index, entry in enumerate(view.addenda):
             if entry.get("seq") != index:
@@ -193,7 +184,8 @@ class Verify:
                          f"source hashes and versions in {MANIFEST_FILE} were taken at its start")
         forwards = end.get("forward_reconciliation")
         if isinstance(forwards, dict):
-            self.problems += [f"session_end: harness integrity failed: {line}" for line in forwards.get("problems") or []]
+            self.problems += [f"session_end: harness integrity failed: {line}"
+                              for line in forwards.get("problems") or []]
         elif not end.get("collect_only"):
             self.not_checked.append("the session's forward count: session_end has no forward_reconciliation")
         if view.manifest_found and not self.final_missing and view.manifest.get("complete") != end.get("complete"):
@@ -217,29 +209,25 @@ class Verify:
                 self.problem(f"{what}, and " + (f"none of its producing tests ({names}) has a failed, error or skipped "
                                                 f"outcome" if missing.producers else
                                                 "no planned test declares that it writes it"))
-        trials = {"generation": ("trial_id", "trial_index", [t.test_id for t in protocol.generation_trials()]),
-                  "timing_trial": ("schedule_id", "schedule_index", [t.test_id for t in protocol.timing_schedule()])}
-        shapes = {"generation": (("prompt_id", "condition", "seed"), {t.test_id: (t.prompt_id, t.condition, t.seed)
-                                                                     for t in protocol.generation_trials()}),
-                  "timing_trial": (("prompt_id", "use_cache", "warmup"), {
+        trials = {"generation": ("trial_id", "trial_index", ("prompt_id", "condition", "seed"), {
+                      t.test_id: (t.prompt_id, t.condition, t.seed) for t in protocol.generation_trials()}),
+                  "timing_trial": ("schedule_id", "schedule_index", ("prompt_id", "use_cache", "warmup"), {
                       t.test_id: (t.prompt_id, t.use_cache, t.warmup) for t in protocol.timing_schedule()})}
-        for kind, (fields, expected) in shapes.items():
-            key = trials[kind][0]
-            for record in view.kind(kind):
-                found = tuple(record.get(name) for name in fields)
-                if record.get(key) in expected and found != expected[record.get(key)]:
-                    self.problem(f"{kind} {record.get(key)}: ({', '.join(fields)}) = {list(found)}, the protocol "
-                                 f"says {list(expected[record.get(key)])}")
-        for kind, (key, order, ids) in trials.items():
+        for kind, (key, order, fields, expected) in trials.items():
             found = view.kind(kind)
+            for record in found:
+                shape = tuple(record.get(name) for name in fields)
+                if record.get(key) in expected and shape != expected[record.get(key)]:
+                    self.problem(f"{kind} {record.get(key)}: ({', '.join(fields)}) = {list(shape)}, the protocol "
+                                 f"says {list(expected[record.get(key)])}")
             counts = collections.Counter(r.get(key) for r in found)
             indices = [r.get(order) for r in found]
             if indices != sorted(indices, key=lambda i: (i is None, i)):
                 self.problem(f"{kind} records are not in protocol order: {indices}")
-            for test_id in ids:
+            for test_id in expected:  # in protocol order
                 if counts[test_id] > 1:
                     self.problem(f"{kind} {test_id}: {counts[test_id]} records, expected 1 (no trial is regenerated)")
-                elif not counts[test_id] and not view.non_passing_param(test_id):
+                elif not counts[test_id] and (view.outcome_of_param(test_id) or {}).get("outcome") not in NOT_PASSING:
                     missing = view.missing_from(kind, [n for n in view.schedule if str(n).endswith(f"[{test_id}]")])
                     if missing.reason not in ("not_reached", "deselected", "evidence"):
                         self.problem(f"{kind} {test_id}: no record and no failed, error or skipped outcome for a test "
@@ -247,32 +235,28 @@ class Verify:
         over = [r.get("trial_id") for r in view.kind("generation")
                 if len(r.get("generated_ids") or []) > protocol.MAX_NEW_TOKENS]
         if over:
-            self.problem(f"generation {over[0]}: more new tokens than the budget of {protocol.MAX_NEW_TOKENS} per trial")
+            self.problem(f"generation {over[0]}: more new tokens than the budget of {protocol.MAX_NEW_TOKENS} per "
+                         "trial")
         criteria, comparisons = view.kind("cache_criterion"), view.kind("cache_comparison")
         if criteria and comparisons and criteria[0].get("seq", 0) > comparisons[0].get("seq", 0):
             self.problem("cache_criterion was recorded after the first cache_comparison; it must be declared first")
 
     def tensors(self) -> None:
-        said = set()
+        unreadable = set()  # a damaged file is said once, not once per record that names it
         for record in self.view.records:
             for field_path, reference in tensor_references(record):
                 where = f"{record.get('kind')} seq {record.get('seq')} {field_path}"
-                check = self.view.tensors.check(reference)
-                error, shown = check.file_error, f"{reference['file']}[{reference['key']}]"
-                if error is not None and error.code == "outside":
-                    self.problem(f"{where}: tensor file {reference['file']} is not in {TENSOR_DIR}/, where a run "
-                                 "keeps its tensors")
-                elif error is not None and error.code == "missing":
-                    self.problem(f"{where}: tensor file {reference['file']} is missing")
-                elif error is not None and reference["file"] not in said:
-                    said.add(reference["file"])
-                    self.problem(f"{reference['file']}: not a readable safetensors file ({error.reason})")
-                elif check.key_missing:
-                    self.problem(f"{where}: key {reference['key']!r} not in {reference['file']}")
-                elif check.shape is not None:
-                    self.problem(f"{where}: {shown} has shape {check.shape}, record says {reference.get('shape')}")
-                elif check.sha256 is not None:
-                    self.problem(f"{where}: {shown} sha256 {check.sha256}, record says {reference.get('sha256')}")
+                try:
+                    problem = self.view.tensors.check(reference)
+                except TensorFileError as error:
+                    if error.code == "unreadable" and error.file not in unreadable:
+                        unreadable.add(error.file)
+                        self.problem(str(error))
+                    elif error.code != "unreadable":
+                        self.problem(f"{where}: tensor file {error}")
+                    continue
+                if problem is not None:
+                    self.problem(f"{where}: {problem}")
 
     def protocol(self) -> None:
         for file, data in ((MANIFEST_FILE, self.view.manifest), (PLAN_FILE, self.view.plan or {})):
@@ -295,9 +279,9 @@ class Verify:
 
 
 def verify_run(run: Union[Path, str, RunView]) -> dict:
-    """Check a run folder (or a view of one): {ok, problems, completeness, complete, unfinished, partial,
-    plan_folder, records, files_checked, outcome_counts, all_tests_passed, addenda, notes, not_checked,
-    failures_by_check_kind}."""
+    """Check a run folder (or a view of one): {plan_folder, ok, problems, completeness, complete, explained_gaps,
+    not_checked, records, files_checked, outcome_counts, all_tests_passed, addenda, failures_by_check_kind,
+    acquisition_failure}."""
     view = run if isinstance(run, RunView) else RunView.read(Path(run))
     checker = Verify(view)
     checker.problems += view.read_problems
@@ -329,10 +313,9 @@ def verify_run(run: Union[Path, str, RunView]) -> dict:
         from inferlab.specimen import acquisition_cause
 
         acquisition = {"cause": acquisition_cause(failed), "failed_tests": failing.get(INTEGRITY, 0)}
-    return {"record_dir": str(view.directory) if view.directory else None, "plan_folder": view.is_plan_folder,
-            "ok": not checker.problems, "problems": checker.problems, "completeness": completeness,
-            "complete": complete, "unfinished": checker.unfinished, "partial": checker.partial,
-            "explained_gaps": checker.notes, "not_checked": checker.not_checked, "records": len(view.records),
+    return {"plan_folder": view.is_plan_folder, "ok": not checker.problems, "problems": checker.problems,
+            "completeness": completeness, "complete": complete, "explained_gaps": checker.notes,
+            "not_checked": checker.not_checked, "records": len(view.records),
             "files_checked": checker.files_checked, "outcome_counts": dict(sorted(outcomes.items())),
             "all_tests_passed": bool(outcomes) and set(outcomes) == {"passed"}, "addenda": len(view.addenda),
             "failures_by_check_kind": {kind: failing.get(kind, 0) for kind in (INTEGRITY, DIAGNOSTIC)},
@@ -343,11 +326,6 @@ def integrity_problems(result: dict) -> list[str]:
     """verify's problems but the lines that only say the run is unfinished or partial (its completeness)."""
     completeness = set(result.get("completeness") or [])
     return [line for line in result.get("problems") or [] if line not in completeness]
-
-
-def not_passing(result: dict) -> bool:
-    """Whether any test of the run failed, errored or was skipped."""
-    return any(outcome in NOT_PASSING for outcome in result.get("outcome_counts") or {})
 
 
 def manifest_sha256(view: RunView) -> Optional[str]:

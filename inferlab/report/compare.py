@@ -17,8 +17,7 @@ from inferlab import protocol
 from inferlab.files import spelled
 from inferlab.measure import usage
 from inferlab.measure.stats import TIMING_METRICS, first_divergence, is_number, measured, trial_contended
-from inferlab.read.runview import RunView
-from inferlab.read.tensors import TensorFileError
+from inferlab.read.runview import RunView, TensorFileError
 
 SHOWN_CHARS = 100  # a value longer than this is cut in the text (compare()'s result keeps it whole)
 INTEGRITY_SHOWN = 5  # problem lines shown per run in the header (verify DIR lists them all)
