@@ -79,7 +79,7 @@ def usage_reader() -> tuple[Callable[[], list], Callable[[], list]]:
 
     def start() -> list:
         reading = [None] * len(READING_FIELDS)
-        usage, process = getrusage(who), getrusage(whole)
+        process, usage = getrusage(whole), getrusage(who)  # the process's window holds the thread's on both sides
         reading[1], reading[2], reading[3] = usage.ru_nvcsw, usage.ru_nivcsw, usage.ru_minflt
         reading[4], reading[5], reading[6] = usage.ru_majflt, process.ru_minflt, process.ru_majflt
         _check_point()  # 3.12+: a collection the last result made due runs here, not inside the span
