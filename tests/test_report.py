@@ -32,7 +32,6 @@ READING_PHRASES = ("faster with the cache", "slower with the cache", "made it fa
                    "does the cache change what is computed", "estimate no output distribution")
 
 rich_run = shared("rich_run", "rich", "The shared rich run (never change it: copy it).")
-failed_run = shared("failed_run", "failed_ended", "The shared run that failed at acquisition, with its report.")
 complete = shared("complete", "complete", "The shared complete run in memory, for variants.", in_memory=True)
 
 
@@ -238,15 +237,6 @@ def test_blank_predictions_captured_warnings_and_a_real_specimen_are_said(rich_r
     warned = next(r for r in RunView.read(run).records if r.get("warnings"))
     assert f"`{warned['kind']}` seq {warned['seq']}" in section(text, "Run status")
     assert report.SYNTHETIC_BANNER not in page(build_complete_run(tmp_path / "real", synthetic=False))
-
-
-def test_a_run_that_measured_nothing_gets_a_short_page_with_the_reason_and_next_steps(failed_run):
-    from inferlab.specimen import acquisition_next_steps
-
-    text = page(failed_run)
-    assert len(text.splitlines()) < 60 and "## Inputs" not in text
-    assert text.index("## What happened") < text.index("## What to do next")
-    assert all(f"- {step}" in text for step in acquisition_next_steps(RunView.read(failed_run).specimen_spec()))
 
 
 # --- odd runs and odd text ----------------------------------------------------------------------------------------

@@ -10,10 +10,12 @@ import pytest
 
 from inferlab import report
 from inferlab.__main__ import main
+from inferlab.read.runview import RunView
 from inferlab.run.records import REPORT_FILE
+from inferlab.specimen import acquisition_next_steps
 
-from fixtures_records import abandon_finish, build_rich_run, copy_run, kill_after, rerender
-from fixture_runs import RunData, fixture_runs, plots_not_drawn, runs, shared  # noqa: F401 (fixtures)
+from fixtures_records import abandon_finish, build_rich_run, kill_after, rerender
+from fixture_runs import RunData, plots_not_drawn, runs, shared  # noqa: F401 (fixtures)
 
 PASSED = "Every planned test passed"
 TIMING_DIVERGENCE = "experiments/test_50_timing.py::test_cache_divergence"
@@ -60,13 +62,6 @@ def drop_outcomes(predicate):
     return transform
 
 
-@pytest.fixture(scope="module")
-def abandoned(tmp_path_factory) -> Path:
-    """A second Ctrl-C during the final writes of the shared rich run: session_end and the session's page are
-    written, the manifest is still the start one. Shared by the tests that only read it."""
-    return abandon_finish(fixture_runs(tmp_path_factory).copy("rich", tmp_path_factory.mktemp("verdict") / "abandoned"))
-
-
 def test_a_variant_in_memory_is_the_run_build_rich_run_writes(complete, runs, tmp_path):
     interrupted = drop_outcomes(lambda t: "test_70_batching" in t)
     built = build_rich_run(tmp_path / "built", transform=interrupted, session_end=INTERRUPTED,
@@ -94,8 +89,14 @@ def test_an_interrupted_run_says_so_first_even_with_a_failed_diagnostic(complete
     assert PASSED not in page
 
 
-def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned, tmp_path, capsys, plots_not_drawn):
-    run = copy_run(abandoned, tmp_path / "abandoned")
+def test_an_abandoned_finish_is_expected_during_the_session_and_never_called_passed_after_it(runs, tmp_path, capsys,
+                                                                                               plots_not_drawn):
+    run = abandon_finish(runs.copy("rich", tmp_path / "abandoned"))  # a second Ctrl-C during the final writes
+    # the session renders before its final manifest, so the default form does not read that as abandoned; once the
+    # session is over, the page it wrote no longer says what the folder holds
+    assert report.decide(run).kind == "passed" and report.check(run).status == "identical"
+    assert main(["report", str(run), "--check"]) == 1
+    assert "regenerated text differs" in capsys.readouterr().out
     found = report.decide(run, after_session=True)
     assert found.kind == "finish_abandoned" and "passed" not in found.kinds
     report.write_report(run, after_session=True)
@@ -107,14 +108,6 @@ def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned,
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
     assert "final writes were abandoned" in capsys.readouterr().out
-
-
-def test_during_the_session_an_unfinalised_manifest_is_expected_and_after_it_the_page_is_stale(abandoned, capsys):
-    """The session renders before its final manifest, so the default form does not read that as abandoned; once
-    the session is over, the page it wrote no longer says what the folder holds."""
-    assert report.decide(abandoned).kind == "passed" and report.check(abandoned).status == "identical"
-    assert main(["report", str(abandoned), "--check"]) == 1
-    assert "regenerated text differs" in capsys.readouterr().out
 
 
 def test_a_killed_run_reported_later_says_its_files_are_unprotected(runs, tmp_path):
@@ -160,12 +153,16 @@ def test_planned_tests_without_an_outcome_are_named_even_when_the_session_ended(
     assert TIMING_DIVERGENCE in found.not_reached
 
 
-def test_a_failed_acquisition_heads_the_page(runs):
+def test_a_failed_acquisition_heads_a_short_page_with_the_reason_and_the_next_steps(runs):
     run = runs.get("failed_ended")
     found = report.decide(run)
     assert found.kind == "acquisition_failed"
     assert "integrity_failed" not in found.kinds  # the acquisition is the subject, not a second finding
     assert "**The specimen could not be acquired, so nothing was measured.**" in file_headline(run)
+    text = (run / REPORT_FILE).read_text(encoding="utf-8")
+    assert len(text.splitlines()) < 60 and "## Inputs" not in text
+    assert text.index("## What happened") < text.index("## What to do next")
+    assert all(f"- {step}" in text for step in acquisition_next_steps(RunView.read(run).specimen_spec()))
 
 
 def test_a_failed_integrity_check_is_a_harness_problem_a_failed_diagnostic_a_finding_read_after_it(complete):
