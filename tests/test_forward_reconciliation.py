@@ -123,9 +123,6 @@ def test_a_session_whose_tests_all_pass_exits_failed_when_a_forward_was_not_plan
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.tail()
 
 
-# --- verify --------------------------------------------------------------------------------------------------
-
-
 def with_reconciliation(data, counted: int, by_test: dict):
     """The run in memory with session_end's forward_reconciliation made from these counts."""
     budget = plan.forward_budget(data.plan["schedule"])
@@ -153,9 +150,6 @@ def test_verify_accepts_a_session_within_its_plan_names_one_over_it_and_says_a_r
     result = verify_run(complete.changed(without).view())
     assert result["problems"] == []
     assert any("session's forward count" in line for line in result["not_checked"])
-
-
-# --- a real session -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow

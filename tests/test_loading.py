@@ -122,9 +122,6 @@ def test_a_config_that_changes_the_architecture_is_a_violation(standin_copy, sta
     assert any(v.startswith("config.use_parallel_residual: expected True") for v in violations)
 
 
-# --- every forward watched ------------------------------------------------------------------------------------------
-
-
 @pytest.fixture
 def watched():
     model = tiny_gpt_neox(seed=0)
@@ -158,9 +155,6 @@ def test_a_forward_outside_inference_mode_or_in_training_mode_is_a_violation_wit
     watch.remove()
     model(ids)
     assert watch.forwards == 4  # removed: no longer counted
-
-
-# --- the warnings of a model call ------------------------------------------------------------------------------------
 
 
 def test_the_capture_sees_warnings_and_library_logs_even_when_the_library_is_set_quieter_or_the_block_raises():

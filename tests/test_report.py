@@ -114,9 +114,6 @@ def test_the_templates_ask_the_labs_six_questions_in_its_own_words():
     assert all(f'"{n}. {q}"' in rubric for n, q in lab.items())
 
 
-# --- the page is the session's, checkable -----------------------------------------------------------------------
-
-
 def test_report_check_agrees_catches_an_edit_and_never_compares_another_renderers_page(rich_run, tmp_path, capsys):
     assert main(["report", str(rich_run), "--check"]) == 0
     assert "identical" in capsys.readouterr().out

@@ -144,9 +144,6 @@ def test_a_greedy_trial_draws_no_warning_which_a_sample_only_flag_under_greedy_w
     assert any("temperature" in m for m in messages)
 
 
-# --- the raw first-step logits --------------------------------------------------------------------------------------
-
-
 def test_the_first_step_logits_are_raw_and_the_same_under_every_condition_and_the_scores_processed(model, first_trials):
     logits = {name: t[1] for name, t in first_trials.items()}
     assert all(v.shape == (model.config.vocab_size,) and v.dtype == torch.float32 for v in logits.values())
@@ -161,9 +158,6 @@ def test_the_first_step_logits_are_raw_and_the_same_under_every_condition_and_th
     assert torch.isfinite(raw).all() and not kept.all() and torch.equal(scores[kept], raw[kept])
 
 
-# --- the stop -------------------------------------------------------------------------------------------------------
-
-
 def test_the_stop_reason_rule_and_a_trial_stopped_by_its_eos_or_by_max_new_tokens(model, tokenizer, prompt,
                                                                                     first_trials):
     assert stop_reason([5, 0], eos_token_id=0, max_new_tokens=16) == "eos"
@@ -176,9 +170,6 @@ def test_the_stop_reason_rule_and_a_trial_stopped_by_its_eos_or_by_max_new_token
     first_token = full["generated_ids"][0]  # declared the EOS id: the trial ends after one selection
     record = trial(model, tokenizer, prompt, "G", eos_token_id=first_token)[0]
     assert (record["generated_ids"], record["stop_reason"], record["eos_positions"]) == ([first_token], "eos", [0])
-
-
-# --- a fresh generation cache per trial -----------------------------------------------------------------------------
 
 
 @torch.inference_mode()
