@@ -17,6 +17,7 @@ from inferlab.read.runview import RunView
 
 from fixtures_records import copy_run, edit_manifest, rerender
 from fixture_runs import runs, fixture_runs  # noqa: F401 (runs is a fixture)
+from grading_helpers import answered_explanation
 from test_addenda import aligned, tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,16 +25,6 @@ PREDICTED = "Prediction: identical ids, every time"
 EXACTNESS = "exactness, for the record: every logit of both paths must be the same number"
 VERDICT_WORDS = {"faster": "faster with the cache", "slower": "slower with the cache",
                  "cannot_tell": "this run cannot tell"}
-
-
-def answered_explanation() -> str:
-    """The template with every section answered in a line of its own."""
-    lines = []
-    for line in (ROOT / "explanation.md").read_text(encoding="utf-8").splitlines():
-        lines.append(line)
-        if line.startswith("### ") or line.startswith("## A conclusion"):
-            lines.append("My answer, resting on records.jsonl seq 139.")
-    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +71,7 @@ def test_after_attaching_the_tools_reading_stands_beside_each_answer(run, tmp_pa
     for number, question in protocol.QUESTIONS.items():  # predicted, then answered, then the tool's reading
         part = page[page.index(f"### {number}. {question}"):].split("\n### ")[0]
         order = [part.index(mark) for mark in ("*Predicted before the run*", "*Answered after the run* (addenda/"
-                                               "explanation.md)", "> My answer, resting on", "*The tool's reading:*")]
+                                               "explanation.md)", "> My own words on", "*The tool's reading:*")]
         assert order == sorted(order) and part.split("*The tool's reading:*")[1].strip().startswith("- ")
     assert f"> {PREDICTED}" in page[page.index("### 1."):page.index("### 2.")]
     timing = page[page.index("### 5."):page.index("### 6.")].split("*The tool's reading:*")[1]
@@ -105,7 +96,7 @@ def test_before_an_explanation_is_attached_the_page_holds_no_reading_and_says_ho
 
 def test_a_changed_explanation_is_labelled_and_verify_s_words_are_shown(run, tmp_path, capsys):
     attach(run, tmp_path, answered_explanation())
-    (run / "addenda/explanation.md").write_text(answered_explanation().replace("My answer", "A later answer"))
+    (run / "addenda/explanation.md").write_text(answered_explanation().replace("My own words", "A later answer"))
     capsys.readouterr()
     page = after(run, capsys, status=1)
     assert "now: **changed since it was attached**: addenda/explanation.md: size" in page

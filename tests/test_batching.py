@@ -41,19 +41,8 @@ def test_four_calls_singletons_then_both_orders_no_warmup_no_warning_and_the_tok
     assert (tokenizer.padding_side, tokenizer.pad_token, len(tokenizer)) == state
 
 
-@pytest.mark.parametrize("call_index", [2, 3], ids=["batch-in-order", "batch-reversed"])
-def test_each_row_maps_to_its_request_by_its_unpadded_prompt_ids(batching, call_index):
-    record = batching[0]
-    call = record["calls"][call_index]
-    for row, request in call["row_to_request"].items():
-        mask = torch.tensor(call["attention_mask"][int(row)], dtype=torch.bool)
-        assert torch.tensor(call["input_ids"][int(row)])[mask].tolist() == record["prompt_token_ids"][request]
-    compared = [c for c in record["comparisons"] if c["batch_call_index"] == call_index]
-    assert [c["request_id"] for c in compared] == call["request_ids"]
-    assert all(c["unpadded_prompt_matches_singleton"] for c in compared)
-
-
-def test_padding_is_left_with_the_existing_pad_id_and_positions_follow_the_mask_rule(batching):
+def test_rows_are_left_padded_with_the_existing_pad_id_positions_follow_the_mask_and_each_maps_to_its_request(
+        batching):
     record = batching[0]
     call = record["calls"][2]
     [row] = [row for row, mask in enumerate(call["attention_mask"]) if 0 in mask]
@@ -68,6 +57,14 @@ def test_padding_is_left_with_the_existing_pad_id_and_positions_follow_the_mask_
     input_ids, attention_mask = left_pad([[7, 8, 9], [5]], pad_token_id=0)
     assert (input_ids.tolist(), attention_mask.tolist()) == ([[7, 8, 9], [0, 0, 5]], [[1, 1, 1], [0, 0, 1]])
     assert positions_by_rule(attention_mask).tolist() == [[0, 1, 2], [1, 1, 0]]
+    for call_index in (2, 3):  # the batch in order, then reversed: each row is its request's unpadded prompt
+        call = record["calls"][call_index]
+        for row, request in call["row_to_request"].items():
+            mask = torch.tensor(call["attention_mask"][int(row)], dtype=torch.bool)
+            assert torch.tensor(call["input_ids"][int(row)])[mask].tolist() == record["prompt_token_ids"][request]
+        compared = [c for c in record["comparisons"] if c["batch_call_index"] == call_index]
+        assert [c["request_id"] for c in compared] == call["request_ids"]
+        assert all(c["unpadded_prompt_matches_singleton"] for c in compared)
 
 
 def test_differences_are_measured_not_assumed_zero_and_divergences_listed(batching):

@@ -36,8 +36,8 @@ def comparison(model, continuation):
     return run_matched_prefix(model, PROMPT, continuation)
 
 
-def test_2m_forwards_over_the_prompt_alone_to_the_prompt_plus_m_minus_1_all_within_the_criterion(comparison,
-                                                                                                 continuation):
+def test_2m_forwards_from_the_prompt_to_the_prompt_plus_m_minus_1_fed_as_recorded_and_within_the_criterion(
+        comparison, continuation):
     result, tensors = comparison
     assert result["forward_count"] == 2 * result["m"] == 2 * M and result["cache_object_reused"]
     lengths = [p["prefix_length"] for p in result["prefixes"]]
@@ -45,6 +45,15 @@ def test_2m_forwards_over_the_prompt_alone_to_the_prompt_plus_m_minus_1_all_with
     assert result["prefixes"][-1]["prefix_ids"] == PROMPT + continuation[: M - 1]
     assert sorted(tensors) == sorted(f"{path}/prefix_{n:02d}" for path in ("cached", "uncached") for n in lengths)
     assert result["passed"] and all(p["passed"] for p in result["prefixes"]) and result["warnings"] == []
+    for prefix in result["prefixes"]:  # what each path was fed
+        k, L = prefix["fed_continuation_tokens"], prefix["prefix_length"]
+        uncached, cached = prefix["fed_inputs"]["uncached"], prefix["fed_inputs"]["cached"]
+        assert uncached == {"input_ids": prefix["prefix_ids"], "attention_mask": [1] * L,
+                            "position_ids": list(range(L)), "cache_position": list(range(L))}
+        assert cached == uncached if k == 0 else cached == {"input_ids": [prefix["prefix_ids"][-1]],
+                                                            "attention_mask": [1] * L, "position_ids": [L - 1],
+                                                            "cache_position": [L - 1]}
+    assert result["all_inputs_aligned"]
 
 
 def test_the_cache_is_inspected_apart_from_the_config_flag(model, comparison):
@@ -54,19 +63,6 @@ def test_the_cache_is_inspected_apart_from_the_config_flag(model, comparison):
         assert layer["logical_length_from_tensor"] == layer["logical_length_from_cache"] == length
         assert (layer["key"]["dtype"], layer["key"]["device"]) == ("torch.float32", "cpu")
     assert cache["unique_bytes"] == cache["expected_bytes"] == expected_kv_cache_bytes(model.config, length)
-
-
-def test_both_paths_record_what_they_fed(comparison):
-    result, _ = comparison
-    for prefix in result["prefixes"]:
-        k, L = prefix["fed_continuation_tokens"], prefix["prefix_length"]
-        uncached, cached = prefix["fed_inputs"]["uncached"], prefix["fed_inputs"]["cached"]
-        assert uncached == {"input_ids": prefix["prefix_ids"], "attention_mask": [1] * L,
-                            "position_ids": list(range(L)), "cache_position": list(range(L))}
-        assert cached == uncached if k == 0 else cached == {"input_ids": [prefix["prefix_ids"][-1]],
-                                                            "attention_mask": [1] * L, "position_ids": [L - 1],
-                                                            "cache_position": [L - 1]}
-    assert result["all_inputs_aligned"]
 
 
 def test_a_single_target_compares_only_the_prefill(model, continuation):

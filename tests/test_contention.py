@@ -1,6 +1,5 @@
 """The cache verdict on each metric's own samples against the declared threshold, and what the report says of the
-contended trials, all on timing records built in memory (each trial's evidence from its raw readings by the declared
-rule: inferlab.measure.usage; the rule itself and the readers: tests/test_usage.py)."""
+contended trials, on timing records built in memory (the rule and the readers: tests/test_usage.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +13,7 @@ from inferlab.read.runview import RunView
 from inferlab.report import Labels, costs, decide, plots
 from inferlab.report.after import reading
 
-MS = 1_000_000  # ns
-
-
-def readings(prefill_cpu_ns: int, loop_cpu_ns: int, start_cpu: int = 5 * MS) -> dict:
-    return {"start": [start_cpu, 3, 1, 0, 0, 0, 0], "prefill_done": [start_cpu + prefill_cpu_ns, 3, 1, 0, 0, 0, 0],
-            "end": [start_cpu + loop_cpu_ns, 4, 1, 0, 0, 0, 0]}
+from test_usage import MS, readings
 
 
 def trial(schedule_index: int, prompt_id: str, use_cache: bool, prefill_ms: float, step_ms: float,

@@ -1,6 +1,5 @@
-"""inferlab.measure.decode_loop on the tiny model: the same selections with and without the cache, ordered stamps and
-the times derived from them, the forwards it makes, logits_to_keep checked where it tells, the usage reads at the
-span ends only, what its own reads cost, and its check against generate() (by ids for P1, by inputs for P1x8)."""
+"""inferlab.measure.decode_loop on the tiny model: selections, stamps and times, forwards, logits_to_keep, the usage
+reads, what its own reads cost, and its check against generate() (by ids for P1, by inputs for P1x8)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,8 @@ from inferlab.measure.cache_check import compare_vectors
 from inferlab.measure.decode_loop import bare_greedy_loop, run_greedy_loop
 from inferlab.measure.sampling import greedy_generation_config
 from inferlab.specimen.build import tiny_gpt_neox, tiny_tokenizer
+
+from test_cache_check import ignoring_logits_to_keep
 
 N = protocol.TIMING_NEW_TOKENS
 PROMPT = [5, 17, 33, 2, 9, 40, 11]
@@ -79,15 +80,6 @@ def test_one_prefill_then_one_forward_per_selection_and_a_cache_of_the_fed_lengt
     assert [len(step["input_ids"][0]) for step in steps] == [T] + fed_lengths
     cache = results[0].cache  # the last selected token is never fed, so the cache holds prompt + N - 1 tokens
     assert cache.get_seq_length() == T + N - 1 if use_cache else cache is None
-
-
-def ignoring_logits_to_keep(monkeypatch):
-    """A tiny model whose forward returns every position's logits, whatever logits_to_keep asks for."""
-    model = tiny_gpt_neox(seed=0)
-    real_forward = model.forward
-    monkeypatch.setattr(model, "forward",
-                        lambda *args, **kwargs: real_forward(*args, **{**kwargs, "logits_to_keep": 0}))
-    return model
 
 
 @BOTH
@@ -202,7 +194,8 @@ def test_the_loop_selects_as_greedy_generate_does_through_its_eos_stop(model, pr
     assert not differs["equal"] and differs["first_difference"] == 0
 
 
-def test_both_sides_of_the_inputs_check_are_what_the_loop_and_generate_really_feed(model, prompt):
+def test_the_inputs_check_holds_what_both_really_feed_runs_no_forward_on_a_long_prompt_and_catches_a_shift(
+        model, prompt, monkeypatch):
     output = []
     seen = fed(model, lambda: output.append(model.generate(input_ids=prompt[0], attention_mask=prompt[1],
                                                            generation_config=greedy_generation_config(N, None, 0),
@@ -212,10 +205,6 @@ def test_both_sides_of_the_inputs_check_are_what_the_loop_and_generate_really_fe
     loop = []
     assert fed(model, lambda: loop.append(run_greedy_loop(model, *prompt, use_cache=True))) == \
         decode_loop.loop_step_inputs(PROMPT, loop[0].generated_ids)
-
-
-def test_a_long_prompts_loop_agrees_with_generates_inputs_without_a_forward_and_a_shifted_one_is_caught(model,
-                                                                                                         monkeypatch):
     long_prompt = (PROMPT + [1]) * 8
     ids = torch.tensor([long_prompt])
     generated = run_greedy_loop(model, ids, torch.ones_like(ids), use_cache=True).generated_ids
@@ -239,8 +228,7 @@ def test_a_long_prompts_loop_agrees_with_generates_inputs_without_a_forward_and_
 @pytest.mark.slow
 @pytest.mark.process
 def test_a_real_run_checks_every_timing_prompts_loop_against_generate(standin_run):
-    """P1 by ids (the matrix's greedy trial); P1x8, which has no generate() call in the budget, by its inputs, with
-    no forward run for the check; and the report says both."""
+    """P1 by ids; P1x8 (no generate() call in the budget) by its inputs, with no forward; the report says both."""
     from shared_runs import records
 
     check = next(r for r in records(standin_run) if r["kind"] == "loop_vs_generate")

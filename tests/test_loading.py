@@ -1,5 +1,5 @@
-"""inferlab.measure.loading: controlled loading of the stand-in and what its records say, a load that is not faithful
-to the checkpoint, a model outside the controls, every forward watched, and the warnings a model call raises."""
+"""inferlab.measure.loading: the controlled load and its record, an unfaithful load, a model outside the controls,
+every forward watched, and the warnings a model call raises."""
 
 from __future__ import annotations
 
@@ -76,29 +76,18 @@ def test_violations_name_each_control_a_model_breaks_grouped_in_the_summary(stan
     assert any("device expected cpu, actual meta" in v for v in off_cpu)
 
 
-@pytest.fixture(scope="module")
-def tiny_spec_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("tiny-specs")
-
-
-@pytest.mark.parametrize("damage, key, found", [
-    ({}, None, None),
-    ({"drop": ("gpt_neox.final_layer_norm.bias",)}, "missing_keys", "gpt_neox.final_layer_norm.bias"),
-    ({"extra": ("gpt_neox.stowaway.weight",)}, "unexpected_keys", "gpt_neox.stowaway.weight"),
-], ids=["faithful", "missing", "unexpected"])
-def test_a_load_that_is_not_faithful_to_the_checkpoint_names_its_problems(tmp_path, tiny_spec_root, damage, key, found):
+def test_a_load_that_is_not_faithful_to_the_checkpoint_names_its_problems(tmp_path):
     from tiny_specimen import build_tiny_specimen, write_spec
 
-    directory = build_tiny_specimen(tmp_path / "tiny", **damage)
-    write_spec(tiny_spec_root, directory, name=f"tiny-{tmp_path.name}")
-    load = loading.load_specimen(directory, specimen.load_spec(f"tiny-{tmp_path.name}", tiny_spec_root))["model_load"]
-    if key is None:
-        assert load["load_problems"] == []
-        return
-    assert load["loading_info"][key] == [found]
-    assert any(p.startswith(f"{key}: ") and found in p for p in load["load_problems"])
-    if key == "missing_keys":  # transformers' own warning is kept as evidence and named as a problem too
-        assert any("newly initialized" in p for p in load["load_problems"] if p.startswith("log "))
+    missing, unexpected = "gpt_neox.final_layer_norm.bias", "gpt_neox.stowaway.weight"
+    directory = build_tiny_specimen(tmp_path / "tiny", drop=(missing,), extra=(unexpected,))
+    write_spec(tmp_path, directory, name="tiny-damaged")
+    load = loading.load_specimen(directory, specimen.load_spec("tiny-damaged", tmp_path))["model_load"]
+    for key, found in (("missing_keys", missing), ("unexpected_keys", unexpected)):
+        assert load["loading_info"][key] == [found]
+        assert any(p.startswith(f"{key}: ") and found in p for p in load["load_problems"])
+    # transformers' own warning of the missing weight is kept as evidence and named as a problem too
+    assert any("newly initialized" in p for p in load["load_problems"] if p.startswith("log "))
 
 
 def test_a_file_swapped_after_verification_is_never_loaded(standin_copy, standin_spec, monkeypatch):
@@ -131,9 +120,6 @@ def test_a_config_that_changes_the_architecture_is_a_violation(standin_copy, sta
     violations = loading.inspect_model(loaded["model"], standin_copy, spec.architecture)["violations"]
     assert "config.hidden_act: expected 'gelu' (the specimen's pinned architecture), actual 'relu'" in violations
     assert any(v.startswith("config.use_parallel_residual: expected True") for v in violations)
-
-
-# --- every forward watched ------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -169,9 +155,6 @@ def test_a_forward_outside_inference_mode_or_in_training_mode_is_a_violation_wit
     watch.remove()
     model(ids)
     assert watch.forwards == 4  # removed: no longer counted
-
-
-# --- the warnings of a model call ------------------------------------------------------------------------------------
 
 
 def test_the_capture_sees_warnings_and_library_logs_even_when_the_library_is_set_quieter_or_the_block_raises():

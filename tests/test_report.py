@@ -1,6 +1,5 @@
-"""report.md: the evidence the lab asks the tool to summarize, and no reading of it. A real stand-in run's page is
-held against its records; the behaviours of partial and odd runs are rendered from the shared fixture runs
-(tests/fixture_runs.py), in memory where nothing is written."""
+"""report.md: the evidence the lab asks the tool to summarize, and no reading of it; a real stand-in run's page against
+its records, partial and odd runs from the shared fixture runs (tests/fixture_runs.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +32,6 @@ READING_PHRASES = ("faster with the cache", "slower with the cache", "made it fa
                    "does the cache change what is computed", "estimate no output distribution")
 
 rich_run = shared("rich_run", "rich", "The shared rich run (never change it: copy it).")
-failed_run = shared("failed_run", "failed_ended", "The shared run that failed at acquisition, with its report.")
 complete = shared("complete", "complete", "The shared complete run in memory, for variants.", in_memory=True)
 
 
@@ -101,8 +99,7 @@ def test_a_stand_in_runs_report_holds_every_piece_of_evidence_and_no_reading(sta
 
 
 def test_the_templates_ask_the_labs_six_questions_in_its_own_words():
-    """predictions.md, explanation.md, the protocol (which the report quotes) and the rubric's explanation headings
-    hold the lab's questions word for word; the lab's page is read where ../shared/spec has it, never copied in."""
+    """The templates, the protocol and the rubric against the lab's page where ../shared/spec has it (never copied)."""
     if not SPEC.is_file():
         pytest.skip(f"the lab's page is not here ({SPEC}): ../shared/spec is beside the repository on the course's "
                     "machines only")
@@ -117,27 +114,18 @@ def test_the_templates_ask_the_labs_six_questions_in_its_own_words():
     assert all(f'"{n}. {q}"' in rubric for n, q in lab.items())
 
 
-# --- the page is the session's, checkable -----------------------------------------------------------------------
-
-
-def test_report_check_agrees_with_the_session_and_catches_an_edit(rich_run, tmp_path, capsys):
+def test_report_check_agrees_catches_an_edit_and_never_compares_another_renderers_page(rich_run, tmp_path, capsys):
     assert main(["report", str(rich_run), "--check"]) == 0
     assert "identical" in capsys.readouterr().out
     edited = copy_run(rich_run, tmp_path / "edited")
     (edited / REPORT_FILE).write_text(page(edited) + "hindsight\n", encoding="utf-8")
     assert main(["report", str(edited), "--check"]) == 1
     assert f"differs from {edited / REPORT_FILE}" in capsys.readouterr().out
-
-
-def test_a_page_another_renderer_wrote_is_not_compared(rich_run, tmp_path, capsys):
     older = copy_run(rich_run, tmp_path / "older")
     edit_manifest(older, report_renderer_version=REPORT_RENDERER_VERSION - 1)
     assert main(["report", str(older), "--check"]) == 3
     assert "neither called identical nor different" in capsys.readouterr().out
-
-
-def test_manifest_fields_that_change_at_session_end_do_not_change_the_page(rich_run, tmp_path):
-    run = copy_run(rich_run, tmp_path / "final-manifest")
+    run = copy_run(rich_run, tmp_path / "final-manifest")  # the fields that change at session end leave the page
     manifest = json.loads((run / MANIFEST_FILE).read_text())
     manifest.update(complete=not manifest["complete"], exit_status=9, outcome_counts={"x": 1},
                     ended_utc="2099-01-01T00:00:00+00:00", checks={"c": 1})
@@ -148,7 +136,12 @@ def test_manifest_fields_that_change_at_session_end_do_not_change_the_page(rich_
 # --- trials that produced nothing: named, never compared ----------------------------------------------------------
 
 
-def test_failed_trials_leave_identity_undecided_and_are_counted_apart(complete):
+def test_failed_trials_leave_identity_undecided_are_counted_apart_and_repetitions_that_differ_are_a_no(complete):
+    def differ(records):
+        second = next(r for r in records if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep2")
+        second["generated_ids"] = second["generated_ids"][:-1] + [second["generated_ids"][-1] % 50 + 1]
+        return fail_generation(records, "P1-G-rep1")
+
     text = rendered(complete.rich(transform=lambda records: fail_generation(
         fail_generation(records, "P1-G-rep3"), "P1-S1-seed31")))
     p1 = table_rows(section(text, "Repeatability"))[1]
@@ -156,14 +149,6 @@ def test_failed_trials_leave_identity_undecided_and_are_counted_apart(complete):
                       "S1 2/2 (1 failed), S2 3/3, S3 3/3", "1 of 10 (2 failed)"]
     trials = {row[1]: row for row in table_rows(section(text, "Generation trials"))}
     assert trials["`P1-G-rep3`"][2] == "failed (failed, F1)"
-
-
-def test_repetitions_that_differ_are_a_no_even_with_one_failed(complete):
-    def differ(records):
-        second = next(r for r in records if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep2")
-        second["generated_ids"] = second["generated_ids"][:-1] + [second["generated_ids"][-1] % 50 + 1]
-        return fail_generation(records, "P1-G-rep1")
-
     assert table_rows(section(rendered(complete.rich(transform=differ)), "Repeatability"))[1][1] == \
         "**no** (2 of 3 recorded, 1 failed)"
 
@@ -196,7 +181,7 @@ def test_probabilities_and_top_p_follow_the_labs_worked_example():
     assert evidence.entropy_nats(evidence.probabilities(numpy.zeros(50304))) == pytest.approx(math.log(50304))
 
 
-def test_first_step_and_cache_tables_are_computed_from_the_saved_tensors(rich_run, tmp_path):
+def test_first_step_cache_and_throughput_figures_are_computed_from_the_tensors_and_records(rich_run, tmp_path):
     from safetensors.numpy import load_file
 
     vector = load_file(str(rich_run / "tensors/first_step_logits.safetensors"))["P1/G"].astype(numpy.float64)
@@ -214,10 +199,7 @@ def test_first_step_and_cache_tables_are_computed_from_the_saved_tensors(rich_ru
     missing = copy_run(rich_run, tmp_path / "no-tensors")
     (missing / "tensors/first_step_logits.safetensors").unlink()
     assert "not available: tensors/first_step_logits.safetensors [P1/G] is missing" in report.render_report(missing)
-
-
-def test_throughput_is_the_median_of_the_per_trial_values_with_its_convention(rich_run):
-    trials = stats.measured(RunView.read(rich_run).kind("timing_trial"))[("P1", True)]
+    trials = stats.measured(RunView.read(rich_run).kind("timing_trial"))[("P1", True)]  # throughput: per-trial values
     rates = [stats.throughput_including_prompt(t["token_times_s"]) for t in trials]
     row = next(r for r in table_rows(section(page(rich_run), "Timing")) if r[0] == "P1, cache on"
                and r[3].startswith("throughput 16/(t16 − t0)"))
@@ -252,15 +234,6 @@ def test_blank_predictions_captured_warnings_and_a_real_specimen_are_said(rich_r
     warned = next(r for r in RunView.read(run).records if r.get("warnings"))
     assert f"`{warned['kind']}` seq {warned['seq']}" in section(text, "Run status")
     assert report.SYNTHETIC_BANNER not in page(build_complete_run(tmp_path / "real", synthetic=False))
-
-
-def test_a_run_that_measured_nothing_gets_a_short_page_with_the_reason_and_next_steps(failed_run):
-    from inferlab.specimen import acquisition_next_steps
-
-    text = page(failed_run)
-    assert len(text.splitlines()) < 60 and "## Inputs" not in text
-    assert text.index("## What happened") < text.index("## What to do next")
-    assert all(f"- {step}" in text for step in acquisition_next_steps(RunView.read(failed_run).specimen_spec()))
 
 
 # --- odd runs and odd text ----------------------------------------------------------------------------------------

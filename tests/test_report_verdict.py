@@ -1,10 +1,6 @@
-"""The report's verdict: one test per kind, on variants of the shared complete run made in memory (no model, no
-files: tests/fixture_runs.py), and on copied folders where a file is the subject (an abandoned finish, a killed
-run, a damaged line).
-
-Only a run that finished (session_end), uninterrupted, with the complete protocol, an outcome for every
-planned test and every outcome passed may be called "every planned test passed".
-"""
+"""The report's verdict, one test per kind, on the shared complete run's variants in memory (tests/fixture_runs.py)
+and on copied folders where a file is the subject. Only a run that finished, uninterrupted, with the complete
+protocol and every planned test's outcome passed may be called "every planned test passed"."""
 
 from __future__ import annotations
 
@@ -13,13 +9,18 @@ from pathlib import Path
 import pytest
 
 from inferlab import report
+from inferlab.__main__ import main
+from inferlab.read.runview import RunView
 from inferlab.run.records import REPORT_FILE
+from inferlab.specimen import acquisition_next_steps
 
-from fixtures_records import abandon_finish, build_rich_run, copy_run, kill_after, rerender
+from fixtures_records import abandon_finish, build_rich_run, kill_after, rerender
 from fixture_runs import RunData, plots_not_drawn, runs, shared  # noqa: F401 (fixtures)
 
 PASSED = "Every planned test passed"
 TIMING_DIVERGENCE = "experiments/test_50_timing.py::test_cache_divergence"
+INTERRUPTED = {"interrupted": True, "stop_reason": "interrupted by SIGINT", "exit_status": 2,
+               "exit_code_name": "INTERRUPTED"}
 
 
 def headline(text: str) -> str:
@@ -61,25 +62,11 @@ def drop_outcomes(predicate):
     return transform
 
 
-@pytest.fixture(scope="module")
-def abandoned(tmp_path_factory) -> Path:
-    """A second Ctrl-C during the final writes of the shared rich run: session_end and the session's page are
-    written, the manifest is still the start one. Shared by the tests that only read it."""
-    from fixture_runs import fixture_runs
-
-    return abandon_finish(fixture_runs(tmp_path_factory).copy("rich", tmp_path_factory.mktemp("verdict") / "abandoned"))
-
-
 def test_a_variant_in_memory_is_the_run_build_rich_run_writes(complete, runs, tmp_path):
-    """The in-memory variants below stand for build_rich_run's folders: the same records and the same pages."""
-    def interrupted(records):
-        return drop_outcomes(lambda t: "test_70_batching" in t)(records)
-
-    session_end = {"interrupted": True, "stop_reason": "interrupted by SIGINT", "exit_status": 2,
-                   "exit_code_name": "INTERRUPTED"}
-    built = build_rich_run(tmp_path / "built", transform=interrupted, session_end=session_end,
+    interrupted = drop_outcomes(lambda t: "test_70_batching" in t)
+    built = build_rich_run(tmp_path / "built", transform=interrupted, session_end=INTERRUPTED,
                            base=runs.get("complete"))
-    data = complete.rich(transform=interrupted, session_end=session_end)
+    data = complete.rich(transform=interrupted, session_end=INTERRUPTED)
     assert data.records == RunData.read(built).records
     assert report.render_report(data.view()) == (built / REPORT_FILE).read_text()
     assert report.decide(data.view()) == report.decide(built)
@@ -96,19 +83,20 @@ def test_an_interrupted_run_says_so_first_even_with_a_failed_diagnostic(complete
         records = fail("test_greedy_repetitions_identical", "greedy repetitions differ")(records)
         return drop_outcomes(lambda t: "test_60_memory" in t or "test_70_batching" in t)(records)
 
-    found, page = judged(complete.rich(transform=interrupted, session_end={
-        "interrupted": True, "stop_reason": "interrupted by SIGINT", "exit_status": 2,
-        "exit_code_name": "INTERRUPTED"}))
+    found, page = judged(complete.rich(transform=interrupted, session_end=INTERRUPTED))
     assert found.kinds[0] == "interrupted" and "diagnostic_failed" in found.kinds
     assert "**The run was interrupted** (interrupted by SIGINT)" in headline(page)
     assert PASSED not in page
 
 
-def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned, tmp_path, capsys, plots_not_drawn):
-    """A second Ctrl-C during the final writes: session_end exists, the manifest is still the start one."""
-    from inferlab.__main__ import main
-
-    run = copy_run(abandoned, tmp_path / "abandoned")
+def test_an_abandoned_finish_is_expected_during_the_session_and_never_called_passed_after_it(runs, tmp_path, capsys,
+                                                                                               plots_not_drawn):
+    run = abandon_finish(runs.copy("rich", tmp_path / "abandoned"))  # a second Ctrl-C during the final writes
+    # the session renders before its final manifest, so the default form does not read that as abandoned; once the
+    # session is over, the page it wrote no longer says what the folder holds
+    assert report.decide(run).kind == "passed" and report.check(run).status == "identical"
+    assert main(["report", str(run), "--check"]) == 1
+    assert "regenerated text differs" in capsys.readouterr().out
     found = report.decide(run, after_session=True)
     assert found.kind == "finish_abandoned" and "passed" not in found.kinds
     report.write_report(run, after_session=True)
@@ -120,16 +108,6 @@ def test_an_abandoned_finish_is_never_called_passed_after_the_session(abandoned,
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
     assert "final writes were abandoned" in capsys.readouterr().out
-
-
-def test_during_the_session_an_unfinalised_manifest_is_expected_and_after_it_the_page_is_stale(abandoned, capsys):
-    """The session renders before its final manifest, so the default form does not read that as abandoned; once
-    the session is over, the page it wrote no longer says what the folder holds."""
-    from inferlab.__main__ import main
-
-    assert report.decide(abandoned).kind == "passed" and report.check(abandoned).status == "identical"
-    assert main(["report", str(abandoned), "--check"]) == 1
-    assert "regenerated text differs" in capsys.readouterr().out
 
 
 def test_a_killed_run_reported_later_says_its_files_are_unprotected(runs, tmp_path):
@@ -175,23 +153,24 @@ def test_planned_tests_without_an_outcome_are_named_even_when_the_session_ended(
     assert TIMING_DIVERGENCE in found.not_reached
 
 
-def test_a_failed_acquisition_heads_the_page(runs):
+def test_a_failed_acquisition_heads_a_short_page_with_the_reason_and_the_next_steps(runs):
     run = runs.get("failed_ended")
     found = report.decide(run)
     assert found.kind == "acquisition_failed"
     assert "integrity_failed" not in found.kinds  # the acquisition is the subject, not a second finding
     assert "**The specimen could not be acquired, so nothing was measured.**" in file_headline(run)
+    text = (run / REPORT_FILE).read_text(encoding="utf-8")
+    assert len(text.splitlines()) < 60 and "## Inputs" not in text
+    assert text.index("## What happened") < text.index("## What to do next")
+    assert all(f"- {step}" in text for step in acquisition_next_steps(RunView.read(run).specimen_spec()))
 
 
-def test_a_failed_integrity_check_is_a_harness_problem(complete):
+def test_a_failed_integrity_check_is_a_harness_problem_a_failed_diagnostic_a_finding_read_after_it(complete):
     found, page = judged(complete.rich(transform=fail("test_cache_criterion_declared", "no criterion")))
     assert found.kind == "integrity_failed"
     assert "**1 harness-integrity check failed**" in headline(page)
     status = page.split("## The questions")[0]
     assert "| F1 | `test_cache_criterion_declared` | integrity | call | no criterion |" in status
-
-
-def test_a_failed_diagnostic_is_a_finding_and_after_a_failed_integrity_check_it_is_read_second(complete):
     found, page = judged(complete.rich(transform=fail("test_loop_matches_generate", "loop ids differ")))
     assert found.kinds == ["diagnostic_failed"]
     assert "**1 protocol diagnostic failed**, and every harness-integrity check that ran passed" in headline(page)

@@ -144,17 +144,11 @@ def test_a_greedy_trial_draws_no_warning_which_a_sample_only_flag_under_greedy_w
     assert any("temperature" in m for m in messages)
 
 
-# --- the raw first-step logits --------------------------------------------------------------------------------------
-
-
-def test_the_first_step_logits_are_raw_and_the_same_under_every_condition(model, first_trials):
+def test_the_first_step_logits_are_raw_and_the_same_under_every_condition_and_the_scores_processed(model, first_trials):
     logits = {name: t[1] for name, t in first_trials.items()}
     assert all(v.shape == (model.config.vocab_size,) and v.dtype == torch.float32 for v in logits.values())
     assert all(torch.equal(logits["G"], value) for value in logits.values())
     assert len({t[0]["first_step_logits_sha256"] for t in first_trials.values()}) == 1
-
-
-def test_the_scores_are_the_logits_after_the_conditions_processors(first_trials):
     _, raw, scores = first_trials["G"]
     assert torch.equal(scores, raw)
     _, raw, scores = first_trials["S2"]  # in 4.57.1 scores are divided by T, not log-softmaxed
@@ -164,26 +158,18 @@ def test_the_scores_are_the_logits_after_the_conditions_processors(first_trials)
     assert torch.isfinite(raw).all() and not kept.all() and torch.equal(scores[kept], raw[kept])
 
 
-# --- the stop -------------------------------------------------------------------------------------------------------
-
-
-def test_the_stop_reason_rule():
+def test_the_stop_reason_rule_and_a_trial_stopped_by_its_eos_or_by_max_new_tokens(model, tokenizer, prompt,
+                                                                                    first_trials):
     assert stop_reason([5, 0], eos_token_id=0, max_new_tokens=16) == "eos"
     assert stop_reason(list(range(1, 17)), eos_token_id=0, max_new_tokens=16) == "max_new_tokens"
     assert stop_reason(list(range(1, 16)) + [0], eos_token_id=0, max_new_tokens=16) == "eos"
     assert stop_reason([5, 6], eos_token_id=0, max_new_tokens=16) == "unexplained"
-
-
-def test_a_selected_eos_stops_the_trial_and_otherwise_max_new_tokens_does(model, tokenizer, prompt, first_trials):
     full = first_trials["G"][0]
     assert not full["eos_positions"], "precondition: the tiny model's greedy run selected EOS"
     assert (full["generated_length"], full["stop_reason"]) == (protocol.MAX_NEW_TOKENS, "max_new_tokens")
     first_token = full["generated_ids"][0]  # declared the EOS id: the trial ends after one selection
     record = trial(model, tokenizer, prompt, "G", eos_token_id=first_token)[0]
     assert (record["generated_ids"], record["stop_reason"], record["eos_positions"]) == ([first_token], "eos", [0])
-
-
-# --- a fresh generation cache per trial -----------------------------------------------------------------------------
 
 
 @torch.inference_mode()

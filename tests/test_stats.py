@@ -1,7 +1,6 @@
-"""inferlab.measure.stats: what the summaries count, and the effect interval (Hodges-Lehmann shift of log times with
-its Mann-Whitney interval): its exact coverage, on samples with a known shift that it covers the shift at its stated
-rate, and that the verdict (the interval against the declared threshold) claims a direction where there is none no
-more often than the interval misses. (Part 5's formulas on worked examples: analytic_tests/test_50_timing_formulas.)"""
+"""inferlab.measure.stats: the summaries, and the effect interval (Hodges-Lehmann shift of log times, Mann-Whitney
+interval): its exact coverage, its coverage of a known shift, and a verdict claiming a direction where there is none
+no more often than the interval misses. (Part 5's formulas: analytic_tests/test_50_timing_formulas.)"""
 
 from __future__ import annotations
 

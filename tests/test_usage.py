@@ -1,6 +1,5 @@
-"""inferlab.measure.usage: the declared contention rule, a trial's evidence from its raw readings, the readers at the
-ends of the spans (a collection never lands between a CPU reading and its wall stamp), and the collector kept out
-of the timed spans (one collection before the timing block, none before a single trial)."""
+"""inferlab.measure.usage: the contention rule, a trial's evidence, the readers at the span ends, the collector off in
+the timed spans (one collection before the timing block, none before a single trial)."""
 
 from __future__ import annotations
 
@@ -12,12 +11,12 @@ import sys
 import time
 
 import pytest
-import torch
 
 from inferlab import protocol
 from inferlab.measure import usage
 from inferlab.measure.decode_loop import run_greedy_loop
-from inferlab.specimen.build import tiny_gpt_neox
+
+from test_decode_loop import model, prompt  # noqa: F401 (fixtures: the tiny model and a seven-token prompt)
 
 RULE = protocol.CONTENTION_RULE
 MS = 1_000_000  # ns
@@ -196,17 +195,6 @@ def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(
 # --- the collector around the timed spans --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def model():
-    return tiny_gpt_neox(seed=0)
-
-
-@pytest.fixture
-def prompt():
-    ids = torch.tensor([[5, 17, 33, 2, 9, 40, 11]], dtype=torch.long)
-    return ids, torch.ones_like(ids)
-
-
 @pytest.fixture
 def eager_collector():
     """A collection due at almost every tracked allocation, so a loop left with the collector on meets many."""
@@ -260,8 +248,8 @@ def test_the_one_collection_before_the_block_is_timed_and_freezes_what_is_alive_
     assert len(kept) <= thawed <= found["frozen"] and gc.get_freeze_count() == 0
 
 
-def test_a_loop_under_the_default_policy_collects_nothing_and_sees_no_collection(model, prompt, eager_collector,
-                                                                                   monkeypatch):
+def test_a_loop_sees_no_collection_by_default_and_labels_those_it_meets_left_on(model, prompt, eager_collector,
+                                                                                monkeypatch):
     full = []
     monkeypatch.setattr(gc, "collect", lambda *args: full.append(args) or 0)
     record = run_greedy_loop(model, *prompt, use_cache=True, new_tokens=6).to_record()
@@ -270,9 +258,6 @@ def test_a_loop_under_the_default_policy_collects_nothing_and_sees_no_collection
     assert record["collector_enabled_in_spans"] is False and gc.isenabled()
     for span in record["cpu_evidence"].values():
         assert span["collections"] == span["collector_ns"] == 0 and "collection" not in span["disturbed_by"]
-
-
-def test_a_loop_with_the_collector_left_on_records_and_labels_its_collections(model, prompt, eager_collector):
     record = run_greedy_loop(model, *prompt, use_cache=True, new_tokens=6,
                              collector_policy=usage.ON_IN_SPANS).to_record()
     loop = record["cpu_evidence"]["loop"]
