@@ -229,7 +229,7 @@ def test_a_refused_artifacts_copy_prints_one_line_per_failure_and_no_traceback(p
 
 
 @pytest.mark.slow
-def test_a_selection_that_measures_nothing_says_so_last_and_exits_5(project):
+def test_a_selection_that_measures_nothing_says_so_last_and_exits_5_and_its_plan_is_still_a_plan(project):
     result = project.runpytest("experiments/test_40_cache.py", "--specimen", "standin", "--record-dir", "run")
     assert result.ret == 5
     last = result.stdout.str().strip().splitlines()[-1]
@@ -239,10 +239,6 @@ def test_a_selection_that_measures_nothing_says_so_last_and_exits_5(project):
     assert end["measured_nothing"] is True and end["complete"] is False
     report = (project.path / "run" / "report.md").read_text()
     assert "each names the failure above" not in report
-
-
-@pytest.mark.slow
-def test_a_plan_of_a_selection_that_would_measure_nothing_is_still_a_plan(project):
     result = project.runpytest("experiments", "-k", "cache", "--specimen", "standin", "--record-dir", "plan", "--plan")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED or result.ret == pytest.ExitCode.OK
     assert session_end_of(project.path / "plan")["measured_nothing"] is False
