@@ -94,13 +94,11 @@ def test_the_command_refuses_cleanly_where_it_cannot_build(tmp_path, case):
 
 def test_a_replica_without_its_reference_is_a_usage_error_before_a_run_writes_anything(pytester, monkeypatch,
                                                                                         tmp_path):
-    import shutil
+    from shared_runs import make_project
 
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.setenv(build.REFERENCE_ENV, str(tmp_path / "absent"))
-    shutil.copytree(REPO_ROOT / "experiments", pytester.path / "experiments")
-    shutil.copytree(REPO_ROOT / "artifacts", pytester.path / "artifacts", ignore=shutil.ignore_patterns("cache"))
-    shutil.copy(REPO_ROOT / "conftest.py", pytester.path / "conftest.py")
+    make_project(pytester.path)
     result = pytester.runpytest_subprocess("experiments", "--specimen", "replica", "--record-dir", "run")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and not (pytester.path / "run").exists()
     result.stderr.fnmatch_lines([f"*--specimen replica*{tmp_path / 'absent'}*"])
