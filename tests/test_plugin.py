@@ -266,14 +266,14 @@ def test_a_skip_for_a_prerequisite_names_the_first_failure_of_its_chain(suite):
 
 
 def test_a_ctrl_c_mid_session_leaves_whole_records_and_an_unfinished_run(suite):
-    write_experiment(suite, "import os, signal, pytest\n@pytest.mark.records('before')\ndef test_first(record):\n"
-                            "    record('before')\ndef test_interrupted():\n    os.kill(os.getpid(), signal.SIGINT)\n"
-                            "@pytest.mark.records('unreachable')\ndef test_never(record):\n    record('unreachable')\n")
+    write_experiment(suite, SELF_INTERRUPTING + "@pytest.mark.records('unreachable')\ndef test_never(record):\n"
+                                                "    record('unreachable')\n")
     done = start_pytest(suite, "experiments", "--record-dir", "run")
     done.communicate(timeout=120)
     assert done.returncode == pytest.ExitCode.INTERRUPTED
     kinds = [r["kind"] for r in read_records(suite.path / "run")]  # every line parses
-    assert "before" in kinds and "unreachable" not in kinds and manifest_of(suite.path / "run")["complete"] is False
+    assert "before_interrupt" in kinds and "unreachable" not in kinds
+    assert manifest_of(suite.path / "run")["complete"] is False
     end = session_end(suite.path / "run")
     assert (end["interrupted"], end["signals"], end["stop_reason"]) == (True, ["SIGINT"], "interrupted by SIGINT")
     assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_interrupted", "test_never"]
