@@ -6,8 +6,8 @@ on the same server) with X-Linked-Size and X-Linked-Etag (the sha256); 404 with 
 unknown file. Every request is logged as (method, path), its headers in `headers`.
 
 advertise_sizes (name -> size in the metadata), extra_files (name -> bytes, listed, never to be requested) and
-faults ((method, name) -> mode, method "HEAD", "GET" or "*", name a file or "*"; for an LFS file a GET fault applies
-to the CDN request that carries the body). Modes: stall (send nothing), trickle_headers (headers one byte every
+faults ((method, name) -> mode, method "HEAD" or "GET"; for an LFS file a GET fault applies to the CDN request that
+carries the body). Modes: stall (send nothing), trickle_headers (headers one byte every
 0.2 s, never finishing), trickle (the body 4 bytes every 0.25 s), redirect_forever (302 to the same path with a new
 query), 500, reset (half the body, then RST), truncated (half the body, then a normal close), longer and shorter (a
 body unlike the metadata, with a Content-Length that admits it), longer_no_length (a longer body with no
@@ -92,11 +92,6 @@ class HubServer:
         self._server.server_close()
         self._thread.join()
 
-    def fault(self, method: str, name: str) -> Optional[str]:
-        """The fault mode for a request, if any."""
-        keys = ((method, name), (method, "*"), ("*", name), ("*", "*"))
-        return next((self.faults[key] for key in keys if key in self.faults), None)
-
     def answer(self, raw_path: str) -> tuple[int, dict, bytes, Optional[str]]:
         """Status, headers, body and the file name for a request path (the body is dropped for HEAD)."""
         path = urllib.parse.unquote(urllib.parse.urlsplit(raw_path).path)
@@ -131,7 +126,7 @@ def _handler_for(hub: HubServer):
                 hub.requests.append((self.command, self.path))
                 hub.headers.append(dict(self.headers))
             status, headers, body, name = hub.answer(self.path)
-            mode = hub.fault(self.command, name) if name is not None else None
+            mode = hub.faults.get((self.command, name))
             if mode == "stall":
                 hub.stopping.wait()
             elif mode == "trickle_headers":

@@ -83,14 +83,9 @@ def imports(package: Path = PACKAGE) -> list[Import]:
     return found
 
 
-def layer_index(layers=LAYERS) -> dict[str, int]:
-    """Each part's layer, 0 the lowest."""
-    return {part: index for index, layer in enumerate(layers) for part in layer}
-
-
 def upward_imports(found: list[Import], layers=LAYERS) -> list[str]:
     """One line per import that goes up, or across to another part of the same layer."""
-    index = layer_index(layers)
+    index = {part: number for number, layer in enumerate(layers) for part in layer}  # 0 the lowest
     lines = []
     for item in found:
         source, target = part_of(item.module), part_of(item.target)

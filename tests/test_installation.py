@@ -224,7 +224,6 @@ def test_its_dependencies_are_requirements_in_and_the_lock_satisfies_every_one()
         assert pin and requirement.specifier.contains(pin), requirement
 
 
-@pytest.mark.process
 def test_the_installed_command_lists_every_subcommand_and_verifies_a_run_from_another_folder(standin_run):
     from inferlab import cli
 

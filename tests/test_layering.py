@@ -14,12 +14,6 @@ import pytest
 import layering
 
 
-@pytest.fixture(scope="module")
-def found():
-    """Every import of the package, read once for the module's tests."""
-    return layering.imports()
-
-
 def test_every_part_directly_in_inferlab_has_exactly_one_layer():
     declared = [part for layer in layering.LAYERS for part in layer]
     assert len(declared) == len(set(declared)), "a part is named in two layers"
@@ -35,15 +29,12 @@ def test_at_most_ten_files_lie_directly_in_inferlab():
     assert len(files) <= 10, files
 
 
-@pytest.mark.slow  # the two share one read of every module of inferlab (about half a second here)
-def test_imports_run_one_way(found):
-    """Nothing imports from a higher layer (so nothing below the command line imports inferlab.cli)."""
+@pytest.mark.slow  # one read of every module of inferlab (about half a second here)
+def test_imports_run_one_way_and_no_module_imports_a_module_that_imports_it():
+    """Nothing imports from a higher layer (so nothing below the command line imports inferlab.cli), and no cycle."""
+    found = layering.imports()
     upward = layering.upward_imports(found)
     assert not upward, "\n".join(upward)
-
-
-@pytest.mark.slow
-def test_no_module_imports_a_module_that_imports_it(found):
     cycle = layering.cycles(found)
     assert not cycle, "an import cycle: " + " -> ".join(cycle)
 
@@ -90,6 +81,7 @@ PLUGIN_MAX_LINES, MODULE_MAX_LINES, RUN_MAX_LINES, RUN_MAX_MODULES = 300, 400, 1
 # issue 57's budgets, counted as `wc -l` counts them over every *.py
 LIBRARY_MAX_LINES, LIBRARY_MAX_MODULES, TESTS_MAX_LINES = 12_000, 60, 10_000
 READS_RECORDS = re.compile(r"RECORDS_FILE\)?\.(read_bytes|read_text|open)\(|open\([^)\n]*RECORDS_FILE")
+PARSES_JSON_LINES = re.compile(r"for \w+ in [^\n]*splitlines\(\)[^\n]*:\n(?:[^\n]*\n){0,3}?[^\n]*json\.loads\(")
 
 
 def line_counts(folder: Path) -> dict[str, int]:
@@ -98,7 +90,7 @@ def line_counts(folder: Path) -> dict[str, int]:
             for path in sorted(folder.rglob("*.py"))}
 
 
-def test_the_plugin_only_wires_the_run_stays_small_and_no_library_module_is_over_400_lines():
+def test_the_plugin_only_wires_the_run_stays_small_and_the_library_and_its_tests_keep_to_issue_57s_budgets():
     sizes = line_counts(layering.PACKAGE)
     assert sizes["inferlab/plugin.py"] <= PLUGIN_MAX_LINES, (
         f"inferlab/plugin.py has {sizes['inferlab/plugin.py']} lines, over {PLUGIN_MAX_LINES}: move what a hook "
@@ -107,11 +99,8 @@ def test_the_plugin_only_wires_the_run_stays_small_and_no_library_module_is_over
     assert len(run) <= RUN_MAX_MODULES and sum(run.values()) <= RUN_MAX_LINES, run
     over = {name: lines for name, lines in sizes.items() if lines > MODULE_MAX_LINES}
     assert not over, f"library modules over {MODULE_MAX_LINES} lines: {over}"
-
-
-def test_the_library_and_its_tests_keep_to_issue_57s_budgets():
-    library, tests = line_counts(layering.PACKAGE), line_counts(Path(__file__).resolve().parent)
-    found = {"inferlab/ lines": sum(library.values()), "inferlab/ modules": len(library),
+    tests = line_counts(Path(__file__).resolve().parent)
+    found = {"inferlab/ lines": sum(sizes.values()), "inferlab/ modules": len(sizes),
              "tests/ lines": sum(tests.values())}
     budgets = {"inferlab/ lines": LIBRARY_MAX_LINES, "inferlab/ modules": LIBRARY_MAX_MODULES,
                "tests/ lines": TESTS_MAX_LINES}
@@ -120,22 +109,14 @@ def test_the_library_and_its_tests_keep_to_issue_57s_budgets():
 
 def test_records_jsonl_is_parsed_by_the_one_reader_only():
     """A module that reads records.jsonl's content hands it to inferlab.read.parse.parse_records: no second
-    parser (a byte search for a kind was one)."""
-    readers = {str(path.relative_to(layering.PACKAGE.parent)): path.read_text(encoding="utf-8")
-               for path in sorted(layering.PACKAGE.rglob("*.py"))
-               if READS_RECORDS.search(path.read_text(encoding="utf-8"))}
+    parser (a byte search for a kind was one), and no loop that json-parses lines one by one, whatever path it
+    opened (the session's RecordLog.catch_up read its own file so)."""
+    texts = {str(path.relative_to(layering.PACKAGE.parent)): path.read_text(encoding="utf-8")
+             for path in sorted(layering.PACKAGE.rglob("*.py"))}
+    readers = {name: text for name, text in texts.items() if READS_RECORDS.search(text)}
     assert "inferlab/read/parse.py" in readers  # the pattern finds the one reader itself
     second = [name for name, text in readers.items()
               if name != "inferlab/read/parse.py" and "parse_records(" not in text]
     assert not second, f"records.jsonl read without the one parser (inferlab.read.parse) in: {second}"
-
-
-PARSES_JSON_LINES = re.compile(r"for \w+ in [^\n]*splitlines\(\)[^\n]*:\n(?:[^\n]*\n){0,3}?[^\n]*json\.loads\(")
-
-
-def test_no_library_module_parses_json_lines_itself():
-    """A loop that json-parses lines one by one is a second records.jsonl parser, whatever path it opened (the
-    session's RecordLog.catch_up read its own file so); runs' lines go through inferlab.read.parse.parse_records."""
-    second = [str(path.relative_to(layering.PACKAGE.parent)) for path in sorted(layering.PACKAGE.rglob("*.py"))
-              if PARSES_JSON_LINES.search(path.read_text(encoding="utf-8"))]
-    assert not second, f"lines parsed as JSON one by one outside inferlab.read.parse in: {second}"
+    loops = [name for name, text in texts.items() if PARSES_JSON_LINES.search(text)]
+    assert not loops, f"lines parsed as JSON one by one outside inferlab.read.parse in: {loops}"

@@ -190,7 +190,7 @@ def test_the_benchmark_order_puts_every_variant_after_each_other_one_equally_oft
     assert counts["generate"] == {"instrumented": 10, "bare": 10, "bare_again": 10}
 
 
-def test_the_machines_load_comes_from_the_platforms_files(tmp_path, monkeypatch):
+def test_the_machines_load_comes_from_the_platforms_files_or_is_said_unavailable(tmp_path, monkeypatch):
     proc, cpus = tmp_path / "proc", tmp_path / "cpu"
     (proc / "pressure").mkdir(parents=True)
     (proc / "loadavg").write_text("0.50 0.40 0.30 2/345 6789\n")
@@ -208,9 +208,7 @@ def test_the_machines_load_comes_from_the_platforms_files(tmp_path, monkeypatch)
     later = {**state, "read_at_ns": state["read_at_ns"] + 10_000_000,
              "cpu_pressure": {**state["cpu_pressure"], "some": {**state["cpu_pressure"]["some"], "total": 125456}}}
     assert machine.pressure_between(state, later) == pytest.approx(0.2)  # 2 ms of waiting in 10 ms
-
-
-def test_a_platform_without_those_files_says_each_reading_is_unavailable_and_why(tmp_path, monkeypatch):
+    # a platform without those files: each reading unavailable, and why
     monkeypatch.setattr(machine, "PROC", tmp_path / "no-proc")
     monkeypatch.setattr(machine, "CPU_SYS", tmp_path / "no-sys")
     state = machine.machine_state()

@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import signal
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from inferlab import cli
 from inferlab.__main__ import main
+from inferlab.run import endings, records
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.read import parse as earlier_runs
 from inferlab.report.compare import compare, format_compare
 
 import inner_session
+from child_process import popen_signallable
 from fixtures_records import copy_run
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)
+from shared_runs import make_project
 
 inner_session.preload()  # before any pytester fixture: see tests/inner_session.py
 
@@ -146,53 +154,19 @@ def test_revise_with_a_negative_criterion_in_the_space_form_gets_the_criterions_
 
 # --- 1: a run never reorders its tests -------------------------------------------------------------------------
 
-TWO_FILES = {"test_10_first.py": "def test_a():\n    pass\ndef test_b():\n    pass\n",
-             "test_20_second.py": "def test_c():\n    pass\n"}
-
-
-def two_file_suite(suite):
-    for name, source in TWO_FILES.items():
-        (suite.path / "experiments" / name).write_text(source)
-    return suite
-
-
-@pytest.mark.process
-@pytest.mark.parametrize("flag, named", [("--failed-first", "--ff (--failed-first)"), ("--nf", "--nf (--new-first)"),
-                                         ("--sw", "--sw (--stepwise)"), ("--sw-skip", "--sw-skip (--stepwise-skip)")])
-def test_an_option_that_reorders_the_tests_is_refused_before_anything_is_written(suite, flag, named):
-    two_file_suite(suite)
-    result = suite.runpytest("experiments", "--runs-dir", "runs", flag)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*{named} *the experiment runs in the protocol's order*"])
-    assert not (suite.path / "runs").exists()
-
-
-@pytest.mark.process
-def test_a_random_order_plugin_enabled_with_p_is_refused_naming_it(suite):
-    two_file_suite(suite)
-    (suite.path / "randomly.py").write_text(
-        "import pytest\n@pytest.hookimpl(tryfirst=True)\ndef pytest_collection_modifyitems(items):\n"
-        "    items.reverse()\n")
-    suite.syspathinsert()
-    result = suite.runpytest("-p", "randomly", "experiments", "--runs-dir", "runs")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*-p randomly shuffles the tests*leave -p randomly out*"])
-    assert not (suite.path / "runs").exists()
-
 
 @pytest.mark.slow
-@pytest.mark.process
 def test_tests_out_of_the_protocols_order_are_refused_before_the_plan_and_in_their_order_run(suite):
     """Whatever reordered them (the files named out of their order here; an unknown plugin's shuffle the same): the
     collected order tells, and the run is refused before its plan, with a session_end that says why."""
-    two_file_suite(suite)
+    (suite.path / "experiments" / "test_10_first.py").write_text("def test_a():\n    pass\ndef test_b():\n    pass\n")
+    (suite.path / "experiments" / "test_20_second.py").write_text("def test_c():\n    pass\n")
     swapped = suite.runpytest("experiments/test_20_second.py", "experiments/test_10_first.py", "--record-dir", "a")
     assert swapped.ret == pytest.ExitCode.USAGE_ERROR
     swapped.stderr.fnmatch_lines(["*the tests are not in the protocol's order: experiments/test_20_second.py::test_c "
                                   "would run at position 1, where experiments/test_10_first.py::test_a belongs*"])
     assert not (suite.path / "a" / "plan.json").exists()  # refused before the plan: no test ran
-    [end] = [json.loads(line) for line in (suite.path / "a" / RECORDS_FILE).read_text().splitlines()
-             if '"session_end"' in line]
+    end = session_end_of(suite.path / "a")
     assert end["stop_reason"].startswith("usage error: the tests are not in the protocol's order")
     assert end["complete"] is False
     in_order = suite.runpytest("experiments/test_10_first.py", "experiments/test_20_second.py", "--record-dir", "b")
@@ -205,10 +179,6 @@ def test_tests_out_of_the_protocols_order_are_refused_before_the_plan_and_in_the
 @pytest.fixture
 def project(pytester, monkeypatch):
     """A scratch copy of the experiment (tests, specs, plugin registration) with its own artifact cache."""
-    import os
-
-    from shared_runs import make_project
-
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     make_project(pytester.path)
     return pytester
@@ -221,8 +191,6 @@ def session_end_of(run: Path) -> dict:
 
 
 def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
-    from inferlab.run import endings
-
     def end(by_kind, acquisition):
         return endings.session_end(
             exit_status=1, exit_code_name="TESTS_FAILED", signals=[], collect_only=False, plan_only=False,
@@ -242,7 +210,6 @@ def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_
 
 
 @pytest.mark.slow
-@pytest.mark.process
 def test_a_refused_artifacts_copy_prints_one_line_per_failure_and_no_traceback(project, tmp_path):
     empty = tmp_path / "empty-copy"
     empty.mkdir()
@@ -262,8 +229,7 @@ def test_a_refused_artifacts_copy_prints_one_line_per_failure_and_no_traceback(p
 
 
 @pytest.mark.slow
-@pytest.mark.process
-def test_a_selection_that_measures_nothing_says_so_last_and_exits_5(project):
+def test_a_selection_that_measures_nothing_says_so_last_and_exits_5_and_its_plan_is_still_a_plan(project):
     result = project.runpytest("experiments/test_40_cache.py", "--specimen", "standin", "--record-dir", "run")
     assert result.ret == 5
     last = result.stdout.str().strip().splitlines()[-1]
@@ -273,11 +239,6 @@ def test_a_selection_that_measures_nothing_says_so_last_and_exits_5(project):
     assert end["measured_nothing"] is True and end["complete"] is False
     report = (project.path / "run" / "report.md").read_text()
     assert "each names the failure above" not in report
-
-
-@pytest.mark.slow
-@pytest.mark.process
-def test_a_plan_of_a_selection_that_would_measure_nothing_is_still_a_plan(project):
     result = project.runpytest("experiments", "-k", "cache", "--specimen", "standin", "--record-dir", "plan", "--plan")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED or result.ret == pytest.ExitCode.OK
     assert session_end_of(project.path / "plan")["measured_nothing"] is False
@@ -289,8 +250,6 @@ def test_a_plan_of_a_selection_that_would_measure_nothing_is_still_a_plan(projec
 
 def ended_pid() -> int:
     """The pid of a process that has ended (started, waited for, reaped)."""
-    import sys
-
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
@@ -309,11 +268,6 @@ def killed_folder(runs: Path, name: str, claim: dict, records: str = '{"kind": "
 
 @pytest.mark.process
 def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_renamed(tmp_path, capsys):
-    import os
-    import socket
-
-    from inferlab.run import records
-
     host, runs = socket.gethostname(), tmp_path / "runs"
     dead = {"pid": ended_pid(), "hostname": host, "claimed_utc": "2026-12-01T10:00:00Z", "command": "make run"}
     killed = killed_folder(runs, "20261201T100000Z-standin", dead)
@@ -339,16 +293,7 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
 
 
 @pytest.mark.slow
-@pytest.mark.process
-@pytest.mark.process
-@pytest.mark.slow
 def test_a_sigkilled_run_is_found_by_the_next_run_renamed_incomplete_and_said_so(suite, capsys):
-    import signal
-    import sys
-    import time
-
-    from child_process import popen_signallable
-
     (suite.path / "experiments" / "test_exp.py").write_text(
         "import time, pytest\n@pytest.mark.records('waiting')\ndef test_waits(record):\n    record('waiting')\n"
         "    time.sleep(120)\n")

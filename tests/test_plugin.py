@@ -266,14 +266,14 @@ def test_a_skip_for_a_prerequisite_names_the_first_failure_of_its_chain(suite):
 
 
 def test_a_ctrl_c_mid_session_leaves_whole_records_and_an_unfinished_run(suite):
-    write_experiment(suite, "import os, signal, pytest\n@pytest.mark.records('before')\ndef test_first(record):\n"
-                            "    record('before')\ndef test_interrupted():\n    os.kill(os.getpid(), signal.SIGINT)\n"
-                            "@pytest.mark.records('unreachable')\ndef test_never(record):\n    record('unreachable')\n")
+    write_experiment(suite, SELF_INTERRUPTING + "@pytest.mark.records('unreachable')\ndef test_never(record):\n"
+                                                "    record('unreachable')\n")
     done = start_pytest(suite, "experiments", "--record-dir", "run")
     done.communicate(timeout=120)
     assert done.returncode == pytest.ExitCode.INTERRUPTED
     kinds = [r["kind"] for r in read_records(suite.path / "run")]  # every line parses
-    assert "before" in kinds and "unreachable" not in kinds and manifest_of(suite.path / "run")["complete"] is False
+    assert "before_interrupt" in kinds and "unreachable" not in kinds
+    assert manifest_of(suite.path / "run")["complete"] is False
     end = session_end(suite.path / "run")
     assert (end["interrupted"], end["signals"], end["stop_reason"]) == (True, ["SIGINT"], "interrupted by SIGINT")
     assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_interrupted", "test_never"]
@@ -354,7 +354,6 @@ def test_collect_only_lists_the_tests_and_writes_no_run_folder(suite, where):
 # --- the record folder ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.process
 def test_two_runs_into_one_new_dir_exactly_one_claims_it(suite, tmp_path):
     go = tmp_path / "go"
     write_experiment(suite, "import os, pathlib, time, pytest\n@pytest.mark.records('holding')\n"
@@ -443,6 +442,13 @@ def no_interval_timers(suite, monkeypatch):
     monkeypatch.setattr(plan, "signal", types.SimpleNamespace(SIGINT=2))  # no SIGALRM, no setitimer
 
 
+def random_order_plugin(suite, monkeypatch):
+    (suite.path / "randomly.py").write_text("import pytest\n@pytest.hookimpl(tryfirst=True)\n"
+                                            "def pytest_collection_modifyitems(items):\n    items.reverse()\n")
+    suite.syspathinsert()
+
+
+IN_ORDER = "the experiment runs in the protocol's order"
 REFUSED = {  # name: (what is there first, the options, what the usage error says)
     "nonempty": (lambda s, m: (s.mkdir("run") / "records.jsonl").write_text("earlier evidence\n"),
                  ["--record-dir", "run"], "run already exists and is not empty"),
@@ -479,6 +485,13 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
                           ["--record-dir", "run", "--predictions", "a.md"], "a.md is 200,000,000 bytes"),
     "predictions-latin1": (lambda s, m: (s.path / "a.md").write_bytes("## 1. caf\u00e9\n".encode("latin-1")),
                            ["--record-dir", "run", "--predictions", "a.md"], "a.md is not UTF-8"),
+    "random-order-plugin": (random_order_plugin, ["--record-dir", "run", "-p", "randomly"],
+                            f"-p randomly shuffles the tests: {IN_ORDER}"),
+    **{f"reordered-by{flag}": (None, ["--record-dir", "run", flag], f"{named}: {IN_ORDER}") for flag, named in (
+        ("--failed-first", "--ff (--failed-first) runs the tests that failed last time first"),
+        ("--nf", "--nf (--new-first) runs the tests of the most recently changed files first"),
+        ("--sw", "--sw (--stepwise) starts at the last failure and stops at the next one"),
+        ("--sw-skip", "--sw-skip (--stepwise-skip) starts after the test that failed last time"))},
 }
 
 

@@ -209,7 +209,7 @@ def test_ctrl_c_during_a_download_removes_its_staging_and_the_next_run_removes_a
 # --- what to do next ---------------------------------------------------------------------------------------------
 
 
-def test_the_next_steps_describe_a_valid_copy_as_the_verification_accepts_it():
+def test_the_next_steps_describe_a_valid_copy_and_a_synthetic_specimens_never_send_the_learner_to_the_hub():
     spec = specimen.load_spec("pythia-14m")
     fresh = specimen.acquisition_next_steps(spec.as_dict(), "download")
     assert fresh[0].startswith("Use a verified copy of the files: add --artifacts DIR")
@@ -218,10 +218,7 @@ def test_the_next_steps_describe_a_valid_copy_as_the_verification_accepts_it():
         fresh[0]
     given = specimen.acquisition_next_steps(spec.as_dict(), "reuse:artifacts_dir")  # issue 26 B6
     assert given[0].startswith("Your --artifacts copy failed verification") and "add --artifacts" not in given[0]
-
-
-@pytest.mark.parametrize("path", ["reuse:artifacts_dir", "built_offline"])
-def test_a_synthetic_specimens_next_steps_never_send_the_learner_to_the_hub(path):
-    steps = specimen.acquisition_next_steps(specimen.load_spec("standin").as_dict(), path)
-    assert "hub" not in " ".join(steps) and ("make test" in steps[0]) is (path == "built_offline")
-    assert (path == "built_offline") or "`.venv/bin/python -m inferlab.standin NEWDIR`" in steps[0]
+    for path in ("reuse:artifacts_dir", "built_offline"):
+        steps = specimen.acquisition_next_steps(specimen.load_spec("standin").as_dict(), path)
+        assert "hub" not in " ".join(steps) and ("make test" in steps[0]) is (path == "built_offline"), path
+        assert (path == "built_offline") or "`.venv/bin/python -m inferlab.standin NEWDIR`" in steps[0]

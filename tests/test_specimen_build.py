@@ -5,6 +5,7 @@ published small files (../shared/reference/pythia-14m) are absent."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import struct
@@ -33,18 +34,11 @@ def replica_dir(tmp_path_factory):
     return Path(build.REPLICA.build(tmp_path_factory.mktemp("replica") / "built")["directory"])
 
 
-@pytest.fixture(scope="module")
-def standin_tokenizer(standin_dir):
+@functools.cache
+def tokenizer_of(directory: Path):
     from transformers import GPTNeoXTokenizerFast
 
-    return GPTNeoXTokenizerFast.from_pretrained(standin_dir, local_files_only=True)
-
-
-@pytest.fixture(scope="module")
-def replica_tokenizer(replica_dir):
-    from transformers import GPTNeoXTokenizerFast
-
-    return GPTNeoXTokenizerFast.from_pretrained(replica_dir, local_files_only=True)
+    return GPTNeoXTokenizerFast.from_pretrained(directory, local_files_only=True)
 
 
 def pins(name: str) -> dict:
@@ -100,13 +94,11 @@ def test_the_command_refuses_cleanly_where_it_cannot_build(tmp_path, case):
 
 def test_a_replica_without_its_reference_is_a_usage_error_before_a_run_writes_anything(pytester, monkeypatch,
                                                                                         tmp_path):
-    import shutil
+    from shared_runs import make_project
 
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.setenv(build.REFERENCE_ENV, str(tmp_path / "absent"))
-    shutil.copytree(REPO_ROOT / "experiments", pytester.path / "experiments")
-    shutil.copytree(REPO_ROOT / "artifacts", pytester.path / "artifacts", ignore=shutil.ignore_patterns("cache"))
-    shutil.copy(REPO_ROOT / "conftest.py", pytester.path / "conftest.py")
+    make_project(pytester.path)
     result = pytester.runpytest_subprocess("experiments", "--specimen", "replica", "--record-dir", "run")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and not (pytester.path / "run").exists()
     result.stderr.fnmatch_lines([f"*--specimen replica*{tmp_path / 'absent'}*"])
@@ -158,7 +150,7 @@ def test_the_replica_is_the_published_small_files_and_header_with_the_standins_w
 
 @pytest.mark.parametrize("name", ["standin", "replica"])
 def test_eos_is_id_zero_and_every_prompt_round_trips(request, name):
-    tokenizer = request.getfixturevalue(f"{name}_tokenizer")
+    tokenizer = tokenizer_of(request.getfixturevalue(f"{name}_dir"))
     assert (tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id) == (0, 0, None)
     assert tokenizer.is_fast and len(tokenizer) == {"standin": recipe.VOCAB, "replica": REPLICA_IDS}[name]
     for text in {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}.values():
@@ -167,19 +159,20 @@ def test_eos_is_id_zero_and_every_prompt_round_trips(request, name):
 
 
 @pytest.mark.slow
-def test_every_standin_id_decodes_to_something_and_filler_words_are_never_produced(standin_tokenizer):
+def test_every_standin_id_decodes_to_something_and_filler_words_are_never_produced(standin_dir):
     """The model can select any of its 50,304 ids; all but the two special ones decode to visible text, and the
     filler tokens that make that so have no merges: text made of them still splits into trained pieces."""
-    tokenizer = standin_tokenizer
+    tokenizer = tokenizer_of(standin_dir)
     decoded = tokenizer.batch_decode([[i] for i in range(recipe.VOCAB)], skip_special_tokens=True)
     assert [i for i, text in enumerate(decoded) if text == ""] == [0, 1]
     word = build.filler_token(12345)
     assert tokenizer.convert_tokens_to_ids(word) not in tokenizer(word.replace("\u0120", " "))["input_ids"]
 
 
-def test_the_replica_meets_the_real_tokenizers_facts(replica_tokenizer):
+def test_the_replica_meets_the_real_tokenizers_facts(replica_dir):
     """Beyond what the replica's run records (tests/test_replica_runs.py): the published ids of a text, and no token
     for the model's last 27 rows."""
+    replica_tokenizer = tokenizer_of(replica_dir)
     assert replica_tokenizer("The cat sat", add_special_tokens=False)["input_ids"] == [510, 5798, 2206]
     extra = list(range(REPLICA_IDS, recipe.VOCAB))
     assert replica_tokenizer.convert_ids_to_tokens(extra) == [None] * len(extra)

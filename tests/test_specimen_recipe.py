@@ -174,7 +174,6 @@ def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, 
     assert min(p["max_abs_diff"] for p in decode_steps) > 1000 * protocol.CACHE_TOLERANCE.atol
 
 
-@pytest.mark.process
 def test_the_standins_matrix_stops_early_on_eos_and_greedy_p1_gives_the_cache_test_8_tokens(standin_run):
     """Issue 12's bar, kept by a test: some of the 26 protocol trials end on EOS before 16 tokens, while
     P1's greedy trial does not stop before the cache test's 8 target tokens. Read from the session's complete
