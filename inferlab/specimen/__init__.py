@@ -38,9 +38,11 @@ __all__ = [
 def build_command(name: str, argv=None) -> int:
     """`python -m inferlab.<name> DIR` (standin or replica): under a Python that lacks what a build imports, one line
     naming the Python to use and exit 2, never a traceback; else the build's own command."""
-    from inferlab.files import missing_modules, spelled
+    import importlib.util
 
-    missing = missing_modules(BUILD_NEEDS)
+    from inferlab.files import spelled
+
+    missing = [module for module in BUILD_NEEDS if importlib.util.find_spec(module) is None]
     if missing:
         print(f"inferlab.{name}: this Python ({sys.executable}) cannot import {', '.join(missing)}, which the build "
               f"needs; nothing was written. Run it with the project's own: "
