@@ -1,8 +1,6 @@
 """A run's report, report.md, from its record folder alone (no model): the evidence the lab asks the tool to
 summarize, in tables. Here: the page's frame, the run's status (its verdict: can the evidence be trusted?) and what
-ran; the questions with where their evidence is and Parts 3 and 4 are evidence.py's, Parts 5 and 6 and the
-procedure's limitations costs.py's. The report answers no question: the tool's reading is after.py's, printed by
-`report DIR --after` beside the learner's attached answers.
+ran; the other sections are evidence.py's and costs.py's. The report answers no question (`report DIR --after`).
 
 render_report() is a pure function of what the session has written when it renders (records.jsonl, plan.json, the
 manifest fields that do not change at session end, the tensors), so `report DIR --check` reproduces it byte for
