@@ -19,6 +19,7 @@ from typing import Optional, Union
 from inferlab.files import spelled, write_text_atomic
 from inferlab.measure import usage
 from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView, short_test
+from inferlab.run.endings import evidence_lines
 from inferlab.run.records import PREDICTIONS_FILE, REPORT_FILE, REPORT_RENDERER_VERSION
 from inferlab.report import costs, evidence
 from inferlab.report.evidence import MISSING, cell, code, jstr, num, table
@@ -35,12 +36,6 @@ def view_of(run: Run) -> RunView:
 def skip_text(outcome: dict) -> str:
     lines = evidence_lines(outcome.get("longrepr"))
     return outcome.get("skip_reason") or (lines[0] if lines else "(no reason recorded)")
-
-
-def evidence_lines(longrepr: Optional[str]) -> list[str]:
-    """The 'E ' lines of a pytest longrepr, in full; else its last non-empty line."""
-    lines = [line for line in str(longrepr or "").strip().splitlines() if line.strip()]
-    return [line.strip()[1:].strip() for line in lines if line.lstrip().startswith("E ")] or lines[-1:]
 
 
 class Labels:
