@@ -1,8 +1,5 @@
-"""This machine: its CPU, its fingerprint, its caches and its load now; and the file benchmark results are appended to.
-
-A benchmark (benchmarks/*.py) appends to runs/benchmarks/overhead.jsonl, which git ignores, unless --record-to names
-another file (the tracked benchmarks/results.jsonl, say). No run reads these results: a figure from another run says
-nothing certain about this one, so a report quotes only what its run measured.
+"""This machine: its CPU, its fingerprint, its caches and its load now; and the file benchmark results are appended to
+(runs/benchmarks/overhead.jsonl, git-ignored, unless a benchmark's --record-to names another: docs/environment.md).
 """
 
 from __future__ import annotations
