@@ -2,10 +2,7 @@
 revise and pack; for the instructor grade and autograder. Every command first checks that this Python has the
 project's packages (exit 2, one line naming the Python to use), reads files only (no model, no network), writes
 nothing into a run but `attach`'s and `revise`'s addenda, and refuses an existing output file unless --replace.
-
-Exit status: 0 success; 1 problems found (or an item failed, or an addendum was refused); 2 a usage error, a
-folder that is not a run or is a plan folder; 3 an integrity problem (grade, compare: a run fails verify);
-141 the reader of the output went away (`... | head`).
+Each command's exit statuses are in COMMANDS (docs/records.md holds them as a table: exit_code_table).
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""Files: the checkout, how a printed command reads, and how every whole file inferlab writes is written.
-
-The output rule (docs/records.md, "Output paths"), in write_bytes_atomic:
-- nothing there: the bytes go to a temporary sibling, fsynced, then moved into place (os.replace): a reader sees
-  no file or the whole file, never part of one;
-- a regular file: replaced the same way, or refused when the caller writes new files only (replace=False);
-- a character device or a FIFO (/dev/null, /dev/stdout, a terminal, a named pipe), and a file reached through a
-  descriptor link (/dev/stdout redirected by the shell): written through, never created, truncated or replaced;
-- a symbolic link: followed, and what it leads to judged by these rules; a link to nowhere is refused;
-- a directory, a block device, a socket or anything else: refused, naming the path and what it is.
-
-Standard library only, and no other module of inferlab: every layer uses it.
-"""
+"""Files: the checkout, how a printed command reads, and how every whole file inferlab writes is written (the
+output rule, docs/records.md "Output paths": write_bytes_atomic and output_kind). Standard library only, and no
+other module of inferlab: every layer uses it."""
 
 from __future__ import annotations
 

@@ -210,12 +210,6 @@ class ContentionRule:
             reasons.append(f"major page faults {major_faults} > {self.max_major_faults}")
         return reasons
 
-    def span_contended(self, cpu_share: Optional[float], involuntary: Optional[int],
-                       collector_share: Optional[float] = None, major_faults: Optional[int] = None) -> Optional[bool]:
-        """Whether one span is contended; None when no reading exists (the evidence is unavailable)."""
-        reasons = self.span_reasons(cpu_share, involuntary, collector_share, major_faults)
-        return None if reasons is None else bool(reasons)
-
     def declaration(self) -> dict:
         """The rule as the run declares it before its first timing trial (and verify compares)."""
         return {**asdict(self), "rule": self.describe()}

@@ -1,8 +1,5 @@
-"""What the manifest says about the machine, the installed software and the suite's own source.
-
-Everything is read from the running environment itself (platform, importlib.metadata, torch once imported), never
-from a note the installer left: an environment built by hand is described as truly as one `make` built.
-"""
+"""What the manifest says about the machine, the installed software and the suite's own source, read from the
+running environment itself (never from a note the installer left): docs/environment.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""This machine: its CPU, its fingerprint, its caches and its load now; and the file benchmark results are appended to.
-
-A benchmark (benchmarks/*.py) appends to runs/benchmarks/overhead.jsonl, which git ignores, unless --record-to names
-another file (the tracked benchmarks/results.jsonl, say). No run reads these results: a figure from another run says
-nothing certain about this one, so a report quotes only what its run measured.
+"""This machine: its CPU, its fingerprint, its caches and its load now; and the file benchmark results are appended to
+(runs/benchmarks/overhead.jsonl, git-ignored, unless a benchmark's --record-to names another: docs/environment.md).
 """
 
 from __future__ import annotations
@@ -52,33 +49,23 @@ def append_result(result: dict, path: Path = RESULTS_FILE) -> None:
 
 
 def benchmark_figures() -> dict:
-    """What a run quotes of the tracked benchmark results, as another run's figures (each with its date, commit,
-    machine), never this run's: the newest overhead result that measured the per-forward hook, and the newest
-    frame-placement timing of benchmarks/page_faults.py; {"found": False, "reason"} without the first."""
+    """What a run quotes of the tracked benchmark results, as another run's figures (with their date, commit and
+    machine), never this run's: the newest overhead result that measured the per-forward hook; {"found": False,
+    "reason"} without one."""
     try:
         text = TRACKED_RESULTS_FILE.read_text(encoding="utf-8")
         results = [json.loads(line) for line in text.splitlines() if line.strip()]
     except (OSError, ValueError) as error:
         return {"found": False, "reason": f"{TRACKED_RESULTS_FILE.name}: {error}"}
     overhead = [r for r in results if isinstance(r, dict) and isinstance(r.get("hook"), dict)]
-    placement = [r for r in results if isinstance(r, dict) and isinstance(r.get("placement_timing"), dict)]
     if not overhead:
         return {"found": False, "reason": f"{TRACKED_RESULTS_FILE.name}: no result measured the per-forward hook"}
     newest, paired = overhead[-1], overhead[-1].get("paired") or {}
-    found = {"found": True, "file": str(TRACKED_RESULTS_FILE.relative_to(PROJECT_ROOT)),
-             "whose": "another run's: benchmarks/overhead.py, not this run",
-             "recorded_utc": newest.get("recorded_utc"), "commit": (newest.get("git") or {}).get("commit"),
-             "machine": newest.get("machine"), "python": (newest.get("software") or {}).get("python"),
-             "rounds": newest.get("rounds"), "instrumented_over_bare": paired.get("overhead"),
-             "instrumented_interval": paired.get("interval"), "aa": paired.get("aa"), "verdict": paired.get("verdict"),
-             "hook": newest["hook"], "readings_without_hook": newest.get("readings_without_hook"),
-             "usage_per_read_ns": (newest.get("usage_read_cost") or {}).get("usage_per_read_ns")}
-    if placement:
-        last = placement[-1]
-        found["placement"] = {**last["placement_timing"], "recorded_utc": last.get("recorded_utc"),
-                              "commit": (last.get("git") or {}).get("commit"), "python": last.get("python"),
-                              "whose": "another run's: benchmarks/page_faults.py --timing, not this run"}
-    return found
+    return {"found": True, "file": str(TRACKED_RESULTS_FILE.relative_to(PROJECT_ROOT)),
+            "whose": "another run's: benchmarks/overhead.py, not this run",
+            "recorded_utc": newest.get("recorded_utc"), "commit": (newest.get("git") or {}).get("commit"),
+            "machine": newest.get("machine"), "rounds": newest.get("rounds"),
+            "instrumented_over_bare": paired.get("overhead"), "instrumented_interval": paired.get("interval")}
 
 
 def cache_sizes(directory: Path = CPU_CACHE_DIR) -> dict:

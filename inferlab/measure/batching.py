@@ -24,16 +24,6 @@ POSITION_RULE = (
     "attention_mask.long().cumsum(-1) - 1, masked_fill_(attention_mask == 0, 1); during decoding the mask "
     "grows by one column of ones per step and the positions are sliced to the new token"
 )
-NUMERIC_EXPLANATION = (
-    "A batch row and its singleton run the same weights on the same unpadded token ids at the same positions, "
-    "so they differ only by floating-point rounding. Left padding makes the padded row's tensors longer "
-    "(B x T_max instead of 1 x T): the matmuls have different shapes, so CPU kernels may block and sum in a "
-    "different order; masked key positions receive the dtype minimum and get exactly zero softmax weight, but "
-    "they still lengthen the softmax and matmul reductions. Such reduction-order differences are small relative "
-    "to the logits; they can change a selected token only where the top-two margin is comparably small, after "
-    "which the continuations legitimately diverge. A difference is therefore not evidence that a row was mapped "
-    "to the wrong request; the mapping is checked separately by comparing each row's unpadded prompt ids."
-)
 
 
 def left_pad(rows: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,7 +150,6 @@ def run_batching(model, tokenizer, prompts: dict[str, str]) -> tuple[dict, dict[
         "divergent_rows": [{"batch_call_index": c["batch_call_index"], "row": c["row"],
                             "first_divergence": c["first_divergence"]}
                            for c in comparisons if not c["generated_ids_identical"]],
-        "explanation": NUMERIC_EXPLANATION,
         # every message of the extension in one list: the config's, then each call's in call order
         "warnings": list(config_warnings) + [message for call in calls for message in call["warnings"]],
     }

@@ -1,11 +1,6 @@
-"""The model under the protocol's execution controls: loaded from a verified copy, inspected, every forward watched,
-and every warning a model call raises captured for its record.
-
-The controls are applied here and nowhere else: built-in GPTNeoXForCausalLM, fast tokenizer, local files only,
-safetensors only, no remote code, float32 parameters on the CPU, eager attention, no automatic device placement,
-eval mode, fixed thread counts. Only an observation shows that they held: ForwardWatch, a forward pre-hook the
-session registers once, reads torch.is_inference_mode_enabled() and model.training at the start of every forward
-(one Python call per forward, inside timed regions too, identical for both cache paths).
+"""The model under the protocol's execution controls (load_options, set_threads; applied here and nowhere else):
+loaded from a verified copy, inspected, every forward watched (ForwardWatch: one Python call per forward, inside
+timed regions too, identical for both cache paths), and every warning a model call raises captured for its record.
 """
 
 from __future__ import annotations

@@ -2,16 +2,7 @@
 
 Pure Python on numbers already measured: nothing here reads a clock, a model or a file, so the experiment, the
 report and the analytic tests share it (the formulas accept Fractions, so the worked examples check them exactly).
-
-The interval (stated in every result as METHOD): for samples a (m times) and b (n times), every pairwise difference
-d = log(b_j) - log(a_i), sorted; the estimate is their median (Hodges-Lehmann) and the interval runs from the k-th
-smallest to the k-th largest, k the largest whole number for which the exact Mann-Whitney distribution gives a
-coverage 1 - 2·P(U <= k - 1) of at least DECLARED_LEVEL. It covers the true shift at that rate whenever the two
-groups' log times differ by a shift alone and the samples are independent; no normality is assumed. Coverage is
-discrete: 5 against 5 samples reach 96.8 % (k = 3; k = 4 gives 94.4 %), 3 against 3 reach no 95 % interval at all,
-and the result says so rather than give a weaker one under the declared name. A verdict claims a direction only
-when the whole interval lies beyond the declared threshold, so under no shift it claims one at most as often as the
-interval misses.
+The interval and the verdict in words: docs/timing.md, "Intervals and the threshold".
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""Whether a timing sample had the CPU: the thread's usage read at the ends of each timed span, the collector kept
-out of the spans, and the declared contention rule applied to a trial (the machine's load: inferlab.host.machine).
-
-- usage_reader(): what the loop calls at the ends of its spans (never between tokens): the thread's CPU time
-  (time.thread_time_ns), its voluntary and involuntary context switches and page faults (getrusage(RUSAGE_THREAD)),
-  and the process's page faults (RUSAGE_SELF); None for a reading the platform lacks.
-- The collector: before the timing block as a whole, collect_once() runs one full collection and gc.freeze(), so
-  no trial starts cold after a collection made for it; each trial's TimedBlock switches the collector off ("off in
-  spans", as timeit does) or leaves it on (--gc-in-spans, measured as a condition of its own); a CollectionWatch in
-  gc.callbacks stamps every collection on the loop's clock either way.
-- trial_evidence(): a trial's derived contention fields from its raw readings and stamps, by the declared rule
-  (protocol.CONTENTION_RULE); the writer and any later reader call the same function.
+"""Whether a timing sample had the CPU: the thread's usage read at the ends of each timed span (usage_reader), the
+collector kept out of the spans (collect_once, TimedBlock, CollectionWatch), and the declared contention rule applied
+to a trial (trial_evidence, which the writer and any later reader call alike). What each reading is and why:
+docs/timing.md, "What each span records" and "The collector"; the machine's load: inferlab.host.machine.
 """
 
 from __future__ import annotations

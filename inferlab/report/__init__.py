@@ -1,8 +1,6 @@
 """A run's report, report.md, from its record folder alone (no model): the evidence the lab asks the tool to
 summarize, in tables. Here: the page's frame, the run's status (its verdict: can the evidence be trusted?) and what
-ran; the questions with where their evidence is and Parts 3 and 4 are evidence.py's, Parts 5 and 6 and the
-procedure's limitations costs.py's. The report answers no question: the tool's reading is after.py's, printed by
-`report DIR --after` beside the learner's attached answers.
+ran; the other sections are evidence.py's and costs.py's. The report answers no question (`report DIR --after`).
 
 render_report() is a pure function of what the session has written when it renders (records.jsonl, plan.json, the
 manifest fields that do not change at session end, the tensors), so `report DIR --check` reproduces it byte for
@@ -21,6 +19,7 @@ from typing import Optional, Union
 from inferlab.files import spelled, write_text_atomic
 from inferlab.measure import usage
 from inferlab.read.runview import DIAGNOSTIC, FAILING, INTEGRITY, RunView, short_test
+from inferlab.run.endings import evidence_lines
 from inferlab.run.records import PREDICTIONS_FILE, REPORT_FILE, REPORT_RENDERER_VERSION
 from inferlab.report import costs, evidence
 from inferlab.report.evidence import MISSING, cell, code, jstr, num, table
@@ -37,12 +36,6 @@ def view_of(run: Run) -> RunView:
 def skip_text(outcome: dict) -> str:
     lines = evidence_lines(outcome.get("longrepr"))
     return outcome.get("skip_reason") or (lines[0] if lines else "(no reason recorded)")
-
-
-def evidence_lines(longrepr: Optional[str]) -> list[str]:
-    """The 'E ' lines of a pytest longrepr, in full; else its last non-empty line."""
-    lines = [line for line in str(longrepr or "").strip().splitlines() if line.strip()]
-    return [line.strip()[1:].strip() for line in lines if line.lstrip().startswith("E ")] or lines[-1:]
 
 
 class Labels:

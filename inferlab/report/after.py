@@ -1,11 +1,7 @@
-"""The after-run page, `report DIR --after`: the learner's predictions (written before the run) beside their attached
-explanation (written after it), question by question, and, once an explanation is attached, the tool's own reading
-of the evidence beside each answer: the timing verdicts in words, what the other records show, the conclusions it
-would draw and the limitations it would name. report.md holds the evidence and answers nothing; this page is where
-the learner's answers and the tool's can be compared, by the learner and by whoever grades them.
-
-It is rendered anew every time from the run's records, manifest and addenda (inferlab.read.addenda) and printed,
-never written into the run folder: report.md stays the session's page, checkable with `report --check`.
+"""The after-run page, `report DIR --after` (docs/report.md): the learner's predictions beside their attached
+explanation, question by question, and, once an explanation is attached, the tool's own reading of the evidence
+beside each answer. Rendered anew from the run's records, manifest and addenda and printed, never written into the
+run folder: report.md stays the session's page, checkable with `report --check`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Two finished runs side by side, from their files alone (no model): `inferlab compare DIR1 DIR2`. It reports and
-does not judge: exact-id agreement per generation and timing trial, the max abs difference of every saved tensor,
-the ratio of the timing medians, and every difference of artifact hashes and environment. Each run is read through
-its view (inferlab.read.runview), and checked by verify first, so that an edited or damaged run is never reported as
-agreeing.
+does not judge (ids, saved tensors, timing medians, artifact hashes, environments), and checks each run by verify
+first, so that an edited or damaged run is never reported as agreeing.
 """
 
 from __future__ import annotations

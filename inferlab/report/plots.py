@@ -1,8 +1,5 @@
-"""The report's four plots, drawn from records alone with matplotlib's Agg canvas (no display, no pyplot state).
-
-plot_specs() says which plots a run's records allow and why not, without drawing. The plots are meant to survive a
-noisy machine: compared axes start at zero, one outlier is drawn at a clipped edge with its value beside it instead
-of flattening the rest, legends sit outside the axes, and a partial run's plots say so in their title. PNGs are
+"""The report's four plots, drawn from records alone with matplotlib's Agg canvas (no display, no pyplot state); how
+they read: docs/report.md. plot_specs() says which plots a run's records allow and why not, without drawing. PNGs are
 written atomically without software or time metadata: the same records give the same bytes.
 """
 

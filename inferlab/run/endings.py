@@ -21,11 +21,15 @@ SPECIMEN_CHECKS = ("acquisition", "artifacts_verified")  # what a failed acquisi
 NOTHING_MEASURED_EXIT, HARNESS_FAILED_EXIT = 5, 1  # pytest's "no tests ran" and "tests failed"
 
 
+def evidence_lines(longrepr: Optional[str]) -> list[str]:
+    """The `E   ...` lines of a pytest longrepr (pytest puts them near the end), in full; else its last line."""
+    lines = [line for line in str(longrepr or "").strip().splitlines() if line.strip()]
+    return [line.strip()[1:].strip() for line in lines if line.lstrip().startswith("E ")] or lines[-1:]
+
+
 def first_line(text: Optional[str]) -> str:
-    """The message of a failure's text: its first `E   ...` line (pytest puts them near the end), else its last."""
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    messages = [line.strip()[1:].strip() for line in lines if line.lstrip().startswith("E ")]
-    return messages[0] if messages else (lines[-1] if lines else "")
+    """The message of a failure's text: its first evidence line."""
+    return next(iter(evidence_lines(text)), "")
 
 
 class SignalWatch:

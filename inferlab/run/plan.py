@@ -147,8 +147,7 @@ def selection_of(option, last_failed_plugin=None) -> dict:
     return {"keyword": getattr(option, "keyword", "") or None, "markexpr": getattr(option, "markexpr", "") or None,
             "deselect": list(getattr(option, "deselect", None) or []),
             # --lf narrows the run only when failures are on record; otherwise it runs everything
-            "last_failed": bool(getattr(option, "lf", False) and getattr(last_failed_plugin, "lastfailed", None)),
-            "stepwise": bool(getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False))}
+            "last_failed": bool(getattr(option, "lf", False) and getattr(last_failed_plugin, "lastfailed", None))}
 
 
 def named_experiment_paths(args: Iterable[str], invocation_dir: Path, root: Path) -> tuple[list[str], bool]:
@@ -167,7 +166,6 @@ def selection_reasons(selection: dict, deselected_core: int, named_paths: list[s
     named = [f"-k {selection['keyword']!r}"] if selection.get("keyword") else []
     named += [f"-m {selection['markexpr']!r}"] if selection.get("markexpr") else []
     named += ["--deselect " + " ".join(selection["deselect"])] if selection.get("deselect") else []
-    named += ["--sw (stepwise)"] if selection.get("stepwise") else []
     reasons = ["--lf: only the tests that failed last time were collected and run"] if selection.get("last_failed") \
         else []  # --lf filters files while collecting: the counts below cannot see all that it left out
     if deselected_core:
@@ -322,12 +320,10 @@ def absent_prerequisite(name: str, missing: list[dict], selection: dict) -> str:
 
 KEEPS_ORDER = ("the experiment runs in the protocol's order (every test after the checks it relies on, the trials "
                "in their schedule), so a run never changes it")
-# pytest's options that change the order of the tests (option dest, as typed, what it does), and random-order
-# plugins under the names pytest registers them by (pytest.ini blocks them; -p NAME unblocks one).
-REORDERING_OPTIONS = (("failedfirst", "--ff (--failed-first)", "runs the tests that failed last time first"),
-                      ("newfirst", "--nf (--new-first)", "runs the tests of the most recently changed files first"),
-                      ("stepwise", "--sw (--stepwise)", "starts at the last failure and stops at the next one"),
-                      ("stepwise_skip", "--sw-skip (--stepwise-skip)", "starts after the test that failed last time"))
+# pytest's options that reorder the tests (option dest: as typed), refused before anything is written (order_refusal
+# sees an order only after the claim), and random-order plugins by the names pytest registers (-p NAME unblocks one).
+REORDERING_OPTIONS = {"failedfirst": "--ff (--failed-first)", "newfirst": "--nf (--new-first)",
+                      "stepwise": "--sw (--stepwise)", "stepwise_skip": "--sw-skip (--stepwise-skip)"}
 REORDERING_PLUGINS = ("randomly", "random_order", "pytest_randomly", "pytest_random_order", "random-order")
 
 
@@ -354,7 +350,8 @@ def refusal(config, specimen: str) -> Optional[str]:
     if workers not in (None, 0, "0", "no"):
         return (f"the experiments run in one process, one test at a time, but -n {workers} (pytest-xdist) asks for "
                 "parallel workers; leave out -n (it is for the harness's own tests in tests/)")
-    named = [(flag, what) for dest, flag, what in REORDERING_OPTIONS if getattr(config.option, dest, False)]
+    named = [(flag, "reorders the tests") for dest, flag in REORDERING_OPTIONS.items()
+             if getattr(config.option, dest, False)]
     named += [(f"-p {name}", "shuffles the tests") for name in REORDERING_PLUGINS if has_plugin(name)]
     if named:  # --lf keeps the order: it leaves tests out, and the run is partial
         also = f" (and {', '.join(f for f, _ in named[1:])})" if len(named) > 1 else ""

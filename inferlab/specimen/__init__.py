@@ -1,14 +1,5 @@
-"""The pinned specimen: its spec as data, one bounded way to a verified copy of its files, and the offline builds.
-
-    spec.py      artifacts/<name>.json read and checked against the protocol
-    acquire.py   one path to a verified folder (reuse, local build or bounded download), one deadline, one lock;
-                 what to do next when none could be had
-    hub.py       the bounded HTTP exchange with the hub: metadata before any body, the cap, the deadline
-    check.py     verification of a folder: every entry judged, each file read once, the Lab 05 wrong copies named
-    netguard.py  --offline: every connection refused, the hub clients' offline flags on
-    recipe.py    constructed weights with a trained model's shape, for both offline specimens
-    build.py     the stand-in and the replica, built offline (python -m inferlab.standin / .replica DIR)
-"""
+"""The pinned specimen: its spec as data, one bounded way to a verified copy of its files, and the offline builds
+(one module each: docs/architecture.md, "Layout"); here, what the rest of inferlab imports of it."""
 
 from __future__ import annotations
 

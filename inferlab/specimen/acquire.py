@@ -172,12 +172,8 @@ def choose_acquisition(spec: SpecimenSpec, artifacts_dir=None, cache_root=None) 
 
 def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bool = False,
             endpoint: Optional[str] = None, deadline_s: Optional[float] = None) -> dict:
-    """Obtain a verified specimen folder by exactly one path (the module's docstring).
-
-    Returns {specimen, acquisition, directory, elapsed_s, deadline_s, lock, stale_staging_removed, remote,
-    verification}; remote holds the hub's metadata of a download (None otherwise). Raises SpecimenError
-    (DeadlineExpired when the deadline is the reason), with `acquisition` set to the path that failed.
-    """
+    """Obtain a verified specimen folder by exactly one path (the module's docstring); remote holds the hub's
+    metadata of a download. SpecimenError (DeadlineExpired for the deadline) names the path that failed."""
     start = time.perf_counter()
     deadline = Deadline(deadline_s if deadline_s is not None else protocol.ACQUISITION_DEADLINE_S)
     acquisition, directory = choose_acquisition(spec, artifacts_dir, cache_root)
@@ -215,13 +211,8 @@ def acquire(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bo
 
 def acquisition_outcome(spec: SpecimenSpec, artifacts_dir=None, cache_root=None, offline: bool = False,
                         endpoint: Optional[str] = None, deadline_s: Optional[float] = None) -> dict:
-    """acquire(), with a failure returned as data, never raised: the artifact_acquisition record.
-
-    Always: ok, specimen, acquisition, offline, directory (None when no folder is left to examine), error,
-    deadline_s, deadline_expired, remote, verification (the per-file report of the folder examined, or None); on
-    failure also other_specimen (the folder is a valid copy of another specimen); on success also elapsed_s, lock
-    and stale_staging_removed.
-    """
+    """acquire(), with a failure returned as data, never raised: the artifact_acquisition record (on failure with
+    the per-file report of the folder examined, and other_specimen when it is another specimen's valid copy)."""
     seconds = float(deadline_s if deadline_s is not None else protocol.ACQUISITION_DEADLINE_S)
     try:
         result = acquire(spec, artifacts_dir, cache_root, offline, endpoint, deadline_s=seconds)
