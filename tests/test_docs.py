@@ -57,7 +57,7 @@ def test_the_readme_walks_the_lab_in_its_order():
     at = [text.find(step) for step in steps]
     assert -1 not in at, f"README.md lacks {[s for s, i in zip(steps, at) if i < 0]}"
     assert at == sorted(at), f"README.md has them out of the lab's order: {[s for _, s in sorted(zip(at, steps))]}"
-    assert ". .venv/bin/activate" in text and "No module named 'torch'" in text  # the environment, and without it
+    assert ". .venv/bin/activate" in text and "cannot import torch: it is not the project's environment" in text  # the environment, and without it
 
 
 def markdown_pages() -> list[Path]:
