@@ -487,11 +487,9 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
                            ["--record-dir", "run", "--predictions", "a.md"], "a.md is not UTF-8"),
     "random-order-plugin": (random_order_plugin, ["--record-dir", "run", "-p", "randomly"],
                             f"-p randomly shuffles the tests: {IN_ORDER}"),
-    **{f"reordered-by{flag}": (None, ["--record-dir", "run", flag], f"{named}: {IN_ORDER}") for flag, named in (
-        ("--failed-first", "--ff (--failed-first) runs the tests that failed last time first"),
-        ("--nf", "--nf (--new-first) runs the tests of the most recently changed files first"),
-        ("--sw", "--sw (--stepwise) starts at the last failure and stops at the next one"),
-        ("--sw-skip", "--sw-skip (--stepwise-skip) starts after the test that failed last time"))},
+    **{f"reordered-by{flag}": (None, ["--record-dir", "run", flag], f"{named} reorders the tests: {IN_ORDER}")
+       for flag, named in (("--failed-first", "--ff (--failed-first)"), ("--nf", "--nf (--new-first)"),
+                           ("--sw", "--sw (--stepwise)"), ("--sw-skip", "--sw-skip (--stepwise-skip)"))},
 }
 
 
