@@ -18,7 +18,7 @@ from inferlab.files import import_hint
 from inferlab.read import parse as runfolder
 from inferlab.run import endings, plan
 from inferlab.run.records import PLAN_FILE, RecordDirError, check_paths
-from inferlab.run.session import OPTIONS, Run, claim_run, invocation_of, offline_setting
+from inferlab.run.session import OPTIONS, Run, claim_run, given_options, invocation_of, offline_setting
 
 RUN_KEY, FACTS_KEY = pytest.StashKey[Run](), pytest.StashKey[plan.TestFacts]()
 
@@ -49,6 +49,8 @@ def pytest_configure(config):
         invocation = invocation_of(config, offline_from, pytest.__version__)
         if (refused := plan.refusal(config, invocation.specimen["name"])) is not None:
             raise ValueError(refused)
+        if plan.named_experiment_paths(config.args, config.invocation_params.dir, config.rootpath) is None:
+            raise ValueError(plan.collection_refusal(False, given_options(config), False, False))
         check_paths({"--record-dir": record_dir, "--runs-dir": runs_dir, "--predictions": predictions,
                      "--artifacts": config.getoption("inferlab_artifacts")}, config.rootpath / "artifacts" / "cache")
         if config.option.collectonly:  # --co lists the tests and runs none: no run folder is made for it
@@ -106,10 +108,9 @@ def pytest_collectreport(report):
 @pytest.hookimpl(tryfirst=True)  # before -k, -m, --deselect and --lf remove anything
 def pytest_collection_modifyitems(session, config, items):
     experiments = [item for item in items if is_experiment(item)]
-    given = [flag for flag, settings in OPTIONS.items() if config.getoption(settings["dest"]) not in (
-        settings.get("default"), None, False)]
     run = get_run(config)
-    refusal = plan.collection_refusal(bool(experiments), given, config.option.collectonly, run is not None)
+    refusal = plan.collection_refusal(bool(experiments), given_options(config), config.option.collectonly,
+                                      run is not None)
     if refusal is not None:
         raise pytest.UsageError(refusal)
     if run is not None and experiments:
@@ -129,7 +130,7 @@ def pytest_collection_finish(session):
     run.refused = plan.order_refusal(where, run.collected)  # an order not the protocol's is refused before the plan
     if run.refused is not None:
         raise pytest.UsageError(run.refused)
-    paths, tests = plan.named_experiment_paths(config.args, config.invocation_params.dir, config.rootpath)
+    paths, tests = plan.named_experiment_paths(config.args, config.invocation_params.dir, config.rootpath) or ([], 0)
     written = run.write_plan([facts_of(item) for item in experiments], named_paths=paths, named_tests=tests,
                              selection=plan.selection_of(config.option, config.pluginmanager.get_plugin("lfplugin")))
     if written["cap_violations"]:

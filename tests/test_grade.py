@@ -54,6 +54,7 @@ def test_an_honest_complete_archive_scores_full_and_is_compared_exactly(honest, 
     assert grade.exit_status == 0 and grade.score == grade.max_score, formats.text_page(grade)
     assert statuses(grade) == {1: MANUAL, 2: PASS, 3: PASS, 4: PASS, 5: PASS, 6: PASS, 7: MANUAL}
     assert grade.comparison.exact and grade.learner == "ada"
+    assert "None" not in formats.text_page(grade)  # no field read under a name its record does not use (item 5 once)
     assert all(grade.comparison.compared.get(n) for n in (3, 4, 5, 6)), grade.comparison.compared
 
 
@@ -224,7 +225,9 @@ def test_an_archive_naming_a_file_outside_it_opens_nothing_outside(honest, tmp_p
     secret.write_text(answered_predictions())
     run = shutil.copytree(honest, tmp_path / "claim" / "run")
     manifest = json.loads((run / "manifest.json").read_text())
-    manifest["predictions"]["copied_to"] = str(secret) if field == "absolute" else "../../course/reference.md"
+    named = str(secret) if field == "absolute" else "../../course/reference.md"
+    manifest["predictions"]["copied_to"] = named
+    manifest["files"][named] = manifest["files"]["predictions.md"]  # an inventory entry verify would hash
     (run / "manifest.json").write_text(json.dumps(manifest))
     ledger = run / "addenda.jsonl"
     entry = json.loads(ledger.read_text().splitlines()[0])
@@ -234,7 +237,8 @@ def test_an_archive_naming_a_file_outside_it_opens_nothing_outside(honest, tmp_p
     guarded(secret)
     grade = grade_source(archive, rubric.load())
     assert grade.texts.explanation is None and grade.texts.predictions == answered_predictions()
-    assert any("addenda.jsonl" in line for line in grade.integrity), grade.integrity
+    for field_named in ("addenda.jsonl", "manifest.json files: " + repr(named), "predictions.copied_to: " + repr(named)):
+        assert any(field_named in line for line in grade.integrity), (field_named, grade.integrity)
 
 
 def test_an_archive_with_a_link_or_an_absolute_entry_is_refused_before_anything_is_written(tmp_path):

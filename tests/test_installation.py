@@ -124,6 +124,15 @@ def test_make_installs_again_only_when_the_lock_or_the_install_rule_changes(tmp_
         assert not up_to_date(name), name
 
 
+@pytest.mark.parametrize("given, where", [([], "--runs-dir runs"), (["RUN_DIR=d"], "--record-dir d"),
+                                          (["ARGS=--record-dir d"], "--record-dir d")])
+def test_make_run_puts_the_run_where_it_is_told_and_nowhere_else(tmp_path, given, where):
+    (tmp_path / ".lock-installed").touch()  # up to date: make -n prints the run's command alone
+    done = make("-n", "run", f"VENV={tmp_path}", *given)
+    assert done.returncode == 0 and done.stdout.split()[-2:] == where.split(), done.stdout + done.stderr
+    assert done.stdout.count("--record-dir") + done.stdout.count("--runs-dir") == 1, done.stdout
+
+
 @pytest.mark.process
 def test_make_lock_pins_every_installed_package_and_keeps_the_header(tmp_path):
     """On a copy of the lock: the header's comments kept, this Python's version, every installed distribution but

@@ -513,11 +513,14 @@ def test_a_session_that_cannot_run_is_refused_in_one_line_before_anything_is_wri
     assert files_of(suite.path) == before  # nothing written, not even a claim, and nothing already there changed
 
 
-def test_options_of_the_experiment_without_its_tests_are_refused(suite):
+@pytest.mark.parametrize("where", [[], ["--runs-dir", "runs"], ["--record-dir", "run"]])
+def test_options_of_the_experiment_without_its_tests_are_refused_and_leave_no_folder(suite, where):
     (suite.path / "test_other.py").write_text(PASSES)
-    result = suite.runpytest("test_other.py", "--specimen", "standin")
+    result = suite.runpytest("test_other.py", "--specimen", "standin", *where)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--specimen: options of the experiment, and no experiment test was collected" in result.stderr.str()
+    assert "options of the experiment, and this command collects no experiment test" in result.stderr.str()
+    assert "-m pytest experiments " + " ".join([*where, "--specimen", "standin"]) in result.stderr.str()  # as given
+    assert not (suite.path / "runs").exists() and not (suite.path / "run").exists()  # refused before any claim
     suite.runpytest("test_other.py", "--timeout", "5").assert_outcomes(passed=1)  # the harness's own tests may
 
 

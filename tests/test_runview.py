@@ -136,3 +136,12 @@ def test_a_tensor_file_outside_the_runs_tensors_folder_is_never_read(tmp_path):
         view.tensors.check(reference)
     assert raised.value.code == "outside" and view.tensors.get(reference) is None
     assert any("tensor file ../secret.safetensors: not in tensors/" in p for p in verify_run(view)["problems"])
+
+
+def test_a_run_file_that_is_a_link_leading_out_of_the_run_is_never_read(tmp_path):
+    (tmp_path / "secret.jsonl").write_text(json.dumps(record("x", None)) + "\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / RECORDS_FILE).symlink_to(tmp_path / "secret.jsonl")
+    view = RunView.read(tmp_path / "run")
+    assert view.records == [] and any(f"{RECORDS_FILE}: not readable ('{RECORDS_FILE}' is a link that leads out of "
+                                      "the run folder; not opened)" == p for p in view.read_problems), view.read_problems

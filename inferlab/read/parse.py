@@ -65,12 +65,30 @@ def parse_records(raw: bytes) -> tuple[list[dict], list[Problem]]:
     return records, problems + found
 
 
+def outside(directory: Path, relative: object) -> Optional[str]:
+    """Why a path that a run's own file names is not a file inside the run folder (None when it is): absolute, a
+    step up, or a link that leads out. Nothing outside a run is opened because a file in it names it."""
+    if not isinstance(relative, str) or not relative or Path(relative).is_absolute() or ".." in Path(relative).parts:
+        return f"{relative!r} is not a path inside the run folder"
+    if not (Path(directory) / relative).resolve().is_relative_to(Path(directory).resolve()):
+        return f"{relative!r} is a link that leads out of the run folder"
+    return None
+
+
+def read_inside(directory: Path, name: str) -> bytes:
+    """A run file's bytes, refused (OSError) when a link leads it out of the run folder."""
+    why = outside(directory, name)
+    if why is not None:
+        raise OSError(f"{why}; not opened")
+    return (Path(directory) / name).read_bytes()
+
+
 def read_json(directory: Path, name: str) -> tuple[Optional[dict], Optional[Problem]]:
     path = directory / name
     if not path.exists():
         return None, Problem(name, "missing", code="missing")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_inside(directory, name).decode("utf-8"))
     except (OSError, ValueError) as error:
         return None, Problem(name, f"not readable JSON ({error})")
     if not isinstance(data, dict):
@@ -97,7 +115,7 @@ def read_ledger(directory: Path) -> tuple[list[dict], list[Problem]]:
     if not path.exists():
         return [], []
     try:
-        return parse_ledger(path.read_bytes())
+        return parse_ledger(read_inside(directory, LEDGER_FILE))
     except OSError as error:
         return [], [Problem(LEDGER_FILE, f"not readable ({error})")]
 

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 
 from inferlab import protocol
 from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REQUIRED_ENVELOPE_FIELDS,
-                                 Problem, parse_records, read_json, read_ledger)
+                                 Problem, parse_records, read_inside, read_json, read_ledger)
 from inferlab.files import tensor_sha256
 from inferlab.run.plan import file_of
 from inferlab.run.records import RENAME_NOTE, STAMP_FIELD, TENSOR_DIR
@@ -184,7 +184,7 @@ class RunView:
         """Read a record directory once; every problem met is in .problems, nothing is raised."""
         directory = Path(directory)
         try:
-            records, problems = parse_records((directory / RECORDS_FILE).read_bytes())
+            records, problems = parse_records(read_inside(directory, RECORDS_FILE))
         except OSError as error:
             records, problems = [], [Problem(RECORDS_FILE, f"not readable ({error})")]
         (manifest, manifest_problem), (plan, plan_problem) = (read_json(directory, name)

@@ -15,8 +15,9 @@ from typing import Any, Iterable, Optional, Union
 
 from inferlab import protocol
 from inferlab.files import sha256_file
-from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, RECORDS_FILE, REPORT_FILE, claimant_alive, killed_detail
-from inferlab.read import addenda
+from inferlab.run.records import (MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, claimant_alive,
+                                  killed_detail)
+from inferlab.read import addenda, parse
 from inferlab.read.runview import (DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, TensorFileError,
                                    tensor_references)
 
@@ -88,6 +89,9 @@ class Verify:
                          "be checked")
             return
         for relative, expected in sorted(listed.items()):
+            if (why := parse.outside(view.directory, relative)) is not None:  # never opened: integrity, not a hash
+                self.problem(f"{MANIFEST_FILE} files: {why}; not opened")
+                continue
             target = view.directory / relative
             if not target.is_file():
                 self.problem(f"{relative}: listed in the manifest but missing")
@@ -101,6 +105,10 @@ class Verify:
             relative = path.relative_to(view.directory).as_posix()
             if relative != MANIFEST_FILE and relative not in listed and not addenda.is_addenda_path(relative):
                 self.problem(f"{relative}: present but not listed in the manifest (added after the session)")
+        copied = manifest.get("predictions", {}).get("copied_to") if isinstance(manifest.get("predictions"), dict) \
+            else None
+        if copied not in (None, PREDICTIONS_FILE):  # the copy is always read from its fixed name, never from here
+            self.problem(f"{MANIFEST_FILE} predictions.copied_to: {copied!r}, expected {PREDICTIONS_FILE!r}; not opened")
         for record in view.kind("report_error"):
             self.problem(f"{REPORT_FILE}: the session could not write it (seq {record.get('seq')}): "
                          f"{record.get('error')}")

@@ -150,8 +150,9 @@ def selection_of(option, last_failed_plugin=None) -> dict:
             "last_failed": bool(getattr(option, "lf", False) and getattr(last_failed_plugin, "lastfailed", None))}
 
 
-def named_experiment_paths(args: Iterable[str], invocation_dir: Path, root: Path) -> tuple[list[str], bool]:
-    """The command-line paths inside experiments/ when the folder as a whole was not named; node ids named?"""
+def named_experiment_paths(args: Iterable[str], invocation_dir: Path, root: Path) -> Optional[tuple[list[str], bool]]:
+    """The command-line paths inside experiments/ when the folder as a whole (or one above it) was not named, and
+    whether node ids were named; None when no path reaches experiments/."""
     experiments, whole, inside = (Path(root) / EXPERIMENTS_DIR).resolve(), False, []
     for arg in args:
         path = (Path(invocation_dir) / arg.split("::")[0]).resolve()
@@ -159,6 +160,8 @@ def named_experiment_paths(args: Iterable[str], invocation_dir: Path, root: Path
             whole = whole or "::" not in arg
         elif path.is_relative_to(experiments):
             inside.append(arg)
+    if not (whole or inside):
+        return None
     return ([], False) if whole else (inside, any("::" in arg for arg in inside))
 
 
@@ -391,6 +394,7 @@ def collection_refusal(experiments: bool, given: list[str], collect_only: bool, 
         return "--record-dir DIR (or --runs-dir DIR) is required to run the experiments (use a new directory, e.g. " \
                "runs/first)"
     if not experiments and given and not collect_only:
-        return (f"{', '.join(given)}: options of the experiment, and no experiment test was collected; run them with "
-                f"the experiments folder: {spelled('-m pytest experiments ' + ' '.join(given) + ' ...', 'python')}")
+        return (f"{', '.join(flag.split(' ')[0] for flag in given)}: options of the experiment, and this command "
+                f"collects no experiment test; run them with the experiments folder: "
+                f"{spelled('-m pytest experiments ' + ' '.join(given), 'python')}")
     return None

@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import json
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,13 @@ OPTIONS = {  # pytest's addoption settings per flag; each help text says its def
                           "off inside each timed block, as timeit does, after one full collection before the first "
                           "trial)"),
 }
+
+
+def given_options(config) -> list[str]:
+    """The experiment's options this command gave, spelled as typed (a flag with its value)."""
+    given = [(flag, config.getoption(settings["dest"]), settings.get("default")) for flag, settings in OPTIONS.items()]
+    return [flag if value is True else f"{flag} {shlex.quote(str(value))}" for flag, value, default in given
+            if value not in (default, None, False)]
 
 
 @dataclass(frozen=True)
