@@ -60,12 +60,14 @@ PY313_TARGET ?= test
 test-py313:
 	tools/debian13-root.sh $(PY313_TARGET)
 
-# Re-pin after a deliberate upgrade: the lock's comments, this Python, pip freeze (the editable project left
-# out) with torch's +cpu dropped, so that its line also finds each platform's own build.
+# Re-pin after a deliberate upgrade: the lock's comments, this Python, pip freeze (the editable project and what a
+# venv brings left out, as on every Python: 3.12+'s pip freeze lists setuptools) with torch's +cpu dropped, so that
+# its line also finds each platform's own build.
 lock:
 	sed -n '/^# python:/d; /^#/p' requirements.lock > $(VENV)/lock.new
 	$(PY) -c 'import platform; print("# python:", platform.python_version())' >> $(VENV)/lock.new
-	$(PY) -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' >> $(VENV)/lock.new
+	$(PY) -m pip freeze --exclude-editable --exclude setuptools --exclude wheel | \
+	  sed 's/^torch==\(.*\)+cpu$$/torch==\1/' >> $(VENV)/lock.new
 	mv $(VENV)/lock.new requirements.lock
 
 clean-venv:

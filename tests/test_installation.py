@@ -194,7 +194,8 @@ def test_the_manifest_asks_torch_itself_which_build_it_is():
     import torch
 
     build = environment.torch_build()
-    assert build["version"] == importlib.metadata.version("torch") == torch.__version__
+    assert build["version"] == torch.__version__  # its own word: PyPI's CUDA build says +cu130, its metadata not
+    assert importlib.metadata.version("torch") in (torch.__version__, torch.__version__.split("+")[0])
     assert build["cpu_only"] is (torch.version.cuda is None and getattr(torch.version, "hip", None) is None)
     assert "torch.version.cuda" in build["how_known"] and build["cpu_kernels"]["capability"]
 
