@@ -7,15 +7,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from inferlab.__main__ import main
+from inferlab.read.verify import integrity_problems, verify_run
 
+from child_process import popen_signallable
 from fixtures_records import kill_after
+from grading_helpers import answered_explanation
 from fixture_runs import runs  # noqa: F401 (a fixture)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -66,16 +72,10 @@ def test_second():
 def test_the_first_ctrl_c_stops_a_harness_session_inside_an_inner_session(tmp_path):
     """An experiment session run inside the suite's process (shared_runs.experiment_here, as the shared runs are made)
     takes Ctrl-C with its own handler; the suite stops all the same, and runs no further test."""
-    import signal
-    import sys
-    import time
-
-    from child_process import popen_signallable
-
     started, second = tmp_path / "started", tmp_path / "second-ran"
     (tmp_path / "harness").mkdir()
     (tmp_path / "harness" / "test_outer.py").write_text(SLEEPING_HARNESS % (str(started), str(second)))
-    env = {**__import__("os").environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
     done = popen_signallable([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_outer.py"],
                              cwd=tmp_path / "harness", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
@@ -105,8 +105,6 @@ def test_compare_of_a_folder_with_itself_is_refused(runs, capsys):
 
 
 def test_attaching_the_same_bytes_again_writes_nothing_and_says_so(runs, tmp_path, capsys):
-    from grading_helpers import answered_explanation
-
     run = runs.copy("complete", tmp_path / "run")
     explanation = tmp_path / "my_explanation.md"
     explanation.write_text(answered_explanation())
@@ -124,8 +122,6 @@ def killed(runs, tmp_path, **claim) -> Path:
 
 
 def test_a_run_whose_session_still_runs_is_live_to_verify_and_pack_refuses_it_leaving_nothing(runs, tmp_path, capsys):
-    from inferlab.read.verify import integrity_problems, verify_run
-
     run = killed(runs, tmp_path, pid=os.getpid(), hostname=socket.gethostname())
     assert main(["verify", str(run)]) == 1
     out = capsys.readouterr().out
