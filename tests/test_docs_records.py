@@ -65,19 +65,14 @@ def written_run(tmp_path_factory) -> Path:
     return builder.finish()
 
 
-@pytest.fixture(scope="module")
-def manifest_fields(written_run) -> dict[str, str]:
-    """The manifest's top-level fields as the Run writes them, with the environment record's own fields
-    taken from this checkout (the fixture's machine is a stand-in)."""
+def test_every_field_of_the_manifest_is_documented(written_run):
+    """The environment record's fields are taken from this checkout (the fixture's machine is a stand-in)."""
     manifest = json.loads((written_run / records.MANIFEST_FILE).read_text(encoding="utf-8"))
     fields = {name: "inferlab.run.session.Run.write_manifest" for name in manifest}
-    fields.update({name: "inferlab.host.environment.environment_record" for name in environment.environment_record(REPO_ROOT)})
+    fields.update({name: "inferlab.host.environment.environment_record"
+                   for name in environment.environment_record(REPO_ROOT)})
     fields["files"] = "the inventory the Run adds at the end"
-    return fields
-
-
-def test_every_field_of_the_manifest_is_documented(manifest_fields):
-    problems = mismatch(MANIFEST, manifest_fields, "| `{name}` | what it holds |   (it comes from {why})")
+    problems = mismatch(MANIFEST, fields, "| `{name}` | what it holds |   (it comes from {why})")
     assert not problems, "\n".join(problems)
 
 
@@ -120,4 +115,3 @@ def test_every_file_a_run_writes_is_documented(written_run):
     assert len(tensor_files()) >= 4  # first-step logits and scores, cache logits, batching
     problems = mismatch(FILES, expected, "| `{name}` | what it holds |")
     assert not problems, "\n".join(problems)
-
