@@ -16,7 +16,7 @@ from inferlab.run.records import PREDICTIONS_FILE
 from inferlab.read.runview import RunView
 
 from fixtures_records import copy_run, edit_manifest, rerender
-from fixture_runs import runs, fixture_runs  # noqa: F401 (runs is a fixture)
+from fixture_runs import fixture_runs
 from grading_helpers import answered_explanation
 from test_addenda import aligned, tree
 
@@ -101,12 +101,6 @@ def test_a_changed_explanation_is_labelled_and_verify_s_words_are_shown(run, tmp
     page = after(run, capsys, status=1)
     assert "now: **changed since it was attached**: addenda/explanation.md: size" in page
     assert "**What `verify` says of the addenda:**" in page and "(edited after it was attached)" in page
-
-
-def test_a_plan_folder_has_no_after_run_page(runs, capsys):
-    assert main(["report", str(runs.get("plan")), "--after"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and "is a plan folder" in captured.err
 
 
 def test_a_ledger_entry_pointing_outside_addenda_is_never_read(run, tmp_path, capsys):

@@ -91,11 +91,12 @@ def test_the_first_ctrl_c_stops_a_harness_session_inside_an_inner_session(tmp_pa
 
 def test_every_command_refuses_a_plan_folder_the_same_way(runs, tmp_path, capsys):
     plan = runs.get("plan")
-    for argv in (["verify", plan], ["report", plan], ["compare", runs.get("complete"), plan],
-                 ["pack", plan, "-o", tmp_path / "p.tar.gz"], ["grade", plan]):
+    for argv in (["verify", plan], ["report", plan], ["report", plan, "--after"], ["grade", plan],
+                 ["compare", runs.get("complete"), plan], ["pack", plan, "-o", tmp_path / "p.tar.gz"]):
         assert main([str(a) for a in argv]) == 2, argv
         said = capsys.readouterr()
         assert "plan folder (written by --plan): no test ran" in said.out + said.err, argv
+        assert said.out == "" or argv[0] == "grade", argv  # no page printed; grade's result names the refusal
     assert list(tmp_path.iterdir()) == []
 
 
