@@ -1,5 +1,6 @@
 """report.md: the evidence the lab asks the tool to summarize, and no reading of it; a real stand-in run's page against
-its records, partial and odd runs from the shared fixture runs (tests/fixture_runs.py)."""
+its records; trials that produced nothing named, never compared; the numbers computed again from the records; partial
+and odd runs from the shared fixture runs (tests/fixture_runs.py)."""
 
 from __future__ import annotations
 
@@ -53,9 +54,6 @@ def table_rows(text: str) -> list[list[str]]:
 
 def rendered(data) -> str:
     return report.render_report(data.view())
-
-
-# --- the must-show: a real stand-in run's page holds the evidence, and reads nothing into it --------------------
 
 
 def test_a_stand_in_runs_report_holds_every_piece_of_evidence_and_no_reading(standin_run):
@@ -133,9 +131,6 @@ def test_report_check_agrees_catches_an_edit_and_never_compares_another_renderer
     assert report.check(run).status == "identical"
 
 
-# --- trials that produced nothing: named, never compared ----------------------------------------------------------
-
-
 def test_failed_trials_leave_identity_undecided_are_counted_apart_and_repetitions_that_differ_are_a_no(complete):
     def differ(records):
         second = next(r for r in records if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep2")
@@ -166,9 +161,6 @@ def test_an_interrupted_run_names_the_cut_trial_and_explains_every_missing_recor
                                                                  "S3 not run", "0 of 0 (1 interrupted, 11 not run)"]
     assert "No `cache_criterion` record (not reached: the run was interrupted (SIGINT))." in text
     assert "no record and no outcome explains it" not in text
-
-
-# --- the numbers are the records', computed again where the page computes them -----------------------------------
 
 
 def test_probabilities_and_top_p_follow_the_labs_worked_example():
@@ -206,9 +198,6 @@ def test_first_step_cache_and_throughput_figures_are_computed_from_the_tensors_a
     assert row[5] == f"{sorted(rates)[2]:.1f} [{min(rates):.1f}–{max(rates):.1f}]"
 
 
-# --- the run's frame ---------------------------------------------------------------------------------------------
-
-
 def test_the_run_table_shows_the_controls_and_what_a_forward_watch_saw(complete):
     def watched(records, broken=0):
         for record in records:
@@ -234,9 +223,6 @@ def test_blank_predictions_captured_warnings_and_a_real_specimen_are_said(rich_r
     warned = next(r for r in RunView.read(run).records if r.get("warnings"))
     assert f"`{warned['kind']}` seq {warned['seq']}" in section(text, "Run status")
     assert report.SYNTHETIC_BANNER not in page(build_complete_run(tmp_path / "real", synthetic=False))
-
-
-# --- odd runs and odd text ----------------------------------------------------------------------------------------
 
 
 def test_partial_and_malformed_records_never_crash_the_page(tmp_path):
