@@ -160,9 +160,6 @@ def test_profiling_text_is_decoded_with_special_tokens_kept():
     assert text == "A small boat" + tokenizer.eos_token and elapsed_s >= 0
 
 
-# --- against generate() ----------------------------------------------------------------------------------------------
-
-
 def generate_trial(model, prompt, eos: int) -> dict:
     """A real greedy generate() call, as the matrix's greedy trial records it."""
     output = model.generate(input_ids=prompt[0], attention_mask=prompt[1], use_model_defaults=False,

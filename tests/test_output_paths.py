@@ -69,9 +69,6 @@ def unix_socket(path: Path) -> None:
         server.bind(str(path))  # the socket's file outlives it
 
 
-# --- the writer ---------------------------------------------------------------------------------------------
-
-
 def test_a_new_file_is_made_whole_and_a_regular_file_is_replaced_keeping_its_mode_only_if_replace(tmp_path):
     target = tmp_path / "deep" / "page.md"
     write_text_atomic(target, "one\n")
@@ -180,9 +177,6 @@ def test_one_definition_of_each_atomic_writer():
              if line.startswith(("def write_text_atomic", "def write_bytes_atomic"))]
     assert found == ["files.py: def write_bytes_atomic(path, data: bytes, replace: bool = True) -> None:",
                      "files.py: def write_text_atomic(path, text: str, replace: bool = True) -> None:"]
-
-
-# --- every command that takes an output path ------------------------------------------------------------------
 
 
 def commands(run: Path, target: Path) -> dict:

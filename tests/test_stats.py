@@ -55,9 +55,6 @@ def test_first_divergence(a, b, expected):
     assert stats.first_divergence(a, b) == expected
 
 
-# --- the interval --------------------------------------------------------------------------------------------------
-
-
 def test_the_u_distribution_is_the_count_of_rank_arrangements():
     for m, n in ((1, 1), (2, 3), (3, 3), (5, 5), (4, 6)):
         counts = stats.u_counts(m, n)

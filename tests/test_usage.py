@@ -22,9 +22,6 @@ RULE = protocol.CONTENTION_RULE
 MS = 1_000_000  # ns
 
 
-# --- the rule and one trial's evidence ---------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("share, switches, collector, major, expected", [
     (0.995, 0, None, None, False), (RULE.min_cpu_share, 0, None, None, False),
     (RULE.min_cpu_share - 0.001, 0, None, None, True),
@@ -91,9 +88,6 @@ def test_a_collection_or_a_major_fault_inside_a_span_is_labelled_and_judged_by_i
     evidence = usage.trial_evidence(faulted, 100 * MS, 102 * MS, 110 * MS)
     assert evidence["contention_reasons"] == ["loop major page faults 2 > 0"] and evidence["disturbed_by"] == [
         "major_fault"]
-
-
-# --- the readers ----------------------------------------------------------------------------------------------------
 
 
 def test_the_readers_return_the_threads_cpu_time_switches_and_faults_and_say_what_they_cost():
@@ -191,9 +185,6 @@ def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(
     if due == "at the reader's own allocation":
         assert start.__name__ in burned[0], f"the collection ran in {burned[0]}, not in the start reader"
     assert last[0] - first[0] <= t_end - t_start + 200_000, f"the collection ran in {burned[0]}, inside the span"
-
-
-# --- the collector around the timed spans --------------------------------------------------------------------------
 
 
 @pytest.fixture
