@@ -124,16 +124,12 @@ def test_contended_samples_are_left_out_while_each_side_keeps_enough_and_used_an
     assert f"Contended ({costs.CONTENDED}): 5 of 20 trials" in section
 
 
-def test_the_run_status_says_the_timing_part_was_contended_and_advises_a_quieter_rerun():
+def test_the_run_status_advises_a_quieter_rerun_and_the_cpu_share_plot_rings_a_disturbed_trial():
     records = schedule(1.0, 3.0, contended={"P1x8-cache_on-3"}, slow=3)
     facts = decide(view_of(records)).facts
     assert facts[-1].startswith("**The timing part was contended**: 1 of 20")
     assert "rerun on a quieter machine" in facts[-1]
     assert not any("contended" in fact for fact in decide(view_of(schedule(1.0, 3.0))).facts)
-
-
-def test_the_cpu_share_plot_is_drawn_from_the_trials_evidence_and_rings_a_disturbed_trial():
-    records = schedule(1.0, 3.0, contended={"P1x8-cache_on-3"}, slow=3)
     hit = records[3]
     start = hit["t_start_ns"]
     hit["gc_events"] = [[0, start + 10, start + 2_000_000]]  # a collection inside its loop span
