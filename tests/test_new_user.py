@@ -17,7 +17,7 @@ import pytest
 
 from inferlab import cli
 from inferlab.__main__ import main
-from inferlab.run import endings, records
+from inferlab.run import records
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.read import parse as earlier_runs
 from inferlab.report.compare import compare, format_compare
@@ -168,25 +168,6 @@ def session_end_of(run: Path) -> dict:
     ends = [json.loads(line) for line in (run / RECORDS_FILE).read_text().splitlines() if '"session_end"' in line]
     assert len(ends) == 1, ends
     return ends[0]
-
-
-def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
-    def end(by_kind, acquisition):
-        return endings.session_end(
-            exit_status=1, exit_code_name="TESTS_FAILED", signals=[], collect_only=False, plan_only=False,
-            stop_reason=None, planned=["a", "b", "c"], with_outcome={"a", "b", "c"}, partial_reasons=[],
-            failures_by_check_kind=by_kind, acquisition_failure=acquisition,
-            outcome_counts={"failed": sum(by_kind.values()), "skipped": 1})
-
-    counts = {"failed": 2, "skipped": 1}
-    refused = end({"integrity": 2}, {"cause": "your --artifacts copy was refused", "failed_tests": 2})
-    assert endings.failure_kind(refused, counts) == "acquisition"
-    line = endings.status_line(refused, counts)
-    assert line.startswith("NOTHING was measured: the specimen could not be acquired (your --artifacts copy was "
-                           "refused); ") and "HARNESS" not in line
-    broken = end({"integrity": 2}, {"cause": "no connection to the hub", "failed_tests": 1})
-    assert endings.failure_kind(broken, counts) == "harness"
-    assert "the HARNESS FAILED" in endings.status_line(broken, counts)
 
 
 @pytest.mark.slow

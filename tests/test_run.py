@@ -193,6 +193,20 @@ def test_the_status_line_says_unfinished_before_partial_and_names_the_optional_e
     assert ended(collect_only=True, with_outcome=set())["complete"] is False  # --co is never complete
 
 
+def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
+    counts = {"failed": 2, "skipped": 1}
+    failed = {"exit_status": 1, "exit_code_name": "TESTS_FAILED", "failures_by_check_kind": {"integrity": 2},
+              "outcome_counts": counts}
+    refused = ended(**failed, acquisition_failure={"cause": "your --artifacts copy was refused", "failed_tests": 2})
+    assert endings.failure_kind(refused, counts) == "acquisition"
+    line = endings.status_line(refused, counts)
+    assert line.startswith("NOTHING was measured: the specimen could not be acquired (your --artifacts copy was "
+                           "refused); ") and "HARNESS" not in line
+    broken = ended(**failed, acquisition_failure={"cause": "no connection to the hub", "failed_tests": 1})
+    assert endings.failure_kind(broken, counts) == "harness"
+    assert "the HARNESS FAILED" in endings.status_line(broken, counts)
+
+
 @pytest.mark.parametrize("overrides, counts, suffix", [
     ({}, {"passed": 2}, None),
     ({"exit_code_name": "TESTS_FAILED"}, {"failed": 1}, "-failed"),  # no check kinds: every failure the harness's
