@@ -26,7 +26,7 @@ import inner_session
 from child_process import popen_signallable
 from fixtures_records import copy_run
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)
-from shared_runs import make_project
+from shared_runs import make_project, records as records_of
 
 inner_session.preload()  # before any pytester fixture: see tests/inner_session.py
 
@@ -149,7 +149,7 @@ def test_tests_out_of_the_protocols_order_are_refused_before_the_plan_and_in_the
     swapped.stderr.fnmatch_lines(["*the tests are not in the protocol's order: experiments/test_20_second.py::test_c "
                                   "would run at position 1, where experiments/test_10_first.py::test_a belongs*"])
     assert not (suite.path / "a" / "plan.json").exists()  # refused before the plan: no test ran
-    end = session_end_of(suite.path / "a")
+    [end] = [r for r in records_of(suite.path / "a") if r["kind"] == "session_end"]
     assert end["stop_reason"].startswith("usage error: the tests are not in the protocol's order")
     assert end["complete"] is False
     in_order = suite.runpytest("experiments/test_10_first.py", "experiments/test_20_second.py", "--record-dir", "b")
@@ -162,12 +162,6 @@ def project(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     make_project(pytester.path)
     return pytester
-
-
-def session_end_of(run: Path) -> dict:
-    ends = [json.loads(line) for line in (run / RECORDS_FILE).read_text().splitlines() if '"session_end"' in line]
-    assert len(ends) == 1, ends
-    return ends[0]
 
 
 @pytest.mark.slow
@@ -196,13 +190,14 @@ def test_a_selection_that_measures_nothing_says_so_last_and_exits_5_and_its_plan
     last = result.stdout.str().strip().splitlines()[-1]
     assert last.startswith("inferlab: NOTHING was measured: every one of the "), last
     assert "selected tests was skipped" in last and "exits with status 5" in last and "PARTIAL" in last
-    end = session_end_of(project.path / "run")
+    [end] = [r for r in records_of(project.path / "run") if r["kind"] == "session_end"]
     assert end["measured_nothing"] is True and end["complete"] is False
     report = (project.path / "run" / "report.md").read_text()
     assert "each names the failure above" not in report
     result = project.runpytest("experiments", "-k", "cache", "--specimen", "standin", "--record-dir", "plan", "--plan")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED or result.ret == pytest.ExitCode.OK
-    assert session_end_of(project.path / "plan")["measured_nothing"] is False
+    [end] = [r for r in records_of(project.path / "plan") if r["kind"] == "session_end"]
+    assert end["measured_nothing"] is False
     assert "a PLAN only" in result.stdout.str().strip().splitlines()[-1]
 
 
