@@ -46,18 +46,6 @@ def test_check_artifacts_never_prints_none_for_a_file_it_did_not_read(standin_co
     assert any(line.startswith("PROBLEM config.json: present, not hashed (") for line in lines), lines
 
 
-def test_verify_says_the_outcome_counts_and_the_gaps_in_words(failed_run, capsys):
-    assert main(["verify", str(failed_run)]) == cli.EXIT_OK
-    last = capsys.readouterr().out.splitlines()[-1]
-    assert "{" not in last and "'" not in last, last
-    assert re.search(r"not every test passed \(\d+ failed, \d+ passed, \d+ skipped\), and each of the \d+ gap\(s\) "
-                     r"this leaves \(a record the protocol expects that is not there\) has its recorded "
-                     r"evidence", last), last
-    assert "nothing was measured: the specimen could not be acquired (" in last and "harness failed" not in last
-    assert main(["verify", str(failed_run), "--all-passed"]) == cli.EXIT_PROBLEMS
-    assert re.search(r"^not every test passed: \d+ failed, \d+ passed, \d+ skipped$", capsys.readouterr().out, re.M)
-
-
 # A command a reader would type: python -m, pytest with a path or an option, inferlab with a subcommand and an
 # argument. Prose that names a program ("not an inferlab reference", "pytest ended with") is not one.
 SUBCOMMANDS = "|".join(re.escape(name.replace("_", "-")) for name in cli.COMMANDS)
@@ -97,8 +85,6 @@ def test_the_scan_sees_an_unprefixed_command_in_an_f_string(tmp_path):
 
 
 def test_compare_says_first_what_makes_its_rows_doubtful(complete_run, failed_run, tmp_path, capsys):
-    """An edited run (exit 3, the integrity header first), and runs of two specimens (said before any row, and a
-    failed acquisition never called finished)."""
     edited = copy_run(complete_run, tmp_path / "edited")
     lines = (edited / RECORDS_FILE).read_text(encoding="ascii").splitlines(keepends=True)
     index = next(i for i, line in enumerate(lines) if '"kind": "generation"' in line)

@@ -4,6 +4,7 @@ and every gap without evidence, is one problem line; an unfinished or partial ru
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -29,14 +30,23 @@ def problems_of(directory: Path) -> list[str]:
     return verify_run(directory)["problems"]
 
 
-def test_a_run_as_its_session_wrote_it_verifies_and_a_failed_runs_gaps_have_their_evidence(complete_run, failed_run,
-                                                                                               capsys):
+def test_a_run_as_its_session_wrote_it_verifies_and_a_failed_runs_gaps_have_their_evidence_said_in_words(
+        complete_run, failed_run, capsys):
     result = verify_run(complete_run)
     assert result["problems"] == [] and result["all_tests_passed"] and result["complete"]
     assert main(["verify", str(complete_run)]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith(f"verify: OK ({result['records']} records, ")
     result = verify_run(failed_run)  # the acquisition failed: every dependent test skipped, naming why
     assert result["problems"] == [] and not result["all_tests_passed"] and result["explained_gaps"]
+    assert main(["verify", str(failed_run)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "{" not in last and "'" not in last, last
+    assert re.search(r"not every test passed \(\d+ failed, \d+ passed, \d+ skipped\), and each of the \d+ gap\(s\) "
+                     r"this leaves \(a record the protocol expects that is not there\) has its recorded "
+                     r"evidence", last), last
+    assert "nothing was measured: the specimen could not be acquired (" in last and "harness failed" not in last
+    assert main(["verify", str(failed_run), "--all-passed"]) == 1
+    assert re.search(r"^not every test passed: \d+ failed, \d+ passed, \d+ skipped$", capsys.readouterr().out, re.M)
 
 
 def test_a_changed_byte_and_a_file_removed_or_added_after_the_session_are_each_named(run_copy, capsys):
