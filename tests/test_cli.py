@@ -29,10 +29,8 @@ SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
 
 
 def system_python_lacks_the_project() -> bool:
-    if SYSTEM_PYTHON is None:
-        return False
-    done = subprocess.run([SYSTEM_PYTHON, "-c", "import torch, safetensors"], capture_output=True)
-    return done.returncode != 0
+    return SYSTEM_PYTHON is not None and subprocess.run([SYSTEM_PYTHON, "-c", "import torch, safetensors"],
+                                                        capture_output=True).returncode != 0
 
 
 @pytest.mark.process
@@ -115,15 +113,11 @@ def test_attaching_the_same_bytes_again_writes_nothing_and_says_so(runs, tmp_pat
     assert len((run / "addenda.jsonl").read_text().splitlines()) == 1
 
 
-def killed(runs, tmp_path, **claim) -> Path:
-    """The complete run as a SIGKILL after ten outcomes leaves it (no session_end), its claim naming `claim`."""
-    run = kill_after(runs.copy("complete", tmp_path / "run"), 10)
-    (run / "claim.json").write_text(json.dumps({**json.loads((run / "claim.json").read_text()), **claim}))
-    return run
-
-
-def test_a_run_whose_session_still_runs_is_live_to_verify_and_pack_refuses_it_leaving_nothing(runs, tmp_path, capsys):
-    run = killed(runs, tmp_path, pid=os.getpid(), hostname=socket.gethostname())
+def test_a_killed_run_is_live_while_its_session_runs_not_packed_and_once_gone_packed_and_compared_as_unfinished(
+        runs, tmp_path, capsys):
+    run = kill_after(runs.copy("complete", tmp_path / "run"), 10)  # as a SIGKILL after ten outcomes leaves it
+    claim = json.loads((run / "claim.json").read_text())
+    (run / "claim.json").write_text(json.dumps({**claim, "pid": os.getpid(), "hostname": socket.gethostname()}))
     assert main(["verify", str(run)]) == 1
     out = capsys.readouterr().out
     assert "the run is LIVE, its session still running" in out
@@ -138,10 +132,7 @@ def test_a_run_whose_session_still_runs_is_live_to_verify_and_pack_refuses_it_le
     assert f"{run} is still being written" in err and "wait for it to end" in err
     assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
     assert not target.exists() and (not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()))
-
-
-def test_a_killed_run_whose_session_is_gone_is_packed_and_compared_as_unfinished(runs, tmp_path, capsys):
-    run = killed(runs, tmp_path, pid=4242, hostname="elsewhere")
+    (run / "claim.json").write_text(json.dumps({**claim, "pid": 4242, "hostname": "elsewhere"}))  # its session gone
     assert main(["pack", str(run), "-o", str(tmp_path / "submission.tar.gz")]) == 1  # packed; verify: unfinished
     assert (tmp_path / "submission.tar.gz").is_file() and "unfinished: " in capsys.readouterr().out
     assert main(["compare", str(runs.get("complete")), str(run)]) == 1
