@@ -55,7 +55,7 @@ def test_first_divergence(a, b, expected):
     assert stats.first_divergence(a, b) == expected
 
 
-def test_the_u_distribution_is_the_count_of_rank_arrangements():
+def test_the_u_distribution_counts_rank_arrangements_and_the_level_picks_the_narrowest_interval_reaching_it():
     for m, n in ((1, 1), (2, 3), (3, 3), (5, 5), (4, 6)):
         counts = stats.u_counts(m, n)
         brute = [0] * (m * n + 1)  # U = pairs (i, j) where the second group's value is the larger
@@ -63,9 +63,7 @@ def test_the_u_distribution_is_the_count_of_rank_arrangements():
             second = [r for r in range(m + n) if r not in first]
             brute[sum(1 for x in first for y in second if y > x)] += 1
         assert list(counts) == brute and sum(counts) == math.comb(m + n, m)
-
-
-def test_the_declared_level_picks_the_narrowest_interval_that_reaches_it():
+    # the declared level picks the narrowest interval that reaches it
     assert stats.rank_order(5, 5) == (3, pytest.approx(1 - 2 * 4 / 252))  # 96.8 %; k = 4 would be 94.4 %
     assert stats.rank_order(5, 5, 0.94) == (4, pytest.approx(1 - 2 * 7 / 252))
     assert stats.rank_order(3, 3) == (None, pytest.approx(0.9))
