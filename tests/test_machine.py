@@ -18,21 +18,6 @@ except ImportError:  # pragma: no cover - Windows
     resource = None
 
 
-def test_cache_sizes_are_read_from_sysfs_and_unknown_where_absent(tmp_path):
-    for index, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "64K"),
-                                                 ("2", "Unified", "512K"), ("3", "Unified", "32768K")]):
-        folder = tmp_path / "cache" / f"index{index}"
-        folder.mkdir(parents=True)
-        for name, value in (("level", level), ("type", kind), ("size", size)):
-            (folder / name).write_text(value + "\n")
-    found = machine.cache_sizes(tmp_path / "cache")
-    assert [(e["level"], e["type"], e["bytes"]) for e in found["levels"]] == [
-        (1, "Data", 32768), (1, "Instruction", 65536), (2, "Unified", 524288), (3, "Unified", 32 * 2**20)]
-    assert found["largest_bytes"] == 32 * 2**20
-    missing = machine.cache_sizes(tmp_path / "nowhere")
-    assert missing["levels"] == [] and missing["largest_bytes"] == "unknown" and "unknown" in missing["note"]
-
-
 def test_a_result_is_appended_after_the_earlier_ones_outside_tracked_files_unless_asked(tmp_path):
     from benchmarks.overhead import build_parser
 
@@ -190,7 +175,7 @@ def test_the_benchmark_order_puts_every_variant_after_each_other_one_equally_oft
     assert counts["generate"] == {"instrumented": 10, "bare": 10, "bare_again": 10}
 
 
-def test_the_machines_load_comes_from_the_platforms_files_or_is_said_unavailable(tmp_path, monkeypatch):
+def test_the_machines_load_and_caches_come_from_the_platforms_files_or_are_said_unavailable(tmp_path, monkeypatch):
     proc, cpus = tmp_path / "proc", tmp_path / "cpu"
     (proc / "pressure").mkdir(parents=True)
     (proc / "loadavg").write_text("0.50 0.40 0.30 2/345 6789\n")
@@ -218,3 +203,16 @@ def test_the_machines_load_comes_from_the_platforms_files_or_is_said_unavailable
     assert machine.unexplained_readings(state) == []
     assert machine.unexplained_readings({**state, "cpu_pressure": {"available": False}}) == ["cpu_pressure"]
     assert machine.pressure_between(state, state) is None
+    # the cache sizes from sysfs, or unknown where it is absent
+    for index, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "64K"),
+                                                 ("2", "Unified", "512K"), ("3", "Unified", "32768K")]):
+        folder = tmp_path / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(value + "\n")
+    found = machine.cache_sizes(tmp_path / "cache")
+    assert [(e["level"], e["type"], e["bytes"]) for e in found["levels"]] == [
+        (1, "Data", 32768), (1, "Instruction", 65536), (2, "Unified", 524288), (3, "Unified", 32 * 2**20)]
+    assert found["largest_bytes"] == 32 * 2**20
+    missing = machine.cache_sizes(tmp_path / "nowhere")
+    assert missing["levels"] == [] and missing["largest_bytes"] == "unknown" and "unknown" in missing["note"]
