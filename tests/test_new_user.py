@@ -69,19 +69,16 @@ def literal_texts(path: Path):
 
 
 @pytest.mark.slow
-def test_no_string_in_the_library_spells_a_command_without_the_environments_prefix():
-    found = sorted({f"{path.relative_to(REPO_ROOT)}:{line}: {text!r}"
-                    for path in (REPO_ROOT / "inferlab").rglob("*.py") for line, text in literal_texts(path)
-                    if COMMAND.search(text)})
-    assert not found, "a command printed without inferlab.cli.spelled:\n" + "\n".join(found)
-
-
-def test_the_scan_sees_an_unprefixed_command_in_an_f_string(tmp_path):
-    module = tmp_path / "m.py"
+def test_no_string_in_the_library_spells_a_command_without_the_environments_prefix_as_the_scan_would_see(tmp_path):
+    module = tmp_path / "m.py"  # the scan sees an unprefixed command, in an f-string too, and no prose
     module.write_text('def f(m):\n    return f"build one with `python -m {m} NEWDIR`"\n'
                       'X = "rerun `pytest experiments --record-dir DIR`"\nY = "run `inferlab verify DIR`"\n'
                       'Z = "not an inferlab reference (format 1)"\n')
     assert sorted({line for line, text in literal_texts(module) if COMMAND.search(text)}) == [2, 3, 4]
+    found = sorted({f"{path.relative_to(REPO_ROOT)}:{line}: {text!r}"
+                    for path in (REPO_ROOT / "inferlab").rglob("*.py") for line, text in literal_texts(path)
+                    if COMMAND.search(text)})
+    assert not found, "a command printed without inferlab.cli.spelled:\n" + "\n".join(found)
 
 
 def test_compare_says_first_what_makes_its_rows_doubtful(complete_run, failed_run, tmp_path, capsys):
