@@ -47,13 +47,15 @@ def mismatch(heading: str, expected: dict[str, str], row_hint: str) -> list[str]
     return lines
 
 
-def test_every_record_kind_a_run_writes_is_documented():
+def test_every_record_kind_a_run_writes_and_every_field_of_the_record_envelope_is_documented():
     expected = {kind: "written by the session itself (inferlab.run.records.HARNESS_KINDS)"
                 for kind in records.HARNESS_KINDS}
     for test, marks in experiment_markers().items():
         for kind in marks["records"]:
             expected.setdefault(kind, f"declared by @pytest.mark.records on {test}")
     problems = mismatch(KINDS, expected, "| `{name}` | the experiment file | what one record holds |")
+    envelope = {name: "inferlab.run.records.RESERVED_FIELDS" for name in records.RESERVED_FIELDS}
+    problems += mismatch(ENVELOPE, envelope, "| `{name}` | what it holds |")
     assert not problems, "\n".join(problems)
 
 
@@ -73,12 +75,6 @@ def test_every_field_of_the_manifest_is_documented(written_run):
                    for name in environment.environment_record(REPO_ROOT)})
     fields["files"] = "the inventory the Run adds at the end"
     problems = mismatch(MANIFEST, fields, "| `{name}` | what it holds |   (it comes from {why})")
-    assert not problems, "\n".join(problems)
-
-
-def test_every_field_of_the_record_envelope_is_documented():
-    expected = {name: "inferlab.run.records.RESERVED_FIELDS" for name in records.RESERVED_FIELDS}
-    problems = mismatch(ENVELOPE, expected, "| `{name}` | what it holds |")
     assert not problems, "\n".join(problems)
 
 
