@@ -72,12 +72,6 @@ def test_a_variant_in_memory_is_the_run_build_rich_run_writes(complete, runs, tm
     assert report.decide(data.view()) == report.decide(built)
 
 
-def test_a_complete_finished_run_with_every_test_passed_says_so(complete):
-    found, page = judged(complete.rich())
-    assert found.kind == "passed"
-    assert PASSED in headline(page) and "complete protocol" in headline(page)
-
-
 def test_an_interrupted_run_says_so_first_even_with_a_failed_diagnostic(complete):
     def interrupted(records):
         records = fail("test_greedy_repetitions_identical", "greedy repetitions differ")(records)
@@ -191,7 +185,7 @@ def test_damaged_records_are_never_called_every_test_passed(runs, tmp_path):
     assert "could not all be read" in file_headline(run) and "records.jsonl" in file_headline(run)
 
 
-def test_a_forward_count_over_the_plan_heads_a_run_that_otherwise_passed(complete):
+def test_a_complete_finished_run_with_every_test_passed_says_so_unless_its_forward_count_is_over_the_plan(complete):
     """Issue 33 part 6 b: a failed harness-integrity fact of the whole session, never 'every planned test passed'."""
     from inferlab.run import endings as session_status, plan
 
@@ -203,7 +197,8 @@ def test_a_forward_count_over_the_plan_heads_a_run_that_otherwise_passed(complet
     assert (f"forwards: the session ran {budget['at_most'] + 1}, the plan allows at most {budget['at_most']}"
             in found.headline)
     within = session_status.reconcile_forwards(16, {trial: 16}, budget)
-    assert judged(complete.rich(session_end={"forward_reconciliation": within}))[0].kind == "passed"
+    found, page = judged(complete.rich(session_end={"forward_reconciliation": within}))
+    assert found.kind == "passed" and PASSED in headline(page) and "complete protocol" in headline(page)
 
 
 def test_every_kind_has_a_test_here():
