@@ -128,7 +128,7 @@ def test_report_check_agrees_catches_an_edit_and_never_compares_another_renderer
     assert main(["report", str(run), "--check"]) == 0 and "identical" in capsys.readouterr().out
 
 
-def test_failed_trials_leave_identity_undecided_are_counted_apart_and_repetitions_that_differ_are_a_no(complete):
+def test_failed_and_interrupted_trials_are_named_never_compared_and_repetitions_that_differ_are_a_no(complete):
     def differ(records):
         second = next(r for r in records if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep2")
         second["generated_ids"] = second["generated_ids"][:-1] + [second["generated_ids"][-1] % 50 + 1]
@@ -143,9 +143,7 @@ def test_failed_trials_leave_identity_undecided_are_counted_apart_and_repetition
     assert trials["`P1-G-rep3`"][2] == "failed (failed, F1)"
     assert table_rows(section(rendered(complete.rich(transform=differ)), "Repeatability"))[1][1] == \
         "**no** (2 of 3 recorded, 1 failed)"
-
-
-def test_an_interrupted_run_names_the_cut_trial_and_explains_every_missing_record(complete):
+    # an interrupted run names the cut trial and explains every missing record
     interrupted = {"interrupted": True, "signals": ["SIGINT"], "exit_status": 2, "stop_reason": "interrupted by SIGINT",
                    "exit_code_name": "INTERRUPTED"}
     text = rendered(complete.rich(transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
