@@ -158,7 +158,10 @@ def test_failed_and_interrupted_trials_are_named_never_compared_and_repetitions_
     assert "no record and no outcome explains it" not in text
 
 
-def test_probabilities_and_top_p_follow_the_labs_worked_example():
+def test_probabilities_and_top_p_follow_the_labs_worked_example_and_the_pages_figures_its_tensors(rich_run, tmp_path):
+    from safetensors.numpy import load_file
+
+
     vector = numpy.log(numpy.array([8.0, 4.0, 2.0, 1.0]))
     assert numpy.allclose(evidence.probabilities(vector), numpy.array([8, 4, 2, 1]) / 15)
     assert numpy.allclose(evidence.probabilities(vector, 0.5), numpy.array([64, 16, 4, 1]) / 85)
@@ -166,11 +169,7 @@ def test_probabilities_and_top_p_follow_the_labs_worked_example():
     assert evidence.top_p_kept(evidence.probabilities(vector, 0.5), 0.75) == 1
     assert evidence.top_p_kept(evidence.probabilities(vector), 0.75) == 2
     assert evidence.entropy_nats(evidence.probabilities(numpy.zeros(50304))) == pytest.approx(math.log(50304))
-
-
-def test_first_step_cache_and_throughput_figures_are_computed_from_the_tensors_and_records(rich_run, tmp_path):
-    from safetensors.numpy import load_file
-
+    # the page's first-step, cache and throughput figures, computed again from the tensors and records
     vector = load_file(str(rich_run / "tensors/first_step_logits.safetensors"))["P1/G"].astype(numpy.float64)
     probs = numpy.exp(vector - vector.max()) / numpy.exp(vector - vector.max()).sum()
     kept = int(numpy.searchsorted(numpy.cumsum(numpy.sort(probs)[::-1]), 0.8) + 1)  # smallest prefix reaching 0.8
