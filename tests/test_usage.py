@@ -212,7 +212,7 @@ def test_a_timed_block_switches_the_collector_off_collects_nothing_and_restores_
         usage.TimedBlock("sometimes")
 
 
-def test_the_watch_stamps_each_collection_and_a_span_counts_only_those_that_started_inside_it():
+def test_the_watch_stamps_each_collection_a_span_counts_those_started_inside_it_and_collect_once_freezes_the_rest():
     with usage.CollectionWatch() as watch:
         gc.collect(0)
         gc.collect(2)
@@ -223,9 +223,7 @@ def test_the_watch_stamps_each_collection_and_a_span_counts_only_those_that_star
                                                             "collections_by_generation": {"0": 1, "1": 0, "2": 1}}
     assert usage.in_span(watch.events, a_start, a_stop)["collections"] == 1  # the second started after the span
     assert usage.in_span(watch.events, b_start, b_start + 1)["collector_ns"] == 1  # clipped at the span's end
-
-
-def test_the_one_collection_before_the_block_is_timed_and_freezes_what_is_alive_until_thawed():
+    # the one collection before the timing block is timed, and freezes what is alive until thawed
     kept = [[] for _ in range(1000)]  # tracked objects alive now
     try:
         found = usage.collect_once("here")
