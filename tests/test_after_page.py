@@ -86,15 +86,13 @@ def test_after_attaching_the_tools_reading_stands_beside_each_answer(run, tmp_pa
     assert f"| {first} | yes | yes |" in criteria and f"| {second} | yes | **no** |" in criteria  # bitwise, then not
 
 
-def test_before_an_explanation_is_attached_the_page_holds_no_reading_and_says_how_to_attach(run, capsys):
+def test_before_an_explanation_is_attached_the_page_holds_no_reading_and_once_it_changes_it_is_labelled(run, tmp_path,
+                                                                                                          capsys):
     page = after(run, capsys)
     assert "no explanation is attached yet" in page and "`.venv/bin/inferlab attach DIR FILE`" in page
     assert "*The tool's reading" not in page and "this run cannot tell" not in page
     assert f"> {PREDICTED}" in page and "*(not answered in the explanation)*" in page
     assert "Nothing has been attached to this run." in page
-
-
-def test_a_changed_explanation_is_labelled_and_verify_s_words_are_shown(run, tmp_path, capsys):
     attach(run, tmp_path, answered_explanation())
     (run / "addenda/explanation.md").write_text(answered_explanation().replace("My own words", "A later answer"))
     capsys.readouterr()
