@@ -112,11 +112,13 @@ def test_the_median_interval_is_the_binomial_order_statistics_one():
     assert median_interval([1, 2, 3, 4, 5]) == (-math.inf, math.inf)
 
 
-def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
+def test_every_round_runs_at_one_stack_depth_the_depths_are_used_evenly_and_every_variant_follows_each_other_one():
     """at_depth puts exactly `depth` frames below the call, and each pass of STACK_DEPTHS rounds uses each depth once;
-    a verdict needs whole passes of both the depths and the order cycle."""
+    a verdict needs whole passes of both the depths and the order cycle. Read as one stream across rounds, the cycle
+    has every ordered pair of different variants equally often and no variant twice in a row (a rotation of one order
+    put the instrumented loop after generate in 3 of 4 rounds)."""
     from benchmarks.overhead import (STACK_DEPTHS, VARIANTS, at_depth, balanced_cycle, balanced_rounds, depth_use,
-                                     full_pass_rounds, round_depths)
+                                     full_pass_rounds, preceded_by, round_depths, round_orders)
 
     def frames_below() -> int:
         frame, count = sys._getframe(1), 0
@@ -132,6 +134,16 @@ def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
     assert full_pass_rounds() == len(balanced_cycle(len(VARIANTS))) * STACK_DEPTHS == 4 * STACK_DEPTHS
     assert balanced_rounds(2 * full_pass_rounds())
     assert not balanced_rounds(full_pass_rounds() + 1) and not balanced_rounds(STACK_DEPTHS)
+    for count in (2, 3, 4, 5):
+        cycle = balanced_cycle(count)
+        assert all(sorted(order) == list(range(count)) for order in cycle)
+        stream = [i for order in cycle + cycle[:1] for i in order][: len(cycle) * count + 1]
+        pairs = list(zip(stream, stream[1:]))
+        assert all(a != b for a, b in pairs)
+        assert len({pairs.count((a, b)) for a in range(count) for b in range(count) if a != b}) == 1
+    names = ["instrumented", "bare", "bare_again", "generate"]
+    counts = preceded_by(round_orders(names, 10 * len(balanced_cycle(len(names)))))
+    assert counts["generate"] == {"instrumented": 10, "bare": 10, "bare_again": 10}
 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11)
@@ -156,23 +168,6 @@ def test_the_frame_stack_boundaries_a_call_meets_repeat_every_stack_depths_depth
     starts = [depth for depth in faulting if depth - 1 not in faulting]
     assert len(starts) >= 3, faulting
     assert [b - a for a, b in zip(starts, starts[1:])] == [STACK_DEPTHS] * (len(starts) - 1), starts
-
-
-def test_the_benchmark_order_puts_every_variant_after_each_other_one_equally_often():
-    """Read as one stream across rounds, the cycle has every ordered pair of different variants equally often and
-    no variant twice in a row (a rotation of one order put the instrumented loop after generate in 3 of 4 rounds)."""
-    from benchmarks.overhead import balanced_cycle, preceded_by, round_orders
-
-    for count in (2, 3, 4, 5):
-        cycle = balanced_cycle(count)
-        assert all(sorted(order) == list(range(count)) for order in cycle)
-        stream = [i for order in cycle + cycle[:1] for i in order][: len(cycle) * count + 1]
-        pairs = list(zip(stream, stream[1:]))
-        assert all(a != b for a, b in pairs)
-        assert len({pairs.count((a, b)) for a in range(count) for b in range(count) if a != b}) == 1
-    names = ["instrumented", "bare", "bare_again", "generate"]
-    counts = preceded_by(round_orders(names, 10 * len(balanced_cycle(len(names)))))
-    assert counts["generate"] == {"instrumented": 10, "bare": 10, "bare_again": 10}
 
 
 def test_the_machines_load_and_caches_come_from_the_platforms_files_or_are_said_unavailable(tmp_path, monkeypatch):
