@@ -122,7 +122,6 @@ def test_a_session_whose_tests_all_pass_exits_failed_when_a_forward_was_not_plan
 
 
 def with_reconciliation(data, counted: int, by_test: dict):
-    """The run in memory with session_end's forward_reconciliation made from these counts."""
     budget = plan.forward_budget(data.plan["schedule"])
 
     def change(records):
