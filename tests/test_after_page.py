@@ -16,7 +16,7 @@ from inferlab.run.records import PREDICTIONS_FILE
 from inferlab.read.runview import RunView
 
 from fixtures_records import copy_run, edit_manifest, rerender
-from fixture_runs import runs, fixture_runs  # noqa: F401 (runs is a fixture)
+from fixture_runs import fixture_runs
 from grading_helpers import answered_explanation
 from test_addenda import aligned, tree
 
@@ -86,27 +86,19 @@ def test_after_attaching_the_tools_reading_stands_beside_each_answer(run, tmp_pa
     assert f"| {first} | yes | yes |" in criteria and f"| {second} | yes | **no** |" in criteria  # bitwise, then not
 
 
-def test_before_an_explanation_is_attached_the_page_holds_no_reading_and_says_how_to_attach(run, capsys):
+def test_before_an_explanation_is_attached_the_page_holds_no_reading_and_once_it_changes_it_is_labelled(run, tmp_path,
+                                                                                                          capsys):
     page = after(run, capsys)
     assert "no explanation is attached yet" in page and "`.venv/bin/inferlab attach DIR FILE`" in page
     assert "*The tool's reading" not in page and "this run cannot tell" not in page
     assert f"> {PREDICTED}" in page and "*(not answered in the explanation)*" in page
     assert "Nothing has been attached to this run." in page
-
-
-def test_a_changed_explanation_is_labelled_and_verify_s_words_are_shown(run, tmp_path, capsys):
     attach(run, tmp_path, answered_explanation())
     (run / "addenda/explanation.md").write_text(answered_explanation().replace("My own words", "A later answer"))
     capsys.readouterr()
     page = after(run, capsys, status=1)
     assert "now: **changed since it was attached**: addenda/explanation.md: size" in page
     assert "**What `verify` says of the addenda:**" in page and "(edited after it was attached)" in page
-
-
-def test_a_plan_folder_has_no_after_run_page(runs, capsys):
-    assert main(["report", str(runs.get("plan")), "--after"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and "is a plan folder" in captured.err
 
 
 def test_a_ledger_entry_pointing_outside_addenda_is_never_read(run, tmp_path, capsys):

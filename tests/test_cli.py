@@ -7,15 +7,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from inferlab.__main__ import main
+from inferlab.read.verify import integrity_problems, verify_run
 
+from child_process import popen_signallable
 from fixtures_records import kill_after
+from grading_helpers import answered_explanation
 from fixture_runs import runs  # noqa: F401 (a fixture)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -23,10 +29,8 @@ SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
 
 
 def system_python_lacks_the_project() -> bool:
-    if SYSTEM_PYTHON is None:
-        return False
-    done = subprocess.run([SYSTEM_PYTHON, "-c", "import torch, safetensors"], capture_output=True)
-    return done.returncode != 0
+    return SYSTEM_PYTHON is not None and subprocess.run([SYSTEM_PYTHON, "-c", "import torch, safetensors"],
+                                                        capture_output=True).returncode != 0
 
 
 @pytest.mark.process
@@ -66,16 +70,10 @@ def test_second():
 def test_the_first_ctrl_c_stops_a_harness_session_inside_an_inner_session(tmp_path):
     """An experiment session run inside the suite's process (shared_runs.experiment_here, as the shared runs are made)
     takes Ctrl-C with its own handler; the suite stops all the same, and runs no further test."""
-    import signal
-    import sys
-    import time
-
-    from child_process import popen_signallable
-
     started, second = tmp_path / "started", tmp_path / "second-ran"
     (tmp_path / "harness").mkdir()
     (tmp_path / "harness" / "test_outer.py").write_text(SLEEPING_HARNESS % (str(started), str(second)))
-    env = {**__import__("os").environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}"}
     done = popen_signallable([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_outer.py"],
                              cwd=tmp_path / "harness", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
@@ -91,11 +89,12 @@ def test_the_first_ctrl_c_stops_a_harness_session_inside_an_inner_session(tmp_pa
 
 def test_every_command_refuses_a_plan_folder_the_same_way(runs, tmp_path, capsys):
     plan = runs.get("plan")
-    for argv in (["verify", plan], ["report", plan], ["compare", runs.get("complete"), plan],
-                 ["pack", plan, "-o", tmp_path / "p.tar.gz"], ["grade", plan]):
+    for argv in (["verify", plan], ["report", plan], ["report", plan, "--after"], ["grade", plan],
+                 ["compare", runs.get("complete"), plan], ["pack", plan, "-o", tmp_path / "p.tar.gz"]):
         assert main([str(a) for a in argv]) == 2, argv
         said = capsys.readouterr()
         assert "plan folder (written by --plan): no test ran" in said.out + said.err, argv
+        assert said.out == "" or argv[0] == "grade", argv  # no page printed; grade's result names the refusal
     assert list(tmp_path.iterdir()) == []
 
 
@@ -105,8 +104,6 @@ def test_compare_of_a_folder_with_itself_is_refused(runs, capsys):
 
 
 def test_attaching_the_same_bytes_again_writes_nothing_and_says_so(runs, tmp_path, capsys):
-    from grading_helpers import answered_explanation
-
     run = runs.copy("complete", tmp_path / "run")
     explanation = tmp_path / "my_explanation.md"
     explanation.write_text(answered_explanation())
@@ -116,17 +113,11 @@ def test_attaching_the_same_bytes_again_writes_nothing_and_says_so(runs, tmp_pat
     assert len((run / "addenda.jsonl").read_text().splitlines()) == 1
 
 
-def killed(runs, tmp_path, **claim) -> Path:
-    """The complete run as a SIGKILL after ten outcomes leaves it (no session_end), its claim naming `claim`."""
-    run = kill_after(runs.copy("complete", tmp_path / "run"), 10)
-    (run / "claim.json").write_text(json.dumps({**json.loads((run / "claim.json").read_text()), **claim}))
-    return run
-
-
-def test_a_run_whose_session_still_runs_is_live_to_verify_and_pack_refuses_it_leaving_nothing(runs, tmp_path, capsys):
-    from inferlab.read.verify import integrity_problems, verify_run
-
-    run = killed(runs, tmp_path, pid=os.getpid(), hostname=socket.gethostname())
+def test_a_killed_run_is_live_while_its_session_runs_not_packed_and_once_gone_packed_and_compared_as_unfinished(
+        runs, tmp_path, capsys):
+    run = kill_after(runs.copy("complete", tmp_path / "run"), 10)  # as a SIGKILL after ten outcomes leaves it
+    claim = json.loads((run / "claim.json").read_text())
+    (run / "claim.json").write_text(json.dumps({**claim, "pid": os.getpid(), "hostname": socket.gethostname()}))
     assert main(["verify", str(run)]) == 1
     out = capsys.readouterr().out
     assert "the run is LIVE, its session still running" in out
@@ -141,10 +132,7 @@ def test_a_run_whose_session_still_runs_is_live_to_verify_and_pack_refuses_it_le
     assert f"{run} is still being written" in err and "wait for it to end" in err
     assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
     assert not target.exists() and (not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()))
-
-
-def test_a_killed_run_whose_session_is_gone_is_packed_and_compared_as_unfinished(runs, tmp_path, capsys):
-    run = killed(runs, tmp_path, pid=4242, hostname="elsewhere")
+    (run / "claim.json").write_text(json.dumps({**claim, "pid": 4242, "hostname": "elsewhere"}))  # its session gone
     assert main(["pack", str(run), "-o", str(tmp_path / "submission.tar.gz")]) == 1  # packed; verify: unfinished
     assert (tmp_path / "submission.tar.gz").is_file() and "unfinished: " in capsys.readouterr().out
     assert main(["compare", str(runs.get("complete")), str(run)]) == 1

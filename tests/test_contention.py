@@ -64,7 +64,7 @@ def verdicts_of(records: list[dict]) -> dict:
     return {(v["prompt_id"], v["metric"]): v for v in stats.cache_verdicts(records)["verdicts"]}
 
 
-def test_a_clean_effect_like_the_quiet_runs_is_claimed_faster_with_its_interval():
+def test_a_clean_effect_like_the_quiet_runs_is_claimed_with_its_interval_and_one_inside_the_threshold_is_not():
     # Issue 55's quiet run (712bdef): P1's mean post-first interval with the cache 4.07-4.15 ms (4 uncontended, one
     # contended), without it 4.70-4.78 ms (5): ranges apart, loop spread under 2 %. The A/A "noise band" of the
     # prefill, [-13.3 %, +15.4 %], once called this "cannot tell"; it rests on its own samples now.
@@ -84,9 +84,6 @@ def test_a_clean_effect_like_the_quiet_runs_is_claimed_faster_with_its_interval(
     assert p1["reason"].startswith(f"{interval['estimate_fraction']:+.1%} [{interval['low_fraction']:+.1%}, "
                                    f"{interval['high_fraction']:+.1%}] ({interval['coverage']:.1%} interval)")
     assert "P1, mean post-first interval: **faster with the cache** (+" in reading(view_of(records))[5][0]
-
-
-def test_an_effect_inside_the_threshold_is_cannot_tell_and_one_beyond_it_is_claimed():
     # P1: cache off 2 % slower per step with a 1 % jitter on both sides; P1x8: 3x slower. The prefill pair differs by
     # 10 %: it decides nothing.
     records = schedule(1.02, 3.0, prefill=(2.0, 2.2))
@@ -124,16 +121,12 @@ def test_contended_samples_are_left_out_while_each_side_keeps_enough_and_used_an
     assert f"Contended ({costs.CONTENDED}): 5 of 20 trials" in section
 
 
-def test_the_run_status_says_the_timing_part_was_contended_and_advises_a_quieter_rerun():
+def test_the_run_status_advises_a_quieter_rerun_and_the_cpu_share_plot_rings_a_disturbed_trial():
     records = schedule(1.0, 3.0, contended={"P1x8-cache_on-3"}, slow=3)
     facts = decide(view_of(records)).facts
     assert facts[-1].startswith("**The timing part was contended**: 1 of 20")
     assert "rerun on a quieter machine" in facts[-1]
     assert not any("contended" in fact for fact in decide(view_of(schedule(1.0, 3.0))).facts)
-
-
-def test_the_cpu_share_plot_is_drawn_from_the_trials_evidence_and_rings_a_disturbed_trial():
-    records = schedule(1.0, 3.0, contended={"P1x8-cache_on-3"}, slow=3)
     hit = records[3]
     start = hit["t_start_ns"]
     hit["gc_events"] = [[0, start + 10, start + 2_000_000]]  # a collection inside its loop span

@@ -52,11 +52,6 @@ def fed(model, call) -> list[dict]:
     return seen
 
 
-def test_cache_on_off_and_the_bare_loop_select_the_same_ids(runs, model, prompt):
-    assert runs[True].generated_ids == runs[False].generated_ids
-    assert all(bare_greedy_loop(model, *prompt, use_cache=c) == runs[c].generated_ids for c in (True, False))
-
-
 @BOTH
 def test_exactly_n_selections_with_increasing_stamps_and_times_by_their_definitions(runs, use_cache):
     record = runs[use_cache].to_record()
@@ -83,8 +78,14 @@ def test_one_prefill_then_one_forward_per_selection_and_a_cache_of_the_fed_lengt
 
 
 @BOTH
-def test_logits_to_keep_is_checked_on_the_prefill_where_it_tells(runs, model, prompt, monkeypatch, use_cache):
+def test_the_forward_honours_logits_to_keep_and_the_loop_checks_it_on_the_prefill_where_it_tells(runs, model, prompt,
+                                                                                                monkeypatch, use_cache):
     vocab = model.config.vocab_size
+    with torch.inference_mode():  # the interface fact the loop relies on: the last position only, as in full
+        kept, full = [model(input_ids=prompt[0], attention_mask=prompt[1], use_cache=use_cache,
+                            logits_to_keep=keep).logits for keep in (1, 0)]
+    assert list(kept.shape) == [1, 1, vocab]
+    assert compare_vectors(kept[0, -1], full[0, -1], protocol.CACHE_TOLERANCE)["passed"]
     honest = runs[use_cache]
     assert decode_loop.loop_logits_to_keep(honest.prefill_logits_shape, honest.last_logits_shape, 1, vocab)["ok"]
     result = run_greedy_loop(ignoring_logits_to_keep(monkeypatch), *prompt, use_cache=use_cache)
@@ -92,16 +93,6 @@ def test_logits_to_keep_is_checked_on_the_prefill_where_it_tells(runs, model, pr
         assert result.last_logits_shape == [1, 1, vocab]
     kept = decode_loop.loop_logits_to_keep(result.prefill_logits_shape, result.last_logits_shape, 1, vocab)
     assert not kept["ok"] and kept["prefill"]["observed_shape"] == [1, len(PROMPT), vocab]
-
-
-@torch.inference_mode()
-def test_the_installed_forward_honours_logits_to_keep(model, prompt):
-    """The interface fact the loop relies on: logits_to_keep=1 gives only the last position, equal to the full
-    computation's last position."""
-    kept = model(input_ids=prompt[0], attention_mask=prompt[1], use_cache=False, logits_to_keep=1).logits
-    full = model(input_ids=prompt[0], attention_mask=prompt[1], use_cache=False, logits_to_keep=0).logits
-    assert list(kept.shape) == [1, 1, model.config.vocab_size]
-    assert compare_vectors(kept[0, -1], full[0, -1], protocol.CACHE_TOLERANCE)["passed"]
 
 
 @pytest.mark.parametrize("ids, mask", [(torch.tensor([PROMPT, PROMPT]), torch.ones((2, 7), dtype=torch.long)),
@@ -160,9 +151,6 @@ def test_profiling_text_is_decoded_with_special_tokens_kept():
     assert text == "A small boat" + tokenizer.eos_token and elapsed_s >= 0
 
 
-# --- against generate() ----------------------------------------------------------------------------------------------
-
-
 def generate_trial(model, prompt, eos: int) -> dict:
     """A real greedy generate() call, as the matrix's greedy trial records it."""
     output = model.generate(input_ids=prompt[0], attention_mask=prompt[1], use_model_defaults=False,
@@ -177,7 +165,9 @@ def loop_trial(model, prompt, eos: int) -> dict:
             "status": "ok", "warmup": False, "schedule_id": "P1-cache_on-rep1"}
 
 
-def test_the_loop_selects_as_greedy_generate_does_through_its_eos_stop(model, prompt, runs):
+def test_the_loop_cache_on_or_off_and_bare_selects_as_greedy_generate_does_through_its_eos_stop(model, prompt, runs):
+    assert runs[True].generated_ids == runs[False].generated_ids
+    assert all(bare_greedy_loop(model, *prompt, use_cache=c) == runs[c].generated_ids for c in (True, False))
     trial = loop_trial(model, prompt, EOS)
     check = decode_loop.loop_vs_generate([trial], [generate_trial(model, prompt, EOS)])
     assert check["equal"] and check["compared_length"] == len(check["generate_ids"]) > 0, check

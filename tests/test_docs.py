@@ -23,15 +23,6 @@ def test_the_readme_fits_a_learners_reading_time():
     assert words <= MAX_WORDS, f"README.md has {words} words, over {MAX_WORDS}: move reference material to docs/"
 
 
-def test_the_readme_asks_for_predictions_before_the_first_run():
-    text = README.read_text(encoding="utf-8")
-    copy = text.find("cp predictions.md my_predictions.md")
-    first_run = text.find("make run")
-    assert 0 <= copy < first_run, "the predictions must be copied before the first `make run` the README shows"
-    assert "--predictions my_predictions.md" in text[first_run:].splitlines()[0], \
-        "the first `make run` must pass the predictions"
-
-
 # Phrases that would answer one of predictions.md's six questions (greedy repeats, seeds, temperature against
 # top-p, cached against uncached logits, whether the cache is faster, what a parameter count leaves out).
 ANSWERING = ("not the logits", "change the logits", "changes the logits", "floating-point", "bitwise", "identical",
@@ -48,20 +39,19 @@ def test_the_readme_answers_no_prediction_before_step_one_asks_for_it():
 
 def test_the_readme_walks_the_lab_in_its_order():
     text = README.read_text(encoding="utf-8")
-    steps = ["cp predictions.md my_predictions.md", 'make run ARGS="--specimen standin --predictions', "--artifacts",
-             "report.md", "cp explanation.md my_explanation.md", "inferlab attach RUN_DIR my_explanation.md",
-             "inferlab revise RUN_DIR --cache-criterion ATOL,RTOL --justification TEXT", "inferlab verify RUN_DIR",
+    steps = ["cp predictions.md my_predictions.md", 'make run ARGS="--specimen standin --predictions my_predictions.md',
+             "--artifacts", "report.md", "cp explanation.md my_explanation.md",
+             "inferlab attach RUN_DIR my_explanation.md", "inferlab revise RUN_DIR --cache-criterion ATOL,RTOL "
+             "--justification TEXT", "inferlab verify RUN_DIR",
              "inferlab grade RUN_DIR", "inferlab pack RUN_DIR -o submission.tar.gz", "make test",
              "## When the first run fails", "## How to read the report", "## What the tool cannot tell you",
              "docs/README.md"]
     at = [text.find(step) for step in steps]
     assert -1 not in at, f"README.md lacks {[s for s, i in zip(steps, at) if i < 0]}"
     assert at == sorted(at), f"README.md has them out of the lab's order: {[s for _, s in sorted(zip(at, steps))]}"
-    assert ". .venv/bin/activate" in text and "cannot import torch: it is not the project's environment" in text  # the environment, and without it
-
-
-def markdown_pages() -> list[Path]:
-    return [README, *sorted(DOCS.glob("*.md"))]
+    assert text.find("make run") == at[1], "the first `make run` must come after the predictions' copy and pass it"
+    # the environment, and without it
+    assert ". .venv/bin/activate" in text and "cannot import torch: it is not the project's environment" in text
 
 
 @pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda page: page.name)
@@ -71,9 +61,9 @@ def test_every_reference_page_starts_with_who_it_is_for(page):
         f"{page.relative_to(REPO_ROOT)}: expected a title, then a paragraph starting '**For:**'"
 
 
-def test_every_link_between_the_pages_resolves_and_the_index_lists_every_page():
+def test_every_link_between_the_pages_resolves_the_index_lists_every_page_and_options_md_every_option():
     broken = []
-    for page in markdown_pages():
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
             if "://" in target:
                 continue
@@ -84,8 +74,5 @@ def test_every_link_between_the_pages_resolves_and_the_index_lists_every_page():
     index = (DOCS / "README.md").read_text(encoding="utf-8")
     unlisted = [p.name for p in DOCS.glob("*.md") if p.name != "README.md" and f"]({p.name})" not in index]
     assert not unlisted, f"docs/README.md does not list {unlisted}"
-
-
-def test_the_options_page_names_every_option_of_the_run():
     page = (DOCS / "options.md").read_text(encoding="utf-8")
     assert [flag for flag in OPTIONS if f"`{flag}" not in page] == [], "docs/options.md lacks an option of the run"

@@ -47,13 +47,15 @@ def mismatch(heading: str, expected: dict[str, str], row_hint: str) -> list[str]
     return lines
 
 
-def test_every_record_kind_a_run_writes_is_documented():
+def test_every_record_kind_a_run_writes_and_every_field_of_the_record_envelope_is_documented():
     expected = {kind: "written by the session itself (inferlab.run.records.HARNESS_KINDS)"
                 for kind in records.HARNESS_KINDS}
     for test, marks in experiment_markers().items():
         for kind in marks["records"]:
             expected.setdefault(kind, f"declared by @pytest.mark.records on {test}")
     problems = mismatch(KINDS, expected, "| `{name}` | the experiment file | what one record holds |")
+    envelope = {name: "inferlab.run.records.RESERVED_FIELDS" for name in records.RESERVED_FIELDS}
+    problems += mismatch(ENVELOPE, envelope, "| `{name}` | what it holds |")
     assert not problems, "\n".join(problems)
 
 
@@ -65,25 +67,14 @@ def written_run(tmp_path_factory) -> Path:
     return builder.finish()
 
 
-@pytest.fixture(scope="module")
-def manifest_fields(written_run) -> dict[str, str]:
-    """The manifest's top-level fields as the Run writes them, with the environment record's own fields
-    taken from this checkout (the fixture's machine is a stand-in)."""
+def test_every_field_of_the_manifest_is_documented(written_run):
+    """The environment record's fields are taken from this checkout (the fixture's machine is a stand-in)."""
     manifest = json.loads((written_run / records.MANIFEST_FILE).read_text(encoding="utf-8"))
     fields = {name: "inferlab.run.session.Run.write_manifest" for name in manifest}
-    fields.update({name: "inferlab.host.environment.environment_record" for name in environment.environment_record(REPO_ROOT)})
+    fields.update({name: "inferlab.host.environment.environment_record"
+                   for name in environment.environment_record(REPO_ROOT)})
     fields["files"] = "the inventory the Run adds at the end"
-    return fields
-
-
-def test_every_field_of_the_manifest_is_documented(manifest_fields):
-    problems = mismatch(MANIFEST, manifest_fields, "| `{name}` | what it holds |   (it comes from {why})")
-    assert not problems, "\n".join(problems)
-
-
-def test_every_field_of_the_record_envelope_is_documented():
-    expected = {name: "inferlab.run.records.RESERVED_FIELDS" for name in records.RESERVED_FIELDS}
-    problems = mismatch(ENVELOPE, expected, "| `{name}` | what it holds |")
+    problems = mismatch(MANIFEST, fields, "| `{name}` | what it holds |   (it comes from {why})")
     assert not problems, "\n".join(problems)
 
 
@@ -120,4 +111,3 @@ def test_every_file_a_run_writes_is_documented(written_run):
     assert len(tensor_files()) >= 4  # first-step logits and scores, cache logits, batching
     problems = mismatch(FILES, expected, "| `{name}` | what it holds |")
     assert not problems, "\n".join(problems)
-

@@ -77,12 +77,10 @@ def test_the_session_end_says_whether_the_harness_kept_to_the_plans_forwards(tmp
     ({}, 0, 0),  # an older session_end without a reconciliation: pytest's own status
 ])
 def test_the_sessions_exit_status_carries_a_forward_count_that_does_not_match_its_plan(end, pytest_status, expected):
-    """Left over from the last issue: such a run's folder ended -failed while pytest exited 0."""
     assert endings.exit_status(end, pytest_status, 0, 2) == expected
 
 
 def test_a_selection_that_measured_nothing_and_failed_its_forward_count_says_the_status_it_exits_with():
-    """The status line names the exit status the session gives: 1 when the forward count failed, else 5."""
     base = {"tests_planned": 1, "tests_without_outcome": [], "plan_only": False, "collect_only": False,
             "interrupted": False, "stopped_early": False, "exit_code_name": "OK", "measured_nothing": True,
             "partial_reasons": ["-k deselected 116 protocol tests"], "complete": False}
@@ -124,7 +122,6 @@ def test_a_session_whose_tests_all_pass_exits_failed_when_a_forward_was_not_plan
 
 
 def with_reconciliation(data, counted: int, by_test: dict):
-    """The run in memory with session_end's forward_reconciliation made from these counts."""
     budget = plan.forward_budget(data.plan["schedule"])
 
     def change(records):

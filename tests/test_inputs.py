@@ -45,7 +45,7 @@ def test_whitespace_and_non_ascii_stay_unambiguous_in_json_and_a_mismatch_is_det
     assert record["serialized"] == protocol.PROMPTS["P1"].lower() and record["serialized_matches_source"] is False
 
 
-def test_the_pad_token_is_an_existing_one_the_checkpoints_own_first_never_a_new_one(tokenizer):
+def test_the_pad_token_is_an_existing_one_never_a_new_one_and_the_eos_sources_are_cross_checked(tmp_path, tokenizer):
     size_before = len(tokenizer)
     pad_id, reason = choose_pad_token(tokenizer)
     assert pad_id == tokenizer.eos_token_id and reason.startswith("no pad token in checkpoint; reuse existing EOS id")
@@ -56,9 +56,7 @@ def test_the_pad_token_is_an_existing_one_the_checkpoints_own_first_never_a_new_
     own.pad_token, own.eos_token = None, None
     with pytest.raises(ValueError, match="neither a pad token nor an EOS token"):
         choose_pad_token(own)
-
-
-def test_the_eos_cross_check_reads_a_present_generation_config_and_flags_disagreement(tmp_path, tokenizer):
+    # the EOS cross-check reads a present generation config and flags a disagreement
     config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": tokenizer.eos_token_id}))
     agreeing = eos_cross_check(tmp_path, tokenizer, config)

@@ -37,7 +37,8 @@ def test_set_threads_records_requested_and_effective_and_a_refused_second_settin
     assert refused["errors"] and not refused["matches"]  # torch takes the inter-op count once: said, not hidden
 
 
-def test_the_load_applies_the_controls_and_its_record_says_so(loaded):
+def test_the_load_applies_the_controls_its_record_says_so_and_the_inspection_counts_apart_from_the_checkpoint(
+        loaded, inspection, standin_spec):
     record = json.loads(json.dumps(loaded["model_load"]))
     assert record["options"] == {
         "local_files_only": True, "use_safetensors": True, "trust_remote_code": False, "dtype": "float32",
@@ -50,9 +51,6 @@ def test_the_load_applies_the_controls_and_its_record_says_so(loaded):
     assert record["loaded_from"] == loading.LOADED_FROM and record["verified_copy_s"] >= 0
     assert record["loading_info"] == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
                                       "error_msgs": []} and record["load_problems"] == []
-
-
-def test_the_inspection_counts_parameters_and_bytes_apart_from_the_checkpoint_file(inspection, standin_spec):
     assert inspection["violations"] == [] and inspection["attn_implementation"] == "eager"
     assert (inspection["parameter_count"], inspection["unique_parameter_storage_bytes"]) == (
         STANDIN_PARAMETERS, STANDIN_FP32_BYTES)

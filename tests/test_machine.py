@@ -18,21 +18,6 @@ except ImportError:  # pragma: no cover - Windows
     resource = None
 
 
-def test_cache_sizes_are_read_from_sysfs_and_unknown_where_absent(tmp_path):
-    for index, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "64K"),
-                                                 ("2", "Unified", "512K"), ("3", "Unified", "32768K")]):
-        folder = tmp_path / "cache" / f"index{index}"
-        folder.mkdir(parents=True)
-        for name, value in (("level", level), ("type", kind), ("size", size)):
-            (folder / name).write_text(value + "\n")
-    found = machine.cache_sizes(tmp_path / "cache")
-    assert [(e["level"], e["type"], e["bytes"]) for e in found["levels"]] == [
-        (1, "Data", 32768), (1, "Instruction", 65536), (2, "Unified", 524288), (3, "Unified", 32 * 2**20)]
-    assert found["largest_bytes"] == 32 * 2**20
-    missing = machine.cache_sizes(tmp_path / "nowhere")
-    assert missing["levels"] == [] and missing["largest_bytes"] == "unknown" and "unknown" in missing["note"]
-
-
 def test_a_result_is_appended_after_the_earlier_ones_outside_tracked_files_unless_asked(tmp_path):
     from benchmarks.overhead import build_parser
 
@@ -127,11 +112,13 @@ def test_the_median_interval_is_the_binomial_order_statistics_one():
     assert median_interval([1, 2, 3, 4, 5]) == (-math.inf, math.inf)
 
 
-def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
+def test_every_round_runs_at_one_stack_depth_the_depths_are_used_evenly_and_every_variant_follows_each_other_one():
     """at_depth puts exactly `depth` frames below the call, and each pass of STACK_DEPTHS rounds uses each depth once;
-    a verdict needs whole passes of both the depths and the order cycle."""
+    a verdict needs whole passes of both the depths and the order cycle. Read as one stream across rounds, the cycle
+    has every ordered pair of different variants equally often and no variant twice in a row (a rotation of one order
+    put the instrumented loop after generate in 3 of 4 rounds)."""
     from benchmarks.overhead import (STACK_DEPTHS, VARIANTS, at_depth, balanced_cycle, balanced_rounds, depth_use,
-                                     full_pass_rounds, round_depths)
+                                     full_pass_rounds, preceded_by, round_depths, round_orders)
 
     def frames_below() -> int:
         frame, count = sys._getframe(1), 0
@@ -147,6 +134,16 @@ def test_every_round_runs_at_one_stack_depth_and_the_depths_are_used_evenly():
     assert full_pass_rounds() == len(balanced_cycle(len(VARIANTS))) * STACK_DEPTHS == 4 * STACK_DEPTHS
     assert balanced_rounds(2 * full_pass_rounds())
     assert not balanced_rounds(full_pass_rounds() + 1) and not balanced_rounds(STACK_DEPTHS)
+    for count in (2, 3, 4, 5):
+        cycle = balanced_cycle(count)
+        assert all(sorted(order) == list(range(count)) for order in cycle)
+        stream = [i for order in cycle + cycle[:1] for i in order][: len(cycle) * count + 1]
+        pairs = list(zip(stream, stream[1:]))
+        assert all(a != b for a, b in pairs)
+        assert len({pairs.count((a, b)) for a in range(count) for b in range(count) if a != b}) == 1
+    names = ["instrumented", "bare", "bare_again", "generate"]
+    counts = preceded_by(round_orders(names, 10 * len(balanced_cycle(len(names)))))
+    assert counts["generate"] == {"instrumented": 10, "bare": 10, "bare_again": 10}
 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11)
@@ -173,24 +170,7 @@ def test_the_frame_stack_boundaries_a_call_meets_repeat_every_stack_depths_depth
     assert [b - a for a, b in zip(starts, starts[1:])] == [STACK_DEPTHS] * (len(starts) - 1), starts
 
 
-def test_the_benchmark_order_puts_every_variant_after_each_other_one_equally_often():
-    """Read as one stream across rounds, the cycle has every ordered pair of different variants equally often and
-    no variant twice in a row (a rotation of one order put the instrumented loop after generate in 3 of 4 rounds)."""
-    from benchmarks.overhead import balanced_cycle, preceded_by, round_orders
-
-    for count in (2, 3, 4, 5):
-        cycle = balanced_cycle(count)
-        assert all(sorted(order) == list(range(count)) for order in cycle)
-        stream = [i for order in cycle + cycle[:1] for i in order][: len(cycle) * count + 1]
-        pairs = list(zip(stream, stream[1:]))
-        assert all(a != b for a, b in pairs)
-        assert len({pairs.count((a, b)) for a in range(count) for b in range(count) if a != b}) == 1
-    names = ["instrumented", "bare", "bare_again", "generate"]
-    counts = preceded_by(round_orders(names, 10 * len(balanced_cycle(len(names)))))
-    assert counts["generate"] == {"instrumented": 10, "bare": 10, "bare_again": 10}
-
-
-def test_the_machines_load_comes_from_the_platforms_files_or_is_said_unavailable(tmp_path, monkeypatch):
+def test_the_machines_load_and_caches_come_from_the_platforms_files_or_are_said_unavailable(tmp_path, monkeypatch):
     proc, cpus = tmp_path / "proc", tmp_path / "cpu"
     (proc / "pressure").mkdir(parents=True)
     (proc / "loadavg").write_text("0.50 0.40 0.30 2/345 6789\n")
@@ -218,3 +198,16 @@ def test_the_machines_load_comes_from_the_platforms_files_or_is_said_unavailable
     assert machine.unexplained_readings(state) == []
     assert machine.unexplained_readings({**state, "cpu_pressure": {"available": False}}) == ["cpu_pressure"]
     assert machine.pressure_between(state, state) is None
+    # the cache sizes from sysfs, or unknown where it is absent
+    for index, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "64K"),
+                                                 ("2", "Unified", "512K"), ("3", "Unified", "32768K")]):
+        folder = tmp_path / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(value + "\n")
+    found = machine.cache_sizes(tmp_path / "cache")
+    assert [(e["level"], e["type"], e["bytes"]) for e in found["levels"]] == [
+        (1, "Data", 32768), (1, "Instruction", 65536), (2, "Unified", 524288), (3, "Unified", 32 * 2**20)]
+    assert found["largest_bytes"] == 32 * 2**20
+    missing = machine.cache_sizes(tmp_path / "nowhere")
+    assert missing["levels"] == [] and missing["largest_bytes"] == "unknown" and "unknown" in missing["note"]

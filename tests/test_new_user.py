@@ -17,7 +17,7 @@ import pytest
 
 from inferlab import cli
 from inferlab.__main__ import main
-from inferlab.run import endings, records
+from inferlab.run import records
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.read import parse as earlier_runs
 from inferlab.report.compare import compare, format_compare
@@ -26,7 +26,7 @@ import inner_session
 from child_process import popen_signallable
 from fixtures_records import copy_run
 from fixture_runs import runs, shared  # noqa: F401 (fixtures)
-from shared_runs import make_project
+from shared_runs import make_project, records as records_of
 
 inner_session.preload()  # before any pytester fixture: see tests/inner_session.py
 
@@ -34,9 +34,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 complete_run = shared("complete_run", "complete", "The shared complete run (never change it: copy it first).")
 failed_run = shared("failed_run", "failed", "The shared run that failed at acquisition.")
-
-
-# --- 9: no raw Python value in a message -----------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -48,20 +45,6 @@ def test_check_artifacts_never_prints_none_for_a_file_it_did_not_read(standin_co
     assert not [line for line in lines if "None" in line], lines
     assert any(line.startswith("PROBLEM config.json: present, not hashed (") for line in lines), lines
 
-
-def test_verify_says_the_outcome_counts_and_the_gaps_in_words(failed_run, capsys):
-    assert main(["verify", str(failed_run)]) == cli.EXIT_OK
-    last = capsys.readouterr().out.splitlines()[-1]
-    assert "{" not in last and "'" not in last, last
-    assert re.search(r"not every test passed \(\d+ failed, \d+ passed, \d+ skipped\), and each of the \d+ gap\(s\) "
-                     r"this leaves \(a record the protocol expects that is not there\) has its recorded "
-                     r"evidence", last), last
-    assert "nothing was measured: the specimen could not be acquired (" in last and "harness failed" not in last
-    assert main(["verify", str(failed_run), "--all-passed"]) == cli.EXIT_PROBLEMS
-    assert re.search(r"^not every test passed: \d+ failed, \d+ passed, \d+ skipped$", capsys.readouterr().out, re.M)
-
-
-# --- 6: every command the tool prints starts with .venv/bin/ -----------------------------------------------------
 
 # A command a reader would type: python -m, pytest with a path or an option, inferlab with a subcommand and an
 # argument. Prose that names a program ("not an inferlab reference", "pytest ended with") is not one.
@@ -86,27 +69,19 @@ def literal_texts(path: Path):
 
 
 @pytest.mark.slow
-def test_no_string_in_the_library_spells_a_command_without_the_environments_prefix():
+def test_no_string_in_the_library_spells_a_command_without_the_environments_prefix_as_the_scan_would_see(tmp_path):
+    module = tmp_path / "m.py"  # the scan sees an unprefixed command, in an f-string too, and no prose
+    module.write_text('def f(m):\n    return f"build one with `python -m {m} NEWDIR`"\n'
+                      'X = "rerun `pytest experiments --record-dir DIR`"\nY = "run `inferlab verify DIR`"\n'
+                      'Z = "not an inferlab reference (format 1)"\n')
+    assert sorted({line for line, text in literal_texts(module) if COMMAND.search(text)}) == [2, 3, 4]
     found = sorted({f"{path.relative_to(REPO_ROOT)}:{line}: {text!r}"
                     for path in (REPO_ROOT / "inferlab").rglob("*.py") for line, text in literal_texts(path)
                     if COMMAND.search(text)})
     assert not found, "a command printed without inferlab.cli.spelled:\n" + "\n".join(found)
 
 
-def test_the_scan_sees_an_unprefixed_command_in_an_f_string(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text('def f(m):\n    return f"build one with `python -m {m} NEWDIR`"\n'
-                      'X = "rerun `pytest experiments --record-dir DIR`"\nY = "run `inferlab verify DIR`"\n'
-                      'Z = "not an inferlab reference (format 1)"\n')
-    assert sorted({line for line, text in literal_texts(module) if COMMAND.search(text)}) == [2, 3, 4]
-
-
-# --- 7: compare verifies first and says when the specimens differ ------------------------------------------------
-
-
 def test_compare_says_first_what_makes_its_rows_doubtful(complete_run, failed_run, tmp_path, capsys):
-    """An edited run (exit 3, the integrity header first), and runs of two specimens (said before any row, and a
-    failed acquisition never called finished)."""
     edited = copy_run(complete_run, tmp_path / "edited")
     lines = (edited / RECORDS_FILE).read_text(encoding="ascii").splitlines(keepends=True)
     index = next(i for i, line in enumerate(lines) if '"kind": "generation"' in line)
@@ -125,9 +100,6 @@ def test_compare_says_first_what_makes_its_rows_doubtful(complete_run, failed_ru
     assert "DIR2 of pythia-14m (EleutherAI/pythia-14m" in lines[2]
 
 
-# --- 11: the submission archive is never committed by accident ---------------------------------------------------
-
-
 @pytest.mark.process
 @pytest.mark.parametrize("name", ["submission.tar.gz", "my-run.tar.gz"])
 def test_git_ignores_the_archive_pack_writes(name):
@@ -135,9 +107,6 @@ def test_git_ignores_the_archive_pack_writes(name):
         pytest.skip("not a git checkout")
     done = subprocess.run(["git", "check-ignore", "--no-index", "-q", name], cwd=REPO_ROOT, check=False)
     assert done.returncode == 0, f"git would commit {name}: add it to .gitignore"
-
-
-# --- 10: a value that starts with '-' reaches the option's own message --------------------------------------------
 
 
 @pytest.mark.parametrize("value", ["-1,0", "-1e-4,1e-3"])
@@ -152,9 +121,6 @@ def test_revise_with_a_negative_criterion_in_the_space_form_gets_the_criterions_
     assert "argument --cache-criterion: expected one argument" in capsys.readouterr().err
 
 
-# --- 1: a run never reorders its tests -------------------------------------------------------------------------
-
-
 @pytest.mark.slow
 def test_tests_out_of_the_protocols_order_are_refused_before_the_plan_and_in_their_order_run(suite):
     """Whatever reordered them (the files named out of their order here; an unknown plugin's shuffle the same): the
@@ -166,14 +132,11 @@ def test_tests_out_of_the_protocols_order_are_refused_before_the_plan_and_in_the
     swapped.stderr.fnmatch_lines(["*the tests are not in the protocol's order: experiments/test_20_second.py::test_c "
                                   "would run at position 1, where experiments/test_10_first.py::test_a belongs*"])
     assert not (suite.path / "a" / "plan.json").exists()  # refused before the plan: no test ran
-    end = session_end_of(suite.path / "a")
+    [end] = [r for r in records_of(suite.path / "a") if r["kind"] == "session_end"]
     assert end["stop_reason"].startswith("usage error: the tests are not in the protocol's order")
     assert end["complete"] is False
     in_order = suite.runpytest("experiments/test_10_first.py", "experiments/test_20_second.py", "--record-dir", "b")
     in_order.assert_outcomes(passed=3)
-
-
-# --- 2, 3, 4: how a run that measured nothing ends ------------------------------------------------------------
 
 
 @pytest.fixture
@@ -182,31 +145,6 @@ def project(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     make_project(pytester.path)
     return pytester
-
-
-def session_end_of(run: Path) -> dict:
-    ends = [json.loads(line) for line in (run / RECORDS_FILE).read_text().splitlines() if '"session_end"' in line]
-    assert len(ends) == 1, ends
-    return ends[0]
-
-
-def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
-    def end(by_kind, acquisition):
-        return endings.session_end(
-            exit_status=1, exit_code_name="TESTS_FAILED", signals=[], collect_only=False, plan_only=False,
-            stop_reason=None, planned=["a", "b", "c"], with_outcome={"a", "b", "c"}, partial_reasons=[],
-            failures_by_check_kind=by_kind, acquisition_failure=acquisition,
-            outcome_counts={"failed": sum(by_kind.values()), "skipped": 1})
-
-    counts = {"failed": 2, "skipped": 1}
-    refused = end({"integrity": 2}, {"cause": "your --artifacts copy was refused", "failed_tests": 2})
-    assert endings.failure_kind(refused, counts) == "acquisition"
-    line = endings.status_line(refused, counts)
-    assert line.startswith("NOTHING was measured: the specimen could not be acquired (your --artifacts copy was "
-                           "refused); ") and "HARNESS" not in line
-    broken = end({"integrity": 2}, {"cause": "no connection to the hub", "failed_tests": 1})
-    assert endings.failure_kind(broken, counts) == "harness"
-    assert "the HARNESS FAILED" in endings.status_line(broken, counts)
 
 
 @pytest.mark.slow
@@ -235,17 +173,15 @@ def test_a_selection_that_measures_nothing_says_so_last_and_exits_5_and_its_plan
     last = result.stdout.str().strip().splitlines()[-1]
     assert last.startswith("inferlab: NOTHING was measured: every one of the "), last
     assert "selected tests was skipped" in last and "exits with status 5" in last and "PARTIAL" in last
-    end = session_end_of(project.path / "run")
+    [end] = [r for r in records_of(project.path / "run") if r["kind"] == "session_end"]
     assert end["measured_nothing"] is True and end["complete"] is False
     report = (project.path / "run" / "report.md").read_text()
     assert "each names the failure above" not in report
     result = project.runpytest("experiments", "-k", "cache", "--specimen", "standin", "--record-dir", "plan", "--plan")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED or result.ret == pytest.ExitCode.OK
-    assert session_end_of(project.path / "plan")["measured_nothing"] is False
+    [end] = [r for r in records_of(project.path / "plan") if r["kind"] == "session_end"]
+    assert end["measured_nothing"] is False
     assert "a PLAN only" in result.stdout.str().strip().splitlines()[-1]
-
-
-# --- 8: a run killed before its end is said to be, and renamed -incomplete by the next run ------------------------
 
 
 def ended_pid() -> int:
@@ -293,7 +229,7 @@ def test_only_a_run_of_this_host_whose_process_ended_without_a_session_end_is_re
 
 
 @pytest.mark.slow
-def test_a_sigkilled_run_is_found_by_the_next_run_renamed_incomplete_and_said_so(suite, capsys):
+def test_a_sigkilled_run_is_found_by_the_next_run_renamed_incomplete_and_said_so(suite):
     (suite.path / "experiments" / "test_exp.py").write_text(
         "import time, pytest\n@pytest.mark.records('waiting')\ndef test_waits(record):\n    record('waiting')\n"
         "    time.sleep(120)\n")
@@ -318,9 +254,6 @@ def test_a_sigkilled_run_is_found_by_the_next_run_renamed_incomplete_and_said_so
     assert f"earlier run {killed}: its session (pid {process.pid} on " in said
     assert f"renamed {killed.name}-incomplete (renamed-incomplete.json in it says so)" in said
     assert (runs / f"{killed.name}-incomplete" / "renamed-incomplete.json").is_file()
-    capsys.readouterr()
-    main(["verify", str(runs / f"{killed.name}-incomplete")])
-    assert f"renamed from {killed.name} to {killed.name}-incomplete by a later run" in capsys.readouterr().out
 
 
 def test_grade_of_a_file_that_is_no_archive_says_so_in_one_line(tmp_path, capsys):

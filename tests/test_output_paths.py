@@ -10,6 +10,8 @@ import errno
 import os
 import socket
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -67,10 +69,8 @@ def unix_socket(path: Path) -> None:
         server.bind(str(path))  # the socket's file outlives it
 
 
-# --- the writer ---------------------------------------------------------------------------------------------
-
-
-def test_a_new_file_is_made_whole_and_a_regular_file_is_replaced_keeping_its_mode_only_if_replace(tmp_path):
+def test_a_new_file_is_made_whole_and_a_regular_file_or_a_link_to_it_is_replaced_keeping_its_mode_only_if_replace(
+        tmp_path):
     target = tmp_path / "deep" / "page.md"
     write_text_atomic(target, "one\n")
     assert target.read_text() == "one\n"
@@ -82,14 +82,22 @@ def test_a_new_file_is_made_whole_and_a_regular_file_is_replaced_keeping_its_mod
     with pytest.raises(OutputPathError, match=r"page\.md: already exists \(a regular file\)"):
         write_text_atomic(target, "three\n", replace=False)
     assert target.read_text() == "two\n"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["page.md"]  # no temporary left beside it
+    (target.parent / "link.md").symlink_to(target)  # followed, and it stays a link
+    write_text_atomic(target.parent / "link.md", "new\n")
+    assert (target.parent / "link.md").is_symlink() and target.read_text() == "new\n"
+    with pytest.raises(OutputPathError, match="already exists"):
+        write_text_atomic(target.parent / "link.md", "newer\n", replace=False)
+    assert target.read_text() == "new\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["link.md", "page.md"]  # no temporary left beside it
 
 
-def test_a_fifo_is_written_through_never_replaced_even_where_only_new_files_are_written(tmp_path):
+@pytest.mark.parametrize("name, replace", [("pipe", False), ("link", True)], ids=["only-new-files", "via-a-link"])
+def test_a_fifo_is_written_through_never_replaced_even_where_only_new_files_are_written(tmp_path, name, replace):
+    (tmp_path / "link").symlink_to(tmp_path / "pipe")
     with fifo(tmp_path / "pipe") as read:
-        write_bytes_atomic(tmp_path / "pipe", b"\x00" * 200_000, replace=False)  # more than a pipe's buffer
+        write_bytes_atomic(tmp_path / name, b"\x00" * 200_000, replace=replace)  # more than a pipe's buffer
     assert read == [b"\x00" * 200_000] and kind(tmp_path / "pipe") == "a FIFO (named pipe)"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+    assert (tmp_path / "link").is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["link", "pipe"]
 
 
 def test_a_private_character_device_is_written_through(tmp_path):
@@ -141,26 +149,6 @@ def test_a_closed_descriptor_is_refused_and_another_path_under_proc_is_an_ordina
     assert outputs.output_kind(path) == (outputs.ABSENT, path)
 
 
-def test_a_link_is_followed_and_stays_a_link(tmp_path):
-    real = tmp_path / "real.csv"
-    real.write_text("old")
-    link = tmp_path / "link.csv"
-    link.symlink_to(real)
-    write_text_atomic(link, "new")
-    assert link.is_symlink() and real.read_text() == "new"
-    with pytest.raises(OutputPathError, match="already exists"):
-        write_text_atomic(link, "newer", replace=False)
-    assert real.read_text() == "new"
-
-
-def test_a_link_to_a_fifo_is_written_through(tmp_path):
-    link = tmp_path / "out"
-    link.symlink_to(tmp_path / "pipe")
-    with fifo(tmp_path / "pipe") as read:
-        write_text_atomic(link, "via the link\n")
-    assert read == [b"via the link\n"] and link.is_symlink() and kind(tmp_path / "pipe") == "a FIFO (named pipe)"
-
-
 @pytest.mark.parametrize("make, words", [
     (lambda p: p.mkdir(), "is a directory: nothing is written there; name a file inside it"),
     (lambda p: p.symlink_to(p.parent / "nowhere"), "a symbolic link to .*nowhere, where nothing is"),
@@ -186,9 +174,6 @@ def test_one_definition_of_each_atomic_writer():
                      "files.py: def write_text_atomic(path, text: str, replace: bool = True) -> None:"]
 
 
-# --- every command that takes an output path ------------------------------------------------------------------
-
-
 def commands(run: Path, target: Path) -> dict:
     """Each command line that writes to an output path, with `target` as that path."""
     return {
@@ -200,28 +185,17 @@ def commands(run: Path, target: Path) -> dict:
 
 
 COMMANDS = list(commands(Path(), Path()))
-# What each writes, as the first bytes the reader of a FIFO sees (a JSON grade, a CSV header, a gzip
-# archive, a zip).
-STARTS = {"grade --out": b"{", "grade --csv": b"learner,source,", "pack -o": b"\x1f\x8b",
-          "autograder -o": b"PK"}
+# the first bytes each writes: a JSON grade, a CSV header, a gzip archive, a zip
+STARTS = {"grade --out": b"{", "grade --csv": b"learner,source,", "pack -o": b"\x1f\x8b", "autograder -o": b"PK"}
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_writes_through_a_fifo_and_a_private_character_device(honest, tmp_path, command, capsys):
+def test_every_command_writes_through_a_fifo_and_a_device_and_replaces_a_file_only_with_replace_never_a_directory(
+        honest, tmp_path, command, capsys):
     with fifo(tmp_path / "pipe") as read:
         status, _ = inferlab_command(*commands(honest, tmp_path / "pipe")[command])
     assert status in (0, 1), capsys.readouterr().err
     assert read[0].startswith(STARTS[command]) and kind(tmp_path / "pipe") == "a FIFO (named pipe)", read[0][:80]
-    node = private_null(tmp_path)
-    status, _ = inferlab_command(*commands(honest, node)[command])
-    assert status in (0, 1), capsys.readouterr().err
-    assert kind(node) == "a character device" and os.lstat(node).st_rdev == CHARACTER_NULL
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["null", "pipe"]
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_refuses_a_directory_and_an_existing_file_and_replaces_the_file_only_with_replace(
-        honest, tmp_path, command, capsys):
     (tmp_path / "folder").mkdir()
     status, _ = inferlab_command(*commands(honest, tmp_path / "folder")[command])
     assert status == 2 and f"{tmp_path / 'folder'} is a directory" in capsys.readouterr().err
@@ -233,7 +207,12 @@ def test_every_command_refuses_a_directory_and_an_existing_file_and_replaces_the
     assert target.read_bytes() == b"kept"
     status, _ = inferlab_command(*commands(honest, target)[command], "--replace")
     assert status in (0, 1) and target.read_bytes().startswith(STARTS[command])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "there.tar.gz"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "pipe", "there.tar.gz"]  # no temporary file left
+    node = private_null(tmp_path)  # last: skipped where this process cannot make one
+    status, _ = inferlab_command(*commands(honest, node)[command])
+    assert status in (0, 1), capsys.readouterr().err
+    assert kind(node) == "a character device" and os.lstat(node).st_rdev == CHARACTER_NULL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "null", "pipe", "there.tar.gz"]
 
 
 @pytest.mark.process
@@ -241,9 +220,6 @@ def test_grade_out_dev_stdout_redirected_to_a_file_keeps_the_json_and_the_page_i
     """`grade RUN --format json --out /dev/stdout > FILE`: the shell opens FILE without O_APPEND, so bytes written
     through a new opening of /dev/stdout would start at offset 0 and the page printed after them would overwrite
     them; written through the process's own descriptor, the JSON comes first and the page after it, whole."""
-    import subprocess
-    import sys
-
     out = tmp_path / "both.txt"
     code = "import sys; from inferlab.__main__ import main; sys.exit(main(sys.argv[1:]))"
     with open(out, "w") as handle:

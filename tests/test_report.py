@@ -1,5 +1,6 @@
 """report.md: the evidence the lab asks the tool to summarize, and no reading of it; a real stand-in run's page against
-its records, partial and odd runs from the shared fixture runs (tests/fixture_runs.py)."""
+its records; trials that produced nothing named, never compared; the numbers computed again from the records; partial
+and odd runs from the shared fixture runs (tests/fixture_runs.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from inferlab import protocol, report
 from inferlab.__main__ import main
-from inferlab.files import dumps, write_json_atomic
+from inferlab.files import dumps
 from inferlab.measure import stats
 from inferlab.run.records import MANIFEST_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, REPORT_RENDERER_VERSION
 from inferlab.read.runview import RunView
@@ -53,9 +54,6 @@ def table_rows(text: str) -> list[list[str]]:
 
 def rendered(data) -> str:
     return report.render_report(data.view())
-
-
-# --- the must-show: a real stand-in run's page holds the evidence, and reads nothing into it --------------------
 
 
 def test_a_stand_in_runs_report_holds_every_piece_of_evidence_and_no_reading(standin_run):
@@ -115,8 +113,6 @@ def test_the_templates_ask_the_labs_six_questions_in_its_own_words():
 
 
 def test_report_check_agrees_catches_an_edit_and_never_compares_another_renderers_page(rich_run, tmp_path, capsys):
-    assert main(["report", str(rich_run), "--check"]) == 0
-    assert "identical" in capsys.readouterr().out
     edited = copy_run(rich_run, tmp_path / "edited")
     (edited / REPORT_FILE).write_text(page(edited) + "hindsight\n", encoding="utf-8")
     assert main(["report", str(edited), "--check"]) == 1
@@ -126,17 +122,13 @@ def test_report_check_agrees_catches_an_edit_and_never_compares_another_renderer
     assert main(["report", str(older), "--check"]) == 3
     assert "neither called identical nor different" in capsys.readouterr().out
     run = copy_run(rich_run, tmp_path / "final-manifest")  # the fields that change at session end leave the page
-    manifest = json.loads((run / MANIFEST_FILE).read_text())
-    manifest.update(complete=not manifest["complete"], exit_status=9, outcome_counts={"x": 1},
-                    ended_utc="2099-01-01T00:00:00+00:00", checks={"c": 1})
-    write_json_atomic(run / MANIFEST_FILE, manifest)
+    edit_manifest(run, complete=not json.loads((run / MANIFEST_FILE).read_text())["complete"], exit_status=9,
+                  outcome_counts={"x": 1}, ended_utc="2099-01-01T00:00:00+00:00", checks={"c": 1})
     assert report.check(run).status == "identical"
+    assert main(["report", str(run), "--check"]) == 0 and "identical" in capsys.readouterr().out
 
 
-# --- trials that produced nothing: named, never compared ----------------------------------------------------------
-
-
-def test_failed_trials_leave_identity_undecided_are_counted_apart_and_repetitions_that_differ_are_a_no(complete):
+def test_failed_and_interrupted_trials_are_named_never_compared_and_repetitions_that_differ_are_a_no(complete):
     def differ(records):
         second = next(r for r in records if r["kind"] == "generation" and r["trial_id"] == "P1-G-rep2")
         second["generated_ids"] = second["generated_ids"][:-1] + [second["generated_ids"][-1] % 50 + 1]
@@ -151,9 +143,7 @@ def test_failed_trials_leave_identity_undecided_are_counted_apart_and_repetition
     assert trials["`P1-G-rep3`"][2] == "failed (failed, F1)"
     assert table_rows(section(rendered(complete.rich(transform=differ)), "Repeatability"))[1][1] == \
         "**no** (2 of 3 recorded, 1 failed)"
-
-
-def test_an_interrupted_run_names_the_cut_trial_and_explains_every_missing_record(complete):
+    # an interrupted run names the cut trial and explains every missing record
     interrupted = {"interrupted": True, "signals": ["SIGINT"], "exit_status": 2, "stop_reason": "interrupted by SIGINT",
                    "exit_code_name": "INTERRUPTED"}
     text = rendered(complete.rich(transform=lambda records: interrupt_at_generation(records, "P2-G-rep1"),
@@ -168,10 +158,10 @@ def test_an_interrupted_run_names_the_cut_trial_and_explains_every_missing_recor
     assert "no record and no outcome explains it" not in text
 
 
-# --- the numbers are the records', computed again where the page computes them -----------------------------------
+def test_probabilities_and_top_p_follow_the_labs_worked_example_and_the_pages_figures_its_tensors(rich_run, tmp_path):
+    from safetensors.numpy import load_file
 
 
-def test_probabilities_and_top_p_follow_the_labs_worked_example():
     vector = numpy.log(numpy.array([8.0, 4.0, 2.0, 1.0]))
     assert numpy.allclose(evidence.probabilities(vector), numpy.array([8, 4, 2, 1]) / 15)
     assert numpy.allclose(evidence.probabilities(vector, 0.5), numpy.array([64, 16, 4, 1]) / 85)
@@ -179,11 +169,7 @@ def test_probabilities_and_top_p_follow_the_labs_worked_example():
     assert evidence.top_p_kept(evidence.probabilities(vector, 0.5), 0.75) == 1
     assert evidence.top_p_kept(evidence.probabilities(vector), 0.75) == 2
     assert evidence.entropy_nats(evidence.probabilities(numpy.zeros(50304))) == pytest.approx(math.log(50304))
-
-
-def test_first_step_cache_and_throughput_figures_are_computed_from_the_tensors_and_records(rich_run, tmp_path):
-    from safetensors.numpy import load_file
-
+    # the page's first-step, cache and throughput figures, computed again from the tensors and records
     vector = load_file(str(rich_run / "tensors/first_step_logits.safetensors"))["P1/G"].astype(numpy.float64)
     probs = numpy.exp(vector - vector.max()) / numpy.exp(vector - vector.max()).sum()
     kept = int(numpy.searchsorted(numpy.cumsum(numpy.sort(probs)[::-1]), 0.8) + 1)  # smallest prefix reaching 0.8
@@ -204,9 +190,6 @@ def test_first_step_cache_and_throughput_figures_are_computed_from_the_tensors_a
     row = next(r for r in table_rows(section(page(rich_run), "Timing")) if r[0] == "P1, cache on"
                and r[3].startswith("throughput 16/(t16 − t0)"))
     assert row[5] == f"{sorted(rates)[2]:.1f} [{min(rates):.1f}–{max(rates):.1f}]"
-
-
-# --- the run's frame ---------------------------------------------------------------------------------------------
 
 
 def test_the_run_table_shows_the_controls_and_what_a_forward_watch_saw(complete):
@@ -234,9 +217,6 @@ def test_blank_predictions_captured_warnings_and_a_real_specimen_are_said(rich_r
     warned = next(r for r in RunView.read(run).records if r.get("warnings"))
     assert f"`{warned['kind']}` seq {warned['seq']}" in section(text, "Run status")
     assert report.SYNTHETIC_BANNER not in page(build_complete_run(tmp_path / "real", synthetic=False))
-
-
-# --- odd runs and odd text ----------------------------------------------------------------------------------------
 
 
 def test_partial_and_malformed_records_never_crash_the_page(tmp_path):

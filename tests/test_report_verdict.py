@@ -72,12 +72,6 @@ def test_a_variant_in_memory_is_the_run_build_rich_run_writes(complete, runs, tm
     assert report.decide(data.view()) == report.decide(built)
 
 
-def test_a_complete_finished_run_with_every_test_passed_says_so(complete):
-    found, page = judged(complete.rich())
-    assert found.kind == "passed"
-    assert PASSED in headline(page) and "complete protocol" in headline(page)
-
-
 def test_an_interrupted_run_says_so_first_even_with_a_failed_diagnostic(complete):
     def interrupted(records):
         records = fail("test_greedy_repetitions_identical", "greedy repetitions differ")(records)
@@ -89,8 +83,8 @@ def test_an_interrupted_run_says_so_first_even_with_a_failed_diagnostic(complete
     assert PASSED not in page
 
 
-def test_an_abandoned_finish_is_expected_during_the_session_and_never_called_passed_after_it(runs, tmp_path, capsys,
-                                                                                               plots_not_drawn):
+def test_an_abandoned_finish_is_expected_during_the_session_never_passed_after_it_and_unprotected_as_a_killed_run(
+        runs, tmp_path, capsys, plots_not_drawn):
     run = abandon_finish(runs.copy("rich", tmp_path / "abandoned"))  # a second Ctrl-C during the final writes
     # the session renders before its final manifest, so the default form does not read that as abandoned; once the
     # session is over, the page it wrote no longer says what the folder holds
@@ -108,13 +102,9 @@ def test_an_abandoned_finish_is_expected_during_the_session_and_never_called_pas
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
     assert "final writes were abandoned" in capsys.readouterr().out
-
-
-def test_a_killed_run_reported_later_says_its_files_are_unprotected(runs, tmp_path):
-    run = kill_after(runs.copy("rich", tmp_path / "killed"), tests_done=40)
-    found = report.decide(run, after_session=True)
-    assert found.kind == "not_finished" and "finish_abandoned" not in found.kinds
-    assert "Nothing in this folder is protected by the manifest's hashes." in found.headline
+    killed = report.decide(kill_after(runs.copy("rich", tmp_path / "killed"), tests_done=40), after_session=True)
+    assert killed.kind == "not_finished" and "finish_abandoned" not in killed.kinds  # killed: unprotected too
+    assert "Nothing in this folder is protected by the manifest's hashes." in killed.headline
 
 
 @pytest.mark.parametrize("session_end, transform, kind, said", [
@@ -183,7 +173,6 @@ def test_a_failed_integrity_check_is_a_harness_problem_a_failed_diagnostic_a_fin
 
 
 def test_damaged_records_are_never_called_every_test_passed(runs, tmp_path):
-    """One unreadable line of records.jsonl: what it held may be missing, so the run cannot be called passed."""
     run = runs.copy("rich", tmp_path / "damaged")
     lines = (run / "records.jsonl").read_text().splitlines(keepends=True)
     generation = next(i for i, line in enumerate(lines) if '"kind": "generation"' in line)
@@ -196,7 +185,7 @@ def test_damaged_records_are_never_called_every_test_passed(runs, tmp_path):
     assert "could not all be read" in file_headline(run) and "records.jsonl" in file_headline(run)
 
 
-def test_a_forward_count_over_the_plan_heads_a_run_that_otherwise_passed(complete):
+def test_a_complete_finished_run_with_every_test_passed_says_so_unless_its_forward_count_is_over_the_plan(complete):
     """Issue 33 part 6 b: a failed harness-integrity fact of the whole session, never 'every planned test passed'."""
     from inferlab.run import endings as session_status, plan
 
@@ -208,7 +197,8 @@ def test_a_forward_count_over_the_plan_heads_a_run_that_otherwise_passed(complet
     assert (f"forwards: the session ran {budget['at_most'] + 1}, the plan allows at most {budget['at_most']}"
             in found.headline)
     within = session_status.reconcile_forwards(16, {trial: 16}, budget)
-    assert judged(complete.rich(session_end={"forward_reconciliation": within}))[0].kind == "passed"
+    found, page = judged(complete.rich(session_end={"forward_reconciliation": within}))
+    assert found.kind == "passed" and PASSED in headline(page) and "complete protocol" in headline(page)
 
 
 def test_every_kind_has_a_test_here():

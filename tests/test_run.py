@@ -43,9 +43,6 @@ def lines_of(directory: Path) -> list[dict]:
     return [json.loads(line) for line in (directory / records.RECORDS_FILE).read_text().splitlines()]
 
 
-# --- the writer -------------------------------------------------------------------------------------------------
-
-
 def test_the_envelope_refuses_its_own_fields_and_keeps_what_is_not_json_as_its_repr():
     with pytest.raises(ValueError, match=r"record 'x': fields \['seq'\] are reserved"):
         records.make_record("x", None, 0, "t", {"seq": 3})
@@ -122,22 +119,16 @@ def test_no_run_is_written_into_a_folder_that_holds_a_specimen_or_into_the_cache
     records.check_paths({option: str(tmp_path / "runs" / "first")}, cache_root=tmp_path / "cache")
 
 
-# --- the Run ----------------------------------------------------------------------------------------------------
-
-
-def test_a_run_written_twice_with_an_injected_clock_and_host_is_the_same_run(tmp_path):
-    runs = [small_run(tmp_path / name) for name in ("one", "two")]
+def test_a_run_written_twice_is_the_same_run_and_a_record_holds_what_is_particular_to_it(tmp_path):
+    runs = [small_run(tmp_path / name) for name in ("one", "two")]  # with an injected clock and host
     assert (runs[0].record_dir / "records.jsonl").read_bytes() == (runs[1].record_dir / "records.jsonl").read_bytes()
     manifests = [json.loads((run.record_dir / "manifest.json").read_text()) for run in runs]
     assert [m.pop("record_dir") for m in manifests] and manifests[0] == manifests[1]
     assert manifests[0]["started_utc"] == "2025-01-01T00:00:01+00:00" and manifests[0]["checks"]["ready"]["status"] \
         == "passed" and manifests[0]["platform"] == FixedHost().environment_record(REPO_ROOT)["platform"]
-
-
-def test_a_record_holds_what_is_particular_to_it(tmp_path):
-    """What every record of a kind would repeat is in plan.json or the manifest: a passed outcome has no empty
-    longrepr or skip reason and no check_kind (the plan's entry has it); the plan record points at plan.json."""
-    run = small_run(tmp_path / "run")
+    # what every record of a kind would repeat is in plan.json or the manifest: a passed outcome has no empty
+    # longrepr or skip reason and no check_kind (the plan's entry has it); the plan record points at plan.json
+    run = runs[0]
     plan_record, passed = run.records_of("plan")[0], run.records_of("test_outcome")[0]
     assert set(passed) == set(records.make_record("k", "t", 0, "w", {}, 1)) | {"outcome", "phase", "duration"}
     assert set(plan_record) - {"kind", "test", "seq", "wall_time", records.STAMP_FIELD} == {"file", "sha256", "mode",
@@ -180,9 +171,6 @@ def test_the_manifest_records_the_command_as_the_learner_typed_it(orig_argv, arg
     assert command == typed and (("in-process" in how) is (args != tuple(argv[1:])))
 
 
-# --- how a session ends ---------------------------------------------------------------------------------------
-
-
 def ended(**overrides) -> dict:
     fields = dict(exit_status=0, exit_code_name="OK", signals=[], collect_only=False, plan_only=False, stop_reason=None,
                   planned=["a", "b"], with_outcome={"a", "b"}, partial_reasons=[], outcome_counts={"passed": 2})
@@ -203,6 +191,20 @@ def test_the_status_line_says_unfinished_before_partial_and_names_the_optional_e
         "the session reached its end: all 2 planned tests have an outcome (2 passed); the plan is the complete "
         f"protocol; the optional extension was left out: {left_out}")
     assert ended(collect_only=True, with_outcome=set())["complete"] is False  # --co is never complete
+
+
+def test_an_acquisition_failure_is_its_own_ending_and_another_failure_beside_it_is_still_the_harness():
+    counts = {"failed": 2, "skipped": 1}
+    failed = {"exit_status": 1, "exit_code_name": "TESTS_FAILED", "failures_by_check_kind": {"integrity": 2},
+              "outcome_counts": counts}
+    refused = ended(**failed, acquisition_failure={"cause": "your --artifacts copy was refused", "failed_tests": 2})
+    assert endings.failure_kind(refused, counts) == "acquisition"
+    line = endings.status_line(refused, counts)
+    assert line.startswith("NOTHING was measured: the specimen could not be acquired (your --artifacts copy was "
+                           "refused); ") and "HARNESS" not in line
+    broken = ended(**failed, acquisition_failure={"cause": "no connection to the hub", "failed_tests": 1})
+    assert endings.failure_kind(broken, counts) == "harness"
+    assert "the HARNESS FAILED" in endings.status_line(broken, counts)
 
 
 @pytest.mark.parametrize("overrides, counts, suffix", [

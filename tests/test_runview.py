@@ -1,4 +1,6 @@
-"""inferlab.read.runview: one reader of a run, built from data in memory or read from disk once."""
+"""inferlab.read.runview: one reader of a run, built from data in memory or read from disk once: every problem met
+and nothing raised, the plan asked which test produces a kind and why a record is missing, tensors read when asked
+and checked against their record."""
 
 from __future__ import annotations
 
@@ -28,10 +30,7 @@ def plan_of(*entries: tuple, **fields) -> dict:
                                       enumerate(entries)], "partial_reasons": [], **fields}
 
 
-# --- reading: every problem met, nothing raised ---------------------------------------------------------------
-
-
-def test_each_line_that_is_not_a_record_is_a_problem_with_its_line_number():
+def test_each_line_that_is_not_a_record_is_a_problem_with_its_line_number_and_non_ascii_is_named():
     raw = (json.dumps(record("a", None)) + "\n{not json\n[1, 2]\n" + json.dumps({"kind": "b"}) + "\n").encode()
     records, problems = parse_records(raw)
     assert [r["kind"] for r in records] == ["a", "b"]  # a record without its envelope is still read
@@ -39,30 +38,21 @@ def test_each_line_that_is_not_a_record_is_a_problem_with_its_line_number():
                                                               (4, "missing_fields", False)]
     assert str(problems[1]) == "records.jsonl:3: a list, expected a JSON object"
     assert str(problems[2]) == "records.jsonl:4: missing field(s) test, seq, wall_time"
-
-
-def test_non_ascii_records_are_read_and_named():
-    records, problems = parse_records(json.dumps(record("a", None)).encode() + b"\xc3\xa9\n")
+    records, problems = parse_records(json.dumps(record("a", None)).encode() + b"\xc3\xa9\n")  # read, and named
     assert problems[0].code == "not_ascii" and problems[0].lost is False
     assert str(problems[0]).startswith("records.jsonl: not ASCII as written ('ascii' codec can't decode")
 
 
-def test_a_folder_with_nothing_is_read_with_a_problem_per_missing_file(tmp_path):
+def test_a_folder_with_nothing_or_a_manifest_that_is_not_an_object_is_read_with_a_problem_per_file(tmp_path):
     view = RunView.read(tmp_path)
     assert [p.file for p in view.problems] == [RECORDS_FILE, MANIFEST_FILE, "plan.json"]
     assert view.records == [] and view.manifest == {} and view.plan is None and view.ending == "killed"
-
-
-def test_a_manifest_that_is_not_an_object_is_a_problem_not_a_crash(tmp_path):
     (tmp_path / RECORDS_FILE).write_text("")
     (tmp_path / MANIFEST_FILE).write_text("[1]\n")
     view = RunView.read(tmp_path)
     assert "manifest.json: a list, expected a JSON object" in [str(p) for p in view.problems]
     assert not view.manifest_found
     assert any("a list, expected a JSON object" in p for p in verify_run(tmp_path)["problems"])
-
-
-# --- which test produces a kind, and why a record is missing: ask the plan ------------------------------------
 
 
 def test_why_a_record_is_missing_follows_the_plans_producers():
@@ -91,11 +81,9 @@ def test_how_the_session_ended(end, ending):
     assert (view.unfinished is None) == (ending in ("finished", "plan"))
 
 
-@pytest.mark.parametrize("manifest, records", [
-    ({"mode": "plan"}, []), ({}, [record("plan", None, mode="plan")]),
-])
-def test_a_plan_folder_is_known_by_its_manifest_or_its_records(manifest, records):
-    assert RunView.from_data(records, manifest, plan_of()).is_plan_folder
+def test_a_plan_folder_is_known_by_its_manifest_or_its_records():
+    assert RunView.from_data([], {"mode": "plan"}, plan_of()).is_plan_folder
+    assert RunView.from_data([record("plan", None, mode="plan")], {}, plan_of()).is_plan_folder
     assert not RunView.from_data([], {"mode": "run"}, plan_of()).is_plan_folder
 
 
@@ -106,9 +94,6 @@ def test_a_part_is_labelled_by_its_plan_entry_up_to_the_colon_else_by_its_file()
     assert view.part_label("experiments/test_80_new.py::test_a") == "Part 8"
     assert view.part_label("experiments/test_90_x.py::test_b[1]") == "Optional extension"
     assert view.part_label("elsewhere/check.py::test_d") == "check.py" and view.part_label(None) == "(session)"
-
-
-# --- tensors: read when asked, checked against the record -----------------------------------------------------
 
 
 def test_a_tensor_is_checked_against_its_records_shape_and_sha256():
@@ -144,4 +129,5 @@ def test_a_run_file_that_is_a_link_leading_out_of_the_run_is_never_read(tmp_path
     (tmp_path / "run" / RECORDS_FILE).symlink_to(tmp_path / "secret.jsonl")
     view = RunView.read(tmp_path / "run")
     assert view.records == [] and any(f"{RECORDS_FILE}: not readable ('{RECORDS_FILE}' is a link that leads out of "
-                                      "the run folder; not opened)" == p for p in view.read_problems), view.read_problems
+                                      "the run folder; not opened)" == p for p in view.read_problems), \
+        view.read_problems

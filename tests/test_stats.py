@@ -20,17 +20,12 @@ CASES = 100
 THRESHOLD = protocol.SMALLEST_TIMING_EFFECT
 
 
-def test_an_eos_as_the_last_allowed_token_is_not_an_early_stop():
-    def trial(trial_id, length, last):
+def test_an_eos_as_the_last_allowed_token_is_no_early_stop_and_the_timing_summary_keeps_every_sample():
+    def generation(trial_id, length, last):
         return {"prompt_id": "P1", "trial_id": trial_id, "condition": "S1", "seed": 17, "is_rerun": False,
                 "status": "ok", "generated_ids": [5] * (length - 1) + [last], "generated_length": length,
                 "stop_reason": "eos" if last == 0 else "max_new_tokens"}
 
-    summary = stats.sampling_summary([trial("a", 4, 0), trial("b", protocol.MAX_NEW_TOKENS, 0)], "P1")
-    assert summary["per_condition"]["S1"]["early_eos"] == 1 and summary["early_eos_total"] == 1
-
-
-def test_the_timing_summary_keeps_every_sample_and_labels_the_uncontended_ones_apart():
     def trial(repetition, loop_s, contended):
         times = [loop_s * (i + 1) / 16 for i in range(16)]
         return {"prompt_id": "P1", "use_cache": True, "warmup": repetition == 0, "status": "ok",
@@ -39,6 +34,9 @@ def test_the_timing_summary_keeps_every_sample_and_labels_the_uncontended_ones_a
                 "loop_s": loop_s, "token_times_s": times, "mean_post_first_interval_s": loop_s / 16,
                 "contended": contended}
 
+    summary = stats.sampling_summary([generation("a", 4, 0), generation("b", protocol.MAX_NEW_TOKENS, 0)], "P1")
+    assert summary["per_condition"]["S1"]["early_eos"] == 1 and summary["early_eos_total"] == 1
+    # the timing summary keeps every sample and labels the uncontended ones apart
     trials = [trial(0, 9.0, False)] + [trial(r, 0.1 * r + (r in (2, 4)), r in (2, 4)) for r in range(1, 6)]  # 2, 4 slow
     summary = stats.timing_summary(trials + [{**trial(6, 1.0, False), "status": "failed"}], "P1", True)
     assert (summary["measured_trials"], summary["warmups_excluded"]) == (5, 1)
@@ -55,10 +53,7 @@ def test_first_divergence(a, b, expected):
     assert stats.first_divergence(a, b) == expected
 
 
-# --- the interval --------------------------------------------------------------------------------------------------
-
-
-def test_the_u_distribution_is_the_count_of_rank_arrangements():
+def test_the_u_distribution_counts_rank_arrangements_and_the_level_picks_the_narrowest_interval_reaching_it():
     for m, n in ((1, 1), (2, 3), (3, 3), (5, 5), (4, 6)):
         counts = stats.u_counts(m, n)
         brute = [0] * (m * n + 1)  # U = pairs (i, j) where the second group's value is the larger
@@ -66,9 +61,7 @@ def test_the_u_distribution_is_the_count_of_rank_arrangements():
             second = [r for r in range(m + n) if r not in first]
             brute[sum(1 for x in first for y in second if y > x)] += 1
         assert list(counts) == brute and sum(counts) == math.comb(m + n, m)
-
-
-def test_the_declared_level_picks_the_narrowest_interval_that_reaches_it():
+    # the declared level picks the narrowest interval that reaches it
     assert stats.rank_order(5, 5) == (3, pytest.approx(1 - 2 * 4 / 252))  # 96.8 %; k = 4 would be 94.4 %
     assert stats.rank_order(5, 5, 0.94) == (4, pytest.approx(1 - 2 * 7 / 252))
     assert stats.rank_order(3, 3) == (None, pytest.approx(0.9))

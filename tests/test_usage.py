@@ -22,9 +22,6 @@ RULE = protocol.CONTENTION_RULE
 MS = 1_000_000  # ns
 
 
-# --- the rule and one trial's evidence ---------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("share, switches, collector, major, expected", [
     (0.995, 0, None, None, False), (RULE.min_cpu_share, 0, None, None, False),
     (RULE.min_cpu_share - 0.001, 0, None, None, True),
@@ -57,7 +54,7 @@ def readings(prefill_cpu_ns: int, loop_cpu_ns: int, involuntary: int = 0, start_
             "end": [start_cpu + loop_cpu_ns, 4, 1 + involuntary, 0, 0, 0, 0]}
 
 
-def test_a_trials_evidence_is_its_spans_cpu_time_over_their_wall_time():
+def test_a_trials_evidence_is_its_spans_cpu_time_over_their_wall_time_and_what_disturbed_them():
     # prefill 2 ms wall, 1.99 ms CPU; loop 10 ms wall, 4 ms CPU: the loop lost the CPU, the prefill did not
     evidence = usage.trial_evidence(readings(1_990_000, 4 * MS), 100 * MS, 102 * MS, 110 * MS)
     prefill, loop = evidence["cpu_evidence"]["prefill"], evidence["cpu_evidence"]["loop"]
@@ -71,9 +68,7 @@ def test_a_trials_evidence_is_its_spans_cpu_time_over_their_wall_time():
     nothing = {point: [None] * 7 for point in usage.READING_POINTS}
     unknown = usage.trial_evidence(nothing, 0, 2 * MS, 10 * MS)
     assert unknown["contended"] is None and unknown["cpu_evidence"]["loop"]["cpu_share"] is None  # never made up
-
-
-def test_a_collection_or_a_major_fault_inside_a_span_is_labelled_and_judged_by_its_share():
+    # a collection or a major fault inside a span is labelled, and judged by its share
     quiet = readings(1_995_000, 9_990_000)  # a 10 ms loop with its CPU; a collection at 105 ms, in the loop only
     collected = usage.trial_evidence(quiet, 100 * MS, 102 * MS, 110 * MS, gc_events=[[0, 105 * MS, 105 * MS + 200_000]])
     assert collected["cpu_evidence"]["prefill"]["contended"] is False
@@ -91,9 +86,6 @@ def test_a_collection_or_a_major_fault_inside_a_span_is_labelled_and_judged_by_i
     evidence = usage.trial_evidence(faulted, 100 * MS, 102 * MS, 110 * MS)
     assert evidence["contention_reasons"] == ["loop major page faults 2 > 0"] and evidence["disturbed_by"] == [
         "major_fault"]
-
-
-# --- the readers ----------------------------------------------------------------------------------------------------
 
 
 def test_the_readers_return_the_threads_cpu_time_switches_and_faults_and_say_what_they_cost():
@@ -127,9 +119,8 @@ class _Tracked:
 
 
 def _arm(burned: list, keep: list, burn_ns: int):
-    """A gc callback that notes where a collection ran and burns burn_ns of this thread's CPU in it; and allocations
-    past the youngest generation's threshold with the collector off, so the next counted allocation after
-    gc.enable() makes a collection due."""
+    """A gc callback noting where a collection ran and burning burn_ns of this thread's CPU in it; and allocations
+    past the youngest generation's threshold, so the next counted allocation makes a collection due."""
 
     def burn(phase, info):
         if phase == "start":
@@ -151,11 +142,9 @@ def _arm(burned: list, keep: list, burn_ns: int):
 @pytest.mark.parametrize("due", ["at the reader's own allocation", "after the CPU reading"])
 @pytest.mark.parametrize("platform", ["thread clock and rusage", "thread clock only"])
 def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(monkeypatch, platform, due):
-    # A CI run recorded a prefill span with 34.3 ms of thread CPU time in 18.8 ms of wall time: the start reader read
-    # the CPU clock, then built its list, and a collection ran before the wall stamp. The test makes a collection due
-    # at a chosen point and lets it run where the running CPython runs one (3.11: inside the counted allocation;
-    # 3.12+: at the next check point): at the start reader's own list, or at the first allocation after the CPU
-    # reading. Either way it must run outside the pair of readings' span, never between a reading and its stamp.
+    # A CI run once recorded 34.3 ms of thread CPU time in an 18.8 ms prefill: a collection ran between the start
+    # reader's CPU reading and the wall stamp. A collection made due here runs where CPython runs one (3.11: inside
+    # the counted allocation; 3.12+: at the next check point), and must run outside the readings' span.
     if platform == "thread clock only":
         monkeypatch.setattr(usage, "_RUSAGE_THREAD", None)
     if usage.usage_sources()["thread_cpu"] is None:
@@ -193,9 +182,6 @@ def test_a_collection_after_a_cpu_reading_never_lands_inside_the_span_it_starts(
     assert last[0] - first[0] <= t_end - t_start + 200_000, f"the collection ran in {burned[0]}, inside the span"
 
 
-# --- the collector around the timed spans --------------------------------------------------------------------------
-
-
 @pytest.fixture
 def eager_collector():
     """A collection due at almost every tracked allocation, so a loop left with the collector on meets many."""
@@ -226,7 +212,7 @@ def test_a_timed_block_switches_the_collector_off_collects_nothing_and_restores_
         usage.TimedBlock("sometimes")
 
 
-def test_the_watch_stamps_each_collection_and_a_span_counts_only_those_that_started_inside_it():
+def test_the_watch_stamps_each_collection_a_span_counts_those_started_inside_it_and_collect_once_freezes_the_rest():
     with usage.CollectionWatch() as watch:
         gc.collect(0)
         gc.collect(2)
@@ -237,9 +223,7 @@ def test_the_watch_stamps_each_collection_and_a_span_counts_only_those_that_star
                                                             "collections_by_generation": {"0": 1, "1": 0, "2": 1}}
     assert usage.in_span(watch.events, a_start, a_stop)["collections"] == 1  # the second started after the span
     assert usage.in_span(watch.events, b_start, b_start + 1)["collector_ns"] == 1  # clipped at the span's end
-
-
-def test_the_one_collection_before_the_block_is_timed_and_freezes_what_is_alive_until_thawed():
+    # the one collection before the timing block is timed, and freezes what is alive until thawed
     kept = [[] for _ in range(1000)]  # tracked objects alive now
     try:
         found = usage.collect_once("here")
