@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -258,18 +259,22 @@ def test_a_skip_for_a_prerequisite_names_the_first_failure_of_its_chain(suite):
 # --- how a session ends -----------------------------------------------------------------------------------------
 
 
-def test_a_ctrl_c_mid_session_leaves_whole_records_and_an_unfinished_run(suite):
-    write_experiment(suite, SELF_INTERRUPTING + "@pytest.mark.records('unreachable')\ndef test_never(record):\n"
-                                                "    record('unreachable')\n")
-    done = start_pytest(suite, "experiments", "--record-dir", "run")
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_mid_session_leaves_whole_records_an_unfinished_run_and_the_command_as_typed(suite, sig):
+    """A command a learner might type (-q, a -k expression with a space); its second test signals its process."""
+    never = "@pytest.mark.records('unreachable')\ndef test_never(record):\n    record('unreachable')\n"
+    write_experiment(suite, SELF_INTERRUPTING.replace("SIGINT", sig) + never)
+    args = ["experiments", "--record-dir", "run", "-q", "-k", "test or b"]
+    done = start_pytest(suite, *args)
     done.communicate(timeout=120)
-    assert done.returncode == pytest.ExitCode.INTERRUPTED
-    kinds = [r["kind"] for r in read_records(suite.path / "run")]  # every line parses
+    run, end = suite.path / "run", session_end(suite.path / "run")
+    manifest, kinds = manifest_of(run), [r["kind"] for r in read_records(run)]  # every line parses
+    assert done.returncode == pytest.ExitCode.INTERRUPTED and manifest["complete"] is False
     assert "before_interrupt" in kinds and "unreachable" not in kinds
-    assert manifest_of(suite.path / "run")["complete"] is False
-    end = session_end(suite.path / "run")
-    assert (end["interrupted"], end["signals"], end["stop_reason"]) == (True, ["SIGINT"], "interrupted by SIGINT")
+    assert (end["interrupted"], end["signals"], end["stop_reason"]) == (True, [sig], f"interrupted by {sig}")
     assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_interrupted", "test_never"]
+    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args])
+    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *args] and manifest["argv"][0].endswith("__main__.py")
 
 
 def test_a_second_ctrl_c_while_pytest_handles_the_first_still_leaves_an_unfinished_run(suite):
@@ -305,23 +310,6 @@ def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_folder_is
     result = verify_run(run)
     assert integrity_problems(result) == [] and result["completeness"][0].startswith("unfinished: ")
     assert f"to {run.name} by its own session" in result["completeness"][0]
-
-
-def test_sigterm_ends_the_session_with_honest_records_and_the_command_as_typed(suite):
-    """A command a learner might type (-q, a -k expression with a space) whose one test sends its process SIGTERM."""
-    import shlex
-
-    write_experiment(suite, "import os, signal, pytest\n@pytest.mark.records('before')\ndef test_terminated(record):\n"
-                            "    record('before')\n    os.kill(os.getpid(), signal.SIGTERM)\n")
-    args = ["experiments", "--record-dir", "run", "-q", "-k", "test_terminated or b"]
-    done = start_pytest(suite, *args)
-    done.communicate(timeout=120)
-    run, end = suite.path / "run", session_end(suite.path / "run")
-    assert done.returncode == pytest.ExitCode.INTERRUPTED and manifest_of(run)["complete"] is False
-    assert end["signals"] == ["SIGTERM"] and end["stop_reason"] == "interrupted by SIGTERM"
-    manifest = manifest_of(run)
-    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args])
-    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *args] and manifest["argv"][0].endswith("__main__.py")
 
 
 def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite):
