@@ -1,6 +1,5 @@
-"""One path to a verified folder: --artifacts reused or refused (never a fallback), the project cache reused or
-refused (never repaired), a synthetic specimen built offline, one lock for two runs at once, staging never left
-behind; and the next steps a learner is given when no copy could be had."""
+"""One path to a verified folder: --artifacts or the project cache reused or refused (never a fallback, never
+repaired), a synthetic specimen built offline, one lock, no staging left behind, and the next steps when none is had."""
 
 from __future__ import annotations
 
@@ -51,11 +50,6 @@ def flip_byte(directory):
     return [WEIGHTS, "sha256 expected"]
 
 
-def truncate_weights(directory):
-    shutil.copyfile(directory / "config.json", directory / WEIGHTS)
-    return [WEIGHTS, "size expected 28143920 bytes, actual 968 bytes"]
-
-
 def add_pickle(directory):
     (directory / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
     return ["pytorch_model.bin", "weights (name matches a refused pattern)"]
@@ -100,11 +94,12 @@ def test_a_synthetic_specimen_is_built_offline_once_then_the_project_cache_is_re
 def test_a_damaged_project_cache_is_refused_with_its_evidence_not_repaired(standin_dir, standin_spec, tmp_path):
     cached = specimen.cache_dir(standin_spec, tmp_path)
     shutil.copytree(standin_dir, cached)
-    truncate_weights(cached)
+    shutil.copyfile(cached / "config.json", cached / WEIGHTS)
     outcome = specimen.acquisition_outcome(standin_spec, cache_root=tmp_path, offline=True)
     assert (outcome["ok"], outcome["acquisition"], outcome["directory"]) == (False, "reuse:project_cache", str(cached))
     assert [row["name"] for row in outcome["verification"]["files"] if not row["ok"]] == [WEIGHTS]
     assert f"the project cache {cached} failed verification" in outcome["error"]
+    assert f"{WEIGHTS} in {cached}: size expected 28143920 bytes, actual 968 bytes" in outcome["error"]
     assert f"delete that folder (rm -r '{cached}') and run again" in outcome["error"]
     assert (cached / WEIGHTS).stat().st_size == 968  # nothing repaired silently
 
