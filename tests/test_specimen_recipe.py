@@ -20,7 +20,6 @@ MIN_LOGIT_SPAN = 20.0
 
 
 def model_from_recipe(variant: recipe.Variant = recipe.BASE):
-    """GPTNeoXForCausalLM with the stand-in's architecture holding the recipe's tensors (as float32)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     fields = {key: value for key, value in build.CONFIG.items() if not key.startswith("inferlab_")}
@@ -33,7 +32,6 @@ def model_from_recipe(variant: recipe.Variant = recipe.BASE):
 
 @pytest.fixture(scope="module")
 def loaded(standin_dir, standin_spec):
-    """The stand-in loaded the way the experiment loads it."""
     return loading.load_specimen(standin_dir, standin_spec)
 
 
@@ -59,8 +57,7 @@ def distribution_facts(logits: torch.Tensor) -> dict:
 
 
 def test_the_structure_has_no_short_loop():
-    """No cluster succeeds itself and no loop is shorter than all 40 clusters: greedy cannot repeat one token. (That
-    each positional head finds its offset is measured on the model below.)"""
+    """No cluster succeeds itself and no loop is shorter than all 40 clusters: greedy cannot repeat one token."""
     for channel, successor in recipe.structure().successor.items():
         seen, cluster = [], 0
         for _ in range(recipe.CLUSTERS):
@@ -78,11 +75,7 @@ def test_the_first_step_of_every_prompt_is_peaked_with_realistic_logits(loaded, 
 
 @pytest.mark.slow
 def test_context_before_the_last_token_changes_the_distribution(loaded, prompt_ids):
-    """P1 and P2 both end with '.', so only attention to earlier tokens can make their next tokens differ.
-
-    Without layer 0's attention output (the heads that carry the previous tokens) the two distributions
-    all but coincide; with it they differ by a large share of their probability mass.
-    """
+    """P1 and P2 both end with '.': without layer 0's attention output their next-token distributions coincide."""
     assert prompt_ids["P1"][-1] == prompt_ids["P2"][-1]
 
     def total_variation(model) -> float:
@@ -146,8 +139,7 @@ def test_a_variant_forces_eos_after_its_cluster_or_one_token_after_every_context
 @pytest.mark.slow
 @pytest.mark.parametrize("corruption", ["position_plus_one", "stale_entry"])
 def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, prompt_ids, monkeypatch, corruption):
-    """Attention matters: the cache test keeps its power to catch a real bug on this specimen (a position shifted by
-    one, or the entry written at p-1 masked while p is fed)."""
+    """The cache test keeps its power on this specimen: a position shifted by one, or the entry at p-1 masked."""
     real = cache_check.cached_step_inputs
 
     def corrupt(past_length, new_length):
@@ -175,9 +167,7 @@ def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, 
 
 
 def test_the_standins_matrix_stops_early_on_eos_and_greedy_p1_gives_the_cache_test_8_tokens(standin_run):
-    """Issue 12's bar, kept by a test: some of the 26 protocol trials end on EOS before 16 tokens, while
-    P1's greedy trial does not stop before the cache test's 8 target tokens. Read from the session's complete
-    stand-in run (tests/conftest.py standin_run): the matrix as the experiment itself computes it."""
+    """Issue 12's bar, read from the session's complete stand-in run (the matrix as the experiment computes it)."""
     from shared_runs import records
 
     trials = {r["trial_id"]: r for r in records(standin_run) if r["kind"] == "generation"}
