@@ -16,22 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import require_reference_dir
 from inferlab import protocol, specimen
 from inferlab.specimen import build, recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-needs_reference = pytest.mark.skipif(
-    not (build.reference_dir() / build.HEADER_FILE).is_file(),
-    reason=f"the replica needs pythia-14m's published small files in {build.reference_dir()} (../shared beside the "
-           f"project), present on the course's CI machines but not in a learner's clone")
 REPLICA_IDS = 50277  # ids 0..50276 have a token; the model has 50304 rows
 
 
 @pytest.fixture(scope="module")
-def replica_dir(tmp_path_factory):
-    if not (build.reference_dir() / build.HEADER_FILE).is_file():
-        pytest.skip(f"needs pythia-14m's published small files in {build.reference_dir()}")
-    return Path(build.REPLICA.build(tmp_path_factory.mktemp("replica") / "built")["directory"])
+def replica_dir(replica_listing):
+    return replica_listing["six"]  # REPLICA.build's folder (beside it, two files the hub lists that it does not make)
 
 
 @functools.cache
@@ -46,8 +41,10 @@ def pins(name: str) -> dict:
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("name", ["standin", pytest.param("replica", marks=needs_reference)])
+@pytest.mark.parametrize("name", ["standin", "replica"])
 def test_the_command_builds_exactly_the_pinned_bytes(tmp_path, name):
+    if name == "replica":
+        require_reference_dir()  # a skip naming the folder where it is absent
     (tmp_path / "out").mkdir()  # an empty folder is as good as a new one
     done = subprocess.run([sys.executable, "-m", f"inferlab.{name}", str(tmp_path / "out")], cwd=REPO_ROOT,
                           capture_output=True, text=True)
@@ -105,8 +102,7 @@ def test_a_replica_without_its_reference_is_a_usage_error_before_a_run_writes_an
 
 
 def test_a_builders_own_error_is_a_recorded_refusal(monkeypatch, tmp_path):
-    """A reference header that no longer fits the recipe raises ValueError inside the build: the acquisition still
-    returns its record, with the reason, and publishes nothing into the cache."""
+    """A reference header that no longer fits the recipe: the build raises, the acquisition records why."""
     def broken(header, variant=None):
         raise ValueError("model.safetensors.header: a tensor the recipe does not know")
 
@@ -160,8 +156,7 @@ def test_eos_is_id_zero_and_every_prompt_round_trips(request, name):
 
 @pytest.mark.slow
 def test_every_standin_id_decodes_to_something_and_filler_words_are_never_produced(standin_dir):
-    """The model can select any of its 50,304 ids; all but the two special ones decode to visible text, and the
-    filler tokens that make that so have no merges: text made of them still splits into trained pieces."""
+    """The filler tokens that make every id but the two special ones visible have no merges."""
     tokenizer = tokenizer_of(standin_dir)
     decoded = tokenizer.batch_decode([[i] for i in range(recipe.VOCAB)], skip_special_tokens=True)
     assert [i for i, text in enumerate(decoded) if text == ""] == [0, 1]
@@ -170,8 +165,7 @@ def test_every_standin_id_decodes_to_something_and_filler_words_are_never_produc
 
 
 def test_the_replica_meets_the_real_tokenizers_facts(replica_dir):
-    """Beyond what the replica's run records (tests/test_replica_runs.py): the published ids of a text, and no token
-    for the model's last 27 rows."""
+    """The published ids of a text, and no token for the model's last 27 rows."""
     replica_tokenizer = tokenizer_of(replica_dir)
     assert replica_tokenizer("The cat sat", add_special_tokens=False)["input_ids"] == [510, 5798, 2206]
     extra = list(range(REPLICA_IDS, recipe.VOCAB))
