@@ -429,6 +429,10 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
                  ["--record-dir", "run"], "run already exists and is not empty"),
     "no-record-dir": (None, [], "--record-dir DIR (or --runs-dir DIR) is required"),
     "unknown-specimen": (None, ["--record-dir", "run", "--specimen", "nonesuch"], "--specimen nonesuch: "),
+    "replica-without-reference": (lambda s, m: m.setenv("INFERLAB_PYTHIA_REFERENCE", "/proc/inferlab-reference"),
+                                  ["--record-dir", "run", "--specimen", "replica"], "--specimen replica: the replica "
+                                  "specimen is built from pythia-14m's published small files, expected in /proc/"
+                                  "inferlab-reference ("),
     "no-interval-timers": (lambda s, m: m.setattr(run_plan, "signal", types.SimpleNamespace(SIGINT=2)),  # no SIGALRM
                            ["--record-dir", "run"], "no POSIX interval timers"),
     "no-timeout-plugin": (None, ["--record-dir", "run", "-p", "no:timeout"],

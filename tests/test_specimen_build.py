@@ -89,18 +89,6 @@ def test_the_command_refuses_cleanly_where_it_cannot_build(tmp_path, case):
     assert expected in done.stderr and "Traceback" not in done.stderr and not (tmp_path / "out").exists()
 
 
-def test_a_replica_without_its_reference_is_a_usage_error_before_a_run_writes_anything(pytester, monkeypatch,
-                                                                                        tmp_path):
-    from shared_runs import make_project
-
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setenv(build.REFERENCE_ENV, str(tmp_path / "absent"))
-    make_project(pytester.path)
-    result = pytester.runpytest_subprocess("experiments", "--specimen", "replica", "--record-dir", "run")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR and not (pytester.path / "run").exists()
-    result.stderr.fnmatch_lines([f"*--specimen replica*{tmp_path / 'absent'}*"])
-
-
 def test_a_builders_own_error_is_a_recorded_refusal(monkeypatch, tmp_path):
     """A reference header that no longer fits the recipe: the build raises, the acquisition records why."""
     def broken(header, variant=None):
