@@ -44,8 +44,8 @@ def claimed_by(run: Path, **fields) -> Path:
 
 
 def aligned(run: Path, change=None) -> Path:
-    """The fixture run with the alignment checks a real run records in each cache_comparison (all passed, unless
-    change(record) alters them): revise takes only a run that has them."""
+    """The alignment checks a real run records in each cache_comparison (all passed, unless change(record) alters
+    them), which revise requires."""
     def transform(records):
         for record in [r for r in records if r["kind"] == "cache_comparison"]:
             record["checks"] = {**{name: True for name in ALIGNMENT}, "within_tolerance": True}
@@ -135,16 +135,12 @@ def test_attach_and_revise_refuse_a_run_whose_session_still_runs(run, explanatio
 
 
 def test_a_failure_half_way_leaves_nothing(run, explanation, monkeypatch, capsys):
-    before = tree(run)
-
     def half_a_line_then_a_full_disk(fd, data):
         os.ftruncate(fd, os.fstat(fd).st_size)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(addenda.os, "write", half_a_line_then_a_full_disk)  # only the ledger uses os.write
-    assert main(["attach", str(run), str(explanation)]) == 2
-    monkeypatch.undo()
-    assert "No space left on device" in capsys.readouterr().err and tree(run) == before
+    assert "No space left on device" in refused(["attach", run, explanation], run, capsys, 2)
 
 
 def test_revise_keeps_both_verdicts_and_the_justification_and_verify_rechecks_them(runs, tmp_path, capsys):
