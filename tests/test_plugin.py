@@ -68,17 +68,24 @@ def start_pytest(suite, *args, env=None) -> subprocess.Popen:
 # --- what a run records ---------------------------------------------------------------------------------------------
 
 
-def test_a_failing_test_is_recorded_with_its_full_text_and_the_run_says_what_it_is(suite):
+def test_a_failing_test_is_recorded_in_strict_ascii_json_extended_by_the_hooks_and_the_run_says_what_it_is(suite):
+    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
+                       "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
+                       "    manifest['section'] = 'B'\n")
     write_experiment(suite, "import pytest\n@pytest.mark.records('measurement')\ndef test_measures(record):\n"
-                            "    record('measurement', value=3)\n    assert 3 == 4, 'measured 3, expected 4'\n")
+                            "    record('measurement', value=float('nan'), text='a\\nb\\t\\u00e9')\n"
+                            "    assert 3 == 4, 'measured 3, expected 4'\n")
     result = suite.runpytest("experiments", "--record-dir", "run")
     result.assert_outcomes(failed=1)
     found, run = read_records(suite.path / "run"), suite.path / "run"
-    assert [r["seq"] for r in found] == list(range(len(found)))
-    assert next(r for r in found if r["kind"] == "measurement")["value"] == 3
+    assert [r["seq"] for r in found] == list(range(len(found))) and all(r["course"] == "lab12" for r in found)
+    raw = (run / "records.jsonl").read_text(encoding="ascii")
+    record = next(r for r in found if r["kind"] == "measurement")
+    assert record["value"] == "nan" and record["text"] == "a\nb\t\u00e9" and "\\n" in raw and "\\u00e9" in raw
     outcome = outcomes_by_test(run)["test_measures"]
     assert outcome["outcome"] == "failed" and "measured 3, expected 4" in outcome["longrepr"]
     manifest = manifest_of(run)
+    assert manifest["section"] == "B"
     assert (manifest["exit_status"], manifest["exit_code_name"], manifest["outcome_counts"]) == (1, "TESTS_FAILED",
                                                                                               {"failed": 1})
     end = manifest["session_end"]
@@ -90,43 +97,24 @@ def test_a_failing_test_is_recorded_with_its_full_text_and_the_run_says_what_it_
         last_line(result)
 
 
-def test_the_hooks_extend_records_and_manifest_and_every_line_is_strict_ascii_json(suite):
-    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
-                       "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
-                       "    manifest['section'] = 'B'\n")
-    write_experiment(suite, "import pytest\n@pytest.mark.records('x')\n"
-                            "def test_a(record):\n    record('x', value=float('nan'), text='a\\nb\\t\\u00e9')\n")
-    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1)
-    raw = (suite.path / "run" / "records.jsonl").read_text(encoding="ascii")
-    record = next(r for r in read_records(suite.path / "run") if r["kind"] == "x")
-    assert record["value"] == "nan" and record["text"] == "a\nb\t\u00e9" and "\\n" in raw and "\\u00e9" in raw
-    assert all(r["course"] == "lab12" for r in read_records(suite.path / "run"))
-    assert manifest_of(suite.path / "run")["section"] == "B"
-
-
-def test_the_manifest_holds_the_environment_and_the_predictions_copied_before_any_test(suite):
+@pytest.mark.parametrize("answer, flagged", [("", True), ("yes, identical ids\n", False)], ids=["blank", "answered"])
+def test_the_manifest_holds_the_environment_and_the_predictions_copied_before_any_test_a_blank_one_flagged(
+        suite, answer, flagged):
     write_experiment(suite, PASSES)
-    (suite.path / "mine.md").write_text("1. yes, fairly sure\n")
-    suite.runpytest("experiments", "--record-dir", "run", "--predictions", "mine.md")
+    (suite.path / "mine.md").write_text((REPO_ROOT / "predictions.md").read_text().replace(
+        "Prediction:\n", f"Prediction:\n{answer}", 1))
+    result = suite.runpytest("experiments", "--record-dir", "run", "--predictions", "mine.md")
+    result.assert_outcomes(passed=1)
     manifest = manifest_of(suite.path / "run")
     assert manifest["platform"]["python_version"] and manifest["platform"]["logical_cpus"] >= 1
     assert manifest["distributions"]["pytest"] == pytest.__version__
     assert "pytest-timeout" in manifest["pytest"]["plugins"]
     assert "OMP_NUM_THREADS" in manifest["thread_environment"]
     assert any("3.13.13" in d for d in manifest["deviations_from_reference"])
-    assert (suite.path / "run" / "predictions.md").read_text() == "1. yes, fairly sure\n"
-    assert manifest["files"]["predictions.md"]["sha256"] == manifest["predictions"]["sha256"]
-    assert manifest["predictions"]["copied_at_utc"] < read_records(suite.path / "run")[1]["wall_time"]
-
-
-@pytest.mark.parametrize("answer, flagged", [("", True), ("yes, identical ids\n", False)], ids=["blank", "answered"])
-def test_predictions_still_the_blank_template_are_flagged_and_the_run_goes_on(suite, answer, flagged):
-    write_experiment(suite, PASSES)
-    (suite.path / "mine.md").write_text((REPO_ROOT / "predictions.md").read_text().replace(
-        "Prediction:\n", f"Prediction:\n{answer}", 1))
-    result = suite.runpytest("experiments", "--record-dir", "run", "--predictions", "mine.md")
-    result.assert_outcomes(passed=1)
-    predictions = manifest_of(suite.path / "run")["predictions"]
+    predictions = manifest["predictions"]
+    assert (suite.path / "run" / "predictions.md").read_text() == (suite.path / "mine.md").read_text()
+    assert manifest["files"]["predictions.md"]["sha256"] == predictions["sha256"]
+    assert predictions["copied_at_utc"] < read_records(suite.path / "run")[1]["wall_time"]
     assert predictions["template_unanswered"] is flagged and predictions["answered"] == ([] if flagged else [1])
     assert ("is still the unanswered template" in result.stdout.str()) is flagged
     assert "6 questions answered" in result.stdout.str()  # said at the start, while they can still be fixed
@@ -185,7 +173,7 @@ def test_the_summary_names_the_specimen_and_says_when_it_is_synthetic(suite, nam
 # --- the plan, the prerequisites and the limits ---------------------------------------------------------------------
 
 
-def test_plan_lists_the_schedule_and_runs_nothing(suite):
+def test_plan_lists_the_schedule_runs_nothing_and_refuses_one_over_the_protocols_caps(suite):
     write_experiment(suite, "import pytest\n@pytest.fixture(scope='session')\ndef model():\n"
                             "    raise AssertionError('the plan must not load a model')\n"
                             "@pytest.mark.budget(category='generation', selections=16)\n"
@@ -198,14 +186,11 @@ def test_plan_lists_the_schedule_and_runs_nothing(suite):
     assert [e["params"] for e in plan["schedule"]] == [{"seed": 17}, {"seed": 23}]
     assert plan["totals"]["generation_new_tokens"] == 32
     assert [r["kind"] for r in read_records(suite.path / "run")] == ["plan", "session_end"]
-
-
-def test_a_schedule_over_the_protocols_caps_is_refused(suite):
     write_experiment(suite, "import pytest\n@pytest.mark.budget(category='cache', forwards=17)\ndef test_a():\n"
                             "    pass\n")
-    result = suite.runpytest("experiments", "--record-dir", "run", "--plan")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*cache_forwards: planned 17, protocol allows at most 16*"])
+    over = suite.runpytest("experiments", "--record-dir", "over", "--plan")  # a schedule over the protocol's caps
+    assert over.ret == pytest.ExitCode.USAGE_ERROR
+    over.stderr.fnmatch_lines(["*cache_forwards: planned 17, protocol allows at most 16*"])
 
 
 def test_the_trial_limit_is_the_protocols_covers_the_test_body_only_and_a_timeout_is_a_recorded_failure(suite,
@@ -372,20 +357,12 @@ def test_a_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite):
     assert all(re.match(r"^\d{8}T\d{6}Z-pythia-14m(-\d+)?-(partial|plan|partial-failed)$", n) for n in names), names
     assert sorted(n.rsplit("-14m", 1)[1].lstrip("-0123456789") for n in names) == ["partial", "partial-failed", "plan"]
     for name in names:
-        assert manifest_of(suite.path / "runs" / name)["record_dir"].endswith(name)
-
-
-def test_a_second_run_ending_the_same_way_in_the_same_second_gets_a_numbered_honest_name(suite, monkeypatch):
-    from inferlab.run import session
-
-    monkeypatch.setattr(session, "run_dir_name", lambda specimen, plan: "20250101T000000Z-standin")
-    write_experiment(suite, "def test_a():\n    assert False\n")
-    for _ in range(2):  # the second used to keep the bare name, which claims a success
-        suite.runpytest("experiments", "--runs-dir", "runs")
-    names = sorted(p.name for p in (suite.path / "runs").iterdir())
-    assert names == ["20250101T000000Z-standin-partial-failed", "20250101T000000Z-standin-partial-failed-2"]
-    assert manifest_of(suite.path / "runs" / names[1])["record_dir_rename"] == {
-        "from": "20250101T000000Z-standin", "to": names[1], "suffix": "-partial-failed", "renamed": True, "error": None}
+        manifest = manifest_of(suite.path / "runs" / name)
+        assert manifest["record_dir"].endswith(name)
+        if not name.endswith("-plan"):  # a plan is named as it starts; a run is renamed as it ends
+            renamed = manifest["record_dir_rename"]
+            assert (renamed["from"] + renamed["suffix"], renamed["to"], renamed["renamed"], renamed["error"]) == (
+                name, name, True, None)
 
 
 def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
