@@ -47,15 +47,6 @@ def last_logits(model, ids) -> torch.Tensor:
     return model(input_ids=torch.tensor([ids])).logits[0, -1].double()  # (vocab,)
 
 
-def distribution_facts(logits: torch.Tensor) -> dict:
-    log_p = torch.log_softmax(logits, -1)
-    p = log_p.exp()
-    ordered = p.sort(descending=True).values
-    kept = int((ordered.cumsum(0) - ordered < 0.8).sum())  # smallest prefix reaching 0.8
-    return {"entropy": float(-(p * log_p).sum()), "top1": float(ordered[0]), "top_p_ids": kept,
-            "span": float(logits.max() - logits.min())}
-
-
 def test_the_structure_has_no_short_loop():
     """No cluster succeeds itself and no loop is shorter than all 40 clusters: greedy cannot repeat one token."""
     for channel, successor in recipe.structure().successor.items():
@@ -68,7 +59,12 @@ def test_the_structure_has_no_short_loop():
 
 def test_the_first_step_of_every_prompt_is_peaked_with_realistic_logits(loaded, prompt_ids):
     for prompt_id, ids in prompt_ids.items():
-        facts = distribution_facts(last_logits(loaded["model"], ids))
+        logits = last_logits(loaded["model"], ids)
+        log_p = torch.log_softmax(logits, -1)
+        ordered = log_p.exp().sort(descending=True).values
+        facts = {"entropy": float(-(log_p.exp() * log_p).sum()), "top1": float(ordered[0]),
+                 "top_p_ids": int((ordered.cumsum(0) - ordered < 0.8).sum()),  # the smallest prefix reaching 0.8
+                 "span": float(logits.max() - logits.min())}
         assert facts["entropy"] <= MAX_ENTROPY_NATS and facts["top1"] >= MIN_TOP1, (prompt_id, facts)
         assert facts["top_p_ids"] <= MAX_TOP_P_IDS and facts["span"] >= MIN_LOGIT_SPAN, (prompt_id, facts)
 
