@@ -244,9 +244,14 @@ def test_a_skip_for_a_prerequisite_names_the_first_failure_of_its_chain(suite):
 # --- how a session ends -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
-def test_a_signal_mid_session_leaves_whole_records_an_unfinished_run_and_the_command_as_typed(suite, sig):
-    """A command a learner might type (-q, a -k expression with a space); its second test signals its process."""
+@pytest.mark.parametrize("sig, again", [("SIGINT", False), ("SIGTERM", False), ("SIGINT", True)],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-again-while-pytest-handles-it"])
+def test_a_signal_mid_session_leaves_whole_records_an_unfinished_run_and_the_command_as_typed(suite, sig, again):
+    """A command a learner might type (-q, a -k expression with a space); its second test signals its process. A
+    second SIGINT inside pytest's own interrupt handling used to leave exit status 0 and a complete run."""
+    if again:
+        suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
+                           "def pytest_keyboard_interrupt(excinfo):\n    os.kill(os.getpid(), signal.SIGINT)\n")
     never = "@pytest.mark.records('unreachable')\ndef test_never(record):\n    record('unreachable')\n"
     write_experiment(suite, SELF_INTERRUPTING.replace("SIGINT", sig) + never)
     args = ["experiments", "--record-dir", "run", "-q", "-k", "test or b"]
@@ -254,24 +259,14 @@ def test_a_signal_mid_session_leaves_whole_records_an_unfinished_run_and_the_com
     done.communicate(timeout=120)
     run, end = suite.path / "run", session_end(suite.path / "run")
     manifest, kinds = manifest_of(run), [r["kind"] for r in read_records(run)]  # every line parses
-    assert done.returncode == pytest.ExitCode.INTERRUPTED and manifest["complete"] is False
+    assert done.returncode == manifest["exit_status"] == pytest.ExitCode.INTERRUPTED
+    assert end["complete"] is manifest["complete"] is False
     assert "before_interrupt" in kinds and "unreachable" not in kinds
-    assert (end["interrupted"], end["signals"], end["stop_reason"]) == (True, [sig], f"interrupted by {sig}")
+    assert (end["interrupted"], end["signals"], end["stop_reason"]) == (
+        True, [sig] * (1 + again), f"interrupted by {sig}" + (", then 1 more signal(s)" if again else ""))
     assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_interrupted", "test_never"]
     assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args])
     assert manifest["argv"][1:] == [*PYTEST_PREFIX, *args] and manifest["argv"][0].endswith("__main__.py")
-
-
-def test_a_second_ctrl_c_while_pytest_handles_the_first_still_leaves_an_unfinished_run(suite):
-    """The second SIGINT lands inside pytest's own interrupt handling (it used to leave exit status 0, complete)."""
-    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
-                       "def pytest_keyboard_interrupt(excinfo):\n    os.kill(os.getpid(), signal.SIGINT)\n")
-    write_experiment(suite, SELF_INTERRUPTING)
-    done = start_pytest(suite, "experiments", "--record-dir", "run")
-    done.communicate(timeout=120)
-    manifest, end = manifest_of(suite.path / "run"), session_end(suite.path / "run")
-    assert done.returncode == manifest["exit_status"] == int(pytest.ExitCode.INTERRUPTED)
-    assert end["signals"] == ["SIGINT", "SIGINT"] and end["complete"] is manifest["complete"] is False
 
 
 def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_folder_is_renamed_incomplete(suite):
