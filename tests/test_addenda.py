@@ -77,7 +77,7 @@ def refused(argv: list, run: Path, capsys, code: int) -> str:
     return capsys.readouterr().err
 
 
-def test_attach_keeps_a_copy_beside_the_session_files_and_verify_checks_it(run, explanation, capsys):
+def test_attach_keeps_a_copy_and_verify_names_it_edited_removed_stray_or_bound_to_another_run(run, explanation, capsys):
     session = tree(run)
     assert main(["attach", str(run), str(explanation)]) == 0
     assert "addenda.jsonl seq 0" in capsys.readouterr().out
@@ -89,10 +89,6 @@ def test_attach_keeps_a_copy_beside_the_session_files_and_verify_checks_it(run, 
     explanation.write_text(answered_explanation() + "A second thought.\n")
     assert main(["attach", str(run), str(explanation)]) == 0 and ledger(run)[1]["file"] == "addenda/my_explanation.2.md"
     assert verify_run(run)["problems"] == []
-
-
-def test_verify_names_an_edited_or_removed_addendum_a_stray_file_and_another_manifest(run, explanation):
-    assert main(["attach", str(run), str(explanation)]) == 0
     (run / "addenda/my_explanation.md").write_text("edited afterwards\n")
     (run / "addenda/stray.md").write_text("put here by hand\n")
     problems = verify_run(run)["problems"]
