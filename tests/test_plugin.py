@@ -3,6 +3,7 @@ of their own where a signal or a second process is what is tested."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -19,7 +20,11 @@ import pytest
 
 import inner_session
 from child_process import popen_signallable
-from inferlab.run import plan as run_plan
+from inferlab import protocol, specimen
+from inferlab.cli import main
+from inferlab.files import sha256_file
+from inferlab.read.verify import integrity_problems, verify_run
+from inferlab.run import plan as run_plan, records
 from project_help import project_help
 
 inner_session.preload()  # before any pytester fixture: see tests/inner_session.py
@@ -68,16 +73,19 @@ def start_pytest(suite, *args, env=None) -> subprocess.Popen:
 # --- what a run records ---------------------------------------------------------------------------------------------
 
 
-def test_a_failing_test_is_recorded_in_strict_ascii_json_extended_by_the_hooks_and_the_run_says_what_it_is(suite):
+def test_a_failing_test_is_recorded_in_strict_ascii_json_extended_by_the_hooks_and_the_run_says_what_it_is(suite,
+                                                                                                           monkeypatch):
+    monkeypatch.setenv("HOME", str(suite.mkdir("home")))  # the record dir is given as ~/run
     suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
                        "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
                        "    manifest['section'] = 'B'\n")
     write_experiment(suite, "import pytest\n@pytest.mark.records('measurement')\ndef test_measures(record):\n"
                             "    record('measurement', value=float('nan'), text='a\\nb\\t\\u00e9')\n"
                             "    assert 3 == 4, 'measured 3, expected 4'\n")
-    result = suite.runpytest("experiments", "--record-dir", "run")
+    result = suite.runpytest("experiments", "--record-dir=~/run")
     result.assert_outcomes(failed=1)
-    found, run = read_records(suite.path / "run"), suite.path / "run"
+    found, run = read_records(suite.path / "home" / "run"), suite.path / "home" / "run"
+    assert not (suite.path / "~").exists()
     assert [r["seq"] for r in found] == list(range(len(found))) and all(r["course"] == "lab12" for r in found)
     raw = (run / "records.jsonl").read_text(encoding="ascii")
     record = next(r for r in found if r["kind"] == "measurement")
@@ -144,9 +152,6 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
                             "    Path(__file__).write_text(Path(__file__).read_text() + '# edited mid-run\\n')\n")
     result = suite.runpytest("experiments", "--record-dir", "run")
     run, changed = suite.path / "run", "source_sha256: experiments/test_exp.py"
-    from inferlab.cli import main
-    from inferlab.files import sha256_file
-
     assert manifest_of(run)["source_sha256"]["experiments/test_exp.py"] != sha256_file(suite.path / "experiments" /
                                                                                        "test_exp.py")
     assert manifest_of(run)["environment_changed_during_run"] == [changed]
@@ -160,8 +165,6 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
 
 @pytest.mark.parametrize("name, synthetic", [("standin", True), ("pythia-14m", False)])
 def test_the_summary_names_the_specimen_and_says_when_it_is_synthetic(suite, name, synthetic):
-    from inferlab import protocol, specimen
-
     spec = specimen.load_spec(name)
     write_experiment(suite, PASSES)
     result = suite.runpytest("experiments", "--record-dir", "run", "--specimen", name)
@@ -195,8 +198,6 @@ def test_plan_lists_the_schedule_runs_nothing_and_refuses_one_over_the_protocols
 
 def test_the_trial_limit_is_the_protocols_covers_the_test_body_only_and_a_timeout_is_a_recorded_failure(suite,
                                                                                                       monkeypatch):
-    from inferlab import protocol
-
     monkeypatch.setattr(protocol, "TRIAL_LIMIT_S", 0.2)
     write_experiment(suite, "import time, pytest\n@pytest.fixture(scope='session')\ndef slow_download():\n"
                             "    time.sleep(0.4)  # twice the trial limit: a limit on setup would fail the test\n"
@@ -211,8 +212,6 @@ def test_the_trial_limit_is_the_protocols_covers_the_test_body_only_and_a_timeou
 
 
 def test_the_session_limit_counts_from_setup_and_later_tests_are_recorded_as_not_run(suite, monkeypatch):
-    from inferlab import protocol
-
     monkeypatch.setattr(protocol, "SESSION_LIMIT_S", -1)  # the limit passes as soon as setup is done
     write_experiment(suite, f"import pytest\n@pytest.mark.provides({protocol.SETUP_DONE_CHECK!r})\ndef test_setup():\n"
                             "    pass\n@pytest.mark.records('should_not_exist')\ndef test_after(record):\n"
@@ -285,8 +284,6 @@ def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_folder_is
     note = json.loads((run / "renamed-incomplete.json").read_text())
     assert run.name.endswith("-incomplete") and note["renamed_to"] == run.name
     assert f"It is renamed {run.name} now" in err
-    from inferlab.read.verify import integrity_problems, verify_run
-
     result = verify_run(run)
     assert integrity_problems(result) == [] and result["completeness"][0].startswith("unfinished: ")
     assert f"to {run.name} by its own session" in result["completeness"][0]
@@ -302,11 +299,14 @@ def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite
 
 
 @pytest.mark.parametrize("where", [("--record-dir", "run"), ("--runs-dir", "runs"), ()])
-def test_collect_only_lists_the_tests_and_writes_no_run_folder(suite, where):
+def test_collect_only_lists_the_tests_and_writes_no_run_folder_as_the_docs_say(suite, where):
     write_experiment(suite, PASSES)
     result = suite.runpytest("experiments", *where, "--co")
     assert result.ret == pytest.ExitCode.OK and "test_a" in result.stdout.str()
     assert not (suite.path / "run").exists() and not (suite.path / "runs").exists()
+    docs = (REPO_ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    row = next(line for line in docs.splitlines() if line.startswith("| `-incomplete` |"))
+    assert "--co" not in row and "it makes no folder at all" in docs
 
 
 # --- the record folder ------------------------------------------------------------------------------------------
@@ -361,10 +361,6 @@ def test_a_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite):
 
 
 def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
-    import errno
-
-    from inferlab.run import records
-
     rename = os.rename
 
     def refuse(source, target, **kwargs):  # only the run's own folder: pytest's cache renames too
@@ -380,13 +376,6 @@ def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
     assert (renamed["renamed"], renamed["to"], renamed["suffix"]) == (False, None, "-partial-failed")
     assert "Permission denied (EACCES)" in renamed["error"]
     result.stdout.fnmatch_lines(["record dir: NOT renamed to end in -partial-failed (*Permission denied*"])
-
-
-def test_tilde_in_record_dir_is_the_home_directory(suite, monkeypatch):
-    monkeypatch.setenv("HOME", str(suite.mkdir("home")))
-    write_experiment(suite, PASSES)
-    suite.runpytest("experiments", "--record-dir=~/myrun").assert_outcomes(passed=1)
-    assert (suite.path / "home" / "myrun" / "records.jsonl").is_file() and not (suite.path / "~").exists()
 
 
 def random_order_plugin(suite, monkeypatch):
@@ -498,13 +487,6 @@ def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpre
            "environment. Run the tests with .venv/bin/python -m pytest analytic_tests" in out
     assert "raise ModuleNotFoundError" not in out  # test_a.py's raw ImportError is replaced by the one line
     assert "No module named 'not_a_module_of_the_project'" in out  # any other import error is left as it is
-
-
-def test_the_docs_suffix_table_says_co_makes_no_folder():
-    """What a --co does (test_collect_only_lists_the_tests_and_writes_no_run_folder) is what the docs say."""
-    docs = (REPO_ROOT / "docs" / "options.md").read_text(encoding="utf-8")
-    row = next(line for line in docs.splitlines() if line.startswith("| `-incomplete` |"))
-    assert "--co" not in row and "it makes no folder at all" in docs
 
 
 def test_pytest_help_does_not_show_pytesters_options(pytester, monkeypatch):
