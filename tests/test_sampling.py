@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from transformers import DynamicCache, GenerationConfig
+from transformers import DynamicCache, GenerationConfig, RepetitionPenaltyLogitsProcessor
 
 from inferlab import protocol
 from inferlab.measure.inputs import encode_prompt
@@ -121,8 +121,6 @@ def test_the_recorded_config_is_complete_and_the_checkpoints_own_never_leaks_in(
 
 def test_the_recorded_processors_are_observed_from_the_real_call(model, tokenizer, prompt, monkeypatch):
     """Whatever generate() actually builds is what the record lists, even something the config did not ask for."""
-    from transformers.generation import RepetitionPenaltyLogitsProcessor
-
     original = type(model)._get_logits_processor
 
     def with_a_stowaway(self, *args, **kwargs):

@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
+from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+from huggingface_hub.errors import OfflineModeIsEnabled
 
 from inferlab import specimen
 from inferlab.measure import loading
@@ -112,9 +115,6 @@ def test_offline_with_an_empty_cache_names_the_files_and_suggests_artifacts(tmp_
 
 
 def test_offline_mode_refuses_hub_calls_and_restores_the_flags(download_spec):
-    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import OfflineModeIsEnabled
-
     before = constants.HF_HUB_OFFLINE
     url = hf_hub_url(download_spec.repo_id, WEIGHTS, revision=download_spec.revision, endpoint="http://127.0.0.1:9")
     with specimen.offline_mode(), pytest.raises((OfflineModeIsEnabled, NetworkBlocked)) as error:
@@ -127,8 +127,6 @@ def test_offline_mode_refuses_hub_calls_and_restores_the_flags(download_spec):
 
 @pytest.mark.timeout(HANG_GUARD_S)
 def test_a_lock_held_past_the_deadline_is_a_clear_refusal(download_spec, tmp_path):
-    from filelock import FileLock
-
     cache = specimen.cache_dir(download_spec, tmp_path)
     cache.parent.mkdir(parents=True)
     with FileLock(cache.with_name(cache.name + ".lock")):
@@ -151,8 +149,6 @@ print(result["acquisition"], result["lock"]["contended"])
 @pytest.mark.timeout(HANG_GUARD_S * 6)
 def test_two_runs_filling_one_cache_at_once_both_succeed_the_second_waits_and_reuses(tmp_path):
     """Issue 15.4: without the lock one of them got a raw OSError. The same lock guards a download."""
-    from filelock import FileLock
-
     script = BUILD_STANDIN.format(cache_root=str(tmp_path))  # run in the checkout, which `-c` puts first on sys.path
     cache = specimen.cache_dir(specimen.load_spec("standin"), tmp_path)
     cache.parent.mkdir(parents=True)

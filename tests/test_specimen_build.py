@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors import safe_open
 
 from conftest import require_reference_dir
 from inferlab import protocol, specimen
@@ -108,8 +109,6 @@ def test_a_builders_own_error_is_a_recorded_refusal(monkeypatch, tmp_path):
 
 
 def test_the_standin_has_pythias_layout_the_recipes_weights_and_says_it_is_synthetic(standin_dir):
-    from safetensors import safe_open
-
     assert (standin_dir / "model.safetensors").stat().st_size == pins("pythia-14m")["model.safetensors"]["size"]
     expected = recipe.weights()
     with safe_open(standin_dir / "model.safetensors", framework="numpy") as handle:

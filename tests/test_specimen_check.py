@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_reference_dir
 from inferlab import protocol, specimen
 from inferlab.specimen import check
+from shared_runs import experiment_here, inferlab_command
 
 HANG_GUARD_S = 30  # a verification that opened a FIFO or a device would block here forever
 WEIGHTS = "model.safetensors"
@@ -262,8 +264,6 @@ WRONG_COPIES = {  # case: (a file made from the published layout, a piece of the
 
 @pytest.mark.parametrize("case", sorted(WRONG_COPIES))
 def test_a_recognisable_wrong_weight_file_is_named(standin_copy, case):
-    from conftest import require_reference_dir
-
     header = json.loads((require_reference_dir() / "model.safetensors.header").read_bytes())
     layout = {name: (entry["dtype"], entry["shape"], entry["data_offsets"][1] - entry["data_offsets"][0])
               for name, entry in header.items() if name != "__metadata__"}
@@ -298,8 +298,6 @@ def test_a_header_beyond_the_bound_is_not_read_and_a_synthetic_copy_is_never_tol
 
 
 def check_artifacts(directory) -> tuple[int, list[str]]:
-    from shared_runs import inferlab_command
-
     status, printed = inferlab_command("check-artifacts", directory)
     return status, printed.splitlines()
 
@@ -318,8 +316,6 @@ def test_check_artifacts_names_another_specimens_copy_and_whose_pins_each_file_m
 
 @pytest.mark.process
 def test_a_run_given_another_specimens_copy_says_so_in_check_artifacts_words(standin_dir, tmp_path):
-    from shared_runs import experiment_here
-
     words = check_artifacts(standin_dir)[1][-1].removeprefix("check-artifacts: ")
     made = experiment_here(tmp_path, "--artifacts", str(standin_dir))
     assert made.returncode == 1 and made.stdout.count(words) >= 2  # the run's reason and its first next step

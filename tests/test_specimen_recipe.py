@@ -11,6 +11,7 @@ import torch
 from inferlab import protocol
 from inferlab.measure import cache_check, loading
 from inferlab.specimen import build, recipe
+from shared_runs import records
 
 # The issue's bar for the stand-in's first step under G, and a realistic logit range.
 MAX_ENTROPY_NATS = 6.0
@@ -164,8 +165,6 @@ def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, 
 
 def test_the_standins_matrix_stops_early_on_eos_and_greedy_p1_gives_the_cache_test_8_tokens(standin_run):
     """Issue 12's bar, read from the session's complete stand-in run (the matrix as the experiment computes it)."""
-    from shared_runs import records
-
     trials = {r["trial_id"]: r for r in records(standin_run) if r["kind"] == "generation"}
     assert sorted(trials) == sorted(trial.test_id for trial in protocol.generation_trials())
     assert all(r["status"] == "ok" for r in trials.values()), {t: r["status"] for t, r in trials.items()}
