@@ -36,8 +36,8 @@ def comparison(model, continuation):
     return run_matched_prefix(model, PROMPT, continuation)
 
 
-def test_2m_forwards_from_the_prompt_to_the_prompt_plus_m_minus_1_fed_as_recorded_and_within_the_criterion(
-        comparison, continuation):
+def test_2m_forwards_from_the_prompt_to_the_prompt_plus_m_minus_1_fed_as_recorded_within_the_criterion_and_the_cache(
+        model, comparison, continuation):
     result, tensors = comparison
     assert result["forward_count"] == 2 * result["m"] == 2 * M and result["cache_object_reused"]
     lengths = [p["prefix_length"] for p in result["prefixes"]]
@@ -54,10 +54,7 @@ def test_2m_forwards_from_the_prompt_to_the_prompt_plus_m_minus_1_fed_as_recorde
                                                             "attention_mask": [1] * L, "position_ids": [L - 1],
                                                             "cache_position": [L - 1]}
     assert result["all_inputs_aligned"]
-
-
-def test_the_cache_is_inspected_apart_from_the_config_flag(model, comparison):
-    cache, length = comparison[0]["cache"], len(PROMPT) + M - 1
+    cache, length = result["cache"], len(PROMPT) + M - 1  # inspected apart from the config flag
     assert cache["cache_type"] == "DynamicCache" and cache["layer_count"] == model.config.num_hidden_layers
     for layer in cache["layers"]:
         assert layer["logical_length_from_tensor"] == layer["logical_length_from_cache"] == length
