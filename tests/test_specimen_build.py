@@ -56,19 +56,15 @@ def test_the_command_builds_exactly_the_pinned_bytes(tmp_path, name):
     assert specimen.local_builder(specimen.load_spec(name)) is getattr(build, name.upper())  # known by its revision
 
 
-def refusal_target(tmp_path: Path, case: str) -> Path:
-    (tmp_path / "a-file").write_text("keep me")
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "model.safetensors").write_bytes(b"a learner's own weights")
-    return {"non-empty": tmp_path / "mine", "a-file": tmp_path / "a-file", "under-a-file": tmp_path / "a-file" / "sub",
-            "proc": Path("/proc/inferlab-cannot-be-here")}[case]
-
-
 @pytest.mark.parametrize("case, message", [("non-empty", "it holds 1 entry (model.safetensors)"),
                                            ("a-file", "actual: an existing file"),
                                            ("under-a-file", "could not write"), ("proc", "could not write")])
 def test_the_command_refuses_a_target_it_must_not_or_cannot_write_in_one_line(tmp_path, capsys, case, message):
-    target = refusal_target(tmp_path, case)
+    (tmp_path / "a-file").write_text("keep me")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "model.safetensors").write_bytes(b"a learner's own weights")
+    target = {"non-empty": tmp_path / "mine", "a-file": tmp_path / "a-file",
+              "under-a-file": tmp_path / "a-file" / "sub", "proc": Path("/proc/inferlab-cannot-be-here")}[case]
     before = sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file())
     quick = dataclasses.replace(build.STANDIN, contents=lambda variant: {"config.json": b"{}"})  # its refusals alone
     assert quick.main([str(target)]) == 2  # in process: an unhandled error would fail with its traceback
