@@ -88,8 +88,7 @@ def all_nodeids() -> list[tuple[str, dict]]:
 
 @functools.cache
 def experiment_markers() -> dict[str, dict]:
-    """Each experiment test function's markers from its source: {name: {records, requires, provides, diagnostic,
-    optional}} (optional: its module is the optional extension)."""
+    """Each experiment test function's markers from its source: {name: {records, requires, provides, ...}}."""
     found, optional_files = {}, {part["file"] for part in experiment_files(REPO_ROOT)[0] if part["optional"]}
     for path in sorted((REPO_ROOT / EXPERIMENTS_DIR).glob("test_*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
@@ -582,8 +581,7 @@ def edit_manifest(directory: Path, **fields) -> None:
 
 
 def rich_change(session_end: Optional[dict] = None, transform=None):
-    """What build_rich_run does to a complete run's records: the newer records and fields, transform, then its
-    own session_end (overrides in session_end; False for none). The in-memory variants use it too."""
+    """build_rich_run's change of a complete run's records: newer records, transform, a session_end (False: none)."""
     def change(records):
         # build_complete_run already ended its session; this run's own session_end replaces that one
         records = new_evidence_records([r for r in records if r["kind"] != "session_end"])

@@ -64,8 +64,7 @@ def last_line(result) -> str:
 
 
 def start_pytest(suite, *args, env=None) -> subprocess.Popen:
-    """A pytest process in a scratch suite, without pytester's wrapping, so that signals reach it directly; it starts
-    with SIGINT and SIGTERM at their defaults even when this suite runs with them ignored."""
+    """A pytest process in a scratch suite, not pytester's, so signals reach it (SIGINT and SIGTERM as by default)."""
     return popen_signallable([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args], cwd=suite.path, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
 

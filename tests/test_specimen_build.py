@@ -1,6 +1,5 @@
 """The offline builds: the stand-in's and the replica's bytes are exactly their pins, their commands build or refuse
-cleanly, and each meets the tokenizer and layout it promises. Replica tests skip, naming the folder, where pythia-14m's
-published small files (../shared/reference/pythia-14m) are absent."""
+cleanly, and each meets the tokenizer and layout it promises (the replica's tests skip without its reference folder)."""
 
 from __future__ import annotations
 
