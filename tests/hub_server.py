@@ -8,6 +8,7 @@ HTTP CONNECT proxy to itself.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import select
 import socket
@@ -166,11 +167,8 @@ def _handler_for(hub: HubServer):
             if mode in ("reset", "truncated"):
                 self.connection.close()
 
-        def do_HEAD(self):  # noqa: N802 (http.server's naming)
-            self._respond(with_body=False)
-
-        def do_GET(self):  # noqa: N802
-            self._respond(with_body=True)
+        do_HEAD = functools.partialmethod(_respond, with_body=False)  # noqa: N815 (http.server's naming)
+        do_GET = functools.partialmethod(_respond, with_body=True)  # noqa: N815
 
         def do_CONNECT(self):  # noqa: N802: the hub as its own HTTP proxy, a tunnel to the target
             self.close_connection = True
