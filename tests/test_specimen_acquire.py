@@ -107,19 +107,16 @@ def test_a_damaged_project_cache_is_refused_with_its_evidence_not_repaired(stand
     assert (cached / WEIGHTS).stat().st_size == 968  # nothing repaired silently
 
 
-def test_offline_with_an_empty_cache_names_the_files_and_suggests_artifacts(tmp_path):
-    with block_network():
-        outcome = specimen.acquisition_outcome(specimen.load_spec("pythia-14m"), cache_root=tmp_path, offline=True)
-    assert outcome["ok"] is False and WEIGHTS in outcome["error"] and "--artifacts DIR" in outcome["error"]
-    assert specimen.acquisition_cause(outcome, offline=True) == "--offline, and no verified copy was found"
-
-
-def test_offline_mode_refuses_hub_calls_and_restores_the_flags(download_spec):
+def test_offline_refuses_hub_calls_restores_the_flags_and_with_an_empty_cache_names_the_files(download_spec, tmp_path):
     before = constants.HF_HUB_OFFLINE
     url = hf_hub_url(download_spec.repo_id, WEIGHTS, revision=download_spec.revision, endpoint="http://127.0.0.1:9")
     with specimen.offline_mode(), pytest.raises((OfflineModeIsEnabled, NetworkBlocked)) as error:
         get_hf_file_metadata(url)
     assert error.type is OfflineModeIsEnabled and constants.HF_HUB_OFFLINE == before
+    with block_network():
+        outcome = specimen.acquisition_outcome(specimen.load_spec("pythia-14m"), cache_root=tmp_path, offline=True)
+    assert outcome["ok"] is False and WEIGHTS in outcome["error"] and "--artifacts DIR" in outcome["error"]
+    assert specimen.acquisition_cause(outcome, offline=True) == "--offline, and no verified copy was found"
 
 
 # --- one lock, and staging never left behind -----------------------------------------------------------------------
