@@ -297,13 +297,9 @@ def test_a_header_beyond_the_bound_is_not_read_and_a_synthetic_copy_is_never_tol
 # --- a valid copy of another specimen is named as such, the same way by the run and check-artifacts -------------
 
 
-def check_artifacts(directory) -> tuple[int, list[str]]:
-    status, printed = inferlab_command("check-artifacts", directory)
-    return status, printed.splitlines()
-
-
 def test_check_artifacts_names_another_specimens_copy_and_whose_pins_each_file_matches(standin_dir):
-    status, lines = check_artifacts(standin_dir)
+    status, printed = inferlab_command("check-artifacts", standin_dir)
+    lines = printed.splitlines()
     assert status == 1
     assert lines[-1].startswith(f"check-artifacts: {standin_dir} is NOT a copy of {protocol.PINNED_REPO_ID}")
     assert "a valid copy of the SYNTHETIC standin specimen" in lines[-1]
@@ -316,7 +312,7 @@ def test_check_artifacts_names_another_specimens_copy_and_whose_pins_each_file_m
 
 @pytest.mark.process
 def test_a_run_given_another_specimens_copy_says_so_in_check_artifacts_words(standin_dir, tmp_path):
-    words = check_artifacts(standin_dir)[1][-1].removeprefix("check-artifacts: ")
+    words = inferlab_command("check-artifacts", standin_dir)[1].splitlines()[-1].removeprefix("check-artifacts: ")
     made = experiment_here(tmp_path, "--artifacts", str(standin_dir))
     assert made.returncode == 1 and made.stdout.count(words) >= 2  # the run's reason and its first next step
     assert "Delete" not in made.stdout + (made.run / "report.md").read_text()
