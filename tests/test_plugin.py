@@ -340,7 +340,7 @@ def test_two_runs_into_one_new_dir_exactly_one_claims_it(suite, tmp_path):
     assert json.loads((suite.path / "run" / "claim.json").read_text())["pid"] == winner.pid
 
 
-def test_a_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite):
+def test_a_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended_and_lf_keeps_to_its_specimen(suite):
     write_experiment(suite, PASSES)
     suite.runpytest("experiments", "--runs-dir", "runs").assert_outcomes(passed=1)
     suite.runpytest("experiments", "--runs-dir", "runs", "--plan")
@@ -357,6 +357,12 @@ def test_a_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite):
             renamed = manifest["record_dir_rename"]
             assert (renamed["from"] + renamed["suffix"], renamed["to"], renamed["renamed"], renamed["error"]) == (
                 name, name, True, None)
+    # pytest keeps one last-failed list per folder; pythia-14m's failures are not the stand-in's
+    mixed = suite.runpytest("experiments", "--runs-dir", "runs", "--specimen", "standin", "--lf")
+    assert mixed.ret == pytest.ExitCode.USAGE_ERROR and len(list((suite.path / "runs").iterdir())) == len(names)
+    mixed.stderr.fnmatch_lines(["*--lf: the last-failed list was written by a run of specimen 'pythia-14m', and "
+                                "this run is of 'standin'*"])
+    suite.runpytest("experiments", "--runs-dir", "runs", "--lf").assert_outcomes(failed=1)
 
 
 def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
@@ -462,17 +468,6 @@ def test_options_of_the_experiment_without_its_tests_are_refused_and_leave_no_fo
     assert "-m pytest experiments " + " ".join([*where, "--specimen", "standin"]) in result.stderr.str()  # as given
     assert not (suite.path / "runs").exists() and not (suite.path / "run").exists()  # refused before any claim
     suite.runpytest("test_other.py", "--timeout", "5").assert_outcomes(passed=1)  # the harness's own tests may
-
-
-def test_last_failed_of_another_specimen_is_refused_and_of_the_same_one_runs(suite):
-    """pytest keeps one last-failed list per folder; a stand-in's failures are not the replica's."""
-    write_experiment(suite, "def test_a():\n    assert False\ndef test_b():\n    pass\n")
-    suite.runpytest("experiments", "--runs-dir", "runs").assert_outcomes(passed=1, failed=1)
-    mixed = suite.runpytest("experiments", "--runs-dir", "runs", "--specimen", "standin", "--lf")
-    assert mixed.ret == pytest.ExitCode.USAGE_ERROR and len(list((suite.path / "runs").iterdir())) == 1
-    mixed.stderr.fnmatch_lines(["*--lf: the last-failed list was written by a run of specimen 'pythia-14m', and "
-                                "this run is of 'standin'*"])
-    suite.runpytest("experiments", "--runs-dir", "runs", "--lf").assert_outcomes(failed=1)
 
 
 def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpreter(suite):
