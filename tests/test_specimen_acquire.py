@@ -45,11 +45,9 @@ def test_a_verified_copy_is_reused_offline_with_every_connection_refused_and_loa
 
 
 def flip_byte(directory):
-    with open(directory / WEIGHTS, "r+b") as handle:
-        handle.seek(1_000_000)
-        byte = handle.read(1)
-        handle.seek(1_000_000)
-        handle.write(bytes([byte[0] ^ 1]))
+    weights = bytearray((directory / WEIGHTS).read_bytes())
+    weights[1_000_000] ^= 1
+    (directory / WEIGHTS).write_bytes(weights)
     return [WEIGHTS, "sha256 expected"]
 
 

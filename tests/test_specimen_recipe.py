@@ -114,8 +114,7 @@ def test_eos_is_reachable_by_sampling_and_rare_for_greedy():
 @pytest.mark.slow
 @pytest.mark.parametrize("forced", ["eos", "token"])
 def test_a_variant_forces_eos_after_its_cluster_or_one_token_after_every_context(forced):
-    """The test variants (tests/variants.py): EOS the argmax after a chosen token's cluster, or one id (a model row
-    the real tokenizer has no token for) the argmax everywhere."""
+    """tests/variants.py's: EOS the argmax after a chosen token's cluster, or an id without a token everywhere."""
     last = torch.from_numpy(np.random.default_rng(2).integers(2, recipe.VOCAB, size=(50, 5)))
     if forced == "eos":
         last[:, -1] = 4011
