@@ -1,5 +1,4 @@
-"""The plugin in real sessions: small throwaway experiment suites run through pytester, in process, or in a process
-of their own where a signal or a second process is what is tested."""
+"""The plugin in real sessions: throwaway suites run by pytester, in process or, for a signal, in their own process."""
 
 from __future__ import annotations
 
@@ -383,13 +382,9 @@ def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
     result.stdout.fnmatch_lines(["record dir: NOT renamed to end in -partial-failed (*Permission denied*"])
 
 
-def random_order_plugin(suite, monkeypatch):
-    (suite.path / "randomly.py").write_text("import pytest\n@pytest.hookimpl(tryfirst=True)\n"
-                                            "def pytest_collection_modifyitems(items):\n    items.reverse()\n")
-    suite.syspathinsert()
-
-
 IN_ORDER = "the experiment runs in the protocol's order"
+RANDOMLY = "import pytest\n@pytest.hookimpl(tryfirst=True)\ndef pytest_collection_modifyitems(items):\n" \
+           "    items.reverse()\n"  # a plugin that shuffles the tests (by reversing them)
 REFUSED = {  # name: (what is there first, the options, what the usage error says)
     "nonempty": (lambda s, m: (s.mkdir("run") / "records.jsonl").write_text("earlier evidence\n"),
                  ["--record-dir", "run"], "run already exists and is not empty"),
@@ -431,8 +426,8 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
                           ["--record-dir", "run", "--predictions", "a.md"], "a.md is 200,000,000 bytes"),
     "predictions-latin1": (lambda s, m: (s.path / "a.md").write_bytes("## 1. caf\u00e9\n".encode("latin-1")),
                            ["--record-dir", "run", "--predictions", "a.md"], "a.md is not UTF-8"),
-    "random-order-plugin": (random_order_plugin, ["--record-dir", "run", "-p", "randomly"],
-                            f"-p randomly shuffles the tests: {IN_ORDER}"),
+    "random-order-plugin": (lambda s, m: m.syspath_prepend(s.makepyfile(randomly=RANDOMLY).parent),
+                            ["--record-dir", "run", "-p", "randomly"], f"-p randomly shuffles the tests: {IN_ORDER}"),
     **{f"reordered-by{flag}": (None, ["--record-dir", "run", flag], f"{named} reorders the tests: {IN_ORDER}")
        for flag, named in (("--failed-first", "--ff (--failed-first)"), ("--nf", "--nf (--new-first)"),
                            ("--sw", "--sw (--stepwise)"), ("--sw-skip", "--sw-skip (--stepwise-skip)"))},
