@@ -2,8 +2,7 @@
 
 It answers HEAD/GET /{repo_id}/resolve/{revision}/{filename} as the real hub does, an LFS file (*.safetensors, *.bin)
 by a 302 to its CDN (/cdn/{sha256} here), and logs every request. faults: (method, name) -> mode (for an LFS file a GET
-fault applies to the CDN request that carries the body); the modes are _respond's and _body_fault's. It is also an
-HTTP CONNECT proxy to itself.
+fault applies to the CDN request that carries the body), as _respond and _body_fault read them. Also a CONNECT proxy.
 """
 
 from __future__ import annotations

@@ -44,8 +44,7 @@ def claimed_by(run: Path, **fields) -> Path:
 
 
 def aligned(run: Path, change=None) -> Path:
-    """The alignment checks a real run records in each cache_comparison (all passed, unless change(record) alters
-    them), which revise requires."""
+    """The alignment checks revise requires, as a real run records them: all pass unless change(record) alters them."""
     def transform(records):
         for record in [r for r in records if r["kind"] == "cache_comparison"]:
             record["checks"] = {**{name: True for name in ALIGNMENT}, "within_tolerance": True}

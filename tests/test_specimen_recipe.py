@@ -17,8 +17,7 @@ def model_from_recipe(variant: recipe.Variant = recipe.BASE):
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     fields = {key: value for key, value in build.CONFIG.items() if not key.startswith("inferlab_")}
-    config = GPTNeoXConfig(**fields, attn_implementation="eager")
-    model = GPTNeoXForCausalLM(config)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(**fields, attn_implementation="eager"))
     state = {name: torch.from_numpy(array.astype(np.float32)) for name, array in recipe.weights(variant).items()}
     model.load_state_dict(state, strict=True)
     return model.eval()
