@@ -1,12 +1,6 @@
-"""Synthetic record directories for the report, verify and compare tests (no model is run).
-
-A run is written through the harness's own Run and writer, as a session writes it (claim, manifests, plan.json,
-records, tensors, report); only the values are made up, by a ticking clock and stamp and FixedHost, so two builds
-are byte-identical. Plots are drawn only when asked (plots=True); report=False writes no report (rerender() does).
-build_complete_run and build_failed_run keep the older format the compatibility tests read (no check_kind on plan
-entries, plan.json without PLAN_FIELDS_ADDED_LATER); RunBuilder(current_format=True) keeps what the writers make.
-The numbers are invented test data in the shapes the experiments record, not measurements.
-"""
+"""Synthetic record dirs for the report, verify and compare tests, written through the harness's own Run as a session
+writes them (no model is run); a ticking clock and stamp and FixedHost make two builds byte-identical. The numbers are
+invented test data in the shapes the experiments record, not measurements."""
 
 from __future__ import annotations
 
@@ -94,8 +88,7 @@ def all_nodeids() -> list[tuple[str, dict]]:
 
 @functools.cache
 def experiment_markers() -> dict[str, dict]:
-    """Each experiment test function's markers, read from the experiments' source: {name: {records, requires,
-    provides, diagnostic, optional}} (optional: its module is the optional extension)."""
+    """Each experiment test function's markers from its source: {name: {records, requires, provides, ...}}."""
     found, optional_files = {}, {part["file"] for part in experiment_files(REPO_ROOT)[0] if part["optional"]}
     for path in sorted((REPO_ROOT / EXPERIMENTS_DIR).glob("test_*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
@@ -130,8 +123,7 @@ def ticking_stamp():
 
 
 class FixedHost:
-    """The same machine and software every time (FIXTURE_ENVIRONMENT), one torch thread each way: what the Run asks
-    inferlab.host.environment, by the same names."""
+    """The same machine and software every time (FIXTURE_ENVIRONMENT), one torch thread each way."""
 
     def environment_record(self, root) -> dict:
         return json.loads(json.dumps(FIXTURE_ENVIRONMENT))
@@ -152,10 +144,8 @@ PLAN_FIELDS_ADDED_LATER = ("mode", "parts", "selection", "protocol_complete", "p
 
 
 class RunBuilder:
-    """Writes one record dir through the harness's Run, as a session does; the tests give the values.
-
-    current_format=False writes plan.json in its older format (see the module's docstring). report=False: the
-    session writes no report; plots=False: its report's pages are written without drawing the plots."""
+    """Writes one record dir through the harness's Run, as a session does; the tests give the values. Without
+    current_format, plan.json is the older one (no check_kind, no PLAN_FIELDS_ADDED_LATER); report=False: no report."""
 
     def __init__(self, directory: Path, specimen: str, synthetic: bool, plan_only: bool = False,
                  current_format: bool = False, report: bool = True, plots: bool = True):
@@ -240,22 +230,13 @@ def _fake_text(ids: list[int]) -> str:
     return "".join({0: "", 5: " |", 7: "\n"}.get(i, f" w{i}") for i in ids)
 
 
-def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, timing_seed: Optional[int] = None,
-                       plots: bool = False, report: bool = True) -> Path:
-    """A complete protocol run's record dir (26 generations, 24 timing trials, cache, memory, batching).
-
-    timing_seed: another honest run of the same computation on another machine: the same ids and logits, the
-    timings drawn anew (None: drawn with the ids). plots and report: as RunBuilder's."""
+def build_complete_run(directory: Path, synthetic: bool = True, report: bool = True) -> Path:
+    """A complete protocol run's record dir (26 generations, 24 timing trials, cache, memory, batching), no plot."""
     import torch
 
-    rng = random.Random(seed)
-    timing_rng = random.Random(timing_seed) if timing_seed is not None else None
-
-    def timing_noise() -> float:
-        draw = rng.random()  # drawn either way, so that the ids drawn after it stay the same
-        return timing_rng.random() if timing_rng is not None else draw
+    rng = random.Random(0)
     run = RunBuilder(directory, "standin" if synthetic else protocol.DEFAULT_SPECIMEN, synthetic, report=report,
-                     plots=plots)
+                     plots=False)
     run.write_plan(all_nodeids())
 
     # threads, specimen, load, inspection (in the experiment's order)
@@ -352,12 +333,12 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
     trials = []
     for trial in protocol.timing_schedule():
         length = len(prompt_ids[trial.prompt_id])
-        prefill = 0.002 * (1 + length / 40) + timing_noise() * 1e-4
+        prefill = 0.002 * (1 + length / 40) + rng.random() * 1e-4
         step = 0.001 if trial.use_cache else 0.001 * (1 + length / 40)
         times, now = [], prefill + 2e-5
         for _ in range(protocol.TIMING_NEW_TOKENS):
             times.append(now)
-            now += step + timing_noise() * 1e-4
+            now += step + rng.random() * 1e-4
         ids = greedy["P1"] if trial.prompt_id == "P1" else [rng.randrange(0, 3) for _ in range(16)]
         if not trial.use_cache and trial.prompt_id == "P1x8":
             ids = ids[:10] + [1] * 6  # cache on and off diverge at index 10
@@ -398,9 +379,8 @@ def build_complete_run(directory: Path, synthetic: bool = True, seed: int = 0, t
 
 
 def build_failed_run(directory: Path, report: bool = True) -> Path:
-    """A default-specimen run that failed at artifact verification; every later test skipped with the reason.
-    Its report goes through the session's own write_report, plots and all: nothing can be drawn, and a test checks
-    that nothing is."""
+    """A default-specimen run that failed at artifact verification, every later test skipped with the reason; its
+    report is written plots and all (nothing can be drawn, and a test checks that nothing is)."""
     run = RunBuilder(directory, protocol.DEFAULT_SPECIMEN, synthetic=False, report=report, plots=True)
     run.write_plan(all_nodeids())
     _specimen_start(run, ok=False)
@@ -474,10 +454,8 @@ def with_check_kinds(records: list[dict]) -> list[dict]:
 
 
 def session_end_record(records: list[dict], **overrides) -> dict:
-    """A session_end record consistent with the outcomes in `records`, made by the harness's writer, with a fixture
-    session's forward reconciliation (no forward) against the complete plan's. Overrides that are the writer's
-    inputs (exit_status, exit_code_name, signals, stop_reason, collect_only, partial_reasons) go through it, so
-    what follows from them (interrupted, complete, status) does too; every override then replaces its field."""
+    """A session_end consistent with the outcomes in `records`, made by the harness's writer; overrides of its inputs
+    go through it (so interrupted, complete and status follow), then every override replaces its field."""
     from inferlab.specimen import acquisition_cause
 
     outcomes = [r for r in records if r["kind"] == "test_outcome"]
@@ -504,8 +482,7 @@ def session_end_record(records: list[dict], **overrides) -> dict:
 
 
 def new_evidence_records(records: list[dict]) -> list[dict]:
-    """Add what the other tracks' schemas 4-13 bring to a complete run's records (in place, and returned): new
-    fields, phases, the clock overhead, a revised cache criterion, the weight_read and cache storage records."""
+    """Add what schemas 4-13 bring to a complete run's records (in place, and returned)."""
     records = with_check_kinds(records)
     added = []
     for record in records:
@@ -576,9 +553,7 @@ def new_evidence_records(records: list[dict]) -> list[dict]:
 
 
 def write_pages(directory: Path, plots: bool = False) -> None:
-    """Write the report as the session's write_report does; plots=False draws no plot (the page is the text
-    write_report renders when every plot is drawn) and removes any plot an earlier rendering drew from other
-    records."""
+    """The report as write_report writes it; plots=False draws none and removes those an earlier rendering drew."""
     from inferlab import report
     from inferlab.files import write_text_atomic
     from inferlab.report import plots as plots_module
@@ -606,8 +581,7 @@ def edit_manifest(directory: Path, **fields) -> None:
 
 
 def rich_change(session_end: Optional[dict] = None, transform=None):
-    """What build_rich_run does to a complete run's records: the newer records and fields, transform, then its
-    own session_end (overrides in session_end; False for none). The in-memory variants use it too."""
+    """build_rich_run's change of a complete run's records: newer records, transform, a session_end (False: none)."""
     def change(records):
         # build_complete_run already ended its session; this run's own session_end replaces that one
         records = new_evidence_records([r for r in records if r["kind"] != "session_end"])
@@ -617,16 +591,12 @@ def rich_change(session_end: Optional[dict] = None, transform=None):
     return change
 
 
-def build_rich_run(directory: Path, session_end: Optional[dict] = None, transform=None,
-                   timing_seed: Optional[int] = None, plots: bool = False, base: Optional[Path] = None,
-                   synthetic: bool = True, seed: int = 0) -> Path:
-    """A complete run with every newer record and field, a session_end (overridable) and its report.
-
-    transform(records) may alter the records before session_end is appended (to make a run partial, failed or
-    interrupted); session_end holds overrides of its fields. base: a build_complete_run of the same synthetic, seed
-    and timing_seed to copy instead of building one anew (the same bytes but for the folder's path)."""
+def build_rich_run(directory: Path, session_end: Optional[dict] = None, transform=None, plots: bool = False,
+                   base: Optional[Path] = None) -> Path:
+    """rich_change(session_end, transform) of a complete run, its report rendered; base: a build_complete_run to copy
+    instead of building one anew (the same bytes but for the folder's path)."""
     if base is None:
-        build_complete_run(directory, synthetic=synthetic, seed=seed, timing_seed=timing_seed, report=False)
+        build_complete_run(directory, report=False)
     else:
         copy_run(base, directory)
     edit_manifest(directory, command=TYPED_COMMAND)
@@ -635,8 +605,7 @@ def build_rich_run(directory: Path, session_end: Optional[dict] = None, transfor
 
 
 def build_failed_run_ended(directory: Path) -> Path:
-    """build_failed_run with check kinds on its outcomes, its report rendered anew (a failed run has nothing to
-    draw: see build_failed_run)."""
+    """build_failed_run with check kinds on its outcomes, its report rendered anew."""
     build_failed_run(directory, report=False)
     rewrite_records(directory, with_check_kinds)
     return rerender(directory, plots=True)
@@ -659,8 +628,7 @@ def _start_manifest(directory: Path) -> None:
 
 
 def kill_after(directory: Path, tests_done: int) -> Path:
-    """What a SIGKILL after `tests_done` test outcomes leaves: the records up to there, no session_end, no report,
-    and the start manifest."""
+    """What a SIGKILL after `tests_done` test outcomes leaves: no session_end, no report, the start manifest."""
     directory = Path(directory)
     kept, outcomes = [], 0
     for line in (directory / RECORDS_FILE).read_text().splitlines(keepends=True):
@@ -676,8 +644,7 @@ def kill_after(directory: Path, tests_done: int) -> Path:
 
 
 def abandon_finish(directory: Path) -> Path:
-    """What a second Ctrl-C during the final writes leaves: session_end and the report are written, but the
-    manifest is still the start one."""
+    """What a second Ctrl-C during the final writes leaves: session_end and the report, the start manifest."""
     _start_manifest(Path(directory))
     return Path(directory)
 
@@ -706,7 +673,6 @@ def fail_generation(records: list[dict], trial_id: str, error: str = "RuntimeErr
 
 
 def interrupt_at_generation(records: list[dict], trial_id: str) -> list[dict]:
-    """What Ctrl-C during one generation trial leaves: every record before it, the trial's failed record with
-    a KeyboardInterrupt error and no outcome for it, and nothing after (session_end is appended separately)."""
+    """What Ctrl-C during one generation trial leaves: the records before it, its failed record, no outcome."""
     cut = next(i for i, r in enumerate(records) if r["kind"] == "generation" and r["trial_id"] == trial_id)
     return fail_generation(records[:cut + 1], trial_id, error=INTERRUPT_ERROR, outcome=None)

@@ -1,21 +1,13 @@
 """A hub-compatible HTTP server on 127.0.0.1 for download tests: one repository, one revision, and faults.
 
-It answers HEAD/GET /{repo_id}/resolve/{revision}/{filename} as the real hub does: X-Repo-Commit, ETag (a regular
-file's git blob sha1) and Content-Length; for an LFS file (*.safetensors, *.bin) a 302 to its CDN (here /cdn/{sha256}
-on the same server) with X-Linked-Size and X-Linked-Etag (the sha256); 404 with X-Error-Code EntryNotFound for an
-unknown file. Every request is logged as (method, path), its headers in `headers`.
-
-advertise_sizes (name -> size in the metadata), extra_files (name -> bytes, listed, never to be requested) and
-faults ((method, name) -> mode, method "HEAD" or "GET"; for an LFS file a GET fault applies to the CDN request that
-carries the body). Modes: stall (send nothing), trickle_headers (headers one byte every
-0.2 s, never finishing), trickle (the body 4 bytes every 0.25 s), redirect_forever (302 to the same path with a new
-query), 500, reset (half the body, then RST), truncated (half the body, then a normal close), longer and shorter (a
-body unlike the metadata, with a Content-Length that admits it), longer_no_length (a longer body with no
-Content-Length), wrong_bytes (the right length, one byte changed). It is also an HTTP CONNECT proxy to itself.
+It answers HEAD/GET /{repo_id}/resolve/{revision}/{filename} as the real hub does, an LFS file (*.safetensors, *.bin)
+by a 302 to its CDN (/cdn/{sha256} here), and logs every request. faults: (method, name) -> mode (for an LFS file a GET
+fault applies to the CDN request that carries the body), as _respond and _body_fault read them. Also a CONNECT proxy.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import select
 import socket
@@ -54,7 +46,6 @@ class HubServer:
 
     @property
     def endpoint(self) -> str:
-        """The base URL to pass as the hub endpoint."""
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
@@ -78,7 +69,6 @@ class HubServer:
         return "GET" not in methods or "HEAD" not in methods[methods.index("GET"):]
 
     def start(self) -> "HubServer":
-        """Bind an ephemeral port on 127.0.0.1 and serve in a daemon thread."""
         self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
@@ -86,7 +76,6 @@ class HubServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving, end every stalled or trickling answer, and release the port."""
         self.stopping.set()
         self._server.shutdown()
         self._server.server_close()
@@ -177,11 +166,8 @@ def _handler_for(hub: HubServer):
             if mode in ("reset", "truncated"):
                 self.connection.close()
 
-        def do_HEAD(self):  # noqa: N802 (http.server's naming)
-            self._respond(with_body=False)
-
-        def do_GET(self):  # noqa: N802
-            self._respond(with_body=True)
+        do_HEAD = functools.partialmethod(_respond, with_body=False)  # noqa: N815 (http.server's naming)
+        do_GET = functools.partialmethod(_respond, with_body=True)  # noqa: N815
 
         def do_CONNECT(self):  # noqa: N802: the hub as its own HTTP proxy, a tunnel to the target
             self.close_connection = True

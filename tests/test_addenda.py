@@ -44,8 +44,7 @@ def claimed_by(run: Path, **fields) -> Path:
 
 
 def aligned(run: Path, change=None) -> Path:
-    """The fixture run with the alignment checks a real run records in each cache_comparison (all passed, unless
-    change(record) alters them): revise takes only a run that has them."""
+    """The alignment checks revise requires, as a real run records them: all pass unless change(record) alters them."""
     def transform(records):
         for record in [r for r in records if r["kind"] == "cache_comparison"]:
             record["checks"] = {**{name: True for name in ALIGNMENT}, "within_tolerance": True}
@@ -77,7 +76,7 @@ def refused(argv: list, run: Path, capsys, code: int) -> str:
     return capsys.readouterr().err
 
 
-def test_attach_keeps_a_copy_beside_the_session_files_and_verify_checks_it(run, explanation, capsys):
+def test_attach_keeps_a_copy_and_verify_names_it_edited_removed_stray_or_bound_to_another_run(run, explanation, capsys):
     session = tree(run)
     assert main(["attach", str(run), str(explanation)]) == 0
     assert "addenda.jsonl seq 0" in capsys.readouterr().out
@@ -89,10 +88,6 @@ def test_attach_keeps_a_copy_beside_the_session_files_and_verify_checks_it(run, 
     explanation.write_text(answered_explanation() + "A second thought.\n")
     assert main(["attach", str(run), str(explanation)]) == 0 and ledger(run)[1]["file"] == "addenda/my_explanation.2.md"
     assert verify_run(run)["problems"] == []
-
-
-def test_verify_names_an_edited_or_removed_addendum_a_stray_file_and_another_manifest(run, explanation):
-    assert main(["attach", str(run), str(explanation)]) == 0
     (run / "addenda/my_explanation.md").write_text("edited afterwards\n")
     (run / "addenda/stray.md").write_text("put here by hand\n")
     problems = verify_run(run)["problems"]
@@ -135,16 +130,12 @@ def test_attach_and_revise_refuse_a_run_whose_session_still_runs(run, explanatio
 
 
 def test_a_failure_half_way_leaves_nothing(run, explanation, monkeypatch, capsys):
-    before = tree(run)
-
     def half_a_line_then_a_full_disk(fd, data):
         os.ftruncate(fd, os.fstat(fd).st_size)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(addenda.os, "write", half_a_line_then_a_full_disk)  # only the ledger uses os.write
-    assert main(["attach", str(run), str(explanation)]) == 2
-    monkeypatch.undo()
-    assert "No space left on device" in capsys.readouterr().err and tree(run) == before
+    assert "No space left on device" in refused(["attach", run, explanation], run, capsys, 2)
 
 
 def test_revise_keeps_both_verdicts_and_the_justification_and_verify_rechecks_them(runs, tmp_path, capsys):
@@ -171,15 +162,11 @@ def test_revise_keeps_both_verdicts_and_the_justification_and_verify_rechecks_th
     ("1e-4,1e-3", "because", "expected a sentence saying why"),
     ("1e-4,1e-3", "lorem ipsum dolor sit amet consectetur adipiscing elit", "expected a sentence saying why"),
     ("1000,0.5", JUSTIFICATION, "could not detect any cache fault"),
+    ("1e-4,1e-3", JUSTIFICATION, "alignment checks did not all pass"),  # a run whose prefixes are not aligned
 ])
-def test_revise_refuses_a_criterion_that_cannot_fail_or_a_thin_justification(runs, tmp_path, capsys, criterion,
-                                                                              justification, said):
-    run = aligned(runs.copy("complete", tmp_path / "run"))
-    err = refused(["revise", run, "--cache-criterion", criterion, "--justification", justification], run, capsys, 2)
-    assert said in err
-
-
-def test_revise_needs_every_prefix_aligned(runs, tmp_path, capsys):
-    run = aligned(runs.copy("complete", tmp_path / "run"), change=lambda r: r["checks"].update(same_prefix=False))
-    err = refused(["revise", run, "--cache-criterion", "1e-4,1e-3", "--justification", JUSTIFICATION], run, capsys, 1)
-    assert "alignment checks did not all pass" in err
+def test_revise_refuses_a_criterion_that_cannot_fail_a_thin_justification_or_an_unaligned_run(
+        runs, tmp_path, capsys, criterion, justification, said):
+    unaligned = said.startswith("alignment")
+    run = aligned(runs.copy("complete", tmp_path / "run"), lambda r: r["checks"].update(same_prefix=not unaligned))
+    argv = ["revise", run, "--cache-criterion", criterion, "--justification", justification]
+    assert said in refused(argv, run, capsys, 1 if unaligned else 2)

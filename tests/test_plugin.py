@@ -1,12 +1,13 @@
-"""The plugin in real sessions: small throwaway experiment suites run through pytester, in process, or in a process
-of their own where a signal or a second process is what is tested."""
+"""The plugin in real sessions: throwaway suites run by pytester, in process or, for a signal, in their own process."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,13 +19,17 @@ import pytest
 
 import inner_session
 from child_process import popen_signallable
+from inferlab import protocol, specimen
+from inferlab.cli import main
+from inferlab.files import sha256_file
+from inferlab.read.verify import integrity_problems, verify_run
+from inferlab.run import plan as run_plan, records
 from project_help import project_help
 
 inner_session.preload()  # before any pytester fixture: see tests/inner_session.py
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PASSES = "def test_a():\n    pass\n"
-RECORDS_X = "import pytest\n@pytest.mark.records('x')\ndef test_a(record):\n    record('x', value=1)\n"
 # One test records, the next sends the session a Ctrl-C (SIGINT) from inside.
 SELF_INTERRUPTING = ("import os, signal, pytest\n@pytest.mark.records('before_interrupt')\ndef test_first(record):\n"
                      "    record('before_interrupt')\ndef test_interrupted():\n"
@@ -58,33 +63,35 @@ def last_line(result) -> str:
 
 
 def start_pytest(suite, *args, env=None) -> subprocess.Popen:
-    """A pytest process in a scratch suite, without pytester's wrapping, so that signals reach it directly; it starts
-    with SIGINT and SIGTERM at their defaults even when this suite runs with them ignored."""
+    """A pytest process in a scratch suite, not pytester's, so signals reach it (SIGINT and SIGTERM as by default)."""
     return popen_signallable([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args], cwd=suite.path, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
-
-
-def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {limit_s} s for {what}"
-        time.sleep(0.02)
 
 
 # --- what a run records ---------------------------------------------------------------------------------------------
 
 
-def test_a_failing_test_is_recorded_with_its_full_text_and_the_run_says_what_it_is(suite):
+def test_a_failing_test_is_recorded_in_strict_ascii_json_extended_by_the_hooks_and_the_run_says_what_it_is(suite,
+                                                                                                           monkeypatch):
+    monkeypatch.setenv("HOME", str(suite.mkdir("home")))  # the record dir is given as ~/run
+    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
+                       "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
+                       "    manifest['section'] = 'B'\n")
     write_experiment(suite, "import pytest\n@pytest.mark.records('measurement')\ndef test_measures(record):\n"
-                            "    record('measurement', value=3)\n    assert 3 == 4, 'measured 3, expected 4'\n")
-    result = suite.runpytest("experiments", "--record-dir", "run")
+                            "    record('measurement', value=float('nan'), text='a\\nb\\t\\u00e9')\n"
+                            "    assert 3 == 4, 'measured 3, expected 4'\n")
+    result = suite.runpytest("experiments", "--record-dir=~/run")
     result.assert_outcomes(failed=1)
-    found, run = read_records(suite.path / "run"), suite.path / "run"
-    assert [r["seq"] for r in found] == list(range(len(found)))
-    assert next(r for r in found if r["kind"] == "measurement")["value"] == 3
+    found, run = read_records(suite.path / "home" / "run"), suite.path / "home" / "run"
+    assert not (suite.path / "~").exists()
+    assert [r["seq"] for r in found] == list(range(len(found))) and all(r["course"] == "lab12" for r in found)
+    raw = (run / "records.jsonl").read_text(encoding="ascii")
+    record = next(r for r in found if r["kind"] == "measurement")
+    assert record["value"] == "nan" and record["text"] == "a\nb\t\u00e9" and "\\n" in raw and "\\u00e9" in raw
     outcome = outcomes_by_test(run)["test_measures"]
     assert outcome["outcome"] == "failed" and "measured 3, expected 4" in outcome["longrepr"]
     manifest = manifest_of(run)
+    assert manifest["section"] == "B"
     assert (manifest["exit_status"], manifest["exit_code_name"], manifest["outcome_counts"]) == (1, "TESTS_FAILED",
                                                                                               {"failed": 1})
     end = manifest["session_end"]
@@ -96,43 +103,24 @@ def test_a_failing_test_is_recorded_with_its_full_text_and_the_run_says_what_it_
         last_line(result)
 
 
-def test_the_hooks_extend_records_and_manifest_and_every_line_is_strict_ascii_json(suite):
-    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\ndef pytest_inferlab_record(config, record):\n'
-                       "    record['course'] = 'lab12'\ndef pytest_inferlab_manifest(config, manifest):\n"
-                       "    manifest['section'] = 'B'\n")
-    write_experiment(suite, "import pytest\n@pytest.mark.records('x')\n"
-                            "def test_a(record):\n    record('x', value=float('nan'), text='a\\nb\\t\\u00e9')\n")
-    suite.runpytest("experiments", "--record-dir", "run").assert_outcomes(passed=1)
-    raw = (suite.path / "run" / "records.jsonl").read_text(encoding="ascii")
-    record = next(r for r in read_records(suite.path / "run") if r["kind"] == "x")
-    assert record["value"] == "nan" and record["text"] == "a\nb\t\u00e9" and "\\n" in raw and "\\u00e9" in raw
-    assert all(r["course"] == "lab12" for r in read_records(suite.path / "run"))
-    assert manifest_of(suite.path / "run")["section"] == "B"
-
-
-def test_the_manifest_holds_the_environment_and_the_predictions_copied_before_any_test(suite):
+@pytest.mark.parametrize("answer, flagged", [("", True), ("yes, identical ids\n", False)], ids=["blank", "answered"])
+def test_the_manifest_holds_the_environment_and_the_predictions_copied_before_any_test_a_blank_one_flagged(
+        suite, answer, flagged):
     write_experiment(suite, PASSES)
-    (suite.path / "mine.md").write_text("1. yes, fairly sure\n")
-    suite.runpytest("experiments", "--record-dir", "run", "--predictions", "mine.md")
+    (suite.path / "mine.md").write_text((REPO_ROOT / "predictions.md").read_text().replace(
+        "Prediction:\n", f"Prediction:\n{answer}", 1))
+    result = suite.runpytest("experiments", "--record-dir", "run", "--predictions", "mine.md")
+    result.assert_outcomes(passed=1)
     manifest = manifest_of(suite.path / "run")
     assert manifest["platform"]["python_version"] and manifest["platform"]["logical_cpus"] >= 1
     assert manifest["distributions"]["pytest"] == pytest.__version__
     assert "pytest-timeout" in manifest["pytest"]["plugins"]
     assert "OMP_NUM_THREADS" in manifest["thread_environment"]
     assert any("3.13.13" in d for d in manifest["deviations_from_reference"])
-    assert (suite.path / "run" / "predictions.md").read_text() == "1. yes, fairly sure\n"
-    assert manifest["files"]["predictions.md"]["sha256"] == manifest["predictions"]["sha256"]
-    assert manifest["predictions"]["copied_at_utc"] < read_records(suite.path / "run")[1]["wall_time"]
-
-
-@pytest.mark.parametrize("answer, flagged", [("", True), ("yes, identical ids\n", False)], ids=["blank", "answered"])
-def test_predictions_still_the_blank_template_are_flagged_and_the_run_goes_on(suite, answer, flagged):
-    write_experiment(suite, PASSES)
-    (suite.path / "mine.md").write_text((REPO_ROOT / "predictions.md").read_text().replace(
-        "Prediction:\n", f"Prediction:\n{answer}", 1))
-    result = suite.runpytest("experiments", "--record-dir", "run", "--predictions", "mine.md")
-    result.assert_outcomes(passed=1)
-    predictions = manifest_of(suite.path / "run")["predictions"]
+    predictions = manifest["predictions"]
+    assert (suite.path / "run" / "predictions.md").read_text() == (suite.path / "mine.md").read_text()
+    assert manifest["files"]["predictions.md"]["sha256"] == predictions["sha256"]
+    assert predictions["copied_at_utc"] < read_records(suite.path / "run")[1]["wall_time"]
     assert predictions["template_unanswered"] is flagged and predictions["answered"] == ([] if flagged else [1])
     assert ("is still the unanswered template" in result.stdout.str()) is flagged
     assert "6 questions answered" in result.stdout.str()  # said at the start, while they can still be fixed
@@ -162,9 +150,6 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
                             "    Path(__file__).write_text(Path(__file__).read_text() + '# edited mid-run\\n')\n")
     result = suite.runpytest("experiments", "--record-dir", "run")
     run, changed = suite.path / "run", "source_sha256: experiments/test_exp.py"
-    from inferlab.cli import main
-    from inferlab.files import sha256_file
-
     assert manifest_of(run)["source_sha256"]["experiments/test_exp.py"] != sha256_file(suite.path / "experiments" /
                                                                                        "test_exp.py")
     assert manifest_of(run)["environment_changed_during_run"] == [changed]
@@ -178,8 +163,6 @@ def test_a_source_file_edited_mid_run_is_listed_and_the_report_still_regenerates
 
 @pytest.mark.parametrize("name, synthetic", [("standin", True), ("pythia-14m", False)])
 def test_the_summary_names_the_specimen_and_says_when_it_is_synthetic(suite, name, synthetic):
-    from inferlab import protocol, specimen
-
     spec = specimen.load_spec(name)
     write_experiment(suite, PASSES)
     result = suite.runpytest("experiments", "--record-dir", "run", "--specimen", name)
@@ -191,7 +174,7 @@ def test_the_summary_names_the_specimen_and_says_when_it_is_synthetic(suite, nam
 # --- the plan, the prerequisites and the limits ---------------------------------------------------------------------
 
 
-def test_plan_lists_the_schedule_and_runs_nothing(suite):
+def test_plan_lists_the_schedule_runs_nothing_and_refuses_one_over_the_protocols_caps(suite):
     write_experiment(suite, "import pytest\n@pytest.fixture(scope='session')\ndef model():\n"
                             "    raise AssertionError('the plan must not load a model')\n"
                             "@pytest.mark.budget(category='generation', selections=16)\n"
@@ -204,20 +187,15 @@ def test_plan_lists_the_schedule_and_runs_nothing(suite):
     assert [e["params"] for e in plan["schedule"]] == [{"seed": 17}, {"seed": 23}]
     assert plan["totals"]["generation_new_tokens"] == 32
     assert [r["kind"] for r in read_records(suite.path / "run")] == ["plan", "session_end"]
-
-
-def test_a_schedule_over_the_protocols_caps_is_refused(suite):
     write_experiment(suite, "import pytest\n@pytest.mark.budget(category='cache', forwards=17)\ndef test_a():\n"
                             "    pass\n")
-    result = suite.runpytest("experiments", "--record-dir", "run", "--plan")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*cache_forwards: planned 17, protocol allows at most 16*"])
+    over = suite.runpytest("experiments", "--record-dir", "over", "--plan")  # a schedule over the protocol's caps
+    assert over.ret == pytest.ExitCode.USAGE_ERROR
+    over.stderr.fnmatch_lines(["*cache_forwards: planned 17, protocol allows at most 16*"])
 
 
 def test_the_trial_limit_is_the_protocols_covers_the_test_body_only_and_a_timeout_is_a_recorded_failure(suite,
                                                                                                       monkeypatch):
-    from inferlab import protocol
-
     monkeypatch.setattr(protocol, "TRIAL_LIMIT_S", 0.2)
     write_experiment(suite, "import time, pytest\n@pytest.fixture(scope='session')\ndef slow_download():\n"
                             "    time.sleep(0.4)  # twice the trial limit: a limit on setup would fail the test\n"
@@ -232,8 +210,6 @@ def test_the_trial_limit_is_the_protocols_covers_the_test_body_only_and_a_timeou
 
 
 def test_the_session_limit_counts_from_setup_and_later_tests_are_recorded_as_not_run(suite, monkeypatch):
-    from inferlab import protocol
-
     monkeypatch.setattr(protocol, "SESSION_LIMIT_S", -1)  # the limit passes as soon as setup is done
     write_experiment(suite, f"import pytest\n@pytest.mark.provides({protocol.SETUP_DONE_CHECK!r})\ndef test_setup():\n"
                             "    pass\n@pytest.mark.records('should_not_exist')\ndef test_after(record):\n"
@@ -265,37 +241,33 @@ def test_a_skip_for_a_prerequisite_names_the_first_failure_of_its_chain(suite):
 # --- how a session ends -----------------------------------------------------------------------------------------
 
 
-def test_a_ctrl_c_mid_session_leaves_whole_records_and_an_unfinished_run(suite):
-    write_experiment(suite, SELF_INTERRUPTING + "@pytest.mark.records('unreachable')\ndef test_never(record):\n"
-                                                "    record('unreachable')\n")
-    done = start_pytest(suite, "experiments", "--record-dir", "run")
+@pytest.mark.parametrize("sig, again", [("SIGINT", False), ("SIGTERM", False), ("SIGINT", True)],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-again-while-pytest-handles-it"])
+def test_a_signal_mid_session_leaves_whole_records_an_unfinished_run_and_the_command_as_typed(suite, sig, again):
+    """A command a learner might type (-q, a -k expression with a space); its second test signals its process. A
+    second SIGINT inside pytest's own interrupt handling used to leave exit status 0 and a complete run."""
+    if again:
+        suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
+                           "def pytest_keyboard_interrupt(excinfo):\n    os.kill(os.getpid(), signal.SIGINT)\n")
+    never = "@pytest.mark.records('unreachable')\ndef test_never(record):\n    record('unreachable')\n"
+    write_experiment(suite, SELF_INTERRUPTING.replace("SIGINT", sig) + never)
+    args = ["experiments", "--record-dir", "run", "-q", "-k", "test or b"]
+    done = start_pytest(suite, *args)
     done.communicate(timeout=120)
-    assert done.returncode == pytest.ExitCode.INTERRUPTED
-    kinds = [r["kind"] for r in read_records(suite.path / "run")]  # every line parses
+    run, end = suite.path / "run", session_end(suite.path / "run")
+    manifest, kinds = manifest_of(run), [r["kind"] for r in read_records(run)]  # every line parses
+    assert done.returncode == manifest["exit_status"] == pytest.ExitCode.INTERRUPTED
+    assert end["complete"] is manifest["complete"] is False
     assert "before_interrupt" in kinds and "unreachable" not in kinds
-    assert manifest_of(suite.path / "run")["complete"] is False
-    end = session_end(suite.path / "run")
-    assert (end["interrupted"], end["signals"], end["stop_reason"]) == (True, ["SIGINT"], "interrupted by SIGINT")
+    assert (end["interrupted"], end["signals"], end["stop_reason"]) == (
+        True, [sig] * (1 + again), f"interrupted by {sig}" + (", then 1 more signal(s)" if again else ""))
     assert [t.split("::")[-1] for t in end["tests_without_outcome"]] == ["test_interrupted", "test_never"]
-
-
-def test_a_second_ctrl_c_while_pytest_handles_the_first_still_leaves_an_unfinished_run(suite):
-    """Deterministic form of "SIGINT, then SIGINT 0.25 s later": the second lands inside pytest's own interrupt
-    handling, which used to leave exit status 0 and a manifest saying complete: true."""
-    suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
-                       "def pytest_keyboard_interrupt(excinfo):\n    os.kill(os.getpid(), signal.SIGINT)\n")
-    write_experiment(suite, SELF_INTERRUPTING)
-    done = start_pytest(suite, "experiments", "--record-dir", "run")
-    done.communicate(timeout=120)
-    manifest, end = manifest_of(suite.path / "run"), session_end(suite.path / "run")
-    assert done.returncode == manifest["exit_status"] == int(pytest.ExitCode.INTERRUPTED)
-    assert end["signals"] == ["SIGINT", "SIGINT"] and end["complete"] is manifest["complete"] is False
+    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args])
+    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *args] and manifest["argv"][0].endswith("__main__.py")
 
 
 def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_folder_is_renamed_incomplete(suite):
-    """One Ctrl-C stops the test, one more while the final records are written is noted, and the next abandons
-    them: one line (it used to be a traceback of some ninety lines), the start manifest kept, and under --runs-dir
-    the folder renamed -incomplete at once by its own session, so that its name never looks like a good run's."""
+    """One line (it used to be a traceback of some ninety lines), and a name that never looks like a good run's."""
     suite.makeconftest('pytest_plugins = ["inferlab.plugin"]\nimport os, signal\n'
                        "def pytest_inferlab_record(config, record):\n    if record['kind'] == 'session_end':\n"
                        "        os.kill(os.getpid(), signal.SIGINT)\n        os.kill(os.getpid(), signal.SIGINT)\n")
@@ -310,28 +282,9 @@ def test_a_third_ctrl_c_abandons_the_final_records_in_one_line_and_the_folder_is
     note = json.loads((run / "renamed-incomplete.json").read_text())
     assert run.name.endswith("-incomplete") and note["renamed_to"] == run.name
     assert f"It is renamed {run.name} now" in err
-    from inferlab.read.verify import integrity_problems, verify_run
-
     result = verify_run(run)
     assert integrity_problems(result) == [] and result["completeness"][0].startswith("unfinished: ")
     assert f"to {run.name} by its own session" in result["completeness"][0]
-
-
-def test_sigterm_ends_the_session_with_honest_records_and_the_command_as_typed(suite):
-    """A command a learner might type (-q, a -k expression with a space) whose one test sends its process SIGTERM."""
-    import shlex
-
-    write_experiment(suite, "import os, signal, pytest\n@pytest.mark.records('before')\ndef test_terminated(record):\n"
-                            "    record('before')\n    os.kill(os.getpid(), signal.SIGTERM)\n")
-    args = ["experiments", "--record-dir", "run", "-q", "-k", "test_terminated or b"]
-    done = start_pytest(suite, *args)
-    done.communicate(timeout=120)
-    run, end = suite.path / "run", session_end(suite.path / "run")
-    assert done.returncode == pytest.ExitCode.INTERRUPTED and manifest_of(run)["complete"] is False
-    assert end["signals"] == ["SIGTERM"] and end["stop_reason"] == "interrupted by SIGTERM"
-    manifest = manifest_of(run)
-    assert manifest["command"] == shlex.join([sys.executable, "-m", "pytest", *PYTEST_PREFIX, *args])
-    assert manifest["argv"][1:] == [*PYTEST_PREFIX, *args] and manifest["argv"][0].endswith("__main__.py")
 
 
 def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite):
@@ -344,11 +297,14 @@ def test_exitfirst_is_stopped_early_and_names_the_tests_without_an_outcome(suite
 
 
 @pytest.mark.parametrize("where", [("--record-dir", "run"), ("--runs-dir", "runs"), ()])
-def test_collect_only_lists_the_tests_and_writes_no_run_folder(suite, where):
+def test_collect_only_lists_the_tests_and_writes_no_run_folder_as_the_docs_say(suite, where):
     write_experiment(suite, PASSES)
     result = suite.runpytest("experiments", *where, "--co")
     assert result.ret == pytest.ExitCode.OK and "test_a" in result.stdout.str()
     assert not (suite.path / "run").exists() and not (suite.path / "runs").exists()
+    docs = (REPO_ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    row = next(line for line in docs.splitlines() if line.startswith("| `-incomplete` |"))
+    assert "--co" not in row and "it makes no folder at all" in docs
 
 
 # --- the record folder ------------------------------------------------------------------------------------------
@@ -364,7 +320,10 @@ def test_two_runs_into_one_new_dir_exactly_one_claims_it(suite, tmp_path):
     processes = [start_pytest(suite, "experiments", "--record-dir", "run", env={"INFERLAB_TEST_GO": str(go)})
                  for _ in range(2)]
     try:  # while the winner holds its test open, the other must already have been refused
-        wait_for(lambda: any(p.poll() is not None for p in processes), "one of the two runs to be refused")
+        deadline = time.monotonic() + 60
+        while all(p.poll() is None for p in processes):
+            assert time.monotonic() < deadline, "waited 60 s for one of the two runs to be refused"
+            time.sleep(0.02)
         go.write_text("")
         outputs = [p.communicate(timeout=120) for p in processes]
     finally:
@@ -380,7 +339,7 @@ def test_two_runs_into_one_new_dir_exactly_one_claims_it(suite, tmp_path):
     assert json.loads((suite.path / "run" / "claim.json").read_text())["pid"] == winner.pid
 
 
-def test_a_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite):
+def test_a_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended_and_lf_keeps_to_its_specimen(suite):
     write_experiment(suite, PASSES)
     suite.runpytest("experiments", "--runs-dir", "runs").assert_outcomes(passed=1)
     suite.runpytest("experiments", "--runs-dir", "runs", "--plan")
@@ -391,27 +350,21 @@ def test_a_run_dir_under_runs_dir_names_its_specimen_and_how_it_ended(suite):
     assert all(re.match(r"^\d{8}T\d{6}Z-pythia-14m(-\d+)?-(partial|plan|partial-failed)$", n) for n in names), names
     assert sorted(n.rsplit("-14m", 1)[1].lstrip("-0123456789") for n in names) == ["partial", "partial-failed", "plan"]
     for name in names:
-        assert manifest_of(suite.path / "runs" / name)["record_dir"].endswith(name)
-
-
-def test_a_second_run_ending_the_same_way_in_the_same_second_gets_a_numbered_honest_name(suite, monkeypatch):
-    from inferlab.run import session
-
-    monkeypatch.setattr(session, "run_dir_name", lambda specimen, plan: "20250101T000000Z-standin")
-    write_experiment(suite, "def test_a():\n    assert False\n")
-    for _ in range(2):  # the second used to keep the bare name, which claims a success
-        suite.runpytest("experiments", "--runs-dir", "runs")
-    names = sorted(p.name for p in (suite.path / "runs").iterdir())
-    assert names == ["20250101T000000Z-standin-partial-failed", "20250101T000000Z-standin-partial-failed-2"]
-    assert manifest_of(suite.path / "runs" / names[1])["record_dir_rename"] == {
-        "from": "20250101T000000Z-standin", "to": names[1], "suffix": "-partial-failed", "renamed": True, "error": None}
+        manifest = manifest_of(suite.path / "runs" / name)
+        assert manifest["record_dir"].endswith(name)
+        if not name.endswith("-plan"):  # a plan is named as it starts; a run is renamed as it ends
+            renamed = manifest["record_dir_rename"]
+            assert (renamed["from"] + renamed["suffix"], renamed["to"], renamed["renamed"], renamed["error"]) == (
+                name, name, True, None)
+    # pytest keeps one last-failed list per folder; pythia-14m's failures are not the stand-in's
+    mixed = suite.runpytest("experiments", "--runs-dir", "runs", "--specimen", "standin", "--lf")
+    assert mixed.ret == pytest.ExitCode.USAGE_ERROR and len(list((suite.path / "runs").iterdir())) == len(names)
+    mixed.stderr.fnmatch_lines(["*--lf: the last-failed list was written by a run of specimen 'pythia-14m', and "
+                                "this run is of 'standin'*"])
+    suite.runpytest("experiments", "--runs-dir", "runs", "--lf").assert_outcomes(failed=1)
 
 
 def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
-    import errno
-
-    from inferlab.run import records
-
     rename = os.rename
 
     def refuse(source, target, **kwargs):  # only the run's own folder: pytest's cache renames too
@@ -429,32 +382,20 @@ def test_a_rename_that_fails_is_recorded_and_printed(suite, monkeypatch):
     result.stdout.fnmatch_lines(["record dir: NOT renamed to end in -partial-failed (*Permission denied*"])
 
 
-def test_tilde_in_record_dir_is_the_home_directory(suite, monkeypatch):
-    monkeypatch.setenv("HOME", str(suite.mkdir("home")))
-    write_experiment(suite, RECORDS_X)
-    suite.runpytest("experiments", "--record-dir=~/myrun").assert_outcomes(passed=1)
-    assert (suite.path / "home" / "myrun" / "records.jsonl").is_file() and not (suite.path / "~").exists()
-
-
-def no_interval_timers(suite, monkeypatch):
-    from inferlab.run import plan
-
-    monkeypatch.setattr(plan, "signal", types.SimpleNamespace(SIGINT=2))  # no SIGALRM, no setitimer
-
-
-def random_order_plugin(suite, monkeypatch):
-    (suite.path / "randomly.py").write_text("import pytest\n@pytest.hookimpl(tryfirst=True)\n"
-                                            "def pytest_collection_modifyitems(items):\n    items.reverse()\n")
-    suite.syspathinsert()
-
-
 IN_ORDER = "the experiment runs in the protocol's order"
+RANDOMLY = "import pytest\n@pytest.hookimpl(tryfirst=True)\ndef pytest_collection_modifyitems(items):\n" \
+           "    items.reverse()\n"  # a plugin that shuffles the tests (by reversing them)
 REFUSED = {  # name: (what is there first, the options, what the usage error says)
     "nonempty": (lambda s, m: (s.mkdir("run") / "records.jsonl").write_text("earlier evidence\n"),
                  ["--record-dir", "run"], "run already exists and is not empty"),
     "no-record-dir": (None, [], "--record-dir DIR (or --runs-dir DIR) is required"),
     "unknown-specimen": (None, ["--record-dir", "run", "--specimen", "nonesuch"], "--specimen nonesuch: "),
-    "no-interval-timers": (no_interval_timers, ["--record-dir", "run"], "no POSIX interval timers"),
+    "replica-without-reference": (lambda s, m: m.setenv("INFERLAB_PYTHIA_REFERENCE", "/proc/inferlab-reference"),
+                                  ["--record-dir", "run", "--specimen", "replica"], "--specimen replica: the replica "
+                                  "specimen is built from pythia-14m's published small files, expected in /proc/"
+                                  "inferlab-reference ("),
+    "no-interval-timers": (lambda s, m: m.setattr(run_plan, "signal", types.SimpleNamespace(SIGINT=2)),  # no SIGALRM
+                           ["--record-dir", "run"], "no POSIX interval timers"),
     "no-timeout-plugin": (None, ["--record-dir", "run", "-p", "no:timeout"],
                           "the pytest-timeout plugin is not loaded (for example by -p no:timeout)"),
     "xdist": (None, ["--record-dir", "run", "-n", "2"], "the experiments run in one process, one test at a time, "
@@ -485,8 +426,8 @@ REFUSED = {  # name: (what is there first, the options, what the usage error say
                           ["--record-dir", "run", "--predictions", "a.md"], "a.md is 200,000,000 bytes"),
     "predictions-latin1": (lambda s, m: (s.path / "a.md").write_bytes("## 1. caf\u00e9\n".encode("latin-1")),
                            ["--record-dir", "run", "--predictions", "a.md"], "a.md is not UTF-8"),
-    "random-order-plugin": (random_order_plugin, ["--record-dir", "run", "-p", "randomly"],
-                            f"-p randomly shuffles the tests: {IN_ORDER}"),
+    "random-order-plugin": (lambda s, m: m.syspath_prepend(s.makepyfile(randomly=RANDOMLY).parent),
+                            ["--record-dir", "run", "-p", "randomly"], f"-p randomly shuffles the tests: {IN_ORDER}"),
     **{f"reordered-by{flag}": (None, ["--record-dir", "run", flag], f"{named} reorders the tests: {IN_ORDER}")
        for flag, named in (("--failed-first", "--ff (--failed-first)"), ("--nf", "--nf (--new-first)"),
                            ("--sw", "--sw (--stepwise)"), ("--sw-skip", "--sw-skip (--stepwise-skip)"))},
@@ -524,17 +465,6 @@ def test_options_of_the_experiment_without_its_tests_are_refused_and_leave_no_fo
     suite.runpytest("test_other.py", "--timeout", "5").assert_outcomes(passed=1)  # the harness's own tests may
 
 
-def test_last_failed_of_another_specimen_is_refused_and_of_the_same_one_runs(suite):
-    """pytest keeps one last-failed list per folder; a stand-in's failures are not the replica's."""
-    write_experiment(suite, "def test_a():\n    assert False\ndef test_b():\n    pass\n")
-    suite.runpytest("experiments", "--runs-dir", "runs").assert_outcomes(passed=1, failed=1)
-    mixed = suite.runpytest("experiments", "--runs-dir", "runs", "--specimen", "standin", "--lf")
-    assert mixed.ret == pytest.ExitCode.USAGE_ERROR and len(list((suite.path / "runs").iterdir())) == 1
-    mixed.stderr.fnmatch_lines(["*--lf: the last-failed list was written by a run of specimen 'pythia-14m', and "
-                                "this run is of 'standin'*"])
-    suite.runpytest("experiments", "--runs-dir", "runs", "--lf").assert_outcomes(failed=1)
-
-
 def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpreter(suite):
     (suite.path / "analytic_tests").mkdir()
     (suite.path / "analytic_tests" / "test_a.py").write_text(
@@ -546,13 +476,6 @@ def test_a_test_file_this_python_cannot_import_gets_one_line_naming_the_interpre
            "environment. Run the tests with .venv/bin/python -m pytest analytic_tests" in out
     assert "raise ModuleNotFoundError" not in out  # test_a.py's raw ImportError is replaced by the one line
     assert "No module named 'not_a_module_of_the_project'" in out  # any other import error is left as it is
-
-
-def test_the_docs_suffix_table_says_co_makes_no_folder():
-    """What a --co does (test_collect_only_lists_the_tests_and_writes_no_run_folder) is what the docs say."""
-    docs = (REPO_ROOT / "docs" / "options.md").read_text(encoding="utf-8")
-    row = next(line for line in docs.splitlines() if line.startswith("| `-incomplete` |"))
-    assert "--co" not in row and "it makes no folder at all" in docs
 
 
 def test_pytest_help_does_not_show_pytesters_options(pytester, monkeypatch):

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from transformers import DynamicCache, GenerationConfig
+from transformers import DynamicCache, GenerationConfig, RepetitionPenaltyLogitsProcessor
 
 from inferlab import protocol
 from inferlab.measure.inputs import encode_prompt
@@ -106,7 +106,8 @@ def test_each_condition_gets_exactly_its_own_processors_in_generates_order(first
         assert (config["do_sample"], config["top_k"]) == (True, 0)
 
 
-def test_the_recorded_config_is_complete_and_the_checkpoints_own_never_leaks_in(tokenizer, prompt):
+def test_the_recorded_config_is_complete_the_checkpoints_own_never_leaks_in_and_greedy_draws_no_warning(tokenizer,
+                                                                                                         prompt):
     config = build_generation_config(protocol.CONDITIONS["G"], 0, 0, 0)
     full = config.to_dict()
     assert set(config.to_diff_dict()) < set(full) and full["do_sample"] is False
@@ -117,12 +118,14 @@ def test_the_recorded_config_is_complete_and_the_checkpoints_own_never_leaks_in(
     model.generation_config.do_sample, model.generation_config.top_k = True, 7  # a checkpoint that samples
     leaked = trial(model, tokenizer, prompt, "G")[0]
     assert leaked["processors"] == [] and leaked["generated_ids"] == reference["generated_ids"]
+    assert reference["warnings"] == []
+    with capture_messages() as messages:  # the positive control: a sample-only flag under greedy draws one
+        GenerationConfig(do_sample=False, temperature=0.5)
+    assert any("temperature" in m for m in messages)
 
 
 def test_the_recorded_processors_are_observed_from_the_real_call(model, tokenizer, prompt, monkeypatch):
     """Whatever generate() actually builds is what the record lists, even something the config did not ask for."""
-    from transformers.generation import RepetitionPenaltyLogitsProcessor
-
     original = type(model)._get_logits_processor
 
     def with_a_stowaway(self, *args, **kwargs):
@@ -135,13 +138,6 @@ def test_the_recorded_processors_are_observed_from_the_real_call(model, tokenize
     assert [p["class"] for p in record["processors"]] == ["RepetitionPenaltyLogitsProcessor"]
     assert record["generation_config_effective"]["max_length"] == record["prompt_length"] + protocol.MAX_NEW_TOKENS
     assert "_get_logits_processor" not in vars(model)  # the observer left the instance as it found it
-
-
-def test_a_greedy_trial_draws_no_warning_which_a_sample_only_flag_under_greedy_would(first_trials):
-    assert first_trials["G"][0]["warnings"] == []
-    with capture_messages() as messages:  # the positive control
-        GenerationConfig(do_sample=False, temperature=0.5)
-    assert any("temperature" in m for m in messages)
 
 
 def test_the_first_step_logits_are_raw_and_the_same_under_every_condition_and_the_scores_processed(model, first_trials):

@@ -1,6 +1,5 @@
-"""One path to a verified folder: --artifacts reused or refused (never a fallback), the project cache reused or
-refused (never repaired), a synthetic specimen built offline, one lock for two runs at once, staging never left
-behind; and the next steps a learner is given when no copy could be had."""
+"""One path to a verified folder: --artifacts or the project cache reused or refused (never a fallback, never
+repaired), a synthetic specimen built offline, one lock, no staging left behind, and the next steps when none is had."""
 
 from __future__ import annotations
 
@@ -13,6 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
+from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+from huggingface_hub.errors import OfflineModeIsEnabled
 
 from inferlab import specimen
 from inferlab.measure import loading
@@ -43,17 +45,10 @@ def test_a_verified_copy_is_reused_offline_with_every_connection_refused_and_loa
 
 
 def flip_byte(directory):
-    with open(directory / WEIGHTS, "r+b") as handle:
-        handle.seek(1_000_000)
-        byte = handle.read(1)
-        handle.seek(1_000_000)
-        handle.write(bytes([byte[0] ^ 1]))
+    weights = bytearray((directory / WEIGHTS).read_bytes())
+    weights[1_000_000] ^= 1
+    (directory / WEIGHTS).write_bytes(weights)
     return [WEIGHTS, "sha256 expected"]
-
-
-def truncate_weights(directory):
-    shutil.copyfile(directory / "config.json", directory / WEIGHTS)
-    return [WEIGHTS, "size expected 28143920 bytes, actual 968 bytes"]
 
 
 def add_pickle(directory):
@@ -100,31 +95,26 @@ def test_a_synthetic_specimen_is_built_offline_once_then_the_project_cache_is_re
 def test_a_damaged_project_cache_is_refused_with_its_evidence_not_repaired(standin_dir, standin_spec, tmp_path):
     cached = specimen.cache_dir(standin_spec, tmp_path)
     shutil.copytree(standin_dir, cached)
-    truncate_weights(cached)
+    shutil.copyfile(cached / "config.json", cached / WEIGHTS)
     outcome = specimen.acquisition_outcome(standin_spec, cache_root=tmp_path, offline=True)
     assert (outcome["ok"], outcome["acquisition"], outcome["directory"]) == (False, "reuse:project_cache", str(cached))
     assert [row["name"] for row in outcome["verification"]["files"] if not row["ok"]] == [WEIGHTS]
     assert f"the project cache {cached} failed verification" in outcome["error"]
+    assert f"{WEIGHTS} in {cached}: size expected 28143920 bytes, actual 968 bytes" in outcome["error"]
     assert f"delete that folder (rm -r '{cached}') and run again" in outcome["error"]
     assert (cached / WEIGHTS).stat().st_size == 968  # nothing repaired silently
 
 
-def test_offline_with_an_empty_cache_names_the_files_and_suggests_artifacts(tmp_path):
-    with block_network():
-        outcome = specimen.acquisition_outcome(specimen.load_spec("pythia-14m"), cache_root=tmp_path, offline=True)
-    assert outcome["ok"] is False and WEIGHTS in outcome["error"] and "--artifacts DIR" in outcome["error"]
-    assert specimen.acquisition_cause(outcome, offline=True) == "--offline, and no verified copy was found"
-
-
-def test_offline_mode_refuses_hub_calls_and_restores_the_flags(download_spec):
-    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import OfflineModeIsEnabled
-
+def test_offline_refuses_hub_calls_restores_the_flags_and_with_an_empty_cache_names_the_files(download_spec, tmp_path):
     before = constants.HF_HUB_OFFLINE
     url = hf_hub_url(download_spec.repo_id, WEIGHTS, revision=download_spec.revision, endpoint="http://127.0.0.1:9")
     with specimen.offline_mode(), pytest.raises((OfflineModeIsEnabled, NetworkBlocked)) as error:
         get_hf_file_metadata(url)
     assert error.type is OfflineModeIsEnabled and constants.HF_HUB_OFFLINE == before
+    with block_network():
+        outcome = specimen.acquisition_outcome(specimen.load_spec("pythia-14m"), cache_root=tmp_path, offline=True)
+    assert outcome["ok"] is False and WEIGHTS in outcome["error"] and "--artifacts DIR" in outcome["error"]
+    assert specimen.acquisition_cause(outcome, offline=True) == "--offline, and no verified copy was found"
 
 
 # --- one lock, and staging never left behind -----------------------------------------------------------------------
@@ -132,8 +122,6 @@ def test_offline_mode_refuses_hub_calls_and_restores_the_flags(download_spec):
 
 @pytest.mark.timeout(HANG_GUARD_S)
 def test_a_lock_held_past_the_deadline_is_a_clear_refusal(download_spec, tmp_path):
-    from filelock import FileLock
-
     cache = specimen.cache_dir(download_spec, tmp_path)
     cache.parent.mkdir(parents=True)
     with FileLock(cache.with_name(cache.name + ".lock")):
@@ -156,8 +144,6 @@ print(result["acquisition"], result["lock"]["contended"])
 @pytest.mark.timeout(HANG_GUARD_S * 6)
 def test_two_runs_filling_one_cache_at_once_both_succeed_the_second_waits_and_reuses(tmp_path):
     """Issue 15.4: without the lock one of them got a raw OSError. The same lock guards a download."""
-    from filelock import FileLock
-
     script = BUILD_STANDIN.format(cache_root=str(tmp_path))  # run in the checkout, which `-c` puts first on sys.path
     cache = specimen.cache_dir(specimen.load_spec("standin"), tmp_path)
     cache.parent.mkdir(parents=True)

@@ -1,6 +1,5 @@
 """The offline builds: the stand-in's and the replica's bytes are exactly their pins, their commands build or refuse
-cleanly, and each meets the tokenizer and layout it promises. Replica tests skip, naming the folder, where pythia-14m's
-published small files (../shared/reference/pythia-14m) are absent."""
+cleanly, and each meets the tokenizer and layout it promises (the replica's tests skip without its reference folder)."""
 
 from __future__ import annotations
 
@@ -15,23 +14,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors import safe_open
 
+from conftest import require_reference_dir
 from inferlab import protocol, specimen
 from inferlab.specimen import build, recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-needs_reference = pytest.mark.skipif(
-    not (build.reference_dir() / build.HEADER_FILE).is_file(),
-    reason=f"the replica needs pythia-14m's published small files in {build.reference_dir()} (../shared beside the "
-           f"project), present on the course's CI machines but not in a learner's clone")
 REPLICA_IDS = 50277  # ids 0..50276 have a token; the model has 50304 rows
 
 
 @pytest.fixture(scope="module")
-def replica_dir(tmp_path_factory):
-    if not (build.reference_dir() / build.HEADER_FILE).is_file():
-        pytest.skip(f"needs pythia-14m's published small files in {build.reference_dir()}")
-    return Path(build.REPLICA.build(tmp_path_factory.mktemp("replica") / "built")["directory"])
+def replica_dir(replica_listing):
+    return replica_listing["six"]  # REPLICA.build's folder (beside it, two files the hub lists that it does not make)
 
 
 @functools.cache
@@ -46,8 +41,10 @@ def pins(name: str) -> dict:
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("name", ["standin", pytest.param("replica", marks=needs_reference)])
+@pytest.mark.parametrize("name", ["standin", "replica"])
 def test_the_command_builds_exactly_the_pinned_bytes(tmp_path, name):
+    if name == "replica":
+        require_reference_dir()  # a skip naming the folder where it is absent
     (tmp_path / "out").mkdir()  # an empty folder is as good as a new one
     done = subprocess.run([sys.executable, "-m", f"inferlab.{name}", str(tmp_path / "out")], cwd=REPO_ROOT,
                           capture_output=True, text=True)
@@ -58,19 +55,15 @@ def test_the_command_builds_exactly_the_pinned_bytes(tmp_path, name):
     assert specimen.local_builder(specimen.load_spec(name)) is getattr(build, name.upper())  # known by its revision
 
 
-def refusal_target(tmp_path: Path, case: str) -> Path:
-    (tmp_path / "a-file").write_text("keep me")
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "model.safetensors").write_bytes(b"a learner's own weights")
-    return {"non-empty": tmp_path / "mine", "a-file": tmp_path / "a-file", "under-a-file": tmp_path / "a-file" / "sub",
-            "proc": Path("/proc/inferlab-cannot-be-here")}[case]
-
-
 @pytest.mark.parametrize("case, message", [("non-empty", "it holds 1 entry (model.safetensors)"),
                                            ("a-file", "actual: an existing file"),
                                            ("under-a-file", "could not write"), ("proc", "could not write")])
 def test_the_command_refuses_a_target_it_must_not_or_cannot_write_in_one_line(tmp_path, capsys, case, message):
-    target = refusal_target(tmp_path, case)
+    (tmp_path / "a-file").write_text("keep me")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "model.safetensors").write_bytes(b"a learner's own weights")
+    target = {"non-empty": tmp_path / "mine", "a-file": tmp_path / "a-file",
+              "under-a-file": tmp_path / "a-file" / "sub", "proc": Path("/proc/inferlab-cannot-be-here")}[case]
     before = sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file())
     quick = dataclasses.replace(build.STANDIN, contents=lambda variant: {"config.json": b"{}"})  # its refusals alone
     assert quick.main([str(target)]) == 2  # in process: an unhandled error would fail with its traceback
@@ -92,21 +85,8 @@ def test_the_command_refuses_cleanly_where_it_cannot_build(tmp_path, case):
     assert expected in done.stderr and "Traceback" not in done.stderr and not (tmp_path / "out").exists()
 
 
-def test_a_replica_without_its_reference_is_a_usage_error_before_a_run_writes_anything(pytester, monkeypatch,
-                                                                                        tmp_path):
-    from shared_runs import make_project
-
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setenv(build.REFERENCE_ENV, str(tmp_path / "absent"))
-    make_project(pytester.path)
-    result = pytester.runpytest_subprocess("experiments", "--specimen", "replica", "--record-dir", "run")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR and not (pytester.path / "run").exists()
-    result.stderr.fnmatch_lines([f"*--specimen replica*{tmp_path / 'absent'}*"])
-
-
 def test_a_builders_own_error_is_a_recorded_refusal(monkeypatch, tmp_path):
-    """A reference header that no longer fits the recipe raises ValueError inside the build: the acquisition still
-    returns its record, with the reason, and publishes nothing into the cache."""
+    """A reference header that no longer fits the recipe: the build raises, the acquisition records why."""
     def broken(header, variant=None):
         raise ValueError("model.safetensors.header: a tensor the recipe does not know")
 
@@ -124,8 +104,6 @@ def test_a_builders_own_error_is_a_recorded_refusal(monkeypatch, tmp_path):
 
 
 def test_the_standin_has_pythias_layout_the_recipes_weights_and_says_it_is_synthetic(standin_dir):
-    from safetensors import safe_open
-
     assert (standin_dir / "model.safetensors").stat().st_size == pins("pythia-14m")["model.safetensors"]["size"]
     expected = recipe.weights()
     with safe_open(standin_dir / "model.safetensors", framework="numpy") as handle:
@@ -160,8 +138,7 @@ def test_eos_is_id_zero_and_every_prompt_round_trips(request, name):
 
 @pytest.mark.slow
 def test_every_standin_id_decodes_to_something_and_filler_words_are_never_produced(standin_dir):
-    """The model can select any of its 50,304 ids; all but the two special ones decode to visible text, and the
-    filler tokens that make that so have no merges: text made of them still splits into trained pieces."""
+    """The filler tokens that make every id but the two special ones visible have no merges."""
     tokenizer = tokenizer_of(standin_dir)
     decoded = tokenizer.batch_decode([[i] for i in range(recipe.VOCAB)], skip_special_tokens=True)
     assert [i for i, text in enumerate(decoded) if text == ""] == [0, 1]
@@ -170,8 +147,7 @@ def test_every_standin_id_decodes_to_something_and_filler_words_are_never_produc
 
 
 def test_the_replica_meets_the_real_tokenizers_facts(replica_dir):
-    """Beyond what the replica's run records (tests/test_replica_runs.py): the published ids of a text, and no token
-    for the model's last 27 rows."""
+    """The published ids of a text, and no token for the model's last 27 rows."""
     replica_tokenizer = tokenizer_of(replica_dir)
     assert replica_tokenizer("The cat sat", add_special_tokens=False)["input_ids"] == [510, 5798, 2206]
     extra = list(range(REPLICA_IDS, recipe.VOCAB))

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_reference_dir
 from inferlab import protocol, specimen
 from inferlab.specimen import check
+from shared_runs import experiment_here, inferlab_command
 
 HANG_GUARD_S = 30  # a verification that opened a FIFO or a device would block here forever
 WEIGHTS = "model.safetensors"
@@ -27,10 +29,6 @@ def row_of(report: dict, name: str) -> dict:
 
 def entry_of(report: dict, path: str) -> dict:
     return next(e for e in report["entries"] if e["path"] == path)
-
-
-def unpinned(spec, *names):
-    return dataclasses.replace(spec, expected={**spec.expected, **{n: {"size": None, "sha256": None} for n in names}})
 
 
 # --- what is not a regular file is refused without being opened --------------------------------------------------
@@ -188,12 +186,7 @@ def test_the_bundle_cap_is_one_problem_found_before_any_file_is_read(standin_dir
     assert row_of(verification, WEIGHTS)["diagnosis"] is None  # an unread weight file is not accused
 
 
-def add_remote_code(directory: Path) -> None:
-    config = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_x.X"}}))
-
-
-MALFORMED = {  # case: (file, its bytes or a change, a piece of the refusal)
+MALFORMED = {  # case: (file, its bytes, a piece of the refusal)
     "deeply-nested-tokenizer": ("tokenizer.json", b"[" * 200_000 + b"]" * 200_000,
                                 "expected readable JSON, actual: nested too deeply to parse"),
     "not-json": ("config.json", b"{model_type: gpt_neox", "expected readable JSON"),
@@ -201,15 +194,17 @@ MALFORMED = {  # case: (file, its bytes or a change, a piece of the refusal)
     "not-an-object": ("special_tokens_map.json", b"[]", "expected a JSON object, actual list"),
     "other-architecture": ("config.json", b'{"model_type": "llama"}', "expected model_type 'gpt_neox'"),
     "tokenizer-without-model": ("tokenizer.json", b'{"version": "1.0"}', "expected a tokenizer with a 'model' object"),
-    "remote-code": ("config.json", add_remote_code, "expected no remote-code request, actual keys ['auto_map']"),
+    "remote-code": ("config.json", b'{"model_type": "gpt_neox", "auto_map": {"AutoModel": "modeling_x.X"}}',
+                    "expected no remote-code request, actual keys ['auto_map']"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_a_malformed_file_is_refused_naming_it_even_where_it_is_unpinned(standin_copy, standin_spec, case):
     name, data, evidence = MALFORMED[case]
-    data(standin_copy) if callable(data) else (standin_copy / name).write_bytes(data)
-    report = specimen.check_specimen_files(standin_copy, unpinned(standin_spec, name))
+    (standin_copy / name).write_bytes(data)
+    spec = dataclasses.replace(standin_spec, expected={**standin_spec.expected, name: {"size": None, "sha256": None}})
+    report = specimen.check_specimen_files(standin_copy, spec)
     assert len(report["problems"]) == 1 and report["problems"][0].startswith(f"{name} in {standin_copy}: ")
     assert evidence in report["problems"][0]
 
@@ -269,8 +264,6 @@ WRONG_COPIES = {  # case: (a file made from the published layout, a piece of the
 
 @pytest.mark.parametrize("case", sorted(WRONG_COPIES))
 def test_a_recognisable_wrong_weight_file_is_named(standin_copy, case):
-    from conftest import require_reference_dir
-
     header = json.loads((require_reference_dir() / "model.safetensors.header").read_bytes())
     layout = {name: (entry["dtype"], entry["shape"], entry["data_offsets"][1] - entry["data_offsets"][0])
               for name, entry in header.items() if name != "__metadata__"}
@@ -304,15 +297,9 @@ def test_a_header_beyond_the_bound_is_not_read_and_a_synthetic_copy_is_never_tol
 # --- a valid copy of another specimen is named as such, the same way by the run and check-artifacts -------------
 
 
-def check_artifacts(directory) -> tuple[int, list[str]]:
-    from shared_runs import inferlab_command
-
-    status, printed = inferlab_command("check-artifacts", directory)
-    return status, printed.splitlines()
-
-
 def test_check_artifacts_names_another_specimens_copy_and_whose_pins_each_file_matches(standin_dir):
-    status, lines = check_artifacts(standin_dir)
+    status, printed = inferlab_command("check-artifacts", standin_dir)
+    lines = printed.splitlines()
     assert status == 1
     assert lines[-1].startswith(f"check-artifacts: {standin_dir} is NOT a copy of {protocol.PINNED_REPO_ID}")
     assert "a valid copy of the SYNTHETIC standin specimen" in lines[-1]
@@ -325,9 +312,7 @@ def test_check_artifacts_names_another_specimens_copy_and_whose_pins_each_file_m
 
 @pytest.mark.process
 def test_a_run_given_another_specimens_copy_says_so_in_check_artifacts_words(standin_dir, tmp_path):
-    from shared_runs import experiment_here
-
-    words = check_artifacts(standin_dir)[1][-1].removeprefix("check-artifacts: ")
+    words = inferlab_command("check-artifacts", standin_dir)[1].splitlines()[-1].removeprefix("check-artifacts: ")
     made = experiment_here(tmp_path, "--artifacts", str(standin_dir))
     assert made.returncode == 1 and made.stdout.count(words) >= 2  # the run's reason and its first next step
     assert "Delete" not in made.stdout + (made.run / "report.md").read_text()

@@ -1,8 +1,6 @@
 """The bounded download against a loopback hub (tests/hub_server.py): sizes before any body, each allowlisted file
 once and nothing else, no token; and against a hostile hub, one total deadline, the cap, no retries, bad bodies
-refused, nothing partial kept. A test that waits for the deadline uses a short one and takes about that long; the
-others use SHORT_DEADLINE_S, long enough never to expire here; pytest-timeout turns an unbounded wait into a
-failure instead of a hang. No assertion is about speed."""
+refused, nothing partial kept. No assertion is about speed: HANG_GUARD_S turns an unbounded wait into a failure."""
 
 from __future__ import annotations
 
@@ -70,6 +68,8 @@ METADATA_REFUSALS = {  # case: (the hub's arguments, a piece of the refusal)
                       "expected the file within 5 redirects"),
     "required-file-missing": (lambda spec: {"drop": "tokenizer.json"},
                               "tokenizer.json at inferlab/standin-pythia-14m-architecture@"),
+    "listed-but-pinned-absent": (lambda spec: {"pins": {GENERATION_CONFIG: {"absent": True}}},
+                                 f"{GENERATION_CONFIG}: the spec pins it absent at the revision"),
 }
 
 
@@ -81,11 +81,12 @@ def test_what_the_metadata_shows_refuses_the_download_before_any_body(serve, sta
     arguments = arguments(download_spec)
     if "drop" in arguments:
         (standin_copy / arguments.pop("drop")).unlink()
-    hub = serve(standin_copy, download_spec, **arguments)
+    spec = dataclasses.replace(download_spec, expected={**download_spec.expected, **arguments.pop("pins", {})})
+    hub = serve(standin_copy, spec, **arguments)
     with pytest.raises(SpecimenError) as error:
-        acquire(download_spec, tmp_path, hub)
+        acquire(spec, tmp_path, hub)
     assert evidence in str(error.value) and hub.gets() == []  # no body asked for, from the hub or its CDN
-    assert left_behind(tmp_path, download_spec) == []
+    assert left_behind(tmp_path, spec) == []
     if case == "server-error":
         assert hub.requested("HEAD").count("config.json") == 1  # not retried
 
@@ -185,13 +186,3 @@ def test_the_readme_is_never_asked_for_and_a_missing_generation_config_is_absent
     again = specimen.acquire(replica_listing_spec, cache_root=tmp_path, offline=True)  # the cache keeps the absence
     assert again["acquisition"] == "reuse:project_cache"
     assert next(r for r in again["verification"]["files"] if r["name"] == GENERATION_CONFIG)["ok"]
-
-
-def test_a_file_pinned_absent_that_the_hub_lists_is_refused_before_any_body(serve, replica_listing,
-                                                                            replica_listing_spec, tmp_path):
-    spec = dataclasses.replace(replica_listing_spec,
-                               expected={**replica_listing_spec.expected, GENERATION_CONFIG: {"absent": True}})
-    hub = serve(replica_listing["six"], spec)
-    with pytest.raises(SpecimenError, match="generation_config.json: the spec pins it absent at the revision"):
-        acquire(spec, tmp_path, hub)
-    assert hub.gets() == []

@@ -1,6 +1,5 @@
 """The recipe's constructed weights behave like a trained model's where the lab looks: peaked, context-dependent
-next-token distributions, logits on a realistic scale, a reachable EOS, and attention that matters (so the stand-in
-and the replica keep the cache test's power)."""
+next-token distributions, realistic logits, a reachable EOS, and attention that keeps the cache test's power."""
 
 from __future__ import annotations
 
@@ -11,21 +10,14 @@ import torch
 from inferlab import protocol
 from inferlab.measure import cache_check, loading
 from inferlab.specimen import build, recipe
-
-# The issue's bar for the stand-in's first step under G, and a realistic logit range.
-MAX_ENTROPY_NATS = 6.0
-MIN_TOP1 = 0.05
-MAX_TOP_P_IDS = 2000
-MIN_LOGIT_SPAN = 20.0
+from shared_runs import records
 
 
 def model_from_recipe(variant: recipe.Variant = recipe.BASE):
-    """GPTNeoXForCausalLM with the stand-in's architecture holding the recipe's tensors (as float32)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     fields = {key: value for key, value in build.CONFIG.items() if not key.startswith("inferlab_")}
-    config = GPTNeoXConfig(**fields, attn_implementation="eager")
-    model = GPTNeoXForCausalLM(config)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(**fields, attn_implementation="eager"))
     state = {name: torch.from_numpy(array.astype(np.float32)) for name, array in recipe.weights(variant).items()}
     model.load_state_dict(state, strict=True)
     return model.eval()
@@ -33,7 +25,6 @@ def model_from_recipe(variant: recipe.Variant = recipe.BASE):
 
 @pytest.fixture(scope="module")
 def loaded(standin_dir, standin_spec):
-    """The stand-in loaded the way the experiment loads it."""
     return loading.load_specimen(standin_dir, standin_spec)
 
 
@@ -49,18 +40,8 @@ def last_logits(model, ids) -> torch.Tensor:
     return model(input_ids=torch.tensor([ids])).logits[0, -1].double()  # (vocab,)
 
 
-def distribution_facts(logits: torch.Tensor) -> dict:
-    log_p = torch.log_softmax(logits, -1)
-    p = log_p.exp()
-    ordered = p.sort(descending=True).values
-    kept = int((ordered.cumsum(0) - ordered < 0.8).sum())  # smallest prefix reaching 0.8
-    return {"entropy": float(-(p * log_p).sum()), "top1": float(ordered[0]), "top_p_ids": kept,
-            "span": float(logits.max() - logits.min())}
-
-
 def test_the_structure_has_no_short_loop():
-    """No cluster succeeds itself and no loop is shorter than all 40 clusters: greedy cannot repeat one token. (That
-    each positional head finds its offset is measured on the model below.)"""
+    """No cluster succeeds itself and no loop is shorter than all 40 clusters: greedy cannot repeat one token."""
     for channel, successor in recipe.structure().successor.items():
         seen, cluster = [], 0
         for _ in range(recipe.CLUSTERS):
@@ -71,18 +52,20 @@ def test_the_structure_has_no_short_loop():
 
 def test_the_first_step_of_every_prompt_is_peaked_with_realistic_logits(loaded, prompt_ids):
     for prompt_id, ids in prompt_ids.items():
-        facts = distribution_facts(last_logits(loaded["model"], ids))
-        assert facts["entropy"] <= MAX_ENTROPY_NATS and facts["top1"] >= MIN_TOP1, (prompt_id, facts)
-        assert facts["top_p_ids"] <= MAX_TOP_P_IDS and facts["span"] >= MIN_LOGIT_SPAN, (prompt_id, facts)
+        logits = last_logits(loaded["model"], ids)
+        log_p = torch.log_softmax(logits, -1)
+        ordered = log_p.exp().sort(descending=True).values
+        facts = {"entropy": float(-(log_p.exp() * log_p).sum()), "top1": float(ordered[0]),
+                 "top_p_ids": int((ordered.cumsum(0) - ordered < 0.8).sum()),  # the smallest prefix reaching 0.8
+                 "span": float(logits.max() - logits.min())}
+        # the issue's bar for the stand-in's first step under G, and a realistic logit range
+        assert facts["entropy"] <= 6.0 and facts["top1"] >= 0.05, (prompt_id, facts)
+        assert facts["top_p_ids"] <= 2000 and facts["span"] >= 20.0, (prompt_id, facts)
 
 
 @pytest.mark.slow
 def test_context_before_the_last_token_changes_the_distribution(loaded, prompt_ids):
-    """P1 and P2 both end with '.', so only attention to earlier tokens can make their next tokens differ.
-
-    Without layer 0's attention output (the heads that carry the previous tokens) the two distributions
-    all but coincide; with it they differ by a large share of their probability mass.
-    """
+    """P1 and P2 both end with '.': without layer 0's attention output their next-token distributions coincide."""
     assert prompt_ids["P1"][-1] == prompt_ids["P2"][-1]
 
     def total_variation(model) -> float:
@@ -130,8 +113,7 @@ def test_eos_is_reachable_by_sampling_and_rare_for_greedy():
 @pytest.mark.slow
 @pytest.mark.parametrize("forced", ["eos", "token"])
 def test_a_variant_forces_eos_after_its_cluster_or_one_token_after_every_context(forced):
-    """The test variants (tests/variants.py): EOS the argmax after a chosen token's cluster, or one id (a model row
-    the real tokenizer has no token for) the argmax everywhere."""
+    """tests/variants.py's: EOS the argmax after a chosen token's cluster, or an id without a token everywhere."""
     last = torch.from_numpy(np.random.default_rng(2).integers(2, recipe.VOCAB, size=(50, 5)))
     if forced == "eos":
         last[:, -1] = 4011
@@ -146,8 +128,7 @@ def test_a_variant_forces_eos_after_its_cluster_or_one_token_after_every_context
 @pytest.mark.slow
 @pytest.mark.parametrize("corruption", ["position_plus_one", "stale_entry"])
 def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, prompt_ids, monkeypatch, corruption):
-    """Attention matters: the cache test keeps its power to catch a real bug on this specimen (a position shifted by
-    one, or the entry written at p-1 masked while p is fed)."""
+    """The cache test keeps its power on this specimen: a position shifted by one, or the entry at p-1 masked."""
     real = cache_check.cached_step_inputs
 
     def corrupt(past_length, new_length):
@@ -175,11 +156,7 @@ def test_a_corrupted_cached_path_moves_logits_far_outside_the_tolerance(loaded, 
 
 
 def test_the_standins_matrix_stops_early_on_eos_and_greedy_p1_gives_the_cache_test_8_tokens(standin_run):
-    """Issue 12's bar, kept by a test: some of the 26 protocol trials end on EOS before 16 tokens, while
-    P1's greedy trial does not stop before the cache test's 8 target tokens. Read from the session's complete
-    stand-in run (tests/conftest.py standin_run): the matrix as the experiment itself computes it."""
-    from shared_runs import records
-
+    """Issue 12's bar, read from the session's complete stand-in run (the matrix as the experiment computes it)."""
     trials = {r["trial_id"]: r for r in records(standin_run) if r["kind"] == "generation"}
     assert sorted(trials) == sorted(trial.test_id for trial in protocol.generation_trials())
     assert all(r["status"] == "ok" for r in trials.values()), {t: r["status"] for t, r in trials.items()}

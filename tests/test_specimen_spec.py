@@ -10,7 +10,7 @@ from inferlab import protocol, specimen
 from inferlab.specimen import SpecimenError
 
 
-def test_the_shipped_specs_pin_the_protocols_allowlist_cap_and_publisher_weights():
+def test_the_shipped_specs_pin_the_protocols_allowlist_cap_and_publisher_weights_and_a_third_is_a_json_file(tmp_path):
     for path in sorted(specimen.DEFAULT_ARTIFACTS_ROOT.glob("*.json")):
         spec = specimen.load_spec(path.stem)
         assert spec.files == protocol.ALLOWLISTED_FILES and spec.bundle_cap_bytes == protocol.BUNDLE_CAP_BYTES
@@ -24,9 +24,6 @@ def test_the_shipped_specs_pin_the_protocols_allowlist_cap_and_publisher_weights
     assert sorted(pythia.reference["files"]) == sorted(set(protocol.ALLOWLISTED_FILES) - {
         "generation_config.json", "model.safetensors"})
     assert all(pythia.expected[name] == {"size": None, "sha256": None} for name in pythia.reference["files"])
-
-
-def test_a_third_specimen_needs_only_a_json_file(tmp_path):
     data = json.loads((specimen.DEFAULT_ARTIFACTS_ROOT / "standin.json").read_text())
     (tmp_path / "third.json").write_text(json.dumps({**data, "description": "another specimen"}))
     assert specimen.load_spec("third", tmp_path).description == "another specimen"
