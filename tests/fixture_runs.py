@@ -85,8 +85,6 @@ class RunData:
 BUILDS: dict[str, Callable[[Path, "SharedRuns"], Path]] = {
     # as a session writes it, its report rendered and no plot drawn
     "complete": lambda directory, runs: fixtures.build_complete_run(directory),
-    # a second build of the same run, for compare
-    "complete_again": lambda directory, runs: fixtures.build_complete_run(directory),
     "rich": lambda directory, runs: fixtures.build_rich_run(directory, base=runs.get("complete")),
     # with the plots its report drew, for the tests that read a PNG
     "rich_plots": lambda directory, runs: fixtures.build_rich_run(directory, plots=True, base=runs.get("complete")),
