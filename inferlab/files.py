@@ -148,6 +148,15 @@ class OutputPathError(OSError):
     OSError, so that a caller that handles a failed write (`except OSError`) handles these too."""
 
 
+class OutputExistsError(OutputPathError):
+    """The refusal of an existing regular file where only a new one is written: the one that --replace lifts."""
+
+
+def replace_hint(error: OutputPathError) -> str:
+    """The refusal's text, for a command with --replace: the flag is named where it would lift the refusal."""
+    return f"{error} (or give --replace)" if isinstance(error, OutputExistsError) else str(error)
+
+
 def kind_in_words(mode: int) -> str:
     """'a regular file', 'a FIFO (named pipe)', 'a character device', ... for an st_mode."""
     return next((words for test, words in _KINDS if test(mode)), "an unusual file")
@@ -192,7 +201,7 @@ def output_kind(path, replace: bool = True) -> tuple[str, Path]:
         return STREAM, path
     if stat.S_ISREG(mode):
         if not replace:
-            raise OutputPathError(f"{path}: already exists ({what}); it is never replaced: choose a new file name")
+            raise OutputExistsError(f"{path}: already exists ({what}); it is never replaced: choose a new file name")
         return REGULAR, Path(chain[-1])
     advice = "name a file inside it" if stat.S_ISDIR(mode) else "name a regular file, a FIFO or a character device"
     raise OutputPathError(f"{path} is {what}: nothing is written there; {advice}")
@@ -257,10 +266,10 @@ def _link_new(temporary: str, target: Path, named) -> None:
     try:
         os.link(temporary, target)  # fails if anything appeared at target meanwhile: never replaces it
     except FileExistsError:
-        raise OutputPathError(f"{named}: already exists; it is never replaced: choose a new file name") from None
+        raise OutputExistsError(f"{named}: already exists; it is never replaced: choose a new file name") from None
     except OSError:  # a file system without hard links: a narrower window, still never over what is there
         if os.path.lexists(target):
-            raise OutputPathError(f"{named}: already exists; it is never replaced: choose a new file name") from None
+            raise OutputExistsError(f"{named}: already exists; it is never replaced: choose a new file name") from None
         os.replace(temporary, target)
 
 

@@ -198,12 +198,14 @@ def test_every_command_writes_through_a_fifo_and_a_device_and_replaces_a_file_on
     assert read[0].startswith(STARTS[command]) and kind(tmp_path / "pipe") == "a FIFO (named pipe)", read[0][:80]
     (tmp_path / "folder").mkdir()
     status, _ = inferlab_command(*commands(honest, tmp_path / "folder")[command])
-    assert status == 2 and f"{tmp_path / 'folder'} is a directory" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert status == 2 and f"{tmp_path / 'folder'} is a directory" in said and "--replace" not in said  # never lifts
     assert list((tmp_path / "folder").iterdir()) == []
     target = tmp_path / "there.tar.gz"
     target.write_bytes(b"kept")
     status, _ = inferlab_command(*commands(honest, target)[command])
-    assert status == 2 and f"{target}: already exists" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert status == 2 and f"{target}: already exists" in said and said.rstrip().endswith("(or give --replace)")
     assert target.read_bytes() == b"kept"
     status, _ = inferlab_command(*commands(honest, target)[command], "--replace")
     assert status in (0, 1) and target.read_bytes().startswith(STARTS[command])

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Optional
 
-from inferlab.files import OutputPathError, write_bytes_atomic
+from inferlab.files import OutputPathError, replace_hint, write_bytes_atomic
 from inferlab.run.records import claimant_alive
 
 SUBMISSION_FILE = "submission.json"
@@ -67,8 +67,8 @@ def pack(view, target: Path, learner: Optional[str] = None, replace: bool = Fals
             tar.add(run_dir, arcname=run_dir.name, filter=_plain)
     try:
         write_bytes_atomic(target, raw.getvalue(), replace=replace)
-    except OutputPathError as error:
-        raise ArchiveError(str(error)) from None
+    except OutputPathError as error:  # the same hint as grade's (docs/records.md: one output rule)
+        raise ArchiveError(replace_hint(error)) from None
     return {"archive": str(target), "bytes": len(raw.getvalue()), "files": len(files), "run": run_dir.name}
 
 

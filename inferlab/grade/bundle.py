@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 # main() checks the environment first: at import, this module needs nothing but the standard library
-from inferlab.files import PROJECT_ROOT, OutputPathError, require_environment, write_bytes_atomic
+from inferlab.files import PROJECT_ROOT, OutputPathError, replace_hint, require_environment, write_bytes_atomic
 
 ROOT_VARIABLE, DEFAULT_ROOT = "AUTOGRADER_ROOT", "/autograder"
 CONFIG_FILE = "course/autograder.json"
@@ -106,8 +106,8 @@ def write_zip(output: Path, specimen: Optional[str], artifacts: Optional[Path], 
             _entry(archive, relative, source.read_bytes(), executable=relative in SCRIPTS)
     try:
         write_bytes_atomic(output, buffer.getvalue(), replace=replace)
-    except OutputPathError as error:
-        raise BundleError(str(error)) from None
+    except OutputPathError as error:  # the same hint as grade's (docs/records.md: one output rule)
+        raise BundleError(replace_hint(error)) from None
     return config
 
 

@@ -11,7 +11,7 @@ import sys
 from typing import Optional
 from xml.etree import ElementTree
 
-from inferlab.files import OutputPathError, output_kind, write_text_atomic
+from inferlab.files import OutputPathError, output_kind, replace_hint, write_text_atomic
 from inferlab.grade import rubric
 from inferlab.grade.grade import EXIT_OK, FAIL, MANUAL, PASS, Grade, flag_copies, grade_source
 from inferlab.read.parse import not_a_run_reason
@@ -149,7 +149,7 @@ def command(args) -> int:
         try:  # before any grading: an existing file is refused unless --replace, a folder or a socket always
             output_kind(target, replace=args.replace)
         except OutputPathError as error:
-            return _usage(f"{option}: {error}" + ("" if args.replace else " (or give --replace)"))
+            return _usage(f"{option}: {replace_hint(error)}")
     if args.out is not None and args.csv is not None and args.out.resolve() == args.csv.resolve():
         return _usage("--out and --csv name the same file")
     if args.format == "gradescope" and len(args.runs) != 1:
@@ -181,7 +181,7 @@ def command(args) -> int:
             write_text_atomic(args.csv, csv_text(grades), replace=args.replace)
             print(f"grade: {len(grades)} CSV row(s) written to {args.csv}", file=sys.stderr)
     except OutputPathError as error:
-        return _usage(str(error))
+        return _usage(replace_hint(error))
     return max((g.exit_status for g in grades), default=EXIT_OK)
 
 
