@@ -1,6 +1,7 @@
-"""Whether a timing sample had the CPU: the thread's usage read at the ends of each timed span (usage_reader), the
-collector kept out of the spans (collect_once, TimedBlock, CollectionWatch), and the declared contention rule applied
-to a trial (trial_evidence, which the writer and any later reader call alike). What each reading is and why:
+"""Whether a timing sample's thread was kept waiting (preempted; not whether caches or memory were shared): the
+thread's usage read at the ends of each timed span (usage_reader), the collector kept out of the spans (collect_once,
+TimedBlock, CollectionWatch), and the declared contention rule applied to a trial (trial_evidence, which the writer
+and any later reader call alike). What each reading is and why:
 docs/timing.md, "What each span records" and "The collector"; the machine's load: inferlab.host.machine.
 """
 
