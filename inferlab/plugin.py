@@ -130,7 +130,8 @@ def pytest_collection_finish(session):
     run.refused = plan.order_refusal(where, run.collected)  # an order not the protocol's is refused before the plan
     if run.refused is not None:
         raise pytest.UsageError(run.refused)
-    paths, tests = plan.named_experiment_paths(config.args, config.invocation_params.dir, config.rootpath) or ([], 0)
+    # never None here: pytest_configure refused a run whose paths reach no experiment
+    paths, tests = plan.named_experiment_paths(config.args, config.invocation_params.dir, config.rootpath)
     written = run.write_plan([facts_of(item) for item in experiments], named_paths=paths, named_tests=tests,
                              selection=plan.selection_of(config.option, config.pluginmanager.get_plugin("lfplugin")))
     if written["cap_violations"]:

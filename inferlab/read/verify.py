@@ -105,8 +105,8 @@ class Verify:
             relative = path.relative_to(view.directory).as_posix()
             if relative != MANIFEST_FILE and relative not in listed and not addenda.is_addenda_path(relative):
                 self.problem(f"{relative}: present but not listed in the manifest (added after the session)")
-        copied = manifest.get("predictions", {}).get("copied_to") if isinstance(manifest.get("predictions"), dict) \
-            else None
+        predictions = manifest.get("predictions")
+        copied = predictions.get("copied_to") if isinstance(predictions, dict) else None
         if copied not in (None, PREDICTIONS_FILE):  # the copy is always read from its fixed name, never from here
             self.problem(f"{MANIFEST_FILE} predictions.copied_to: {copied!r}, expected {PREDICTIONS_FILE!r}; not opened")
         for record in view.kind("report_error"):
