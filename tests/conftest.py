@@ -241,12 +241,21 @@ def standin_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def replica_run(tmp_path_factory):
-    """The same for `--specimen replica` (built from pythia-14m's published small files, skipped without them)."""
+    """`--specimen replica` (built from pythia-14m's published small files, skipped without them), made the same way
+    for the parts where it differs from the stand-in (REPLICA_PARTS): D."""
     from inferlab.specimen.build import REFERENCE_ENV
     from shared_runs import experiment_once
 
     reference = require_reference_dir()
-    made = experiment_once(tmp_path_factory, "replica", "--specimen", "replica",
+    made = experiment_once(tmp_path_factory, "replica", "--specimen", "replica", "-k", REPLICA_PARTS,
                            env={REFERENCE_ENV: str(reference)}, here=True)
     assert made.returncode == 0, made.tail()
     return made.run
+
+
+# What the replica changes against the stand-in is its files: the real tokenizer (inputs, ids without a token), the
+# real configuration (shapes, parameter bytes) and the published weight layout. Its run takes the parts that read
+# them: the specimen, the inputs, one greedy trial per prompt, the cache comparison and the storage figures. Timing,
+# sampling's seeds and batching run the same code on any specimen and are the stand-in run's.
+REPLICA_PARTS = ("test_10_specimen or test_20_inputs or G-rep1 or test_40_cache or test_parameter_storage or "
+                 "test_cache_storage_at_each_prefix")

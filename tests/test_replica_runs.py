@@ -21,7 +21,7 @@ NO_TOKEN_ID = 50290  # one of the 27 rows (50277-50303) the real tokenizer has n
 
 
 def test_a_replica_run_receives_the_real_tokenizers_inputs(replica_run):
-    found = records(replica_run)  # the session's complete replica run (make test's)
+    found = records(replica_run)  # the session's replica run (REPLICA_PARTS in conftest.py)
     inputs = {r["prompt_id"]: r for r in found if r["kind"] == "input"}
     assert {p: r["length"] for p, r in inputs.items()} == REAL_LENGTHS
     sources = {**protocol.PROMPTS, **protocol.TIMING_PROMPTS}
@@ -34,6 +34,19 @@ def test_a_replica_run_receives_the_real_tokenizers_inputs(replica_run):
     generation_config = next(r for r in found if r["kind"] == "artifact_file" and r["name"] == "generation_config.json")
     assert generation_config["absent_at_revision"] is True
     assert next(r for r in found if r["kind"] == "specimen")["synthetic"] is True
+
+
+def test_the_replica_run_passes_verifies_as_the_selection_it_is_and_its_report_regenerates(replica_run):
+    """Every test of the replica's parts passed (the fixture asserts exit 0); verify's one problem is the selection
+    (no integrity problem), and `report --check` regenerates report.md exactly."""
+    status, printed = inferlab_command("verify", replica_run)
+    problems = printed.splitlines()[:-1]
+    assert status == 1 and len(problems) == 1 and problems[0].startswith("partial: -k "), printed
+    status, printed = inferlab_command("report", replica_run, "--check")
+    assert status == 0 and printed.splitlines()[-1].startswith("report: regenerated text is identical"), printed
+    acquisition = next(r for r in records(replica_run) if r["kind"] == "artifact_acquisition")
+    assert acquisition["acquisition"] == "built_offline" and acquisition["ok"] is True
+    assert all(r["outcome"] == "passed" for r in records(replica_run) if r["kind"] == "test_outcome"), printed
 
 
 # The parts an id without a token passes through (a greedy trial, timing trials), with the tests they need first.
