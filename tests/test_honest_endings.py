@@ -123,8 +123,8 @@ def test_the_limit_struck_in_every_kind_of_experiment_test(tmp_path_factory):
     assert not missing, (missing, every)
 
 
-FULL_DISK_BYTES = 256 << 10  # 256 KiB: the plan and the manifest fit; the first saved logits do not, and the records fill
-# during the generation trials (a larger disk only lets the run go on longer before it fills)
+FULL_DISK_BYTES = 256 << 10  # 256 KiB: the plan and the manifest fit; the first saved logits do not (a larger disk only
+# lets the run go on longer before it fills)
 
 
 def full_disk_run(tmp_path_factory) -> dict:
@@ -170,9 +170,13 @@ def test_a_full_disk_is_an_unfinished_run_never_an_integrity_problem(tmp_path_fa
     assert made["returncode"] != 0 and "No space left on device" in made["tail"], made["tail"]
     lines = (run / "records.jsonl").read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])  # whole lines only, none torn
+    # the session stopped after the first test whose write failed, and said why in its last line
+    failed = [r for r in map(json.loads, lines[:-1]) if r["kind"] == "test_outcome" and r["outcome"] == "failed"]
+    assert len(failed) == 1 and "No space left on device" in failed[0]["longrepr"], failed
+    assert "stopped: writing into run failed" in made["tail"].splitlines()[-1], made["tail"]  # --record-dir run
     result = verify_run(run)
     assert integrity_problems(result) == [], result["problems"]
     grade = grade_source(run, rubric.load())
     assert grade.exit_status == 1 and grade.integrity == [], grade.integrity
     status, printed = inferlab_command("grade", run)
-    assert status == 1 and "did not reach its end: no session_end record" in printed and "integrity" not in printed
+    assert status == 1 and "did not reach its end: stopped: writing into" in printed and "integrity" not in printed

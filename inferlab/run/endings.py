@@ -3,6 +3,8 @@ the run is, its exit status, the name its folder gets, earlier runs found killed
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import sys
@@ -13,7 +15,9 @@ import pluggy
 
 from inferlab import protocol
 from inferlab.run.plan import include_hint
-from inferlab.run.records import RECORDS_FILE, REPORT_FILE
+from inferlab.files import spelled
+from inferlab.run.records import (CLAIM_FILE, ENDED_NAME, MANIFEST_FILE, RECORDS_FILE, RENAME_NOTE, REPORT_FILE,
+                                  RecordDirError, rename_incomplete)
 
 hookimpl = pluggy.HookimplMarker("pytest")  # the watch is registered as a plugin of the session (pluggy, not pytest)
 CHECK_KINDS = ("integrity", "diagnostic")  # a harness-integrity check, or a protocol diagnostic (a finding)
@@ -97,12 +101,12 @@ def stop_reason(*, exit_code_name: str, signals: list[str], should_stop, should_
     refused after it claimed its folder (a test order that is not the protocol's)."""
     if signals:
         return f"interrupted by {signals[0]}" + (f", then {len(signals) - 1} more signal(s)" if signals[1:] else "")
+    if should_stop:  # before INTERRUPTED, which is how pytest ends a session told to stop
+        return f"stopped: {should_stop}" if isinstance(should_stop, str) else "stopped by a plugin or option"
     if exit_code_name == "INTERRUPTED":
         return "interrupted (KeyboardInterrupt or pytest.exit)"
     if should_fail:
         return f"-x/--maxfail after {tests_failed} failure(s)"
-    if should_stop:
-        return f"stopped: {should_stop}" if isinstance(should_stop, str) else "stopped by a plugin or option"
     if exit_code_name == "INTERNAL_ERROR":
         return "internal error (see the traceback above the summary)"
     if exit_code_name == "USAGE_ERROR":
@@ -364,3 +368,26 @@ def last_line(write: Callable[..., None], run) -> None:
         harness = (not end["complete"] and not end["plan_only"]) or kind in ("harness", "acquisition") \
             or bool(end.get("measured_nothing"))
         write(f"inferlab: {end['status']}", bold=True, red=harness, yellow=kind == "findings" and not harness)
+
+
+def abandon_note(run) -> str:
+    """Where an abandoned run stands, said when its final records are abandoned; under --runs-dir its folder is
+    renamed -incomplete at once, so that its name does not look like a good run's."""
+    try:
+        final = json.loads((run.record_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("session_end")
+    except (OSError, ValueError, AttributeError):
+        final = None
+    if final is not None:
+        return f"Its final records were written in {run.record_dir}; only the terminal summary is cut short."
+    renamed = ""
+    if run.invocation.named_by_plugin and not ENDED_NAME.search(run.record_dir.name):
+        with contextlib.suppress(RecordDirError, OSError):
+            claim = json.loads((run.record_dir / CLAIM_FILE).read_text(encoding="ascii"))
+            run.record_dir = rename_incomplete(
+                run.record_dir, "its own session abandoned its final records (a stop signal received again while "
+                "they were written), so the run did not finish", {"pid": os.getpid(),
+                                                                  "command": run.invocation.command},
+                run.clock(), claim)
+            renamed = f"It is renamed {run.record_dir.name} now ({RENAME_NOTE} says why). "
+    return (f"{renamed}{run.record_dir} keeps the manifest written when the run began (complete: false), so it "
+            f"reads as unfinished; `{spelled(f'verify {run.record_dir}')}` lists what it holds.")

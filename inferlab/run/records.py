@@ -260,6 +260,7 @@ class TensorStore:
     def __init__(self, directory: Path):
         self.directory = Path(directory)
         self._files: dict[str, dict] = {}
+        self.failure: Optional[str] = None  # the first file that could not be written (a full disk), and why
 
     def get(self, file_stem: str, key: str):
         """A tensor stored earlier in this run; KeyError names the file and key when it is absent."""
@@ -276,7 +277,11 @@ class TensorStore:
         if key in tensors:
             raise KeyError(f"tensor {key!r} already stored in {file_stem}.safetensors; records are never overwritten")
         tensors[key] = tensor
-        write_bytes_atomic(self.directory / f"{file_stem}.safetensors", save(tensors))
+        try:
+            write_bytes_atomic(self.directory / f"{file_stem}.safetensors", save(tensors))
+        except OSError as error:
+            self.failure = self.failure or str(error)
+            raise
         return {"file": f"{TENSOR_DIR}/{file_stem}.safetensors", "key": key, "shape": list(tensor.shape),
                 "dtype": str(tensor.dtype).replace("torch.", ""), "sha256": tensor_sha256(tensor)}
 

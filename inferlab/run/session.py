@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
-import json
 import os
 import shlex
 import time
@@ -17,17 +16,16 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab import protocol, writing
-from inferlab.files import sha256_file, spelled, write_bytes_atomic, write_json_atomic
+from inferlab.files import sha256_file, write_bytes_atomic, write_json_atomic
 from inferlab.measure import usage as collector
 from inferlab.run import endings
 from inferlab.run.endings import first_line
 from inferlab.run.plan import (LAST_FAILED_SPECIMEN_KEY, Ledger, TestFacts, absent_prerequisite, case_checks,
                                experiment_files, forward_budget, make_plan, missing_tests)
-from inferlab.run.records import (CLAIM_FILE, ENDED_NAME, MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORD_SCHEMA,
-                                  RECORDS_FILE, RENAME_NOTE, REPORT_RENDERER_VERSION, TENSOR_DIR, RecordDirError,
-                                  RecordLog, TensorStore, claim_new_run_dir, claim_record_dir, file_inventory,
-                                  make_record, rename_ended_runs, rename_incomplete, rename_with_suffix, run_dir_name,
-                                  utc_now)
+from inferlab.run.records import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORD_SCHEMA, RECORDS_FILE,
+                                  REPORT_RENDERER_VERSION, TENSOR_DIR, RecordDirError, RecordLog, TensorStore,
+                                  claim_new_run_dir, claim_record_dir, file_inventory, make_record, rename_ended_runs,
+                                  rename_with_suffix, run_dir_name, utc_now)
 
 STARTED_STATUS = ("started: this is the manifest written when the run began; if it still says so, the session "
                   "never reached its end (killed, or crashed)")
@@ -151,7 +149,7 @@ class Run:
             stamp, host
         self.log, self.tensors = RecordLog(self.record_dir / RECORDS_FILE), TensorStore(self.record_dir / TENSOR_DIR)
         self.ledger, self.signals, self.started_utc = Ledger(), endings.SignalWatch(), clock()
-        self.signals.on_abandon = self.abandon_note
+        self.signals.on_abandon = lambda: endings.abandon_note(self)
         # the schedule: node ids collected (before any deselection), the facts of every collected test, plan.json,
         # every test on disk with its checks, the tests outside the schedule a test waited for
         self.collected, self.collected_facts, self.planned, self.declared = [], [], [], []
@@ -160,6 +158,7 @@ class Run:
         self.counts, self.failed_by_kind, self.failure_lines, self.specimen_failures = collections.Counter(), \
             collections.Counter(), [], 0
         self.session_end = self.rename = self.environment = self.predictions = self.refused = None
+        self.write_failure: Optional[str] = None  # the first write into records.jsonl that failed (a full disk)
         self.environment_changed, self.ended_elsewhere = [], []  # what changed mid-run; earlier runs found killed
         self.thread_request = self.forward_watch = self.network_guard = None  # set by fixtures, and by --offline
         self.forwards_by_test: dict = {}  # node id -> the forwards the watch counted while it ran
@@ -191,8 +190,18 @@ class Run:
         return record
 
     def store(self, record: dict) -> None:
-        """The record hook's default: one line of records.jsonl, fsynced."""
-        self.log.append(record)
+        """The record hook's default: one line of records.jsonl, fsynced; after a failed write, none (cannot_write)."""
+        if self.write_failure is None:
+            try:
+                self.log.append(record)
+            except OSError as error:
+                self.write_failure = f"{RECORDS_FILE}: {error}"
+
+    @property
+    def cannot_write(self) -> Optional[str]:
+        """Why the folder cannot take what the run writes (a record, a tensor or the manifest failed: a full disk), or
+        None. The plugin then stops the session after the test; every line written stays whole."""
+        return self.write_failure or self.tensors.failure
 
     def start(self, predictions: Optional[str] = None) -> None:
         """Copy the learner's predictions before any model computation (the run goes on without them, and says so),
@@ -338,7 +347,10 @@ class Run:
                 error = str(refused)
             self.rename = {"from": old, "to": None if error else self.record_dir.name, "suffix": suffix,
                            "renamed": error is None, "error": error}
-        self.write_manifest(self.session_end)
+        try:
+            self.write_manifest(self.session_end)
+        except OSError as error:  # a full disk: the manifest written at the start stays (complete: false)
+            self.write_failure = self.write_failure or f"{MANIFEST_FILE}: {error}"
 
     def write_manifest(self, end: Optional[dict]) -> None:
         """manifest.json: at the start with complete false; at the end with how the session ended and every file. The
@@ -367,28 +379,6 @@ class Run:
         if end is not None:
             manifest["files"] = file_inventory(self.record_dir, exclude=(MANIFEST_FILE,))
         write_json_atomic(self.record_dir / MANIFEST_FILE, manifest)
-
-    def abandon_note(self) -> str:
-        """Where an abandoned run stands, said when its final records are abandoned; under --runs-dir its folder is
-        renamed -incomplete at once, so that its name does not look like a good run's."""
-        try:
-            final = json.loads((self.record_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("session_end")
-        except (OSError, ValueError, AttributeError):
-            final = None
-        if final is not None:
-            return f"Its final records were written in {self.record_dir}; only the terminal summary is cut short."
-        renamed = ""
-        if self.invocation.named_by_plugin and not ENDED_NAME.search(self.record_dir.name):
-            with contextlib.suppress(RecordDirError, OSError):
-                claim = json.loads((self.record_dir / CLAIM_FILE).read_text(encoding="ascii"))
-                self.record_dir = rename_incomplete(
-                    self.record_dir, "its own session abandoned its final records (a stop signal received again while "
-                    "they were written), so the run did not finish", {"pid": os.getpid(),
-                                                                      "command": self.invocation.command},
-                    self.clock(), claim)
-                renamed = f"It is renamed {self.record_dir.name} now ({RENAME_NOTE} says why). "
-        return (f"{renamed}{self.record_dir} keeps the manifest written when the run began (complete: false), so it "
-                f"reads as unfinished; `{spelled(f'verify {self.record_dir}')}` lists what it holds.")
 
     def close(self) -> None:
         """Release what the session held: the network block, the signal handlers."""
