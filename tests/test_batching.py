@@ -10,7 +10,8 @@ import torch
 from inferlab import protocol
 from inferlab.measure.batching import left_pad, positions_by_rule, run_batching, truncate_after_eos
 from inferlab.measure.stats import first_divergence
-from inferlab.specimen.build import tiny_gpt_neox, tiny_tokenizer
+from inferlab.specimen.build import tiny_gpt_neox
+from tiny_specimen import tiny_tokenizer
 
 ORDER = list(protocol.PROMPTS)
 

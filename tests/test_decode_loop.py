@@ -13,7 +13,8 @@ from inferlab.measure import decode_loop, usage
 from inferlab.measure.cache_check import compare_vectors
 from inferlab.measure.decode_loop import bare_greedy_loop, run_greedy_loop
 from inferlab.measure.sampling import greedy_generation_config
-from inferlab.specimen.build import tiny_gpt_neox, tiny_tokenizer
+from inferlab.specimen.build import tiny_gpt_neox
+from tiny_specimen import tiny_tokenizer
 
 from test_cache_check import ignoring_logits_to_keep
 

@@ -10,7 +10,8 @@ from tokenizers import normalizers
 
 from inferlab import protocol
 from inferlab.measure.inputs import choose_pad_token, encode_prompt, eos_cross_check
-from inferlab.specimen.build import ENDOFTEXT, tiny_tokenizer
+from inferlab.specimen.build import ENDOFTEXT
+from tiny_specimen import tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

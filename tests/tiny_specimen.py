@@ -6,8 +6,24 @@ import hashlib
 import json
 from pathlib import Path
 
+from inferlab.specimen.build import ENDOFTEXT, tiny_gpt_neox
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY_SPEC_NAME = "tiny"
+TINY_CORPUS = ("The quick brown fox jumps over the lazy dog.", "A small boat sailed across a quiet lake.",
+               "Notebooks, windows, tables and chairs lay beside the door.",
+               "Tabs\tand\nnewlines, caf\u00e9s and numbers 0123456789.")
+
+
+def tiny_tokenizer(vocab_size: int = 300):
+    """A small byte-level BPE fast tokenizer with "<|endoftext|>" at id 0 and no pad token, like the specimen's."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(TINY_CORPUS, vocab_size=vocab_size, min_frequency=1, special_tokens=[ENDOFTEXT],
+                            show_progress=False)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=ENDOFTEXT, eos_token=ENDOFTEXT, unk_token=ENDOFTEXT)
 
 
 def build_tiny_specimen(directory: Path, drop: tuple = (), extra: tuple = ()) -> Path:
@@ -16,7 +32,6 @@ def build_tiny_specimen(directory: Path, drop: tuple = (), extra: tuple = ()) ->
     from safetensors.torch import load_file, save_file
     from transformers import GPTNeoXTokenizerFast
 
-    from inferlab.specimen.build import ENDOFTEXT, tiny_gpt_neox, tiny_tokenizer
 
     directory = Path(directory)
     backend = tiny_tokenizer()

@@ -205,9 +205,6 @@ class RunView:
                                                                                (PLAN_FILE, plan)) if data is None]
         return cls(records, manifest, plan, problems=problems, tensors=dict(tensors or {}), addenda=addenda)
 
-    def problems_of(self, file: str) -> list[Problem]:
-        return [p for p in self.problems if p.file == file]
-
     @property
     def read_problems(self) -> list[str]:
         """What could not be read at all (a line, a file), one line each, as the report states it."""

@@ -238,11 +238,6 @@ BUILDERS = {builder.revision(): builder for builder in (STANDIN, REPLICA)}
 
 # --- a tiny GPT-NeoX for the harness's own tests (never a specimen) ----------------------------------------------
 
-TINY_CORPUS = ("The quick brown fox jumps over the lazy dog.", "A small boat sailed across a quiet lake.",
-               "Notebooks, windows, tables and chairs lay beside the door.",
-               "Tabs\tand\nnewlines, caf\u00e9s and numbers 0123456789.")
-
-
 def tiny_gpt_neox(seed: int = 0, **overrides):
     """A seeded, randomly initialised GPT-NeoX of the specimen's family (rotary, parallel residual, untied
     embeddings) that builds in milliseconds: float32, eval mode, eager attention, CPU; overrides set config fields."""
@@ -259,14 +254,3 @@ def tiny_gpt_neox(seed: int = 0, **overrides):
     finally:
         torch.random.set_rng_state(state)
     return model.to(torch.float32).eval()
-
-
-def tiny_tokenizer(vocab_size: int = 300):
-    """A small byte-level BPE fast tokenizer with "<|endoftext|>" at id 0 and no pad token, like the specimen's."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(TINY_CORPUS, vocab_size=vocab_size, min_frequency=1, special_tokens=[ENDOFTEXT],
-                            show_progress=False)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=ENDOFTEXT, eos_token=ENDOFTEXT, unk_token=ENDOFTEXT)
