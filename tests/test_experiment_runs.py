@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from inferlab import protocol
-from shared_runs import REPO_ROOT, experiment_once, inferlab_command, made_once, make_project, records, run_python
+from shared_runs import REPO_ROOT, experiment_once, inferlab_command, make_project, records
 
 pytestmark = pytest.mark.process
 
@@ -161,60 +161,51 @@ def test_plan_of_the_real_experiment_matches_the_protocol(project):
     assert manifest["mode"] == "plan" and manifest["complete"] is False and not (project.path / "run" / "report.md").exists()
 
 
-PLAIN_TRANSFORMERS_SCRIPT = r'''
-import json, sys
-import torch
-from safetensors.torch import load_file
-from transformers import GenerationConfig, GPTNeoXForCausalLM
+def replay_with_plain_transformers(directory: str, run_dir: Path, trial_ids: list[str]) -> dict:
+    """Trials replayed, and every recorded uncached prefix's last logits recomputed, by plain transformers calls
+    on the run's own specimen copy: none of the harness's code, in this worker (its torch threads are the
+    protocol's, tests/conftest.py; a Python of its own reproducing every id is test_grade's bundle comparison)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import GenerationConfig, GPTNeoXForCausalLM
 
-directory, run_dir, trial_ids = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-atol, rtol = float(sys.argv[4]), float(sys.argv[5])
-torch.set_num_threads(1)
-model = GPTNeoXForCausalLM.from_pretrained(directory, local_files_only=True, use_safetensors=True,
-                                           trust_remote_code=False, dtype=torch.float32,
-                                           attn_implementation="eager").eval()
-stored = load_file(run_dir + "/tensors/cache_logits.safetensors")
-replayed, recomputed = {}, []
-for line in open(run_dir + "/records.jsonl"):
-    record = json.loads(line)
-    if record["kind"] == "generation" and record["trial_id"] in trial_ids:
-        config = GenerationConfig.from_dict(record["generation_config"])
-        if record["seed"] is not None:
-            torch.manual_seed(record["seed"])
-        with torch.inference_mode():
-            output = model.generate(input_ids=torch.tensor([record["prompt_ids"]]),
-                                    attention_mask=torch.ones(1, len(record["prompt_ids"]), dtype=torch.long),
-                                    generation_config=config, use_model_defaults=False)
-        replayed[record["trial_id"]] = {"recorded": record["generated_ids"],
-                                        "replayed": output.sequences[0, len(record["prompt_ids"]):].tolist()}
-    elif record["kind"] == "cache_comparison":
-        with torch.inference_mode():
-            logits = model(input_ids=torch.tensor([record["prefix_ids"]]), use_cache=False).logits[0, -1]
-        uncached = stored[record["tensors"]["uncached"]["key"]]
-        recomputed.append({"prefix_length": record["prefix_length"],
-                           "max_abs_diff": float((logits - uncached).abs().max()),
-                           "bound": float((atol + rtol * uncached.abs()).min())})
-print(json.dumps({"replayed": replayed, "recomputed": recomputed}))
-'''
+    tolerance = protocol.CACHE_TOLERANCE
+    model = GPTNeoXForCausalLM.from_pretrained(directory, local_files_only=True, use_safetensors=True,
+                                               trust_remote_code=False, dtype=torch.float32,
+                                               attn_implementation="eager").eval()
+    stored = load_file(run_dir / "tensors" / "cache_logits.safetensors")
+    replayed, recomputed = {}, []
+    for record in records(run_dir):
+        if record["kind"] == "generation" and record["trial_id"] in trial_ids:
+            config = GenerationConfig.from_dict(record["generation_config"])
+            if record["seed"] is not None:
+                torch.manual_seed(record["seed"])
+            with torch.inference_mode():
+                output = model.generate(input_ids=torch.tensor([record["prompt_ids"]]),
+                                        attention_mask=torch.ones(1, len(record["prompt_ids"]), dtype=torch.long),
+                                        generation_config=config, use_model_defaults=False)
+            replayed[record["trial_id"]] = {"recorded": record["generated_ids"],
+                                            "replayed": output.sequences[0, len(record["prompt_ids"]):].tolist()}
+        elif record["kind"] == "cache_comparison":
+            with torch.inference_mode():
+                logits = model(input_ids=torch.tensor([record["prefix_ids"]]), use_cache=False).logits[0, -1]
+            uncached = stored[record["tensors"]["uncached"]["key"]]
+            recomputed.append({"prefix_length": record["prefix_length"],
+                               "max_abs_diff": float((logits - uncached).abs().max()),
+                               "bound": float((tolerance.atol + tolerance.rtol * uncached.abs()).min())})
+    return {"replayed": replayed, "recomputed": recomputed}
+
+
 REPLAYED_TRIALS = ["P1-G-rep1", "P1-S2-seed23", "P2-S3-seed31", "P2-S1-seed17-rerun"]
 
 
 @pytest.fixture(scope="module")
-def plain_transformers(tmp_path_factory, standin_run):
-    """One fresh Python with plain transformers on the stand-in run's own specimen copy: four trials replayed, and
-    every recorded uncached prefix's last logits recomputed."""
-    tolerance = protocol.CACHE_TOLERANCE
-
-    def make(folder):
-        done = run_python(["-c", PLAIN_TRANSFORMERS_SCRIPT, acquired_directory(standin_run), standin_run,
-                           ",".join(REPLAYED_TRIALS), tolerance.atol, tolerance.rtol], cwd=folder)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    return made_once(tmp_path_factory, "plain-transformers-on-the-standin-run", make)
+def plain_transformers(standin_run):
+    """Four trials of the stand-in run replayed with plain transformers, its uncached prefixes recomputed."""
+    return replay_with_plain_transformers(acquired_directory(standin_run), standin_run, REPLAYED_TRIALS)
 
 
-def test_stand_in_records_replay_in_a_fresh_process_with_plain_transformers(standin_run, plain_transformers):
+def test_stand_in_records_replay_with_plain_transformers(standin_run, plain_transformers):
     """A recorded trial of every condition (greedy, and seeded sampling under S1, S2, S3) is enough to replay it
     with plain transformers: its generation config, prompt ids and seed."""
     conditions = {trial.condition for trial in protocol.generation_trials() if trial.test_id in REPLAYED_TRIALS}
@@ -227,7 +218,7 @@ def test_stand_in_records_replay_in_a_fresh_process_with_plain_transformers(stan
 
 
 def test_stand_in_uncached_logits_agree_with_an_independent_recomputation(plain_transformers):
-    """A fresh process with plain transformers recomputes each recorded uncached prefix's last logits."""
+    """Plain transformers recomputes each recorded uncached prefix's last logits."""
     tolerance = protocol.CACHE_TOLERANCE
     rows = plain_transformers["recomputed"]
     assert 1 <= len(rows) <= protocol.CACHE_MAX_TARGET_TOKENS
