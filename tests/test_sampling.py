@@ -15,7 +15,8 @@ from inferlab.measure.inputs import encode_prompt
 from inferlab.measure.loading import capture_messages
 from inferlab.measure.sampling import (build_generation_config, expected_processor_classes, generation_cache_record,
                                        observe_generation_cache, reset_random_state, run_generation_trial, stop_reason)
-from inferlab.specimen.build import tiny_gpt_neox, tiny_tokenizer
+from inferlab.specimen.build import tiny_gpt_neox
+from tiny_specimen import tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
