@@ -11,8 +11,9 @@ plugin also reads the kernel's run delay of the experiment's thread (/proc/threa
 runnable but waiting for a CPU) around every trial's call, an account of the contention independent of the
 run's own readings. A trial the busy loop did not touch but which is contended without the kernel's run queue
 seeing it wait (a virtual machine's host taking the vCPU: steal time) is listed in the output, not asserted.
-One run for the whole module, of the timing part (with the tests it needs first: the specimen's, the inputs' and the
-greedy trial its loop is checked against).
+One run for the whole module, of P1's part of the timing schedule (with the tests it needs first: the specimen's, the
+inputs' and the greedy trial its loop is checked against); leaving P1x8's out also shows verify reading a selection
+that keeps some of a test's parameters as partial, not as missing records.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ import shared_runs
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-BUSY = ("P1-cache_on-rep2", "P1-cache_off-rep2", "P1x8-cache_off-rep3", "P1x8-cache_on-rep4")
-TIMING_PART = "test_10_specimen or test_20_inputs or P1-G-rep1 or test_50_timing"
+BUSY = ("P1-cache_on-rep2", "P1-cache_off-rep4")  # one measured trial of each side
+# P1's part of the timing schedule (P1x8's trials run the same loop on a longer prompt), with the tests it needs first
+TIMING_PART = "test_10_specimen or test_20_inputs or P1-G-rep1 or (test_50_timing and not P1x8)"
 BUSY_SHARE_BELOW = 0.75  # a trial sharing its one CPU with the busy loop keeps less than this share of it
 
 # Appended to the scratch project's conftest.py: the busy loop around the chosen trials, the kernel's run delay
@@ -154,9 +156,9 @@ def test_the_report_and_run_status_say_which_trials_were_contended(busy_run):
     timing = text[text.index("## Timing"):text.index("\n## ", text.index("## Timing") + 1)]
     status = text[text.index("## Run status"):text.index("\n## ", text.index("## Run status") + 1)]
     contended = [n for n, r in trials_of(busy_run).items() if r["contended"]]
-    assert f"Contended (‡): {len(contended)} of 24 trials" in timing
+    assert f"Contended (‡): {len(contended)} of {len(trials_of(busy_run))} trials" in timing
     assert all(name in timing for name in BUSY)
-    assert f"**The timing part was contended**: {len(contended)} of 24 timing trials" in status
+    assert f"**The timing part was contended**: {len(contended)} of {len(trials_of(busy_run))} timing trials" in status
     assert "rerun on a quieter machine" in status
     assert "![Each timing trial in schedule order" in timing and (busy_run["run"] / "plot_cpu_share.png").is_file()
 
