@@ -54,9 +54,11 @@ def pytest_collection_modifyitems(session, config, items):
             item.obj = _paused(item.obj)
 '''
 SESSIONS = {
-    # every kind that no other test needs first: P2's trials (P1's stay, for the checks and the cache comparison that
-    # need them), P1's sampling check, the cache comparison, timing, memory, batching, summaries
-    "kinds": r"test_generation_trial\[P2-|test_greedy_repetitions_identical\[P1|test_matched_prefix|test_(50|60|70)_",
+    # every kind that no other test needs first: P2's trials and P1's beyond the first of each condition and the
+    # rerun (those stay, for the checks and the cache comparison that need them), P1's sampling check, the cache
+    # comparison, timing, memory, batching, summaries
+    "kinds": r"test_generation_trial\[(P2-|P1-G-rep[23]|P1-S\d-seed(23|31))|test_greedy_repetitions_identical\[P1|"
+             r"test_matched_prefix|test_(50|60|70)_",
     "specimen": r"test_10_specimen",
     "inputs": r"test_20_inputs",
 }
