@@ -168,8 +168,8 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         if run is not None and is_experiment(item):
             run.forwards_by_test[item.nodeid] = run.forwards_counted() - before
-        if run is not None and run.cannot_write:  # pytest stops before the next test
-            item.session.shouldstop = f"writing into {run.record_dir} failed ({run.cannot_write})"
+        if run is not None and run.cannot_write:  # pytest stops before the next test, the session failed
+            item.session.shouldfail = run.cannot_write
 
 
 @pytest.hookimpl(wrapper=True)

@@ -22,7 +22,7 @@ from inferlab.grade.grade import grade_source
 from inferlab.read.verify import integrity_problems
 from inferlab.read.verify import verify_run
 
-from shared_runs import experiment, experiment_here, inferlab_command, made_once
+from shared_runs import experiment_here, inferlab_command, made_once
 
 STRIKE_PLUGIN = '''"""A per-trial limit that strikes: a test whose node id matches INFERLAB_STRIKE gets a 1 ms limit, and the
 process pauses for 50 ms at the start of that test's body, inside its timed call, as a machine paused by a closed lid
@@ -147,7 +147,7 @@ def full_disk_run(tmp_path_factory) -> dict:
             (mounted if done.returncode == 0 else refused).append(done.stderr.strip() or str(disk))
 
         try:
-            made = experiment(folder, "--specimen", "standin", prepare=prepare)
+            made = experiment_here(folder, "--specimen", "standin", prepare=prepare)
             if refused:
                 return {"skip": f"mount refused here: {refused[0]}"}
             kept = folder / "run-from-the-full-disk"
@@ -169,7 +169,7 @@ def test_a_full_disk_is_an_unfinished_run_never_an_integrity_problem(tmp_path_fa
     from pathlib import Path
 
     run = Path(made["run"])
-    assert made["returncode"] != 0 and "No space left on device" in made["tail"], made["tail"]
+    assert made["returncode"] == 1 and "No space left on device" in made["tail"], made["tail"]  # failed, not interrupted
     lines = (run / "records.jsonl").read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])  # whole lines only, none torn
     # the session stopped after the first test whose write failed, and said why in its last line

@@ -67,7 +67,8 @@ def test_a_line_the_disk_takes_only_in_part_is_taken_back_and_the_run_writes_no_
     run.emit("big", None, {"text": "x" * 1000})
     monkeypatch.setattr(records.os, "write", real_write)
     assert (tmp_path / "run" / records.RECORDS_FILE).read_bytes() == before
-    assert run.cannot_write == f"{records.RECORDS_FILE}: [Errno {errno.ENOSPC}] No space"
+    assert run.cannot_write == f"writing into {run.record_dir} failed ({records.RECORDS_FILE}: [Errno {errno.ENOSPC}] " \
+                               "No space)"
     run.emit("after", None, {})
     assert (tmp_path / "run" / records.RECORDS_FILE).read_bytes() == before and len(run.records) == len(
         lines_of(tmp_path / "run"))

@@ -200,8 +200,9 @@ class Run:
     @property
     def cannot_write(self) -> Optional[str]:
         """Why the folder cannot take what the run writes (a record, a tensor or the manifest failed: a full disk), or
-        None. The plugin then stops the session after the test; every line written stays whole."""
-        return self.write_failure or self.tensors.failure
+        None. The plugin then stops the session after the test as failed; every line written stays whole."""
+        failure = self.write_failure or self.tensors.failure
+        return failure and f"writing into {self.record_dir} failed ({failure})"
 
     def start(self, predictions: Optional[str] = None) -> None:
         """Copy the learner's predictions before any model computation (the run goes on without them, and says so),
@@ -299,9 +300,9 @@ class Run:
         self.session_end = endings.session_end(
             exit_status=interrupted_status if signals else exit_status, exit_code_name=code_name, signals=signals,
             collect_only=collect_only, plan_only=plan_only, planned=self.planned,
-            stop_reason=endings.stop_reason(exit_code_name=code_name, signals=signals, should_stop=should_stop,
-                                            should_fail=should_fail, tests_failed=tests_failed, refused=self.refused,
-                                            session_limit_skips=self.ledger.session_limit_skips),
+            stop_reason=endings.stop_reason(exit_code_name=code_name, signals=signals, should_fail=should_fail,
+                                            should_stop=self.cannot_write or should_stop, tests_failed=tests_failed,
+                                            refused=self.refused, session_limit_skips=self.ledger.session_limit_skips),
             with_outcome={r["test"] for r in self.records_of("test_outcome")}, outcome_counts=self.counts,
             partial_reasons=self.plan["partial_reasons"] if self.planned else ["no experiment test was collected"],
             optional_notes=(self.plan or {}).get("optional_left_out", []), failures_by_check_kind=self.failed_by_kind,
