@@ -199,8 +199,7 @@ class Run:
 
     @property
     def cannot_write(self) -> Optional[str]:
-        """Why the folder cannot take what the run writes (a record, a tensor or the manifest failed: a full disk), or
-        None. The plugin then stops the session after the test as failed; every line written stays whole."""
+        """Why the folder takes no more writes (a record, tensor or manifest failed: a full disk): the session fails."""
         failure = self.write_failure or self.tensors.failure
         return failure and f"writing into {self.record_dir} failed ({failure})"
 
