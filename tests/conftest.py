@@ -61,9 +61,10 @@ PROCESS_FIXTURES = frozenset({"pytester", "suite", "standin_run", "replica_run"}
 # The test files that take longest (mostly experiment runs: their own, or the session's shared ones), longest first,
 # as `make test --durations=0` measured them. `make test` hands a worker the next whole file when it is almost done
 # with its last (--dist loadfile --no-loadscope-reorder), in this order: test_experiment_runs.py makes the shared
-# stand-in and replica runs on one worker while the other starts on files that need neither (the installation, the
-# struck and full-disk runs), so that no worker waits on the shared run's lock; the short files fill the end.
-LONGEST_FIRST = ("test_experiment_runs.py", "test_installation.py", "test_honest_endings.py", "test_grade.py",
+# stand-in run on one worker (18 s) while the other works through files that need it late or not at all (the struck
+# and full-disk runs, then the installation, whose second test reads it), so that no worker waits on the shared
+# run's lock; the short files fill the end.
+LONGEST_FIRST = ("test_experiment_runs.py", "test_honest_endings.py", "test_installation.py", "test_grade.py",
                  "test_early_stops.py", "test_contention_run.py", "test_plugin.py", "test_evidence_runs.py",
                  "test_machine.py", "test_specimen_hub.py", "test_specimen_check.py", "test_usage.py",
                  "test_report.py", "test_new_user.py", "test_replica_runs.py", "test_failed_trials.py")
