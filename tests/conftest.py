@@ -254,9 +254,7 @@ def replica_run(tmp_path_factory):
     return made.run
 
 
-# What the replica changes against the stand-in is its files: the published small files (the real tokenizer and
-# configuration) and the published weight layout. Its run takes the parts that read them as files: the specimen's
-# checks (acquisition, verification, load, inspection) and the inputs. Every part after them runs the same code on
-# any specimen: the complete stand-in run's; the replica's real shapes and ids without a token go through a greedy
-# trial and timing in test_replica_runs' variant run.
+# The replica differs from the stand-in in its files (the published small files, the real tokenizer and weight
+# layout): its run takes the parts that read them, the specimen's checks and the inputs. Later parts run the same
+# code on any specimen; its shapes and tokenless ids go through greedy and timing in test_replica_runs' variant run.
 REPLICA_PARTS = "test_10_specimen or test_20_inputs"

@@ -106,13 +106,6 @@ def test_grade_of_a_run_whose_acquisition_failed_gives_the_one_cause(no_hub):
     assert "expected the hub endpoint to accept a connection" in machine[0]
 
 
-def test_offline_default_run_names_the_missing_files(project):
-    result = project.runpytest("experiments", "--record-dir", "run", "--offline")  # stops at acquisition: in process
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    acquisition = next(r for r in records(project.path / "run") if r["kind"] == "artifact_acquisition")
-    assert "model.safetensors" in acquisition["error"] and "--artifacts" in acquisition["error"]
-
-
 def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_path):
     from inferlab.specimen.build import STANDIN
 
