@@ -158,7 +158,7 @@ class Run:
         self.counts, self.failed_by_kind, self.failure_lines, self.specimen_failures = collections.Counter(), \
             collections.Counter(), [], 0
         self.session_end = self.rename = self.environment = self.predictions = self.refused = None
-        self.write_failure: Optional[str] = None  # the first write into records.jsonl that failed (a full disk)
+        self.write_failure: Optional[str] = None  # the first record or final manifest not written (a full disk)
         self.environment_changed, self.ended_elsewhere = [], []  # what changed mid-run; earlier runs found killed
         self.thread_request = self.forward_watch = self.network_guard = None  # set by fixtures, and by --offline
         self.forwards_by_test: dict = {}  # node id -> the forwards the watch counted while it ran
