@@ -371,8 +371,7 @@ def last_line(write: Callable[..., None], run) -> None:
 
 
 def abandon_note(run) -> str:
-    """Where an abandoned run stands, said when its final records are abandoned; under --runs-dir its folder is
-    renamed -incomplete at once, so that its name does not look like a good run's."""
+    """Where a run whose final records are abandoned stands; under --runs-dir its folder is renamed -incomplete."""
     try:
         final = json.loads((run.record_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("session_end")
     except (OSError, ValueError, AttributeError):

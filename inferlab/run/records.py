@@ -280,7 +280,8 @@ class TensorStore:
         try:
             write_bytes_atomic(self.directory / f"{file_stem}.safetensors", save(tensors))
         except OSError as error:
-            self.failure = self.failure or str(error)
+            why = getattr(error.__context__, "strerror", None) or error  # the system's words, not the writer's hint
+            self.failure = self.failure or f"{TENSOR_DIR}/{file_stem}.safetensors: {why}"
             raise
         return {"file": f"{TENSOR_DIR}/{file_stem}.safetensors", "key": key, "shape": list(tensor.shape),
                 "dtype": str(tensor.dtype).replace("torch.", ""), "sha256": tensor_sha256(tensor)}
