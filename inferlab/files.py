@@ -106,7 +106,9 @@ def tensor_sha256(tensor) -> str:
 
 
 def os_error_words(error: OSError) -> str:
-    """An OSError in words with its errno name: 'File name too long (ENAMETOOLONG)'."""
+    """An OSError in words with its errno name: 'File name too long (ENAMETOOLONG)'; for a refusal raised over the
+    system's error (OutputPathError), the system's."""
+    error = error.__context__ if error.strerror is None and isinstance(error.__context__, OSError) else error
     name = errno.errorcode.get(error.errno, "") if error.errno is not None else ""
     return f"{error.strerror or error}" + (f" ({name})" if name else "")
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from inferlab import specimen
-from inferlab.specimen.build import STANDIN
+from inferlab.specimen.build import STANDIN, tiny_gpt_neox
+from tiny_specimen import tiny_tokenizer
 
 
 def runs_tests(config) -> bool:
@@ -121,6 +122,36 @@ def standin_build(tmp_path_factory):
 def standin_dir(standin_build):
     """The session's built stand-in directory; shared, so never modify it (use standin_copy)."""
     return Path(standin_build["directory"])
+
+
+@pytest.fixture(scope="module")
+def loaded(standin_dir, standin_spec):
+    """The stand-in loaded as a run loads it, once per module that asks."""
+    from inferlab.measure import loading  # torch and transformers: never in the xdist controller
+
+    return loading.load_specimen(standin_dir, standin_spec)
+
+
+@pytest.fixture(scope="module")
+def model():
+    """The unit tests' tiny GPT-NeoX (inferlab.specimen.build.tiny_gpt_neox, seed 0), once per module."""
+    return tiny_gpt_neox(seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The unit tests' tiny byte-level BPE tokenizer (tests/tiny_specimen.py), once per module."""
+    return tiny_tokenizer()
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    """A scratch copy of the experiment (tests, specs, plugin registration) with its own artifact cache."""
+    from shared_runs import REPO_ROOT, make_project
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    make_project(pytester.path)
+    return pytester
 
 
 @pytest.fixture

@@ -17,11 +17,6 @@ ORDER = list(protocol.PROMPTS)
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
 def batching(tokenizer):
     state = (tokenizer.padding_side, tokenizer.pad_token, len(tokenizer))
     record, tensors = run_batching(tiny_gpt_neox(vocab_size=len(tokenizer)), tokenizer, dict(protocol.PROMPTS))

@@ -21,11 +21,6 @@ REAL_STEP_INPUTS = cache_check.cached_step_inputs
 
 
 @pytest.fixture(scope="module")
-def model():
-    return tiny_gpt_neox(seed=0)
-
-
-@pytest.fixture(scope="module")
 def continuation(model):
     ids = torch.tensor([PROMPT])
     return run_greedy_loop(model, ids, torch.ones_like(ids), use_cache=True).generated_ids[:M]

@@ -25,11 +25,6 @@ BOTH = pytest.mark.parametrize("use_cache", [True, False], ids=["cache_on", "cac
 
 
 @pytest.fixture(scope="module")
-def model():
-    return tiny_gpt_neox(seed=0)
-
-
-@pytest.fixture(scope="module")
 def prompt():
     ids = torch.tensor([PROMPT], dtype=torch.long)  # (1, T)
     return ids, torch.ones_like(ids)

@@ -92,7 +92,7 @@ def test_early_eos_runs_end_to_end(pytester, tmp_path, base_p1, stop_after):
 
     # 3) the timing loop goes on past the EOS and says so
     p1_cache_on = [t for t in by_kind("timing_trial") if t["prompt_id"] == "P1" and t["use_cache"]]
-    assert all(t["output_length"] == protocol.TIMING_NEW_TOKENS for t in p1_cache_on)
+    assert len(p1_cache_on) == 2 and all(t["output_length"] == protocol.TIMING_NEW_TOKENS for t in p1_cache_on)
     assert all(t["eos_selected"] and t["eos_positions"][0] == stop_after - 1 for t in p1_cache_on)
     assert all(t["continued_past_eos"] for t in p1_cache_on)
 

@@ -14,19 +14,9 @@ from pathlib import Path
 import pytest
 
 from inferlab import protocol
-from shared_runs import REPO_ROOT, experiment_once, inferlab_command, make_project, records
+from shared_runs import REPO_ROOT, experiment_once, inferlab_command, records
 
 pytestmark = pytest.mark.process
-
-
-@pytest.fixture
-def project(pytester, monkeypatch):
-    """A scratch copy of the experiment (tests, specs, plugin registration) with its own artifact cache."""
-    import os
-
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    make_project(pytester.path)
-    return pytester
 
 
 def closed_loopback_endpoint() -> str:
@@ -104,6 +94,13 @@ def test_grade_of_a_run_whose_acquisition_failed_gives_the_one_cause(no_hub):
     machine = [line for line in failing if "nothing was measured: the specimen could not be acquired" in line]
     assert status == 1 and len(machine) == 5, printed  # one line for each of items 2 to 6, the same cause
     assert "expected the hub endpoint to accept a connection" in machine[0]
+
+
+def test_offline_default_run_names_the_missing_files(project):
+    result = project.runpytest("experiments", "--record-dir", "run", "--offline")  # stops at acquisition: in process
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    acquisition = next(r for r in records(project.path / "run") if r["kind"] == "artifact_acquisition")
+    assert "model.safetensors" in acquisition["error"] and "--artifacts" in acquisition["error"]
 
 
 def test_tampered_copy_through_artifacts_is_refused_with_evidence(project, tmp_path):

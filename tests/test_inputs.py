@@ -14,11 +14,6 @@ from inferlab.specimen.build import ENDOFTEXT
 from tiny_specimen import tiny_tokenizer
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return tiny_tokenizer()
-
-
 @pytest.mark.parametrize("prompt_id", list(protocol.PROMPTS))
 def test_a_protocol_prompt_is_recorded_exactly_and_round_trips(tokenizer, prompt_id):
     source = protocol.PROMPTS[prompt_id]

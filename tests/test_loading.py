@@ -21,11 +21,6 @@ STANDIN_FP32_BYTES = 56_270_848  # 4 bytes each, no shared storage (untied embed
 
 
 @pytest.fixture(scope="module")
-def loaded(standin_dir, standin_spec):
-    return loading.load_specimen(standin_dir, standin_spec)
-
-
-@pytest.fixture(scope="module")
 def inspection(loaded, standin_dir):
     return loading.inspect_model(loaded["model"], standin_dir)
 

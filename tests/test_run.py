@@ -14,6 +14,7 @@ import pytest
 from fixtures_records import REPO_ROOT, FixedHost, ticking_clock, ticking_stamp
 from inferlab import writing
 from inferlab.host import environment
+from inferlab.read.verify import verify_run
 from inferlab.run import endings, plan, records, session
 from inferlab.run.plan import TestFacts, selection_of
 
@@ -67,11 +68,26 @@ def test_a_line_the_disk_takes_only_in_part_is_taken_back_and_the_run_writes_no_
     run.emit("big", None, {"text": "x" * 1000})
     monkeypatch.setattr(records.os, "write", real_write)
     assert (tmp_path / "run" / records.RECORDS_FILE).read_bytes() == before
-    assert run.cannot_write == f"writing into {run.record_dir} failed ({records.RECORDS_FILE}: [Errno {errno.ENOSPC}] " \
-                               "No space)"
+    assert run.cannot_write == f"writing into {run.record_dir} failed ({records.RECORDS_FILE}: No space (ENOSPC))"
     run.emit("after", None, {})
     assert (tmp_path / "run" / records.RECORDS_FILE).read_bytes() == before and len(run.records) == len(
         lines_of(tmp_path / "run"))
+
+
+def test_a_final_manifest_the_disk_refuses_fails_the_session_and_is_said_last(tmp_path, monkeypatch):
+    """session_end already says how the session ended; a final manifest that cannot be written makes exit status 1
+    and a red last line, never 'reached its end' with status 0 over a folder that does not hold that end."""
+    run = small_run(tmp_path / "run", end=False)
+    monkeypatch.setattr(session, "write_json_atomic", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space")))
+    ended = types.SimpleNamespace(shouldstop=False, shouldfail=False, testsfailed=0,
+                                  config=types.SimpleNamespace(option=types.SimpleNamespace(collectonly=False)))
+    assert run.end_pytest(ended, 0, pytest.ExitCode) == 1 and run.session_end["status"].startswith("the session")
+    lines = []
+    endings.last_line(lambda text, **style: lines.append(text), run)
+    assert lines[-1].startswith(f"inferlab: its final records were not all written: writing into {run.record_dir} "
+                                "failed (manifest.json: No space (ENOSPC))")
+    checked = verify_run(run.record_dir)  # unfinished, said so, and no integrity problem from the start manifest
+    assert checked["problems"] == checked["completeness"] and "not its final manifest" in checked["problems"][0]
 
 
 def test_a_record_whose_line_was_written_is_kept_when_a_signal_stops_its_keeping(tmp_path, monkeypatch):

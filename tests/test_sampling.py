@@ -20,11 +20,6 @@ from tiny_specimen import tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
 def model(tokenizer):
     return tiny_gpt_neox(vocab_size=len(tokenizer))
 

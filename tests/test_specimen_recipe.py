@@ -24,11 +24,6 @@ def model_from_recipe(variant: recipe.Variant = recipe.BASE):
 
 
 @pytest.fixture(scope="module")
-def loaded(standin_dir, standin_spec):
-    return loading.load_specimen(standin_dir, standin_spec)
-
-
-@pytest.fixture(scope="module")
 def prompt_ids(loaded):
     tokenizer = loaded["tokenizer"]
     return {p: tokenizer(text, add_special_tokens=protocol.ADD_SPECIAL_TOKENS)["input_ids"]

@@ -16,7 +16,7 @@ from inferlab import protocol
 from inferlab.measure import usage
 from inferlab.measure.decode_loop import run_greedy_loop
 
-from test_decode_loop import model, prompt  # noqa: F401 (fixtures: the tiny model and a seven-token prompt)
+from test_decode_loop import prompt  # noqa: F401 (a fixture: a seven-token prompt; the tiny model is conftest.py's)
 
 RULE = protocol.CONTENTION_RULE
 MS = 1_000_000  # ns

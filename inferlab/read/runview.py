@@ -280,6 +280,8 @@ class RunView:
             return "collect only (--co): no test ran"
         if ending in ("interrupted", "stopped_early"):
             return str(self.session_end.get("stop_reason") or "stopped before its end")
+        if ending != "plan" and self.manifest.get("session_end", False) is None:  # the start manifest: a full disk
+            return "it wrote its session_end record but not its final manifest, so the folder does not hold its end"
         return None
 
     @property

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional, Union
 
 from inferlab import protocol
 from inferlab.files import sha256_file
-from inferlab.run.records import (MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, claimant_alive,
+from inferlab.run.records import (MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, claimant_state,
                                   killed_detail)
 from inferlab.read import addenda, parse
 from inferlab.read.runview import (DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, TensorFileError,
@@ -58,7 +58,7 @@ class Verify:
     def ending(self) -> list[str]:
         view, lines = self.view, []
         if self.unfinished:
-            live = view.ending == "killed" and claimant_alive(view.claim)
+            live = view.ending == "killed" and claimant_state(view.claim) == "live"
             if live:
                 self.unfinished = ("no session_end record yet: the run is LIVE, its session still running, so these "
                                    "are not its final records; verify it again once the session has ended")
@@ -212,7 +212,8 @@ class Verify:
             what = f"no {kind} record" if not found else f"{kind}: {len(found)} record(s), expected {count}"
             if missing.reason == "evidence":
                 self.notes.append(f"{what}: explained by {missing.evidence.get('test')}")
-            elif missing.reason == "ran" and view.plan_partial_reasons() and len(found) >= len(missing.producers):
+            elif missing.reason == "ran" and view.plan_partial_reasons() and {r.get("test") for r in found} >= set(
+                    missing.producers):
                 self.notes.append(f"{what}: the selection planned {len(missing.producers)} of its producing tests")
             elif missing.reason not in ("not_reached", "deselected"):
                 names = ", ".join(dict.fromkeys(str(p).split("::")[-1].split("[")[0] for p in missing.producers))

@@ -280,8 +280,7 @@ class TensorStore:
         try:
             write_bytes_atomic(self.directory / f"{file_stem}.safetensors", save(tensors))
         except OSError as error:
-            why = getattr(error.__context__, "strerror", None) or error  # the system's words, not the writer's hint
-            self.failure = self.failure or f"{TENSOR_DIR}/{file_stem}.safetensors: {why}"
+            self.failure = self.failure or f"{TENSOR_DIR}/{file_stem}.safetensors: {os_error_words(error)}"
             raise
         return {"file": f"{TENSOR_DIR}/{file_stem}.safetensors", "key": key, "shape": list(tensor.shape),
                 "dtype": str(tensor.dtype).replace("torch.", ""), "sha256": tensor_sha256(tensor)}
@@ -304,10 +303,6 @@ def claimant_state(claim, hostname: Optional[str] = None) -> str:
     except OSError:
         pass
     return "live"
-
-
-def claimant_alive(claim) -> bool:
-    return claimant_state(claim) == "live"
 
 
 def rename_incomplete(folder: Path, why: str, by: dict, now: str, claim) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from inferlab import protocol, writing
-from inferlab.files import sha256_file, write_bytes_atomic, write_json_atomic
+from inferlab.files import os_error_words, sha256_file, write_bytes_atomic, write_json_atomic
 from inferlab.measure import usage as collector
 from inferlab.run import endings
 from inferlab.run.endings import first_line
@@ -157,7 +157,7 @@ class Run:
         # the outcomes: counts, failed tests by check kind, a line per failure, failed checks of the specimen
         self.counts, self.failed_by_kind, self.failure_lines, self.specimen_failures = collections.Counter(), \
             collections.Counter(), [], 0
-        self.session_end = self.rename = self.environment = self.predictions = self.refused = None
+        self.session_end = self.rename = self.environment = self.predictions = self.refused = self.end_unwritten = None
         self.write_failure: Optional[str] = None  # the first record or final manifest not written (a full disk)
         self.environment_changed, self.ended_elsewhere = [], []  # what changed mid-run; earlier runs found killed
         self.thread_request = self.forward_watch = self.network_guard = None  # set by fixtures, and by --offline
@@ -195,7 +195,7 @@ class Run:
             try:
                 self.log.append(record)
             except OSError as error:
-                self.write_failure = f"{RECORDS_FILE}: {error}"
+                self.write_failure = f"{RECORDS_FILE}: {os_error_words(error)}"
 
     @property
     def cannot_write(self) -> Optional[str]:
@@ -316,10 +316,10 @@ class Run:
         return self.session_end
 
     def end_pytest(self, session, exitstatus: int, exit_codes) -> int:
-        """The end of pytest's session (its Session and ExitCode read as plain data): session_end, the specimen a later
-        --lf is for, then finish(); the status the session exits with (endings.exit_status)."""
+        """pytest's session ended (Session, ExitCode as plain data): session_end, --lf's specimen, finish(); status."""
         self.signals.finishing = True  # from here a signal is noted, and does not tear the final records
         names, status = {int(code): code.name for code in exit_codes}, int(exitstatus)
+        failed_before = self.write_failure  # a write of the final records that fails is said after the status line
         end = self.end_session(exit_status=status, exit_code_name=names.get(status, f"exit status {status}"),
                                interrupted_status=int(exit_codes.INTERRUPTED), should_stop=session.shouldstop,
                                should_fail=session.shouldfail, tests_failed=session.testsfailed,
@@ -327,7 +327,9 @@ class Run:
         if getattr(session.config, "cache", None) is not None and self.invocation.mode == "run":
             session.config.cache.set(LAST_FAILED_SPECIMEN_KEY, self.invocation.specimen["name"])
         self.finish()
-        return endings.exit_status(end, status, int(exit_codes.OK), int(exit_codes.INTERRUPTED))
+        self.end_unwritten = self.cannot_write if self.write_failure != failed_before else None
+        return endings.HARNESS_FAILED_EXIT if self.end_unwritten else endings.exit_status(
+            end, status, int(exit_codes.OK), int(exit_codes.INTERRUPTED))
 
     def finish(self) -> None:
         """After session_end: the report (a failure to write it is recorded, never raised over the outcome), under
@@ -348,9 +350,10 @@ class Run:
             self.rename = {"from": old, "to": None if error else self.record_dir.name, "suffix": suffix,
                            "renamed": error is None, "error": error}
         try:
-            self.write_manifest(self.session_end)
+            if self.write_failure is None:  # a record was lost: the start manifest stays, the folder reads unfinished
+                self.write_manifest(self.session_end)
         except OSError as error:  # a full disk: the manifest written at the start stays (complete: false)
-            self.write_failure = self.write_failure or f"{MANIFEST_FILE}: {error}"
+            self.write_failure = self.write_failure or f"{MANIFEST_FILE}: {os_error_words(error)}"
 
     def write_manifest(self, end: Optional[dict]) -> None:
         """manifest.json: at the start with complete false; at the end with how the session ended and every file. The
