@@ -91,14 +91,12 @@ def verify(args) -> int:
 def report(args) -> int:
     from inferlab import report as pages
     from inferlab.read.runview import RunView
-    from inferlab.run.records import claimant_state
 
     if refuse_non_run("report", args.record_dir):
         return EXIT_UNREADABLE
     view = RunView.read(args.record_dir)
     if view.session_end is None:
-        how = "it never reached its end (killed or crashed)" if claimant_state(view.claim) != "live" else \
-            "it is still running"
+        how = "it is still running" if view.claimant_live else "it never reached its end (killed or crashed)"
         say("report", f"{args.record_dir} has no session_end record ({how}): the run is not complete")
     if args.after:
         from inferlab.report import after

@@ -16,7 +16,6 @@ from pathlib import Path, PurePosixPath
 from typing import Iterator, Optional
 
 from inferlab.files import OutputPathError, replace_hint, write_bytes_atomic
-from inferlab.run.records import claimant_state
 
 SUBMISSION_FILE = "submission.json"
 SUFFIXES = (".tar.gz", ".tgz")
@@ -42,7 +41,7 @@ def pack(view, target: Path, learner: Optional[str] = None, replace: bool = Fals
     run_dir, target = Path(view.directory), Path(target)
     if not target.name.endswith(SUFFIXES) and not target.exists():
         raise ArchiveError(f"{target}: pack writes a gzipped tar; name the file FILE.tar.gz")
-    if view.session_end is None and claimant_state(view.claim) == "live":
+    if view.session_end is None and view.claimant_live:
         raise ArchiveError(f"{run_dir} is still being written (its session, pid {view.claim['pid']}, is running); "
                            "wait for it to end")
     if learner is not None:

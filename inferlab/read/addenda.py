@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from inferlab import protocol, writing
 from inferlab.files import dumps, sha256_bytes, sha256_file, spelled, write_bytes_atomic
 from inferlab.run.records import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE,
-                                  TENSOR_DIR, claimant_state, utc_now)
+                                  TENSOR_DIR, utc_now)
 from inferlab.read.parse import LEDGER_FILE, not_a_run_reason, parse_ledger
 from inferlab.read.runview import RunView
 
@@ -120,7 +120,7 @@ def check_run(directory: Path) -> RunState:
         raise Refused(f"{directory} has no {MANIFEST_FILE} to bind an addendum to")
     if view.session_end is not None and view.final_manifest_written:
         return RunState(directory, view, True, "finished")
-    if claimant_state(view.claim) == "live":
+    if view.claimant_live:
         raise Refused(f"{directory} is still being written by its session (pid {view.claim.get('pid')}): wait for "
                       f"it to end, then run this again", usage=True)
     why = view.unfinished or f"its final writes were abandoned ({MANIFEST_FILE} is the one written at its start)"

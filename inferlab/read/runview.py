@@ -19,7 +19,7 @@ from inferlab.read.parse import (CLAIM_FILE, MANIFEST_FILE, PLAN_FILE, RECORDS_F
                                  Problem, parse_records, read_inside, read_json, read_ledger)
 from inferlab.files import tensor_sha256
 from inferlab.run.plan import file_of
-from inferlab.run.records import RENAME_NOTE, STAMP_FIELD, TENSOR_DIR
+from inferlab.run.records import RENAME_NOTE, STAMP_FIELD, TENSOR_DIR, claimant_state
 
 ENVELOPE_FIELDS = REQUIRED_ENVELOPE_FIELDS + (STAMP_FIELD,)  # the records of a live session also have the stamp
 NOT_PASSING = ("failed", "error", "skipped")
@@ -288,6 +288,11 @@ class RunView:
     def unreached(self) -> set:
         """Planned tests that never got an outcome because the session stopped first."""
         return set(self.planned_without_outcome()) if self.unfinished else set()
+
+    @property
+    def claimant_live(self) -> bool:
+        """Whether the session that claimed this folder still runs on this machine (records.claimant_state)."""
+        return claimant_state(self.claim) == "live"
 
     @property
     def final_manifest_written(self) -> bool:

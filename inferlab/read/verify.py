@@ -15,8 +15,7 @@ from typing import Any, Iterable, Optional, Union
 
 from inferlab import protocol
 from inferlab.files import sha256_file
-from inferlab.run.records import (MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, claimant_state,
-                                  killed_detail)
+from inferlab.run.records import MANIFEST_FILE, PLAN_FILE, PREDICTIONS_FILE, RECORDS_FILE, REPORT_FILE, killed_detail
 from inferlab.read import addenda, parse
 from inferlab.read.runview import (DIAGNOSTIC, FAILING, INTEGRITY, NOT_PASSING, RunView, TensorFileError,
                                    tensor_references)
@@ -58,7 +57,7 @@ class Verify:
     def ending(self) -> list[str]:
         view, lines = self.view, []
         if self.unfinished:
-            live = view.ending == "killed" and claimant_state(view.claim) == "live"
+            live = view.ending == "killed" and view.claimant_live
             if live:
                 self.unfinished = ("no session_end record yet: the run is LIVE, its session still running, so these "
                                    "are not its final records; verify it again once the session has ended")
