@@ -368,7 +368,7 @@ def last_line(write: Callable[..., None], run) -> None:
         harness = (not end["complete"] and not end["plan_only"]) or kind in ("harness", "acquisition") \
             or bool(end.get("measured_nothing"))
         write(f"inferlab: {end['status']}", bold=True, red=harness, yellow=kind == "findings" and not harness)
-    if getattr(run, "end_unwritten", None):  # after session_end was made: the folder does not hold that end whole
+    if run.end_unwritten:  # after session_end was made: the folder does not hold that end whole
         write(f"inferlab: its final records were not all written: {run.end_unwritten}", bold=True, red=True)
 
 

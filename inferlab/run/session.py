@@ -349,11 +349,11 @@ class Run:
                 error = str(refused)
             self.rename = {"from": old, "to": None if error else self.record_dir.name, "suffix": suffix,
                            "renamed": error is None, "error": error}
-        try:
-            if self.write_failure is None:  # a record was lost: the start manifest stays, the folder reads unfinished
+        if self.write_failure is None:  # a record was lost: the start manifest stays, the folder reads unfinished
+            try:
                 self.write_manifest(self.session_end)
-        except OSError as error:  # a full disk: the manifest written at the start stays (complete: false)
-            self.write_failure = self.write_failure or f"{MANIFEST_FILE}: {os_error_words(error)}"
+            except OSError as error:  # a full disk: the manifest written at the start stays (complete: false)
+                self.write_failure = f"{MANIFEST_FILE}: {os_error_words(error)}"
 
     def write_manifest(self, end: Optional[dict]) -> None:
         """manifest.json: at the start with complete false; at the end with how the session ended and every file. The
