@@ -169,7 +169,8 @@ def test_a_full_disk_is_an_unfinished_run_never_an_integrity_problem(tmp_path_fa
     from pathlib import Path
 
     run = Path(made["run"])
-    assert made["returncode"] == 1 and "No space left on device" in made["tail"], made["tail"]  # failed, not interrupted
+    # exit 1: the session failed; 2 would say someone interrupted it
+    assert made["returncode"] == 1 and "No space left on device" in made["tail"], made["tail"]
     lines = (run / "records.jsonl").read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])  # whole lines only, none torn
     # the session stopped after the first test whose write failed, and said why in its last line

@@ -110,12 +110,13 @@ def torch_build() -> dict:
     except importlib.metadata.PackageNotFoundError:
         return {"version": None, "cpu_only": None, "how_known": "torch is not installed",
                 "cuda": None, "installed_from": None, "cpu_kernels": None}
-    version, (cpu_only, how) = dist.version, _build_from_metadata(dist.version)
-    cuda = None
+    version, cuda = dist.version, None
+    cpu_only, how = _build_from_metadata(dist.version)
     if "torch" in sys.modules:  # its own word: PyPI's CUDA wheel says 2.13.0+cu130 where its metadata says 2.13.0
         torch = sys.modules["torch"]
-        version, cuda, hip = torch.__version__, getattr(torch.version, "cuda", None), getattr(torch.version, "hip", None)
-        cpu_only, how = cuda is None and hip is None, f"torch.version.cuda={cuda!r}, torch.version.hip={hip!r}"
+        cuda, hip = getattr(torch.version, "cuda", None), getattr(torch.version, "hip", None)
+        version, cpu_only = torch.__version__, cuda is None and hip is None
+        how = f"torch.version.cuda={cuda!r}, torch.version.hip={hip!r}"
     direct = json.loads(dist.read_text("direct_url.json") or "{}")
     return {"version": version, "cpu_only": cpu_only, "how_known": how, "cuda": cuda,
             "installed_from": direct.get("url"), "cpu_kernels": cpu_kernels()}

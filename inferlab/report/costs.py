@@ -157,8 +157,8 @@ def section_memory(view: RunView, why) -> list[str]:
     lines += table(["what", "bytes", "check", "note"], rows)
     if rss:
         lines += ["", "Process RSS, process-wide: *baseline* was read before the model was loaded, with torch "
-                  "already imported; the peak is the process's high-water mark since it started (nothing here resets it, and "
-                  "freeing tensors does not lower it):", ""]
+                  "already imported; the peak is the process's high-water mark since it started (nothing here resets "
+                  "it, and freeing tensors does not lower it):", ""]
         lines += table(["point", "current", "peak", "source"], rss)
     if unmeasured:
         lines += ["", "Not measured:", ""] + [f"- {cell(c)}" for c in dict.fromkeys(unmeasured)]
