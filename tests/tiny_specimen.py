@@ -32,7 +32,6 @@ def build_tiny_specimen(directory: Path, drop: tuple = (), extra: tuple = ()) ->
     from safetensors.torch import load_file, save_file
     from transformers import GPTNeoXTokenizerFast
 
-
     directory = Path(directory)
     backend = tiny_tokenizer()
     tokenizer = GPTNeoXTokenizerFast(tokenizer_object=backend.backend_tokenizer, bos_token=ENDOFTEXT,
